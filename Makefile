@@ -1,0 +1,57 @@
+# distrl — one-command build. `make demo` and `make test` install what they need first.
+BUILD_DIR ?= build
+BUILD_TYPE ?= Release
+JOBS ?= $(shell nproc)
+CMAKE_ARGS ?=
+# Debian bookworm packages the project needs (build, run, demo, tests).
+DEPS := build-essential cmake ninja-build pkg-config ccache \
+        libtorch-dev libopenblas0-pthread \
+        libzmq3-dev cppzmq-dev libmsgpack-cxx-dev \
+        libbox2d-dev libyaml-cpp-dev libcli11-dev \
+        libgtest-dev libgmock-dev gnuplot-nox dataset-fashion-mnist
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: all deps configure build test test-unit test-integration demo bench clean
+
+all: build
+
+# Idempotent: when every package is installed it costs one dpkg-query.
+deps:
+	@missing=""; for p in $(DEPS); do \
+	    dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	    echo "make deps: installing$$missing"; \
+	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	else echo "make deps: all $(words $(DEPS)) packages present"; fi
+
+$(BUILD_DIR)/build.ninja:
+	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_ARGS)
+
+configure: $(BUILD_DIR)/build.ninja
+
+build: configure
+	CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime \
+	    cmake --build $(BUILD_DIR) -j $(JOBS)
+
+test: deps
+	$(MAKE) build
+	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+test-unit: build
+	cd $(BUILD_DIR) && ctest --output-on-failure -L unit
+
+test-integration: build
+	cd $(BUILD_DIR) && ctest --output-on-failure -L integration
+
+# The main job. Until the RL issue lands: the RPC API tour on two local processes.
+demo: deps
+	$(MAKE) build
+	$(BUILD_DIR)/tools/distrl-launch --nproc 2 -- $(BUILD_DIR)/examples/api_tour
+
+bench: build
+	$(BUILD_DIR)/tools/distrl-bench rpc
+
+clean:
+	rm -rf $(BUILD_DIR)

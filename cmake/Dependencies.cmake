@@ -1,0 +1,51 @@
+# Every find_package of the project lives here; code uses the imported targets.
+find_package(Threads REQUIRED)
+find_package(PkgConfig REQUIRED)          # cppzmq finds libzmq through pkg-config
+find_package(cppzmq REQUIRED)             # target: cppzmq
+find_package(msgpack REQUIRED)            # Debian 4.1.3: config "msgpack", target msgpackc-cxx
+find_package(Torch REQUIRED)              # target: torch (CPU-only on Debian)
+find_package(CLI11 REQUIRED)              # target: CLI11::CLI11
+find_package(yaml-cpp REQUIRED)           # target: yaml-cpp
+if(DISTRL_BUILD_TESTS)
+  find_package(GTest REQUIRED)            # targets: GTest::gtest_main, GTest::gmock
+  include(GoogleTest)
+endif()
+
+# msgpack without ~1,000 Boost headers in every file (applies to the whole project).
+add_compile_definitions(MSGPACK_NO_BOOST)
+
+# --- CUDA: AUTO turns it on only when the found LibTorch was built with CUDA.
+set(_torch_has_cuda OFF)
+if(TARGET torch_cuda OR TORCH_CUDA_LIBRARIES OR CAFFE2_USE_CUDA)
+  set(_torch_has_cuda ON)
+endif()
+if(DISTRL_CUDA STREQUAL "ON" AND NOT _torch_has_cuda)
+  message(FATAL_ERROR "DISTRL_CUDA=ON but the LibTorch found at ${Torch_DIR} has no CUDA. "
+                      "Point Torch_DIR at a CUDA LibTorch or use -DDISTRL_CUDA=AUTO.")
+endif()
+if(DISTRL_CUDA STREQUAL "OFF")
+  set(DISTRL_WITH_CUDA OFF)
+else()
+  set(DISTRL_WITH_CUDA ${_torch_has_cuda})
+endif()
+message(STATUS "distrl: CUDA ${DISTRL_WITH_CUDA} (DISTRL_CUDA=${DISTRL_CUDA}, LibTorch CUDA=${_torch_has_cuda})")
+
+# --- NCCL: compiles whenever nccl.h is found in the CUDA toolkit, even with a CPU LibTorch.
+set(DISTRL_WITH_NCCL OFF)
+if(NOT DISTRL_NCCL STREQUAL "OFF")
+  set(_cuda_hints $ENV{CUDA_HOME} $ENV{CUDA_PATH} /usr/local/cuda)
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${_cuda_hints} PATH_SUFFIXES include)
+  find_library(NCCL_LIBRARY nccl HINTS ${_cuda_hints} PATH_SUFFIXES lib lib64)
+  find_path(CUDART_INCLUDE_DIR cuda_runtime_api.h HINTS ${_cuda_hints} PATH_SUFFIXES include)
+  find_library(CUDART_LIBRARY cudart HINTS ${_cuda_hints} PATH_SUFFIXES lib64 lib)
+  if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY AND CUDART_INCLUDE_DIR AND CUDART_LIBRARY)
+    set(DISTRL_WITH_NCCL ON)
+    add_library(distrl_nccl_deps INTERFACE)
+    target_include_directories(distrl_nccl_deps SYSTEM INTERFACE ${NCCL_INCLUDE_DIR} ${CUDART_INCLUDE_DIR})
+    target_link_libraries(distrl_nccl_deps INTERFACE ${NCCL_LIBRARY} ${CUDART_LIBRARY})
+  elseif(DISTRL_NCCL STREQUAL "ON")
+    message(FATAL_ERROR "DISTRL_NCCL=ON but nccl.h/libnccl or the CUDA runtime was not found under "
+                        "CUDA_HOME='$ENV{CUDA_HOME}'. Set CUDA_HOME to the toolkit or use -DDISTRL_NCCL=AUTO.")
+  endif()
+endif()
+message(STATUS "distrl: NCCL ${DISTRL_WITH_NCCL} (DISTRL_NCCL=${DISTRL_NCCL})")

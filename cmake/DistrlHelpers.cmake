@@ -1,0 +1,43 @@
+# distrl_add_library(folder SOURCES ... DEPS ...): one static library per top-level folder,
+# exported as distrl::<folder>. The repository root is the include root:
+# code writes #include "transport/rpc_agent.h"; the generated config is "common/config.h".
+set(DISTRL_WARNINGS -Wall -Wextra -Wno-unused-parameter)
+if(DISTRL_WERROR)
+  list(APPEND DISTRL_WARNINGS -Werror)
+endif()
+
+function(distrl_target_defaults target)
+  target_compile_options(${target} PRIVATE ${DISTRL_WARNINGS})
+  target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR}/generated/distrl)
+endfunction()
+
+function(distrl_add_library folder)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
+  add_library(distrl_${folder} STATIC ${ARG_SOURCES})
+  add_library(distrl::${folder} ALIAS distrl_${folder})
+  distrl_target_defaults(distrl_${folder})
+  target_link_libraries(distrl_${folder} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
+endfunction()
+
+function(distrl_add_executable name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  distrl_target_defaults(${name})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS})
+endfunction()
+
+# One precompiled LibTorch header shared by every target that opts in (REUSE_FROM needs
+# identical flags, so the PCH is built once in a tiny object library).
+if(DISTRL_PCH)
+  file(WRITE ${PROJECT_BINARY_DIR}/generated/pch_stub.cpp "// PCH anchor\n")
+  add_library(distrl_torch_pch OBJECT ${PROJECT_BINARY_DIR}/generated/pch_stub.cpp)
+  target_compile_options(distrl_torch_pch PRIVATE ${DISTRL_WARNINGS})
+  target_link_libraries(distrl_torch_pch PUBLIC torch)
+  target_precompile_headers(distrl_torch_pch PRIVATE <torch/torch.h>)
+endif()
+
+function(distrl_use_torch_pch target)
+  if(DISTRL_PCH)
+    target_precompile_headers(${target} REUSE_FROM distrl_torch_pch)
+  endif()
+endfunction()

@@ -1,0 +1,361 @@
+// The RPC engine. Threads: the I/O loop (sockets, pending-call table, deadlines, RRef control
+// messages) and the handler pool (user functions, packing replies). Pending calls are touched
+// only on the I/O thread; the registry and the object table have their own locks.
+#include "transport/detail/agent_core.h"
+
+#include <unistd.h>
+
+#include <fstream>
+#include <random>
+
+#include "transport/detail/agent_state.h"
+#include "transport/detail/wire_codec.h"
+#include "transport/detail/zmq_context.h"
+
+namespace distrl::transport::detail {
+
+AgentCore::AgentCore(RpcOptions options) : s_(std::make_unique<State>()) { s_->opts = std::move(options); }
+
+AgentCore::~AgentCore() { shutdown(false); }
+
+bool AgentCore::running() const { return s_->running.load(); }
+const RpcOptions& AgentCore::options() const { return s_->opts; }
+int AgentCore::rank() const { return s_->rank; }
+int AgentCore::world_size() const { return s_->world; }
+const std::vector<WorkerInfo>& AgentCore::workers() const { return s_->workers; }
+Executor* AgentCore::callback_executor() { return s_->pool.get(); }
+
+AgentStats AgentCore::stats() const {
+  AgentStats st;
+  st.calls_sent = s_->calls_sent.load();
+  st.calls_served = s_->calls_served.load();
+  st.bad_messages = s_->bad.load();
+  st.dropped_messages = s_->dropped.load();
+  st.timeouts = s_->timeouts.load();
+  std::lock_guard<std::mutex> lock(s_->obj_mu);
+  st.live_objects = s_->objects.size();
+  return st;
+}
+
+int AgentCore::resolve(const Target& to) const {
+  if (to.name.empty()) {
+    if (to.rank < 0 || to.rank >= s_->world)
+      throw Error("rpc: no worker with rank " + std::to_string(to.rank) + " (world size " + std::to_string(s_->world) + ")");
+    return to.rank;
+  }
+  auto it = s_->by_name.find(to.name);
+  if (it == s_->by_name.end()) {
+    std::string names;
+    for (auto& w : s_->workers) names += (names.empty() ? "" : ", ") + w.name;
+    throw Error("rpc: no worker named '" + to.name + "' (workers: " + names + ")");
+  }
+  return it->second;
+}
+
+std::chrono::milliseconds AgentCore::timeout_for(const Target& to) const {
+  return to.timeout.count() > 0 ? to.timeout : s_->opts.rpc_timeout;
+}
+
+void AgentCore::add_callable(const std::string& name, Callable c) {
+  std::unique_lock<std::shared_mutex> lock(s_->reg_mu);
+  s_->functions[name] = std::make_shared<const Callable>(std::move(c));
+}
+
+void AgentCore::add_class(const std::string& name, ClassInfo info) {
+  std::unique_lock<std::shared_mutex> lock(s_->reg_mu);
+  auto type = info.type;
+  s_->classes[type] = std::make_shared<const ClassInfo>(std::move(info));
+}
+
+std::uint64_t AgentCore::new_object_id() {
+  // Globally unique: the creator's rank in the high 16 bits.
+  return (static_cast<std::uint64_t>(s_->rank + 1) << 48) | s_->next_object.fetch_add(1);
+}
+
+// ------------------------------------------------------------------ outgoing calls
+
+namespace {
+void finish_inflight(AgentCore::State& s) {
+  std::lock_guard<std::mutex> lock(s.inflight_mu);
+  if (--s.inflight == 0) s.inflight_cv.notify_all();
+}
+}  // namespace
+
+void AgentCore::call(int dest, Header h, const BodyWriter& body, Completion done, std::chrono::milliseconds timeout) {
+  if (!s_->running.load()) {
+    done(nullptr, std::make_exception_ptr(TransportError("rpc: agent " + s_->opts.name + " is shut down; cannot call '" + h.fn + "'")));
+    return;
+  }
+  h.kind = Kind::Request;
+  h.src = s_->rank;
+  h.call_id = s_->next_call_id.fetch_add(1);
+  std::shared_ptr<OutMessage> msg;
+  try {
+    msg = std::make_shared<OutMessage>(build_message(h, this, dest, body));
+  } catch (...) {
+    done(nullptr, std::current_exception());
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(s_->inflight_mu);
+    ++s_->inflight;
+  }
+  s_->calls_sent.fetch_add(1, std::memory_order_relaxed);
+  State* s = s_.get();
+  s->io->post([s, dest, id = h.call_id, fn = std::move(h.fn), msg, done = std::move(done), timeout]() mutable {
+    auto frames = encode_message(std::move(*msg));
+    std::string err;
+    if (!s->io->send_to_peer(dest, frames, &err)) {
+      done(nullptr, std::make_exception_ptr(TransportError("rpc to " + s->worker_name(dest) + " (rank " +
+                                                           std::to_string(dest) + ") '" + fn + "' failed: " + err)));
+      finish_inflight(*s);
+      return;
+    }
+    auto deadline = Clock::now() + timeout;
+    s->deadlines.emplace(deadline, id);
+    s->pending.emplace(id, State::Pending{dest, std::move(fn), std::move(done), deadline, timeout});
+  });
+}
+
+namespace {
+
+// I/O thread: completes one pending call with a message or an error.
+void complete(AgentCore::State& s, std::uint64_t id, InMessage* m, std::exception_ptr err) {
+  auto it = s.pending.find(id);
+  if (it == s.pending.end()) return;  // timed out earlier, or a stray reply
+  auto p = std::move(it->second);
+  s.pending.erase(it);
+  auto range = s.deadlines.equal_range(p.deadline);
+  for (auto d = range.first; d != range.second; ++d)
+    if (d->second == id) {
+      s.deadlines.erase(d);
+      break;
+    }
+  try {
+    p.done(m, err);
+  } catch (const std::exception& e) {
+    DISTRL_LOG(Error, "rpc: completion of '" << p.fn << "' threw " << e.what());
+  }
+  finish_inflight(s);
+}
+
+std::exception_ptr error_from_reply(AgentCore::State& s, const InMessage& m, const std::string& fn) {
+  std::string origin, type, message;
+  try {
+    std::tuple<std::string, std::string, std::string> t;
+    m.body().convert(t);
+    std::tie(origin, type, message) = t;
+  } catch (const std::exception&) {
+    return std::make_exception_ptr(ProtocolError("rpc: malformed error reply from " + s.worker_name(m.header.src) + " to '" + fn + "'"));
+  }
+  if (origin == "agent")
+    return std::make_exception_ptr(ProtocolError("rpc '" + fn + "' refused by " + s.worker_name(m.header.src) + ": " + message));
+  return std::make_exception_ptr(RemoteError(s.worker_name(m.header.src), type, message));
+}
+
+}  // namespace
+
+void on_reply(AgentCore::State& s, int peer, IoLoop::Frames&& frames) {
+  DecodeFailure why;
+  auto m = decode_message(std::move(frames), s.opts.limits, &why);
+  if (!m) {
+    s.bad.fetch_add(1);
+    if (why.call_id)
+      complete(s, *why.call_id, nullptr,
+               std::make_exception_ptr(ProtocolError("rpc: malformed reply from " + s.worker_name(peer) + ": " + why.what)));
+    return;
+  }
+  auto it = s.pending.find(m->header.call_id);
+  if (it == s.pending.end()) return;
+  if (m->header.kind == Kind::Response) complete(s, m->header.call_id, &*m, nullptr);
+  else if (m->header.kind == Kind::Error) complete(s, m->header.call_id, nullptr, error_from_reply(s, *m, it->second.fn));
+}
+
+void on_peer_down(AgentCore::State& s, int peer, const std::string& why) {
+  std::vector<std::uint64_t> ids;
+  for (auto& [id, p] : s.pending)
+    if (p.dest == peer) ids.push_back(id);
+  if (!ids.empty())
+    DISTRL_LOG(Warn, "rpc: peer " << s.worker_name(peer) << " (rank " << peer << ") is gone: failing " << ids.size() << " pending call(s)");
+  for (auto id : ids) {
+    const std::string fn = s.pending[id].fn;
+    complete(s, id, nullptr,
+             std::make_exception_ptr(TransportError("rpc to " + s.worker_name(peer) + " (rank " + std::to_string(peer) +
+                                                    ") '" + fn + "' failed: " + why)));
+  }
+}
+
+void expire(AgentCore::State& s, Clock::time_point now) {
+  while (!s.deadlines.empty() && s.deadlines.begin()->first <= now) {
+    auto id = s.deadlines.begin()->second;
+    auto it = s.pending.find(id);
+    if (it == s.pending.end()) {
+      s.deadlines.erase(s.deadlines.begin());
+      continue;
+    }
+    s.timeouts.fetch_add(1);
+    auto& p = it->second;
+    complete(s, id, nullptr,
+             std::make_exception_ptr(TimeoutError("rpc to " + s.worker_name(p.dest) + " (rank " + std::to_string(p.dest) +
+                                                  ") '" + p.fn + "' timed out after " + std::to_string(p.timeout.count()) + " ms")));
+  }
+}
+
+
+// ------------------------------------------------------------------ lifecycle
+
+namespace {
+
+struct Published {
+  std::string name, host_id, hostname, tcp, ipc;
+  MSGPACK_DEFINE(name, host_id, hostname, tcp, ipc);
+};
+
+std::string hostname() {
+  char buf[256] = {0};
+  ::gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+// Same host id <=> ipc:// reaches the peer. The boot id tells apart containers named alike.
+std::string host_id() {
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::string boot;
+  std::getline(f, boot);
+  return hostname() + "/" + boot;
+}
+
+void validate(const RpcOptions& o) {
+  auto bad = [](const std::string& what) { throw ConfigError("rpc options: " + what); };
+  if (o.num_worker_threads < 1 || o.num_worker_threads > 1024)
+    bad("num_worker_threads is " + std::to_string(o.num_worker_threads) + ", allowed 1..1024");
+  if (o.transport != "auto" && o.transport != "tcp" && o.transport != "ipc")
+    bad("transport is '" + o.transport + "', allowed: auto, tcp, ipc");
+  if (o.rpc_timeout.count() <= 0) bad("rpc_timeout must be positive");
+  if (o.rendezvous_timeout.count() <= 0) bad("rendezvous_timeout must be positive");
+  if (o.shutdown_timeout.count() <= 0) bad("shutdown_timeout must be positive");
+}
+
+}  // namespace
+
+void AgentCore::start(const std::function<void()>& before_publish) {
+  auto& s = *s_;
+  validate(s.opts);
+  const WorldSpec w = resolve_world(s.opts.init_method, s.opts.rank, s.opts.world_size);
+  s.rank = w.rank;
+  s.world = w.world_size;
+  if (s.opts.name.empty()) s.opts.name = "worker" + std::to_string(s.rank);
+  s.rdv = std::make_unique<Rendezvous>(w, s.opts.rendezvous_timeout);
+  s.ctx = shared_zmq_context();
+  s.pool = std::make_unique<ThreadPool>(s.opts.num_worker_threads, "rpc-handlers");
+
+  IoLoop::Callbacks cb;
+  State* sp = &s;
+  cb.on_request = [this, sp](zmq::message_t&& id, IoLoop::Frames&& f) { on_request(*this, *sp, std::move(id), std::move(f)); };
+  cb.on_reply = [sp](int peer, IoLoop::Frames&& f) { on_reply(*sp, peer, std::move(f)); };
+  cb.on_peer_down = [sp](int peer, const std::string& why) { on_peer_down(*sp, peer, why); };
+  cb.on_tick = [sp](Clock::time_point now) { expire(*sp, now); };
+  cb.next_deadline = [sp] { return sp->deadlines.empty() ? Clock::time_point::max() : sp->deadlines.begin()->first; };
+  s.io = std::make_unique<IoLoop>(s.ctx, IoLoop::Options{s.opts.limits.max_message_bytes, s.opts.io_spin}, std::move(cb));
+
+  // Bind tcp and/or ipc on the one ROUTER; peers pick ipc when they share our host.
+  std::vector<std::string> eps;
+  const std::string ip = !s.opts.bind_host.empty() ? s.opts.bind_host
+                         : w.method == "file"     ? "127.0.0.1"
+                                                  : local_address_towards(w.master_addr);
+  if (s.opts.transport != "ipc") eps.push_back("tcp://" + ip + ":*");
+  if (s.opts.transport != "tcp") {
+    std::random_device rd;
+    s.ipc_path = "/tmp/distrl-" + std::to_string(::getpid()) + "-" + std::to_string(s.rank) + "-" + std::to_string(rd()) + ".ipc";
+    eps.push_back("ipc://" + s.ipc_path);
+  }
+  auto bound = s.io->bind(eps);
+  Published me{s.opts.name, host_id(), hostname(), s.opts.transport != "ipc" ? bound.at(0) : "",
+               s.opts.transport != "tcp" ? bound.back() : ""};
+  if (before_publish) before_publish();  // registrations land before any peer can reach us
+
+  msgpack::sbuffer buf;
+  msgpack::pack(buf, me);
+  auto& store = s.rdv->store();
+  store.set("rpc/worker/" + std::to_string(s.rank), std::string(buf.data(), buf.size()));
+  std::vector<std::string> keys;
+  for (int r = 0; r < s.world; ++r) keys.push_back("rpc/worker/" + std::to_string(r));
+  store.wait(keys, s.opts.rendezvous_timeout);
+
+  std::vector<std::string> endpoints;
+  for (int r = 0; r < s.world; ++r) {
+    Published p;
+    const std::string raw = store.get(keys[r]);
+    try {
+      msgpack::unpack(raw.data(), raw.size()).get().convert(p);
+    } catch (const std::exception& e) {
+      throw ProtocolError("rendezvous: worker record of rank " + std::to_string(r) + " is malformed: " + e.what());
+    }
+    if (s.by_name.count(p.name))
+      throw ConfigError("rpc: two workers are named '" + p.name + "' (ranks " + std::to_string(s.by_name[p.name]) +
+                        " and " + std::to_string(r) + "); give each a unique name");
+    s.by_name[p.name] = r;
+    const bool same_host = p.host_id == me.host_id && !p.ipc.empty() && s.opts.transport != "tcp";
+    if (!same_host && p.tcp.empty())
+      throw ConfigError("rpc: worker '" + p.name + "' serves only ipc:// but runs on another host (" + p.hostname +
+                        "); use transport auto or tcp");
+    endpoints.push_back(same_host ? p.ipc : p.tcp);
+    s.workers.push_back(WorkerInfo{p.name, r, p.hostname, endpoints.back()});
+  }
+  s.io->set_peers(endpoints);
+  s.io->start();
+  s.running.store(true);
+}
+
+void AgentCore::shutdown(bool graceful) {
+  auto& s = *s_;
+  if (s.stopped.exchange(true)) return;
+  std::string failure;
+  if (graceful && s.io) {
+    // 1. Our own calls finish (their timeouts bound this).
+    {
+      std::unique_lock<std::mutex> lock(s.inflight_mu);
+      if (!s.inflight_cv.wait_for(lock, s.opts.shutdown_timeout, [&] { return s.inflight == 0; }))
+        failure = std::to_string(s.inflight) + " call(s) still pending";
+    }
+    // 2. Everyone has finished theirs: after this barrier nobody sends new requests.
+    try {
+      auto& store = s.rdv->store();
+      if (store.add("rpc/shutdown/arrived", 1) == s.world) store.set("rpc/shutdown/all", "1");
+      store.wait({"rpc/shutdown/all"}, s.opts.shutdown_timeout);
+    } catch (const Error& e) {
+      failure += (failure.empty() ? "" : "; ") + std::string(e.what());
+    }
+  }
+  s.running.store(false);
+  if (s.io) s.io->stop();
+  if (s.pool) s.pool->stop();
+  // The I/O thread is gone: its tables are ours now.
+  std::vector<std::uint64_t> ids;
+  for (auto& kv : s.pending) ids.push_back(kv.first);
+  for (auto id : ids) {
+    auto p = std::move(s.pending[id]);
+    s.pending.erase(id);
+    p.done(nullptr, std::make_exception_ptr(TransportError("rpc '" + p.fn + "' to " + s.worker_name(p.dest) +
+                                                          " failed: agent " + s.opts.name + " shut down")));
+  }
+  {
+    std::lock_guard<std::mutex> lock(s.obj_mu);
+    s.objects.clear();
+  }
+  // 3. Rank 0 hosts the store: it leaves last.
+  if (graceful && s.rdv) {
+    try {
+      auto& store = s.rdv->store();
+      if (store.add("rpc/shutdown/left", 1) == s.world) store.set("rpc/shutdown/gone", "1");
+      if (s.rank == 0) store.wait({"rpc/shutdown/gone"}, s.opts.shutdown_timeout);
+    } catch (const Error& e) {
+      failure += (failure.empty() ? "" : "; ") + std::string(e.what());
+    }
+  }
+  s.rdv.reset();
+  if (!s.ipc_path.empty()) ::unlink(s.ipc_path.c_str());
+  if (!failure.empty()) throw TimeoutError("rpc shutdown of " + s.opts.name + ": " + failure);
+}
+
+}  // namespace distrl::transport::detail

@@ -1,0 +1,249 @@
+// Incoming requests: decoded and checked on the I/O thread, run on the handler pool, answered
+// through the ROUTER. RRef bookkeeping messages (fork, release) are handled on the I/O thread.
+#include "transport/detail/agent_state.h"
+#include "transport/detail/wire_codec.h"
+
+namespace distrl::transport::detail {
+namespace {
+
+using RoutingId = std::shared_ptr<zmq::message_t>;
+
+// What a served call produced: the value and how to pack it.
+struct Outcome {
+  std::shared_ptr<void> value;
+  std::type_index type = typeid(void);
+  std::function<void(const void*, Packer&)> pack;
+};
+
+void send_frames(AgentCore::State& s, const RoutingId& to, std::shared_ptr<OutMessage> m) {
+  auto send = [&s, to, m] {
+    auto frames = encode_message(std::move(*m));
+    if (!s.io->send_reply(*to, frames)) s.dropped.fetch_add(1);  // the caller is gone
+  };
+  if (s.io->on_io_thread()) send();
+  else s.io->post(send);
+}
+
+void reply(AgentCore& core, AgentCore::State& s, const RoutingId& to, const Header& req, Kind kind, const BodyWriter& body) {
+  if (req.call_id == 0) return;  // one-way
+  Header h;
+  h.kind = kind;
+  h.call_id = req.call_id;
+  h.src = s.rank;
+  std::shared_ptr<OutMessage> m;
+  try {
+    m = std::make_shared<OutMessage>(build_message(h, &core, req.src, body));
+  } catch (const std::exception& e) {
+    // The result could not be packed (a CUDA tensor, say): tell the caller that instead.
+    if (kind == Kind::Error) return;
+    const std::string what = std::string("cannot send the result of '") + req.fn + "': " + e.what();
+    reply(core, s, to, req, Kind::Error, [&](Packer& pk) { pk.pack(std::make_tuple(std::string("handler"), demangle(typeid(e).name()), what)); });
+    return;
+  }
+  send_frames(s, to, std::move(m));
+}
+
+void reply_error(AgentCore& core, AgentCore::State& s, const RoutingId& to, const Header& req, std::exception_ptr err) {
+  std::string origin = "handler", type, message;
+  try {
+    std::rethrow_exception(err);
+  } catch (const BadCallError& e) {
+    origin = "agent";
+    type = "distrl::ProtocolError";
+    message = e.what();
+  } catch (const std::exception& e) {
+    type = demangle(typeid(e).name());
+    message = e.what();
+  } catch (...) {
+    type = "unknown";
+    message = "a non-standard exception";
+  }
+  reply(core, s, to, req, Kind::Error, [&](Packer& pk) { pk.pack(std::make_tuple(origin, type, message)); });
+}
+
+std::shared_ptr<const Callable> find_function(AgentCore::State& s, const std::string& name) {
+  std::shared_lock<std::shared_mutex> lock(s.reg_mu);
+  auto it = s.functions.find(name);
+  if (it != s.functions.end()) return it->second;
+  std::string names;
+  for (auto& kv : s.functions) names += (names.empty() ? "" : ", ") + kv.first;
+  throw BadCallError("unknown function '" + name + "' on " + s.opts.name + " (registered: " + (names.empty() ? "none" : names) + ")");
+}
+
+const Callable* find_method(AgentCore::State& s, std::type_index type, const std::string& method,
+                            std::shared_ptr<const ClassInfo>* keep) {
+  std::shared_lock<std::shared_mutex> lock(s.reg_mu);
+  auto it = s.classes.find(type);
+  if (it == s.classes.end())
+    throw BadCallError("object of type " + demangle(type.name()) + " on " + s.opts.name + " has no registered methods (no '" + method + "')");
+  *keep = it->second;
+  for (auto& [name, c] : it->second->methods)
+    if (name == method) return &c;
+  std::string names;
+  for (auto& kv : it->second->methods) names += (names.empty() ? "" : ", ") + kv.first;
+  throw BadCallError("class " + it->second->type_name + " has no method '" + method + "' (methods: " + names + ")");
+}
+
+Future<Outcome> outcome_of(const Future<std::shared_ptr<void>>& f, std::type_index type,
+                           std::function<void(const void*, Packer&)> pack) {
+  return f.then([type, pack](const Future<std::shared_ptr<void>>& r) { return Outcome{r.value(), type, pack}; });
+}
+
+// Runs the target of one request; the outcome completes when the (possibly async) call does.
+Future<Outcome> invoke(AgentCore& core, AgentCore::State& s, const std::shared_ptr<InMessage>& m) {
+  const Header& h = m->header;
+  auto self = core.shared_from_this();
+  if (!h.obj) {
+    auto c = find_function(s, h.fn);
+    return outcome_of(c->invoke(nullptr, *m, self), c->result_type, c->pack_result);
+  }
+  std::shared_ptr<AgentCore::State::Object> obj;
+  {
+    std::lock_guard<std::mutex> lock(s.obj_mu);
+    obj = s.object_locked(h.obj);
+  }
+  // The object may still be under construction: chain on it instead of blocking a worker.
+  Promise<Outcome> p;
+  obj->value.then([&s, m, self, obj, p](const Future<std::shared_ptr<void>>& f) {
+    try {
+      std::shared_ptr<void> target = f.value();
+      std::type_index type = typeid(void);
+      std::function<void(const void*, Packer&)> pack;
+      {
+        std::lock_guard<std::mutex> lock(s.obj_mu);
+        type = obj->type;
+        pack = obj->pack;
+      }
+      if (m->header.fn == kFetchMethod) {
+        if (!pack) throw BadCallError("object of type " + demangle(type.name()) + " is not fetchable: register its class with .fetchable() or call its methods");
+        p.set_value(Outcome{target, type, pack});
+        return;
+      }
+      std::shared_ptr<const ClassInfo> cls;
+      const Callable* method = find_method(s, type, m->header.fn, &cls);
+      outcome_of(method->invoke(target.get(), *m, self), method->result_type, method->pack_result)
+          .then([p, target, cls](const Future<Outcome>& r) {
+            try {
+              p.set_value(r.value());
+            } catch (...) {
+              p.set_error(std::current_exception());
+            }
+          });
+    } catch (...) {
+      p.set_error(std::current_exception());
+    }
+  });
+  return p.get_future();
+}
+
+// Pool thread: one request, start to answer.
+void serve(AgentCore& core, AgentCore::State& s, RoutingId to, std::shared_ptr<InMessage> m) {
+  s.calls_served.fetch_add(1, std::memory_order_relaxed);
+  Future<Outcome> result;
+  try {
+    result = invoke(core, s, m);
+  } catch (...) {
+    result = Future<Outcome>::failed(std::current_exception());
+  }
+  auto self = core.shared_from_this();
+  result.then([self, &s, to, m](const Future<Outcome>& f) {
+    const Header& h = m->header;
+    if (h.new_obj) {  // remote(): keep the result here, answer with nil
+      std::shared_ptr<AgentCore::State::Object> obj;
+      {
+        std::lock_guard<std::mutex> lock(s.obj_mu);
+        auto it = s.objects.find(h.new_obj);
+        if (it != s.objects.end()) obj = it->second;  // else every holder let go already
+        if (obj && !f.has_error()) {
+          obj->type = f.value().type;
+          obj->pack = f.value().pack;
+          if (!obj->pack) {
+            std::shared_lock<std::shared_mutex> rl(s.reg_mu);
+            auto cls = s.classes.find(obj->type);
+            if (cls != s.classes.end()) obj->pack = cls->second->pack_object;
+          }
+        }
+      }
+      if (f.has_error()) {
+        if (obj) obj->promise.set_error(f.error());
+        reply_error(*self, s, to, h, f.error());
+      } else {
+        if (obj) obj->promise.set_value(f.value().value);
+        reply(*self, s, to, h, Kind::Response, [](Packer& pk) { pk.pack_nil(); });
+      }
+      return;
+    }
+    if (f.has_error()) {
+      reply_error(*self, s, to, h, f.error());
+      return;
+    }
+    const Outcome& out = f.value();
+    reply(*self, s, to, h, Kind::Response, [&](Packer& pk) { out.pack(out.value.get(), pk); });
+  });
+}
+
+void count_bad(AgentCore::State& s, const std::string& what, bool answered) {
+  s.bad.fetch_add(1);
+  if (!answered) s.dropped.fetch_add(1);
+  long held = 0;
+  if (s.bad_log.allow(&held))
+    DISTRL_LOG(Warn, "transport: " << (answered ? "refused" : "dropped") << " a message: " << what
+                                   << (held ? " (" + std::to_string(held) + " more since the last report)" : ""));
+}
+
+}  // namespace
+
+void on_request(AgentCore& core, AgentCore::State& s, zmq::message_t&& routing, IoLoop::Frames&& frames) {
+  auto to = std::make_shared<zmq::message_t>(std::move(routing));
+  DecodeFailure why;
+  auto decoded = decode_message(std::move(frames), s.opts.limits, &why);
+  const std::string from = why.src >= 0 ? s.worker_name(why.src) : std::string("an unknown peer");
+  if (!decoded) {
+    const bool answerable = why.call_id && why.kind == Kind::Request;
+    count_bad(s, "from " + from + ": " + why.what, answerable);
+    if (answerable) {
+      Header req;
+      req.call_id = *why.call_id;
+      req.src = why.src;
+      reply_error(core, s, to, req, std::make_exception_ptr(BadCallError("message refused by " + s.opts.name + ": " + why.what)));
+    }
+    return;
+  }
+  auto m = std::make_shared<InMessage>(std::move(*decoded));
+  const Header& h = m->header;
+  if (h.kind == Kind::Request && h.fn == kForkFn) {  // a holder passes an RRef on
+    try {
+      auto ids = m->body_as<std::tuple<std::uint64_t, std::uint64_t>>(nullptr, "RRef fork notice");
+      std::lock_guard<std::mutex> lock(s.obj_mu);
+      s.add_fork_locked(std::get<0>(ids), std::get<1>(ids));
+    } catch (const ProtocolError& e) {
+      count_bad(s, e.what(), true);
+      reply_error(core, s, to, h, std::make_exception_ptr(BadCallError(e.what())));
+      return;
+    }
+    reply(core, s, to, h, Kind::Response, [](Packer& pk) { pk.pack_nil(); });
+    return;
+  }
+  if (h.kind == Kind::Control && h.fn == kReleaseFn) {  // a holder let go
+    try {
+      auto ids = m->body_as<std::tuple<std::uint64_t, std::uint64_t>>(nullptr, "RRef release");
+      std::lock_guard<std::mutex> lock(s.obj_mu);
+      s.release_fork_locked(std::get<0>(ids), std::get<1>(ids));
+    } catch (const ProtocolError& e) {
+      count_bad(s, e.what(), false);
+    }
+    return;
+  }
+  if (h.kind != Kind::Request) {
+    count_bad(s, "from " + from + ": unexpected message kind " + std::to_string(static_cast<int>(h.kind)), false);
+    return;
+  }
+  if (h.new_obj) {  // remote(): the object exists (pending) from now on, so calls can queue on it
+    std::lock_guard<std::mutex> lock(s.obj_mu);
+    s.object_locked(h.new_obj)->constructed_seen = true;
+    s.add_fork_locked(h.new_obj, h.new_obj);
+  }
+  s.pool->post([&core, &s, to, m] { serve(core, s, to, m); });
+}
+
+}  // namespace distrl::transport::detail

@@ -1,0 +1,88 @@
+// The RPC agent's engine, shared by RpcAgent, RRef and the typed templates. It owns the I/O
+// loop (one thread, all sockets), the handler pool, pending calls and the RRef owner table.
+// Private to transport/: the public face is RpcAgent. ZeroMQ stays behind State.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <typeindex>
+#include <vector>
+
+#include "transport/future.h"
+#include "transport/options.h"
+#include "transport/serialize.h"
+
+namespace distrl::transport::detail {
+
+using Packer = msgpack::packer<msgpack::sbuffer>;
+using BodyWriter = std::function<void(Packer&)>;
+// Exactly one of (message, error) is set. Runs on the I/O thread: decode only, no user code.
+using Completion = std::function<void(InMessage*, std::exception_ptr)>;
+
+// Thrown while decoding a call's arguments: reported to the caller as its ProtocolError.
+class BadCallError : public ProtocolError {
+ public:
+  using ProtocolError::ProtocolError;
+};
+
+// A registered function, constructor or method, type-erased. invoke decodes the arguments
+// (throwing BadCallError), runs the callable and returns its result boxed (nullptr for void).
+struct Callable {
+  std::function<Future<std::shared_ptr<void>>(void* self, const InMessage&, const std::shared_ptr<AgentCore>&)> invoke;
+  std::function<void(const void* result, Packer&)> pack_result;  // empty when the result cannot be packed
+  std::type_index result_type = typeid(void);
+  std::string result_type_name;
+};
+
+// A remotely constructible class: its methods and, when fetchable, how to pack an instance.
+struct ClassInfo {
+  std::type_index type = typeid(void);
+  std::string type_name;
+  std::vector<std::pair<std::string, Callable>> methods;
+  std::function<void(const void* object, Packer&)> pack_object;
+};
+
+class AgentCore : public std::enable_shared_from_this<AgentCore> {
+ public:
+  explicit AgentCore(RpcOptions options);
+  ~AgentCore();
+  AgentCore(const AgentCore&) = delete;
+  AgentCore& operator=(const AgentCore&) = delete;
+
+  // Rendezvous, bind, start threads; before_publish runs before peers learn our address.
+  void start(const std::function<void()>& before_publish);
+  void shutdown(bool graceful);                         // see RpcAgent::shutdown
+  bool running() const;
+
+  const RpcOptions& options() const;
+  int rank() const;
+  int world_size() const;
+  const std::vector<WorkerInfo>& workers() const;
+  int resolve(const Target& to) const;                 // throws Error for an unknown worker
+  std::chrono::milliseconds timeout_for(const Target& to) const;
+  Executor* callback_executor();
+  AgentStats stats() const;
+
+  void add_callable(const std::string& name, Callable c);
+  void add_class(const std::string& name, ClassInfo info);
+
+  // Sends a request (kind Request, call id assigned here) and arranges for done to run once.
+  void call(int dest, Header h, const BodyWriter& body, Completion done, std::chrono::milliseconds timeout);
+
+  // RRef support.
+  std::uint64_t new_object_id();
+  std::shared_ptr<void> local_object(std::uint64_t id, std::type_index type, std::chrono::milliseconds timeout);
+  // Registers a new fork of (owner, id) for a message to dest; keep stays alive until the
+  // owner has recorded it. Returns the fork id to put on the wire.
+  std::uint64_t fork_rref(int owner, std::uint64_t id, std::shared_ptr<const void> keep);
+  void release_rref(int owner, std::uint64_t id, std::uint64_t fork);
+
+  struct State;
+
+ private:
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace distrl::transport::detail

@@ -1,0 +1,108 @@
+// AgentCore's state, shared by agent_core.cpp (lifecycle, outgoing calls), agent_serve.cpp
+// (incoming requests) and rref.cpp (the owner table). Private to transport/.
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <set>
+#include <shared_mutex>
+#include <unordered_map>
+
+#include "common/log.h"
+#include "transport/detail/agent_core.h"
+#include "transport/detail/io_loop.h"
+#include "transport/rendezvous.h"
+#include "transport/thread_pool.h"
+
+namespace distrl::transport::detail {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kFetchMethod = "__rref_fetch";
+constexpr const char* kForkFn = "__rref_fork";
+constexpr const char* kReleaseFn = "__rref_del";
+
+struct AgentCore::State {
+  RpcOptions opts;
+  int rank = -1;
+  int world = 0;
+  std::vector<WorkerInfo> workers;
+  std::unordered_map<std::string, int> by_name;
+  std::unique_ptr<Rendezvous> rdv;
+  std::shared_ptr<zmq::context_t> ctx;
+  std::unique_ptr<ThreadPool> pool;
+  std::unique_ptr<IoLoop> io;
+  std::string ipc_path;
+  std::atomic<bool> running{false};
+  std::atomic<bool> stopped{false};
+
+  // Registry: written at registration, read by every call.
+  std::shared_mutex reg_mu;
+  std::unordered_map<std::string, std::shared_ptr<const Callable>> functions;
+  std::unordered_map<std::type_index, std::shared_ptr<const ClassInfo>> classes;
+
+  // Outgoing calls (I/O thread only).
+  struct Pending {
+    int dest;
+    std::string fn;
+    Completion done;
+    Clock::time_point deadline;
+    std::chrono::milliseconds timeout;
+  };
+  std::unordered_map<std::uint64_t, Pending> pending;
+  std::multimap<Clock::time_point, std::uint64_t> deadlines;
+  std::atomic<std::uint64_t> next_call_id{1};
+  std::mutex inflight_mu;
+  std::condition_variable inflight_cv;
+  std::size_t inflight = 0;  // calls sent and not completed, for shutdown
+
+  // Objects owned here (RRef targets).
+  struct Object {
+    Promise<std::shared_ptr<void>> promise;
+    Future<std::shared_ptr<void>> value = promise.get_future();
+    std::type_index type = typeid(void);
+    std::function<void(const void*, Packer&)> pack;
+    bool constructed_seen = false;  // the creating request has arrived
+    std::set<std::uint64_t> forks, released_early;
+  };
+  std::mutex obj_mu;
+  std::unordered_map<std::uint64_t, std::shared_ptr<Object>> objects;
+  std::atomic<std::uint64_t> next_object{1};
+
+  std::atomic<std::uint64_t> calls_sent{0}, calls_served{0}, bad{0}, dropped{0}, timeouts{0};
+  RateLimiter bad_log{std::chrono::milliseconds(1000)};
+
+  const std::string& worker_name(int r) const {
+    static const std::string unknown = "(unknown)";
+    return r >= 0 && r < static_cast<int>(workers.size()) ? workers[r].name : unknown;
+  }
+
+  // Object table helpers (obj_mu held by caller).
+  std::shared_ptr<Object> object_locked(std::uint64_t id) {
+    auto& o = objects[id];
+    if (!o) o = std::make_shared<Object>();
+    return o;
+  }
+  void add_fork_locked(std::uint64_t id, std::uint64_t fork) {
+    auto o = object_locked(id);
+    if (!o->released_early.erase(fork)) o->forks.insert(fork);
+  }
+  void release_fork_locked(std::uint64_t id, std::uint64_t fork) {
+    auto o = object_locked(id);
+    if (!o->forks.erase(fork)) {
+      o->released_early.insert(fork);  // its fork notice is still on the way
+      return;
+    }
+    if (o->forks.empty() && o->released_early.empty() && o->constructed_seen) objects.erase(id);
+  }
+};
+
+
+// I/O thread entry points (agent_core.cpp).
+void on_reply(AgentCore::State& s, int peer, IoLoop::Frames&& frames);
+void on_peer_down(AgentCore::State& s, int peer, const std::string& why);
+void expire(AgentCore::State& s, Clock::time_point now);
+// I/O thread entry point (agent_serve.cpp).
+void on_request(AgentCore& core, AgentCore::State& s, zmq::message_t&& routing, IoLoop::Frames&& frames);
+
+}  // namespace distrl::transport::detail

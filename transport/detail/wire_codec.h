@@ -1,0 +1,51 @@
+// ZeroMQ side of the wire format: OutMessage -> frames (zero-copy), frames -> validated InMessage.
+// Private to transport/.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "transport/serialize.h"
+
+namespace distrl::transport::detail {
+
+// Received tensor frames (frame i of the message is frames[i - 1]). Tensors built on them hold
+// a shared_ptr so the buffers outlive the message.
+struct InFrames : std::enable_shared_from_this<InFrames> {
+  std::vector<zmq::message_t> frames;
+};
+
+// A tensor descriptor as carried in a kTensorExt payload:
+// u8 dtype | u8 ndim | u32 frame (LE) | i64 dims[ndim] (LE).
+struct TensorDesc {
+  std::uint8_t dtype = 0;
+  std::uint32_t frame = 0;
+  std::vector<std::int64_t> dims;
+  std::size_t nbytes = 0;  // numel * element size
+};
+
+// Parses and range-checks a descriptor (throws ProtocolError).
+TensorDesc parse_tensor_descriptor(const char* data, std::size_t size);
+std::size_t dtype_size(std::uint8_t code);  // 0 for an unknown code
+
+// Why a message was refused, with the call id and kind when the header got that far: a bad
+// request is answered with an error, a bad response fails the pending call it names.
+struct DecodeFailure {
+  std::string what;
+  std::optional<std::uint64_t> call_id;
+  std::int32_t src = -1;
+  Kind kind = Kind::Request;
+};
+
+// Frames -> message (frames[0] is the header). On failure returns nullopt and fills *failure.
+std::optional<InMessage> decode_message(std::vector<zmq::message_t>&& frames, const WireLimits& limits,
+                                        DecodeFailure* failure);
+
+// Message -> frames ready for zmq::send_multipart. Tensor bytes are not copied (each frame
+// holds a reference to its tensor until ZeroMQ is done with it), except tiny ones.
+std::vector<zmq::message_t> encode_message(OutMessage&& m);
+
+}  // namespace distrl::transport::detail

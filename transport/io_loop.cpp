@@ -1,0 +1,242 @@
+#include "transport/detail/io_loop.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <zmq_addon.hpp>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "transport/detail/zmq_context.h"
+
+namespace distrl::transport::detail {
+
+struct IoLoop::Peer {
+  zmq::socket_t dealer;
+  zmq::socket_t monitor;
+  bool down = false;
+  std::string down_reason;
+};
+
+IoLoop::IoLoop(std::shared_ptr<zmq::context_t> ctx, Options options, Callbacks callbacks)
+    : ctx_(std::move(ctx)), options_(options), cb_(std::move(callbacks)), router_(*ctx_, zmq::socket_type::router) {
+  apply_common_options(router_);
+  router_.set(zmq::sockopt::router_mandatory, 1);  // replies to vanished peers fail instead of vanishing
+  router_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.max_frame_bytes));
+  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd_ < 0) throw TransportError("transport: eventfd failed");
+}
+
+IoLoop::~IoLoop() {
+  stop();
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+}
+
+std::vector<std::string> IoLoop::bind(const std::vector<std::string>& endpoints) {
+  std::vector<std::string> out;
+  for (auto& ep : endpoints) {
+    try {
+      router_.bind(ep);
+    } catch (const zmq::error_t& e) {
+      throw TransportError("transport: cannot bind " + ep + ": " + e.what());
+    }
+    out.push_back(router_.get(zmq::sockopt::last_endpoint));
+  }
+  return out;
+}
+
+void IoLoop::set_peers(std::vector<std::string> endpoints) {
+  peer_endpoints_ = std::move(endpoints);
+  peers_.resize(peer_endpoints_.size());
+}
+
+void IoLoop::start() { thread_ = std::thread([this] { run(); }); }
+
+void IoLoop::stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  stopping_.store(true);
+  std::uint64_t one = 1;
+  (void)!::write(wake_fd_, &one, sizeof(one));
+  if (thread_.joinable()) thread_.join();
+}
+
+void IoLoop::post(std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_.load(std::memory_order_relaxed)) return;
+    posted_.push_back(std::move(fn));
+  }
+  // Only a sleeping loop needs the syscall; a spinning one sees the queue on its next round.
+  if (sleeping_.exchange(false)) {
+    std::uint64_t one = 1;
+    (void)!::write(wake_fd_, &one, sizeof(one));
+  }
+}
+
+bool IoLoop::run_posted() {
+  std::vector<std::function<void()>> batch;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    batch.swap(posted_);
+  }
+  for (auto& fn : batch) {
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      DISTRL_LOG(Error, "transport: I/O task threw " << e.what());
+    }
+  }
+  return !batch.empty();
+}
+
+IoLoop::Peer& IoLoop::connect_peer(int peer) {
+  auto& p = peers_.at(peer);
+  if (p) return *p;
+  p = std::make_unique<Peer>(Peer{zmq::socket_t(*ctx_, zmq::socket_type::dealer),
+                                  zmq::socket_t(*ctx_, zmq::socket_type::pair), false, {}});
+  apply_common_options(p->dealer);
+  p->dealer.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.max_frame_bytes));
+  // Heartbeats notice a peer host that vanished without closing its connections.
+  p->dealer.set(zmq::sockopt::heartbeat_ivl, 2000);
+  p->dealer.set(zmq::sockopt::heartbeat_timeout, 10000);
+  const std::string mon = "inproc://distrl-mon-" + std::to_string(reinterpret_cast<std::uintptr_t>(this)) + "-" +
+                          std::to_string(peer);
+  if (zmq_socket_monitor(p->dealer.handle(), mon.c_str(), ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) != 0)
+    throw TransportError("transport: cannot monitor the connection to rank " + std::to_string(peer));
+  p->monitor.connect(mon);
+  p->dealer.connect(peer_endpoints_.at(peer));
+  items_dirty_ = true;
+  return *p;
+}
+
+bool IoLoop::send_to_peer(int peer, Frames& frames, std::string* error) {
+  if (peer < 0 || peer >= static_cast<int>(peers_.size())) {
+    *error = "no such rank " + std::to_string(peer);
+    return false;
+  }
+  Peer& p = connect_peer(peer);
+  if (p.down) {
+    *error = p.down_reason;
+    return false;
+  }
+  try {
+    if (zmq::send_multipart(p.dealer, frames, zmq::send_flags::dontwait)) return true;
+    *error = "send queue full (peer not reading?)";
+  } catch (const zmq::error_t& e) {
+    *error = e.what();
+  }
+  return false;
+}
+
+bool IoLoop::send_reply(const zmq::message_t& routing_id, Frames& frames) {
+  try {
+    router_.send(zmq::const_buffer(routing_id.data(), routing_id.size()), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+    return zmq::send_multipart(router_, frames, zmq::send_flags::dontwait).has_value();
+  } catch (const zmq::error_t&) {
+    return false;  // EHOSTUNREACH: the caller is gone
+  }
+}
+
+void IoLoop::rebuild_poll_items() {
+  items_.clear();
+  item_peer_.clear();
+  items_.push_back({nullptr, wake_fd_, ZMQ_POLLIN, 0});
+  item_peer_.push_back(-1);
+  items_.push_back({router_.handle(), 0, ZMQ_POLLIN, 0});
+  item_peer_.push_back(-1);
+  for (std::size_t i = 0; i < peers_.size(); ++i) {
+    if (!peers_[i]) continue;
+    items_.push_back({peers_[i]->dealer.handle(), 0, ZMQ_POLLIN, 0});
+    item_peer_.push_back(static_cast<int>(i));
+    items_.push_back({peers_[i]->monitor.handle(), 0, ZMQ_POLLIN, 0});
+    item_peer_.push_back(static_cast<int>(i) | (1 << 30));
+  }
+  items_dirty_ = false;
+}
+
+void IoLoop::drain_router() {
+  for (int n = 0; n < 256; ++n) {
+    Frames frames;
+    if (!zmq::recv_multipart(router_, std::back_inserter(frames), zmq::recv_flags::dontwait)) return;
+    if (frames.size() < 2) continue;  // a routing id alone: nothing to answer
+    zmq::message_t id = std::move(frames.front());
+    frames.erase(frames.begin());
+    cb_.on_request(std::move(id), std::move(frames));
+  }
+}
+
+void IoLoop::drain_peer(int peer) {
+  for (int n = 0; n < 256; ++n) {
+    Frames frames;
+    if (!zmq::recv_multipart(peers_[peer]->dealer, std::back_inserter(frames), zmq::recv_flags::dontwait)) return;
+    cb_.on_reply(peer, std::move(frames));
+  }
+}
+
+void IoLoop::read_monitor(int peer) {
+  Peer& p = *peers_[peer];
+  for (;;) {
+    Frames ev;
+    if (!zmq::recv_multipart(p.monitor, std::back_inserter(ev), zmq::recv_flags::dontwait)) return;
+    if (ev.empty() || ev[0].size() < 2) continue;
+    std::uint16_t event;
+    std::memcpy(&event, ev[0].data(), sizeof(event));
+    if (event == ZMQ_EVENT_CONNECTED) {
+      p.down = false;
+    } else if (event == ZMQ_EVENT_DISCONNECTED && !p.down) {
+      p.down = true;
+      p.down_reason = "connection to " + peer_endpoints_[peer] + " lost (the process exited or crashed)";
+      cb_.on_peer_down(peer, p.down_reason);
+    }
+  }
+}
+
+void IoLoop::run() {
+  auto last_activity = Clock::now();
+  for (;;) {
+    bool active = run_posted();
+    if (stopping_.load()) break;
+    if (items_dirty_) rebuild_poll_items();
+    auto now = Clock::now();
+    long timeout_ms = 0;
+    if (now - last_activity >= options_.spin) {
+      auto until = std::min(cb_.next_deadline(), now + std::chrono::milliseconds(100));
+      timeout_ms = std::max<long>(0, std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count() + 1);
+      sleeping_.store(true);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!posted_.empty() || stopping_.load()) timeout_ms = 0;
+      }
+    }
+    int ready = zmq::poll(items_.data(), items_.size(), std::chrono::milliseconds(timeout_ms));
+    sleeping_.store(false);
+    if (ready > 0) {
+      active = true;
+      if (items_[0].revents & ZMQ_POLLIN) {
+        std::uint64_t v;
+        (void)!::read(wake_fd_, &v, sizeof(v));
+      }
+      if (items_[1].revents & ZMQ_POLLIN) drain_router();
+      for (std::size_t i = 2; i < items_.size(); ++i) {
+        if (!(items_[i].revents & ZMQ_POLLIN)) continue;
+        const int tag = item_peer_[i];
+        if (tag & (1 << 30)) read_monitor(tag & ~(1 << 30));
+        else drain_peer(tag);
+      }
+    }
+    now = Clock::now();
+    if (active) last_activity = now;
+    cb_.on_tick(now);
+  }
+  run_posted();  // last replies and releases go out before the sockets close
+  for (auto& p : peers_) {
+    if (!p) continue;
+    zmq_socket_monitor(p->dealer.handle(), nullptr, 0);
+    p->monitor.close();
+    p->dealer.close();
+  }
+  router_.close();
+}
+
+}  // namespace distrl::transport::detail

@@ -1,0 +1,58 @@
+// Plain option and info structs of the RPC layer.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "transport/serialize.h"
+
+namespace distrl::transport {
+
+struct RpcOptions {
+  std::string name;                     // worker name; default "worker<rank>"
+  std::string init_method = "env://";   // env://, tcp://host:port, file:///path
+  int rank = -1;                        // -1: from the environment (RANK, SLURM_PROCID, OMPI_...)
+  int world_size = -1;                  // -1: from the environment
+  std::chrono::milliseconds rpc_timeout{60000};          // default per-call timeout
+  std::chrono::milliseconds rendezvous_timeout{120000};  // finding every peer at start
+  std::chrono::milliseconds shutdown_timeout{60000};     // graceful shutdown barrier
+  int num_worker_threads = 4;           // handler pool
+  std::string transport = "auto";       // auto (ipc when all peers share a host), tcp, ipc
+  std::string bind_host;                // tcp interface; default: loopback, or the one reaching the master
+  std::chrono::microseconds io_spin{50};  // the I/O thread polls this long before it sleeps
+  WireLimits limits;
+};
+
+struct WorkerInfo {
+  std::string name;
+  int rank = -1;
+  std::string host;      // hostname
+  std::string endpoint;  // the endpoint this process uses to reach it
+};
+
+// Where a call goes: a worker name or rank, and optionally a timeout for this call
+// (0: the agent's rpc_timeout).  rpc_sync<int>(Target{"ps", 5s}, "get", 1)
+struct Target {
+  Target(const char* worker) : name(worker) {}
+  Target(std::string worker, std::chrono::milliseconds t = std::chrono::milliseconds(0))
+      : name(std::move(worker)), timeout(t) {}
+  Target(int worker_rank, std::chrono::milliseconds t = std::chrono::milliseconds(0))
+      : rank(worker_rank), timeout(t) {}
+  std::string name;
+  int rank = -1;
+  std::chrono::milliseconds timeout{0};
+};
+
+// Counters, readable at any time.
+struct AgentStats {
+  std::uint64_t calls_sent = 0;
+  std::uint64_t calls_served = 0;
+  std::uint64_t bad_messages = 0;      // refused at decode (answered when they had a caller)
+  std::uint64_t dropped_messages = 0;  // refused with no one to answer
+  std::uint64_t timeouts = 0;
+  std::uint64_t live_objects = 0;      // RRef-owned objects held here
+  MSGPACK_DEFINE(calls_sent, calls_served, bad_messages, dropped_messages, timeouts, live_objects);
+};
+
+}  // namespace distrl::transport

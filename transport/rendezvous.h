@@ -1,0 +1,47 @@
+// Init methods, like torch.distributed: env:// (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE,
+// LOCAL_RANK, or the SLURM / Open MPI equivalents), tcp://host:port and file:///path.
+// Rank 0 hosts the key-value store; every rank gets a client to it.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "transport/store.h"
+
+namespace distrl::transport {
+
+struct WorldSpec {
+  std::string method;        // "env", "tcp" or "file"
+  int rank = -1;
+  int world_size = -1;
+  int local_rank = 0;
+  std::string master_addr;   // env/tcp
+  int master_port = 0;       // env/tcp
+  std::string file_path;     // file
+};
+
+// Resolves an init method with explicit rank/world_size (-1: from the environment).
+// Throws ConfigError naming the missing or bad variable and how to fix it.
+WorldSpec resolve_world(const std::string& init_method, int rank, int world_size);
+
+// True for 127.0.0.0/8, ::1 and "localhost".
+bool is_loopback(const std::string& host);
+// The local address the OS would use to reach host (no packet is sent); "127.0.0.1" for loopback.
+std::string local_address_towards(const std::string& host);
+
+// The store connection of one process; rank 0 also runs the server.
+class Rendezvous {
+ public:
+  Rendezvous(const WorldSpec& world, std::chrono::milliseconds timeout);
+  ~Rendezvous();
+  const WorldSpec& world() const { return world_; }
+  Store& store() { return *store_; }
+
+ private:
+  WorldSpec world_;
+  std::unique_ptr<StoreServer> server_;
+  std::unique_ptr<Store> store_;
+};
+
+}  // namespace distrl::transport

@@ -1,0 +1,28 @@
+#include "transport/rpc_agent.h"
+
+namespace distrl::transport {
+
+RpcAgent::RpcAgent(RpcOptions options, const std::function<void(RpcAgent&)>& setup)
+    : core_(std::make_shared<detail::AgentCore>(std::move(options))) {
+  core_->start([&] {
+    if (setup) setup(*this);
+  });
+}
+
+RpcAgent::~RpcAgent() {
+  try {
+    core_->shutdown(false);
+  } catch (const std::exception&) {
+    // Not graceful by definition; nothing to report.
+  }
+}
+
+const std::string& RpcAgent::name() const { return core_->options().name; }
+int RpcAgent::rank() const { return core_->rank(); }
+int RpcAgent::world_size() const { return core_->world_size(); }
+const std::vector<WorkerInfo>& RpcAgent::workers() const { return core_->workers(); }
+const WorkerInfo& RpcAgent::worker(const Target& t) const { return core_->workers().at(core_->resolve(t)); }
+AgentStats RpcAgent::stats() const { return core_->stats(); }
+void RpcAgent::shutdown() { core_->shutdown(true); }
+
+}  // namespace distrl::transport

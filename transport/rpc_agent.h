@@ -1,0 +1,152 @@
+// RpcAgent: this process's member of an RPC group, like torch.distributed.rpc.
+//
+//   RpcAgent agent(RpcOptions{.name = "worker0"});          // rendezvous (env:// by default)
+//   agent.register_function("add", [](int a, int b) { return a + b; });
+//   int three = agent.rpc_sync<int>("worker1", "add", 1, 2);
+//   RRef<Counter> c = agent.remote<Counter>("worker1", "Counter", 10);
+//   c.rpc_sync<int>("increment", 5);
+//   agent.shutdown();                                         // waits for everyone
+//
+// Handlers run on a pool of worker threads (never the socket I/O thread) and may run
+// concurrently. A handler returning Future<R> answers when that future completes (async
+// execution). Register in the constructor's setup callback so no peer can call before the
+// function exists. Thread-safe: any thread may call, including handlers.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/future.h"
+#include "transport/options.h"
+#include "transport/rref.h"
+
+namespace distrl::transport {
+
+template <typename T>
+class ClassBuilder;
+
+class RpcAgent {
+ public:
+  // Rendezvous with the other workers (options.init_method), then serve. setup (optional)
+  // runs before any peer can reach this worker: register functions and classes there.
+  // Throws ConfigError for bad options, TimeoutError when peers miss rendezvous_timeout.
+  explicit RpcAgent(RpcOptions options, const std::function<void(RpcAgent&)>& setup = {});
+  // Not graceful: fails pending calls. Call shutdown() first for a clean exit.
+  ~RpcAgent();
+  RpcAgent(const RpcAgent&) = delete;
+  RpcAgent& operator=(const RpcAgent&) = delete;
+
+  const std::string& name() const;
+  int rank() const;
+  int world_size() const;
+  const std::vector<WorkerInfo>& workers() const;
+  const WorkerInfo& worker(const Target& t) const;
+  AgentStats stats() const;
+
+  // fn: any callable with msgpack-serializable arguments and result (or Future<result>).
+  template <typename F>
+  void register_function(const std::string& name, F fn) {
+    core_->add_callable(name, detail::make_callable<void>(name, std::move(fn)));
+  }
+  // A class the peers can construct with remote<T>(to, name, args...).
+  template <typename T>
+  ClassBuilder<T> register_class(const std::string& name) {
+    return ClassBuilder<T>(core_, name);
+  }
+
+  template <typename R, typename... Args>
+  Future<R> rpc_async(const Target& to, const std::string& fn, const Args&... args) {
+    detail::Header h;
+    h.fn = fn;
+    return detail::call_async<R>(core_, core_->resolve(to), std::move(h), detail::args_writer(args...),
+                                 core_->timeout_for(to));
+  }
+  template <typename R, typename... Args>
+  R rpc_sync(const Target& to, const std::string& fn, const Args&... args) {
+    return rpc_async<R>(to, fn, args...).value();
+  }
+  // Runs fn (a registered function or class name) on `to` and keeps the result there.
+  // Returns at once; the RRef is usable right away (calls queue behind the construction).
+  template <typename T, typename... Args>
+  RRef<T> remote(const Target& to, const std::string& fn, const Args&... args) {
+    auto s = std::make_shared<detail::RRefState>();
+    s->core = core_;
+    s->owner = core_->resolve(to);
+    s->id = s->fork = core_->new_object_id();
+    detail::Header h;
+    h.fn = fn;
+    h.new_obj = s->id;
+    s->created = detail::call_async<void>(core_, s->owner, std::move(h), detail::args_writer(args...),
+                                          core_->timeout_for(to));
+    return RRef<T>(std::move(s));
+  }
+
+  // Graceful: waits until every worker has called shutdown() and all their calls are done
+  // (like torch's rpc.shutdown()), then stops. Throws TimeoutError if peers never arrive
+  // (after stopping anyway). Idempotent.
+  void shutdown();
+
+ private:
+  std::shared_ptr<detail::AgentCore> core_;
+};
+
+// register_class<T>("Counter").constructor<int>().method("increment", &Counter::increment);
+template <typename T>
+class ClassBuilder {
+ public:
+  ClassBuilder(std::shared_ptr<detail::AgentCore> core, std::string name) : core_(std::move(core)), name_(std::move(name)) {
+    info_.type = typeid(T);
+    info_.type_name = detail::type_name<T>();
+  }
+  ClassBuilder(ClassBuilder&&) = default;
+  ~ClassBuilder() { if (core_) core_->add_class(name_, std::move(info_)); }
+
+  template <typename... A>
+  ClassBuilder& constructor() {
+    auto make = [](A... a) { return std::make_shared<T>(std::move(a)...); };
+    auto c = detail::make_callable<void, decltype(make), false>(name_, make);
+    // The constructor's "result" is the object itself, not a shared_ptr to it.
+    auto inner = std::move(c.invoke);
+    c.invoke = [inner](void* self, const InMessage& m, const std::shared_ptr<detail::AgentCore>& core) {
+      return inner(self, m, core).then([](const Future<std::shared_ptr<void>>& f) -> std::shared_ptr<void> {
+        return *std::static_pointer_cast<std::shared_ptr<T>>(f.value());
+      });
+    };
+    c.result_type = typeid(T);
+    c.result_type_name = info_.type_name;
+    core_->add_callable(name_, std::move(c));
+    return *this;
+  }
+  // A member function pointer, or any callable taking T& first.
+  template <typename M>
+  ClassBuilder& method(const std::string& name, M m) {
+    if constexpr (std::is_member_function_pointer_v<M>) {
+      info_.methods.emplace_back(name, detail::make_callable<T>(name_ + "." + name, bind_member(m)));
+    } else {
+      info_.methods.emplace_back(name, detail::make_callable<T>(name_ + "." + name, std::move(m)));
+    }
+    return *this;
+  }
+  // Allows RRef<T>::to_here(): T must be msgpack-serializable.
+  ClassBuilder& fetchable() {
+    info_.pack_object = [](const void* o, detail::Packer& pk) { pk.pack(*static_cast<const T*>(o)); };
+    return *this;
+  }
+
+ private:
+  template <typename R, typename... A>
+  static auto bind_member(R (T::*pm)(A...)) {
+    return [pm](T& self, A... a) -> R { return (self.*pm)(std::move(a)...); };
+  }
+  template <typename R, typename... A>
+  static auto bind_member(R (T::*pm)(A...) const) {
+    return [pm](T& self, A... a) -> R { return (self.*pm)(std::move(a)...); };
+  }
+
+  std::shared_ptr<detail::AgentCore> core_;
+  std::string name_;
+  detail::ClassInfo info_;
+};
+
+}  // namespace distrl::transport

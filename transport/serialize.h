@@ -1,0 +1,201 @@
+// What crosses the wire, and how: msgpack for every value, with torch tensors lifted out into
+// their own ZeroMQ frames. A tensor inside any value (an argument, a vector, a user struct) is
+// packed as a msgpack ext of type kTensorExt holding {dtype, shape, frame}; its bytes travel in
+// frame `frame` without copies. The wire layout is documented in transport/README.md.
+//
+// User structs cross the wire through msgpack's own adaptors (MSGPACK_DEFINE or
+// msgpack::adaptor specialisations); tensors and RRefs nested in them work too.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <typeinfo>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <msgpack.hpp>
+
+#include "common/error.h"
+
+namespace distrl::transport {
+
+using Bytes = std::vector<std::uint8_t>;  // packed as msgpack bin
+
+constexpr std::uint32_t kProtocolVersion = 1;
+constexpr std::int8_t kTensorExt = 1;
+constexpr std::int8_t kRRefExt = 2;
+constexpr int kMaxTensorDims = 16;
+
+// Message kinds of the header's "k" field.
+enum class Kind : std::uint8_t { Request = 0, Response = 1, Error = 2, Collective = 3, Control = 4 };
+constexpr int kKindCount = 5;
+
+// Decode limits: msgpack's defaults let a five-byte input ask for gigabytes.
+struct WireLimits {
+  std::size_t max_message_bytes = 1ull << 30;  // all frames of one message together
+  std::size_t max_frames = 4096;               // tensor frames per message
+  std::size_t max_array = 1u << 20;            // elements of one msgpack array
+  std::size_t max_map = 1u << 16;              // entries of one msgpack map
+  std::size_t max_str = 16u << 20;             // bytes of one string
+  std::size_t max_bin = 256u << 20;            // bytes of one bin
+  std::size_t max_depth = 64;                  // nesting
+};
+
+namespace detail {
+
+class AgentCore;
+struct InFrames;  // the received tensor frames (ZeroMQ messages), defined in detail/wire_codec.cpp
+
+// Header fields, as the decoder reads them (frame 0 is a msgpack map with these keys).
+struct Header {
+  std::uint32_t version = kProtocolVersion;  // "v"
+  Kind kind = Kind::Request;                 // "k"
+  std::uint64_t call_id = 0;                 // "id"  (0: one-way, no reply)
+  std::int32_t src = -1;                     // "src" sender's rank (-1: not a member of the world)
+  std::string fn;                            // "fn"  function, method or control name
+  std::uint64_t obj = 0;                     // "obj" target object of a method call (RRef id)
+  std::uint64_t new_obj = 0;                 // "new" object id to create (remote())
+  std::int64_t ctx = -1;                     // "ctx" distributed-autograd context id
+};
+
+// A message ready to send: the packed header (with the body inside) plus tensors for frames 1..k.
+struct OutMessage {
+  msgpack::sbuffer header;
+  std::vector<at::Tensor> tensors;
+};
+
+// Collects tensors (and RRef forks) while a body is packed; one per thread at a time.
+class PackScope {
+ public:
+  PackScope(std::vector<at::Tensor>* tensors, AgentCore* agent, int dest_rank);
+  ~PackScope();
+  PackScope(const PackScope&) = delete;
+  PackScope& operator=(const PackScope&) = delete;
+
+  std::vector<at::Tensor>* const tensors;
+  AgentCore* const agent;
+  const int dest_rank;
+
+ private:
+  PackScope* previous_;
+};
+
+// Makes a received message's frames (and agent, for RRefs) visible to convert<>.
+class UnpackScope {
+ public:
+  UnpackScope(const InFrames* frames, std::shared_ptr<AgentCore> agent);
+  ~UnpackScope();
+  UnpackScope(const UnpackScope&) = delete;
+  UnpackScope& operator=(const UnpackScope&) = delete;
+
+  const InFrames* const frames;
+  const std::shared_ptr<AgentCore> agent;
+
+ private:
+  UnpackScope* previous_;
+};
+
+// Called by the adaptors below; the heavy lifting lives in serialize.cpp.
+std::string pack_tensor_descriptor(const at::Tensor& t);  // registers t for a frame
+at::Tensor unpack_tensor_descriptor(const msgpack::object& o);
+AgentCore* current_pack_agent(int* dest_rank);
+std::shared_ptr<AgentCore> current_unpack_agent();
+
+// Human names for error messages: "int", "std::string", "at::Tensor", msgpack "str".
+std::string demangle(const char* mangled);
+template <typename T>
+std::string type_name() {
+  return demangle(typeid(T).name());
+}
+std::string msgpack_type_name(const msgpack::object& o);
+
+// Packs a header map with the body written by write_body(packer).
+template <typename Body>
+OutMessage build_message(const Header& h, AgentCore* agent, int dest_rank, Body&& write_body) {
+  OutMessage m;
+  msgpack::packer<msgpack::sbuffer> pk(m.header);
+  const bool has_fn = !h.fn.empty();
+  pk.pack_map(6 + has_fn + (h.obj != 0) + (h.new_obj != 0) + (h.ctx >= 0));
+  pk.pack("v"); pk.pack(h.version);
+  pk.pack("k"); pk.pack(static_cast<std::uint8_t>(h.kind));
+  pk.pack("id"); pk.pack(h.call_id);
+  pk.pack("src"); pk.pack(h.src);
+  if (has_fn) { pk.pack("fn"); pk.pack(h.fn); }
+  if (h.obj) { pk.pack("obj"); pk.pack(h.obj); }
+  if (h.new_obj) { pk.pack("new"); pk.pack(h.new_obj); }
+  if (h.ctx >= 0) { pk.pack("ctx"); pk.pack(h.ctx); }
+  pk.pack("a");
+  {
+    PackScope scope(&m.tensors, agent, dest_rank);
+    write_body(pk);
+  }
+  pk.pack("nt"); pk.pack(static_cast<std::uint32_t>(m.tensors.size()));
+  return m;
+}
+
+}  // namespace detail
+
+// A received, validated message. Its body converts to typed values; tensors in it share the
+// received buffers (no copy) and keep them alive.
+class InMessage {
+ public:
+  detail::Header header;
+  msgpack::object_handle handle;  // the whole decoded header; owns the zone body points into
+  msgpack::object body_object;    // the "a" value (nil when absent)
+  std::shared_ptr<detail::InFrames> frames;
+  std::size_t wire_bytes = 0;
+
+  const msgpack::object& body() const { return body_object; }
+  // Converts the body; a type mismatch raises ProtocolError naming what was expected.
+  template <typename T>
+  T body_as(std::shared_ptr<detail::AgentCore> agent, const std::string& what) const {
+    return convert_object<T>(body(), agent, what);
+  }
+  template <typename T>
+  T convert_object(const msgpack::object& o, std::shared_ptr<detail::AgentCore> agent,
+                   const std::string& what) const {
+    detail::UnpackScope scope(frames.get(), std::move(agent));
+    try {
+      if constexpr (std::is_void_v<T>) {
+        return;
+      } else {
+        T v{};
+        o.convert(v);
+        return v;
+      }
+    } catch (const msgpack::type_error&) {
+      throw ProtocolError(what + ": expected " + detail::type_name<T>() + ", got msgpack " +
+                          detail::msgpack_type_name(o));
+    }
+  }
+};
+
+}  // namespace distrl::transport
+
+namespace msgpack {
+MSGPACK_API_VERSION_NAMESPACE(MSGPACK_DEFAULT_API_NS) {
+namespace adaptor {
+
+template <>
+struct pack<at::Tensor> {
+  template <typename Stream>
+  packer<Stream>& operator()(packer<Stream>& o, const at::Tensor& t) const {
+    std::string desc = distrl::transport::detail::pack_tensor_descriptor(t);
+    o.pack_ext(desc.size(), distrl::transport::kTensorExt);
+    o.pack_ext_body(desc.data(), static_cast<uint32_t>(desc.size()));
+    return o;
+  }
+};
+
+template <>
+struct convert<at::Tensor> {
+  const msgpack::object& operator()(const msgpack::object& o, at::Tensor& t) const {
+    t = distrl::transport::detail::unpack_tensor_descriptor(o);
+    return o;
+  }
+};
+
+}  // namespace adaptor
+}  // MSGPACK_API_VERSION_NAMESPACE
+}  // namespace msgpack

@@ -1,0 +1,301 @@
+#include "transport/store.h"
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include <msgpack.hpp>
+#include <zmq_addon.hpp>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "transport/detail/zmq_context.h"
+
+namespace distrl::transport {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Request: [op, request id, [keys...], value, delta, timeout ms]. Reply: [request id, status, value, number].
+enum Op : int { kSet = 0, kGet = 1, kAdd = 2, kWait = 3, kCheck = 4, kPing = 5 };
+enum Status : int { kOk = 0, kTimedOut = 1, kBad = 2 };
+
+struct Request {
+  int op = -1;
+  std::uint64_t id = 0;
+  std::vector<std::string> keys;
+  std::string value;
+  std::int64_t delta = 0;
+  std::int64_t timeout_ms = 0;
+  MSGPACK_DEFINE(op, id, keys, value, delta, timeout_ms);
+};
+struct Reply {
+  std::uint64_t id = 0;
+  int status = kOk;
+  std::string value;
+  std::int64_t number = 0;
+  MSGPACK_DEFINE(id, status, value, number);
+};
+
+const msgpack::unpack_limit kLimits(1024, 16, 1 << 20, 1 << 20, 0, 8);
+
+template <typename T>
+zmq::message_t pack_message(const T& v) {
+  msgpack::sbuffer buf;
+  msgpack::pack(buf, v);
+  return zmq::message_t(buf.data(), buf.size());
+}
+
+template <typename T>
+bool unpack_message(const zmq::message_t& m, T* out) {
+  try {
+    auto h = msgpack::unpack(static_cast<const char*>(m.data()), m.size(), nullptr, nullptr, kLimits);
+    h.get().convert(*out);
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- server
+
+struct StoreServer::Impl {
+  std::shared_ptr<zmq::context_t> ctx = detail::shared_zmq_context();
+  zmq::socket_t router{*ctx, zmq::socket_type::router};
+  zmq::socket_t wake_pull{*ctx, zmq::socket_type::pair};
+  zmq::socket_t wake_push{*ctx, zmq::socket_type::pair};
+  std::string bound;
+  std::thread thread;
+
+  struct Waiter {
+    std::string peer;
+    Request req;
+    Clock::time_point deadline;
+  };
+  std::map<std::string, std::string> data;
+  std::vector<Waiter> waiters;
+
+  bool has_all(const std::vector<std::string>& keys) const {
+    for (auto& k : keys)
+      if (!data.count(k)) return false;
+    return true;
+  }
+
+  void send(const std::string& peer, const Reply& r) {
+    std::array<zmq::message_t, 2> msg{zmq::message_t(peer.data(), peer.size()), pack_message(r)};
+    (void)zmq::send_multipart(router, msg, zmq::send_flags::dontwait);
+  }
+
+  // Answers a get/wait if its keys are there; returns false to keep waiting.
+  bool try_answer(const std::string& peer, const Request& q) {
+    if (!has_all(q.keys)) return false;
+    Reply r;
+    r.id = q.id;
+    if (q.op == kGet) r.value = data[q.keys.at(0)];
+    send(peer, r);
+    return true;
+  }
+
+  void handle(const std::string& peer, const Request& q) {
+    Reply r;
+    r.id = q.id;
+    switch (q.op) {
+      case kSet:
+        if (q.keys.size() != 1) break;
+        data[q.keys[0]] = q.value;
+        send(peer, r);
+        // A new key may satisfy waiters.
+        for (auto it = waiters.begin(); it != waiters.end();)
+          it = try_answer(it->peer, it->req) ? waiters.erase(it) : it + 1;
+        return;
+      case kAdd: {
+        if (q.keys.size() != 1) break;
+        auto& v = data[q.keys[0]];
+        std::int64_t n = v.empty() ? 0 : std::stoll(v);
+        n += q.delta;
+        v = std::to_string(n);
+        r.number = n;
+        send(peer, r);
+        for (auto it = waiters.begin(); it != waiters.end();)
+          it = try_answer(it->peer, it->req) ? waiters.erase(it) : it + 1;
+        return;
+      }
+      case kGet:
+      case kWait:
+        if (q.keys.empty() || (q.op == kGet && q.keys.size() != 1)) break;
+        if (!try_answer(peer, q))
+          waiters.push_back({peer, q, Clock::now() + std::chrono::milliseconds(std::max<std::int64_t>(q.timeout_ms, 0))});
+        return;
+      case kCheck:
+        r.number = has_all(q.keys) ? 1 : 0;
+        send(peer, r);
+        return;
+      case kPing:
+        send(peer, r);
+        return;
+      default:
+        break;
+    }
+    r.status = kBad;
+    r.value = "bad store request (op " + std::to_string(q.op) + ", " + std::to_string(q.keys.size()) + " keys)";
+    send(peer, r);
+  }
+
+  void expire(Clock::time_point now) {
+    for (auto it = waiters.begin(); it != waiters.end();) {
+      if (it->deadline > now) {
+        ++it;
+        continue;
+      }
+      Reply r;
+      r.id = it->req.id;
+      r.status = kTimedOut;
+      send(it->peer, r);
+      it = waiters.erase(it);
+    }
+  }
+
+  void run() {
+    try {
+      for (;;) {
+        auto timeout = std::chrono::milliseconds(1000);
+        auto now = Clock::now();
+        for (auto& w : waiters)
+          timeout = std::min(timeout, std::chrono::duration_cast<std::chrono::milliseconds>(w.deadline - now) +
+                                          std::chrono::milliseconds(1));
+        zmq::pollitem_t items[] = {{router.handle(), 0, ZMQ_POLLIN, 0}, {wake_pull.handle(), 0, ZMQ_POLLIN, 0}};
+        zmq::poll(items, 2, std::max(timeout, std::chrono::milliseconds(0)));
+        if (items[1].revents & ZMQ_POLLIN) return;
+        if (items[0].revents & ZMQ_POLLIN) {
+          for (int i = 0; i < 256; ++i) {
+            std::vector<zmq::message_t> frames;
+            if (!zmq::recv_multipart(router, std::back_inserter(frames), zmq::recv_flags::dontwait)) break;
+            Request q;
+            if (frames.size() != 2 || !unpack_message(frames[1], &q)) {
+              DISTRL_LOG(Warn, "store: dropped a malformed request (" << frames.size() << " frames)");
+              continue;
+            }
+            handle(frames[0].to_string(), q);
+          }
+        }
+        expire(Clock::now());
+      }
+    } catch (const std::exception& e) {
+      DISTRL_LOG(Error, "store server stopped: " << e.what());
+    }
+  }
+};
+
+StoreServer::StoreServer(const std::string& endpoint) : impl_(std::make_unique<Impl>()) {
+  detail::apply_common_options(impl_->router, 0);
+  impl_->router.set(zmq::sockopt::maxmsgsize, int64_t{8 << 20});
+  try {
+    impl_->router.bind(endpoint);
+  } catch (const zmq::error_t& e) {
+    throw TransportError("store: cannot bind " + endpoint + ": " + e.what() +
+                         " (is the port in use? pick another MASTER_PORT)");
+  }
+  impl_->bound = impl_->router.get(zmq::sockopt::last_endpoint);
+  std::string wake = "inproc://distrl-store-" + std::to_string(reinterpret_cast<std::uintptr_t>(this));
+  impl_->wake_pull.bind(wake);
+  impl_->wake_push.connect(wake);
+  impl_->thread = std::thread([this] { impl_->run(); });
+}
+
+StoreServer::~StoreServer() {
+  (void)impl_->wake_push.send(zmq::message_t(), zmq::send_flags::dontwait);
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+std::string StoreServer::endpoint() const { return impl_->bound; }
+
+// ---------------------------------------------------------------- client
+
+struct Store::Impl {
+  std::shared_ptr<zmq::context_t> ctx = detail::shared_zmq_context();
+  zmq::socket_t dealer{*ctx, zmq::socket_type::dealer};
+  std::string endpoint;
+  std::chrono::milliseconds timeout;
+  std::mutex mu;
+  std::uint64_t next_id = 1;
+
+  // wait: how long the server may hold the request; slack: extra time for the answer to come.
+  Reply request(Request q, std::chrono::milliseconds wait, const std::string& what,
+                std::chrono::milliseconds slack = std::chrono::milliseconds(2000)) {
+    std::lock_guard<std::mutex> lock(mu);
+    q.id = next_id++;
+    q.timeout_ms = wait.count();
+    if (!dealer.send(pack_message(q), zmq::send_flags::dontwait))
+      throw TransportError("store " + endpoint + ": send queue full during " + what);
+    // The server answers waits itself at their deadline; allow it a little slack.
+    const auto deadline = Clock::now() + wait + slack;
+    for (;;) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) break;
+      zmq::pollitem_t item{dealer.handle(), 0, ZMQ_POLLIN, 0};
+      zmq::poll(&item, 1, left);
+      if (!(item.revents & ZMQ_POLLIN)) continue;
+      zmq::message_t m;
+      if (!dealer.recv(m, zmq::recv_flags::dontwait)) continue;
+      Reply r;
+      if (!unpack_message(m, &r) || r.id != q.id) continue;  // a stale answer to a timed-out request
+      if (r.status == kTimedOut) break;
+      if (r.status != kOk) throw TransportError("store " + endpoint + ": " + what + ": " + r.value);
+      return r;
+    }
+    throw TimeoutError("store " + endpoint + ": " + what + " timed out after " + std::to_string(wait.count()) +
+                       " ms (are all ranks started, and MASTER_ADDR/MASTER_PORT the same everywhere?)");
+  }
+};
+
+Store::Store(const std::string& endpoint, std::chrono::milliseconds timeout) : impl_(std::make_unique<Impl>()) {
+  impl_->endpoint = endpoint;
+  impl_->timeout = timeout;
+  detail::apply_common_options(impl_->dealer, 0);
+  impl_->dealer.set(zmq::sockopt::maxmsgsize, int64_t{8 << 20});
+  impl_->dealer.connect(endpoint);
+}
+
+Store::~Store() = default;
+
+namespace {
+std::string join_keys(const std::vector<std::string>& keys) {
+  std::string s;
+  for (std::size_t i = 0; i < keys.size() && i < 4; ++i) s += (i ? ", " : "") + keys[i];
+  if (keys.size() > 4) s += ", ... (" + std::to_string(keys.size()) + " keys)";
+  return s;
+}
+}  // namespace
+
+void Store::set(const std::string& key, const std::string& value) {
+  impl_->request({kSet, 0, {key}, value, 0, 0}, impl_->timeout, "set(" + key + ")");
+}
+std::string Store::get(const std::string& key) { return get(key, impl_->timeout); }
+std::string Store::get(const std::string& key, std::chrono::milliseconds timeout) {
+  return impl_->request({kGet, 0, {key}, {}, 0, 0}, timeout, "get(" + key + ")").value;
+}
+std::int64_t Store::add(const std::string& key, std::int64_t delta) {
+  return impl_->request({kAdd, 0, {key}, {}, delta, 0}, impl_->timeout, "add(" + key + ")").number;
+}
+void Store::wait(const std::vector<std::string>& keys) { wait(keys, impl_->timeout); }
+void Store::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  impl_->request({kWait, 0, keys, {}, 0, 0}, timeout, "wait(" + join_keys(keys) + ")");
+}
+bool Store::check(const std::vector<std::string>& keys) {
+  return impl_->request({kCheck, 0, keys, {}, 0, 0}, impl_->timeout, "check(" + join_keys(keys) + ")").number != 0;
+}
+bool Store::ping(std::chrono::milliseconds timeout) {
+  try {
+    impl_->request({kPing, 0, {}, {}, 0, 0}, std::chrono::milliseconds(0), "ping", timeout);
+    return true;
+  } catch (const TransportError&) {
+    return false;
+  }
+}
+const std::string& Store::endpoint() const { return impl_->endpoint; }
+std::chrono::milliseconds Store::timeout() const { return impl_->timeout; }
+
+}  // namespace distrl::transport

@@ -1,0 +1,59 @@
+// A small key-value store for rendezvous, like torch's TCPStore: rank 0 hosts a StoreServer,
+// every process talks to it through a Store client. Values are bytes; add() keeps counters.
+// Every call has a timeout and raises TimeoutError naming the store and the keys.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace distrl::transport {
+
+// Serves the store on its own thread until destroyed. Thread-safe.
+class StoreServer {
+ public:
+  // endpoint: a ZeroMQ endpoint to bind, e.g. "tcp://0.0.0.0:29500" or "tcp://127.0.0.1:*".
+  explicit StoreServer(const std::string& endpoint);
+  ~StoreServer();
+  StoreServer(const StoreServer&) = delete;
+  StoreServer& operator=(const StoreServer&) = delete;
+  // The bound endpoint with the real port.
+  std::string endpoint() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// A client. Thread-safe (calls are serialised).
+class Store {
+ public:
+  Store(const std::string& endpoint, std::chrono::milliseconds timeout);
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  void set(const std::string& key, const std::string& value);
+  // Waits until key exists, then returns its value.
+  std::string get(const std::string& key);
+  std::string get(const std::string& key, std::chrono::milliseconds timeout);
+  // Adds delta to the counter at key (created at 0) and returns the new value.
+  std::int64_t add(const std::string& key, std::int64_t delta);
+  // Waits until every key exists.
+  void wait(const std::vector<std::string>& keys);
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
+  // True when every key exists (does not wait).
+  bool check(const std::vector<std::string>& keys);
+  // True when the server answers within timeout.
+  bool ping(std::chrono::milliseconds timeout);
+  const std::string& endpoint() const;
+  std::chrono::milliseconds timeout() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace distrl::transport
