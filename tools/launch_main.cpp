@@ -1,0 +1,42 @@
+// distrl-launch: start N local ranks of a command, like torchrun on one node.
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+
+#include "common/error.h"
+#include "tools/launcher.h"
+
+int main(int argc, char** argv) {
+  distrl::tools::LaunchOptions o;
+  // Everything after "--" is the command; CLI11 sees only what comes before.
+  int split = argc;
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--") {
+      split = i;
+      break;
+    }
+  for (int i = split + 1; i < argc; ++i) o.command.emplace_back(argv[i]);
+
+  CLI::App app{"distrl-launch: run N ranks of CMD with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and\n"
+               "MASTER_PORT set, prefix their output with the rank, and stop all when one fails.\n"
+               "Usage: distrl-launch --nproc N [options] -- CMD ARGS..."};
+  app.add_option("--nproc,--nproc-per-node", o.nproc, "ranks to start on this node")->check(CLI::Range(1, 4096));
+  app.add_option("--nnodes", o.nnodes, "nodes in the job")->check(CLI::Range(1, 4096));
+  app.add_option("--node-rank", o.node_rank, "index of this node (0-based)");
+  app.add_option("--master-addr", o.master_addr, "address of the node running rank 0");
+  app.add_option("--master-port", o.master_port, "rendezvous port (default: a free port; required with --nnodes > 1)")
+      ->check(CLI::Range(0, 65535));
+  app.add_flag("!--no-prefix", o.prefix, "do not prefix output lines with the rank");
+  try {
+    app.parse(split, argv);
+    return distrl::tools::launch(o);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const distrl::ConfigError& e) {
+    std::cerr << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "distrl-launch: " << e.what() << "\n";
+    return 1;
+  }
+}

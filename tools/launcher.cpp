@@ -1,0 +1,187 @@
+#include "tools/launcher.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <iostream>
+
+#include "common/error.h"
+
+namespace distrl::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Rank {
+  int global = 0;
+  pid_t pid = -1;
+  int out_fd = -1;
+  std::string partial;  // an unfinished output line
+  bool exited = false;
+  int code = 0;
+};
+
+volatile sig_atomic_t g_signal = 0;
+void on_signal(int sig) { g_signal = sig; }
+
+void emit(const Rank& r, const std::string& line, bool prefix) {
+  std::string s = prefix ? "[" + std::to_string(r.global) + "] " + line + "\n" : line + "\n";
+  (void)!::write(STDOUT_FILENO, s.data(), s.size());
+}
+
+pid_t spawn(const LaunchOptions& o, int local, int global, int world, int port, int* out_fd) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw Error("distrl-launch: pipe failed: " + std::string(std::strerror(errno)));
+  pid_t pid = ::fork();
+  if (pid < 0) throw Error("distrl-launch: fork failed: " + std::string(std::strerror(errno)));
+  if (pid == 0) {
+    ::setpgid(0, 0);  // its own group, so stopping a rank stops what it started
+    ::dup2(fds[1], STDOUT_FILENO);
+    ::dup2(fds[1], STDERR_FILENO);
+    auto set = [](const char* k, const std::string& v) { ::setenv(k, v.c_str(), 1); };
+    set("RANK", std::to_string(global));
+    set("WORLD_SIZE", std::to_string(world));
+    set("LOCAL_RANK", std::to_string(local));
+    set("LOCAL_WORLD_SIZE", std::to_string(o.nproc));
+    set("GROUP_RANK", std::to_string(o.node_rank));
+    set("MASTER_ADDR", o.master_addr);
+    set("MASTER_PORT", std::to_string(port));
+    std::vector<char*> argv;
+    for (auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execvp(argv[0], argv.data());
+    std::string msg = "distrl-launch: cannot run '" + o.command[0] + "': " + std::strerror(errno) + "\n";
+    (void)!::write(STDERR_FILENO, msg.data(), msg.size());
+    ::_exit(127);
+  }
+  ::setpgid(pid, pid);
+  ::close(fds[1]);
+  *out_fd = fds[0];
+  return pid;
+}
+
+// Reads what a rank wrote and prints whole lines; false at end of file.
+bool pump(Rank& r, bool prefix) {
+  char buf[65536];
+  ssize_t n = ::read(r.out_fd, buf, sizeof(buf));
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
+  if (n <= 0) {
+    if (!r.partial.empty()) emit(r, r.partial, prefix);
+    r.partial.clear();
+    return false;
+  }
+  r.partial.append(buf, n);
+  std::size_t start = 0;
+  for (std::size_t nl; (nl = r.partial.find('\n', start)) != std::string::npos; start = nl + 1)
+    emit(r, r.partial.substr(start, nl - start), prefix);
+  r.partial.erase(0, start);
+  return true;
+}
+
+int exit_code(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+}  // namespace
+
+int free_port(const std::string& addr) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = 0;
+  ::inet_pton(AF_INET, addr == "localhost" ? "127.0.0.1" : addr.c_str(), &a.sin_addr);
+  socklen_t len = sizeof(a);
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    if (fd >= 0) ::close(fd);
+    throw Error("distrl-launch: cannot find a free port on " + addr + "; pass --master-port");
+  }
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+int launch(const LaunchOptions& o) {
+  if (o.command.empty()) throw ConfigError("distrl-launch: no command given (usage: distrl-launch --nproc N -- CMD ARGS...)");
+  if (o.nproc < 1 || o.nnodes < 1) throw ConfigError("distrl-launch: --nproc and --nnodes must be at least 1");
+  if (o.node_rank < 0 || o.node_rank >= o.nnodes)
+    throw ConfigError("distrl-launch: --node-rank " + std::to_string(o.node_rank) + " is not in [0, " + std::to_string(o.nnodes) + ")");
+  if (o.nnodes > 1 && o.master_port == 0)
+    throw ConfigError("distrl-launch: with --nnodes > 1 every node needs the same --master-port");
+  const int port = o.master_port ? o.master_port : free_port(o.master_addr);
+  const int world = o.nproc * o.nnodes;
+
+  struct sigaction sa{};
+  sa.sa_handler = on_signal;
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+
+  std::vector<Rank> ranks(o.nproc);
+  for (int i = 0; i < o.nproc; ++i) {
+    ranks[i].global = o.node_rank * o.nproc + i;
+    ranks[i].pid = spawn(o, i, ranks[i].global, world, port, &ranks[i].out_fd);
+  }
+
+  int first_failure = 0;
+  bool stopping = false;
+  Clock::time_point kill_at = Clock::time_point::max();
+  auto stop_all = [&](int sig) {
+    for (auto& r : ranks)
+      if (!r.exited) ::kill(-r.pid, sig);
+  };
+  std::size_t running = ranks.size();
+  while (running > 0) {
+    std::vector<pollfd> fds;
+    for (auto& r : ranks)
+      if (r.out_fd >= 0) fds.push_back({r.out_fd, POLLIN, 0});
+    ::poll(fds.data(), fds.size(), 50);
+    for (auto& r : ranks)
+      if (r.out_fd >= 0) {
+        pollfd p{r.out_fd, POLLIN, 0};
+        if (::poll(&p, 1, 0) > 0 && !pump(r, o.prefix)) {
+          ::close(r.out_fd);
+          r.out_fd = -1;
+        }
+      }
+    for (auto& r : ranks) {
+      if (r.exited) continue;
+      int status = 0;
+      if (::waitpid(r.pid, &status, WNOHANG) != r.pid) continue;
+      r.exited = true;
+      r.code = exit_code(status);
+      --running;
+      if (r.code != 0 && first_failure == 0 && !stopping) {
+        first_failure = r.code;
+        std::cerr << "distrl-launch: rank " << r.global << " exited with code " << r.code << "; stopping the others\n";
+        stopping = true;
+        stop_all(SIGTERM);
+        kill_at = Clock::now() + o.grace;
+      }
+    }
+    if (g_signal && !stopping) {
+      std::cerr << "distrl-launch: got signal " << g_signal << "; stopping all ranks\n";
+      first_failure = 128 + g_signal;
+      stopping = true;
+      stop_all(SIGTERM);
+      kill_at = Clock::now() + o.grace;
+    }
+    if (stopping && Clock::now() >= kill_at) {
+      stop_all(SIGKILL);
+      kill_at = Clock::time_point::max();
+    }
+  }
+  for (auto& r : ranks)  // drain what is left in the pipes
+    while (r.out_fd >= 0 && pump(r, o.prefix)) {
+    }
+  return first_failure;
+}
+
+}  // namespace distrl::tools

@@ -1,0 +1,30 @@
+// distrl-launch's engine: starts N local ranks of a command with the rendezvous variables set
+// (like torchrun on one node), prefixes each output line with the rank, and stops every rank
+// when one fails. Single-threaded; blocks until all ranks have exited.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace distrl::tools {
+
+struct LaunchOptions {
+  int nproc = 1;              // ranks on this node
+  int nnodes = 1;             // nodes in the job
+  int node_rank = 0;          // this node's index
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;        // 0: pick a free port (single node only)
+  bool prefix = true;         // "[rank] " before each line
+  std::chrono::milliseconds grace{5000};  // SIGTERM -> SIGKILL delay when stopping ranks
+  std::vector<std::string> command;
+};
+
+// Returns 0 when every rank exited 0, else the first failure's exit code (128 + signal for a
+// signal). Throws distrl::ConfigError for bad options.
+int launch(const LaunchOptions& options);
+
+// A TCP port that was free a moment ago on addr.
+int free_port(const std::string& addr);
+
+}  // namespace distrl::tools
