@@ -104,7 +104,10 @@ class ClassBuilder {
 
   template <typename... A>
   ClassBuilder& constructor() {
-    auto make = [](A... a) { return std::make_shared<T>(std::move(a)...); };
+    auto make = [](A... a) {
+      if constexpr (std::is_constructible_v<T, A...>) return std::make_shared<T>(std::move(a)...);
+      else return std::make_shared<T>(T{std::move(a)...});  // aggregates
+    };
     auto c = detail::make_callable<void, decltype(make), false>(name_, make);
     // The constructor's "result" is the object itself, not a shared_ptr to it.
     auto inner = std::move(c.invoke);

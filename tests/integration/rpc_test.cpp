@@ -1,0 +1,301 @@
+// RpcAgent across real processes over real sockets: calls, tensors, remote objects, RRefs
+// passed between three workers, async execution, errors, timeouts, a killed peer, shutdown.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <csignal>
+
+#include "tests/support/multiproc.h"
+#include "transport/rpc_agent.h"
+
+using namespace distrl::transport;
+using namespace std::chrono_literals;
+using distrl::testing::run_ranks;
+using distrl::testing::TempDir;
+
+namespace {
+
+// Children report failures by throwing; run_ranks turns that into exit code 1.
+void expect(bool ok, const std::string& what) {
+  if (!ok) throw std::runtime_error("expectation failed: " + what);
+}
+
+template <typename E, typename F>
+std::string expect_throw(F fn, const std::string& what) {
+  try {
+    fn();
+  } catch (const E& e) {
+    return e.what();
+  }
+  throw std::runtime_error("expected an exception: " + what);
+}
+
+RpcOptions options(const TempDir& dir, int rank, int world, const std::string& transport = "auto") {
+  RpcOptions o;
+  o.init_method = "file://" + dir.file("rendezvous");
+  o.rank = rank;
+  o.world_size = world;
+  o.transport = transport;
+  o.rendezvous_timeout = 30s;
+  o.rpc_timeout = 20s;
+  o.shutdown_timeout = 30s;
+  return o;
+}
+
+class Counter {
+ public:
+  explicit Counter(int start) : value_(start) {}
+  int increment(int by) { return value_ += by; }
+  int value() const { return value_; }
+
+ private:
+  std::atomic<int> value_;
+};
+
+struct Box {
+  int v = 0;
+  std::string label;
+  MSGPACK_DEFINE(v, label);
+};
+
+struct Secret {  // serializable, but registered without .fetchable()
+  int v = 0;
+  MSGPACK_DEFINE(v);
+};
+
+struct Sample {
+  std::string name;
+  at::Tensor obs;
+  std::vector<std::int64_t> ids;
+  MSGPACK_DEFINE(name, obs, ids);
+};
+
+// Every worker registers the same things.
+void register_all(RpcAgent& a) {
+  a.register_function("add", [](int x, int y) { return x + y; });
+  a.register_function("scale", [](at::Tensor t, double f) { return t * f; });
+  a.register_function("describe", [](Sample s) {
+    s.name += "!";
+    s.obs = s.obs + 1;
+    s.ids.push_back(static_cast<std::int64_t>(s.ids.size()));
+    return s;
+  });
+  a.register_function("fail", [](int x) -> int { throw std::invalid_argument("bad x=" + std::to_string(x)); });
+  a.register_function("sleep_ms", [](int ms) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    return ms;
+  });
+  a.register_function("die", [](int) -> int {
+    std::raise(SIGKILL);
+    return 0;
+  });
+  a.register_function("stats", [&a]() { return a.stats(); });
+  a.register_function("bump_via", [](RRef<Counter> c, int by) { return c.rpc_sync<int>("increment", by); });
+  a.register_function("local_value_of", [](RRef<Counter> c) {
+    expect(c.is_owner(), "the owner sees is_owner()");
+    return c.local_value()->value();
+  });
+  a.register_function("make_counter_on", [&a](int owner, int start) { return a.remote<Counter>(owner, "Counter", start); });
+  a.register_class<Counter>("Counter")
+      .constructor<int>()
+      .method("increment", &Counter::increment)
+      .method("value", &Counter::value);
+  a.register_class<Box>("Box").constructor<int, std::string>().fetchable();
+  a.register_class<Secret>("Secret").constructor<int>();
+}
+
+}  // namespace
+
+class RpcTransportTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(RpcTransportTest, CallsFunctionsWithTensorsAndStructs) {
+  TempDir dir;
+  const std::string transport = GetParam();
+  auto codes = run_ranks(2, [&](int rank) {
+    RpcAgent agent(options(dir, rank, 2, transport), register_all);
+    if (rank == 0) {
+      const std::string scheme = transport + "://";
+      expect(agent.worker(1).endpoint.rfind(scheme, 0) == 0, "endpoint " + agent.worker(1).endpoint + " uses " + scheme);
+      expect(agent.rpc_sync<int>("worker1", "add", 2, 3) == 5, "add");
+      auto futures = std::vector<Future<int>>{};
+      for (int i = 0; i < 100; ++i) futures.push_back(agent.rpc_async<int>(1, "add", i, i));
+      auto sums = when_all(futures).value();
+      for (int i = 0; i < 100; ++i) expect(sums[i] == 2 * i, "async sums in order");
+      at::Tensor big = torch::rand({512, 1024});
+      expect(torch::allclose(agent.rpc_sync<at::Tensor>(1, "scale", big, 2.0), big * 2), "4 MiB tensor scaled");
+      Sample s{"obs", torch::arange(6).reshape({2, 3}), {7, 8}};
+      Sample back = agent.rpc_sync<Sample>(1, "describe", s);
+      expect(back.name == "obs!" && torch::equal(back.obs, s.obs + 1) && back.ids.size() == 3, "struct with a tensor inside");
+      expect(agent.rpc_sync<int>(0, "add", 1, 1) == 2, "a call to oneself");
+    }
+    agent.shutdown();
+    return 0;
+  });
+  EXPECT_EQ(codes, (std::vector<int>{0, 0}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, RpcTransportTest, ::testing::Values("tcp", "ipc"));
+
+TEST(RpcTest, RemoteObjectsAndRRefsAcrossThreeWorkers) {
+  TempDir dir;
+  auto codes = run_ranks(3, [&](int rank) {
+    RpcAgent agent(options(dir, rank, 3), register_all);
+    if (rank == 0) {
+      {
+        RRef<Counter> c = agent.remote<Counter>("worker1", "Counter", 10);
+        expect(c.owner_name() == "worker1" && !c.is_owner(), "owner");
+        expect(c.rpc_sync<int>("increment", 1) == 11, "method call right after remote()");
+        // Pass the RRef to worker2, which calls the owner itself.
+        expect(agent.rpc_sync<int>("worker2", "bump_via", c, 5) == 16, "RRef used by a third worker");
+        expect(c.rpc_sync<int>("value") == 16, "state kept on the owner");
+        expect(agent.rpc_sync<int>("worker1", "local_value_of", c) == 16, "local_value on the owner");
+        // An RRef created by worker2, owned by worker1, returned to us.
+        RRef<Counter> made = agent.rpc_sync<RRef<Counter>>("worker2", "make_counter_on", 1, 100);
+        expect(made.rpc_sync<int>("increment", 1) == 101, "RRef returned from a call");
+        RRef<Box> box = agent.remote<Box>(1, "Box", 7, std::string("seven"));
+        Box b = box.to_here();
+        expect(b.v == 7 && b.label == "seven", "to_here of a fetchable class");
+        RRef<int> sum = agent.remote<int>(1, "add", 20, 22);
+        expect(sum.to_here() == 42, "remote() of a function keeps its result");
+        RRef<Secret> secret = agent.remote<Secret>(1, "Secret", 1);
+        auto not_fetchable = expect_throw<distrl::ProtocolError>([&] { secret.to_here(); }, "Secret is not fetchable");
+        expect(not_fetchable.find(".fetchable()") != std::string::npos, not_fetchable);
+        expect_throw<distrl::ProtocolError>([&] { c.rpc_sync<int>("nope"); }, "unknown method");
+        RRef<Counter> broken = agent.remote<Counter>(1, "Counter", std::string("not an int"));
+        expect_throw<distrl::ProtocolError>([&] { broken.created().value(); }, "constructor argument type");
+        expect(agent.rpc_sync<AgentStats>(1, "stats").live_objects >= 4, "objects alive while referenced");
+      }
+      // Every reference is gone: the owner frees the objects (releases are asynchronous).
+      const auto until = std::chrono::steady_clock::now() + 10s;
+      std::uint64_t live = 1;
+      while (live && std::chrono::steady_clock::now() < until) {
+        live = agent.rpc_sync<AgentStats>(1, "stats").live_objects;
+        if (live) std::this_thread::sleep_for(10ms);
+      }
+      expect(live == 0, "owner freed every object, " + std::to_string(live) + " left");
+    }
+    agent.shutdown();
+    return 0;
+  });
+  EXPECT_EQ(codes, (std::vector<int>{0, 0, 0}));
+}
+
+TEST(RpcTest, AsyncExecutionAnswersWhenTheFutureCompletes) {
+  TempDir dir;
+  auto codes = run_ranks(2, [&](int rank) {
+    std::mutex mu;
+    std::vector<Promise<int>> waiting;
+    int total = 0;
+    auto o = options(dir, rank, 2);
+    o.num_worker_threads = 1;  // a held handler thread would deadlock: async execution must not hold it
+    RpcAgent agent(o, [&](RpcAgent& a) {
+      a.register_function("gather", [&](int x) {
+        std::lock_guard<std::mutex> lock(mu);
+        total += x;
+        waiting.emplace_back();
+        auto f = waiting.back().get_future();
+        if (waiting.size() == 3) {
+          for (auto& p : waiting) p.set_value(total);
+          waiting.clear();
+        }
+        return f;
+      });
+    });
+    if (rank == 0) {
+      auto a = agent.rpc_async<int>(1, "gather", 1);
+      auto b = agent.rpc_async<int>(1, "gather", 2);
+      expect(!a.wait_for(100ms), "held until the third call");
+      auto c = agent.rpc_async<int>(1, "gather", 3);
+      expect(a.value() == 6 && b.value() == 6 && c.value() == 6, "all three answered with the batch");
+    }
+    agent.shutdown();
+    return 0;
+  });
+  EXPECT_EQ(codes, (std::vector<int>{0, 0}));
+}
+
+TEST(RpcTest, ErrorsAreTyped) {
+  TempDir dir;
+  auto codes = run_ranks(2, [&](int rank) {
+    RpcAgent agent(options(dir, rank, 2), register_all);
+    if (rank == 0) {
+      try {
+        agent.rpc_sync<int>(1, "fail", 3);
+        expect(false, "fail should throw");
+      } catch (const distrl::RemoteError& e) {
+        expect(e.worker() == "worker1" && e.type() == "std::invalid_argument" && e.message() == "bad x=3",
+               std::string("RemoteError fields: ") + e.what());
+      }
+      auto unknown = expect_throw<distrl::ProtocolError>([&] { agent.rpc_sync<int>(1, "nope", 1); }, "unknown function");
+      expect(unknown.find("unknown function 'nope'") != std::string::npos, unknown);
+      auto count = expect_throw<distrl::ProtocolError>([&] { agent.rpc_sync<int>(1, "add", 1); }, "argument count");
+      expect(count.find("'add' takes 2 argument(s), got 1") != std::string::npos, count);
+      auto type = expect_throw<distrl::ProtocolError>([&] { agent.rpc_sync<int>(1, "add", 1, std::string("x")); }, "type");
+      expect(type.find("argument 2 of 'add': expected int, got msgpack str") != std::string::npos, type);
+      auto result = expect_throw<distrl::ProtocolError>([&] { agent.rpc_sync<std::string>(1, "add", 1, 2); }, "result");
+      expect(result.find("expected std::string") != std::string::npos, result);
+      expect_throw<distrl::Error>([&] { agent.rpc_sync<int>("nobody", "add", 1, 2); }, "unknown worker");
+      // A timeout fails only that call.
+      auto late = expect_throw<distrl::TimeoutError>([&] { agent.rpc_sync<int>(Target(1, 100ms), "sleep_ms", 1000); }, "timeout");
+      expect(late.find("timed out after 100 ms") != std::string::npos, late);
+      expect(agent.rpc_sync<int>(1, "add", 1, 2) == 3, "still serving after the errors");
+    }
+    agent.shutdown();
+    return 0;
+  });
+  EXPECT_EQ(codes, (std::vector<int>{0, 0}));
+}
+
+TEST(RpcTest, KilledPeerFailsPendingCallsNamingIt) {
+  TempDir dir;
+  auto codes = run_ranks(
+      2,
+      [&](int rank) {
+        auto o = options(dir, rank, 2);
+        o.rpc_timeout = 60s;  // longer than the test deadline: the failure must come from the disconnect
+        RpcAgent agent(o, register_all);
+        if (rank == 0) {
+          auto pending = agent.rpc_async<int>(1, "sleep_ms", 30000);
+          std::this_thread::sleep_for(100ms);
+          agent.rpc_async<int>(1, "die", 0);
+          auto msg = expect_throw<distrl::TransportError>([&] { pending.value(); }, "pending call fails");
+          expect(msg.find("worker1") != std::string::npos, "error names the peer: " + msg);
+          expect_throw<distrl::TransportError>([&] { agent.rpc_sync<int>(1, "add", 1, 2); }, "new calls fail fast too");
+          return 0;  // no graceful shutdown: the peer is gone
+        }
+        std::this_thread::sleep_for(60s);
+        return 3;
+      },
+      std::chrono::seconds(30));
+  EXPECT_EQ(codes[0], 0);
+  EXPECT_EQ(codes[1], 128 + SIGKILL);
+}
+
+TEST(RpcTest, ShutdownWaitsForInFlightCallsOfEveryWorker) {
+  TempDir dir;
+  auto codes = run_ranks(2, [&](int rank) {
+    RpcAgent agent(options(dir, rank, 2), register_all);
+    if (rank == 1) {
+      auto slow = agent.rpc_async<int>(0, "sleep_ms", 300);
+      agent.shutdown();  // returns only after its own call completed
+      expect(slow.done() && slow.value() == 300, "rank 0 kept serving until everyone shut down");
+    } else {
+      agent.shutdown();  // called at once; must still serve rank 1's slow call
+    }
+    return 0;
+  });
+  EXPECT_EQ(codes, (std::vector<int>{0, 0}));
+}
+
+TEST(RpcTest, CallsAfterShutdownFailClearly) {
+  TempDir dir;
+  auto codes = run_ranks(1, [&](int rank) {
+    RpcAgent agent(options(dir, rank, 1), register_all);
+    expect(agent.rpc_sync<int>(0, "add", 1, 2) == 3, "world of one calls itself");
+    agent.shutdown();
+    auto msg = expect_throw<distrl::TransportError>([&] { agent.rpc_sync<int>(0, "add", 1, 2); }, "after shutdown");
+    expect(msg.find("shut down") != std::string::npos, msg);
+    return 0;
+  });
+  EXPECT_EQ(codes, (std::vector<int>{0}));
+}

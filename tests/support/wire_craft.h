@@ -1,0 +1,66 @@
+// Hand-made wire messages for malformed-input tests (unit and integration).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "transport/detail/callable.h"
+#include "transport/detail/wire_codec.h"
+
+namespace distrl::testing {
+
+using Frames = std::vector<zmq::message_t>;
+
+// A tensor descriptor payload: u8 dtype | u8 ndim | u32 frame | i64 dims[].
+inline std::string descriptor(std::uint8_t dtype, const std::vector<std::int64_t>& dims, std::uint32_t frame) {
+  std::string d;
+  d.push_back(static_cast<char>(dtype));
+  d.push_back(static_cast<char>(dims.size()));
+  for (int i = 0; i < 4; ++i) d.push_back(static_cast<char>((frame >> (8 * i)) & 0xff));
+  for (auto v : dims)
+    for (int i = 0; i < 8; ++i) d.push_back(static_cast<char>((static_cast<std::uint64_t>(v) >> (8 * i)) & 0xff));
+  return d;
+}
+
+// A request header {v, k, id, src, fn, nt, a: [tensor descriptor]} plus zero-filled frames.
+inline Frames tensor_request(std::uint32_t version, std::uint64_t id, const std::string& fn, std::uint32_t nt,
+                             const std::string& desc, const std::vector<std::size_t>& frame_sizes) {
+  msgpack::sbuffer b;
+  msgpack::packer<msgpack::sbuffer> pk(b);
+  pk.pack_map(7);
+  pk.pack("v"); pk.pack(version);
+  pk.pack("k"); pk.pack(0);
+  pk.pack("id"); pk.pack(id);
+  pk.pack("src"); pk.pack(-1);
+  pk.pack("fn"); pk.pack(fn);
+  pk.pack("nt"); pk.pack(nt);
+  pk.pack("a");
+  pk.pack_array(1);
+  pk.pack_ext(desc.size(), transport::kTensorExt);
+  pk.pack_ext_body(desc.data(), static_cast<std::uint32_t>(desc.size()));
+  Frames f;
+  f.emplace_back(b.data(), b.size());
+  for (auto n : frame_sizes) {
+    f.emplace_back(n);
+    if (n) std::memset(f.back().data(), 0, n);
+  }
+  return f;
+}
+
+// A well-formed request to fn with args..., as an outsider (src -1) would send it.
+template <typename... Args>
+Frames request(std::uint64_t id, const std::string& fn, const Args&... args) {
+  transport::detail::Header h;
+  h.call_id = id;
+  h.fn = fn;
+  return transport::detail::encode_message(
+      transport::detail::build_message(h, nullptr, 0, transport::detail::args_writer(args...)));
+}
+
+inline Frames one_frame(const std::string& bytes) {
+  Frames f;
+  f.emplace_back(bytes.data(), bytes.size());
+  return f;
+}
+
+}  // namespace distrl::testing

@@ -1,0 +1,133 @@
+#include "transport/store.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <thread>
+
+#include "common/error.h"
+#include "transport/rendezvous.h"
+
+using namespace distrl::transport;
+using namespace std::chrono_literals;
+
+TEST(StoreTest, SetGetAddCheck) {
+  StoreServer server("tcp://127.0.0.1:*");
+  Store store(server.endpoint(), 5s);
+  store.set("k", std::string("v\0w", 3));
+  EXPECT_EQ(store.get("k"), std::string("v\0w", 3));
+  EXPECT_EQ(store.add("n", 2), 2);
+  EXPECT_EQ(store.add("n", -5), -3);
+  EXPECT_TRUE(store.check({"k", "n"}));
+  EXPECT_FALSE(store.check({"k", "missing"}));
+  EXPECT_TRUE(store.ping(1s));
+}
+
+TEST(StoreTest, GetWaitsForTheKey) {
+  StoreServer server("tcp://127.0.0.1:*");
+  Store a(server.endpoint(), 5s), b(server.endpoint(), 5s);
+  std::thread setter([&] {
+    std::this_thread::sleep_for(50ms);
+    b.set("late", "here");
+  });
+  EXPECT_EQ(a.get("late"), "here");
+  a.wait({"late"});
+  setter.join();
+}
+
+TEST(StoreTest, WaitTimesOutWithTheKeyNamed) {
+  StoreServer server("tcp://127.0.0.1:*");
+  Store store(server.endpoint(), 5s);
+  try {
+    store.wait({"never"}, 100ms);
+    FAIL();
+  } catch (const distrl::TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("never"), std::string::npos) << e.what();
+  }
+  store.set("after", "1");  // the client still works after a timeout
+  EXPECT_EQ(store.get("after"), "1");
+}
+
+TEST(StoreTest, NoServerMeansTimeoutNotHang) {
+  Store store("tcp://127.0.0.1:1", 200ms);
+  EXPECT_FALSE(store.ping(100ms));
+  EXPECT_THROW(store.set("k", "v"), distrl::TimeoutError);
+}
+
+TEST(StoreTest, ConcurrentCountersAreAtomic) {
+  StoreServer server("tcp://127.0.0.1:*");
+  std::vector<std::thread> ts;
+  for (int i = 0; i < 4; ++i)
+    ts.emplace_back([&] {
+      Store s(server.endpoint(), 5s);
+      for (int j = 0; j < 50; ++j) s.add("c", 1);
+    });
+  for (auto& t : ts) t.join();
+  Store s(server.endpoint(), 5s);
+  EXPECT_EQ(s.add("c", 0), 200);
+}
+
+class EnvGuard {
+ public:
+  explicit EnvGuard(std::vector<std::pair<std::string, std::string>> vars) {
+    for (const char* k : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS",
+                          "SLURM_LOCALID", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE"})
+      ::unsetenv(k);
+    for (auto& [k, v] : vars) ::setenv(k.c_str(), v.c_str(), 1);
+  }
+};
+
+TEST(RendezvousTest, EnvMethodReadsTorchVariables) {
+  EnvGuard env({{"RANK", "2"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29500"}});
+  auto w = resolve_world("env://", -1, -1);
+  EXPECT_EQ(w.rank, 2);
+  EXPECT_EQ(w.world_size, 4);
+  EXPECT_EQ(w.local_rank, 1);
+  EXPECT_EQ(w.master_addr, "10.0.0.1");
+  EXPECT_EQ(w.master_port, 29500);
+}
+
+TEST(RendezvousTest, EnvMethodReadsSlurmAndOpenMpiVariables) {
+  {
+    EnvGuard env({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"}, {"MASTER_PORT", "1234"}});
+    auto w = resolve_world("env://", -1, -1);
+    EXPECT_EQ(w.rank, 5);
+    EXPECT_EQ(w.world_size, 8);
+    EXPECT_EQ(w.local_rank, 1);
+  }
+  {
+    EnvGuard env({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "3"}, {"MASTER_PORT", "1234"}});
+    auto w = resolve_world("env://", -1, -1);
+    EXPECT_EQ(w.rank, 1);
+    EXPECT_EQ(w.world_size, 3);
+  }
+}
+
+TEST(RendezvousTest, TcpAndFileMethods) {
+  EnvGuard env({});
+  auto t = resolve_world("tcp://node7:4000", 1, 2);
+  EXPECT_EQ(t.master_addr, "node7");
+  EXPECT_EQ(t.master_port, 4000);
+  auto f = resolve_world("file:///tmp/x", 0, 1);
+  EXPECT_EQ(f.file_path, "/tmp/x");
+}
+
+TEST(RendezvousTest, BadInputNamesTheProblem) {
+  EnvGuard env({{"RANK", "0"}, {"WORLD_SIZE", "2"}});
+  auto message = [](auto fn) {
+    try {
+      fn();
+    } catch (const distrl::ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message([] { resolve_world("env://", -1, -1); }).find("MASTER_PORT"), std::string::npos);
+  EXPECT_NE(message([] { resolve_world("tcp://host", -1, -1); }).find("tcp://host:port"), std::string::npos);
+  EXPECT_NE(message([] { resolve_world("tcp://host:99999", -1, -1); }).find("expected an integer in [1, 65535]"), std::string::npos);
+  EXPECT_NE(message([] { resolve_world("file://relative", -1, -1); }).find("absolute"), std::string::npos);
+  EXPECT_NE(message([] { resolve_world("udp://x:1", -1, -1); }).find("unknown init method"), std::string::npos);
+  EXPECT_NE(message([] { resolve_world("tcp://h:1", 3, 2); }).find("not below world size"), std::string::npos);
+  ::setenv("RANK", "abc", 1);
+  EXPECT_NE(message([] { resolve_world("tcp://h:1", -1, -1); }).find("RANK is 'abc'"), std::string::npos);
+}
