@@ -34,7 +34,8 @@ template <typename T>
 class Promise;
 
 // How long wait() spins before it blocks: a round trip on a 2-vCPU VM is cheaper when the
-// waiter is still on-CPU when the answer lands. Process-wide, default 20 µs; 0 disables.
+// waiter is still on-CPU when the answer lands. Process-wide, default 0 (off): on machines
+// with fewer cores than busy threads spinning costs more than it saves.
 void set_future_spin(std::chrono::microseconds spin);
 std::chrono::microseconds future_spin();
 

@@ -7,7 +7,7 @@
 namespace distrl::transport {
 
 namespace {
-std::atomic<long long> g_spin_us{20};
+std::atomic<long long> g_spin_us{0};
 }
 
 void set_future_spin(std::chrono::microseconds spin) { g_spin_us.store(spin.count()); }

@@ -31,7 +31,7 @@ class IoLoop {
   };
   struct Options {
     std::size_t max_frame_bytes = 1ull << 30;
-    std::chrono::microseconds spin{50};
+    std::chrono::microseconds spin{0};
   };
 
   IoLoop(std::shared_ptr<zmq::context_t> ctx, Options options, Callbacks callbacks);

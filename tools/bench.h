@@ -1,0 +1,27 @@
+// distrl-bench suites. Each runs real processes, prints a table and writes a CSV.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace distrl::tools {
+
+struct RpcBenchOptions {
+  int calls = 20000;                       // timed rpc_sync calls
+  int warmup = 2000;
+  int throughput_calls = 100000;           // rpc_async calls for the throughput run
+  int inflight = 64;
+  int big_mib = 4;
+  int big_iters = 50;
+  std::vector<std::string> transports{"ipc", "tcp"};
+  std::string cpus = "any";                // any | same | split: where the two processes run
+  int spin_us = -1;                        // -1: defaults; else both the I/O loop and future spin
+  std::string csv = "distrl-bench-rpc.csv";
+};
+
+int run_rpc_bench(const RpcBenchOptions& options);
+
+// One-line description of this machine for benchmark tables.
+std::string machine_description();
+
+}  // namespace distrl::tools

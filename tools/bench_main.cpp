@@ -1,0 +1,36 @@
+// distrl-bench: benchmarks as tools (speed is measured here, never asserted in tests).
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+
+#include "common/error.h"
+#include "tools/bench.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"distrl-bench: measure distrl on this machine. Each suite prints a table and writes a CSV."};
+  app.require_subcommand(1);
+  distrl::tools::RpcBenchOptions rpc;
+  auto* r = app.add_subcommand("rpc", "RPC round trip (rpc_sync), throughput (rpc_async in flight), 4 MiB bandwidth");
+  r->add_option("--calls", rpc.calls, "timed rpc_sync calls")->check(CLI::Range(10, 10000000));
+  r->add_option("--throughput-calls", rpc.throughput_calls, "rpc_async calls in the throughput run")->check(CLI::Range(10, 100000000));
+  r->add_option("--inflight", rpc.inflight, "rpc_async calls kept in flight")->check(CLI::Range(1, 100000));
+  r->add_option("--big-mib", rpc.big_mib, "size of the bandwidth tensor in MiB")->check(CLI::Range(1, 1024));
+  r->add_option("--transports", rpc.transports, "transports to measure")->check(CLI::IsMember({"ipc", "tcp"}))->delimiter(',');
+  r->add_option("--cpus", rpc.cpus, "any: let the OS place both processes; same: pin both to CPU 0; split: one per CPU")
+      ->check(CLI::IsMember({"any", "same", "split"}));
+  r->add_option("--spin-us", rpc.spin_us, "busy-poll time before sleeping, for the I/O loop and waiting futures (-1: defaults)");
+  r->add_option("--csv", rpc.csv, "CSV output path");
+  try {
+    app.parse(argc, argv);
+    if (r->parsed()) return distrl::tools::run_rpc_bench(rpc);
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const distrl::ConfigError& e) {
+    std::cerr << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "distrl-bench: " << e.what() << "\n";
+    return 1;
+  }
+}
