@@ -3,7 +3,7 @@
 
 #include <iostream>
 
-#include "common/error.h"
+#include "common/main_guard.h"
 #include "tools/bench.h"
 
 int main(int argc, char** argv) {
@@ -22,15 +22,8 @@ int main(int argc, char** argv) {
   r->add_option("--csv", rpc.csv, "CSV output path");
   try {
     app.parse(argc, argv);
-    if (r->parsed()) return distrl::tools::run_rpc_bench(rpc);
-    return 0;
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
-  } catch (const distrl::ConfigError& e) {
-    std::cerr << e.what() << "\n";
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "distrl-bench: " << e.what() << "\n";
-    return 1;
   }
+  return distrl::guarded_main("distrl-bench", [&] { return r->parsed() ? distrl::tools::run_rpc_bench(rpc) : 0; });
 }

@@ -120,7 +120,7 @@ Result run_pair(const RpcBenchOptions& o, const std::string& transport) {
   r.transport = transport;
   std::ifstream f(out);
   if (!ok || !(f >> r.median_us >> r.p99_us >> r.calls_per_s >> r.big_gbps))
-    throw Error("distrl-bench rpc: the " + transport + " run failed (see its output above)");
+    throw Error("rpc: the " + transport + " run failed (see its output above)");
   std::filesystem::remove_all(dir);
   return r;
 }

@@ -3,7 +3,7 @@
 
 #include <iostream>
 
-#include "common/error.h"
+#include "common/main_guard.h"
 #include "tools/launcher.h"
 
 int main(int argc, char** argv) {
@@ -29,14 +29,8 @@ int main(int argc, char** argv) {
   app.add_flag("!--no-prefix", o.prefix, "do not prefix output lines with the rank");
   try {
     app.parse(split, argv);
-    return distrl::tools::launch(o);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
-  } catch (const distrl::ConfigError& e) {
-    std::cerr << e.what() << "\n";
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "distrl-launch: " << e.what() << "\n";
-    return 1;
   }
+  return distrl::guarded_main("distrl-launch", [&] { return distrl::tools::launch(o); });
 }

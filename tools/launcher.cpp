@@ -38,9 +38,9 @@ void emit(const Rank& r, const std::string& line, bool prefix) {
 
 pid_t spawn(const LaunchOptions& o, int local, int global, int world, int port, int* out_fd) {
   int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) throw Error("distrl-launch: pipe failed: " + std::string(std::strerror(errno)));
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw Error("pipe failed: " + std::string(std::strerror(errno)));
   pid_t pid = ::fork();
-  if (pid < 0) throw Error("distrl-launch: fork failed: " + std::string(std::strerror(errno)));
+  if (pid < 0) throw Error("fork failed: " + std::string(std::strerror(errno)));
   if (pid == 0) {
     ::setpgid(0, 0);  // its own group, so stopping a rank stops what it started
     ::dup2(fds[1], STDOUT_FILENO);
@@ -103,19 +103,19 @@ int free_port(const std::string& addr) {
   if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
       ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
     if (fd >= 0) ::close(fd);
-    throw Error("distrl-launch: cannot find a free port on " + addr + "; pass --master-port");
+    throw Error("cannot find a free port on " + addr + "; pass --master-port");
   }
   ::close(fd);
   return ntohs(a.sin_port);
 }
 
 int launch(const LaunchOptions& o) {
-  if (o.command.empty()) throw ConfigError("distrl-launch: no command given (usage: distrl-launch --nproc N -- CMD ARGS...)");
-  if (o.nproc < 1 || o.nnodes < 1) throw ConfigError("distrl-launch: --nproc and --nnodes must be at least 1");
+  if (o.command.empty()) throw ConfigError("no command given (usage: distrl-launch --nproc N -- CMD ARGS...)");
+  if (o.nproc < 1 || o.nnodes < 1) throw ConfigError("--nproc and --nnodes must be at least 1");
   if (o.node_rank < 0 || o.node_rank >= o.nnodes)
-    throw ConfigError("distrl-launch: --node-rank " + std::to_string(o.node_rank) + " is not in [0, " + std::to_string(o.nnodes) + ")");
+    throw ConfigError("--node-rank " + std::to_string(o.node_rank) + " is not in [0, " + std::to_string(o.nnodes) + ")");
   if (o.nnodes > 1 && o.master_port == 0)
-    throw ConfigError("distrl-launch: with --nnodes > 1 every node needs the same --master-port");
+    throw ConfigError("with --nnodes > 1 every node needs the same --master-port");
   const int port = o.master_port ? o.master_port : free_port(o.master_addr);
   const int world = o.nproc * o.nnodes;
 

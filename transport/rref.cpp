@@ -6,19 +6,12 @@
 #include "transport/rref.h"
 
 #include "transport/detail/agent_state.h"
+#include "transport/detail/le_bytes.h"
 #include "transport/detail/wire_codec.h"
 
 namespace distrl::transport::detail {
 namespace {
 
-void put_le(std::string& s, std::uint64_t v, int n) {
-  for (int i = 0; i < n; ++i) s.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-std::uint64_t get_le(const char* p, int n) {
-  std::uint64_t v = 0;
-  for (int i = 0; i < n; ++i) v |= static_cast<std::uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
-  return v;
-}
 constexpr std::size_t kRRefDescBytes = 4 + 8 + 8;  // owner rank, object id, fork id
 
 }  // namespace

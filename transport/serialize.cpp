@@ -7,6 +7,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
 
+#include "transport/detail/le_bytes.h"
 #include "transport/detail/wire_codec.h"
 
 namespace distrl::transport::detail {
@@ -32,19 +33,6 @@ std::uint8_t dtype_code(c10::ScalarType t) {
   for (std::size_t i = 0; i < kDtypeCount; ++i)
     if (kDtypes[i].type == t) return static_cast<std::uint8_t>(i);
   throw ProtocolError(std::string("transport: cannot send a tensor of dtype ") + c10::toString(t));
-}
-
-void put_u32(std::string& s, std::uint32_t v) {
-  for (int i = 0; i < 4; ++i) s.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-void put_i64(std::string& s, std::int64_t v) {
-  auto u = static_cast<std::uint64_t>(v);
-  for (int i = 0; i < 8; ++i) s.push_back(static_cast<char>((u >> (8 * i)) & 0xff));
-}
-std::uint64_t get_le(const char* p, int n) {
-  std::uint64_t v = 0;
-  for (int i = 0; i < n; ++i) v |= static_cast<std::uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
-  return v;
 }
 
 }  // namespace
@@ -84,8 +72,8 @@ std::string pack_tensor_descriptor(const at::Tensor& t) {
   d.reserve(6 + 8 * c.dim());
   d.push_back(static_cast<char>(dtype_code(c.scalar_type())));
   d.push_back(static_cast<char>(c.dim()));
-  put_u32(d, static_cast<std::uint32_t>(t_pack->tensors->size()));
-  for (auto s : c.sizes()) put_i64(d, s);
+  put_le(d, t_pack->tensors->size(), 4);
+  for (auto s : c.sizes()) put_le(d, static_cast<std::uint64_t>(s), 8);
   t_pack->tensors->push_back(std::move(c));
   return d;
 }

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "transport/detail/callable.h"
+#include "transport/detail/le_bytes.h"
 #include "transport/detail/wire_codec.h"
 
 namespace distrl::testing {
@@ -16,9 +17,8 @@ inline std::string descriptor(std::uint8_t dtype, const std::vector<std::int64_t
   std::string d;
   d.push_back(static_cast<char>(dtype));
   d.push_back(static_cast<char>(dims.size()));
-  for (int i = 0; i < 4; ++i) d.push_back(static_cast<char>((frame >> (8 * i)) & 0xff));
-  for (auto v : dims)
-    for (int i = 0; i < 8; ++i) d.push_back(static_cast<char>((static_cast<std::uint64_t>(v) >> (8 * i)) & 0xff));
+  transport::detail::put_le(d, frame, 4);
+  for (auto v : dims) transport::detail::put_le(d, static_cast<std::uint64_t>(v), 8);
   return d;
 }
 
