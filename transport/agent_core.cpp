@@ -340,8 +340,9 @@ void AgentCore::shutdown(bool graceful) {
                                                           " failed: agent " + s.opts.name + " shut down")));
   }
   {
+    decltype(s.objects) dying;  // destroyed after the unlock: objects may hold RRefs
     std::lock_guard<std::mutex> lock(s.obj_mu);
-    s.objects.clear();
+    dying.swap(s.objects);
   }
   // 3. Rank 0 hosts the store: it leaves last.
   if (graceful && s.rdv) {

@@ -227,8 +227,9 @@ void on_request(AgentCore& core, AgentCore::State& s, zmq::message_t&& routing, 
   if (h.kind == Kind::Control && h.fn == kReleaseFn) {  // a holder let go
     try {
       auto ids = m->body_as<std::tuple<std::uint64_t, std::uint64_t>>(nullptr, "RRef release");
+      std::shared_ptr<AgentCore::State::Object> last;
       std::lock_guard<std::mutex> lock(s.obj_mu);
-      s.release_fork_locked(std::get<0>(ids), std::get<1>(ids));
+      last = s.release_fork_locked(std::get<0>(ids), std::get<1>(ids));
     } catch (const ProtocolError& e) {
       count_bad(s, e.what(), false);
     }

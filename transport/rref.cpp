@@ -82,8 +82,9 @@ void AgentCore::release_rref(int owner, std::uint64_t id, std::uint64_t fork) {
   auto& s = *s_;
   if (!s.running.load()) return;  // the group is gone; owners dropped their objects
   if (owner == s.rank) {
+    std::shared_ptr<State::Object> last;  // declared first: destroyed after the unlock
     std::lock_guard<std::mutex> lock(s.obj_mu);
-    s.release_fork_locked(id, fork);
+    last = s.release_fork_locked(id, fork);
     return;
   }
   Header h;

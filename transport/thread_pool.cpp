@@ -42,8 +42,11 @@ void ThreadPool::stop() {
     stopping_ = true;
   }
   cv_.notify_all();
-  for (auto& w : workers_)
-    if (w.joinable() && w.get_id() != std::this_thread::get_id()) w.join();
+  for (auto& w : workers_) {
+    if (!w.joinable()) continue;
+    if (w.get_id() == std::this_thread::get_id()) w.detach();  // stop() from one of our own tasks
+    else w.join();
+  }
   workers_.clear();
 }
 

@@ -63,6 +63,10 @@ struct Secret {  // serializable, but registered without .fetchable()
   MSGPACK_DEFINE(v);
 };
 
+struct Holder {  // an owned object that itself holds an RRef (freed without deadlock)
+  RRef<Counter> inner;
+};
+
 struct Sample {
   std::string name;
   at::Tensor obs;
@@ -102,6 +106,7 @@ void register_all(RpcAgent& a) {
       .method("value", &Counter::value);
   a.register_class<Box>("Box").constructor<int, std::string>().fetchable();
   a.register_class<Secret>("Secret").constructor<int>();
+  a.register_class<Holder>("Holder").constructor<RRef<Counter>>();
 }
 
 }  // namespace
@@ -163,7 +168,10 @@ TEST(RpcTest, RemoteObjectsAndRRefsAcrossThreeWorkers) {
         expect_throw<distrl::ProtocolError>([&] { c.rpc_sync<int>("nope"); }, "unknown method");
         RRef<Counter> broken = agent.remote<Counter>(1, "Counter", std::string("not an int"));
         expect_throw<distrl::ProtocolError>([&] { broken.created().value(); }, "constructor argument type");
-        expect(agent.rpc_sync<AgentStats>(1, "stats").live_objects >= 4, "objects alive while referenced");
+        // worker1 owns both: Holder's RRef to the Counter is a local reference on the owner.
+        RRef<Holder> holder = agent.remote<Holder>(1, "Holder", agent.remote<Counter>(1, "Counter", 1));
+        holder.created().value();
+        expect(agent.rpc_sync<AgentStats>(1, "stats").live_objects >= 6, "objects alive while referenced");
       }
       // Every reference is gone: the owner frees the objects (releases are asynchronous).
       const auto until = std::chrono::steady_clock::now() + 10s;

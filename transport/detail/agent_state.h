@@ -87,13 +87,17 @@ struct AgentCore::State {
     auto o = object_locked(id);
     if (!o->released_early.erase(fork)) o->forks.insert(fork);
   }
-  void release_fork_locked(std::uint64_t id, std::uint64_t fork) {
+  // Returns the object when this was its last reference: the caller lets it go after
+  // unlocking, since its destructor may release RRefs and so take obj_mu again.
+  [[nodiscard]] std::shared_ptr<Object> release_fork_locked(std::uint64_t id, std::uint64_t fork) {
     auto o = object_locked(id);
     if (!o->forks.erase(fork)) {
       o->released_early.insert(fork);  // its fork notice is still on the way
-      return;
+      return nullptr;
     }
-    if (o->forks.empty() && o->released_early.empty() && o->constructed_seen) objects.erase(id);
+    if (!o->forks.empty() || !o->released_early.empty() || !o->constructed_seen) return nullptr;
+    objects.erase(id);
+    return o;
   }
 };
 
