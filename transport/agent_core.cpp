@@ -102,19 +102,24 @@ void AgentCore::call(int dest, Header h, const BodyWriter& body, Completion done
   }
   s_->calls_sent.fetch_add(1, std::memory_order_relaxed);
   State* s = s_.get();
-  s->io->post([s, dest, id = h.call_id, fn = std::move(h.fn), msg, done = std::move(done), timeout]() mutable {
+  auto shared_done = std::make_shared<Completion>(std::move(done));
+  const bool queued = s->io->post([s, dest, id = h.call_id, fn = h.fn, msg, shared_done, timeout]() mutable {
     auto frames = encode_message(std::move(*msg));
     std::string err;
     if (!s->io->send_to_peer(dest, frames, &err)) {
-      done(nullptr, std::make_exception_ptr(TransportError("rpc to " + s->worker_name(dest) + " (rank " +
-                                                           std::to_string(dest) + ") '" + fn + "' failed: " + err)));
+      (*shared_done)(nullptr, std::make_exception_ptr(TransportError("rpc to " + s->worker_name(dest) + " (rank " +
+                                                                      std::to_string(dest) + ") '" + fn + "' failed: " + err)));
       finish_inflight(*s);
       return;
     }
     auto deadline = Clock::now() + timeout;
     s->deadlines.emplace(deadline, id);
-    s->pending.emplace(id, State::Pending{dest, std::move(fn), std::move(done), deadline, timeout});
+    s->pending.emplace(id, State::Pending{dest, std::move(fn), std::move(*shared_done), deadline, timeout});
   });
+  if (!queued) {  // raced with shutdown
+    (*shared_done)(nullptr, std::make_exception_ptr(TransportError("rpc: agent " + s->opts.name + " is shut down; cannot call '" + h.fn + "'")));
+    finish_inflight(*s);
+  }
 }
 
 namespace {

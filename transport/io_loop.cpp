@@ -55,16 +55,19 @@ void IoLoop::start() { thread_ = std::thread([this] { run(); }); }
 void IoLoop::stop() {
   if (stopped_) return;
   stopped_ = true;
-  stopping_.store(true);
+  {
+    std::lock_guard<std::mutex> lock(mu_);  // post() sees stopping_ under the same lock
+    stopping_.store(true);
+  }
   std::uint64_t one = 1;
   (void)!::write(wake_fd_, &one, sizeof(one));
   if (thread_.joinable()) thread_.join();
 }
 
-void IoLoop::post(std::function<void()> fn) {
+bool IoLoop::post(std::function<void()> fn) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_.load(std::memory_order_relaxed)) return;
+    if (stopping_.load(std::memory_order_relaxed)) return false;
     posted_.push_back(std::move(fn));
   }
   // Only a sleeping loop needs the syscall; a spinning one sees the queue on its next round.
@@ -72,6 +75,7 @@ void IoLoop::post(std::function<void()> fn) {
     std::uint64_t one = 1;
     (void)!::write(wake_fd_, &one, sizeof(one));
   }
+  return true;
 }
 
 bool IoLoop::run_posted() {

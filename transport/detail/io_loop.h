@@ -47,8 +47,8 @@ class IoLoop {
   // Runs every posted task, closes the sockets and joins. Idempotent.
   void stop();
 
-  // Any thread: run fn on the I/O thread (dropped after stop()).
-  void post(std::function<void()> fn);
+  // Any thread: run fn on the I/O thread. False (fn dropped) once stop() has begun.
+  bool post(std::function<void()> fn);
   bool on_io_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
 
   // I/O thread only. False (and *error) when the message cannot be queued.
