@@ -110,13 +110,7 @@ at::Tensor unpack_tensor_descriptor(const msgpack::object& o) {
   if (!t_unpack || !t_unpack->frames) throw ProtocolError("transport: tensor decoded outside a message");
   TensorDesc d = parse_tensor_descriptor(o.via.ext.data(), o.via.ext.size);
   const InFrames& in = *t_unpack->frames;
-  if (d.frame >= in.frames.size())
-    throw ProtocolError("tensor descriptor names frame " + std::to_string(d.frame + 1) + ", message has " +
-                        std::to_string(in.frames.size() + 1) + " frames");
-  const zmq::message_t& f = in.frames[d.frame];
-  if (f.size() != d.nbytes)
-    throw ProtocolError("tensor frame " + std::to_string(d.frame + 1) + " has " + std::to_string(f.size()) +
-                        " bytes, descriptor says " + std::to_string(d.nbytes));
+  const zmq::message_t& f = tensor_frame(in, d);
   const auto opts = at::TensorOptions().dtype(kDtypes[d.dtype].type);
   const std::size_t elem = kDtypes[d.dtype].size;
   auto* data = const_cast<void*>(f.data());

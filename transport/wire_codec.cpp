@@ -35,28 +35,19 @@ bool read_int(const msgpack::object* o, std::int64_t* out) {
 }
 
 // Checks every tensor descriptor in the body against the frames before anything uses them.
-void validate_tensors(const msgpack::object& o, const std::vector<zmq::message_t>& frames, std::size_t depth) {
+void validate_tensors(const msgpack::object& o, const InFrames& in) {
   switch (o.type) {
     case msgpack::type::ARRAY:
-      for (std::uint32_t i = 0; i < o.via.array.size; ++i) validate_tensors(o.via.array.ptr[i], frames, depth + 1);
+      for (std::uint32_t i = 0; i < o.via.array.size; ++i) validate_tensors(o.via.array.ptr[i], in);
       break;
     case msgpack::type::MAP:
       for (std::uint32_t i = 0; i < o.via.map.size; ++i) {
-        validate_tensors(o.via.map.ptr[i].key, frames, depth + 1);
-        validate_tensors(o.via.map.ptr[i].val, frames, depth + 1);
+        validate_tensors(o.via.map.ptr[i].key, in);
+        validate_tensors(o.via.map.ptr[i].val, in);
       }
       break;
     case msgpack::type::EXT:
-      if (o.via.ext.type() == kTensorExt) {
-        TensorDesc d = parse_tensor_descriptor(o.via.ext.data(), o.via.ext.size);
-        if (d.frame + 1 >= frames.size())
-          throw ProtocolError("tensor descriptor names frame " + std::to_string(d.frame + 1) + ", message has " +
-                              std::to_string(frames.size()) + " frames");
-        const auto got = frames[d.frame + 1].size();
-        if (got != d.nbytes)
-          throw ProtocolError("tensor frame " + std::to_string(d.frame + 1) + " has " + std::to_string(got) +
-                              " bytes, descriptor says " + std::to_string(d.nbytes));
-      }
+      if (o.via.ext.type() == kTensorExt) tensor_frame(in, parse_tensor_descriptor(o.via.ext.data(), o.via.ext.size));
       break;
     default:
       break;
@@ -124,16 +115,27 @@ std::optional<InMessage> decode_message(std::vector<zmq::message_t>&& frames, co
     return fail("header announces " + std::to_string(nt) + " tensor frames, message has " +
                 std::to_string(frames.size() - 1));
   if (const auto* a = find_key(root, "a")) m.body_object = *a;
-  try {
-    validate_tensors(m.body_object, frames, 0);
-  } catch (const ProtocolError& e) {
-    return fail(e.what());
-  }
   auto in = std::make_shared<InFrames>();
   in->frames.reserve(frames.size() - 1);
   for (std::size_t i = 1; i < frames.size(); ++i) in->frames.push_back(std::move(frames[i]));
+  try {
+    validate_tensors(m.body_object, *in);
+  } catch (const ProtocolError& e) {
+    return fail(e.what());
+  }
   m.frames = std::move(in);
   return m;
+}
+
+const zmq::message_t& tensor_frame(const InFrames& in, const TensorDesc& d) {
+  if (d.frame >= in.frames.size())
+    throw ProtocolError("tensor descriptor names frame " + std::to_string(d.frame + 1) + ", message has " +
+                        std::to_string(in.frames.size() + 1) + " frames");
+  const zmq::message_t& f = in.frames[d.frame];
+  if (f.size() != d.nbytes)
+    throw ProtocolError("tensor frame " + std::to_string(d.frame + 1) + " has " + std::to_string(f.size()) +
+                        " bytes, descriptor says " + std::to_string(d.nbytes));
+  return f;
 }
 
 std::vector<zmq::message_t> encode_message(OutMessage&& m) {

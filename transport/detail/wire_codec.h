@@ -29,6 +29,8 @@ struct TensorDesc {
 
 // Parses and range-checks a descriptor (throws ProtocolError).
 TensorDesc parse_tensor_descriptor(const char* data, std::size_t size);
+// The frame a descriptor names, checked for existence and size (throws ProtocolError).
+const zmq::message_t& tensor_frame(const InFrames& in, const TensorDesc& d);
 std::size_t dtype_size(std::uint8_t code);  // 0 for an unknown code
 
 // Why a message was refused, with the call id and kind when the header got that far: a bad
