@@ -70,16 +70,10 @@ class RpcAgent {
   // Returns at once; the RRef is usable right away (calls queue behind the construction).
   template <typename T, typename... Args>
   RRef<T> remote(const Target& to, const std::string& fn, const Args&... args) {
-    auto s = std::make_shared<detail::RRefState>();
-    s->core = core_;
-    s->owner = core_->resolve(to);
-    s->id = s->fork = core_->new_object_id();
     detail::Header h;
     h.fn = fn;
-    h.new_obj = s->id;
-    s->created = detail::call_async<void>(core_, s->owner, std::move(h), detail::args_writer(args...),
-                                          core_->timeout_for(to));
-    return RRef<T>(std::move(s));
+    return RRef<T>(detail::remote_call(core_, core_->resolve(to), std::move(h), detail::args_writer(args...),
+                                       core_->timeout_for(to)));
   }
 
   // Graceful: waits until every worker has called shutdown() and all their calls are done

@@ -23,6 +23,19 @@ struct RRefState {
   ~RRefState();
 };
 
+// Sends a request that creates an object on owner (h.fn names a function, class or method)
+// and returns the creator's reference to it, usable at once.
+inline std::shared_ptr<RRefState> remote_call(const std::shared_ptr<AgentCore>& core, int owner, Header h,
+                                              const BodyWriter& body, std::chrono::milliseconds timeout) {
+  auto s = std::make_shared<RRefState>();
+  s->core = core;
+  s->owner = owner;
+  s->id = s->fork = core->new_object_id();  // the creator's fork id is the object id
+  h.new_obj = s->id;
+  s->created = call_async<void>(core, owner, std::move(h), body, timeout);
+  return s;
+}
+
 std::string pack_rref_descriptor(const std::shared_ptr<RRefState>& s);
 std::shared_ptr<RRefState> unpack_rref_descriptor(const msgpack::object& o);
 
@@ -73,17 +86,11 @@ class RRef {
   template <typename U, typename... Args>
   RRef<U> remote(const std::string& method, const Args&... args) const {
     auto c = core();
-    auto s = std::make_shared<detail::RRefState>();
-    s->core = c;
-    s->owner = state_->owner;
-    s->id = s->fork = c->new_object_id();
     detail::Header h;
     h.fn = method;
     h.obj = state_->id;
-    h.new_obj = s->id;
-    s->created = detail::call_async<void>(c, state_->owner, std::move(h), detail::args_writer(args...),
-                                          c->options().rpc_timeout);
-    return RRef<U>(std::move(s));
+    return RRef<U>(detail::remote_call(c, state_->owner, std::move(h), detail::args_writer(args...),
+                                       c->options().rpc_timeout));
   }
 
   const std::shared_ptr<detail::RRefState>& state() const { return state_; }
