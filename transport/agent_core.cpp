@@ -75,6 +75,17 @@ std::uint64_t AgentCore::new_object_id() {
 // ------------------------------------------------------------------ outgoing calls
 
 namespace {
+// "rpc to worker1 (rank 1) 'fn'": how every call failure names the call.
+std::string describe_call(const AgentCore::State& s, int dest, const std::string& fn) {
+  return "rpc to " + s.worker_name(dest) + " (rank " + std::to_string(dest) + ") '" + fn + "'";
+}
+std::exception_ptr call_failed(const AgentCore::State& s, int dest, const std::string& fn, const std::string& why) {
+  return std::make_exception_ptr(TransportError(describe_call(s, dest, fn) + " failed: " + why));
+}
+std::exception_ptr agent_shut_down(const AgentCore::State& s, const std::string& fn) {
+  return std::make_exception_ptr(TransportError("rpc: agent " + s.opts.name + " is shut down; cannot call '" + fn + "'"));
+}
+
 void finish_inflight(AgentCore::State& s) {
   std::lock_guard<std::mutex> lock(s.inflight_mu);
   if (--s.inflight == 0) s.inflight_cv.notify_all();
@@ -83,7 +94,7 @@ void finish_inflight(AgentCore::State& s) {
 
 void AgentCore::call(int dest, Header h, const BodyWriter& body, Completion done, std::chrono::milliseconds timeout) {
   if (!s_->running.load()) {
-    done(nullptr, std::make_exception_ptr(TransportError("rpc: agent " + s_->opts.name + " is shut down; cannot call '" + h.fn + "'")));
+    done(nullptr, agent_shut_down(*s_, h.fn));
     return;
   }
   h.kind = Kind::Request;
@@ -107,8 +118,7 @@ void AgentCore::call(int dest, Header h, const BodyWriter& body, Completion done
     auto frames = encode_message(std::move(*msg));
     std::string err;
     if (!s->io->send_to_peer(dest, frames, &err)) {
-      (*shared_done)(nullptr, std::make_exception_ptr(TransportError("rpc to " + s->worker_name(dest) + " (rank " +
-                                                                      std::to_string(dest) + ") '" + fn + "' failed: " + err)));
+      (*shared_done)(nullptr, call_failed(*s, dest, fn, err));
       finish_inflight(*s);
       return;
     }
@@ -117,7 +127,7 @@ void AgentCore::call(int dest, Header h, const BodyWriter& body, Completion done
     s->pending.emplace(id, State::Pending{dest, std::move(fn), std::move(*shared_done), deadline, timeout});
   });
   if (!queued) {  // raced with shutdown
-    (*shared_done)(nullptr, std::make_exception_ptr(TransportError("rpc: agent " + s->opts.name + " is shut down; cannot call '" + h.fn + "'")));
+    (*shared_done)(nullptr, agent_shut_down(*s, h.fn));
     finish_inflight(*s);
   }
 }
@@ -184,9 +194,7 @@ void on_peer_down(AgentCore::State& s, int peer, const std::string& why) {
     DISTRL_LOG(Warn, "rpc: peer " << s.worker_name(peer) << " (rank " << peer << ") is gone: failing " << ids.size() << " pending call(s)");
   for (auto id : ids) {
     const std::string fn = s.pending[id].fn;
-    complete(s, id, nullptr,
-             std::make_exception_ptr(TransportError("rpc to " + s.worker_name(peer) + " (rank " + std::to_string(peer) +
-                                                    ") '" + fn + "' failed: " + why)));
+    complete(s, id, nullptr, call_failed(s, peer, fn, why));
   }
 }
 
@@ -201,8 +209,8 @@ void expire(AgentCore::State& s, Clock::time_point now) {
     s.timeouts.fetch_add(1);
     auto& p = it->second;
     complete(s, id, nullptr,
-             std::make_exception_ptr(TimeoutError("rpc to " + s.worker_name(p.dest) + " (rank " + std::to_string(p.dest) +
-                                                  ") '" + p.fn + "' timed out after " + std::to_string(p.timeout.count()) + " ms")));
+             std::make_exception_ptr(TimeoutError(describe_call(s, p.dest, p.fn) + " timed out after " +
+                                                  std::to_string(p.timeout.count()) + " ms")));
   }
 }
 
@@ -341,8 +349,7 @@ void AgentCore::shutdown(bool graceful) {
   for (auto id : ids) {
     auto p = std::move(s.pending[id]);
     s.pending.erase(id);
-    p.done(nullptr, std::make_exception_ptr(TransportError("rpc '" + p.fn + "' to " + s.worker_name(p.dest) +
-                                                          " failed: agent " + s.opts.name + " shut down")));
+    p.done(nullptr, call_failed(s, p.dest, p.fn, "agent " + s.opts.name + " shut down"));
   }
   {
     decltype(s.objects) dying;  // destroyed after the unlock: objects may hold RRefs
