@@ -51,7 +51,7 @@ demo: deps
 	$(BUILD_DIR)/tools/distrl-launch --nproc 2 -- $(BUILD_DIR)/examples/api_tour
 
 bench: build
-	$(BUILD_DIR)/tools/distrl-bench rpc
+	$(BUILD_DIR)/bin/distrl-bench rpc
 
 clean:
 	rm -rf $(BUILD_DIR)

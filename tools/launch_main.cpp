@@ -1,10 +1,15 @@
 // distrl-launch: start N local ranks of a command, like torchrun on one node.
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <iostream>
 
+#include "common/error.h"
 #include "common/main_guard.h"
 #include "tools/launcher.h"
+#include "tools/rl_launch.h"
 
 int main(int argc, char** argv) {
   distrl::tools::LaunchOptions o;
@@ -27,10 +32,24 @@ int main(int argc, char** argv) {
   app.add_option("--master-port", o.master_port, "rendezvous port (default: a free port; required with --nnodes > 1)")
       ->check(CLI::Range(0, 65535));
   app.add_flag("!--no-prefix", o.prefix, "do not prefix output lines with the rank");
+  std::string config;
+  app.add_option("--config", config,
+                 "an RL run configuration: start distrl-agent as rank 0 and one distrl-observer per\n"
+                 "'observers' in the file; extra KEY=VALUE or --key value arguments override the file")
+      ->check(CLI::ExistingFile);
+  app.allow_extras();
   try {
     app.parse(split, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  return distrl::guarded_main("distrl-launch", [&] { return distrl::tools::launch(o); });
+  return distrl::guarded_main("distrl-launch", [&] {
+    if (!config.empty()) {
+      if (!o.command.empty()) throw distrl::ConfigError("give either --config FILE or -- CMD, not both");
+      distrl::tools::configure_rl_launch(config, app.remaining(), &o);
+    } else if (!app.remaining().empty()) {
+      throw distrl::ConfigError("unexpected argument '" + app.remaining().front() + "' (see --help)");
+    }
+    return distrl::tools::launch(o);
+  });
 }

@@ -53,11 +53,12 @@ pid_t spawn(const LaunchOptions& o, int local, int global, int world, int port, 
     set("GROUP_RANK", std::to_string(o.node_rank));
     set("MASTER_ADDR", o.master_addr);
     set("MASTER_PORT", std::to_string(port));
+    const auto& cmd = global == 0 && !o.rank0_command.empty() ? o.rank0_command : o.command;
     std::vector<char*> argv;
-    for (auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
+    for (auto& a : cmd) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
     ::execvp(argv[0], argv.data());
-    std::string msg = "distrl-launch: cannot run '" + o.command[0] + "': " + std::strerror(errno) + "\n";
+    std::string msg = "distrl-launch: cannot run '" + cmd[0] + "': " + std::strerror(errno) + "\n";
     (void)!::write(STDERR_FILENO, msg.data(), msg.size());
     ::_exit(127);
   }

@@ -18,6 +18,7 @@ struct LaunchOptions {
   bool prefix = true;         // "[rank] " before each line
   std::chrono::milliseconds grace{5000};  // SIGTERM -> SIGKILL delay when stopping ranks
   std::vector<std::string> command;
+  std::vector<std::string> rank0_command;  // when set, global rank 0 runs this instead (agent + observers)
 };
 
 // Returns 0 when every rank exited 0, else the first failure's exit code (128 + signal for a

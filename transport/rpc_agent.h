@@ -86,6 +86,7 @@ class RpcAgent {
 };
 
 // register_class<T>("Counter").constructor<int>().method("increment", &Counter::increment);
+// register_class<T>("Worker").factory([&agent](Spec s) { return std::make_shared<Worker>(agent, s); });
 template <typename T>
 class ClassBuilder {
  public:
@@ -98,11 +99,16 @@ class ClassBuilder {
 
   template <typename... A>
   ClassBuilder& constructor() {
-    auto make = [](A... a) {
+    return factory([](A... a) {
       if constexpr (std::is_constructible_v<T, A...>) return std::make_shared<T>(std::move(a)...);
       else return std::make_shared<T>(T{std::move(a)...});  // aggregates
-    };
-    auto c = detail::make_callable<void, decltype(make), false>(name_, make);
+    });
+  }
+  // Constructs through make(args...) -> std::shared_ptr<T>, for objects that need local
+  // context the caller cannot send (this process's RpcAgent, a device, a file).
+  template <typename F>
+  ClassBuilder& factory(F make) {
+    auto c = detail::make_callable<void, F, false>(name_, std::move(make));
     // The constructor's "result" is the object itself, not a shared_ptr to it.
     auto inner = std::move(c.invoke);
     c.invoke = [inner](void* self, const InMessage& m, const std::shared_ptr<detail::AgentCore>& core) {

@@ -1,0 +1,163 @@
+#include "agent/batcher.h"
+
+#include <cstring>
+
+#include "common/error.h"
+
+namespace distrl::agent {
+
+using Clock = std::chrono::steady_clock;
+
+Batcher::Batcher(int obs_dim, int num_observers, BatchOptions options, Forward forward)
+    : obs_dim_(obs_dim), options_(options), forward_(std::move(forward)) {
+  if (obs_dim < 1 || num_observers < 1 || options.max_batch < 1 || options.max_wait.count() < 0)
+    throw Error("Batcher: obs_dim, num_observers and max_batch must be positive and max_wait not negative");
+  active_.assign(num_observers, 0);
+  asked_.assign(num_observers, 0);
+  timer_ = std::thread([this] { timer_loop(); });
+}
+
+Batcher::~Batcher() { stop(); }
+
+void Batcher::stop() {
+  Batch left;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_) return;
+    stopped_ = true;
+    left = std::move(open_);
+    open_ = Batch{};
+  }
+  cv_.notify_all();
+  if (timer_.joinable()) timer_.join();
+  for (auto& r : left.requests)
+    r.promise.set_error(std::make_exception_ptr(TransportError("the agent is shutting down; action request dropped")));
+}
+
+bool Batcher::should_close_locked() const {
+  if (open_.requests.empty()) return false;
+  return open_.rows >= options_.max_batch || open_.active_asked >= active_count_;
+}
+
+Batcher::Batch Batcher::take_locked(Reason why) {
+  Batch b = std::move(open_);
+  open_ = Batch{};
+  std::fill(asked_.begin(), asked_.end(), 0);
+  ++stats_.batches;
+  stats_.rows += b.rows;
+  switch (why) {
+    case Reason::AllAsked: ++stats_.closed_all_asked; break;
+    case Reason::Full: ++stats_.closed_full; break;
+    case Reason::Timeout: ++stats_.closed_timeout; break;
+    case Reason::Inactive: ++stats_.closed_inactive; break;
+  }
+  return b;
+}
+
+transport::Future<ActReply> Batcher::submit(int observer, std::vector<float> obs) {
+  if (observer < 0 || observer >= static_cast<int>(active_.size()))
+    throw Error("select_action: observer id " + std::to_string(observer) + " is out of range [0, " +
+                std::to_string(active_.size()) + ")");
+  if (obs.empty() || obs.size() % obs_dim_ != 0)
+    throw Error("select_action: " + std::to_string(obs.size()) + " floats are not whole observations of " +
+                std::to_string(obs_dim_));
+  const int rows = static_cast<int>(obs.size() / obs_dim_);
+  transport::Promise<ActReply> p;
+  auto f = p.get_future();
+  Batch ready;
+  bool close = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_) throw TransportError("the agent is shutting down; action request refused");
+    if (open_.requests.empty()) {
+      open_.first = Clock::now();
+      cv_.notify_all();  // the timer sleeps until there is a batch
+    }
+    open_.obs.insert(open_.obs.end(), obs.begin(), obs.end());
+    open_.requests.push_back(Pending{rows, std::move(p)});
+    open_.rows += rows;
+    if (active_[observer] && !asked_[observer]) {
+      asked_[observer] = 1;
+      ++open_.active_asked;
+    }
+    ++stats_.requests;
+    if (should_close_locked()) {
+      ready = take_locked(open_.rows >= options_.max_batch ? Reason::Full : Reason::AllAsked);
+      close = true;
+    }
+  }
+  if (close) run(std::move(ready));
+  return f;
+}
+
+void Batcher::set_active(int observer, bool active) {
+  Batch ready;
+  bool close = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (observer < 0 || observer >= static_cast<int>(active_.size())) return;
+    if (static_cast<bool>(active_[observer]) == active) return;
+    active_[observer] = active;
+    active_count_ += active ? 1 : -1;
+    if (active && asked_[observer]) ++open_.active_asked;
+    if (!active && asked_[observer]) --open_.active_asked;
+    if (!active && should_close_locked()) {
+      ready = take_locked(Reason::Inactive);
+      close = true;
+    }
+  }
+  if (close) run(std::move(ready));
+}
+
+int Batcher::active_count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return active_count_;
+}
+
+BatchStats Batcher::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void Batcher::run(Batch batch) {
+  ActReply all;
+  try {
+    all = forward_(batch.obs.data(), batch.rows);
+    if (static_cast<int>(all.actions.size()) != batch.rows || static_cast<int>(all.log_probs.size()) != batch.rows)
+      throw Error("Batcher: the forward pass answered " + std::to_string(all.actions.size()) + " rows for " +
+                  std::to_string(batch.rows));
+  } catch (...) {
+    auto err = std::current_exception();
+    for (auto& r : batch.requests) r.promise.set_error(err);
+    return;
+  }
+  std::size_t at = 0;
+  for (auto& r : batch.requests) {
+    ActReply mine;
+    mine.actions.assign(all.actions.begin() + at, all.actions.begin() + at + r.rows);
+    mine.log_probs.assign(all.log_probs.begin() + at, all.log_probs.begin() + at + r.rows);
+    at += r.rows;
+    r.promise.set_value(std::move(mine));
+  }
+}
+
+void Batcher::timer_loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopped_) {
+    if (open_.requests.empty()) {
+      cv_.wait(lock);
+      continue;
+    }
+    const auto deadline = open_.first + options_.max_wait;
+    if (Clock::now() < deadline) {
+      cv_.wait_until(lock, deadline);
+      continue;
+    }
+    Batch ready = take_locked(Reason::Timeout);
+    lock.unlock();
+    run(std::move(ready));
+    lock.lock();
+  }
+}
+
+}  // namespace distrl::agent

@@ -1,0 +1,90 @@
+// Gathers select_action requests from many observers into one forward pass.
+//
+// A batch closes when (1) every active observer has a request in it, (2) it holds max_batch
+// rows, or (3) max_wait has passed since its first request, so a slow or dead observer
+// delays the others by at most max_wait (PyTorch's tutorial waits for all, forever). The
+// forward runs on the thread that closed the batch (the last requester's handler thread, or
+// the batcher's timer thread); each request's future gets its own rows of the answer.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "agent/protocol.h"
+#include "transport/future.h"
+
+namespace distrl::agent {
+
+struct BatchOptions {
+  int max_batch = 256;                         // rows per forward pass
+  std::chrono::microseconds max_wait{5000};    // since the batch's first request
+};
+
+struct BatchStats {
+  std::uint64_t batches = 0, requests = 0, rows = 0;
+  std::uint64_t closed_all_asked = 0, closed_full = 0, closed_timeout = 0, closed_inactive = 0;
+  double mean_rows() const { return batches ? static_cast<double>(rows) / batches : 0.0; }
+};
+
+class Batcher {
+ public:
+  // Answers `rows` observations laid out row after row in obs (rows * obs_dim floats) with
+  // one action and log-prob per row. May throw: every request of the batch gets the error.
+  using Forward = std::function<ActReply(const float* obs, int rows)>;
+
+  Batcher(int obs_dim, int num_observers, BatchOptions options, Forward forward);
+  ~Batcher();
+  Batcher(const Batcher&) = delete;
+  Batcher& operator=(const Batcher&) = delete;
+
+  // One observer's request; obs holds rows * obs_dim floats. Throws distrl::Error for a bad
+  // observer id or a row count that does not match obs_dim.
+  transport::Future<ActReply> submit(int observer, std::vector<float> obs);
+  // The agent marks an observer active while it runs an episode; a batch never waits for an
+  // inactive one (finished, or dead).
+  void set_active(int observer, bool active);
+  int active_count() const;
+  BatchStats stats() const;
+  // Fails pending requests and stops the timer thread. Idempotent.
+  void stop();
+
+ private:
+  struct Pending {
+    int rows;
+    transport::Promise<ActReply> promise;
+  };
+  struct Batch {
+    std::vector<float> obs;
+    std::vector<Pending> requests;
+    int rows = 0;
+    int active_asked = 0;
+    std::chrono::steady_clock::time_point first;
+  };
+  enum class Reason { AllAsked, Full, Timeout, Inactive };
+
+  // Closes the open batch if a condition holds; returns it (empty when it stays open).
+  bool should_close_locked() const;
+  Batch take_locked(Reason why);
+  void run(Batch batch);
+  void timer_loop();
+
+  const int obs_dim_;
+  const BatchOptions options_;
+  const Forward forward_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::uint8_t> active_;
+  std::vector<std::uint8_t> asked_;  // observer has a request in the open batch
+  int active_count_ = 0;
+  Batch open_;
+  BatchStats stats_;
+  bool stopped_ = false;
+  std::thread timer_;
+};
+
+}  // namespace distrl::agent

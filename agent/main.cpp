@@ -1,0 +1,77 @@
+// distrl-agent: owns the policy, serves observers' select_action requests (batched or one by
+// one) and learns from their episodes. Rank 0 of an RL run; see README "Running RL".
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+
+#include "agent/cli.h"
+#include "agent/rl_agent.h"
+#include "common/log.h"
+#include "common/main_guard.h"
+
+namespace {
+distrl::agent::RlAgent* g_agent = nullptr;
+extern "C" void on_usr1(int) {
+  if (g_agent) g_agent->request_checkpoint();
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  return distrl::guarded_main("distrl-agent", [&] {
+    using namespace distrl;
+    agent::RlConfig cfg;
+    Settings settings("distrl-agent");
+    agent::bind(settings, cfg);
+    CLI::App app{"distrl-agent: the RL agent. Owns the policy network, answers select_action requests from\n"
+                 "the observers (batched into one forward pass, or one by one), runs REINFORCE on their\n"
+                 "episodes, and prints progress until the running reward reaches learner.target_reward.\n"
+                 "Writes OUT_DIR/metrics.csv, OUT_DIR/summary.csv, OUT_DIR/config.yaml and OUT_DIR/policy.pt\n"
+                 "(also on SIGUSR1). Usually started by: distrl-launch --config configs/cartpole.yaml"};
+    agent::RlCli cli;
+    std::string resume;
+    bool check_only = false;
+    agent::add_rl_flags(app, cli, settings);
+    app.add_option("--resume", resume, "continue from a checkpoint written by an earlier run (OUT_DIR/policy.pt)");
+    app.add_flag("--check-config", check_only, "validate the configuration and exit");
+    if (!agent::parse_rl_cli(app, argc, argv, cli, settings)) return 0;
+    agent::parse_device(cfg.device);  // fail before rendezvous, not after
+    if (check_only) return 0;
+
+    set_log_tag("agent");
+    agent::RlAgent rl(cfg, resume);
+    g_agent = &rl;
+    std::signal(SIGUSR1, on_usr1);
+    std::printf("distrl-agent: %s, %s, model %s, device %s, lr %g, gamma %g\n", cfg.env.c_str(),
+                cfg.mode == "batched" ? ("batched (max_batch " + std::to_string(cfg.max_batch) + ", max_wait " +
+                                         std::to_string(cfg.max_wait_us) + " us)").c_str()
+                                      : "unbatched",
+                cfg.model.c_str(), cfg.device.c_str(), cfg.lr, cfg.gamma);
+    std::fflush(stdout);
+    transport::RpcAgent rpc(agent::rpc_options(cfg, cli.world, "agent"), [&](transport::RpcAgent& a) { rl.serve(a); });
+    std::printf("distrl-agent: %d observer(s) joined; running up to %d rounds of %d steps\n", rpc.world_size() - 1,
+                cfg.episodes, cfg.max_steps);
+    std::fflush(stdout);
+    agent::RunSummary s = rl.run(rpc);
+    g_agent = nullptr;
+    rpc.shutdown();
+
+    std::filesystem::create_directories(cfg.out_dir);
+    std::ofstream(cfg.out_dir + "/config.yaml") << settings.to_yaml();
+    std::ofstream sum(cfg.out_dir + "/summary.csv");
+    sum << "observers,mode,envs_per_observer,rounds,episodes,env_steps,seconds,env_steps_per_s,latency_median_us,"
+           "latency_p99_us,mean_batch,running_reward,solved,observers_lost\n"
+        << rpc.world_size() - 1 << ',' << cfg.mode << ',' << cfg.envs_per_observer << ',' << s.rounds << ','
+        << s.episodes << ',' << s.env_steps << ',' << s.seconds << ',' << s.steps_per_second() << ','
+        << s.latency_median_us << ',' << s.latency_p99_us << ',' << s.mean_batch << ',' << s.running_reward << ','
+        << (s.solved ? 1 : 0) << ',' << s.observers_lost << '\n';
+    std::printf("%s after %d rounds (%lld episodes, %lld env steps) in %.1f s: %s\n",
+                s.solved ? "Solved" : "Stopped", s.rounds, s.episodes, s.env_steps, s.seconds, s.stop_reason.c_str());
+    std::printf("  env-steps/s %.0f, select_action round trip median %.1f us, p99 %.1f us, mean batch %.2f rows\n",
+                s.steps_per_second(), s.latency_median_us, s.latency_p99_us, s.mean_batch);
+    std::printf("  outputs: %s/{metrics.csv,summary.csv,config.yaml%s}\n", cfg.out_dir.c_str(),
+                cfg.learn ? ",policy.pt" : "");
+    return 0;
+  });
+}

@@ -1,0 +1,280 @@
+#include "agent/rl_agent.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <iomanip>
+#include <numeric>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "envs/env.h"
+
+namespace distrl::agent {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double percentile(std::vector<float>& v, double q) {
+  if (v.empty()) return 0;
+  const std::size_t k = std::min(v.size() - 1, static_cast<std::size_t>(q * (v.size() - 1) + 0.5));
+  std::nth_element(v.begin(), v.begin() + k, v.end());
+  return v[k];
+}
+
+std::string thousands(double v) {
+  std::string s = std::to_string(static_cast<long long>(v + 0.5));
+  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(i, ",");
+  return s;
+}
+
+}  // namespace
+
+RlAgent::RlAgent(RlConfig config, const std::string& resume) : cfg_(std::move(config)) {
+  auto env = envs::make_env(cfg_.env);
+  if (env->action_space().kind != envs::Space::Kind::Discrete)
+    throw ConfigError("env.name: " + cfg_.env + " has continuous actions; REINFORCE here needs a discrete env");
+  obs_dim_ = env->observation_space().dim();
+  n_actions_ = env->action_space().n;
+  torch::manual_seed(cfg_.seed);
+  at::set_num_threads(cfg_.torch_threads);
+  models::PolicySpec spec;
+  spec.obs_dim = obs_dim_;
+  spec.n_actions = n_actions_;
+  spec.hidden = cfg_.hidden;
+  spec.dropout = cfg_.dropout;
+  std::shared_ptr<models::PolicyNet> net;
+  try {
+    net = models::make_policy(cfg_.model, spec);
+  } catch (const ModelError& e) {
+    throw ConfigError(std::string("model: ") + e.what());
+  }
+  actor_ = std::make_unique<PolicyActor>(net, parse_device(cfg_.device), obs_dim_,
+                                         static_cast<std::uint64_t>(cfg_.seed) * 0x9E3779B97F4A7C15ull + 1);
+  learner_ = std::make_unique<Reinforce>(*actor_, ReinforceOptions{cfg_.gamma, cfg_.lr});
+  if (!resume.empty()) load(resume);
+}
+
+RlAgent::~RlAgent() {
+  if (batcher_) batcher_->stop();
+}
+
+std::string RlAgent::checkpoint_path() const { return cfg_.out_dir + "/policy.pt"; }
+
+void RlAgent::serve(transport::RpcAgent& rpc) {
+  const int observers = rpc.world_size() - 1;
+  if (observers < 1) throw ConfigError("the world has no observers: start distrl-agent with world size >= 2");
+  if (observers != cfg_.observers)
+    DISTRL_LOG(Info, "agent: " << observers << " observer(s) in the world (config 'observers' says " << cfg_.observers
+                               << "; the world wins)");
+  PolicyActor* actor = actor_.get();
+  if (cfg_.mode == "batched") {
+    BatchOptions bo;
+    bo.max_batch = cfg_.max_batch;
+    bo.max_wait = std::chrono::microseconds(cfg_.max_wait_us);
+    batcher_ = std::make_unique<Batcher>(obs_dim_, observers, bo,
+                                         [actor](const float* obs, int rows) { return actor->act(obs, rows); });
+    Batcher* b = batcher_.get();
+    rpc.register_function(kSelectAction, [b](int observer, std::vector<float> obs) {
+      return b->submit(observer, std::move(obs));
+    });
+  } else {
+    const int dim = obs_dim_;
+    rpc.register_function(kSelectAction, [actor, dim](int observer, std::vector<float> obs) {
+      if (obs.empty() || obs.size() % dim != 0)
+        throw Error("select_action: " + std::to_string(obs.size()) + " floats are not whole observations of " +
+                    std::to_string(dim));
+      return actor->act(obs.data(), static_cast<int>(obs.size() / dim));
+    });
+  }
+}
+
+RunSummary RlAgent::run(transport::RpcAgent& rpc) {
+  std::vector<transport::RRef<ObserverObject>> obs;
+  std::vector<int> ids;
+  for (const auto& w : rpc.workers()) {
+    if (w.rank == rpc.rank()) continue;
+    ObserverSpec spec;
+    spec.agent = rpc.name();
+    spec.observer_id = static_cast<int>(obs.size());
+    spec.env = cfg_.env;
+    spec.num_envs = cfg_.envs_per_observer;
+    spec.seed = static_cast<std::uint64_t>(cfg_.seed) * 1000003ull + 7919ull * (spec.observer_id + 1);
+    spec.record_latency = true;
+    obs.push_back(rpc.remote<ObserverObject>(w.name, kObserverClass, spec));
+    ids.push_back(spec.observer_id);
+  }
+  for (auto& r : obs) r.created().value();  // a bad env name on an observer fails here, named
+
+  std::filesystem::create_directories(cfg_.out_dir);
+  std::ofstream csv(cfg_.out_dir + "/metrics.csv");
+  csv << "round,episodes,env_steps,seconds,mean_reward,min_reward,max_reward,running_reward,loss,mean_batch\n";
+
+  RunSummary sum;
+  std::vector<float> latencies;
+  std::vector<bool> alive(obs.size(), true);
+  const auto start = Clock::now();
+  auto last_log = start;
+  long long steps_at_log = 0;
+  BatchStats batch_at_log;
+  for (int round = 1; round <= cfg_.episodes; ++round) {
+    std::vector<transport::Future<Rollout>> futs(obs.size());
+    for (std::size_t i = 0; i < obs.size(); ++i) {
+      if (!alive[i]) continue;
+      if (batcher_) batcher_->set_active(ids[i], true);
+      Batcher* b = batcher_.get();
+      const int id = ids[i];
+      futs[i] = obs[i].rpc_async<Rollout>("run_episode", cfg_.max_steps).then([b, id](const transport::Future<Rollout>& f) {
+        if (b) b->set_active(id, false);
+        return f.value();
+      });
+    }
+    std::vector<Rollout> rollouts;
+    std::string last_error;
+    for (std::size_t i = 0; i < obs.size(); ++i) {
+      if (!alive[i]) continue;
+      try {
+        rollouts.push_back(futs[i].value());
+      } catch (const std::exception& e) {
+        alive[i] = false;
+        ++sum.observers_lost;
+        last_error = e.what();
+        DISTRL_LOG(Warn, "agent: dropping observer " << ids[i] << " (" << obs[i].owner_name() << "): " << e.what());
+      }
+    }
+    if (rollouts.empty()) throw TransportError("every observer is gone; the last error: " + last_error);
+
+    double loss = 0;
+    if (cfg_.learn) loss = learner_->update(rollouts);
+
+    double total = 0, lo = 1e300, hi = -1e300;
+    long long episodes = 0, steps = 0;
+    for (auto& r : rollouts) {
+      std::size_t at = 0;
+      for (auto len : r.lengths) {
+        double ret = std::accumulate(r.rewards.begin() + at, r.rewards.begin() + at + len, 0.0);
+        at += len;
+        total += ret;
+        lo = std::min(lo, ret);
+        hi = std::max(hi, ret);
+        ++episodes;
+      }
+      steps += static_cast<long long>(r.steps());
+      latencies.insert(latencies.end(), r.latency_us.begin(), r.latency_us.end());
+    }
+    const double mean = total / std::max<long long>(1, episodes);
+    running_reward_ = 0.05 * mean + 0.95 * running_reward_;
+    ++rounds_done_;
+    sum.rounds = round;
+    sum.episodes += episodes;
+    sum.env_steps += steps;
+    sum.last_reward = mean;
+    sum.running_reward = running_reward_;
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    const BatchStats bs = batcher_ ? batcher_->stats() : BatchStats{};
+    csv << round << ',' << sum.episodes << ',' << sum.env_steps << ',' << elapsed << ',' << mean << ',' << lo << ','
+        << hi << ',' << running_reward_ << ',' << loss << ',' << (batcher_ ? bs.mean_rows() : 1.0) << '\n';
+
+    const bool solved = cfg_.learn && running_reward_ >= cfg_.target_reward;
+    if (round % cfg_.log_interval == 0 || solved || round == cfg_.episodes) {
+      const auto now = Clock::now();
+      const double dt = std::chrono::duration<double>(now - last_log).count();
+      const double batch = bs.batches > batch_at_log.batches
+                               ? double(bs.rows - batch_at_log.rows) / double(bs.batches - batch_at_log.batches)
+                               : 1.0;
+      std::ostringstream line;
+      line << "round " << std::setw(5) << round << "  episodes " << std::setw(6) << sum.episodes << "  reward "
+           << std::fixed << std::setprecision(1) << std::setw(6) << mean << "  running " << std::setw(6)
+           << running_reward_ << "  env-steps/s " << std::setw(9) << thousands((sum.env_steps - steps_at_log) / dt)
+           << "  batch " << std::setprecision(2) << (batcher_ ? batch : 1.0) << "  " << std::setprecision(1)
+           << elapsed << " s";
+      std::printf("%s\n", line.str().c_str());
+      std::fflush(stdout);
+      last_log = now;
+      steps_at_log = sum.env_steps;
+      batch_at_log = bs;
+    }
+    if (cfg_.learn && ((cfg_.checkpoint_every > 0 && round % cfg_.checkpoint_every == 0) ||
+                       checkpoint_requested_.exchange(false)))
+      save(checkpoint_path());
+    if (solved) {
+      sum.solved = true;
+      break;
+    }
+  }
+  sum.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  sum.mean_batch = batcher_ ? batcher_->stats().mean_rows() : 1.0;
+  sum.latency_median_us = percentile(latencies, 0.5);
+  sum.latency_p99_us = percentile(latencies, 0.99);
+  std::ostringstream why;
+  if (sum.solved)
+    why << "running reward " << std::fixed << std::setprecision(1) << sum.running_reward << " >= "
+        << cfg_.target_reward;
+  else if (cfg_.learn)
+    why << "ran all " << cfg_.episodes << " rounds; running reward " << std::fixed << std::setprecision(1)
+        << sum.running_reward << " < target " << cfg_.target_reward
+        << " (raise learner.episodes or tune learner.lr)";
+  else
+    why << "ran all " << cfg_.episodes << " rounds (learner.learn is off)";
+  sum.stop_reason = why.str();
+
+  // Tell the observers the run is over; they then join the graceful shutdown.
+  std::vector<transport::Future<void>> done;
+  for (std::size_t i = 0; i < obs.size(); ++i)
+    if (alive[i]) done.push_back(obs[i].rpc_async<void>("finish"));
+  for (auto& f : done) {
+    try {
+      f.value();
+    } catch (const std::exception& e) {
+      DISTRL_LOG(Warn, "agent: an observer did not take 'finish': " << e.what());
+    }
+  }
+  if (cfg_.learn) save(checkpoint_path());
+  return sum;
+}
+
+void RlAgent::save(const std::string& path) {
+  torch::serialize::OutputArchive ar;
+  {
+    auto lock = actor_->exclusive();
+    actor_->net().save(ar);
+    torch::serialize::OutputArchive opt;
+    learner_->optimizer().save(opt);
+    ar.write("optimizer", opt);
+  }
+  ar.write("running_reward", torch::tensor(running_reward_, torch::kFloat64));
+  ar.write("rounds", torch::tensor(static_cast<std::int64_t>(rounds_done_)));
+  const std::string tmp = path + ".tmp";
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path().empty()
+                                          ? std::filesystem::path(".")
+                                          : std::filesystem::path(path).parent_path());
+  ar.save_to(tmp);
+  std::filesystem::rename(tmp, path);
+  DISTRL_LOG(Info, "agent: saved " << path);
+}
+
+void RlAgent::load(const std::string& path) {
+  if (!std::filesystem::exists(path)) throw ConfigError("--resume: no checkpoint at '" + path + "'");
+  torch::serialize::InputArchive ar;
+  try {
+    ar.load_from(path, actor_->device());
+    auto lock = actor_->exclusive();
+    actor_->net().load(ar);
+    torch::serialize::InputArchive opt;
+    ar.read("optimizer", opt);
+    learner_->optimizer().load(opt);
+  } catch (const c10::Error& e) {
+    throw ConfigError("--resume: '" + path + "' is not a checkpoint of this model (" + cfg_.model + ", hidden sizes " +
+                      "as configured): " + e.what_without_backtrace());
+  }
+  torch::Tensor rr, rounds;
+  if (ar.try_read("running_reward", rr)) running_reward_ = rr.item<double>();
+  if (ar.try_read("rounds", rounds)) rounds_done_ = static_cast<int>(rounds.item<std::int64_t>());
+  actor_->net().eval();
+  DISTRL_LOG(Info, "agent: resumed from " << path << " (round " << rounds_done_ << ", running reward " << running_reward_
+                                          << ")");
+}
+
+}  // namespace distrl::agent

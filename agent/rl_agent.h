@@ -1,0 +1,75 @@
+// The agent process's RL loop, the C++ form of PyTorch's batched-RPC REINFORCE tutorial:
+// the agent creates one Observer object per observer process (remote), then every round
+// asks each of them to run an episode (rpc_async on its RRef), serves their select_action
+// requests meanwhile (batched or not), and learns from the returned trajectories.
+//
+//   RlAgent rl(config);
+//   RpcAgent rpc(options, [&](RpcAgent& a) { rl.serve(a); });   // select_action is registered
+//   RunSummary s = rl.run(rpc);                                  // trains until solved or done
+//   rpc.shutdown();
+#pragma once
+
+#include <atomic>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "agent/batcher.h"
+#include "agent/policy_actor.h"
+#include "agent/reinforce.h"
+#include "agent/rl_config.h"
+#include "transport/rpc_agent.h"
+
+namespace distrl::agent {
+
+struct RunSummary {
+  bool solved = false;
+  std::string stop_reason;
+  int rounds = 0;
+  long long episodes = 0;
+  long long env_steps = 0;
+  double seconds = 0;          // the rounds only (not start-up)
+  double running_reward = 0;
+  double last_reward = 0;
+  double mean_batch = 0;       // rows per forward pass
+  double latency_median_us = 0, latency_p99_us = 0;  // observers' select_action round trips
+  int observers_lost = 0;
+  double steps_per_second() const { return seconds > 0 ? env_steps / seconds : 0; }
+};
+
+class RlAgent {
+ public:
+  // Builds the policy (and loads `resume` when not empty). Throws ConfigError for bad values.
+  explicit RlAgent(RlConfig config, const std::string& resume = "");
+  ~RlAgent();
+
+  // In the RpcAgent's setup callback: registers select_action (batched or not) for the
+  // world's observers (every rank but this one).
+  void serve(transport::RpcAgent& rpc);
+  // Runs rounds until solved, `episodes` rounds, or every observer is lost; then tells the
+  // observers to finish and saves the checkpoint. Prints progress; writes metrics.csv.
+  RunSummary run(transport::RpcAgent& rpc);
+
+  // Saves policy + optimizer + progress atomically (temp file + rename).
+  void save(const std::string& path);
+  // Asks for a checkpoint after the current round (async-signal-safe).
+  void request_checkpoint() { checkpoint_requested_.store(true); }
+  std::string checkpoint_path() const;
+
+  PolicyActor& actor() { return *actor_; }
+
+ private:
+  void load(const std::string& path);
+
+  RlConfig cfg_;
+  int obs_dim_ = 0, n_actions_ = 0;
+  std::unique_ptr<PolicyActor> actor_;
+  std::unique_ptr<Reinforce> learner_;
+  std::unique_ptr<Batcher> batcher_;
+  double running_reward_ = 0;
+  int rounds_done_ = 0;
+  std::atomic<bool> checkpoint_requested_{false};
+};
+
+}  // namespace distrl::agent

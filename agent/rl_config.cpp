@@ -1,0 +1,60 @@
+#include "agent/rl_config.h"
+
+#include "common/error.h"
+#include "envs/env.h"
+
+namespace distrl::agent {
+
+void bind(Settings& s, RlConfig& c) {
+  s.bind("run.seed", &c.seed, "seed for the network, action sampling and environments").range(0, 2147483647);
+  s.bind("run.out_dir", &c.out_dir, "directory for metrics.csv, the checkpoint and the effective config");
+  s.bind("env.name", &c.env, "environment").choices(envs::env_names());
+  s.bind("env.per_observer", &c.envs_per_observer, "environments each observer steps together").range(1, 4096);
+  s.bind("observers", &c.observers, "observer processes (distrl-launch starts this many)").range(1, 1024);
+  s.bind("agent.device", &c.device, "where the policy runs: cpu, cuda or cuda:N");
+  s.bind("agent.mode", &c.mode, "batched: one forward per gathered batch; unbatched: one per request")
+      .choices({"batched", "unbatched"});
+  s.bind("agent.max_batch", &c.max_batch, "batched: rows that close a batch").range(1, 1 << 20);
+  s.bind("agent.max_wait_us", &c.max_wait_us, "batched: longest wait after a batch's first request")
+      .range(0, 60000000);
+  s.bind("agent.torch_threads", &c.torch_threads, "LibTorch intra-op threads on the agent").range(1, 256);
+  s.bind("model.name", &c.model, "policy network").choices({"mlp", "tutorial"});
+  s.bind("model.hidden", &c.hidden, "mlp: hidden layer widths").range(1, 65536);
+  s.bind("model.dropout", &c.dropout, "mlp: dropout after each hidden layer").range(0, 0.99);
+  s.bind("learner.algo", &c.algo, "learning algorithm").choices({"reinforce"});
+  s.bind("learner.gamma", &c.gamma, "discount factor").range(0, 1);
+  s.bind("learner.lr", &c.lr, "Adam learning rate").range(1e-9, 10);
+  s.bind("learner.episodes", &c.episodes, "rounds at most (each observer runs one episode per round)")
+      .range(1, 100000000);
+  s.bind("learner.max_steps", &c.max_steps, "steps per episode at most").range(1, 100000000);
+  s.bind("learner.target_reward", &c.target_reward, "stop as solved when the running reward reaches this");
+  s.bind("learner.learn", &c.learn, "false: act only (benchmarks)");
+  s.bind("learner.log_interval", &c.log_interval, "rounds between progress lines").range(1, 100000000);
+  s.bind("learner.checkpoint_every", &c.checkpoint_every, "rounds between checkpoints; 0: at the end only")
+      .range(0, 100000000);
+  s.bind("rpc.transport", &c.transport, "auto: ipc between processes on one host, else tcp")
+      .choices({"auto", "tcp", "ipc"});
+  s.bind("rpc.timeout_s", &c.rpc_timeout_s, "per-call timeout; also how long an observer waits for a silent agent")
+      .range(0.1, 86400);
+  s.bind("rpc.threads", &c.rpc_threads, "RPC handler threads per process").range(1, 256);
+}
+
+transport::RpcOptions rpc_options(const RlConfig& c, const WorldFlags& w, const std::string& name) {
+  transport::RpcOptions o;
+  o.name = name;
+  o.rank = w.rank;
+  o.world_size = w.world_size;
+  o.init_method = w.init_method;
+  if (!w.master_addr.empty() || w.master_port != 0) {
+    if (w.master_addr.empty() || w.master_port <= 0)
+      throw ConfigError("--master-addr and --master-port go together (got '" + w.master_addr + "' and " +
+                        std::to_string(w.master_port) + ")");
+    o.init_method = "tcp://" + w.master_addr + ":" + std::to_string(w.master_port);
+  }
+  o.transport = c.transport;
+  o.rpc_timeout = std::chrono::milliseconds(static_cast<long long>(c.rpc_timeout_s * 1000));
+  o.num_worker_threads = c.rpc_threads;
+  return o;
+}
+
+}  // namespace distrl::agent

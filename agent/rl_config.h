@@ -1,0 +1,63 @@
+// The RL run configuration (configs/cartpole.yaml): one struct, bound to dotted keys so a
+// YAML file and command-line overrides fill it with validation. distrl-agent and
+// distrl-observer read the same file; observers take only the rpc.* part, the agent sends
+// them the rest.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/settings.h"
+#include "transport/options.h"
+
+namespace distrl::agent {
+
+struct RlConfig {
+  // run
+  int seed = 1;
+  std::string out_dir = "runs/cartpole";
+  // env
+  std::string env = "CartPole-v1";
+  int envs_per_observer = 1;
+  int observers = 4;
+  // agent
+  std::string device = "cpu";
+  std::string mode = "batched";
+  int max_batch = 256;
+  int max_wait_us = 5000;
+  int torch_threads = 1;
+  // model
+  std::string model = "mlp";
+  std::vector<int> hidden{128};
+  double dropout = 0.0;
+  // learner
+  std::string algo = "reinforce";
+  double gamma = 0.99;
+  double lr = 1e-2;
+  int episodes = 1000;      // rounds: every observer runs one episode per round
+  int max_steps = 500;      // steps per episode (the env's own limit still applies)
+  double target_reward = 475;
+  bool learn = true;
+  int log_interval = 10;
+  int checkpoint_every = 0;  // rounds; 0: only at the end
+  // rpc
+  std::string transport = "auto";
+  double rpc_timeout_s = 60;
+  int rpc_threads = 4;
+};
+
+void bind(Settings& s, RlConfig& c);
+
+// Where a process finds the others: flags of distrl-agent and distrl-observer. Unset values
+// come from the environment (distrl-launch, torchrun, SLURM and Open MPI variables).
+struct WorldFlags {
+  int rank = -1;
+  int world_size = -1;
+  std::string master_addr;
+  int master_port = 0;
+  std::string init_method = "env://";
+};
+
+transport::RpcOptions rpc_options(const RlConfig& c, const WorldFlags& w, const std::string& name);
+
+}  // namespace distrl::agent

@@ -1,0 +1,306 @@
+#include "common/settings.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "common/error.h"
+
+namespace distrl {
+namespace {
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
+}
+
+[[noreturn]] void bad_value(const std::string& source, const std::string& key, const std::string& text,
+                            const std::string& expected) {
+  throw ConfigError(source + ": " + key + ": '" + text + "' is not " + expected);
+}
+
+long long parse_integer(const std::string& source, const std::string& key, const std::string& text) {
+  const std::string t = trim(text);
+  char* end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(t.c_str(), &end, 10);
+  if (t.empty() || *end != '\0' || errno == ERANGE) bad_value(source, key, text, "an integer");
+  return v;
+}
+
+double parse_number(const std::string& source, const std::string& key, const std::string& text) {
+  const std::string t = trim(text);
+  char* end = nullptr;
+  errno = 0;
+  double v = std::strtod(t.c_str(), &end);
+  if (t.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(v)) bad_value(source, key, text, "a number");
+  return v;
+}
+
+bool parse_bool(const std::string& source, const std::string& key, const std::string& text) {
+  const std::string t = trim(text);
+  if (t == "true" || t == "yes" || t == "on" || t == "1") return true;
+  if (t == "false" || t == "no" || t == "off" || t == "0") return false;
+  bad_value(source, key, text, "a boolean (true or false)");
+}
+
+// "[1, 2, 3]" or "1,2,3" -> items; "[]" -> none.
+std::vector<std::string> split_list(const std::string& text) {
+  std::string t = trim(text);
+  if (t.size() >= 2 && t.front() == '[' && t.back() == ']') t = t.substr(1, t.size() - 2);
+  std::vector<std::string> items;
+  if (trim(t).empty()) return items;
+  std::stringstream ss(t);
+  std::string item;
+  while (std::getline(ss, item, ',')) items.push_back(trim(item));
+  return items;
+}
+
+std::string format_number(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+void flatten(const YAML::Node& node, const std::string& prefix, const std::string& path,
+             std::vector<std::pair<std::string, std::string>>* out) {
+  if (node.IsMap()) {
+    for (const auto& kv : node) {
+      const std::string key = prefix.empty() ? kv.first.as<std::string>() : prefix + "." + kv.first.as<std::string>();
+      flatten(kv.second, key, path, out);
+    }
+    return;
+  }
+  if (node.IsSequence()) {
+    std::string joined = "[";
+    for (std::size_t i = 0; i < node.size(); ++i) {
+      if (!node[i].IsScalar())
+        throw ConfigError(path + ": " + prefix + ": lists may only hold plain values (numbers, strings)");
+      joined += (i ? "," : "") + node[i].Scalar();
+    }
+    out->emplace_back(prefix, joined + "]");
+    return;
+  }
+  if (node.IsNull()) throw ConfigError(path + ": " + prefix + ": has no value");
+  out->emplace_back(prefix, node.Scalar());
+}
+
+}  // namespace
+
+Settings::Field& Settings::Field::range(double lo, double hi) {
+  lo_ = lo;
+  hi_ = hi;
+  ranged_ = true;
+  return *this;
+}
+
+Settings::Field& Settings::Field::choices(std::vector<std::string> allowed) {
+  choices_ = std::move(allowed);
+  return *this;
+}
+
+Settings::Settings(std::string tool) : tool_(std::move(tool)) {}
+Settings::~Settings() = default;
+
+Settings::Field& Settings::add(const std::string& key, const std::string& help, const std::string& type) {
+  if (by_key_.count(key)) throw Error("Settings: key '" + key + "' bound twice");
+  fields_.push_back(std::make_unique<Field>());
+  Field& f = *fields_.back();
+  f.key_ = key;
+  f.help_ = help;
+  f.type_ = type;
+  by_key_[key] = &f;
+  return f;
+}
+
+namespace {
+// Range check shared by every numeric binding.
+void check_range(const Settings::Field& f, bool ranged, double lo, double hi, double v, const std::string& source,
+                 const std::string& text) {
+  if (ranged && (v < lo || v > hi))
+    throw ConfigError(source + ": " + f.key() + ": " + text + " is out of range [" + format_number(lo) + ", " +
+                      format_number(hi) + "]");
+}
+}  // namespace
+
+void Settings::integer_field(Field& f, std::function<void(long long)> store, std::function<std::string()> show) {
+  Field* fp = &f;
+  f.parse_ = [fp, store](const std::string& text, const std::string& source) {
+    long long v = parse_integer(source, fp->key_, text);
+    check_range(*fp, fp->ranged_, fp->lo_, fp->hi_, static_cast<double>(v), source, text);
+    store(v);
+  };
+  f.show_ = std::move(show);
+}
+
+Settings::Field& Settings::bind(const std::string& key, int* value, const std::string& help) {
+  Field& f = add(key, help, "int");
+  f.range(-2147483648.0, 2147483647.0);
+  integer_field(f, [value](long long v) { *value = static_cast<int>(v); }, [value] { return std::to_string(*value); });
+  return f;
+}
+
+Settings::Field& Settings::bind(const std::string& key, long long* value, const std::string& help) {
+  Field& f = add(key, help, "int");
+  integer_field(f, [value](long long v) { *value = v; }, [value] { return std::to_string(*value); });
+  return f;
+}
+
+Settings::Field& Settings::bind(const std::string& key, double* value, const std::string& help) {
+  Field& f = add(key, help, "number");
+  Field* fp = &f;
+  f.parse_ = [fp, value](const std::string& text, const std::string& source) {
+    double v = parse_number(source, fp->key_, text);
+    check_range(*fp, fp->ranged_, fp->lo_, fp->hi_, v, source, text);
+    *value = v;
+  };
+  f.show_ = [value] { return format_number(*value); };
+  return f;
+}
+
+Settings::Field& Settings::bind(const std::string& key, bool* value, const std::string& help) {
+  Field& f = add(key, help, "bool");
+  Field* fp = &f;
+  f.parse_ = [fp, value](const std::string& text, const std::string& source) {
+    *value = parse_bool(source, fp->key_, text);
+  };
+  f.show_ = [value] { return std::string(*value ? "true" : "false"); };
+  return f;
+}
+
+Settings::Field& Settings::bind(const std::string& key, std::string* value, const std::string& help) {
+  Field& f = add(key, help, "string");
+  Field* fp = &f;
+  f.parse_ = [fp, value](const std::string& text, const std::string& source) {
+    const std::string t = trim(text);
+    if (!fp->choices_.empty()) {
+      bool ok = false;
+      std::string allowed;
+      for (const auto& c : fp->choices_) {
+        ok = ok || c == t;
+        allowed += (allowed.empty() ? "" : ", ") + c;
+      }
+      if (!ok) throw ConfigError(source + ": " + fp->key_ + ": '" + t + "' is not one of: " + allowed);
+    }
+    *value = t;
+  };
+  f.show_ = [value] { return *value; };
+  return f;
+}
+
+Settings::Field& Settings::bind(const std::string& key, std::vector<int>* value, const std::string& help) {
+  Field& f = add(key, help, "int list");
+  Field* fp = &f;
+  f.parse_ = [fp, value](const std::string& text, const std::string& source) {
+    std::vector<int> out;
+    for (const auto& item : split_list(text)) {
+      long long v = parse_integer(source, fp->key_, item);
+      check_range(*fp, fp->ranged_, fp->lo_, fp->hi_, static_cast<double>(v), source, item);
+      out.push_back(static_cast<int>(v));
+    }
+    *value = std::move(out);
+  };
+  f.show_ = [value] {
+    std::string s = "[";
+    for (std::size_t i = 0; i < value->size(); ++i) s += (i ? ", " : "") + std::to_string((*value)[i]);
+    return s + "]";
+  };
+  return f;
+}
+
+std::string Settings::known_keys() const {
+  std::string keys;
+  for (const auto& f : fields_) keys += (keys.empty() ? "" : ", ") + f->key_;
+  return keys;
+}
+
+Settings::Field& Settings::field(const std::string& key, const std::string& source) {
+  auto it = by_key_.find(key);
+  if (it == by_key_.end())
+    throw ConfigError(source + ": unknown key '" + key + "' (known keys: " + known_keys() + "; see " + tool_ +
+                      " --help)");
+  return *it->second;
+}
+
+bool Settings::has(const std::string& key) const { return by_key_.count(key) != 0; }
+
+void Settings::set(const std::string& key, const std::string& value, const std::string& source) {
+  Field& f = field(key, source);
+  f.parse_(value, source);
+  f.origin_ = source;
+}
+
+void Settings::load_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError(path + ": cannot open the config file");
+  YAML::Node root;
+  try {
+    root = YAML::Load(in);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(path + ": not valid YAML: " + e.what());
+  }
+  if (root.IsNull()) return;  // an empty file: all defaults
+  if (!root.IsMap()) throw ConfigError(path + ": the top level must be a map of keys");
+  std::vector<std::pair<std::string, std::string>> leaves;
+  flatten(root, "", path, &leaves);
+  for (const auto& [key, value] : leaves) set(key, value, path);
+}
+
+void Settings::apply_overrides(const std::vector<std::string>& args) {
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    std::string a = args[i];
+    const bool dashed = a.rfind("--", 0) == 0;
+    if (dashed) a = a.substr(2);
+    const auto eq = a.find('=');
+    std::string key = eq == std::string::npos ? a : a.substr(0, eq);
+    std::string value;
+    if (eq != std::string::npos) {
+      value = a.substr(eq + 1);
+    } else if (dashed && has(key) && i + 1 < args.size()) {
+      value = args[++i];
+    } else {
+      throw ConfigError("command line: '" + args[i] + "' is not a known option or KEY=VALUE override (known keys: " +
+                        known_keys() + "; see " + tool_ + " --help)");
+    }
+    set(key, value, "--" + key);
+  }
+}
+
+std::string Settings::describe() const {
+  std::ostringstream os;
+  std::size_t width = 0;
+  for (const auto& f : fields_) width = std::max(width, f->key_.size());
+  for (const auto& f : fields_) {
+    os << "  --" << f->key_ << std::string(width - f->key_.size() + 2, ' ') << f->help_ << " [" << f->type_;
+    if (!f->choices_.empty()) {
+      os << ": ";
+      for (std::size_t i = 0; i < f->choices_.size(); ++i) os << (i ? "|" : "") << f->choices_[i];
+    }
+    os << ", " << f->show_() << "]\n";
+  }
+  return os.str();
+}
+
+std::string Settings::to_yaml() const {
+  YAML::Emitter out;
+  YAML::Node root;
+  for (const auto& f : fields_) {
+    std::stringstream ss(f->key_);
+    std::string part;
+    std::vector<std::string> parts;
+    while (std::getline(ss, part, '.')) parts.push_back(part);
+    // yaml-cpp nodes are handles: walk down, creating maps as needed.
+    std::vector<YAML::Node> chain{root};
+    for (std::size_t i = 0; i + 1 < parts.size(); ++i) chain.push_back(chain.back()[parts[i]]);
+    chain.back()[parts.back()] = YAML::Load(f->show_());
+  }
+  out << root;
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace distrl

@@ -1,0 +1,78 @@
+// Typed run configuration: a tool binds its struct fields to dotted keys ("agent.max_batch"),
+// then loads a YAML file and command-line overrides on top of the defaults. Every problem is a
+// ConfigError that names the source (file or flag), the key and what is allowed:
+//
+//   Settings s("distrl-agent");
+//   s.bind("agent.max_batch", &cfg.max_batch, "rows per forward pass").range(1, 65536);
+//   s.bind("agent.mode", &cfg.mode, "how requests are served").choices({"batched", "unbatched"});
+//   s.load_file("configs/cartpole.yaml");   // unknown keys, bad types and ranges throw
+//   s.apply_overrides({"--agent.mode=unbatched", "--agent.max_batch", "8"});
+//
+// Nested YAML maps flatten to dotted keys; lists bind to std::vector<int>/<double>/<string>.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace distrl {
+
+class Settings {
+ public:
+  // Per-key constraints, chained after bind().
+  class Field {
+   public:
+    Field& range(double lo, double hi);                       // numbers (and list items)
+    Field& choices(std::vector<std::string> allowed);         // strings
+    const std::string& key() const { return key_; }
+
+   private:
+    friend class Settings;
+    std::string key_, help_, type_;
+    std::function<void(const std::string& text, const std::string& source)> parse_;
+    std::function<std::string()> show_;
+    double lo_ = 0, hi_ = 0;
+    bool ranged_ = false;
+    std::vector<std::string> choices_;
+    std::string origin_ = "default";
+  };
+
+  explicit Settings(std::string tool);
+  ~Settings();
+  Settings(const Settings&) = delete;
+  Settings& operator=(const Settings&) = delete;
+
+  Field& bind(const std::string& key, int* value, const std::string& help);
+  Field& bind(const std::string& key, long long* value, const std::string& help);
+  Field& bind(const std::string& key, double* value, const std::string& help);
+  Field& bind(const std::string& key, bool* value, const std::string& help);
+  Field& bind(const std::string& key, std::string* value, const std::string& help);
+  Field& bind(const std::string& key, std::vector<int>* value, const std::string& help);
+
+  // Reads a YAML file of nested maps; every leaf must be a bound key.
+  void load_file(const std::string& path);
+  // "--key=value", "--key value" or "key=value" for bound keys; anything else is an error
+  // that says which keys exist.
+  void apply_overrides(const std::vector<std::string>& args);
+  void set(const std::string& key, const std::string& value, const std::string& source);
+  bool has(const std::string& key) const;
+
+  // Every key with its current value, type, origin and help (for --help and logs).
+  std::string describe() const;
+  // The effective configuration as YAML (written next to run outputs).
+  std::string to_yaml() const;
+
+ private:
+  Field& add(const std::string& key, const std::string& help, const std::string& type);
+  Field& field(const std::string& key, const std::string& source);
+  static void integer_field(Field& f, std::function<void(long long)> store, std::function<std::string()> show);
+  std::string known_keys() const;
+
+  std::string tool_;
+  std::vector<std::unique_ptr<Field>> fields_;
+  std::map<std::string, Field*> by_key_;
+};
+
+}  // namespace distrl

@@ -1,0 +1,63 @@
+#include "envs/vec_env.h"
+
+#include "common/error.h"
+
+namespace distrl::envs {
+
+VecEnv::VecEnv(const std::string& name, int n, std::uint64_t seed, bool autoreset) : autoreset_(autoreset) {
+  if (n < 1) throw EnvError("VecEnv: needs at least one env, got " + std::to_string(n));
+  for (int i = 0; i < n; ++i) {
+    envs_.push_back(make_env(name));
+    envs_.back()->seed(seed + static_cast<std::uint64_t>(i));
+  }
+  obs_dim_ = envs_[0]->observation_space().dim();
+  obs_.assign(static_cast<std::size_t>(n) * obs_dim_, 0.0f);
+  rewards_.assign(n, 0.0f);
+  terminated_.assign(n, 0);
+  truncated_.assign(n, 0);
+  running_.assign(n, 0);
+}
+
+void VecEnv::reset_all() {
+  for (int i = 0; i < size(); ++i) {
+    envs_[i]->reset(obs_.data() + static_cast<std::size_t>(i) * obs_dim_);
+    running_[i] = 1;
+    rewards_[i] = 0;
+    terminated_[i] = truncated_[i] = 0;
+  }
+  num_running_ = size();
+}
+
+template <typename StepOne>
+void VecEnv::step_all(StepOne&& step_one) {
+  for (int i = 0; i < size(); ++i) {
+    if (!running_[i]) {
+      rewards_[i] = 0;
+      continue;
+    }
+    float* row = obs_.data() + static_cast<std::size_t>(i) * obs_dim_;
+    const Step s = step_one(i, row);
+    rewards_[i] = s.reward;
+    terminated_[i] = s.terminated;
+    truncated_[i] = s.truncated;
+    if (s.done()) {
+      if (autoreset_) {
+        envs_[i]->reset(row);
+      } else {
+        running_[i] = 0;
+        --num_running_;
+      }
+    }
+  }
+}
+
+void VecEnv::step(const int* actions) {
+  step_all([&](int i, float* row) { return envs_[i]->step(actions[i], row); });
+}
+
+void VecEnv::step(const float* actions) {
+  const int adim = envs_[0]->action_space().dim();
+  step_all([&](int i, float* row) { return envs_[i]->step(actions + static_cast<std::size_t>(i) * adim, row); });
+}
+
+}  // namespace distrl::envs

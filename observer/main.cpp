@@ -1,0 +1,37 @@
+// distrl-observer: steps environments for the agent. Joins the run, hosts the Observer object
+// the agent creates, runs episodes on request, and exits when the agent says the run is over
+// (or, with a message and a non-zero code, when the agent is gone).
+#include <iostream>
+
+#include "agent/cli.h"
+#include "common/log.h"
+#include "common/main_guard.h"
+#include "observer/observer.h"
+#include "transport/rendezvous.h"
+
+int main(int argc, char** argv) {
+  return distrl::guarded_main("distrl-observer", [&] {
+    using namespace distrl;
+    agent::RlConfig cfg;
+    Settings settings("distrl-observer");
+    agent::bind(settings, cfg);
+    CLI::App app{"distrl-observer: an RL observer process. Steps the environments the agent asks for and\n"
+                 "asks the agent for every action. Takes the same --config and overrides as distrl-agent\n"
+                 "(it uses the rpc.* keys; the agent sends it the rest). Exits when the agent finishes, or\n"
+                 "with an error within rpc.timeout_s when the agent is gone."};
+    agent::RlCli cli;
+    agent::add_rl_flags(app, cli, settings);
+    if (!agent::parse_rl_cli(app, argc, argv, cli, settings)) return 0;
+
+    auto opts = agent::rpc_options(cfg, cli.world, "");
+    const auto world = transport::resolve_world(opts.init_method, opts.rank, opts.world_size);
+    opts.name = "observer" + std::to_string(world.rank);
+    set_log_tag(opts.name);
+    observer::ObserverHost host;
+    transport::RpcAgent rpc(opts, [&](transport::RpcAgent& a) { observer::Observer::register_class(a, host); });
+    host.touch();
+    host.wait(opts.rpc_timeout);  // throws with the reason when the agent is gone
+    rpc.shutdown();
+    return 0;
+  });
+}

@@ -1,0 +1,131 @@
+#include "observer/observer.h"
+
+#include "common/error.h"
+#include "common/log.h"
+
+namespace distrl::observer {
+
+using Clock = std::chrono::steady_clock;
+
+agent::Rollout run_episode(envs::VecEnv& venv, int observer_id, int max_steps, const ActFn& act,
+                           bool record_latency) {
+  const int n = venv.size();
+  const int dim = venv.obs_dim();
+  // Per env: its trajectory so far (appended in place, concatenated at the end).
+  std::vector<agent::Rollout> per(n);
+  std::vector<float> request;
+  std::vector<int> actions(n, 0), rows(n, -1);
+  agent::Rollout out;
+  out.observer_id = observer_id;
+  out.obs_dim = dim;
+  venv.reset_all();
+  for (int t = 0; t < max_steps && venv.num_running() > 0; ++t) {
+    request.clear();
+    int m = 0;
+    for (int i = 0; i < n; ++i) {
+      rows[i] = venv.running(i) ? m++ : -1;
+      if (rows[i] >= 0) request.insert(request.end(), venv.obs(i), venv.obs(i) + dim);
+    }
+    const auto t0 = Clock::now();
+    agent::ActReply reply = act(request);
+    if (record_latency)
+      out.latency_us.push_back(std::chrono::duration<float, std::micro>(Clock::now() - t0).count());
+    if (static_cast<int>(reply.actions.size()) != m || static_cast<int>(reply.log_probs.size()) != m)
+      throw ProtocolError("select_action answered " + std::to_string(reply.actions.size()) + " actions for " +
+                          std::to_string(m) + " observations");
+    for (int i = 0; i < n; ++i) {
+      if (rows[i] < 0) continue;
+      auto& p = per[i];
+      p.obs.insert(p.obs.end(), venv.obs(i), venv.obs(i) + dim);
+      p.actions.push_back(reply.actions[rows[i]]);
+      p.log_probs.push_back(reply.log_probs[rows[i]]);
+      actions[i] = reply.actions[rows[i]];
+    }
+    venv.step(actions.data());
+    for (int i = 0; i < n; ++i) {
+      if (rows[i] < 0) continue;
+      per[i].rewards.push_back(venv.rewards()[i]);
+      if (!venv.running(i)) per[i].terminated.push_back(venv.terminated()[i]);
+    }
+  }
+  for (auto& p : per) {
+    out.obs.insert(out.obs.end(), p.obs.begin(), p.obs.end());
+    out.actions.insert(out.actions.end(), p.actions.begin(), p.actions.end());
+    out.log_probs.insert(out.log_probs.end(), p.log_probs.begin(), p.log_probs.end());
+    out.rewards.insert(out.rewards.end(), p.rewards.begin(), p.rewards.end());
+    out.lengths.push_back(static_cast<std::int32_t>(p.rewards.size()));
+    out.terminated.push_back(p.terminated.empty() ? 0 : p.terminated.front());  // cut by max_steps: not terminated
+  }
+  return out;
+}
+
+void ObserverHost::touch() {
+  std::lock_guard<std::mutex> lock(mu_);
+  last_ = Clock::now();
+}
+
+void ObserverHost::finish() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    finished_ = true;
+  }
+  cv_.notify_all();
+}
+
+void ObserverHost::fail(const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failure_.empty()) failure_ = why;
+  }
+  cv_.notify_all();
+}
+
+bool ObserverHost::wait(std::chrono::milliseconds idle_limit) {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    if (finished_) return true;
+    if (!failure_.empty()) throw TransportError(failure_);
+    const auto idle = Clock::now() - last_;
+    if (idle > idle_limit)
+      throw TimeoutError("no request from the agent for " +
+                         std::to_string(std::chrono::duration_cast<std::chrono::seconds>(idle).count()) +
+                         " s (rpc.timeout_s); is it still running?");
+    cv_.wait_for(lock, std::chrono::milliseconds(200));
+  }
+}
+
+Observer::Observer(transport::RpcAgent& rpc, ObserverHost& host, agent::ObserverSpec spec)
+    : rpc_(rpc), host_(host), spec_(std::move(spec)),
+      venv_(spec_.env, spec_.num_envs, spec_.seed) {
+  host_.touch();
+  DISTRL_LOG(Info, "observer " << spec_.observer_id << ": " << spec_.num_envs << " x " << spec_.env << ", agent '"
+                               << spec_.agent << "'");
+}
+
+agent::Rollout Observer::run_episode(int max_steps) {
+  std::lock_guard<std::mutex> lock(mu_);
+  host_.touch();
+  const int id = spec_.observer_id;
+  auto act = [this, id](const std::vector<float>& obs) {
+    auto r = rpc_.rpc_sync<agent::ActReply>(spec_.agent, agent::kSelectAction, id, obs);
+    host_.touch();
+    return r;
+  };
+  try {
+    return observer::run_episode(venv_, id, max_steps, act, spec_.record_latency);
+  } catch (const TransportError& e) {
+    host_.fail(std::string("lost the agent: ") + e.what());
+    throw;
+  }
+}
+
+void Observer::finish() { host_.finish(); }
+
+void Observer::register_class(transport::RpcAgent& rpc, ObserverHost& host) {
+  rpc.register_class<Observer>("Observer")
+      .factory([&rpc, &host](agent::ObserverSpec spec) { return std::make_shared<Observer>(rpc, host, std::move(spec)); })
+      .method("run_episode", &Observer::run_episode)
+      .method("finish", &Observer::finish);
+}
+
+}  // namespace distrl::observer

@@ -1,0 +1,63 @@
+// The observer side of the RL loop. An Observer object lives in an observer process, created
+// by the agent through remote<Observer>(...) and driven by its run_episode calls: it steps
+// its environments, asks the agent for actions and returns the trajectory.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <string>
+
+#include "agent/protocol.h"
+#include "envs/vec_env.h"
+#include "transport/rpc_agent.h"
+
+namespace distrl::observer {
+
+// Asks for one action per row of obs (the rows of the envs still running).
+using ActFn = std::function<agent::ActReply(const std::vector<float>& obs)>;
+
+// One episode on every env of venv (reset first), at most max_steps steps: each step sends
+// the running envs' observations through act and steps them with the answers. The rollout
+// holds one segment per env. Throws what act throws.
+agent::Rollout run_episode(envs::VecEnv& venv, int observer_id, int max_steps, const ActFn& act,
+                           bool record_latency);
+
+// What the observer process's main thread watches: the agent's "finish", a failed call to
+// the agent, or a silent agent.
+class ObserverHost {
+ public:
+  void touch();
+  void finish();
+  void fail(const std::string& why);
+  // Blocks until finished (true), failed (throws TransportError with the reason) or idle for
+  // longer than idle_limit (throws TimeoutError).
+  bool wait(std::chrono::milliseconds idle_limit);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool finished_ = false;
+  std::string failure_;
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
+
+class Observer {
+ public:
+  Observer(transport::RpcAgent& rpc, ObserverHost& host, agent::ObserverSpec spec);
+  agent::Rollout run_episode(int max_steps);
+  void finish();
+
+  // Registers the "Observer" class (constructed by the agent) on this process's agent.
+  static void register_class(transport::RpcAgent& rpc, ObserverHost& host);
+
+ private:
+  transport::RpcAgent& rpc_;
+  ObserverHost& host_;
+  agent::ObserverSpec spec_;
+  envs::VecEnv venv_;
+  std::mutex mu_;  // one episode at a time
+};
+
+}  // namespace distrl::observer
