@@ -45,13 +45,17 @@ test-unit: build
 test-integration: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -L integration
 
-# The main job. Until the RL issue lands: the RPC API tour on two local processes.
+# The main job: an agent and 4 observer processes learn CartPole-v1 with batched action
+# serving; ends with "Solved" or the reason it stopped. DEMO_ARGS overrides config keys.
+DEMO_CONFIG ?= configs/cartpole.yaml
+DEMO_ARGS ?=
 demo: deps
 	$(MAKE) build
-	$(BUILD_DIR)/tools/distrl-launch --nproc 2 -- $(BUILD_DIR)/examples/api_tour
+	$(BUILD_DIR)/bin/distrl-launch --config $(DEMO_CONFIG) $(DEMO_ARGS)
 
 bench: build
 	$(BUILD_DIR)/bin/distrl-bench rpc
+	$(BUILD_DIR)/bin/distrl-bench rl
 
 clean:
 	rm -rf $(BUILD_DIR)

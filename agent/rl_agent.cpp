@@ -70,6 +70,7 @@ void RlAgent::serve(transport::RpcAgent& rpc) {
     DISTRL_LOG(Info, "agent: " << observers << " observer(s) in the world (config 'observers' says " << cfg_.observers
                                << "; the world wins)");
   PolicyActor* actor = actor_.get();
+  const auto where = cfg_.serve_inline ? transport::RunOn::IoThread : transport::RunOn::Pool;
   if (cfg_.mode == "batched") {
     BatchOptions bo;
     bo.max_batch = cfg_.max_batch;
@@ -79,7 +80,7 @@ void RlAgent::serve(transport::RpcAgent& rpc) {
     Batcher* b = batcher_.get();
     rpc.register_function(kSelectAction, [b](int observer, std::vector<float> obs) {
       return b->submit(observer, std::move(obs));
-    });
+    }, where);
   } else {
     const int dim = obs_dim_;
     rpc.register_function(kSelectAction, [actor, dim](int observer, std::vector<float> obs) {
@@ -87,7 +88,7 @@ void RlAgent::serve(transport::RpcAgent& rpc) {
         throw Error("select_action: " + std::to_string(obs.size()) + " floats are not whole observations of " +
                     std::to_string(dim));
       return actor->act(obs.data(), static_cast<int>(obs.size() / dim));
-    });
+    }, where);
   }
 }
 

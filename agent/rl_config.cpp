@@ -18,6 +18,8 @@ void bind(Settings& s, RlConfig& c) {
   s.bind("agent.max_wait_us", &c.max_wait_us, "batched: longest wait after a batch's first request")
       .range(0, 60000000);
   s.bind("agent.torch_threads", &c.torch_threads, "LibTorch intra-op threads on the agent").range(1, 256);
+  s.bind("agent.serve_inline", &c.serve_inline,
+         "answer select_action on the RPC I/O thread: two thread hand-offs fewer per request");
   s.bind("model.name", &c.model, "policy network").choices({"mlp", "tutorial"});
   s.bind("model.hidden", &c.hidden, "mlp: hidden layer widths").range(1, 65536);
   s.bind("model.dropout", &c.dropout, "mlp: dropout after each hidden layer").range(0, 0.99);

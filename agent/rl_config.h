@@ -26,6 +26,7 @@ struct RlConfig {
   int max_batch = 256;
   int max_wait_us = 5000;
   int torch_threads = 1;
+  bool serve_inline = true;  // select_action on the RPC I/O thread (no hand-off to the pool)
   // model
   std::string model = "mlp";
   std::vector<int> hidden{128};

@@ -70,6 +70,12 @@ std::shared_ptr<const Callable> find_function(AgentCore::State& s, const std::st
   throw BadCallError("unknown function '" + name + "' on " + s.opts.name + " (registered: " + (names.empty() ? "none" : names) + ")");
 }
 
+bool runs_inline(AgentCore::State& s, const std::string& name) {
+  std::shared_lock<std::shared_mutex> lock(s.reg_mu);
+  auto it = s.functions.find(name);
+  return it != s.functions.end() && it->second->run_inline;
+}
+
 const Callable* find_method(AgentCore::State& s, std::type_index type, const std::string& method,
                             std::shared_ptr<const ClassInfo>* keep) {
   std::shared_lock<std::shared_mutex> lock(s.reg_mu);
@@ -243,6 +249,10 @@ void on_request(AgentCore& core, AgentCore::State& s, zmq::message_t&& routing, 
     std::lock_guard<std::mutex> lock(s.obj_mu);
     s.object_locked(h.new_obj)->constructed_seen = true;
     s.add_fork_locked(h.new_obj, h.new_obj);
+  }
+  if (!h.obj && !h.new_obj && runs_inline(s, h.fn)) {
+    serve(core, s, to, m);
+    return;
   }
   s.pool->post([&core, &s, to, m] { serve(core, s, to, m); });
 }

@@ -26,6 +26,13 @@ namespace distrl::transport {
 template <typename T>
 class ClassBuilder;
 
+// Where a registered function runs. Pool (the default) suits any handler. IoThread skips the
+// hand-off to the pool and back (two thread wake-ups per call, the larger part of a small
+// call's cost on a busy machine), but the handler then holds up all of this worker's traffic
+// while it runs: use it only for handlers that return at once, such as one that queues the
+// request and returns a Future (a batcher), or a tiny computation.
+enum class RunOn { Pool, IoThread };
+
 class RpcAgent {
  public:
   // Rendezvous with the other workers (options.init_method), then serve. setup (optional)
@@ -46,8 +53,10 @@ class RpcAgent {
 
   // fn: any callable with msgpack-serializable arguments and result (or Future<result>).
   template <typename F>
-  void register_function(const std::string& name, F fn) {
-    core_->add_callable(name, detail::make_callable<void>(name, std::move(fn)));
+  void register_function(const std::string& name, F fn, RunOn where = RunOn::Pool) {
+    auto c = detail::make_callable<void>(name, std::move(fn));
+    c.run_inline = where == RunOn::IoThread;
+    core_->add_callable(name, std::move(c));
   }
   // A class the peers can construct with remote<T>(to, name, args...).
   template <typename T>

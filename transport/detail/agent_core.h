@@ -34,6 +34,7 @@ struct Callable {
   std::function<void(const void* result, Packer&)> pack_result;  // empty when the result cannot be packed
   std::type_index result_type = typeid(void);
   std::string result_type_name;
+  bool run_inline = false;  // served on the I/O thread (RunOn::IoThread)
 };
 
 // A remotely constructible class: its methods and, when fetchable, how to pack an instance.
