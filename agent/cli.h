@@ -17,6 +17,8 @@ namespace distrl::agent {
 struct RlCli {
   std::string config;
   WorldFlags world;
+  std::string resume;         // agent: continue from this checkpoint (observers ignore it)
+  bool check_only = false;    // validate the configuration and exit
 };
 
 inline void add_rl_flags(CLI::App& app, RlCli& cli, Settings& settings) {
@@ -26,6 +28,9 @@ inline void add_rl_flags(CLI::App& app, RlCli& cli, Settings& settings) {
   app.add_option("--master-addr", cli.world.master_addr, "host of rank 0 (with --master-port: tcp:// rendezvous)");
   app.add_option("--master-port", cli.world.master_port, "rendezvous port on rank 0's host")->check(CLI::Range(1, 65535));
   app.add_option("--init-method", cli.world.init_method, "env://, tcp://HOST:PORT or file:///PATH");
+  app.add_option("--resume", cli.resume,
+                 "agent: continue from a checkpoint of an earlier run (OUT_DIR/policy.pt); observers ignore it");
+  app.add_flag("--check-config", cli.check_only, "validate the configuration and exit");
   app.allow_extras();
   app.footer("Config keys (in the YAML file as nested maps, or here as --key value / key=value):\n" +
              settings.describe());

@@ -30,17 +30,13 @@ int main(int argc, char** argv) {
                  "Writes OUT_DIR/metrics.csv, OUT_DIR/summary.csv, OUT_DIR/config.yaml and OUT_DIR/policy.pt\n"
                  "(also on SIGUSR1). Usually started by: distrl-launch --config configs/cartpole.yaml"};
     agent::RlCli cli;
-    std::string resume;
-    bool check_only = false;
     agent::add_rl_flags(app, cli, settings);
-    app.add_option("--resume", resume, "continue from a checkpoint written by an earlier run (OUT_DIR/policy.pt)");
-    app.add_flag("--check-config", check_only, "validate the configuration and exit");
     if (!agent::parse_rl_cli(app, argc, argv, cli, settings)) return 0;
     agent::parse_device(cfg.device);  // fail before rendezvous, not after
-    if (check_only) return 0;
+    if (cli.check_only) return 0;
 
     set_log_tag("agent");
-    agent::RlAgent rl(cfg, resume);
+    agent::RlAgent rl(cfg, cli.resume);
     g_agent = &rl;
     std::signal(SIGUSR1, on_usr1);
     std::printf("distrl-agent: %s, %s, model %s, device %s, lr %g, gamma %g\n", cfg.env.c_str(),

@@ -267,7 +267,7 @@ void Settings::apply_overrides(const std::vector<std::string>& args) {
       throw ConfigError("command line: '" + args[i] + "' is not a known option or KEY=VALUE override (known keys: " +
                         known_keys() + "; see " + tool_ + " --help)");
     }
-    set(key, value, "--" + key);
+    set(key, value, "command line");
   }
 }
 
@@ -287,18 +287,19 @@ std::string Settings::describe() const {
 }
 
 std::string Settings::to_yaml() const {
-  YAML::Emitter out;
-  YAML::Node root;
+  YAML::Node root(YAML::NodeType::Map);
   for (const auto& f : fields_) {
-    std::stringstream ss(f->key_);
-    std::string part;
     std::vector<std::string> parts;
-    while (std::getline(ss, part, '.')) parts.push_back(part);
-    // yaml-cpp nodes are handles: walk down, creating maps as needed.
-    std::vector<YAML::Node> chain{root};
-    for (std::size_t i = 0; i + 1 < parts.size(); ++i) chain.push_back(chain.back()[parts[i]]);
-    chain.back()[parts.back()] = YAML::Load(f->show_());
+    std::stringstream ss(f->key_);
+    for (std::string part; std::getline(ss, part, '.');) parts.push_back(part);
+    YAML::Node node(root);  // a handle: reset() moves it down, creating maps as needed
+    for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+      YAML::Node next = node[parts[i]];
+      node.reset(next);
+    }
+    node[parts.back()] = YAML::Load(f->show_());
   }
+  YAML::Emitter out;
   out << root;
   return std::string(out.c_str()) + "\n";
 }

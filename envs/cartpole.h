@@ -31,6 +31,7 @@ class CartPole final : public Env {
   int max_episode_steps() const override { return kMaxSteps; }
   float reward_threshold() const override { return 475.0f; }
   void seed(std::uint64_t seed) override { rng_.seed(seed); }
+  using Env::reset;
   void reset(float* obs) override;
   using Env::step;
   Step step(int action, float* obs) override;

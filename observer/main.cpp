@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
     agent::RlCli cli;
     agent::add_rl_flags(app, cli, settings);
     if (!agent::parse_rl_cli(app, argc, argv, cli, settings)) return 0;
+    if (cli.check_only) return 0;
 
     auto opts = agent::rpc_options(cfg, cli.world, "");
     const auto world = transport::resolve_world(opts.init_method, opts.rank, opts.world_size);

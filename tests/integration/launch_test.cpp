@@ -1,31 +1,10 @@
 // distrl-launch as a user runs it: a real binary starting real processes.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
-#include <cstdio>
-#include <cstdlib>
-#include <string>
+#include "tests/support/command.h"
 
 namespace {
-
-struct Run {
-  int code;
-  std::string output;
-};
-
-Run launch(const std::string& args) {
-  const char* bin = std::getenv("DISTRL_LAUNCH");
-  EXPECT_NE(bin, nullptr) << "DISTRL_LAUNCH is set by CTest";
-  std::string cmd = std::string(bin ? bin : "distrl-launch") + " " + args + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  for (std::size_t n; (n = std::fread(buf.data(), 1, buf.size(), p)) > 0;) out.append(buf.data(), n);
-  int status = ::pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
-
+using distrl::testing::launch;
 }  // namespace
 
 TEST(LaunchTest, SetsRankVariablesAndPrefixesOutput) {

@@ -1,0 +1,90 @@
+// Settings: YAML + overrides onto typed fields, with errors that name the source and key.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "common/error.h"
+#include "common/settings.h"
+#include "tests/support/multiproc.h"
+
+namespace distrl {
+namespace {
+
+struct Cfg {
+  int n = 4;
+  double lr = 0.01;
+  bool learn = true;
+  std::string mode = "batched";
+  std::vector<int> hidden{128};
+};
+
+struct Bound {
+  Cfg c;
+  Settings s{"tool"};
+  Bound() {
+    s.bind("observers", &c.n, "observers").range(1, 64);
+    s.bind("learner.lr", &c.lr, "lr").range(0, 1);
+    s.bind("learner.learn", &c.learn, "learn");
+    s.bind("agent.mode", &c.mode, "mode").choices({"batched", "unbatched"});
+    s.bind("model.hidden", &c.hidden, "hidden").range(1, 4096);
+  }
+};
+
+std::string write(const testing::TempDir& dir, const std::string& text) {
+  std::string path = dir.path() + "/c.yaml";
+  std::ofstream(path) << text;
+  return path;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(SettingsTest, FileThenOverrides) {
+  testing::TempDir dir;
+  Bound b;
+  b.s.load_file(write(dir, "observers: 8\nlearner:\n  lr: 0.5\n  learn: false\nmodel:\n  hidden: [64, 32]\n"));
+  EXPECT_EQ(b.c.n, 8);
+  EXPECT_EQ(b.c.lr, 0.5);
+  EXPECT_FALSE(b.c.learn);
+  EXPECT_EQ(b.c.hidden, (std::vector<int>{64, 32}));
+  b.s.apply_overrides({"--agent.mode", "unbatched", "--observers=2", "model.hidden=[16]"});
+  EXPECT_EQ(b.c.mode, "unbatched");
+  EXPECT_EQ(b.c.n, 2);
+  EXPECT_EQ(b.c.hidden, std::vector<int>{16});
+  EXPECT_NE(b.s.to_yaml().find("unbatched"), std::string::npos);
+  EXPECT_NE(b.s.describe().find("--agent.mode"), std::string::npos);
+}
+
+TEST(SettingsTest, ErrorsNameFileKeyAndWhatIsAllowed) {
+  testing::TempDir dir;
+  Bound b;
+  const std::string path = write(dir, "learner:\n  lr: 0.5\n  lrr: 1\n");
+  std::string e = error_of([&] { b.s.load_file(path); });
+  EXPECT_NE(e.find(path), std::string::npos) << e;
+  EXPECT_NE(e.find("unknown key 'learner.lrr'"), std::string::npos) << e;
+  EXPECT_NE(e.find("learner.lr,"), std::string::npos) << e;  // the known keys are listed
+
+  e = error_of([&] { b.s.load_file(write(dir, "observers: many\n")); });
+  EXPECT_NE(e.find("observers: 'many' is not an integer"), std::string::npos) << e;
+  e = error_of([&] { b.s.load_file(write(dir, "observers: 100\n")); });
+  EXPECT_NE(e.find("out of range [1, 64]"), std::string::npos) << e;
+  e = error_of([&] { b.s.apply_overrides({"--agent.mode=fast"}); });
+  EXPECT_NE(e.find("command line: agent.mode: 'fast' is not one of: batched, unbatched"), std::string::npos) << e;
+  e = error_of([&] { b.s.apply_overrides({"--learner.learn=maybe"}); });
+  EXPECT_NE(e.find("not a boolean"), std::string::npos) << e;
+  e = error_of([&] { b.s.apply_overrides({"--bogus"}); });
+  EXPECT_NE(e.find("'--bogus' is not a known option"), std::string::npos) << e;
+  e = error_of([&] { b.s.load_file(write(dir, "observers: [1\n")); });
+  EXPECT_NE(e.find("not valid YAML"), std::string::npos) << e;
+  e = error_of([&] { b.s.load_file(dir.path() + "/missing.yaml"); });
+  EXPECT_NE(e.find("cannot open"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace distrl
