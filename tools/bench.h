@@ -21,6 +21,19 @@ struct RpcBenchOptions {
 
 int run_rpc_bench(const RpcBenchOptions& options);
 
+struct RlBenchOptions {
+  std::vector<int> observers{1, 2, 4, 8, 11};
+  int episodes = 10;           // rounds: every observer runs one episode per round
+  int steps = 10;              // steps per episode
+  int envs_per_observer = 1;
+  std::string config = "configs/cartpole.yaml";
+  std::vector<std::string> overrides;  // more KEY=VALUE for every run
+  std::string csv = "distrl-bench-rl.csv";
+  std::string png = "distrl-bench-rl.png";  // empty: no plot
+};
+
+int run_rl_bench(const RlBenchOptions& options);
+
 // One-line description of this machine for benchmark tables.
 std::string machine_description();
 

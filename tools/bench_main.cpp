@@ -20,10 +20,26 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"any", "same", "split"}));
   r->add_option("--spin-us", rpc.spin_us, "busy-poll time before sleeping, for the I/O loop and waiting futures (-1: defaults)");
   r->add_option("--csv", rpc.csv, "CSV output path");
+  distrl::tools::RlBenchOptions rl;
+  auto* l = app.add_subcommand("rl", "agent + observers as processes: batched vs unbatched action serving (the PyTorch "
+                                     "batched-RPC tutorial's experiment)");
+  l->add_option("--observers", rl.observers, "observer counts to run")->delimiter(',')->check(CLI::Range(1, 1024));
+  l->add_option("--episodes", rl.episodes, "rounds per run (each observer runs one episode per round)")
+      ->check(CLI::Range(1, 1000000));
+  l->add_option("--steps", rl.steps, "steps per episode")->check(CLI::Range(1, 1000000));
+  l->add_option("--envs-per-observer", rl.envs_per_observer, "envs each observer steps together")
+      ->check(CLI::Range(1, 4096));
+  l->add_option("--config", rl.config, "base RL configuration");
+  l->add_option("--set", rl.overrides, "extra KEY=VALUE for every run (repeatable), e.g. --set learner.learn=false");
+  l->add_option("--csv", rl.csv, "CSV output path");
+  l->add_option("--png", rl.png, "plot output path (needs gnuplot; empty: no plot)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  return distrl::guarded_main("distrl-bench", [&] { return r->parsed() ? distrl::tools::run_rpc_bench(rpc) : 0; });
+  return distrl::guarded_main("distrl-bench", [&] {
+    if (r->parsed()) return distrl::tools::run_rpc_bench(rpc);
+    return distrl::tools::run_rl_bench(rl);
+  });
 }
