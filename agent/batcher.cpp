@@ -69,10 +69,8 @@ transport::Future<ActReply> Batcher::submit(int observer, std::vector<float> obs
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopped_) throw TransportError("the agent is shutting down; action request refused");
-    if (open_.requests.empty()) {
-      open_.first = Clock::now();
-      cv_.notify_all();  // the timer sleeps until there is a batch
-    }
+    const bool opens = open_.requests.empty();
+    if (opens) open_.first = Clock::now();
     open_.obs.insert(open_.obs.end(), obs.begin(), obs.end());
     open_.requests.push_back(Pending{rows, std::move(p)});
     open_.rows += rows;
@@ -84,6 +82,11 @@ transport::Future<ActReply> Batcher::submit(int observer, std::vector<float> obs
     if (should_close_locked()) {
       ready = take_locked(open_.rows >= options_.max_batch ? Reason::Full : Reason::AllAsked);
       close = true;
+    } else if (opens && timer_idle_) {
+      // Wake the timer only from its untimed sleep: a timer already sleeping until an older
+      // batch's deadline wakes before this one's anyway. No wake-up per batch.
+      timer_idle_ = false;
+      cv_.notify_all();
     }
   }
   if (close) run(std::move(ready));
@@ -145,6 +148,7 @@ void Batcher::timer_loop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopped_) {
     if (open_.requests.empty()) {
+      timer_idle_ = true;
       cv_.wait(lock);
       continue;
     }

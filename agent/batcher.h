@@ -84,6 +84,7 @@ class Batcher {
   Batch open_;
   BatchStats stats_;
   bool stopped_ = false;
+  bool timer_idle_ = false;  // the timer waits with no deadline: the next open batch must wake it
   std::thread timer_;
 };
 
