@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -21,34 +22,46 @@ struct RlCli {
   bool check_only = false;    // validate the configuration and exit
 };
 
-inline void add_rl_flags(CLI::App& app, RlCli& cli, Settings& settings) {
-  app.add_option("--config", cli.config, "YAML run configuration (configs/cartpole.yaml)")->check(CLI::ExistingFile);
-  app.add_option("--rank", cli.world.rank, "this process's rank (default: $RANK; the agent is rank 0)");
-  app.add_option("--world-size", cli.world.world_size, "processes in the run: 1 agent + observers (default: $WORLD_SIZE)");
-  app.add_option("--master-addr", cli.world.master_addr, "host of rank 0 (with --master-port: tcp:// rendezvous)");
-  app.add_option("--master-port", cli.world.master_port, "rendezvous port on rank 0's host")->check(CLI::Range(1, 65535));
-  app.add_option("--init-method", cli.world.init_method, "env://, tcp://HOST:PORT or file:///PATH");
-  app.add_option("--resume", cli.resume,
-                 "agent: continue from a checkpoint of an earlier run (OUT_DIR/policy.pt); observers ignore it");
-  app.add_flag("--check-config", cli.check_only, "validate the configuration and exit");
-  app.allow_extras();
-  app.footer("Config keys (in the YAML file as nested maps, or here as --key value / key=value):\n" +
-             settings.describe());
-}
-
-// Parses argv; returns false after printing --help. Throws ConfigError for bad flags or keys.
-inline bool parse_rl_cli(CLI::App& app, int argc, char** argv, RlCli& cli, Settings& settings) {
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
-    return false;
-  } catch (const CLI::ParseError& e) {
-    throw ConfigError(std::string("command line: ") + e.what() + " (see --help)");
+// A tool's whole command line: flags, then the config file, then KEY=VALUE overrides.
+class RlCommandLine {
+ public:
+  RlCommandLine(const std::string& tool, const std::string& description) : settings(tool), app(description) {
+    bind(settings, config);
+    app.add_option("--config", cli.config, "YAML run configuration (configs/cartpole.yaml)")->check(CLI::ExistingFile);
+    app.add_option("--rank", cli.world.rank, "this process's rank (default: $RANK; the agent is rank 0)");
+    app.add_option("--world-size", cli.world.world_size,
+                   "processes in the run: 1 agent + observers (default: $WORLD_SIZE)");
+    app.add_option("--master-addr", cli.world.master_addr, "host of rank 0 (with --master-port: tcp:// rendezvous)");
+    app.add_option("--master-port", cli.world.master_port, "rendezvous port on rank 0's host")
+        ->check(CLI::Range(1, 65535));
+    app.add_option("--init-method", cli.world.init_method, "env://, tcp://HOST:PORT or file:///PATH");
+    app.add_option("--resume", cli.resume,
+                   "agent: continue from a checkpoint of an earlier run (OUT_DIR/policy.pt); observers ignore it");
+    app.add_flag("--check-config", cli.check_only, "validate the configuration and exit");
+    app.allow_extras();
   }
-  if (!cli.config.empty()) settings.load_file(cli.config);
-  settings.apply_overrides(app.remaining());
-  return true;
-}
+
+  // Returns false after printing --help. Throws ConfigError for bad flags, keys or values.
+  bool parse(int argc, char** argv) {
+    app.footer("Config keys (in the YAML file as nested maps, or here as --key value / key=value):\n" +
+               settings.describe());
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::CallForHelp&) {
+      std::cout << app.help();
+      return false;
+    } catch (const CLI::ParseError& e) {
+      throw ConfigError(std::string("command line: ") + e.what() + " (see --help)");
+    }
+    if (!cli.config.empty()) settings.load_file(cli.config);
+    settings.apply_overrides(app.remaining());
+    return true;
+  }
+
+  RlConfig config;
+  Settings settings;
+  RlCli cli;
+  CLI::App app;
+};
 
 }  // namespace distrl::agent

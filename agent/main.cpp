@@ -21,17 +21,16 @@ extern "C" void on_usr1(int) {
 int main(int argc, char** argv) {
   return distrl::guarded_main("distrl-agent", [&] {
     using namespace distrl;
-    agent::RlConfig cfg;
-    Settings settings("distrl-agent");
-    agent::bind(settings, cfg);
-    CLI::App app{"distrl-agent: the RL agent. Owns the policy network, answers select_action requests from\n"
-                 "the observers (batched into one forward pass, or one by one), runs REINFORCE on their\n"
-                 "episodes, and prints progress until the running reward reaches learner.target_reward.\n"
-                 "Writes OUT_DIR/metrics.csv, OUT_DIR/summary.csv, OUT_DIR/config.yaml and OUT_DIR/policy.pt\n"
-                 "(also on SIGUSR1). Usually started by: distrl-launch --config configs/cartpole.yaml"};
-    agent::RlCli cli;
-    agent::add_rl_flags(app, cli, settings);
-    if (!agent::parse_rl_cli(app, argc, argv, cli, settings)) return 0;
+    agent::RlCommandLine cmd(
+        "distrl-agent",
+        "distrl-agent: the RL agent. Owns the policy network, answers select_action requests from\n"
+        "the observers (batched into one forward pass, or one by one), runs REINFORCE on their\n"
+        "episodes, and prints progress until the running reward reaches learner.target_reward.\n"
+        "Writes OUT_DIR/metrics.csv, OUT_DIR/summary.csv, OUT_DIR/config.yaml and OUT_DIR/policy.pt\n"
+        "(also on SIGUSR1). Usually started by: distrl-launch --config configs/cartpole.yaml");
+    if (!cmd.parse(argc, argv)) return 0;
+    const agent::RlConfig& cfg = cmd.config;
+    const agent::RlCli& cli = cmd.cli;
     agent::parse_device(cfg.device);  // fail before rendezvous, not after
     if (cli.check_only) return 0;
 
@@ -54,7 +53,7 @@ int main(int argc, char** argv) {
     rpc.shutdown();
 
     std::filesystem::create_directories(cfg.out_dir);
-    std::ofstream(cfg.out_dir + "/config.yaml") << settings.to_yaml();
+    std::ofstream(cfg.out_dir + "/config.yaml") << cmd.settings.to_yaml();
     std::ofstream sum(cfg.out_dir + "/summary.csv");
     sum << "observers,mode,envs_per_observer,rounds,episodes,env_steps,seconds,env_steps_per_s,latency_median_us,"
            "latency_p99_us,mean_batch,running_reward,solved,observers_lost\n"

@@ -12,16 +12,15 @@
 int main(int argc, char** argv) {
   return distrl::guarded_main("distrl-observer", [&] {
     using namespace distrl;
-    agent::RlConfig cfg;
-    Settings settings("distrl-observer");
-    agent::bind(settings, cfg);
-    CLI::App app{"distrl-observer: an RL observer process. Steps the environments the agent asks for and\n"
-                 "asks the agent for every action. Takes the same --config and overrides as distrl-agent\n"
-                 "(it uses the rpc.* keys; the agent sends it the rest). Exits when the agent finishes, or\n"
-                 "with an error within rpc.timeout_s when the agent is gone."};
-    agent::RlCli cli;
-    agent::add_rl_flags(app, cli, settings);
-    if (!agent::parse_rl_cli(app, argc, argv, cli, settings)) return 0;
+    agent::RlCommandLine cmd(
+        "distrl-observer",
+        "distrl-observer: an RL observer process. Steps the environments the agent asks for and\n"
+        "asks the agent for every action. Takes the same --config and overrides as distrl-agent\n"
+        "(it uses the rpc.* keys; the agent sends it the rest). Exits when the agent finishes, or\n"
+        "with an error within rpc.timeout_s when the agent is gone.");
+    if (!cmd.parse(argc, argv)) return 0;
+    const agent::RlConfig& cfg = cmd.config;
+    const agent::RlCli& cli = cmd.cli;
     if (cli.check_only) return 0;
 
     auto opts = agent::rpc_options(cfg, cli.world, "");

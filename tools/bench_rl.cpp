@@ -1,8 +1,6 @@
 // distrl-bench rl: PyTorch's batched-RPC RL experiment. For each observer count, run the
 // agent and the observers as real processes (distrl-launch --config) in batched and in
 // unbatched mode, E rounds of S steps each, and compare the agent's timings.
-#include <fcntl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -15,6 +13,7 @@
 
 #include "common/error.h"
 #include "tools/bench.h"
+#include "tools/launcher.h"
 #include "tools/rl_launch.h"
 
 namespace distrl::tools {
@@ -34,21 +33,7 @@ RlResult run_one(const RlBenchOptions& o, int observers, const std::string& mode
                                "run.out_dir=" + dir, "env.per_observer=" + std::to_string(o.envs_per_observer)};
   for (const auto& extra : o.overrides) cmd.push_back(extra);
   const std::string log = dir + "/log.txt";
-  pid_t pid = ::fork();
-  if (pid < 0) throw Error("fork failed");
-  if (pid == 0) {
-    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ::dup2(fd, 1);
-    ::dup2(fd, 2);
-    std::vector<char*> argv;
-    for (auto& a : cmd) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0) {
-  }
+  const int code = run_process(cmd, log);
   RlResult r;
   std::ifstream f(dir + "/summary.csv");
   std::string header, row;
@@ -57,7 +42,7 @@ RlResult run_one(const RlBenchOptions& o, int observers, const std::string& mode
   std::map<std::string, std::string> cells;
   std::stringstream hs(header), rs(row);
   for (std::string h, v; std::getline(hs, h, ',') && std::getline(rs, v, ',');) cells[h] = v;
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || cells.empty()) {
+  if (code != 0 || cells.empty()) {
     std::ifstream l(log);
     std::cerr << l.rdbuf();
     throw Error("rl: the run with " + std::to_string(observers) + " observer(s), " + mode + ", failed (its log is above)");

@@ -110,6 +110,29 @@ int free_port(const std::string& addr) {
   return ntohs(a.sin_port);
 }
 
+int run_process(const std::vector<std::string>& cmd, const std::string& output_path) {
+  if (cmd.empty()) throw Error("run_process: empty command");
+  pid_t pid = ::fork();
+  if (pid < 0) throw Error("fork failed: " + std::string(std::strerror(errno)));
+  if (pid == 0) {
+    if (!output_path.empty()) {
+      int fd = ::open(output_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd < 0) ::_exit(127);
+      ::dup2(fd, STDOUT_FILENO);
+      ::dup2(fd, STDERR_FILENO);
+    }
+    std::vector<char*> argv;
+    for (auto& a : cmd) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
 int launch(const LaunchOptions& o) {
   if (o.command.empty()) throw ConfigError("no command given (usage: distrl-launch --nproc N -- CMD ARGS...)");
   if (o.nproc < 1 || o.nnodes < 1) throw ConfigError("--nproc and --nnodes must be at least 1");

@@ -25,6 +25,10 @@ struct LaunchOptions {
 // signal). Throws distrl::ConfigError for bad options.
 int launch(const LaunchOptions& options);
 
+// Runs argv (argv[0] a path) to completion; its stdout and stderr go to output_path when one is
+// given. Returns its exit code (128 + signal for a signal; 127 when it cannot be started).
+int run_process(const std::vector<std::string>& argv, const std::string& output_path = "");
+
 // A TCP port that was free a moment ago on addr.
 int free_port(const std::string& addr);
 

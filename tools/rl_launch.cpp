@@ -1,6 +1,5 @@
 #include "tools/rl_launch.h"
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <yaml-cpp/yaml.h>
@@ -37,22 +36,6 @@ int observer_count(const std::string& config, const std::vector<std::string>& ov
   throw ConfigError(config + ": observers: '" + value + "' is not a positive integer");
 }
 
-int run_and_wait(const std::vector<std::string>& cmd) {
-  pid_t pid = ::fork();
-  if (pid < 0) throw Error("fork failed");
-  if (pid == 0) {
-    std::vector<char*> argv;
-    for (auto& a : cmd) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0) {
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
 }  // namespace
 
 std::string self_dir() {
@@ -73,7 +56,7 @@ void configure_rl_launch(const std::string& config, const std::vector<std::strin
   std::vector<std::string> check{agent};
   check.insert(check.end(), tail.begin(), tail.end());
   check.push_back("--check-config");
-  const int rc = run_and_wait(check);
+  const int rc = run_process(check);
   if (rc != 0) throw ConfigError("the configuration was refused (above); nothing started");
 
   o->nproc = observer_count(config, overrides) + 1;
