@@ -58,10 +58,7 @@ transport::Future<ActReply> Batcher::submit(int observer, std::vector<float> obs
   if (observer < 0 || observer >= static_cast<int>(active_.size()))
     throw Error("select_action: observer id " + std::to_string(observer) + " is out of range [0, " +
                 std::to_string(active_.size()) + ")");
-  if (obs.empty() || obs.size() % obs_dim_ != 0)
-    throw Error("select_action: " + std::to_string(obs.size()) + " floats are not whole observations of " +
-                std::to_string(obs_dim_));
-  const int rows = static_cast<int>(obs.size() / obs_dim_);
+  const int rows = observation_rows(obs, obs_dim_);
   transport::Promise<ActReply> p;
   auto f = p.get_future();
   Batch ready;

@@ -12,6 +12,8 @@
 
 #include <msgpack.hpp>
 
+#include "common/error.h"
+
 namespace distrl::agent {
 
 inline constexpr const char* kSelectAction = "select_action";
@@ -52,6 +54,16 @@ struct Rollout {
 }  // namespace distrl::agent
 
 namespace distrl::agent {
+
+// Rows in a select_action request: obs must hold whole observations of obs_dim floats.
+// Throws ProtocolError (the caller sees it as a RemoteError) otherwise.
+inline int observation_rows(const std::vector<float>& obs, int obs_dim) {
+  if (obs.empty() || obs.size() % static_cast<std::size_t>(obs_dim) != 0)
+    throw ProtocolError("select_action: " + std::to_string(obs.size()) +
+                                " floats are not whole observations of " + std::to_string(obs_dim));
+  return static_cast<int>(obs.size() / static_cast<std::size_t>(obs_dim));
+}
+
 // The observer's object as the agent's RRefs see it (only its methods are called remotely).
 struct ObserverObject;
 inline constexpr const char* kObserverClass = "Observer";

@@ -6,6 +6,26 @@
 
 namespace distrl::agent {
 
+void check_rollout(const Rollout& r, int obs_dim) {
+  const std::size_t n = r.steps();
+  const auto fail = [&](const std::string& what) {
+    throw ProtocolError("rollout from observer " + std::to_string(r.observer_id) + ": " + what);
+  };
+  if (r.obs_dim != obs_dim) fail("obs_dim " + std::to_string(r.obs_dim) + ", expected " + std::to_string(obs_dim));
+  if (r.obs.size() != n * static_cast<std::size_t>(obs_dim) || r.actions.size() != n || r.log_probs.size() != n)
+    fail(std::to_string(n) + " rewards but " + std::to_string(r.actions.size()) + " actions, " +
+         std::to_string(r.log_probs.size()) + " log-probs and " + std::to_string(r.obs.size()) +
+         " observation floats");
+  if (r.terminated.size() != r.lengths.size())
+    fail(std::to_string(r.lengths.size()) + " segments but " + std::to_string(r.terminated.size()) + " end flags");
+  std::size_t covered = 0;
+  for (std::int32_t len : r.lengths) {
+    if (len < 0) fail("negative segment length " + std::to_string(len));
+    covered += static_cast<std::size_t>(len);
+  }
+  if (covered != n) fail("segment lengths cover " + std::to_string(covered) + " of " + std::to_string(n) + " steps");
+}
+
 std::vector<float> rewards_to_go(const std::vector<float>& rewards, const std::vector<std::int32_t>& lengths,
                                  double gamma) {
   std::vector<float> out(rewards.size());
@@ -35,10 +55,7 @@ double Reinforce::update(const std::vector<Rollout>& rollouts) {
   std::vector<float> obs, returns;
   std::vector<std::int64_t> actions;
   for (const auto& r : rollouts) {
-    if (r.obs.size() != r.steps() * static_cast<std::size_t>(actor_.obs_dim()) || r.actions.size() != r.steps())
-      throw ProtocolError("rollout from observer " + std::to_string(r.observer_id) + ": " + std::to_string(r.steps()) +
-                          " rewards but " + std::to_string(r.actions.size()) + " actions and " +
-                          std::to_string(r.obs.size()) + " observation floats");
+    check_rollout(r, actor_.obs_dim());
     auto g = rewards_to_go(r.rewards, r.lengths, options_.gamma);
     obs.insert(obs.end(), r.obs.begin(), r.obs.end());
     returns.insert(returns.end(), g.begin(), g.end());

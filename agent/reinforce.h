@@ -18,6 +18,10 @@ struct ReinforceOptions {
   double eps = 1e-7;  // added to the returns' std before dividing
 };
 
+// Throws ProtocolError unless the rollout's arrays agree: obs_dim floats, one action and one
+// log-prob per reward, segment lengths covering every reward, one terminated flag per segment.
+void check_rollout(const Rollout& r, int obs_dim);
+
 // Discounted rewards-to-go, restarting at each segment boundary. Exposed for tests.
 std::vector<float> rewards_to_go(const std::vector<float>& rewards, const std::vector<std::int32_t>& lengths,
                                  double gamma);

@@ -84,10 +84,7 @@ void RlAgent::serve(transport::RpcAgent& rpc) {
   } else {
     const int dim = obs_dim_;
     rpc.register_function(kSelectAction, [actor, dim](int observer, std::vector<float> obs) {
-      if (obs.empty() || obs.size() % dim != 0)
-        throw Error("select_action: " + std::to_string(obs.size()) + " floats are not whole observations of " +
-                    std::to_string(dim));
-      return actor->act(obs.data(), static_cast<int>(obs.size() / dim));
+      return actor->act(obs.data(), observation_rows(obs, dim));
     }, where);
   }
 }
@@ -137,7 +134,9 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
     for (std::size_t i = 0; i < obs.size(); ++i) {
       if (!alive[i]) continue;
       try {
-        rollouts.push_back(futs[i].value());
+        Rollout r = futs[i].value();
+        check_rollout(r, obs_dim_);  // before the stats or the learner read it
+        rollouts.push_back(std::move(r));
       } catch (const std::exception& e) {
         alive[i] = false;
         ++sum.observers_lost;

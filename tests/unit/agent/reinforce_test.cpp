@@ -22,6 +22,38 @@ TEST(ReinforceTest, RewardsToGoRestartPerSegment) {
   EXPECT_THROW(rewards_to_go({1, 1}, {1}, 0.5), ProtocolError);
 }
 
+TEST(ReinforceTest, MalformedRolloutsAndRequestsAreRefused) {
+  Rollout good;
+  good.obs_dim = 2;
+  good.obs = {0, 0, 1, 1, 2, 2};
+  good.actions = {0, 1, 0};
+  good.log_probs = {-1, -1, -1};
+  good.rewards = {1, 1, 1};
+  good.lengths = {2, 1};
+  good.terminated = {1, 0};
+  EXPECT_NO_THROW(check_rollout(good, 2));
+  EXPECT_THROW(check_rollout(good, 4), ProtocolError);  // wrong observation size
+  auto bad = good;
+  bad.actions.pop_back();
+  EXPECT_THROW(check_rollout(bad, 2), ProtocolError);
+  bad = good;
+  bad.obs.pop_back();
+  EXPECT_THROW(check_rollout(bad, 2), ProtocolError);
+  bad = good;
+  bad.lengths = {2, 2};
+  EXPECT_THROW(check_rollout(bad, 2), ProtocolError);
+  bad = good;
+  bad.lengths = {4, -1};
+  EXPECT_THROW(check_rollout(bad, 2), ProtocolError);
+  bad = good;
+  bad.terminated = {1};
+  EXPECT_THROW(check_rollout(bad, 2), ProtocolError);
+  // select_action bodies: whole observations only.
+  EXPECT_EQ(observation_rows({1, 2, 3, 4, 5, 6, 7, 8}, 4), 2);
+  EXPECT_THROW(observation_rows({}, 4), ProtocolError);
+  EXPECT_THROW(observation_rows({1, 2, 3}, 4), ProtocolError);
+}
+
 TEST(ReinforceTest, ActorAnswersEveryRowWithAValidAction) {
   torch::manual_seed(0);
   PolicyActor actor(models::make_policy("tutorial", {}), torch::kCPU, 4, 1);
