@@ -50,6 +50,12 @@ class RemoteError : public Error {
   std::string worker_, type_, message_;
 };
 
+// A function was called with arguments it cannot use (wrong sizes, dtypes, ranks).
+class ArgumentError : public Error {
+ public:
+  using Error::Error;
+};
+
 class EnvError : public Error {
  public:
   using Error::Error;

@@ -5,10 +5,9 @@
 
 #include <unistd.h>
 
-#include <fstream>
-#include <random>
 
 #include "transport/detail/agent_state.h"
+#include "transport/detail/endpoints.h"
 #include "transport/detail/wire_codec.h"
 #include "transport/detail/zmq_context.h"
 
@@ -219,25 +218,6 @@ void expire(AgentCore::State& s, Clock::time_point now) {
 
 namespace {
 
-struct Published {
-  std::string name, host_id, hostname, tcp, ipc;
-  MSGPACK_DEFINE(name, host_id, hostname, tcp, ipc);
-};
-
-std::string hostname() {
-  char buf[256] = {0};
-  ::gethostname(buf, sizeof(buf) - 1);
-  return buf;
-}
-
-// Same host id <=> ipc:// reaches the peer. The boot id tells apart containers named alike.
-std::string host_id() {
-  std::ifstream f("/proc/sys/kernel/random/boot_id");
-  std::string boot;
-  std::getline(f, boot);
-  return hostname() + "/" + boot;
-}
-
 void validate(const RpcOptions& o) {
   auto bad = [](const std::string& what) { throw ConfigError("rpc options: " + what); };
   if (o.num_worker_threads < 1 || o.num_worker_threads > 1024)
@@ -272,47 +252,24 @@ void AgentCore::start(const std::function<void()>& before_publish) {
   s.io = std::make_unique<IoLoop>(s.ctx, IoLoop::Options{s.opts.limits.max_message_bytes, s.opts.io_spin}, std::move(cb));
 
   // Bind tcp and/or ipc on the one ROUTER; peers pick ipc when they share our host.
-  std::vector<std::string> eps;
-  const std::string ip = !s.opts.bind_host.empty() ? s.opts.bind_host
-                         : w.method == "file"     ? "127.0.0.1"
-                                                  : local_address_towards(w.master_addr);
-  if (s.opts.transport != "ipc") eps.push_back("tcp://" + ip + ":*");
-  if (s.opts.transport != "tcp") {
-    std::random_device rd;
-    s.ipc_path = "/tmp/distrl-" + std::to_string(::getpid()) + "-" + std::to_string(s.rank) + "-" + std::to_string(rd()) + ".ipc";
-    eps.push_back("ipc://" + s.ipc_path);
-  }
-  auto bound = s.io->bind(eps);
-  Published me{s.opts.name, host_id(), hostname(), s.opts.transport != "ipc" ? bound.at(0) : "",
-               s.opts.transport != "tcp" ? bound.back() : ""};
+  auto bound = s.io->bind(endpoints_to_bind(s.opts.transport, bind_ip(w, s.opts.bind_host),
+                                            std::to_string(s.rank), &s.ipc_path));
+  const Address me = make_address(s.opts.name, s.opts.transport, bound);
   if (before_publish) before_publish();  // registrations land before any peer can reach us
 
-  msgpack::sbuffer buf;
-  msgpack::pack(buf, me);
-  auto& store = s.rdv->store();
-  store.set("rpc/worker/" + std::to_string(s.rank), std::string(buf.data(), buf.size()));
-  std::vector<std::string> keys;
-  for (int r = 0; r < s.world; ++r) keys.push_back("rpc/worker/" + std::to_string(r));
-  store.wait(keys, s.opts.rendezvous_timeout);
-
+  const auto peers = exchange_addresses(s.rdv->store(), "rpc/worker/", s.rank, s.world, me, s.opts.rendezvous_timeout);
   std::vector<std::string> endpoints;
   for (int r = 0; r < s.world; ++r) {
-    Published p;
-    const std::string raw = store.get(keys[r]);
-    try {
-      msgpack::unpack(raw.data(), raw.size()).get().convert(p);
-    } catch (const std::exception& e) {
-      throw ProtocolError("rendezvous: worker record of rank " + std::to_string(r) + " is malformed: " + e.what());
-    }
+    const Address& p = peers[r];
     if (s.by_name.count(p.name))
       throw ConfigError("rpc: two workers are named '" + p.name + "' (ranks " + std::to_string(s.by_name[p.name]) +
                         " and " + std::to_string(r) + "); give each a unique name");
     s.by_name[p.name] = r;
-    const bool same_host = p.host_id == me.host_id && !p.ipc.empty() && s.opts.transport != "tcp";
-    if (!same_host && p.tcp.empty())
-      throw ConfigError("rpc: worker '" + p.name + "' serves only ipc:// but runs on another host (" + p.hostname +
-                        "); use transport auto or tcp");
-    endpoints.push_back(same_host ? p.ipc : p.tcp);
+    try {
+      endpoints.push_back(endpoint_for(me, p, s.opts.transport));
+    } catch (const ConfigError& e) {
+      throw ConfigError(std::string("rpc: worker ") + e.what());
+    }
     s.workers.push_back(WorkerInfo{p.name, r, p.hostname, endpoints.back()});
   }
   s.io->set_peers(endpoints);

@@ -97,18 +97,11 @@ bool IoLoop::run_posted() {
 IoLoop::Peer& IoLoop::connect_peer(int peer) {
   auto& p = peers_.at(peer);
   if (p) return *p;
-  p = std::make_unique<Peer>(Peer{zmq::socket_t(*ctx_, zmq::socket_type::dealer),
-                                  zmq::socket_t(*ctx_, zmq::socket_type::pair), false, {}});
+  p = std::make_unique<Peer>(Peer{zmq::socket_t(*ctx_, zmq::socket_type::dealer), zmq::socket_t(), false, {}});
   apply_common_options(p->dealer);
   p->dealer.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.max_frame_bytes));
-  // Heartbeats notice a peer host that vanished without closing its connections.
-  p->dealer.set(zmq::sockopt::heartbeat_ivl, 2000);
-  p->dealer.set(zmq::sockopt::heartbeat_timeout, 10000);
-  const std::string mon = "inproc://distrl-mon-" + std::to_string(reinterpret_cast<std::uintptr_t>(this)) + "-" +
-                          std::to_string(peer);
-  if (zmq_socket_monitor(p->dealer.handle(), mon.c_str(), ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) != 0)
-    throw TransportError("transport: cannot monitor the connection to rank " + std::to_string(peer));
-  p->monitor.connect(mon);
+  watch_connection(*ctx_, p->dealer, p->monitor,
+                   "rpc-" + std::to_string(reinterpret_cast<std::uintptr_t>(this)) + "-" + std::to_string(peer));
   p->dealer.connect(peer_endpoints_.at(peer));
   items_dirty_ = true;
   return *p;
@@ -180,20 +173,15 @@ void IoLoop::drain_peer(int peer) {
 
 void IoLoop::read_monitor(int peer) {
   Peer& p = *peers_[peer];
-  for (;;) {
-    Frames ev;
-    if (!zmq::recv_multipart(p.monitor, std::back_inserter(ev), zmq::recv_flags::dontwait)) return;
-    if (ev.empty() || ev[0].size() < 2) continue;
-    std::uint16_t event;
-    std::memcpy(&event, ev[0].data(), sizeof(event));
+  read_connection_events(p.monitor, [&](int event) {
     if (event == ZMQ_EVENT_CONNECTED) {
       p.down = false;
-    } else if (event == ZMQ_EVENT_DISCONNECTED && !p.down) {
+    } else if (!p.down) {
       p.down = true;
       p.down_reason = "connection to " + peer_endpoints_[peer] + " lost (the process exited or crashed)";
       cb_.on_peer_down(peer, p.down_reason);
     }
-  }
+  });
 }
 
 void IoLoop::run() {
@@ -235,10 +223,7 @@ void IoLoop::run() {
   }
   run_posted();  // last replies and releases go out before the sockets close
   for (auto& p : peers_) {
-    if (!p) continue;
-    zmq_socket_monitor(p->dealer.handle(), nullptr, 0);
-    p->monitor.close();
-    p->dealer.close();
+    if (p) unwatch_connection(p->dealer, p->monitor);
   }
   router_.close();
 }

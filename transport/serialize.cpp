@@ -29,15 +29,16 @@ constexpr DtypeInfo kDtypes[] = {
 };
 constexpr std::size_t kDtypeCount = sizeof(kDtypes) / sizeof(kDtypes[0]);
 
+}  // namespace
+
 std::uint8_t dtype_code(c10::ScalarType t) {
   for (std::size_t i = 0; i < kDtypeCount; ++i)
     if (kDtypes[i].type == t) return static_cast<std::uint8_t>(i);
   throw ProtocolError(std::string("transport: cannot send a tensor of dtype ") + c10::toString(t));
 }
 
-}  // namespace
-
 std::size_t dtype_size(std::uint8_t code) { return code < kDtypeCount ? kDtypes[code].size : 0; }
+const char* dtype_name(std::uint8_t code) { return code < kDtypeCount ? c10::toString(kDtypes[code].type) : "unknown"; }
 
 PackScope::PackScope(std::vector<at::Tensor>* t, AgentCore* a, int dest)
     : tensors(t), agent(a), dest_rank(dest), previous_(t_pack) {

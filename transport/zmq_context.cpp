@@ -1,6 +1,13 @@
 #include "transport/detail/zmq_context.h"
 
+#include <cstring>
+#include <iterator>
 #include <mutex>
+#include <vector>
+
+#include <zmq_addon.hpp>
+
+#include "common/error.h"
 
 namespace distrl::transport::detail {
 
@@ -19,6 +26,33 @@ void apply_common_options(zmq::socket_t& s, int linger_ms) {
   s.set(zmq::sockopt::linger, linger_ms);
   s.set(zmq::sockopt::sndhwm, 100000);
   s.set(zmq::sockopt::rcvhwm, 100000);
+}
+
+void watch_connection(zmq::context_t& ctx, zmq::socket_t& dealer, zmq::socket_t& monitor, const std::string& name) {
+  dealer.set(zmq::sockopt::heartbeat_ivl, 2000);
+  dealer.set(zmq::sockopt::heartbeat_timeout, 10000);
+  const std::string ep = "inproc://distrl-mon-" + name;
+  if (zmq_socket_monitor(dealer.handle(), ep.c_str(), ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) != 0)
+    throw TransportError("transport: cannot monitor connection " + name);
+  monitor = zmq::socket_t(ctx, zmq::socket_type::pair);
+  monitor.connect(ep);
+}
+
+void read_connection_events(zmq::socket_t& monitor, const std::function<void(int)>& on_event) {
+  for (;;) {
+    std::vector<zmq::message_t> ev;
+    if (!zmq::recv_multipart(monitor, std::back_inserter(ev), zmq::recv_flags::dontwait)) return;
+    if (ev.empty() || ev[0].size() < 2) continue;
+    std::uint16_t event;
+    std::memcpy(&event, ev[0].data(), sizeof(event));
+    if (event == ZMQ_EVENT_CONNECTED || event == ZMQ_EVENT_DISCONNECTED) on_event(event);
+  }
+}
+
+void unwatch_connection(zmq::socket_t& dealer, zmq::socket_t& monitor) {
+  if (dealer.handle()) zmq_socket_monitor(dealer.handle(), nullptr, 0);
+  monitor.close();
+  dealer.close();
 }
 
 }  // namespace distrl::transport::detail

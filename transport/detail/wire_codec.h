@@ -32,6 +32,8 @@ TensorDesc parse_tensor_descriptor(const char* data, std::size_t size);
 // The frame a descriptor names, checked for existence and size (throws ProtocolError).
 const zmq::message_t& tensor_frame(const InFrames& in, const TensorDesc& d);
 std::size_t dtype_size(std::uint8_t code);  // 0 for an unknown code
+std::uint8_t dtype_code(c10::ScalarType t);
+const char* dtype_name(std::uint8_t code);  // "float32"-style name, "unknown" for a bad code  // throws ProtocolError for a dtype the wire cannot carry
 
 // Why a message was refused, with the call id and kind when the header got that far: a bad
 // request is answered with an error, a bad response fails the pending call it names.

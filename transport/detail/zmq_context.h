@@ -2,7 +2,9 @@
 // owner lets go. Private to transport/.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <string>
 
 #include <zmq.hpp>
 
@@ -12,5 +14,15 @@ std::shared_ptr<zmq::context_t> shared_zmq_context();
 
 // Socket options every distrl socket gets: finite linger, explicit high-water marks.
 void apply_common_options(zmq::socket_t& s, int linger_ms = 200);
+
+// A DEALER that watches its connection: heartbeats notice a peer host that vanished without
+// closing, and `monitor` (a PAIR) receives its connect/disconnect events. name must be unique
+// in the process.
+void watch_connection(zmq::context_t& ctx, zmq::socket_t& dealer, zmq::socket_t& monitor, const std::string& name);
+// Reads every queued event from a watch_connection monitor (non-blocking) and calls
+// on_event(ZMQ_EVENT_CONNECTED or ZMQ_EVENT_DISCONNECTED) for each, in order.
+void read_connection_events(zmq::socket_t& monitor, const std::function<void(int)>& on_event);
+// Stops the monitor and closes both sockets.
+void unwatch_connection(zmq::socket_t& dealer, zmq::socket_t& monitor);
 
 }  // namespace distrl::transport::detail

@@ -1,0 +1,386 @@
+// ProcessGroup (ZeroMQ backend) with real processes: every collective x dtype x reduce op
+// with 2, 3 and 4 ranks against a locally computed result, small and large (ring, several
+// chunks) tensors, groups, point-to-point, async work, and the failures: mismatched calls,
+// a dead rank, a silent rank, bad arguments.
+#include <gtest/gtest.h>
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <thread>
+
+#include "tests/support/multiproc.h"
+#include "transport/process_group.h"
+
+namespace {
+
+using distrl::testing::run_ranks;
+using distrl::testing::TempDir;
+using namespace distrl::transport;
+using Clock = std::chrono::steady_clock;
+
+std::shared_ptr<ProcessGroup> join(const TempDir& dir, int rank, int world,
+                                   std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+  ProcessGroupOptions o;
+  o.init_method = "file://" + dir.file("rendezvous");
+  o.rank = rank;
+  o.world_size = world;
+  o.timeout = timeout;
+  o.chunk_bytes = 16 << 10;  // large tensors cross several chunks per ring step
+  o.small_bytes = 4 << 10;
+  return init_process_group(o);
+}
+
+void expect(bool ok, const std::string& what) {
+  if (!ok) throw std::runtime_error(what);
+}
+
+const std::vector<at::ScalarType> kDtypes = {at::kByte, at::kChar,     at::kShort, at::kInt,    at::kLong,
+                                             at::kHalf, at::kBFloat16, at::kFloat, at::kDouble, at::kBool};
+const std::vector<ReduceOp> kOps = {ReduceOp::Sum, ReduceOp::Product, ReduceOp::Min, ReduceOp::Max, ReduceOp::Avg};
+
+// Rank r's input: small positive values so products and half-precision sums stay exact.
+at::Tensor input(int rank, std::int64_t numel, at::ScalarType t) {
+  auto i = torch::arange(numel, torch::kLong);
+  auto v = (i * 7 + rank * 3) % 3 + 1;  // 1..3
+  if (t == at::kBool) return ((i + rank) % 3 != 0);
+  return v.to(t);
+}
+
+at::Tensor expected_reduce(int world, std::int64_t numel, at::ScalarType t, ReduceOp op) {
+  std::vector<at::Tensor> all;
+  for (int r = 0; r < world; ++r) all.push_back(input(r, numel, t).to(at::kDouble));
+  auto s = torch::stack(all);
+  at::Tensor out;
+  switch (op) {
+    case ReduceOp::Sum: out = s.sum(0); break;
+    case ReduceOp::Product: out = s.prod(0); break;
+    case ReduceOp::Min: out = std::get<0>(s.min(0)); break;
+    case ReduceOp::Max: out = std::get<0>(s.max(0)); break;
+    case ReduceOp::Avg:
+      out = at::isFloatingType(t) ? s.sum(0) / world : torch::div(s.sum(0), world, "trunc");
+      break;
+  }
+  return t == at::kBool ? (out != 0) : out.to(t);
+}
+
+bool close(const at::Tensor& got, const at::Tensor& want) {
+  if (got.scalar_type() != want.scalar_type() || got.sizes() != want.sizes()) return false;
+  return torch::allclose(got.to(at::kDouble), want.to(at::kDouble), 1e-2, 1e-6);
+}
+
+std::string name(at::ScalarType t, ReduceOp op, std::int64_t n) {
+  return std::string(c10::toString(t)) + "/" + to_string(op) + "/" + std::to_string(n);
+}
+
+class Collectives : public ::testing::TestWithParam<int> {};
+
+TEST_P(Collectives, EveryOpDtypeAndSizeMatchesLocalResult) {
+  const int world = GetParam();
+  TempDir dir;
+  auto codes = run_ranks(world, [&](int rank) {
+    auto pg = join(dir, rank, world);
+    expect(pg->rank() == rank && pg->size() == world, "rank/size");
+    // 1 element (< ranks), 5 (recursive doubling), 3001 (ring with uneven segments, chunks of 16 KiB)
+    for (std::int64_t numel : {std::int64_t(1), std::int64_t(5), std::int64_t(3001 * world + 1)}) {
+      for (auto t : kDtypes) {
+        for (auto op : kOps) {
+          if (t == at::kBool && op == ReduceOp::Avg) continue;
+          auto x = input(rank, numel, t);
+          pg->all_reduce(x, op);
+          expect(close(x, expected_reduce(world, numel, t, op)), "all_reduce " + name(t, op, numel));
+
+          const int root = (numel + 1) % world;
+          auto y = input(rank, numel, t);
+          pg->reduce(y, root, op);
+          expect(close(y, rank == root ? expected_reduce(world, numel, t, op) : input(rank, numel, t)),
+                 "reduce " + name(t, op, numel));
+
+          std::vector<at::Tensor> ins, out;
+          for (int r = 0; r < world; ++r) ins.push_back(input(rank + r, numel, t));
+          auto rs = torch::zeros({numel}, t);
+          pg->reduce_scatter(rs, ins, op);
+          std::vector<at::Tensor> per_rank;  // what every rank passed as inputs[rank]
+          for (int r = 0; r < world; ++r) per_rank.push_back(input(r + rank, numel, t).to(at::kDouble));
+          at::Tensor want;
+          {
+            auto s = torch::stack(per_rank);
+            at::Tensor o;
+            switch (op) {
+              case ReduceOp::Sum: o = s.sum(0); break;
+              case ReduceOp::Product: o = s.prod(0); break;
+              case ReduceOp::Min: o = std::get<0>(s.min(0)); break;
+              case ReduceOp::Max: o = std::get<0>(s.max(0)); break;
+              case ReduceOp::Avg: o = at::isFloatingType(t) ? s.sum(0) / world : torch::div(s.sum(0), world, "trunc"); break;
+            }
+            want = t == at::kBool ? (o != 0).to(t) : o.to(t);
+          }
+          expect(close(rs, want), "reduce_scatter " + name(t, op, numel));
+        }
+        const int root = numel % world;
+        auto b = rank == root ? input(7, numel, t) : torch::zeros({numel}, t);
+        pg->broadcast(b, root);
+        expect(close(b, input(7, numel, t)), "broadcast " + name(t, ReduceOp::Sum, numel));
+
+        std::vector<at::Tensor> gathered;
+        for (int r = 0; r < world; ++r) gathered.push_back(torch::zeros({numel}, t));
+        pg->all_gather(gathered, input(rank, numel, t));
+        for (int r = 0; r < world; ++r) expect(close(gathered[r], input(r, numel, t)), "all_gather " + name(t, ReduceOp::Sum, numel));
+
+        std::vector<at::Tensor> g;
+        if (rank == root)
+          for (int r = 0; r < world; ++r) g.push_back(torch::zeros({numel}, t));
+        pg->gather(g, input(rank, numel, t), root);
+        for (std::size_t r = 0; r < g.size(); ++r) expect(close(g[r], input(r, numel, t)), "gather");
+
+        std::vector<at::Tensor> sc;
+        if (rank == root)
+          for (int r = 0; r < world; ++r) sc.push_back(input(10 + r, numel, t));
+        auto mine = torch::zeros({numel}, t);
+        pg->scatter(mine, sc, root);
+        expect(close(mine, input(10 + rank, numel, t)), "scatter " + name(t, ReduceOp::Sum, numel));
+      }
+    }
+    pg->barrier();
+    return 0;
+  });
+  for (int c : codes) EXPECT_EQ(c, 0);
+}
+
+TEST_P(Collectives, RanksEndWithIdenticalBits) {
+  const int world = GetParam();
+  TempDir dir;
+  auto codes = run_ranks(world, [&](int rank) {
+    auto pg = join(dir, rank, world);
+    for (std::int64_t numel : {std::int64_t(100), std::int64_t(200000)}) {
+      auto x = torch::randn({numel}, torch::TensorOptions().dtype(torch::kFloat)) * (rank + 1);
+      pg->all_reduce(x, ReduceOp::Avg);
+      std::vector<at::Tensor> all;
+      for (int r = 0; r < world; ++r) all.push_back(torch::empty_like(x));
+      pg->all_gather(all, x);
+      for (auto& a : all) expect(torch::equal(a, x), "ranks disagree on the bits of all_reduce");
+    }
+    return 0;
+  });
+  for (int c : codes) EXPECT_EQ(c, 0);
+}
+
+TEST_P(Collectives, AsyncWorkCompletesInOrder) {
+  const int world = GetParam();
+  TempDir dir;
+  auto codes = run_ranks(world, [&](int rank) {
+    auto pg = join(dir, rank, world);
+    std::vector<at::Tensor> ts;
+    std::vector<WorkPtr> works;
+    for (int i = 0; i < 8; ++i) {
+      ts.push_back(torch::full({i % 2 ? 50000 : 10}, float(rank + i)));
+      works.push_back(pg->all_reduce_async(ts.back()));
+    }
+    pg->barrier();  // a sync call queues behind the async ones
+    for (int i = 0; i < 8; ++i) {
+      works[i]->wait();
+      expect(works[i]->is_completed(), "completed");
+      const float want = world * i + world * (world - 1) / 2.0f;
+      expect(torch::all(ts[i] == want).item<bool>(), "async all_reduce " + std::to_string(i));
+    }
+    return 0;
+  });
+  for (int c : codes) EXPECT_EQ(c, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, Collectives, ::testing::Values(2, 3, 4),
+                         [](const auto& info) { return std::to_string(info.param) + "ranks"; });
+
+TEST(ProcessGroupTest, SubgroupsRunTheirOwnCollectives) {
+  TempDir dir;
+  auto codes = run_ranks(4, [&](int rank) {
+    auto pg = join(dir, rank, 4);
+    auto odd = pg->new_group({1, 3});
+    auto even = pg->new_group({2, 0});
+    expect((odd != nullptr) == (rank % 2 == 1), "odd membership");
+    expect((even != nullptr) == (rank % 2 == 0), "even membership");
+    auto g = odd ? odd : even;
+    if (rank == 2) expect(g->rank() == 0 && g->size() == 2, "ranks follow the list order");
+    auto x = torch::full({3}, float(rank));
+    g->all_reduce(x);
+    expect(torch::all(x == (rank % 2 ? 4.0f : 2.0f)).item<bool>(), "subgroup sum");
+    auto y = torch::full({40000}, float(rank));  // large: ring inside the subgroup
+    g->all_reduce(y, ReduceOp::Max);
+    expect(torch::all(y == (rank % 2 ? 3.0f : 2.0f)).item<bool>(), "subgroup max");
+    auto z = torch::ones({1});
+    pg->all_reduce(z);  // the world group is still in step
+    expect(z.item<float>() == 4.0f, "world after subgroups");
+    auto bad = [&] {
+      try {
+        pg->new_group({0, 0});
+      } catch (const distrl::ArgumentError&) {
+        return true;
+      }
+      return false;
+    };
+    expect(bad(), "duplicate rank refused");
+    return 0;
+  });
+  for (int c : codes) EXPECT_EQ(c, 0);
+}
+
+TEST(ProcessGroupTest, PointToPointWithTagsAndLargeTensors) {
+  TempDir dir;
+  auto codes = run_ranks(3, [&](int rank) {
+    auto pg = join(dir, rank, 3);
+    // A ring pass: each rank sends to the next and receives from the previous.
+    auto out = torch::full({5}, float(rank));
+    auto in = torch::empty({5});
+    auto s = pg->isend(out, (rank + 1) % 3);
+    auto r = pg->irecv(in, (rank + 2) % 3);
+    r->wait();
+    s->wait();
+    expect(torch::all(in == float((rank + 2) % 3)).item<bool>(), "ring pass");
+    // Tags keep streams apart: rank 0 sends tag 2 before tag 1; rank 1 receives tag 1 first.
+    if (rank == 0) {
+      auto big = torch::arange(300000, torch::kDouble);  // zero-copy send
+      auto a = pg->isend(big, 1, 2);
+      pg->send(torch::tensor({42}, torch::kLong), 1, 1);
+      a->wait();
+    } else if (rank == 1) {
+      auto small = torch::empty({1}, torch::kLong);
+      pg->recv(small, 0, 1);
+      expect(small.item<long>() == 42, "tag 1");
+      auto big = torch::empty({300000}, torch::kDouble);
+      auto w = pg->irecv(big, 0, 2);
+      w->wait();
+      expect(torch::equal(big, torch::arange(300000, torch::kDouble)), "tag 2 large");
+      // Wrong size: a clear error.
+    }
+    if (rank == 2) pg->send(torch::ones({4}), 1, 9);
+    if (rank == 1) {
+      auto wrong = torch::empty({5});
+      try {
+        pg->recv(wrong, 2, 9);
+        return 3;
+      } catch (const MismatchError& e) {
+        expect(std::string(e.what()).find("Float[4]") != std::string::npos, e.what());
+      }
+    }
+    pg->barrier();
+    return 0;
+  });
+  for (int c : codes) EXPECT_EQ(c, 0);
+}
+
+TEST(ProcessGroupTest, MismatchedCallsFailOnEveryRank) {
+  TempDir dir;
+  auto codes = run_ranks(2, [&](int rank) {
+    auto pg = join(dir, rank, 2);
+    const auto start = Clock::now();
+    try {
+      auto x = torch::ones({rank == 0 ? 10 : 12});
+      pg->all_reduce(x);
+      return 3;
+    } catch (const MismatchError& e) {
+      const std::string m = e.what();
+      expect(m.find("Float[10]") != std::string::npos && m.find("Float[12]") != std::string::npos, m);
+    }
+    expect(Clock::now() - start < std::chrono::seconds(5), "mismatch found quickly");
+    try {  // the group refuses further work
+      pg->barrier();
+      return 4;
+    } catch (const distrl::TransportError& e) {
+      expect(std::string(e.what()).find("earlier failure") != std::string::npos, e.what());
+    }
+    return 0;
+  });
+  for (int c : codes) EXPECT_EQ(c, 0);
+
+  // Different collectives: the broadcast root only sends, so it can finish before the other
+  // rank notices; it learns at its next collective.
+  TempDir dir2;
+  codes = run_ranks(2, [&](int rank) {
+    auto pg = join(dir2, rank, 2);
+    try {
+      auto x = torch::ones({10});
+      if (rank == 0) pg->broadcast(x, 0);
+      else pg->all_reduce(x);
+      pg->barrier();
+      return 3;
+    } catch (const MismatchError& e) {
+      const std::string m = e.what();
+      expect(m.find("broadcast") != std::string::npos && m.find("all_reduce") != std::string::npos, m);
+    }
+    return 0;
+  });
+  for (int c : codes) EXPECT_EQ(c, 0);
+}
+
+TEST(ProcessGroupTest, DeadRankIsNamedAndNobodyHangs) {
+  TempDir dir;
+  auto codes = run_ranks(3, [&](int rank) {
+    auto pg = join(dir, rank, 3);
+    if (rank == 2) ::_exit(0);  // gone without a word
+    const auto start = Clock::now();
+    try {
+      auto x = torch::ones({4});
+      pg->all_reduce(x);
+      return 3;
+    } catch (const distrl::TransportError& e) {
+      expect(std::string(e.what()).find("rank 2") != std::string::npos, e.what());
+    }
+    expect(Clock::now() - start < std::chrono::seconds(5), "dead rank noticed long before the 20 s timeout");
+    return 0;
+  });
+  EXPECT_EQ(codes[0], 0);
+  EXPECT_EQ(codes[1], 0);
+}
+
+TEST(ProcessGroupTest, SilentRankTimesOutNamingIt) {
+  TempDir dir;
+  auto codes = run_ranks(2, [&](int rank) {
+    auto pg = join(dir, rank, 2, std::chrono::milliseconds(3000));
+    if (rank == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(4500));
+      return 0;
+    }
+    const auto start = Clock::now();
+    try {
+      auto x = torch::ones({4});
+      pg->all_reduce(x);
+      return 3;
+    } catch (const distrl::TimeoutError& e) {
+      expect(std::string(e.what()).find("rank 1") != std::string::npos, e.what());
+    }
+    const auto took = Clock::now() - start;
+    expect(took >= std::chrono::milliseconds(2900) && took < std::chrono::milliseconds(4400), "timeout honoured");
+    return 0;
+  });
+  EXPECT_EQ(codes[0], 0);
+  EXPECT_EQ(codes[1], 0);
+}
+
+TEST(ProcessGroupTest, BadArgumentsAreRefusedByName) {
+  TempDir dir;
+  auto codes = run_ranks(1, [&](int rank) {
+    auto pg = join(dir, rank, 1);
+    auto refused = [](const std::function<void()>& f, const std::string& words) {
+      try {
+        f();
+      } catch (const distrl::ArgumentError& e) {
+        if (std::string(e.what()).find(words) != std::string::npos) return;
+        throw std::runtime_error(std::string("wrong message: ") + e.what());
+      }
+      throw std::runtime_error("not refused: " + words);
+    };
+    auto m = torch::ones({4, 4});
+    refused([&] { pg->all_reduce(m.t()); }, "not contiguous");
+    refused([&] { pg->broadcast(m, 3); }, "root 3");
+    refused([&] { pg->all_gather({m, m}, m); }, "holds 2 tensors");
+    refused([&] { pg->all_reduce(torch::ones({2}, torch::kBool), ReduceOp::Avg); }, "bool");
+    refused([&] { pg->send(m, 0); }, "not another rank");
+    auto x = torch::full({3}, 2.0);
+    pg->all_reduce(x, ReduceOp::Avg);  // a world of one: identity
+    expect(torch::all(x == 2.0).item<bool>(), "world of one");
+    return 0;
+  });
+  EXPECT_EQ(codes[0], 0);
+}
+
+}  // namespace

@@ -1,0 +1,40 @@
+// How a process makes its ROUTER reachable and finds its peers' through the rendezvous store:
+// tcp and/or ipc endpoints, and ipc:// between processes on one host. Shared by the RPC agent
+// and the process group. Private to transport/.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <msgpack.hpp>
+
+#include "transport/rendezvous.h"
+
+namespace distrl::transport::detail {
+
+// One process's addresses, as published in the store.
+struct Address {
+  std::string name, host_id, hostname, tcp, ipc;
+  MSGPACK_DEFINE(name, host_id, hostname, tcp, ipc);
+};
+
+std::string hostname();
+// Equal on processes that can reach each other over ipc:// (same host and boot).
+std::string host_id();
+// The tcp interface to bind: bind_host if given, else the one that reaches the master.
+std::string bind_ip(const WorldSpec& world, const std::string& bind_host);
+// transport: "auto" (tcp + ipc), "tcp" or "ipc". The wildcard endpoints to bind, tcp first;
+// *ipc_path gets the socket file the caller unlinks when done.
+std::vector<std::string> endpoints_to_bind(const std::string& transport, const std::string& ip, const std::string& tag,
+                                           std::string* ipc_path);
+// This process's address from the endpoints it bound (same order as endpoints_to_bind).
+Address make_address(const std::string& name, const std::string& transport, const std::vector<std::string>& bound);
+// Publishes `me` under key_prefix + rank and reads every rank's address (waits up to timeout).
+std::vector<Address> exchange_addresses(Store& store, const std::string& key_prefix, int rank, int world,
+                                        const Address& me, std::chrono::milliseconds timeout);
+// The endpoint `me` uses to reach `peer`: ipc on the same host unless transport is tcp.
+// Throws ConfigError when the peer serves only ipc from another host.
+std::string endpoint_for(const Address& me, const Address& peer, const std::string& transport);
+
+}  // namespace distrl::transport::detail

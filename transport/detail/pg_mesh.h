@@ -1,0 +1,129 @@
+// The sockets of the ZeroMQ process group: one ROUTER per process receives from every peer,
+// one DEALER per peer sends (and watches the connection). Received messages are sorted into
+// mailboxes by (group, source rank, tag); a thread that waits for a message and finds its
+// mailbox empty reads the socket itself when no other thread is reading (leader/follower), so
+// the common case costs no extra thread wake-up. Private to transport/.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "transport/process_group.h"
+
+namespace distrl::transport::detail {
+
+using Clock = std::chrono::steady_clock;
+
+// Fixed little-endian-host layout, checked by magic and size on receipt.
+struct PgHeader {
+  std::uint32_t magic = 0;
+  std::uint8_t kind = 0;   // PgKind
+  std::uint8_t coll = 0;   // ProcessGroup::Kind, or kP2P
+  std::uint8_t dtype = 0;  // wire dtype code
+  std::uint8_t op = 0;     // ReduceOp
+  std::int32_t src = -1;   // sender's global rank
+  std::uint32_t group = 0;
+  std::int32_t tag = -1;   // -1: collective; >= 0: point-to-point tag
+  std::int32_t root = 0;
+  std::uint64_t seq = 0;   // collective number in the group
+  std::int64_t numel = 0;  // elements of the call (per rank)
+  std::uint32_t step = 0;
+  std::uint32_t chunk = 0;
+};
+static_assert(sizeof(PgHeader) == 48, "PgHeader layout");
+constexpr std::uint32_t kPgMagic = 0x31475044;  // "DPG1"
+enum class PgKind : std::uint8_t { Data = 0, Abort = 1 };
+constexpr std::uint8_t kP2P = 255;
+
+struct PgMessage {
+  PgHeader h;
+  zmq::message_t payload;
+};
+
+// Counts zero-copy sends still held by ZeroMQ; shared with the free callbacks.
+class SendTracker {
+ public:
+  void add();
+  void release();
+  bool idle();
+  // False at the deadline.
+  bool wait_idle(Clock::time_point deadline);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int pending_ = 0;
+};
+
+class Mesh {
+ public:
+  // Binds, publishes its address under prefix, connects to every peer.
+  Mesh(Store& store, const std::string& prefix, int rank, int world, const ProcessGroupOptions& options);
+  ~Mesh();
+  Mesh(const Mesh&) = delete;
+  Mesh& operator=(const Mesh&) = delete;
+
+  int rank() const { return rank_; }
+  int world() const { return world_; }
+  const ProcessGroupOptions& options() const { return options_; }
+
+  // Sends header + bytes to global rank dst. Below kCopyBelow bytes, or without a tracker,
+  // the data is copied; otherwise ZeroMQ reads it in place, holding `keep` (the owner of the
+  // memory) alive and the tracker busy until it is done.
+  void send(int dst, const PgHeader& h, const void* data, std::size_t bytes,
+            const std::shared_ptr<const void>& keep, const std::shared_ptr<SendTracker>& tracker);
+  // The next message of (group, src, tag). Throws TimeoutError at the deadline, TransportError
+  // when src is gone, MismatchError/TransportError when a member aborted the group. `what`
+  // names the waiting operation in errors.
+  PgMessage recv(std::uint32_t group, int src, std::int32_t tag, Clock::time_point deadline, const std::string& what);
+  // Non-blocking: a queued message, reading the socket once if no one else is.
+  std::optional<PgMessage> try_recv(std::uint32_t group, int src, std::int32_t tag);
+  // Tells the other members that this group failed (best effort, never blocks).
+  void send_abort(std::uint32_t group, const std::vector<int>& members, const std::string& type,
+                  const std::string& reason);
+
+  static constexpr std::size_t kCopyBelow = 64 << 10;
+
+ private:
+  using Key = std::tuple<std::uint32_t, int, std::int32_t>;
+  struct Peer;
+  struct Abort {
+    int from;
+    std::string type, reason;
+  };
+  // Polls the sockets until something arrives or `until`; mu_ not held, reading_ owned.
+  void read_sockets(Clock::time_point until);
+  std::optional<PgMessage> take(const Key& k);  // mu_ held
+  [[noreturn]] void throw_abort(std::uint32_t group, const std::string& what);  // mu_ held
+
+  int rank_, world_;
+  ProcessGroupOptions options_;
+  std::shared_ptr<zmq::context_t> ctx_;
+  zmq::socket_t router_;
+  std::vector<std::unique_ptr<Peer>> peers_;
+  std::vector<zmq::pollitem_t> items_;
+  std::string ipc_path_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool reading_ = false;
+  std::map<Key, std::deque<PgMessage>> mailboxes_;
+  std::map<std::uint32_t, Abort> aborts_;
+  std::vector<std::optional<Clock::time_point>> gone_since_;
+  std::vector<std::string> endpoints_;
+  std::atomic<std::uint64_t> bad_messages_{0};
+};
+
+}  // namespace distrl::transport::detail

@@ -1,0 +1,76 @@
+#include "transport/detail/endpoints.h"
+
+#include <unistd.h>
+
+#include <fstream>
+#include <random>
+
+#include "common/error.h"
+
+namespace distrl::transport::detail {
+
+std::string hostname() {
+  char buf[256] = {0};
+  ::gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+// The boot id tells apart containers named alike.
+std::string host_id() {
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::string boot;
+  std::getline(f, boot);
+  return hostname() + "/" + boot;
+}
+
+std::string bind_ip(const WorldSpec& world, const std::string& bind_host) {
+  if (!bind_host.empty()) return bind_host;
+  return world.method == "file" ? "127.0.0.1" : local_address_towards(world.master_addr);
+}
+
+std::vector<std::string> endpoints_to_bind(const std::string& transport, const std::string& ip, const std::string& tag,
+                                           std::string* ipc_path) {
+  std::vector<std::string> eps;
+  if (transport != "ipc") eps.push_back("tcp://" + ip + ":*");
+  if (transport != "tcp") {
+    std::random_device rd;
+    *ipc_path = "/tmp/distrl-" + std::to_string(::getpid()) + "-" + tag + "-" + std::to_string(rd()) + ".ipc";
+    eps.push_back("ipc://" + *ipc_path);
+  }
+  return eps;
+}
+
+Address make_address(const std::string& name, const std::string& transport, const std::vector<std::string>& bound) {
+  return Address{name, host_id(), hostname(), transport != "ipc" ? bound.at(0) : "",
+                 transport != "tcp" ? bound.back() : ""};
+}
+
+std::vector<Address> exchange_addresses(Store& store, const std::string& key_prefix, int rank, int world,
+                                        const Address& me, std::chrono::milliseconds timeout) {
+  msgpack::sbuffer buf;
+  msgpack::pack(buf, me);
+  store.set(key_prefix + std::to_string(rank), std::string(buf.data(), buf.size()));
+  std::vector<std::string> keys;
+  for (int r = 0; r < world; ++r) keys.push_back(key_prefix + std::to_string(r));
+  store.wait(keys, timeout);
+  std::vector<Address> out(world);
+  for (int r = 0; r < world; ++r) {
+    const std::string raw = store.get(keys[r]);
+    try {
+      msgpack::unpack(raw.data(), raw.size()).get().convert(out[r]);
+    } catch (const std::exception& e) {
+      throw ProtocolError("rendezvous: the address record of rank " + std::to_string(r) + " is malformed: " + e.what());
+    }
+  }
+  return out;
+}
+
+std::string endpoint_for(const Address& me, const Address& peer, const std::string& transport) {
+  const bool same_host = peer.host_id == me.host_id && !peer.ipc.empty() && transport != "tcp";
+  if (!same_host && peer.tcp.empty())
+    throw ConfigError("'" + peer.name + "' serves only ipc:// but runs on another host (" + peer.hostname +
+                      "); use transport auto or tcp");
+  return same_host ? peer.ipc : peer.tcp;
+}
+
+}  // namespace distrl::transport::detail

@@ -1,0 +1,274 @@
+#include "transport/detail/pg_mesh.h"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <iterator>
+
+#include <zmq_addon.hpp>
+
+#include "common/log.h"
+#include "transport/detail/endpoints.h"
+#include "transport/detail/zmq_context.h"
+
+namespace distrl::transport::detail {
+
+namespace {
+// A peer whose connection closed may still have messages in flight on its other connection:
+// keep reading this long before calling it gone.
+constexpr auto kGoneGrace = std::chrono::milliseconds(300);
+
+struct Held {
+  std::shared_ptr<SendTracker> tracker;
+  std::shared_ptr<const void> keep;
+};
+
+void release_held(void*, void* hint) {
+  auto* h = static_cast<Held*>(hint);
+  if (h->tracker) h->tracker->release();
+  delete h;
+}
+
+std::string rank_name(int r) { return "rank " + std::to_string(r); }
+}  // namespace
+
+void SendTracker::add() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++pending_;
+}
+
+void SendTracker::release() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (--pending_ == 0) cv_.notify_all();
+}
+
+bool SendTracker::idle() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pending_ == 0;
+}
+
+bool SendTracker::wait_idle(Clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_until(lock, deadline, [&] { return pending_ == 0; });
+}
+
+struct Mesh::Peer {
+  zmq::socket_t dealer;
+  zmq::socket_t monitor;
+  std::mutex send_mu;
+};
+
+Mesh::Mesh(Store& store, const std::string& prefix, int rank, int world, const ProcessGroupOptions& options)
+    : rank_(rank), world_(world), options_(options), ctx_(shared_zmq_context()),
+      router_(*ctx_, zmq::socket_type::router), gone_since_(world) {
+  if (options_.transport != "auto" && options_.transport != "tcp" && options_.transport != "ipc")
+    throw ConfigError("process group: transport is '" + options_.transport + "', allowed: auto, tcp, ipc");
+  apply_common_options(router_, 2000);
+  router_.set(zmq::sockopt::rcvhwm, 0);
+  // Bind where the store's host can reach us (the store runs on rank 0's host).
+  std::string ip = options_.bind_host;
+  if (ip.empty()) {
+    const std::string& ep = store.endpoint();  // tcp://host:port
+    const auto start = ep.find("://"), colon = ep.rfind(':');
+    ip = local_address_towards(start == std::string::npos || colon <= start ? "127.0.0.1"
+                                                                            : ep.substr(start + 3, colon - start - 3));
+  }
+  std::vector<std::string> bound;
+  for (const auto& ep : endpoints_to_bind(options_.transport, ip,
+                                          prefix + "-" + std::to_string(rank), &ipc_path_)) {
+    router_.bind(ep);
+    bound.push_back(router_.get(zmq::sockopt::last_endpoint));
+  }
+  const Address me = make_address(rank_name(rank), options_.transport, bound);
+  const auto peers = exchange_addresses(store, prefix + "/addr/", rank, world, me, options_.timeout);
+
+  items_.push_back({router_.handle(), 0, ZMQ_POLLIN, 0});
+  peers_.resize(world);
+  endpoints_.resize(world);
+  for (int r = 0; r < world; ++r) {
+    if (r == rank) continue;
+    endpoints_[r] = endpoint_for(me, peers[r], options_.transport);
+    auto p = std::make_unique<Peer>();
+    p->dealer = zmq::socket_t(*ctx_, zmq::socket_type::dealer);
+    apply_common_options(p->dealer, 2000);
+    p->dealer.set(zmq::sockopt::sndhwm, 0);
+    watch_connection(*ctx_, p->dealer, p->monitor,
+                     "pg-" + std::to_string(reinterpret_cast<std::uintptr_t>(this)) + "-" + std::to_string(r));
+    p->dealer.connect(endpoints_[r]);
+    items_.push_back({p->monitor.handle(), 0, ZMQ_POLLIN, 0});
+    peers_[r] = std::move(p);
+  }
+}
+
+Mesh::~Mesh() {
+  for (auto& p : peers_)
+    if (p) unwatch_connection(p->dealer, p->monitor);
+  router_.close();
+  if (!ipc_path_.empty()) ::unlink(ipc_path_.c_str());
+}
+
+void Mesh::send(int dst, const PgHeader& h, const void* data, std::size_t bytes,
+                const std::shared_ptr<const void>& keep, const std::shared_ptr<SendTracker>& tracker) {
+  if (dst < 0 || dst >= world_ || dst == rank_)
+    throw Error("process group: cannot send to rank " + std::to_string(dst) + " (world of " +
+                std::to_string(world_) + ", this is rank " + std::to_string(rank_) + ")");
+  zmq::message_t head(&h, sizeof(h));
+  zmq::message_t body;
+  if (bytes < kCopyBelow || !tracker) {
+    body = zmq::message_t(data, bytes);
+  } else {
+    tracker->add();
+    body = zmq::message_t(const_cast<void*>(data), bytes, &release_held, new Held{tracker, keep});
+  }
+  Peer& p = *peers_[dst];
+  std::lock_guard<std::mutex> lock(p.send_mu);
+  try {
+    if (!p.dealer.send(head, zmq::send_flags::sndmore | zmq::send_flags::dontwait) ||
+        !p.dealer.send(body, zmq::send_flags::dontwait))
+      throw TransportError("process group: the send queue to rank " + std::to_string(dst) + " is full");
+  } catch (const zmq::error_t& e) {
+    throw TransportError("process group: send to rank " + std::to_string(dst) + " failed: " + e.what());
+  }
+}
+
+void Mesh::send_abort(std::uint32_t group, const std::vector<int>& members, const std::string& type,
+                      const std::string& reason) {
+  PgHeader h;
+  h.magic = kPgMagic;
+  h.kind = static_cast<std::uint8_t>(PgKind::Abort);
+  h.src = rank_;
+  h.group = group;
+  const std::string payload = type + "\n" + reason;
+  for (int m : members) {
+    if (m == rank_) continue;
+    try {
+      send(m, h, payload.data(), payload.size(), {}, nullptr);
+    } catch (const std::exception& e) {
+      DISTRL_LOG(Debug, "process group: abort notice to rank " << m << " not sent: " << e.what());
+    }
+  }
+}
+
+std::optional<PgMessage> Mesh::take(const Key& k) {
+  auto it = mailboxes_.find(k);
+  if (it == mailboxes_.end() || it->second.empty()) return std::nullopt;
+  PgMessage m = std::move(it->second.front());
+  it->second.pop_front();
+  return m;
+}
+
+void Mesh::throw_abort(std::uint32_t group, const std::string& what) {
+  const Abort& a = aborts_.at(group);
+  const std::string msg = what + ": the group was aborted by rank " + std::to_string(a.from) + ": " + a.reason;
+  if (a.type == "MismatchError") throw MismatchError(msg);
+  if (a.type == "TimeoutError") throw TimeoutError(msg);
+  throw TransportError(msg);
+}
+
+PgMessage Mesh::recv(std::uint32_t group, int src, std::int32_t tag, Clock::time_point deadline,
+                     const std::string& what) {
+  if (src < 0 || src >= world_ || src == rank_)
+    throw Error(what + ": cannot receive from rank " + std::to_string(src));
+  const Key key{group, src, tag};
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    if (auto m = take(key)) return std::move(*m);
+    if (aborts_.count(group)) throw_abort(group, what);
+    const auto now = Clock::now();
+    if (gone_since_[src] && now - *gone_since_[src] > kGoneGrace)
+      throw TransportError(what + ": rank " + std::to_string(src) + " is gone (its connection " + endpoints_[src] +
+                           " closed: the process exited or crashed)");
+    if (now >= deadline)
+      throw TimeoutError(what + ": timed out after " +
+                         std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(options_.timeout).count()) +
+                         " ms waiting for rank " + std::to_string(src) +
+                         " (is it running the same sequence of collectives?)");
+    const auto until = std::min(deadline, now + std::chrono::milliseconds(100));
+    if (!reading_) {
+      reading_ = true;
+      lock.unlock();
+      try {
+        read_sockets(until);
+      } catch (...) {
+        lock.lock();
+        reading_ = false;
+        cv_.notify_all();
+        throw;
+      }
+      lock.lock();
+      reading_ = false;
+      cv_.notify_all();
+    } else {
+      cv_.wait_until(lock, until);
+    }
+  }
+}
+
+std::optional<PgMessage> Mesh::try_recv(std::uint32_t group, int src, std::int32_t tag) {
+  const Key key{group, src, tag};
+  std::unique_lock<std::mutex> lock(mu_);
+  if (auto m = take(key)) return m;
+  if (reading_) return std::nullopt;
+  reading_ = true;
+  lock.unlock();
+  read_sockets(Clock::now());
+  lock.lock();
+  reading_ = false;
+  cv_.notify_all();
+  return take(key);
+}
+
+void Mesh::read_sockets(Clock::time_point until) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+  zmq::poll(items_.data(), items_.size(), std::chrono::milliseconds(std::max<long>(0, left.count())));
+  std::vector<PgMessage> got;
+  if (items_[0].revents & ZMQ_POLLIN) {
+    for (;;) {
+      std::vector<zmq::message_t> frames;
+      if (!zmq::recv_multipart(router_, std::back_inserter(frames), zmq::recv_flags::dontwait)) break;
+      // [routing id, header, payload]
+      PgMessage m;
+      if (frames.size() != 3 || frames[1].size() != sizeof(PgHeader)) {
+        ++bad_messages_;
+        DISTRL_LOG(Warn, "process group: dropped a malformed message (" << frames.size() << " frames)");
+        continue;
+      }
+      std::memcpy(&m.h, frames[1].data(), sizeof(PgHeader));
+      if (m.h.magic != kPgMagic || m.h.src < 0 || m.h.src >= world_ || m.h.src == rank_ ||
+          m.h.kind > static_cast<std::uint8_t>(PgKind::Abort)) {
+        ++bad_messages_;
+        DISTRL_LOG(Warn, "process group: dropped a message with a bad header (magic " << m.h.magic << ", src "
+                                                                                        << m.h.src << ")");
+        continue;
+      }
+      m.payload = std::move(frames[2]);
+      got.push_back(std::move(m));
+    }
+  }
+  std::vector<std::pair<int, int>> events;
+  for (std::size_t i = 1; i < items_.size(); ++i) {
+    if (!(items_[i].revents & ZMQ_POLLIN)) continue;
+    const int peer = static_cast<int>(i) - 1 < rank_ ? static_cast<int>(i) - 1 : static_cast<int>(i);  // self has none
+    read_connection_events(peers_[peer]->monitor, [&](int ev) { events.emplace_back(peer, ev); });
+  }
+  if (got.empty() && events.empty()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& m : got) {
+    if (m.h.kind == static_cast<std::uint8_t>(PgKind::Abort)) {
+      const std::string text(static_cast<const char*>(m.payload.data()), m.payload.size());
+      const auto nl = text.find('\n');
+      aborts_.emplace(m.h.group, Abort{m.h.src, text.substr(0, nl), nl == std::string::npos ? text : text.substr(nl + 1)});
+    } else {
+      mailboxes_[Key{m.h.group, m.h.src, m.h.tag}].push_back(std::move(m));
+    }
+  }
+  for (auto [peer, ev] : events) {
+    if (ev == ZMQ_EVENT_DISCONNECTED) {
+      if (!gone_since_[peer]) gone_since_[peer] = Clock::now();
+    } else {
+      gone_since_[peer].reset();
+    }
+  }
+}
+
+}  // namespace distrl::transport::detail
