@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
         "(also on SIGUSR1). Usually started by: distrl-launch --config configs/cartpole.yaml");
     if (!cmd.parse(argc, argv)) return 0;
     const agent::RlConfig& cfg = cmd.config;
-    const agent::RlCli& cli = cmd.cli;
+    const ToolFlags& cli = cmd.flags;
     agent::parse_device(cfg.device);  // fail before rendezvous, not after
     if (cli.check_only) return 0;
 

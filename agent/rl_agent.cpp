@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "envs/env.h"
+#include "models/checkpoint.h"
 
 namespace distrl::agent {
 namespace {
@@ -236,43 +237,27 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
 }
 
 void RlAgent::save(const std::string& path) {
-  torch::serialize::OutputArchive ar;
   {
     auto lock = actor_->exclusive();
-    actor_->net().save(ar);
-    torch::serialize::OutputArchive opt;
-    learner_->optimizer().save(opt);
-    ar.write("optimizer", opt);
+    models::save_checkpoint(path, actor_->net(), &learner_->optimizer(),
+                            {{"running_reward", running_reward_}, {"rounds", static_cast<double>(rounds_done_)}});
   }
-  ar.write("running_reward", torch::tensor(running_reward_, torch::kFloat64));
-  ar.write("rounds", torch::tensor(static_cast<std::int64_t>(rounds_done_)));
-  const std::string tmp = path + ".tmp";
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path().empty()
-                                          ? std::filesystem::path(".")
-                                          : std::filesystem::path(path).parent_path());
-  ar.save_to(tmp);
-  std::filesystem::rename(tmp, path);
   DISTRL_LOG(Info, "agent: saved " << path);
 }
 
 void RlAgent::load(const std::string& path) {
-  if (!std::filesystem::exists(path)) throw ConfigError("--resume: no checkpoint at '" + path + "'");
-  torch::serialize::InputArchive ar;
-  try {
-    ar.load_from(path, actor_->device());
+  std::map<std::string, double> numbers;
+  {
     auto lock = actor_->exclusive();
-    actor_->net().load(ar);
-    torch::serialize::InputArchive opt;
-    ar.read("optimizer", opt);
-    learner_->optimizer().load(opt);
-  } catch (const c10::Error& e) {
-    throw ConfigError("--resume: '" + path + "' is not a checkpoint of this model (" + cfg_.model + ", hidden sizes " +
-                      "as configured): " + e.what_without_backtrace());
+    try {
+      numbers = models::load_checkpoint(path, actor_->net(), &learner_->optimizer(), actor_->device());
+    } catch (const ConfigError& e) {
+      throw ConfigError("--resume: " + std::string(e.what()) + " (model " + cfg_.model + ", hidden sizes as configured)");
+    }
+    actor_->net().eval();
   }
-  torch::Tensor rr, rounds;
-  if (ar.try_read("running_reward", rr)) running_reward_ = rr.item<double>();
-  if (ar.try_read("rounds", rounds)) rounds_done_ = static_cast<int>(rounds.item<std::int64_t>());
-  actor_->net().eval();
+  if (numbers.count("running_reward")) running_reward_ = numbers["running_reward"];
+  if (numbers.count("rounds")) rounds_done_ = static_cast<int>(numbers["rounds"]);
   DISTRL_LOG(Info, "agent: resumed from " << path << " (round " << rounds_done_ << ", running reward " << running_reward_
                                           << ")");
 }

@@ -46,13 +46,7 @@ transport::RpcOptions rpc_options(const RlConfig& c, const WorldFlags& w, const 
   o.name = name;
   o.rank = w.rank;
   o.world_size = w.world_size;
-  o.init_method = w.init_method;
-  if (!w.master_addr.empty() || w.master_port != 0) {
-    if (w.master_addr.empty() || w.master_port <= 0)
-      throw ConfigError("--master-addr and --master-port go together (got '" + w.master_addr + "' and " +
-                        std::to_string(w.master_port) + ")");
-    o.init_method = "tcp://" + w.master_addr + ":" + std::to_string(w.master_port);
-  }
+  o.init_method = w.resolved_init_method();
   o.transport = c.transport;
   o.rpc_timeout = std::chrono::milliseconds(static_cast<long long>(c.rpc_timeout_s * 1000));
   o.num_worker_threads = c.rpc_threads;

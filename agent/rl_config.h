@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/command_line.h"
 #include "common/settings.h"
 #include "transport/options.h"
 
@@ -49,15 +50,6 @@ struct RlConfig {
 
 void bind(Settings& s, RlConfig& c);
 
-// Where a process finds the others: flags of distrl-agent and distrl-observer. Unset values
-// come from the environment (distrl-launch, torchrun, SLURM and Open MPI variables).
-struct WorldFlags {
-  int rank = -1;
-  int world_size = -1;
-  std::string master_addr;
-  int master_port = 0;
-  std::string init_method = "env://";
-};
 
 transport::RpcOptions rpc_options(const RlConfig& c, const WorldFlags& w, const std::string& name);
 

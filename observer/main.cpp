@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
         "with an error within rpc.timeout_s when the agent is gone.");
     if (!cmd.parse(argc, argv)) return 0;
     const agent::RlConfig& cfg = cmd.config;
-    const agent::RlCli& cli = cmd.cli;
+    const ToolFlags& cli = cmd.flags;
     if (cli.check_only) return 0;
 
     auto opts = agent::rpc_options(cfg, cli.world, "");

@@ -14,7 +14,7 @@
 #include "common/error.h"
 #include "tools/bench.h"
 #include "tools/launcher.h"
-#include "tools/rl_launch.h"
+#include "tools/config_launch.h"
 
 namespace distrl::tools {
 namespace {

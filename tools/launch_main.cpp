@@ -9,7 +9,7 @@
 #include "common/error.h"
 #include "common/main_guard.h"
 #include "tools/launcher.h"
-#include "tools/rl_launch.h"
+#include "tools/config_launch.h"
 
 int main(int argc, char** argv) {
   distrl::tools::LaunchOptions o;
@@ -34,8 +34,9 @@ int main(int argc, char** argv) {
   app.add_flag("!--no-prefix", o.prefix, "do not prefix output lines with the rank");
   std::string config;
   app.add_option("--config", config,
-                 "an RL run configuration: start distrl-agent as rank 0 and one distrl-observer per\n"
-                 "'observers' in the file; extra KEY=VALUE or --key value arguments override the file")
+                 "a run configuration: a training config (with a 'dist' section) starts distrl-train on\n"
+                 "dist.world_size ranks; an RL config starts distrl-agent as rank 0 and one distrl-observer\n"
+                 "per 'observers'; extra KEY=VALUE or --key value arguments override the file")
       ->check(CLI::ExistingFile);
   app.allow_extras();
   try {
@@ -46,7 +47,7 @@ int main(int argc, char** argv) {
   return distrl::guarded_main("distrl-launch", [&] {
     if (!config.empty()) {
       if (!o.command.empty()) throw distrl::ConfigError("give either --config FILE or -- CMD, not both");
-      distrl::tools::configure_rl_launch(config, app.remaining(), &o);
+      distrl::tools::configure_config_launch(config, app.remaining(), &o);
     } else if (!app.remaining().empty()) {
       throw distrl::ConfigError("unexpected argument '" + app.remaining().front() + "' (see --help)");
     }

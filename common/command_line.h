@@ -1,0 +1,89 @@
+// Command-line plumbing shared by the tools that read a YAML run configuration (distrl-agent,
+// distrl-observer, distrl-train): where to find the world (--rank, --world-size,
+// --master-addr, --master-port, --init-method), --config FILE, --resume, --check-config, and
+// KEY=VALUE / --key value overrides of any config key.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "common/settings.h"
+
+namespace distrl {
+
+// Where a process finds the others. Unset values come from the environment (distrl-launch,
+// torchrun, SLURM and Open MPI variables).
+struct WorldFlags {
+  int rank = -1;
+  int world_size = -1;
+  std::string master_addr;
+  int master_port = 0;
+  std::string init_method = "env://";
+
+  // --master-addr/--master-port as tcp://, else init_method. Throws ConfigError for half a pair.
+  std::string resolved_init_method() const {
+    if (master_addr.empty() && master_port == 0) return init_method;
+    if (master_addr.empty() || master_port <= 0)
+      throw ConfigError("--master-addr and --master-port go together (got '" + master_addr + "' and " +
+                        std::to_string(master_port) + ")");
+    return "tcp://" + master_addr + ":" + std::to_string(master_port);
+  }
+};
+
+struct ToolFlags {
+  std::string config;
+  WorldFlags world;
+  std::string resume;       // continue from this checkpoint
+  bool check_only = false;  // validate the configuration and exit
+};
+
+// A tool's whole command line: flags, then the config file, then KEY=VALUE overrides. Config
+// is a struct with a `void bind(Settings&, Config&)` found by argument-dependent lookup.
+template <typename Config>
+class CommandLine {
+ public:
+  CommandLine(const std::string& tool, const std::string& description, const std::string& example_config,
+              const std::string& resume_help)
+      : settings(tool), app(description) {
+    bind(settings, config);
+    app.add_option("--config", flags.config, "YAML run configuration (" + example_config + ")")
+        ->check(CLI::ExistingFile);
+    app.add_option("--rank", flags.world.rank, "this process's rank (default: $RANK)");
+    app.add_option("--world-size", flags.world.world_size, "processes in the run (default: $WORLD_SIZE)");
+    app.add_option("--master-addr", flags.world.master_addr, "host of rank 0 (with --master-port: tcp:// rendezvous)");
+    app.add_option("--master-port", flags.world.master_port, "rendezvous port on rank 0's host")
+        ->check(CLI::Range(1, 65535));
+    app.add_option("--init-method", flags.world.init_method, "env://, tcp://HOST:PORT or file:///PATH");
+    app.add_option("--resume", flags.resume, resume_help);
+    app.add_flag("--check-config", flags.check_only, "validate the configuration and exit");
+    app.allow_extras();
+  }
+
+  // Returns false after printing --help. Throws ConfigError for bad flags, keys or values.
+  bool parse(int argc, char** argv) {
+    app.footer("Config keys (in the YAML file as nested maps, or here as --key value / key=value):\n" +
+               settings.describe());
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::CallForHelp&) {
+      std::cout << app.help();
+      return false;
+    } catch (const CLI::ParseError& e) {
+      throw ConfigError(std::string("command line: ") + e.what() + " (see --help)");
+    }
+    if (!flags.config.empty()) settings.load_file(flags.config);
+    settings.apply_overrides(app.remaining());
+    return true;
+  }
+
+  Config config;
+  Settings settings;
+  ToolFlags flags;
+  CLI::App app;
+};
+
+}  // namespace distrl

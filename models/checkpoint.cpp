@@ -1,0 +1,52 @@
+#include "models/checkpoint.h"
+
+#include <filesystem>
+
+#include <torch/serialize.h>
+
+#include "common/error.h"
+
+namespace distrl::models {
+
+void save_checkpoint(const std::string& path, const torch::nn::Module& module, const torch::optim::Optimizer* optimizer,
+                     const std::map<std::string, double>& numbers) {
+  torch::serialize::OutputArchive ar;
+  module.save(ar);
+  if (optimizer) {
+    torch::serialize::OutputArchive opt;
+    optimizer->save(opt);
+    ar.write("optimizer", opt);
+  }
+  for (const auto& [k, v] : numbers) ar.write("number." + k, torch::tensor(v, torch::kFloat64));
+  const std::filesystem::path p(path);
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
+  const std::string tmp = path + ".tmp";
+  ar.save_to(tmp);
+  std::filesystem::rename(tmp, path);
+}
+
+std::map<std::string, double> load_checkpoint(const std::string& path, torch::nn::Module& module,
+                                              torch::optim::Optimizer* optimizer, const torch::Device& device) {
+  if (!std::filesystem::exists(path)) throw ConfigError("checkpoint: no file at '" + path + "'");
+  torch::serialize::InputArchive ar;
+  try {
+    ar.load_from(path, device);
+    module.load(ar);
+    if (optimizer) {
+      torch::serialize::InputArchive opt;
+      ar.read("optimizer", opt);
+      optimizer->load(opt);
+    }
+  } catch (const c10::Error& e) {
+    throw ConfigError("checkpoint '" + path + "' does not fit this model and optimizer: " + e.what_without_backtrace());
+  }
+  std::map<std::string, double> numbers;
+  for (const auto& key : ar.keys()) {
+    if (key.rfind("number.", 0) != 0) continue;
+    torch::Tensor t;
+    if (ar.try_read(key, t)) numbers[key.substr(7)] = t.item<double>();
+  }
+  return numbers;
+}
+
+}  // namespace distrl::models

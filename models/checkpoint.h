@@ -1,0 +1,23 @@
+// Checkpoint files: one torch archive with a module's parameters and buffers, an optimizer's
+// state and named numbers (epoch, step, running reward...). Written to a temporary file and
+// renamed, so a crash never leaves a half-written checkpoint behind.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+namespace distrl::models {
+
+void save_checkpoint(const std::string& path, const torch::nn::Module& module, const torch::optim::Optimizer* optimizer,
+                     const std::map<std::string, double>& numbers = {});
+
+// Loads onto `device` (device mapping: a checkpoint saved on cuda:0 loads on cpu or cuda:1).
+// Returns the numbers found. Throws ConfigError when the file is missing or does not fit the
+// module (the message names the file).
+std::map<std::string, double> load_checkpoint(const std::string& path, torch::nn::Module& module,
+                                              torch::optim::Optimizer* optimizer, const torch::Device& device);
+
+}  // namespace distrl::models

@@ -1,0 +1,101 @@
+#include "tools/config_launch.h"
+
+#include <unistd.h>
+
+#include <yaml-cpp/yaml.h>
+
+#include <filesystem>
+
+#include "common/error.h"
+
+namespace distrl::tools {
+namespace {
+
+YAML::Node load(const std::string& config) {
+  try {
+    return YAML::LoadFile(config);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(config + ": not valid YAML: " + e.what());
+  }
+}
+
+// A positive integer setting (dotted key) from the file, or its last override.
+int int_setting(const std::string& config, const YAML::Node& root, const std::vector<std::string>& overrides,
+                const std::string& key, int fallback) {
+  std::string value;
+  YAML::Node n = root;
+  std::size_t start = 0;
+  for (;;) {
+    const auto dot = key.find('.', start);
+    const std::string part = key.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (!n.IsMap() || !n[part]) {
+      n = YAML::Node();
+      break;
+    }
+    n = n[part];
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  if (n.IsDefined() && n.IsScalar()) value = n.as<std::string>();
+  for (std::size_t i = 0; i < overrides.size(); ++i) {
+    const std::string& a = overrides[i];
+    if (a.rfind("--" + key + "=", 0) == 0) value = a.substr(key.size() + 3);
+    else if (a.rfind(key + "=", 0) == 0) value = a.substr(key.size() + 1);
+    else if (a == "--" + key && i + 1 < overrides.size()) value = overrides[i + 1];
+  }
+  if (value.empty()) return fallback;  // the tool's default; it validates the rest
+  try {
+    std::size_t used = 0;
+    int v = std::stoi(value, &used);
+    if (used == value.size() && v >= 1) return v;
+  } catch (const std::exception&) {
+  }
+  throw ConfigError(config + ": " + key + ": '" + value + "' is not a positive integer");
+}
+
+std::string tool(const std::string& name) {
+  const std::string exe = self_dir() + "/" + name;
+  if (::access(exe.c_str(), X_OK) != 0) throw Error("cannot find " + exe + " (build it: make build)");
+  return exe;
+}
+
+// Runs `exe --config F overrides --check-config`; a refusal stops the launch.
+void check(const std::string& exe, const std::vector<std::string>& tail) {
+  std::vector<std::string> cmd{exe};
+  cmd.insert(cmd.end(), tail.begin(), tail.end());
+  cmd.push_back("--check-config");
+  if (run_process(cmd) != 0) throw ConfigError("the configuration was refused (above); nothing started");
+}
+
+}  // namespace
+
+std::string self_dir() {
+  std::error_code ec;
+  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) throw Error("cannot find this executable's directory: " + ec.message());
+  return exe.parent_path().string();
+}
+
+void configure_config_launch(const std::string& config, const std::vector<std::string>& overrides,
+                             LaunchOptions* o) {
+  const YAML::Node root = load(config);
+  std::vector<std::string> tail{"--config", config};
+  tail.insert(tail.end(), overrides.begin(), overrides.end());
+  if (root.IsMap() && root["dist"]) {  // supervised training: distrl-train on every rank
+    const std::string train = tool("distrl-train");
+    check(train, tail);
+    o->nproc = int_setting(config, root, overrides, "dist.world_size", 2);
+    o->command = {train};
+    o->command.insert(o->command.end(), tail.begin(), tail.end());
+    return;
+  }
+  const std::string agent = tool("distrl-agent"), observer = tool("distrl-observer");
+  check(agent, tail);
+  o->nproc = int_setting(config, root, overrides, "observers", 4) + 1;
+  o->rank0_command = {agent};
+  o->rank0_command.insert(o->rank0_command.end(), tail.begin(), tail.end());
+  o->command = {observer};
+  o->command.insert(o->command.end(), tail.begin(), tail.end());
+}
+
+}  // namespace distrl::tools

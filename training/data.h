@@ -1,0 +1,54 @@
+// Datasets for config-driven training, and the distributed sampler.
+//
+// IDX files (the MNIST layout: big-endian magic 0x0803 + dims + uint8 images, 0x0801 + count +
+// uint8 labels), raw or gzipped, any number of items: MNIST, Fashion-MNIST (Debian's
+// dataset-fashion-mnist puts it in /usr/share/datasets/fashion-mnist), or files you make.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace distrl::training {
+
+struct Dataset {
+  std::string name;
+  at::Tensor inputs;   // [N, ...] float32 (images: [N, 1, H, W], normalised)
+  at::Tensor targets;  // [N] int64 class labels, or [N, k] float32 regression targets
+  std::int64_t size() const { return inputs.defined() ? inputs.size(0) : 0; }
+};
+
+// One IDX image file + label file. Throws ConfigError naming the file and what is wrong.
+Dataset load_idx(const std::string& images_path, const std::string& labels_path);
+// The train or test split in dir: {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz].
+Dataset load_idx_dir(const std::string& dir, bool train);
+// Writes IDX files (gzipped when the name ends in .gz): images uint8 [N, H, W], labels uint8 [N].
+void write_idx(const std::string& images_path, const std::string& labels_path, const at::Tensor& images,
+               const at::Tensor& labels);
+// The DDP tutorial's toy regression: x ~ N(0, 1)^in, y = W x + 0.1 noise with a fixed W [out, in].
+Dataset make_toy(std::int64_t n, int in, int out, std::uint64_t seed);
+
+// Partitions [0, size) over the ranks like torch's DistributedSampler (the tutorial's
+// DataPartitioner): the same permutation on every rank (seed + epoch), padded by wrapping so
+// every rank gets the same number of indices (drop_last: truncated instead).
+class DistributedSampler {
+ public:
+  DistributedSampler(std::int64_t size, int rank, int world, bool shuffle = true, std::uint64_t seed = 0,
+                     bool drop_last = false);
+  void set_epoch(std::int64_t epoch) { epoch_ = epoch; }
+  std::vector<std::int64_t> indices() const;
+  std::int64_t per_rank() const { return per_rank_; }
+
+ private:
+  std::int64_t size_;
+  int rank_, world_;
+  bool shuffle_;
+  std::uint64_t seed_;
+  bool drop_last_;
+  std::int64_t per_rank_;
+  std::int64_t epoch_ = 0;
+};
+
+}  // namespace distrl::training

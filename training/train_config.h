@@ -1,0 +1,52 @@
+// The supervised training configuration (configs/ddp_toy.yaml, configs/ddp_fashion_mnist.yaml),
+// bound to dotted keys: a YAML file plus command-line overrides, validated on load.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/settings.h"
+
+namespace distrl::training {
+
+struct TrainConfig {
+  // run
+  std::string out_dir = "runs/ddp";
+  int seed = 1;
+  int log_interval = 20;   // steps between progress-bar refreshes
+  int torch_threads = 1;   // LibTorch intra-op threads per rank
+  // model
+  std::string model = "mlp";
+  std::vector<int> hidden{256};
+  // data
+  std::string dataset = "idx";  // idx | toy
+  std::string data_path = "/usr/share/datasets/fashion-mnist";
+  int toy_samples = 4096;
+  int limit = 0;                // use at most this many training samples (0: all)
+  // train
+  int epochs = 2;
+  int batch_size = 64;          // per rank
+  int test_batch_size = 1000;
+  int max_steps = 0;            // stop after this many steps (0: run all epochs)
+  // optimizer
+  std::string optimizer = "sgd";
+  double lr = 0.05;
+  double momentum = 0.9;
+  double weight_decay = 0.0;
+  // ddp
+  double bucket_cap_mb = 25;
+  bool find_unused_parameters = false;
+  bool broadcast_buffers = true;
+  // dist
+  std::string backend = "zmq";
+  int world_size = 2;           // ranks distrl-launch starts
+  double timeout_s = 120;
+  std::string transport = "auto";
+  // checkpoint
+  std::string checkpoint;       // default OUT_DIR/checkpoint.pt
+  int checkpoint_every = 1;     // epochs; 0: only at the end
+};
+
+void bind(Settings& s, TrainConfig& c);
+
+}  // namespace distrl::training

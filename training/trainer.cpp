@@ -1,0 +1,201 @@
+#include "training/trainer.h"
+
+#include <unistd.h>
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "common/error.h"
+#include "models/nets.h"
+#include "training/checkpoint.h"
+#include "training/data.h"
+#include "training/ddp.h"
+
+namespace distrl::training {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+struct Data {
+  Dataset train, test;
+  bool classify = true;
+  int inputs = 0, outputs = 0;
+};
+
+Data load_data(const TrainConfig& cfg) {
+  Data d;
+  if (cfg.dataset == "toy") {
+    const std::int64_t n_test = std::max(8, cfg.toy_samples / 4);
+    Dataset all = make_toy(cfg.toy_samples + n_test, 10, 5, static_cast<std::uint64_t>(cfg.seed));
+    d.train = {"toy", all.inputs.narrow(0, 0, cfg.toy_samples), all.targets.narrow(0, 0, cfg.toy_samples)};
+    d.test = {"toy", all.inputs.narrow(0, cfg.toy_samples, n_test), all.targets.narrow(0, cfg.toy_samples, n_test)};
+    d.classify = false;
+    d.inputs = 10;
+    d.outputs = 5;
+  } else {
+    d.train = load_idx_dir(cfg.data_path, true);
+    d.test = load_idx_dir(cfg.data_path, false);
+    d.inputs = static_cast<int>(d.train.inputs[0].numel());
+    d.outputs = static_cast<int>(d.train.targets.max().item<std::int64_t>()) + 1;
+  }
+  if (cfg.limit > 0 && cfg.limit < d.train.size()) {
+    d.train.inputs = d.train.inputs.narrow(0, 0, cfg.limit);
+    d.train.targets = d.train.targets.narrow(0, 0, cfg.limit);
+  }
+  return d;
+}
+
+torch::Tensor loss_of(const Data& d, const torch::Tensor& out, const torch::Tensor& y) {
+  return d.classify ? torch::nn::functional::cross_entropy(out, y) : torch::mse_loss(out, y);
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainConfig& cfg, models::Net& net) {
+  if (cfg.optimizer == "adam")
+    return std::make_unique<torch::optim::Adam>(net.parameters(),
+                                                torch::optim::AdamOptions(cfg.lr).weight_decay(cfg.weight_decay));
+  return std::make_unique<torch::optim::SGD>(
+      net.parameters(), torch::optim::SGDOptions(cfg.lr).momentum(cfg.momentum).weight_decay(cfg.weight_decay));
+}
+
+// "epoch 1/2 [########............] 40%  loss 0.5123  12,345 samples/s"
+void progress(int epoch, int epochs, long long done, long long total, double loss, double rate, bool final) {
+  const int width = 24;
+  const int fill = total > 0 ? static_cast<int>(width * done / total) : width;
+  std::string bar(fill, '#');
+  bar += std::string(width - fill, '.');
+  const bool tty = ::isatty(STDOUT_FILENO);
+  std::printf("%sepoch %d/%d [%s] %3lld%%  loss %.4f  %.0f samples/s%s", tty ? "\r" : "", epoch, epochs, bar.c_str(),
+              total > 0 ? 100 * done / total : 100, loss, rate, tty && !final ? "" : "\n");
+  std::fflush(stdout);
+}
+
+// Sums over ranks of (loss sum, correct, count) on this rank's stride of the test set.
+std::array<double, 3> evaluate(const Data& d, models::Net& net, int rank, int world, int batch) {
+  torch::NoGradGuard no_grad;
+  net.eval();
+  double loss = 0, correct = 0, count = 0;
+  const std::int64_t n = d.test.size();
+  auto idx = torch::arange(rank, n, world, torch::kLong);
+  for (std::int64_t off = 0; off < idx.numel(); off += batch) {
+    auto b = idx.narrow(0, off, std::min<std::int64_t>(batch, idx.numel() - off));
+    auto x = d.test.inputs.index_select(0, b), y = d.test.targets.index_select(0, b);
+    auto out = net.forward(x);
+    loss += loss_of(d, out, y).item<double>() * b.numel();
+    if (d.classify) correct += out.argmax(1).eq(y).sum().item<double>();
+    count += b.numel();
+  }
+  net.train();
+  return {loss, correct, count};
+}
+
+}  // namespace
+
+std::vector<EpochResult> train(const TrainConfig& cfg, const std::string& config_yaml,
+                               std::shared_ptr<transport::ProcessGroup> pg, const std::string& resume) {
+  const int rank = pg->rank(), world = pg->size();
+  const bool lead = rank == 0;
+  at::set_num_threads(cfg.torch_threads);
+  torch::manual_seed(cfg.seed);
+  const Data data = load_data(cfg);
+
+  models::NetSpec spec;
+  spec.name = cfg.model;
+  spec.inputs = data.inputs;
+  spec.outputs = data.outputs;
+  spec.hidden = cfg.hidden;
+  auto net = models::make_net(spec);
+  DdpOptions dopt;
+  dopt.bucket_cap_mb = cfg.bucket_cap_mb;
+  dopt.find_unused_parameters = cfg.find_unused_parameters;
+  dopt.broadcast_buffers = cfg.broadcast_buffers;
+  DistributedDataParallel ddp(net, pg, dopt);
+  auto opt = make_optimizer(cfg, *net);
+
+  const std::string ckpt = cfg.checkpoint.empty() ? cfg.out_dir + "/checkpoint.pt" : cfg.checkpoint;
+  int first_epoch = 1;
+  long long steps = 0;
+  if (!resume.empty()) {
+    auto numbers = load_checkpoint(resume, *net, opt.get(), torch::kCPU, *pg);
+    first_epoch = static_cast<int>(numbers["epoch"]) + 1;
+    steps = static_cast<long long>(numbers["steps"]);
+    if (lead) std::printf("distrl-train: resumed from %s after epoch %d (%lld steps)\n", resume.c_str(), first_epoch - 1, steps);
+  }
+  std::ofstream csv;
+  if (lead) {
+    std::filesystem::create_directories(cfg.out_dir);
+    std::ofstream(cfg.out_dir + "/config.yaml") << config_yaml;
+    const std::string path = cfg.out_dir + "/metrics.csv";
+    const bool fresh = resume.empty() || !std::filesystem::exists(path);
+    csv.open(path, fresh ? std::ios::trunc : std::ios::app);
+    if (fresh) csv << "epoch,steps,train_loss,test_loss,test_accuracy,samples_per_s,seconds\n";
+    std::printf("distrl-train: %s on %s (%lld train / %lld test samples), %d rank(s) x batch %d, %s lr %g, "
+                "%zu gradient bucket(s)\n",
+                cfg.model.c_str(), data.train.name.c_str(), static_cast<long long>(data.train.size()),
+                static_cast<long long>(data.test.size()), world, cfg.batch_size, cfg.optimizer.c_str(), cfg.lr,
+                ddp.buckets().size());
+    std::fflush(stdout);
+  }
+
+  DistributedSampler sampler(data.train.size(), rank, world, true, static_cast<std::uint64_t>(cfg.seed));
+  const long long per_epoch = (sampler.per_rank() + cfg.batch_size - 1) / cfg.batch_size;
+  std::vector<EpochResult> results;
+  for (int epoch = first_epoch; epoch <= cfg.epochs; ++epoch) {
+    if (cfg.max_steps > 0 && steps >= cfg.max_steps) break;
+    sampler.set_epoch(epoch);
+    auto idx = torch::tensor(sampler.indices(), torch::kLong);
+    const auto start = Clock::now();
+    double loss_sum = 0;
+    long long done = 0, samples = 0;
+    for (std::int64_t off = 0; off < idx.numel(); off += cfg.batch_size) {
+      if (cfg.max_steps > 0 && steps >= cfg.max_steps) break;
+      auto b = idx.narrow(0, off, std::min<std::int64_t>(cfg.batch_size, idx.numel() - off));
+      auto x = data.train.inputs.index_select(0, b), y = data.train.targets.index_select(0, b);
+      auto loss = loss_of(data, ddp.forward(x), y);
+      opt->zero_grad();
+      loss.backward();
+      opt->step();
+      loss_sum += loss.item<double>();
+      ++done;
+      ++steps;
+      samples += b.numel();
+      if (lead && done % cfg.log_interval == 0)
+        progress(epoch, cfg.epochs, done, per_epoch, loss_sum / done, samples * world / since(start), false);
+    }
+    EpochResult r;
+    r.epoch = epoch;
+    r.steps = steps;
+    r.seconds = since(start);
+    r.samples_per_s = samples * world / std::max(r.seconds, 1e-9);
+    auto ev = evaluate(data, *net, rank, world, cfg.test_batch_size);
+    auto sums = torch::tensor({loss_sum, static_cast<double>(done), ev[0], ev[1], ev[2]}, torch::kDouble);
+    pg->all_reduce(sums);
+    auto s = sums.accessor<double, 1>();
+    r.train_loss = s[1] > 0 ? s[0] / s[1] : 0;
+    r.test_loss = s[4] > 0 ? s[2] / s[4] : 0;
+    r.test_accuracy = data.classify && s[4] > 0 ? s[3] / s[4] : -1;
+    results.push_back(r);
+    if (lead) {
+      progress(epoch, cfg.epochs, done, per_epoch, r.train_loss, r.samples_per_s, true);
+      std::printf("epoch %d/%d: train loss %.4f, test loss %.4f", epoch, cfg.epochs, r.train_loss, r.test_loss);
+      if (r.test_accuracy >= 0) std::printf(", test accuracy %.2f%%", 100 * r.test_accuracy);
+      std::printf(", %.0f samples/s, %.1f s\n", r.samples_per_s, r.seconds);
+      std::fflush(stdout);
+      csv << epoch << ',' << steps << ',' << r.train_loss << ',' << r.test_loss << ',' << r.test_accuracy << ','
+          << r.samples_per_s << ',' << r.seconds << '\n';
+      csv.flush();
+    }
+    const bool last = epoch == cfg.epochs || (cfg.max_steps > 0 && steps >= cfg.max_steps);
+    if (last || (cfg.checkpoint_every > 0 && epoch % cfg.checkpoint_every == 0)) {
+      save_checkpoint(ckpt, *net, opt.get(), {{"epoch", double(epoch)}, {"steps", double(steps)}}, *pg);
+      if (lead) std::printf("distrl-train: checkpoint %s (epoch %d)\n", ckpt.c_str(), epoch);
+    }
+  }
+  return results;
+}
+
+}  // namespace distrl::training
