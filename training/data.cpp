@@ -97,7 +97,8 @@ Dataset load_idx_dir(const std::string& dir, bool train) {
     throw ConfigError("dataset: no " + stem + "[.gz] in '" + dir +
                       "' (an MNIST-layout directory; Fashion-MNIST: apt install dataset-fashion-mnist)");
   };
-  return load_idx(find(prefix + "-images-idx3-ubyte"), find(prefix + "-labels-idx1-ubyte"));
+  const std::string images = find(prefix + "-images-idx3-ubyte");
+  return load_idx(images, find(prefix + "-labels-idx1-ubyte"));
 }
 
 void write_idx(const std::string& images_path, const std::string& labels_path, const at::Tensor& images,

@@ -1,0 +1,240 @@
+// DistributedDataParallel with real processes: equivalence with one process on the whole
+// batch, several buckets, no_sync accumulation, unused parameters, checkpoint + resume.
+#include <gtest/gtest.h>
+
+#include <torch/torch.h>
+
+#include <fstream>
+
+#include "models/nets.h"
+#include "tests/support/multiproc.h"
+#include "training/checkpoint.h"
+#include "training/data.h"
+#include "training/ddp.h"
+
+namespace {
+
+using distrl::testing::run_ranks;
+using distrl::testing::TempDir;
+using namespace distrl;
+
+std::shared_ptr<transport::ProcessGroup> join(const TempDir& dir, int rank, int world) {
+  transport::ProcessGroupOptions o;
+  o.init_method = "file://" + dir.file("rendezvous");
+  o.rank = rank;
+  o.world_size = world;
+  o.timeout = std::chrono::seconds(30);
+  return transport::init_process_group(o);
+}
+
+void expect(bool ok, const std::string& what) {
+  if (!ok) throw std::runtime_error(what);
+}
+
+std::shared_ptr<models::Net> make(int seed, const std::vector<int>& hidden = {64, 64}) {
+  torch::manual_seed(seed);
+  models::NetSpec s;
+  s.name = "mlp";
+  s.inputs = 10;
+  s.outputs = 5;
+  s.hidden = hidden;
+  return models::make_net(s);
+}
+
+// Parameters of b loaded with a's values.
+void copy_params(models::Net& from, models::Net& to) {
+  torch::NoGradGuard g;
+  auto a = from.parameters(), b = to.parameters();
+  for (std::size_t i = 0; i < a.size(); ++i) b[i].copy_(a[i]);
+}
+
+double max_diff(models::Net& a, models::Net& b) {
+  double d = 0;
+  auto pa = a.parameters(), pb = b.parameters();
+  for (std::size_t i = 0; i < pa.size(); ++i) d = std::max(d, (pa[i] - pb[i]).abs().max().item<double>());
+  return d;
+}
+
+TEST(DdpTest, TwoRanksOnHalfBatchesEqualOneProcessOnTheWholeBatch) {
+  TempDir dir;
+  auto codes = run_ranks(2, [&](int rank) {
+    auto pg = join(dir, rank, 2);
+    auto net = make(100 + rank, {300, 200});  // different inits: DDP must copy rank 0's
+    auto ref = make(100, {300, 200});         // rank 0's init
+    training::DdpOptions o;
+    o.bucket_cap_mb = 0.2;  // several buckets, some large enough for the ring
+    training::DistributedDataParallel ddp(net, pg, o);
+    expect(ddp.buckets().size() >= 3, "expected several buckets, got " + std::to_string(ddp.buckets().size()));
+    expect(max_diff(*net, *ref) == 0, "parameters broadcast from rank 0");
+    torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    torch::optim::SGD ref_opt(ref->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    auto data = training::make_toy(16 * 6, 10, 5, 7);
+    for (int k = 0; k < 6; ++k) {
+      auto x = data.inputs.narrow(0, 16 * k, 16), y = data.targets.narrow(0, 16 * k, 16);
+      auto loss = torch::mse_loss(ddp.forward(x.narrow(0, 8 * rank, 8)), y.narrow(0, 8 * rank, 8));
+      opt.zero_grad();
+      loss.backward();
+      opt.step();
+      auto ref_loss = torch::mse_loss(ref->forward(x), y);
+      ref_opt.zero_grad();
+      ref_loss.backward();
+      ref_opt.step();
+    }
+    const double d = max_diff(*net, *ref);
+    expect(d < 1e-5, "DDP differs from single-process training by " + std::to_string(d));
+    auto st = ddp.last_stats();
+    expect(st.buckets == static_cast<int>(ddp.buckets().size()) && st.comm_s > 0, "stats");
+    return 0;
+  });
+  for (int c : codes) EXPECT_EQ(c, 0);
+}
+
+TEST(DdpTest, NoSyncAccumulationEqualsOneBigStep) {
+  TempDir dir;
+  auto codes = run_ranks(2, [&](int rank) {
+    auto pg = join(dir, rank, 2);
+    auto net = make(5);
+    auto ref = make(5);
+    training::DistributedDataParallel ddp(net, pg);
+    torch::optim::SGD opt(net->parameters(), 0.05);
+    torch::optim::SGD ref_opt(ref->parameters(), 0.05);
+    auto data = training::make_toy(24, 10, 5, 3);  // rank r: rows 12r..12r+11 as 3 micro-batches of 4
+    opt.zero_grad();
+    for (int m = 0; m < 3; ++m) {
+      auto x = data.inputs.narrow(0, 12 * rank + 4 * m, 4), y = data.targets.narrow(0, 12 * rank + 4 * m, 4);
+      auto loss = torch::mse_loss(ddp.forward(x), y) / 3;
+      if (m < 2) {
+        auto guard = ddp.no_sync();
+        loss.backward();
+      } else {
+        loss.backward();
+      }
+    }
+    opt.step();
+    ref_opt.zero_grad();
+    torch::mse_loss(ref->forward(data.inputs), data.targets).backward();
+    ref_opt.step();
+    const double d = max_diff(*net, *ref);
+    expect(d < 1e-5, "no_sync accumulation differs by " + std::to_string(d));
+    return 0;
+  });
+  for (int c : codes) EXPECT_EQ(c, 0);
+}
+
+// One of two heads is used: its sibling gets no gradient.
+class TwoHeads : public models::Net {
+ public:
+  TwoHeads() : a_(register_module("a", torch::nn::Linear(10, 5))), b_(register_module("b", torch::nn::Linear(10, 5))) {}
+  torch::Tensor forward(torch::Tensor x) override { return a_(x); }
+
+ private:
+  torch::nn::Linear a_, b_;
+};
+
+TEST(DdpTest, UnusedParametersNeedTheOptionAndThenWork) {
+  TempDir dir;
+  auto codes = run_ranks(2, [&](int rank) {
+    auto pg = join(dir, rank, 2);
+    auto x = torch::randn({4, 10}), y = torch::randn({4, 5});
+    {
+      training::DistributedDataParallel ddp(std::make_shared<TwoHeads>(), pg);
+      try {
+        torch::mse_loss(ddp.forward(x), y).backward();
+        return 3;
+      } catch (const std::exception& e) {
+        const std::string m = e.what();
+        expect(m.find("b.weight") != std::string::npos && m.find("find_unused_parameters") != std::string::npos, m);
+      }
+    }
+    training::DdpOptions o;
+    o.find_unused_parameters = true;
+    auto net = std::make_shared<TwoHeads>();
+    training::DistributedDataParallel ddp(net, pg, o);
+    for (int i = 0; i < 2; ++i) torch::mse_loss(ddp.forward(x * (rank + 1)), y).backward();
+    for (auto& p : net->named_parameters()) {
+      expect(p.value().grad().defined(), p.key() + " has a gradient");
+      if (p.key()[0] == 'b') expect(p.value().grad().abs().sum().item<double>() == 0, "unused head: zero gradient");
+    }
+    return 0;
+  });
+  for (int c : codes) EXPECT_EQ(c, 0);
+}
+
+TEST(DdpTest, CheckpointResumeReproducesTheUninterruptedRun) {
+  TempDir dir, dir2, ck;
+  const std::string path = ck.file("ddp.pt");
+  auto data = training::make_toy(8 * 12, 10, 5, 11);
+  auto steps = [&](training::DistributedDataParallel& ddp, torch::optim::Optimizer& opt, int from, int to, int rank) {
+    for (int k = from; k < to; ++k) {
+      auto x = data.inputs.narrow(0, 8 * k + 4 * rank, 4), y = data.targets.narrow(0, 8 * k + 4 * rank, 4);
+      auto loss = torch::mse_loss(ddp.forward(x), y);
+      opt.zero_grad();
+      loss.backward();
+      opt.step();
+    }
+  };
+  // Uninterrupted: 12 steps, with a checkpoint after 6.
+  auto codes = run_ranks(2, [&](int rank) {
+    auto pg = join(dir, rank, 2);
+    auto net = make(1);
+    training::DistributedDataParallel ddp(net, pg);
+    torch::optim::Adam opt(net->parameters(), 0.01);
+    steps(ddp, opt, 0, 6, rank);
+    training::save_checkpoint(path, *net, &opt, {{"step", 6}}, *pg);
+    steps(ddp, opt, 6, 12, rank);
+    if (rank == 0) torch::save(net->parameters(), ck.file("final.pt"));
+    return 0;
+  });
+  for (int c : codes) ASSERT_EQ(c, 0);
+  // Resumed: a fresh model and optimizer, loaded on every rank, 6 more steps.
+  codes = run_ranks(2, [&](int rank) {
+    auto pg = join(dir2, rank, 2);
+    auto net = make(99);
+    torch::optim::Adam opt(net->parameters(), 0.01);
+    auto numbers = training::load_checkpoint(path, *net, &opt, torch::kCPU, *pg);
+    expect(numbers["step"] == 6, "numbers round-trip");
+    training::DistributedDataParallel ddp(net, pg);
+    steps(ddp, opt, 6, 12, rank);
+    std::vector<torch::Tensor> want;
+    torch::load(want, ck.file("final.pt"));
+    auto got = net->parameters();
+    for (std::size_t i = 0; i < got.size(); ++i)
+      expect(torch::allclose(got[i], want[i], 0, 1e-6), "resumed parameters differ at " + std::to_string(i));
+    return 0;
+  });
+  for (int c : codes) EXPECT_EQ(c, 0);
+}
+
+TEST(DataTest, IdxRoundTripAndSamplerPartitions) {
+  TempDir dir;
+  auto images = torch::randint(0, 256, {10, 4, 3}, torch::kLong);
+  auto labels = torch::arange(10) % 3;
+  training::write_idx(dir.file("train-images-idx3-ubyte.gz"), dir.file("train-labels-idx1-ubyte"), images, labels);
+  auto d = training::load_idx(dir.file("train-images-idx3-ubyte.gz"), dir.file("train-labels-idx1-ubyte"));
+  ASSERT_EQ(d.size(), 10);
+  EXPECT_EQ(d.inputs.sizes(), (std::vector<int64_t>{10, 1, 4, 3}));
+  EXPECT_TRUE(torch::allclose(((d.inputs * 0.5 + 0.5) * 255).round().squeeze(1).to(torch::kLong), images));
+  EXPECT_TRUE(torch::equal(d.targets, labels));
+  // Truncated and mismatched files are refused by name.
+  std::ofstream(dir.file("bad"), std::ios::binary) << std::string("\0\0\x08\x03\0\0\0\x05", 8);
+  EXPECT_THROW(training::load_idx(dir.file("bad"), dir.file("train-labels-idx1-ubyte")), ConfigError);
+  EXPECT_THROW(training::load_idx_dir(dir.path(), false), ConfigError);
+
+  // 10 samples over 3 ranks: 4 each (padded by wrapping), every index covered, same order per epoch.
+  std::vector<int> seen(10, 0);
+  for (int r = 0; r < 3; ++r) {
+    training::DistributedSampler s(10, r, 3, true, 42);
+    s.set_epoch(2);
+    auto idx = s.indices();
+    ASSERT_EQ(idx.size(), 4u);
+    for (auto i : idx) ++seen[i];
+    training::DistributedSampler again(10, r, 3, true, 42);
+    again.set_epoch(2);
+    EXPECT_EQ(again.indices(), idx);
+    again.set_epoch(3);
+    EXPECT_NE(again.indices(), idx);
+  }
+  for (int c : seen) EXPECT_GE(c, 1);
+}
+
+}  // namespace
