@@ -1,6 +1,7 @@
 // distrl-bench suites. Each runs real processes, prints a table and writes a CSV.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,24 @@ struct RlBenchOptions {
 };
 
 int run_rl_bench(const RlBenchOptions& options);
+
+struct AllreduceBenchOptions {
+  std::vector<int> ranks{2, 4};
+  std::vector<std::int64_t> sizes{4 << 10, 1 << 20, 16 << 20, 64 << 20};  // bytes
+  std::string csv = "distrl-bench-allreduce.csv";
+};
+int run_allreduce_bench(const AllreduceBenchOptions& options);
+int run_allreduce_worker(const std::string& out, const std::vector<std::int64_t>& sizes);
+
+struct DdpBenchOptions {
+  std::vector<std::string> models{"mnist_cnn", "mlp"};
+  std::vector<int> ranks{1, 2};
+  int steps = 30;
+  int batch = 64;  // per rank
+  std::string csv = "distrl-bench-ddp.csv";
+};
+int run_ddp_bench(const DdpBenchOptions& options);
+int run_ddp_worker(const std::string& out, const std::string& model, int steps, int batch);
 
 // One-line description of this machine for benchmark tables.
 std::string machine_description();

@@ -33,6 +33,31 @@ int main(int argc, char** argv) {
   l->add_option("--set", rl.overrides, "extra KEY=VALUE for every run (repeatable), e.g. --set learner.learn=false");
   l->add_option("--csv", rl.csv, "CSV output path");
   l->add_option("--png", rl.png, "plot output path (needs gnuplot; empty: no plot)");
+  distrl::tools::AllreduceBenchOptions ar;
+  auto* a = app.add_subcommand("allreduce", "all_reduce time, algorithm and bus bandwidth by size and rank count");
+  a->add_option("--ranks", ar.ranks, "rank counts")->delimiter(',')->check(CLI::Range(2, 1024));
+  a->add_option("--sizes", ar.sizes, "sizes in bytes (multiples of 4)")->delimiter(',')->check(CLI::Range(4, 1 << 30));
+  a->add_option("--csv", ar.csv, "CSV output path");
+  distrl::tools::DdpBenchOptions dd;
+  auto* d = app.add_subcommand("ddp", "DDP steps/s with 1 and N ranks, and the share of communication hidden behind "
+                                      "backward");
+  d->add_option("--models", dd.models, "models (mnist_cnn, mlp = 3x1024 MLP)")->delimiter(',');
+  d->add_option("--ranks", dd.ranks, "rank counts")->delimiter(',')->check(CLI::Range(1, 1024));
+  d->add_option("--steps", dd.steps, "timed steps")->check(CLI::Range(1, 1000000));
+  d->add_option("--batch", dd.batch, "samples per rank per step")->check(CLI::Range(1, 100000));
+  d->add_option("--csv", dd.csv, "CSV output path");
+  // Hidden: what each rank of the two suites above runs.
+  std::string out, model;
+  std::vector<std::int64_t> sizes;
+  int steps = 0, batch = 0;
+  auto* aw = app.add_subcommand("allreduce-worker")->group("");
+  aw->add_option("--out", out)->required();
+  aw->add_option("sizes", sizes)->required();
+  auto* dw = app.add_subcommand("ddp-worker")->group("");
+  dw->add_option("--out", out)->required();
+  dw->add_option("model", model)->required();
+  dw->add_option("steps", steps)->required();
+  dw->add_option("batch", batch)->required();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -40,6 +65,10 @@ int main(int argc, char** argv) {
   }
   return distrl::guarded_main("distrl-bench", [&] {
     if (r->parsed()) return distrl::tools::run_rpc_bench(rpc);
+    if (a->parsed()) return distrl::tools::run_allreduce_bench(ar);
+    if (d->parsed()) return distrl::tools::run_ddp_bench(dd);
+    if (aw->parsed()) return distrl::tools::run_allreduce_worker(out, sizes);
+    if (dw->parsed()) return distrl::tools::run_ddp_worker(out, model, steps, batch);
     return distrl::tools::run_rl_bench(rl);
   });
 }

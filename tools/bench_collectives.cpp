@@ -1,0 +1,208 @@
+// distrl-bench allreduce / ddp: the process group and DDP, measured with real processes
+// started by distrl-launch. Each suite re-runs this binary as the hidden worker subcommand
+// on every rank; rank 0 writes its measurements to a file the parent turns into a table.
+#include <unistd.h>
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+#include "common/error.h"
+#include "models/nets.h"
+#include "tools/bench.h"
+#include "tools/config_launch.h"
+#include "tools/launcher.h"
+#include "training/ddp.h"
+#include "transport/process_group.h"
+
+namespace distrl::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::shared_ptr<transport::ProcessGroup> join() {
+  transport::ProcessGroupOptions o;  // env:// from distrl-launch
+  o.timeout = std::chrono::seconds(120);
+  return transport::init_process_group(o);
+}
+
+// Slowest rank's value.
+double max_over_ranks(transport::ProcessGroup& pg, double v) {
+  auto t = torch::tensor({v}, torch::kDouble);
+  pg.all_reduce(t, transport::ReduceOp::Max);
+  return t.item<double>();
+}
+
+std::string temp_file(const std::string& tag) {
+  return (std::filesystem::temp_directory_path() / ("distrl-bench-" + tag + "-" + std::to_string(::getpid()))).string();
+}
+
+// distrl-launch --nproc N -- distrl-bench WORKER ARGS --out FILE; returns FILE's lines.
+std::vector<std::string> run_workers(int ranks, const std::string& worker, const std::vector<std::string>& args) {
+  const std::string out = temp_file(worker);
+  std::vector<std::string> cmd{self_dir() + "/distrl-launch", "--nproc", std::to_string(ranks), "--",
+                               self_dir() + "/distrl-bench", worker, "--out", out};
+  cmd.insert(cmd.end(), args.begin(), args.end());
+  const std::string log = out + ".log";
+  if (run_process(cmd, log) != 0) {
+    std::ifstream f(log);
+    std::cerr << f.rdbuf();
+    throw Error(worker + " with " + std::to_string(ranks) + " ranks failed (output above)");
+  }
+  std::ifstream f(out);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(f, line);) lines.push_back(line);
+  std::remove(out.c_str());
+  std::remove(log.c_str());
+  return lines;
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string c; std::getline(ss, c, ',');) out.push_back(c);
+  return out;
+}
+
+std::string human_bytes(std::int64_t b) {
+  if (b >= (1 << 20)) return std::to_string(b >> 20) + " MiB";
+  if (b >= (1 << 10)) return std::to_string(b >> 10) + " KiB";
+  return std::to_string(b) + " B";
+}
+
+}  // namespace
+
+int run_allreduce_worker(const std::string& out, const std::vector<std::int64_t>& sizes) {
+  auto pg = join();
+  const int n = pg->size();
+  std::ofstream f;
+  if (pg->rank() == 0) f.open(out);
+  for (auto bytes : sizes) {
+    auto t = torch::ones({bytes / 4}, torch::kFloat);
+    const int iters = static_cast<int>(std::clamp<std::int64_t>((std::int64_t(512) << 20) / bytes, 5, 2000));
+    for (int i = 0; i < std::max(3, iters / 10); ++i) pg->all_reduce(t);
+    pg->barrier();
+    std::vector<double> per;
+    for (int i = 0; i < iters; ++i) {
+      const auto s = Clock::now();
+      pg->all_reduce(t);
+      per.push_back(since(s));
+    }
+    std::sort(per.begin(), per.end());
+    const double median = max_over_ranks(*pg, per[per.size() / 2]);
+    const double alg = bytes / median / 1e9;
+    if (f) f << n << ',' << bytes << ',' << iters << ',' << median * 1e6 << ',' << alg << ',' << alg * 2 * (n - 1) / n << '\n';
+  }
+  return 0;
+}
+
+int run_allreduce_bench(const AllreduceBenchOptions& o) {
+  std::ofstream csv(o.csv);
+  csv << "ranks,bytes,iters,median_us,algbw_GBps,busbw_GBps\n";
+  std::cout << "all_reduce(SUM, float32), ZeroMQ process group, median of timed calls (slowest rank)\n"
+            << machine_description() << "\n\n"
+            << "| ranks | size | calls | time per call | algbw GB/s | busbw GB/s |\n|---:|---:|---:|---:|---:|---:|\n";
+  std::vector<std::string> args;
+  for (auto s : o.sizes) args.push_back(std::to_string(s));
+  for (int ranks : o.ranks) {
+    for (const auto& line : run_workers(ranks, "allreduce-worker", args)) {
+      auto c = split(line);
+      if (c.size() != 6) continue;
+      csv << line << '\n';
+      std::cout << "| " << c[0] << " | " << human_bytes(std::stoll(c[1])) << " | " << c[2] << " | " << std::fixed
+                << std::setprecision(1) << std::stod(c[3]) << " µs | " << std::setprecision(2) << std::stod(c[4])
+                << " | " << std::stod(c[5]) << " |\n";
+    }
+  }
+  std::cout << "\nwrote " << o.csv << "\n";
+  return 0;
+}
+
+int run_ddp_worker(const std::string& out, const std::string& model, int steps, int batch) {
+  auto pg = join();
+  at::set_num_threads(1);
+  torch::manual_seed(1);
+  models::NetSpec spec;
+  spec.name = model;
+  spec.hidden = {1024, 1024, 1024};
+  auto net = models::make_net(spec);
+  training::DistributedDataParallel ddp(net, pg);
+  torch::optim::SGD opt(net->parameters(), 0.01);
+  auto x = torch::randn({batch, 1, 28, 28});
+  auto y = torch::randint(0, 10, {batch}, torch::kLong);
+  double backward = 0, wait = 0;
+  auto step = [&] {
+    auto loss = torch::nn::functional::cross_entropy(ddp.forward(x), y);
+    opt.zero_grad();
+    loss.backward();
+    opt.step();
+  };
+  for (int i = 0; i < 3; ++i) step();
+  pg->barrier();
+  const auto start = Clock::now();
+  for (int i = 0; i < steps; ++i) {
+    step();
+    auto st = ddp.last_stats();
+    backward += st.backward_s;
+    wait += st.wait_s;
+  }
+  const double seconds = max_over_ranks(*pg, since(start));
+  // The same buckets all-reduced with nothing else running: the communication to hide.
+  std::vector<torch::Tensor> flats;
+  auto params = net->parameters();
+  for (const auto& b : ddp.buckets()) {
+    std::int64_t numel = 0;
+    for (int i : b) numel += params[i].numel();
+    flats.push_back(torch::zeros({numel}));
+  }
+  pg->barrier();
+  const auto cstart = Clock::now();
+  for (int i = 0; i < steps; ++i)
+    for (auto& f : flats) pg->all_reduce(f, transport::ReduceOp::Avg);
+  const double comm = max_over_ranks(*pg, since(cstart)) / steps;
+  const double exposed = max_over_ranks(*pg, wait / steps);
+  if (pg->rank() == 0) {
+    std::ofstream f(out);
+    const double hidden = pg->size() > 1 && comm > 0 ? std::clamp(1 - exposed / comm, 0.0, 1.0) : 0;
+    f << model << ',' << pg->size() << ',' << batch << ',' << steps / seconds << ',' << steps * batch * pg->size() / seconds
+      << ',' << backward / steps * 1e3 << ',' << comm * 1e3 << ',' << exposed * 1e3 << ',' << hidden << '\n';
+  }
+  return 0;
+}
+
+int run_ddp_bench(const DdpBenchOptions& o) {
+  std::ofstream csv(o.csv);
+  csv << "model,ranks,batch_per_rank,steps_per_s,samples_per_s,backward_ms,comm_ms,exposed_comm_ms,hidden_fraction\n";
+  std::cout << "DDP training steps (SGD, batch " << o.batch << " per rank, 1 LibTorch thread per rank)\n"
+            << machine_description() << "\n\n"
+            << "| model | ranks | steps/s | samples/s | backward ms | all-reduce alone ms | exposed ms | comm hidden |\n"
+            << "|---|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (const auto& model : o.models) {
+    for (int ranks : o.ranks) {
+      for (const auto& line : run_workers(ranks, "ddp-worker",
+                                          {model, std::to_string(o.steps), std::to_string(o.batch)})) {
+        auto c = split(line);
+        if (c.size() != 9) continue;
+        csv << line << '\n';
+        std::cout << std::fixed << "| " << c[0] << (c[0] == "mlp" ? " 3x1024" : "") << " | " << c[1] << " | "
+                  << std::setprecision(1) << std::stod(c[3]) << " | " << std::setprecision(0) << std::stod(c[4])
+                  << " | " << std::setprecision(1) << std::stod(c[5]) << " | " << std::stod(c[6]) << " | "
+                  << std::stod(c[7]) << " | "
+                  << (c[1] == "1" ? std::string("-") : std::to_string(static_cast<int>(std::stod(c[8]) * 100)) + " %")
+                  << " |\n";
+      }
+    }
+  }
+  std::cout << "\nwrote " << o.csv << "\n";
+  return 0;
+}
+
+}  // namespace distrl::tools
