@@ -138,23 +138,30 @@ int run_ddp_worker(const std::string& out, const std::string& model, int steps, 
   torch::optim::SGD opt(net->parameters(), 0.01);
   auto x = torch::randn({batch, 1, 28, 28});
   auto y = torch::randint(0, 10, {batch}, torch::kLong);
-  double backward = 0, wait = 0;
+  double backward = 0;
   auto step = [&] {
     auto loss = torch::nn::functional::cross_entropy(ddp.forward(x), y);
     opt.zero_grad();
     loss.backward();
     opt.step();
   };
+  auto timed = [&](bool sync) {
+    pg->barrier();
+    const auto start = Clock::now();
+    for (int i = 0; i < steps; ++i) {
+      if (sync) {
+        step();
+        backward += ddp.last_stats().backward_s;
+      } else {
+        auto guard = ddp.no_sync();
+        step();
+      }
+    }
+    return max_over_ranks(*pg, since(start)) / steps;
+  };
   for (int i = 0; i < 3; ++i) step();
-  pg->barrier();
-  const auto start = Clock::now();
-  for (int i = 0; i < steps; ++i) {
-    step();
-    auto st = ddp.last_stats();
-    backward += st.backward_s;
-    wait += st.wait_s;
-  }
-  const double seconds = max_over_ranks(*pg, since(start));
+  const double with_comm = timed(true);
+  const double local = timed(false);  // the same steps, same processes, no communication
   // The same buckets all-reduced with nothing else running: the communication to hide.
   std::vector<torch::Tensor> flats;
   auto params = net->parameters();
@@ -168,31 +175,36 @@ int run_ddp_worker(const std::string& out, const std::string& model, int steps, 
   for (int i = 0; i < steps; ++i)
     for (auto& f : flats) pg->all_reduce(f, transport::ReduceOp::Avg);
   const double comm = max_over_ranks(*pg, since(cstart)) / steps;
-  const double exposed = max_over_ranks(*pg, wait / steps);
+  const double exposed = std::max(0.0, with_comm - local);
+  const double seconds = with_comm * steps;
   if (pg->rank() == 0) {
     std::ofstream f(out);
     const double hidden = pg->size() > 1 && comm > 0 ? std::clamp(1 - exposed / comm, 0.0, 1.0) : 0;
     f << model << ',' << pg->size() << ',' << batch << ',' << steps / seconds << ',' << steps * batch * pg->size() / seconds
-      << ',' << backward / steps * 1e3 << ',' << comm * 1e3 << ',' << exposed * 1e3 << ',' << hidden << '\n';
+      << ',' << backward / steps * 1e3 << ',' << comm * 1e3 << ',' << exposed * 1e3 << ',' << hidden << ','
+      << ddp.buckets().size() << '\n';
   }
   return 0;
 }
 
 int run_ddp_bench(const DdpBenchOptions& o) {
   std::ofstream csv(o.csv);
-  csv << "model,ranks,batch_per_rank,steps_per_s,samples_per_s,backward_ms,comm_ms,exposed_comm_ms,hidden_fraction\n";
+  csv << "model,ranks,batch_per_rank,steps_per_s,samples_per_s,backward_ms,comm_ms,exposed_comm_ms,hidden_fraction,"
+         "buckets\n";
   std::cout << "DDP training steps (SGD, batch " << o.batch << " per rank, 1 LibTorch thread per rank)\n"
             << machine_description() << "\n\n"
-            << "| model | ranks | steps/s | samples/s | backward ms | all-reduce alone ms | exposed ms | comm hidden |\n"
-            << "|---|---:|---:|---:|---:|---:|---:|---:|\n";
+            << "exposed = step time with DDP - step time of the same processes under no_sync; hidden = 1 - exposed / "
+               "(the buckets all-reduced alone)\n\n"
+            << "| model | ranks | buckets | steps/s | samples/s | backward ms | all-reduce alone ms | exposed ms | comm hidden |\n"
+            << "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const auto& model : o.models) {
     for (int ranks : o.ranks) {
       for (const auto& line : run_workers(ranks, "ddp-worker",
                                           {model, std::to_string(o.steps), std::to_string(o.batch)})) {
         auto c = split(line);
-        if (c.size() != 9) continue;
+        if (c.size() != 10) continue;
         csv << line << '\n';
-        std::cout << std::fixed << "| " << c[0] << (c[0] == "mlp" ? " 3x1024" : "") << " | " << c[1] << " | "
+        std::cout << std::fixed << "| " << c[0] << (c[0] == "mlp" ? " 3x1024" : "") << " | " << c[1] << " | " << c[9] << " | "
                   << std::setprecision(1) << std::stod(c[3]) << " | " << std::setprecision(0) << std::stod(c[4])
                   << " | " << std::setprecision(1) << std::stod(c[5]) << " | " << std::stod(c[6]) << " | "
                   << std::stod(c[7]) << " | "

@@ -96,6 +96,7 @@ struct DistributedDataParallel::Reducer {
   // Reverse registration order, one dtype and device per bucket, about cap bytes each.
   void build_buckets() {
     const auto cap = static_cast<std::int64_t>(ddp.options_.bucket_cap_mb * 1024 * 1024);
+    const auto first_cap = std::min(cap, static_cast<std::int64_t>(ddp.options_.first_bucket_cap_mb * 1024 * 1024));
     slots.resize(params.size());
     for (int i = static_cast<int>(params.size()) - 1; i >= 0; --i) {
       const auto& p = params[i];
@@ -106,7 +107,8 @@ struct DistributedDataParallel::Reducer {
         const auto& first = params[b.params[0]];
         const std::int64_t used = b.offsets.empty() ? 0 : (b.offsets.back() + params[b.params.back()].numel()) *
                                                               static_cast<std::int64_t>(first.element_size());
-        fresh = first.scalar_type() != p.scalar_type() || first.device() != p.device() || used + bytes > cap;
+        fresh = first.scalar_type() != p.scalar_type() || first.device() != p.device() ||
+                used + bytes > (buckets.size() == 1 ? first_cap : cap);
       }
       if (fresh) buckets.emplace_back();
       auto& b = buckets.back();
@@ -215,7 +217,8 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<models::Net> mo
     : module_(std::move(module)), pg_(std::move(pg)), options_(options) {
   if (!module_) throw ArgumentError("DDP: no module");
   if (!pg_) throw ArgumentError("DDP: no process group (this rank is not a member?)");
-  if (!(options_.bucket_cap_mb > 0)) throw ArgumentError("DDP: bucket_cap_mb must be positive");
+  if (!(options_.bucket_cap_mb > 0) || !(options_.first_bucket_cap_mb > 0))
+    throw ArgumentError("DDP: bucket_cap_mb and first_bucket_cap_mb must be positive");
   torch::NoGradGuard no_grad;
   for (auto& p : module_->parameters()) pg_->broadcast(p, 0);
   for (auto& b : module_->buffers()) pg_->broadcast(b, 0);

@@ -33,6 +33,9 @@ namespace distrl::training {
 
 struct DdpOptions {
   double bucket_cap_mb = 25.0;
+  // The first bucket (the last layers, whose gradients come first) is kept small so that
+  // communication starts early in backward, as torch does.
+  double first_bucket_cap_mb = 1.0;
   // Parameters that get no gradient in an iteration count as zero instead of stalling the
   // reduction: found by walking the autograd graph from forward's output (costs a traversal).
   bool find_unused_parameters = false;
