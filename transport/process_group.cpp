@@ -8,7 +8,8 @@
 namespace distrl::transport {
 
 namespace detail {
-// Defined in pg_nccl.cpp when built with DISTRL_NCCL.
+// pg_nccl.cpp: throws ConfigError (with the reason) unless NCCL can run here.
+int check_nccl_usable();
 std::shared_ptr<ProcessGroup> make_nccl_process_group(Store& store, int rank, int world_size,
                                                       const ProcessGroupOptions& options,
                                                       std::shared_ptr<void> keepalive);
@@ -113,6 +114,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const ProcessGroupOptions& opti
   if (options.backend != "zmq" && options.backend != "nccl")
     throw ConfigError("process group: backend is '" + options.backend + "', allowed: zmq, nccl");
   if (options.timeout.count() <= 0) throw ConfigError("process group: timeout must be positive");
+  if (options.backend == "nccl") detail::check_nccl_usable();  // before rendezvous: no rank waits for a failed one
   const WorldSpec w = resolve_world(options.init_method, options.rank, options.world_size);
   auto rdv = std::make_shared<Rendezvous>(w, options.timeout);
   ProcessGroupOptions o = options;

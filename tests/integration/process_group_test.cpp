@@ -9,6 +9,7 @@
 #include <chrono>
 #include <thread>
 
+#include "common/config.h"
 #include "tests/support/multiproc.h"
 #include "transport/process_group.h"
 
@@ -381,6 +382,59 @@ TEST(ProcessGroupTest, BadArgumentsAreRefusedByName) {
     return 0;
   });
   EXPECT_EQ(codes[0], 0);
+}
+
+}  // namespace
+
+namespace {
+
+// The NCCL backend runs where there is a GPU and a CUDA LibTorch; elsewhere it must refuse
+// with a reason. Children report: 0 ran, 10 skipped (no GPU), 11 skipped (CPU-only LibTorch).
+TEST(NcclTest, AllReduceBroadcastAllGatherOnGpusOrAClearRefusal) {
+#if !DISTRL_WITH_NCCL
+  GTEST_SKIP() << "built without NCCL (nccl.h not found under CUDA_HOME)";
+#else
+  TempDir dir;
+  auto codes = run_ranks(2, [&](int rank) {
+    ProcessGroupOptions o;
+    o.backend = "nccl";
+    o.init_method = "file://" + dir.file("rendezvous");
+    o.rank = rank;
+    o.world_size = 2;
+    o.timeout = std::chrono::seconds(30);
+    std::shared_ptr<ProcessGroup> pg;
+    try {
+      pg = init_process_group(o);
+    } catch (const distrl::ConfigError& e) {
+      expect(std::string(e.what()).find("use backend zmq") != std::string::npos, e.what());
+      return 10;
+    }
+    if (!torch::cuda::is_available()) {
+      try {
+        pg->all_reduce(torch::ones({4}));
+      } catch (const distrl::ArgumentError& e) {
+        expect(std::string(e.what()).find("needs CUDA tensors") != std::string::npos, e.what());
+        return 11;
+      }
+      return 3;
+    }
+    const auto dev = torch::Device(torch::kCUDA, rank % torch::cuda::device_count());
+    auto x = torch::full({1 << 20}, float(rank + 1), dev);
+    pg->all_reduce(x);
+    expect(torch::all(x == 3.0f).item<bool>(), "nccl all_reduce");
+    auto b = rank == 0 ? torch::arange(1000, torch::TensorOptions().device(dev)) : torch::zeros({1000}, torch::TensorOptions().device(dev).dtype(torch::kLong));
+    pg->broadcast(b, 0);
+    expect(torch::equal(b.cpu(), torch::arange(1000)), "nccl broadcast");
+    std::vector<at::Tensor> all{torch::empty({3}, dev), torch::empty({3}, dev)};
+    pg->all_gather(all, torch::full({3}, float(rank), dev));
+    expect(all[1].cpu().sum().item<float>() == 3.0f, "nccl all_gather");
+    pg->barrier();
+    return 0;
+  });
+  if (codes[0] == 10) GTEST_SKIP() << "no CUDA GPU on this machine: the NCCL backend is built and refuses with a clear error";
+  if (codes[0] == 11) GTEST_SKIP() << "GPU present but LibTorch is CPU-only: NCCL refuses CPU tensors by name";
+  for (int c : codes) EXPECT_EQ(c, 0);
+#endif
 }
 
 }  // namespace
