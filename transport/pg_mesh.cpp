@@ -101,8 +101,11 @@ Mesh::Mesh(Store& store, const std::string& prefix, int rank, int world, const P
 }
 
 Mesh::~Mesh() {
-  for (auto& p : peers_)
-    if (p) unwatch_connection(p->dealer, p->monitor);
+  for (int r = 0; r < world_; ++r) {
+    if (!peers_[r]) continue;
+    if (gone_since_[r]) peers_[r]->dealer.set(zmq::sockopt::linger, 0);  // nobody will read what is queued
+    unwatch_connection(peers_[r]->dealer, peers_[r]->monitor);
+  }
   router_.close();
   if (!ipc_path_.empty()) ::unlink(ipc_path_.c_str());
 }
