@@ -48,10 +48,11 @@ struct DdpBenchOptions {
   std::vector<int> ranks{1, 2};
   int steps = 30;
   int batch = 64;  // per rank
+  double bucket_mb = 25;
   std::string csv = "distrl-bench-ddp.csv";
 };
 int run_ddp_bench(const DdpBenchOptions& options);
-int run_ddp_worker(const std::string& out, const std::string& model, int steps, int batch);
+int run_ddp_worker(const std::string& out, const std::string& model, int steps, int batch, double bucket_mb);
 
 // One-line description of this machine for benchmark tables.
 std::string machine_description();

@@ -126,7 +126,7 @@ int run_allreduce_bench(const AllreduceBenchOptions& o) {
   return 0;
 }
 
-int run_ddp_worker(const std::string& out, const std::string& model, int steps, int batch) {
+int run_ddp_worker(const std::string& out, const std::string& model, int steps, int batch, double bucket_mb) {
   auto pg = join();
   at::set_num_threads(1);
   torch::manual_seed(1);
@@ -134,7 +134,9 @@ int run_ddp_worker(const std::string& out, const std::string& model, int steps, 
   spec.name = model;
   spec.hidden = {1024, 1024, 1024};
   auto net = models::make_net(spec);
-  training::DistributedDataParallel ddp(net, pg);
+  training::DdpOptions dopt;
+  dopt.bucket_cap_mb = bucket_mb;
+  training::DistributedDataParallel ddp(net, pg, dopt);
   torch::optim::SGD opt(net->parameters(), 0.01);
   auto x = torch::randn({batch, 1, 28, 28});
   auto y = torch::randint(0, 10, {batch}, torch::kLong);
@@ -191,7 +193,8 @@ int run_ddp_bench(const DdpBenchOptions& o) {
   std::ofstream csv(o.csv);
   csv << "model,ranks,batch_per_rank,steps_per_s,samples_per_s,backward_ms,comm_ms,exposed_comm_ms,hidden_fraction,"
          "buckets\n";
-  std::cout << "DDP training steps (SGD, batch " << o.batch << " per rank, 1 LibTorch thread per rank)\n"
+  std::cout << "DDP training steps (SGD, batch " << o.batch << " per rank, bucket cap " << o.bucket_mb
+            << " MiB, 1 LibTorch thread per rank)\n"
             << machine_description() << "\n\n"
             << "exposed = step time with DDP - step time of the same processes under no_sync; hidden = 1 - exposed / "
                "(the buckets all-reduced alone)\n\n"
@@ -200,7 +203,7 @@ int run_ddp_bench(const DdpBenchOptions& o) {
   for (const auto& model : o.models) {
     for (int ranks : o.ranks) {
       for (const auto& line : run_workers(ranks, "ddp-worker",
-                                          {model, std::to_string(o.steps), std::to_string(o.batch)})) {
+                                          {model, std::to_string(o.steps), std::to_string(o.batch), std::to_string(o.bucket_mb)})) {
         auto c = split(line);
         if (c.size() != 10) continue;
         csv << line << '\n';

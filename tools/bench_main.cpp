@@ -45,6 +45,7 @@ int main(int argc, char** argv) {
   d->add_option("--ranks", dd.ranks, "rank counts")->delimiter(',')->check(CLI::Range(1, 1024));
   d->add_option("--steps", dd.steps, "timed steps")->check(CLI::Range(1, 1000000));
   d->add_option("--batch", dd.batch, "samples per rank per step")->check(CLI::Range(1, 100000));
+  d->add_option("--bucket-mb", dd.bucket_mb, "DDP bucket cap in MiB")->check(CLI::Range(0.01, 10000.0));
   d->add_option("--csv", dd.csv, "CSV output path");
   // Hidden: what each rank of the two suites above runs.
   std::string out, model;
@@ -58,6 +59,8 @@ int main(int argc, char** argv) {
   dw->add_option("model", model)->required();
   dw->add_option("steps", steps)->required();
   dw->add_option("batch", batch)->required();
+  double bucket_mb = 25;
+  dw->add_option("bucket_mb", bucket_mb)->required();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -68,7 +71,7 @@ int main(int argc, char** argv) {
     if (a->parsed()) return distrl::tools::run_allreduce_bench(ar);
     if (d->parsed()) return distrl::tools::run_ddp_bench(dd);
     if (aw->parsed()) return distrl::tools::run_allreduce_worker(out, sizes);
-    if (dw->parsed()) return distrl::tools::run_ddp_worker(out, model, steps, batch);
+    if (dw->parsed()) return distrl::tools::run_ddp_worker(out, model, steps, batch, bucket_mb);
     return distrl::tools::run_rl_bench(rl);
   });
 }
