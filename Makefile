@@ -56,6 +56,8 @@ demo: deps
 bench: build
 	$(BUILD_DIR)/bin/distrl-bench rpc
 	$(BUILD_DIR)/bin/distrl-bench rl
+	$(BUILD_DIR)/bin/distrl-bench allreduce
+	$(BUILD_DIR)/bin/distrl-bench ddp
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -4,7 +4,9 @@
 //                 fc 9216->128, dropout 0.5, fc 128->classes (returns logits)
 //   "mlp"       — flatten, then Linear -> ReLU per hidden width, Linear -> classes
 //
-//   auto net = distrl::models::make_net({.name = "mnist_cnn", .outputs = 10});
+//   distrl::models::NetSpec spec;
+//   spec.name = "mnist_cnn";
+//   auto net = distrl::models::make_net(spec);
 //   torch::Tensor logits = net->forward(images);  // [B, 1, 28, 28] -> [B, 10]
 #pragma once
 

@@ -1,8 +1,10 @@
 // DistributedDataParallel, like torch.nn.parallel.DistributedDataParallel: every rank holds a
 // replica of the module; gradients are averaged over the process group during backward.
 //
-//   auto pg = transport::init_process_group({});
-//   auto net = models::make_net({.name = "mnist_cnn"});
+//   auto pg = transport::init_process_group(transport::ProcessGroupOptions{});
+//   models::NetSpec spec;
+//   spec.name = "mnist_cnn";
+//   auto net = models::make_net(spec);
 //   training::DistributedDataParallel ddp(net, pg);        // parameters <- rank 0's
 //   torch::optim::SGD opt(net->parameters(), 0.01);
 //   auto loss = torch::nn::functional::cross_entropy(ddp.forward(x), y);

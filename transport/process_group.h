@@ -1,7 +1,7 @@
 // Collectives, like torch.distributed: point-to-point (send/recv/isend/irecv) and collective
 // operations over a group of ranks, in place on tensors.
 //
-//   auto pg = init_process_group({.backend = "zmq"});   // env:// by default, like torchrun
+//   auto pg = init_process_group(ProcessGroupOptions{});  // zmq, env:// by default, like torchrun
 //   at::Tensor t = at::ones({1024});
 //   pg->all_reduce(t);                                  // t == world size everywhere
 //   WorkPtr w = pg->all_reduce_async(t, ReduceOp::Avg); // runs on the group's own thread
