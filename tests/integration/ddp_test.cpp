@@ -7,28 +7,22 @@
 #include <fstream>
 
 #include "models/nets.h"
-#include "tests/support/multiproc.h"
+#include "tests/support/process_groups.h"
 #include "training/checkpoint.h"
 #include "training/data.h"
 #include "training/ddp.h"
 
 namespace {
 
+using distrl::testing::expect;
+using distrl::testing::run_group;
 using distrl::testing::run_ranks;
 using distrl::testing::TempDir;
 using namespace distrl;
+using transport::ProcessGroup;
 
 std::shared_ptr<transport::ProcessGroup> join(const TempDir& dir, int rank, int world) {
-  transport::ProcessGroupOptions o;
-  o.init_method = "file://" + dir.file("rendezvous");
-  o.rank = rank;
-  o.world_size = world;
-  o.timeout = std::chrono::seconds(30);
-  return transport::init_process_group(o);
-}
-
-void expect(bool ok, const std::string& what) {
-  if (!ok) throw std::runtime_error(what);
+  return distrl::testing::join_group(dir, rank, world);
 }
 
 std::shared_ptr<models::Net> make(int seed, const std::vector<int>& hidden = {64, 64}) {
@@ -56,9 +50,7 @@ double max_diff(models::Net& a, models::Net& b) {
 }
 
 TEST(DdpTest, TwoRanksOnHalfBatchesEqualOneProcessOnTheWholeBatch) {
-  TempDir dir;
-  auto codes = run_ranks(2, [&](int rank) {
-    auto pg = join(dir, rank, 2);
+  run_group(2, [&](int rank, const std::shared_ptr<ProcessGroup>& pg) {
     auto net = make(100 + rank, {300, 200});  // different inits: DDP must copy rank 0's
     auto ref = make(100, {300, 200});         // rank 0's init
     training::DdpOptions o;
@@ -86,13 +78,10 @@ TEST(DdpTest, TwoRanksOnHalfBatchesEqualOneProcessOnTheWholeBatch) {
     expect(st.buckets == static_cast<int>(ddp.buckets().size()) && st.comm_s > 0, "stats");
     return 0;
   });
-  for (int c : codes) EXPECT_EQ(c, 0);
 }
 
 TEST(DdpTest, NoSyncAccumulationEqualsOneBigStep) {
-  TempDir dir;
-  auto codes = run_ranks(2, [&](int rank) {
-    auto pg = join(dir, rank, 2);
+  run_group(2, [&](int rank, const std::shared_ptr<ProcessGroup>& pg) {
     auto net = make(5);
     auto ref = make(5);
     training::DistributedDataParallel ddp(net, pg);
@@ -118,7 +107,6 @@ TEST(DdpTest, NoSyncAccumulationEqualsOneBigStep) {
     expect(d < 1e-5, "no_sync accumulation differs by " + std::to_string(d));
     return 0;
   });
-  for (int c : codes) EXPECT_EQ(c, 0);
 }
 
 // One of two heads is used: its sibling gets no gradient.
@@ -132,9 +120,7 @@ class TwoHeads : public models::Net {
 };
 
 TEST(DdpTest, UnusedParametersNeedTheOptionAndThenWork) {
-  TempDir dir;
-  auto codes = run_ranks(2, [&](int rank) {
-    auto pg = join(dir, rank, 2);
+  run_group(2, [&](int rank, const std::shared_ptr<ProcessGroup>& pg) {
     auto x = torch::randn({4, 10}), y = torch::randn({4, 5});
     {
       training::DistributedDataParallel ddp(std::make_shared<TwoHeads>(), pg);
@@ -157,7 +143,6 @@ TEST(DdpTest, UnusedParametersNeedTheOptionAndThenWork) {
     }
     return 0;
   });
-  for (int c : codes) EXPECT_EQ(c, 0);
 }
 
 TEST(DdpTest, CheckpointResumeReproducesTheUninterruptedRun) {

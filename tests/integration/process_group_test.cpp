@@ -10,30 +10,31 @@
 #include <thread>
 
 #include "common/config.h"
-#include "tests/support/multiproc.h"
+#include "tests/support/process_groups.h"
 #include "transport/process_group.h"
 
 namespace {
 
+using distrl::testing::expect;
+using distrl::testing::run_group;
 using distrl::testing::run_ranks;
 using distrl::testing::TempDir;
 using namespace distrl::transport;
 using Clock = std::chrono::steady_clock;
 
+// Small thresholds so that modest tensors take the ring with several chunks per step.
+ProcessGroupOptions small_chunks(std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+  ProcessGroupOptions o;
+  o.timeout = timeout;
+  o.chunk_bytes = 16 << 10;
+  o.small_bytes = 4 << 10;
+  return o;
+}
+const ProcessGroupOptions kOptions = small_chunks();
+
 std::shared_ptr<ProcessGroup> join(const TempDir& dir, int rank, int world,
                                    std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
-  ProcessGroupOptions o;
-  o.init_method = "file://" + dir.file("rendezvous");
-  o.rank = rank;
-  o.world_size = world;
-  o.timeout = timeout;
-  o.chunk_bytes = 16 << 10;  // large tensors cross several chunks per ring step
-  o.small_bytes = 4 << 10;
-  return init_process_group(o);
-}
-
-void expect(bool ok, const std::string& what) {
-  if (!ok) throw std::runtime_error(what);
+  return distrl::testing::join_group(dir, rank, world, small_chunks(timeout));
 }
 
 const std::vector<at::ScalarType> kDtypes = {at::kByte, at::kChar,     at::kShort, at::kInt,    at::kLong,
@@ -78,9 +79,7 @@ class Collectives : public ::testing::TestWithParam<int> {};
 
 TEST_P(Collectives, EveryOpDtypeAndSizeMatchesLocalResult) {
   const int world = GetParam();
-  TempDir dir;
-  auto codes = run_ranks(world, [&](int rank) {
-    auto pg = join(dir, rank, world);
+  run_group(world, [&](int rank, const std::shared_ptr<ProcessGroup>& pg) {
     expect(pg->rank() == rank && pg->size() == world, "rank/size");
     // 1 element (< ranks), 5 (recursive doubling), 3001 (ring with uneven segments, chunks of 16 KiB)
     for (std::int64_t numel : {std::int64_t(1), std::int64_t(5), std::int64_t(3001 * world + 1)}) {
@@ -144,15 +143,12 @@ TEST_P(Collectives, EveryOpDtypeAndSizeMatchesLocalResult) {
     }
     pg->barrier();
     return 0;
-  });
-  for (int c : codes) EXPECT_EQ(c, 0);
+  }, kOptions);
 }
 
 TEST_P(Collectives, RanksEndWithIdenticalBits) {
   const int world = GetParam();
-  TempDir dir;
-  auto codes = run_ranks(world, [&](int rank) {
-    auto pg = join(dir, rank, world);
+  run_group(world, [&](int rank, const std::shared_ptr<ProcessGroup>& pg) {
     for (std::int64_t numel : {std::int64_t(100), std::int64_t(200000)}) {
       auto x = torch::randn({numel}, torch::TensorOptions().dtype(torch::kFloat)) * (rank + 1);
       pg->all_reduce(x, ReduceOp::Avg);
@@ -162,15 +158,12 @@ TEST_P(Collectives, RanksEndWithIdenticalBits) {
       for (auto& a : all) expect(torch::equal(a, x), "ranks disagree on the bits of all_reduce");
     }
     return 0;
-  });
-  for (int c : codes) EXPECT_EQ(c, 0);
+  }, kOptions);
 }
 
 TEST_P(Collectives, AsyncWorkCompletesInOrder) {
   const int world = GetParam();
-  TempDir dir;
-  auto codes = run_ranks(world, [&](int rank) {
-    auto pg = join(dir, rank, world);
+  run_group(world, [&](int rank, const std::shared_ptr<ProcessGroup>& pg) {
     std::vector<at::Tensor> ts;
     std::vector<WorkPtr> works;
     for (int i = 0; i < 8; ++i) {
@@ -185,17 +178,14 @@ TEST_P(Collectives, AsyncWorkCompletesInOrder) {
       expect(torch::all(ts[i] == want).item<bool>(), "async all_reduce " + std::to_string(i));
     }
     return 0;
-  });
-  for (int c : codes) EXPECT_EQ(c, 0);
+  }, kOptions);
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, Collectives, ::testing::Values(2, 3, 4),
                          [](const auto& info) { return std::to_string(info.param) + "ranks"; });
 
 TEST(ProcessGroupTest, SubgroupsRunTheirOwnCollectives) {
-  TempDir dir;
-  auto codes = run_ranks(4, [&](int rank) {
-    auto pg = join(dir, rank, 4);
+  run_group(4, [&](int rank, const std::shared_ptr<ProcessGroup>& pg) {
     auto odd = pg->new_group({1, 3});
     auto even = pg->new_group({2, 0});
     expect((odd != nullptr) == (rank % 2 == 1), "odd membership");
@@ -221,14 +211,11 @@ TEST(ProcessGroupTest, SubgroupsRunTheirOwnCollectives) {
     };
     expect(bad(), "duplicate rank refused");
     return 0;
-  });
-  for (int c : codes) EXPECT_EQ(c, 0);
+  }, kOptions);
 }
 
 TEST(ProcessGroupTest, PointToPointWithTagsAndLargeTensors) {
-  TempDir dir;
-  auto codes = run_ranks(3, [&](int rank) {
-    auto pg = join(dir, rank, 3);
+  run_group(3, [&](int rank, const std::shared_ptr<ProcessGroup>& pg) {
     // A ring pass: each rank sends to the next and receives from the previous.
     auto out = torch::full({5}, float(rank));
     auto in = torch::empty({5});
@@ -265,14 +252,11 @@ TEST(ProcessGroupTest, PointToPointWithTagsAndLargeTensors) {
     }
     pg->barrier();
     return 0;
-  });
-  for (int c : codes) EXPECT_EQ(c, 0);
+  }, kOptions);
 }
 
 TEST(ProcessGroupTest, MismatchedCallsFailOnEveryRank) {
-  TempDir dir;
-  auto codes = run_ranks(2, [&](int rank) {
-    auto pg = join(dir, rank, 2);
+  run_group(2, [&](int rank, const std::shared_ptr<ProcessGroup>& pg) {
     const auto start = Clock::now();
     try {
       auto x = torch::ones({rank == 0 ? 10 : 12});
@@ -290,14 +274,11 @@ TEST(ProcessGroupTest, MismatchedCallsFailOnEveryRank) {
       expect(std::string(e.what()).find("earlier failure") != std::string::npos, e.what());
     }
     return 0;
-  });
-  for (int c : codes) EXPECT_EQ(c, 0);
+  }, kOptions);
 
   // Different collectives: the broadcast root only sends, so it can finish before the other
   // rank notices; it learns at its next collective.
-  TempDir dir2;
-  codes = run_ranks(2, [&](int rank) {
-    auto pg = join(dir2, rank, 2);
+  run_group(2, [&](int rank, const std::shared_ptr<ProcessGroup>& pg) {
     try {
       auto x = torch::ones({10});
       if (rank == 0) pg->broadcast(x, 0);
@@ -309,8 +290,7 @@ TEST(ProcessGroupTest, MismatchedCallsFailOnEveryRank) {
       expect(m.find("all_reduce") != std::string::npos && m.find("same order") != std::string::npos, m);
     }
     return 0;
-  });
-  for (int c : codes) EXPECT_EQ(c, 0);
+  }, kOptions);
 }
 
 TEST(ProcessGroupTest, DeadRankIsNamedAndNobodyHangs) {
