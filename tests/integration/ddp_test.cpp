@@ -35,13 +35,6 @@ std::shared_ptr<models::Net> make(int seed, const std::vector<int>& hidden = {64
   return models::make_net(s);
 }
 
-// Parameters of b loaded with a's values.
-void copy_params(models::Net& from, models::Net& to) {
-  torch::NoGradGuard g;
-  auto a = from.parameters(), b = to.parameters();
-  for (std::size_t i = 0; i < a.size(); ++i) b[i].copy_(a[i]);
-}
-
 double max_diff(models::Net& a, models::Net& b) {
   double d = 0;
   auto pa = a.parameters(), pb = b.parameters();
