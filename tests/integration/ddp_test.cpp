@@ -138,6 +138,51 @@ TEST(DdpTest, UnusedParametersNeedTheOptionAndThenWork) {
   });
 }
 
+// The DDP tutorial's model-parallel ToyMpModel: two halves on two devices (both the CPU here;
+// cuda:0 and cuda:1 where they exist), one DDP over both.
+class ToyMp : public models::Net {
+ public:
+  ToyMp(torch::Device d0, torch::Device d1)
+      : d0_(d0), d1_(d1), net1_(register_module("net1", torch::nn::Linear(10, 10))),
+        net2_(register_module("net2", torch::nn::Linear(10, 5))) {
+    net1_->to(d0);
+    net2_->to(d1);
+  }
+  torch::Tensor forward(torch::Tensor x) override { return net2_(torch::relu(net1_(x.to(d0_))).to(d1_)); }
+
+ private:
+  torch::Device d0_, d1_;
+  torch::nn::Linear net1_, net2_;
+};
+
+TEST(DdpTest, ModelSpreadOverTwoDevicesTrainsLikeOneProcess) {
+  run_group(2, [&](int rank, const std::shared_ptr<ProcessGroup>& pg) {
+    const bool gpus = torch::cuda::device_count() >= 4;
+    const torch::Device d0 = gpus ? torch::Device(torch::kCUDA, 2 * rank) : torch::Device(torch::kCPU);
+    const torch::Device d1 = gpus ? torch::Device(torch::kCUDA, 2 * rank + 1) : torch::Device(torch::kCPU);
+    torch::manual_seed(3);
+    auto net = std::make_shared<ToyMp>(d0, d1);
+    torch::manual_seed(3);
+    auto ref = std::make_shared<ToyMp>(torch::kCPU, torch::kCPU);
+    training::DistributedDataParallel ddp(net, pg);
+    torch::optim::SGD opt(net->parameters(), 0.1), ref_opt(ref->parameters(), 0.1);
+    auto data = training::make_toy(16, 10, 5, 9);
+    for (int k = 0; k < 3; ++k) {
+      auto loss = torch::mse_loss(ddp.forward(data.inputs.narrow(0, 8 * rank, 8)), data.targets.narrow(0, 8 * rank, 8).to(d1));
+      opt.zero_grad();
+      loss.backward();
+      opt.step();
+      ref_opt.zero_grad();
+      torch::mse_loss(ref->forward(data.inputs), data.targets).backward();
+      ref_opt.step();
+    }
+    auto a = net->parameters(), b = ref->parameters();
+    for (std::size_t i = 0; i < a.size(); ++i)
+      expect(torch::allclose(a[i].cpu(), b[i], 0, 1e-5), "two-device DDP differs at parameter " + std::to_string(i));
+    return 0;
+  });
+}
+
 TEST(DdpTest, CheckpointResumeReproducesTheUninterruptedRun) {
   TempDir dir, dir2, ck;
   const std::string path = ck.file("ddp.pt");
