@@ -231,17 +231,17 @@ void Mesh::read_sockets(Clock::time_point until) {
       if (!zmq::recv_multipart(router_, std::back_inserter(frames), zmq::recv_flags::dontwait)) break;
       // [routing id, header, payload]
       PgMessage m;
-      if (frames.size() != 3 || frames[1].size() != sizeof(PgHeader)) {
-        ++bad_messages_;
-        DISTRL_LOG(Warn, "process group: dropped a malformed message (" << frames.size() << " frames)");
-        continue;
-      }
-      std::memcpy(&m.h, frames[1].data(), sizeof(PgHeader));
-      if (m.h.magic != kPgMagic || m.h.src < 0 || m.h.src >= world_ || m.h.src == rank_ ||
+      const bool framed = frames.size() == 3 && frames[1].size() == sizeof(PgHeader);
+      if (framed) std::memcpy(&m.h, frames[1].data(), sizeof(PgHeader));
+      if (!framed || m.h.magic != kPgMagic || m.h.src < 0 || m.h.src >= world_ || m.h.src == rank_ ||
           m.h.kind > static_cast<std::uint8_t>(PgKind::Abort)) {
         ++bad_messages_;
-        DISTRL_LOG(Warn, "process group: dropped a message with a bad header (magic " << m.h.magic << ", src "
-                                                                                        << m.h.src << ")");
+        static RateLimiter limit(std::chrono::seconds(5));
+        long held = 0;
+        if (limit.allow(&held))
+          DISTRL_LOG(Warn, "process group: dropped a malformed message (" << frames.size() << " frames"
+                                                                            << (framed ? ", bad header" : "") << "; "
+                                                                            << held << " more since the last notice)");
         continue;
       }
       m.payload = std::move(frames[2]);

@@ -1,0 +1,101 @@
+// The process group's sockets in one process: two Mesh endpoints over a real store, one
+// raw ZeroMQ client throwing malformed frames at rank 0's socket. Bad frames are dropped;
+// the next good message still arrives; mailboxes keep tags and groups apart.
+#include "transport/detail/pg_mesh.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <future>
+#include <thread>
+
+#include <zmq_addon.hpp>
+
+#include "transport/detail/endpoints.h"
+#include "transport/store.h"
+
+using namespace distrl::transport;
+using namespace distrl::transport::detail;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct TwoMeshes {
+  StoreServer server{"tcp://127.0.0.1:*"};
+  Store s0{server.endpoint(), 5s}, s1{server.endpoint(), 5s};
+  std::unique_ptr<Mesh> m0, m1;
+  TwoMeshes() {
+    ProcessGroupOptions o;
+    o.transport = "tcp";
+    o.timeout = 5s;
+    auto f = std::async(std::launch::async, [&] { return std::make_unique<Mesh>(s1, "t", 1, 2, o); });
+    m0 = std::make_unique<Mesh>(s0, "t", 0, 2, o);
+    m1 = f.get();
+  }
+};
+
+PgHeader header(int src, std::uint32_t group, std::int32_t tag) {
+  PgHeader h;
+  h.magic = kPgMagic;
+  h.src = src;
+  h.group = group;
+  h.tag = tag;
+  h.coll = kP2P;
+  return h;
+}
+
+}  // namespace
+
+TEST(PgMeshTest, MalformedFramesAreDroppedAndGoodOnesStillArrive) {
+  TwoMeshes w;
+  // A stranger connects to rank 0's endpoint, read from the store like a peer would.
+  const std::string raw = w.s0.get("t/addr/0");
+  Address a;
+  msgpack::unpack(raw.data(), raw.size()).get().convert(a);
+  zmq::context_t ctx;
+  zmq::socket_t bad(ctx, zmq::socket_type::dealer);
+  bad.set(zmq::sockopt::linger, 1000);
+  bad.connect(a.tcp);
+  auto send = [&](std::vector<std::string> parts) {
+    std::vector<zmq::message_t> frames;
+    for (auto& p : parts) frames.emplace_back(p.data(), p.size());
+    zmq::send_multipart(bad, frames);
+  };
+  PgHeader wrong_magic = header(1, 0, 0);
+  wrong_magic.magic = 0xdeadbeef;
+  PgHeader wrong_src = header(7, 0, 0);
+  PgHeader self_src = header(0, 0, 0);
+  auto bytes = [](const PgHeader& h) { return std::string(reinterpret_cast<const char*>(&h), sizeof(h)); };
+  send({"only one frame"});
+  send({"short header", "payload"});
+  send({bytes(wrong_magic), "x"});
+  send({bytes(wrong_src), "x"});
+  send({bytes(self_src), "x"});
+  send({bytes(header(1, 0, 0)), "y", "an extra frame"});
+
+  // Then a real message from rank 1, tag 3, and one for another group.
+  const float v[2] = {1.5f, 2.5f};
+  w.m1->send(0, header(1, 9, 3), v, sizeof(v), nullptr, nullptr);
+  w.m1->send(0, header(1, 0, 3), v, sizeof(v), nullptr, nullptr);
+  auto m = w.m0->recv(0, 1, 3, Clock::now() + 5s, "test recv");
+  ASSERT_EQ(m.payload.size(), sizeof(v));
+  EXPECT_EQ(std::memcmp(m.payload.data(), v, sizeof(v)), 0);
+  EXPECT_EQ(m.h.group, 0u);
+  EXPECT_TRUE(w.m0->try_recv(9, 1, 3).has_value());  // the other group's was kept for it
+  EXPECT_FALSE(w.m0->try_recv(0, 1, 3).has_value());  // nothing from the stranger got through
+  bad.close();
+}
+
+TEST(PgMeshTest, WaitsEndAtTheDeadlineNamingTheRank) {
+  TwoMeshes w;
+  const auto start = Clock::now();
+  try {
+    w.m0->recv(0, 1, 0, Clock::now() + 300ms, "op");
+    FAIL() << "no timeout";
+  } catch (const distrl::TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(Clock::now() - start, 2s);
+  EXPECT_THROW(w.m0->recv(0, 0, 0, Clock::now() + 1s, "op"), distrl::Error);  // itself
+  EXPECT_THROW(w.m0->send(5, header(0, 0, 0), "x", 1, nullptr, nullptr), distrl::Error);
+}
