@@ -10,6 +10,7 @@
 #include "agent/rl_agent.h"
 #include "common/log.h"
 #include "common/main_guard.h"
+#include "common/plot.h"
 
 namespace {
 distrl::agent::RlAgent* g_agent = nullptr;
@@ -65,8 +66,12 @@ int main(int argc, char** argv) {
                 s.solved ? "Solved" : "Stopped", s.rounds, s.episodes, s.env_steps, s.seconds, s.stop_reason.c_str());
     std::printf("  env-steps/s %.0f, select_action round trip median %.1f us, p99 %.1f us, mean batch %.2f rows\n",
                 s.steps_per_second(), s.latency_median_us, s.latency_p99_us, s.mean_batch);
-    std::printf("  outputs: %s/{metrics.csv,summary.csv,config.yaml%s}\n", cfg.out_dir.c_str(),
-                cfg.learn ? ",policy.pt" : "");
+    const bool plotted = s.rounds > 1 && plot_csv(cfg.out_dir + "/metrics.csv", cfg.out_dir + "/learning_curve.png",
+                                                   {{"episode reward", "round",
+                                                     {{"round", "running_reward", "running reward"},
+                                                      {"round", "mean_reward", "mean of the round"}}}});
+    std::printf("  outputs: %s/{metrics.csv,summary.csv,config.yaml%s%s}\n", cfg.out_dir.c_str(),
+                cfg.learn ? ",policy.pt" : "", plotted ? ",learning_curve.png" : "");
     return 0;
   });
 }

@@ -13,6 +13,7 @@
 
 #include "common/error.h"
 #include "tools/bench.h"
+#include "common/plot.h"
 #include "tools/launcher.h"
 #include "tools/config_launch.h"
 
@@ -56,27 +57,6 @@ RlResult run_one(const RlBenchOptions& o, int observers, const std::string& mode
   return r;
 }
 
-void plot(const std::string& csv, const std::string& png) {
-  if (std::system("command -v gnuplot > /dev/null 2>&1") != 0) {
-    std::cout << "(gnuplot is not installed: no plot; make deps installs gnuplot-nox)\n";
-    return;
-  }
-  const std::string script = png + ".gp";
-  std::ofstream g(script);
-  g << "set terminal png size 1000,420\n"
-    << "set output '" << png << "'\n"
-    << "set datafile separator ','\n"
-    << "set key top left\nset grid\nset multiplot layout 1,2\n"
-    << "set title 'env-steps/s (higher is better)'\nset xlabel 'observers'\n"
-    << "plot '" << csv << "' skip 1 using 1:8 with linespoints title 'batched', '' skip 1 using 1:9 with linespoints title 'unbatched'\n"
-    << "set title 'select\\_action round trip, median us'\n"
-    << "plot '" << csv << "' skip 1 using 1:4 with linespoints title 'batched', '' skip 1 using 1:6 with linespoints title 'unbatched'\n"
-    << "unset multiplot\n";
-  g.close();
-  if (std::system(("gnuplot '" + script + "'").c_str()) == 0) std::cout << "plot: " << png << "\n";
-  std::filesystem::remove(script);
-}
-
 }  // namespace
 
 int run_rl_bench(const RlBenchOptions& o) {
@@ -111,7 +91,13 @@ int run_rl_bench(const RlBenchOptions& o) {
   }
   csv.close();
   std::cout << "\nwrote " << o.csv << "\n";
-  if (!o.png.empty()) plot(o.csv, o.png);
+  if (!o.png.empty() &&
+      plot_csv(o.csv, o.png,
+               {{"env-steps/s (higher is better)", "observers",
+                 {{"observers", "batched_steps_per_s", "batched"}, {"observers", "unbatched_steps_per_s", "unbatched"}}},
+                {"select_action round trip, median us", "observers",
+                 {{"observers", "batched_median_us", "batched"}, {"observers", "unbatched_median_us", "unbatched"}}}}))
+    std::cout << "plot: " << o.png << "\n";
   std::filesystem::remove_all(work);
   return 0;
 }

@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "common/error.h"
+#include "common/plot.h"
 #include "models/nets.h"
 #include "training/checkpoint.h"
 #include "training/data.h"
@@ -194,6 +195,12 @@ std::vector<EpochResult> train(const TrainConfig& cfg, const std::string& config
       save_checkpoint(ckpt, *net, opt.get(), {{"epoch", double(epoch)}, {"steps", double(steps)}}, *pg);
       if (lead) std::printf("distrl-train: checkpoint %s (epoch %d)\n", ckpt.c_str(), epoch);
     }
+  }
+  if (lead && !results.empty()) {
+    std::vector<Chart> charts{{"loss", "epoch", {{"epoch", "train_loss", "train"}, {"epoch", "test_loss", "test"}}}};
+    if (data.classify) charts.push_back({"test accuracy", "epoch", {{"epoch", "test_accuracy", "test accuracy"}}});
+    if (plot_csv(cfg.out_dir + "/metrics.csv", cfg.out_dir + "/learning_curve.png", charts))
+      std::printf("distrl-train: learning curve %s/learning_curve.png\n", cfg.out_dir.c_str());
   }
   return results;
 }

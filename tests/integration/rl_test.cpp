@@ -48,6 +48,7 @@ TEST_P(RlRunTest, AgentAndTwoObserversRunEpisodesAndShutDownCleanly) {
   EXPECT_NE(r.output.find("round     4  episodes      8"), std::string::npos) << r.output;
   EXPECT_EQ(count_lines(dir.path() + "/metrics.csv"), 7);  // header + one row per round
   EXPECT_TRUE(std::filesystem::exists(dir.path() + "/policy.pt"));
+  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/learning_curve.png"));  // gnuplot comes with make deps
   EXPECT_NE(read_file(dir.path() + "/config.yaml").find("mode: " + GetParam()), std::string::npos);
   const std::string summary = read_file(dir.path() + "/summary.csv");
   EXPECT_NE(summary.find("\n2," + GetParam() + ",1,6,12,"), std::string::npos) << summary;

@@ -63,6 +63,7 @@ TEST(TrainTest, TwoRanksLearnFromIdxFilesAndResume) {
   EXPECT_GT(std::stod(cols[4]), 0.9) << e2;  // the pattern is easy
   EXPECT_TRUE(std::filesystem::exists(out.file("checkpoint.pt")));
   EXPECT_TRUE(std::filesystem::exists(out.file("config.yaml")));
+  EXPECT_TRUE(std::filesystem::exists(out.file("learning_curve.png")));  // gnuplot comes with make deps
 
   auto resumed = launch("--config " + kConfig + common + " train.epochs=3 --resume " + out.file("checkpoint.pt"));
   ASSERT_EQ(resumed.code, 0) << resumed.output;
