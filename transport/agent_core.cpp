@@ -22,6 +22,10 @@ const RpcOptions& AgentCore::options() const { return s_->opts; }
 int AgentCore::rank() const { return s_->rank; }
 int AgentCore::world_size() const { return s_->world; }
 const std::vector<WorkerInfo>& AgentCore::workers() const { return s_->workers; }
+Store& AgentCore::store() {
+  if (!s_->rdv) throw TransportError("rpc: the agent is shut down; its store is gone");
+  return s_->rdv->store();
+}
 Executor* AgentCore::callback_executor() { return s_->pool.get(); }
 
 AgentStats AgentCore::stats() const {

@@ -23,6 +23,8 @@
 
 namespace distrl::transport {
 
+class Store;
+
 template <typename T>
 class ClassBuilder;
 
@@ -50,6 +52,10 @@ class RpcAgent {
   const std::vector<WorkerInfo>& workers() const;
   const WorkerInfo& worker(const Target& t) const;
   AgentStats stats() const;
+  // The rendezvous store (hosted by rank 0), e.g. for a process group beside this agent:
+  //   auto pg = make_zmq_process_group(agent.store(), agent.rank(), agent.world_size(), {});
+  // Valid until shutdown().
+  Store& store();
 
   // fn: any callable with msgpack-serializable arguments and result (or Future<result>).
   template <typename F>

@@ -6,6 +6,7 @@
 #include <csignal>
 
 #include "tests/support/multiproc.h"
+#include "transport/process_group.h"
 #include "transport/rpc_agent.h"
 
 using namespace distrl::transport;
@@ -307,3 +308,19 @@ TEST(RpcTest, CallsAfterShutdownFailClearly) {
   });
   EXPECT_EQ(codes, (std::vector<int>{0}));
 }
+
+// RPC and collectives side by side: the process group rides on the agent's store.
+TEST(RpcTest, ProcessGroupSharesTheAgentsStore) {
+  TempDir dir;
+  auto codes = run_ranks(2, [&](int rank) {
+    RpcAgent agent(options(dir, rank, 2));
+    auto pg = make_zmq_process_group(agent.store(), agent.rank(), agent.world_size(), ProcessGroupOptions{});
+    auto t = torch::full({3}, float(rank + 1));
+    pg->all_reduce(t);
+    expect(torch::all(t == 3.0f).item<bool>(), "all_reduce beside RPC");
+    agent.shutdown();
+    return 0;
+  });
+  for (int c : codes) EXPECT_EQ(c, 0);
+}
+

@@ -14,6 +14,10 @@
 #include "transport/options.h"
 #include "transport/serialize.h"
 
+namespace distrl::transport {
+class Store;
+}  // namespace distrl::transport
+
 namespace distrl::transport::detail {
 
 using Packer = msgpack::packer<msgpack::sbuffer>;
@@ -65,6 +69,7 @@ class AgentCore : public std::enable_shared_from_this<AgentCore> {
   std::chrono::milliseconds timeout_for(const Target& to) const;
   Executor* callback_executor();
   AgentStats stats() const;
+  Store& store();
 
   void add_callable(const std::string& name, Callable c);
   void add_class(const std::string& name, ClassInfo info);
