@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "envs/cartpole.h"
+#include "envs/lunar_lander.h"
 
 namespace distrl::envs {
 
@@ -27,6 +28,12 @@ struct Registry {
   std::map<std::string, EnvFactory> factories;
   Registry() {
     factories["CartPole-v1"] = [] { return std::make_unique<CartPole>(); };
+    factories["LunarLander-v2"] = [] { return std::make_unique<LunarLander>(); };
+    factories["LunarLanderContinuous-v2"] = [] {
+      LunarLanderOptions o;
+      o.continuous = true;
+      return std::make_unique<LunarLander>(o);
+    };
   }
 };
 
