@@ -58,6 +58,7 @@ bench: build
 	$(BUILD_DIR)/bin/distrl-bench rl
 	$(BUILD_DIR)/bin/distrl-bench allreduce
 	$(BUILD_DIR)/bin/distrl-bench ddp
+	$(BUILD_DIR)/bin/distrl-bench env
 
 clean:
 	rm -rf $(BUILD_DIR)

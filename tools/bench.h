@@ -54,6 +54,13 @@ struct DdpBenchOptions {
 int run_ddp_bench(const DdpBenchOptions& options);
 int run_ddp_worker(const std::string& out, const std::string& model, int steps, int batch, double bucket_mb);
 
+struct EnvBenchOptions {
+  std::vector<std::string> envs{"CartPole-v1", "LunarLander-v2", "LunarLanderContinuous-v2"};
+  long long steps = 1000000;  // per env
+  std::string csv = "distrl-bench-env.csv";
+};
+int run_env_bench(const EnvBenchOptions& options);
+
 // One-line description of this machine for benchmark tables.
 std::string machine_description();
 

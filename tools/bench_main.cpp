@@ -47,6 +47,11 @@ int main(int argc, char** argv) {
   d->add_option("--batch", dd.batch, "samples per rank per step")->check(CLI::Range(1, 100000));
   d->add_option("--bucket-mb", dd.bucket_mb, "DDP bucket cap in MiB")->check(CLI::Range(0.01, 10000.0));
   d->add_option("--csv", dd.csv, "CSV output path");
+  distrl::tools::EnvBenchOptions ev;
+  auto* e = app.add_subcommand("env", "environment steps/s, one thread, random actions");
+  e->add_option("--envs", ev.envs, "environments")->delimiter(',');
+  e->add_option("--steps", ev.steps, "timed steps per environment")->check(CLI::Range(1000LL, 1000000000000LL));
+  e->add_option("--csv", ev.csv, "CSV output path");
   // Hidden: what each rank of the two suites above runs.
   std::string out, model;
   std::vector<std::int64_t> sizes;
@@ -69,6 +74,7 @@ int main(int argc, char** argv) {
   return distrl::guarded_main("distrl-bench", [&] {
     if (r->parsed()) return distrl::tools::run_rpc_bench(rpc);
     if (a->parsed()) return distrl::tools::run_allreduce_bench(ar);
+    if (e->parsed()) return distrl::tools::run_env_bench(ev);
     if (d->parsed()) return distrl::tools::run_ddp_bench(dd);
     if (aw->parsed()) return distrl::tools::run_allreduce_worker(out, sizes);
     if (dw->parsed()) return distrl::tools::run_ddp_worker(out, model, steps, batch, bucket_mb);
