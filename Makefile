@@ -7,7 +7,7 @@ CMAKE_ARGS ?=
 DEPS := build-essential cmake ninja-build pkg-config ccache \
         libtorch-dev libopenblas0-pthread \
         libzmq3-dev cppzmq-dev libmsgpack-cxx-dev \
-        libbox2d-dev libyaml-cpp-dev zlib1g-dev libcli11-dev \
+        libbox2d-dev libgif-dev libyaml-cpp-dev zlib1g-dev libcli11-dev \
         libgtest-dev libgmock-dev gnuplot-nox dataset-fashion-mnist
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 

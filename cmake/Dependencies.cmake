@@ -8,6 +8,7 @@ find_package(CLI11 REQUIRED)              # target: CLI11::CLI11
 find_package(yaml-cpp REQUIRED)           # target: yaml-cpp
 find_package(ZLIB REQUIRED)               # target: ZLIB::ZLIB (gzipped IDX datasets)
 find_package(box2d REQUIRED)              # target: box2d::box2d (LunarLander)
+find_package(GIF REQUIRED)                # target: GIF::GIF (giflib: distrl-render's animated GIFs)
 if(DISTRL_BUILD_TESTS)
   find_package(GTest REQUIRED)            # targets: GTest::gtest_main, GTest::gmock
   include(GoogleTest)

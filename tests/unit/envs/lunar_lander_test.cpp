@@ -3,6 +3,13 @@
 // truncation at 1000), Gym's scripted lander, options and bad input, determinism.
 #include "envs/lunar_lander.h"
 
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "envs/cartpole.h"
+#include "envs/render.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -223,4 +230,44 @@ TEST(LunarLanderTest, WindPushesTheLanderSideways) {
     b.step(0, ob);
   }
   EXPECT_GT(std::abs(oa[2] - ob[2]), 0.01f) << "wind changes the horizontal velocity";
+}
+
+TEST(RenderTest, FramesShowTheSceneAndTheGifHasThemAll) {
+  LunarLander env;
+  float obs[8];
+  env.reset(0, obs);
+  Frame f;
+  draw(env, &f);
+  ASSERT_EQ(f.pixels.size(), static_cast<std::size_t>(kFrameWidth * kFrameHeight));
+  auto count = [&](std::uint8_t c) { return std::count(f.pixels.begin(), f.pixels.end(), c); };
+  EXPECT_GT(count(1), kFrameWidth * 50);  // terrain (white) fills the bottom
+  EXPECT_GT(count(4), 300);               // the lander body
+  EXPECT_EQ(f.pixels[0], 0);              // sky at the top left
+
+  const std::string path = (std::filesystem::temp_directory_path() / "distrl-render-test.gif").string();
+  {
+    GifWriter gif(path, f.width, f.height, 4);
+    for (int i = 0; i < 5; ++i) {
+      env.step(2, obs);
+      draw(env, &f);
+      gif.add(f);
+    }
+    EXPECT_EQ(gif.frames(), 5);
+    Frame small;
+    small.width = 10;
+    EXPECT_THROW(gif.add(small), EnvError);
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::string head(6, '\0');
+  in.read(head.data(), 6);
+  EXPECT_EQ(head, "GIF89a");
+  EXPECT_GT(std::filesystem::file_size(path), 1000u);
+  std::filesystem::remove(path);
+
+  CartPole cart;
+  float c[4];
+  cart.reset(1, c);
+  draw(cart, &f);
+  EXPECT_GT(std::count(f.pixels.begin(), f.pixels.end(), 9), 500);  // the pole
+  EXPECT_THROW(GifWriter("/nonexistent-dir/x.gif", 10, 10, 1), EnvError);
 }
