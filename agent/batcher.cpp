@@ -123,9 +123,7 @@ void Batcher::run(Batch batch) {
   ActReply all;
   try {
     all = forward_(batch.obs.data(), batch.rows);
-    if (static_cast<int>(all.actions.size()) != batch.rows || static_cast<int>(all.log_probs.size()) != batch.rows)
-      throw Error("Batcher: the forward pass answered " + std::to_string(all.actions.size()) + " rows for " +
-                  std::to_string(batch.rows));
+    all.check(batch.rows);
   } catch (...) {
     auto err = std::current_exception();
     for (auto& r : batch.requests) r.promise.set_error(err);
@@ -133,11 +131,8 @@ void Batcher::run(Batch batch) {
   }
   std::size_t at = 0;
   for (auto& r : batch.requests) {
-    ActReply mine;
-    mine.actions.assign(all.actions.begin() + at, all.actions.begin() + at + r.rows);
-    mine.log_probs.assign(all.log_probs.begin() + at, all.log_probs.begin() + at + r.rows);
+    r.promise.set_value(all.slice(static_cast<int>(at), r.rows));
     at += r.rows;
-    r.promise.set_value(std::move(mine));
   }
 }
 

@@ -28,11 +28,41 @@ struct ObserverSpec {
   MSGPACK_DEFINE(agent, observer_id, env, num_envs, seed, record_latency);
 };
 
-// The answer to one select_action: one action and its log-probability per observation row.
+// The answer to one select_action, per observation row: the action (discrete: `actions`;
+// continuous: act_dim values in `cont_actions`), its log-probability, and for actor-critic
+// learners the critic's value.
 struct ActReply {
   std::vector<std::int32_t> actions;
   std::vector<float> log_probs;
-  MSGPACK_DEFINE(actions, log_probs);
+  std::vector<float> values;
+  std::vector<float> cont_actions;
+  MSGPACK_DEFINE(actions, log_probs, values, cont_actions);
+
+  int rows() const { return static_cast<int>(log_probs.size()); }
+  // Throws ProtocolError unless every field is sized for `rows` rows (values optional).
+  void check(int rows) const {
+    const std::size_t n = static_cast<std::size_t>(rows);
+    const bool discrete = cont_actions.empty();
+    if (log_probs.size() != n || (discrete ? actions.size() != n : (!actions.empty() || cont_actions.size() % n)) ||
+        (!values.empty() && values.size() != n))
+      throw ProtocolError("select_action answered " + std::to_string(log_probs.size()) + " log-probs, " +
+                          std::to_string(actions.size()) + " actions, " + std::to_string(cont_actions.size()) +
+                          " continuous action values and " + std::to_string(values.size()) + " values for " +
+                          std::to_string(rows) + " observations");
+  }
+  // Rows [at, at + n) (after check()).
+  ActReply slice(int at, int n) const {
+    ActReply r;
+    auto part = [&](const auto& v, std::size_t width, auto& out) {
+      if (!v.empty()) out.assign(v.begin() + at * width, v.begin() + (at + n) * width);
+    };
+    const std::size_t act_dim = cont_actions.empty() ? 0 : cont_actions.size() / log_probs.size();
+    part(actions, 1, r.actions);
+    part(log_probs, 1, r.log_probs);
+    part(values, 1, r.values);
+    part(cont_actions, act_dim, r.cont_actions);
+    return r;
+  }
 };
 
 // One run_episode: every env's trajectory, one segment after another.
@@ -49,6 +79,32 @@ struct Rollout {
   MSGPACK_DEFINE(observer_id, obs_dim, obs, actions, log_probs, rewards, lengths, terminated, latency_us);
 
   std::size_t steps() const { return rewards.size(); }
+};
+
+// One run_fragment (PPO): `steps` steps of each of the observer's `num_envs` envs, time-major
+// (index [t * num_envs + e]); episodes continue across fragments (envs restart on their own).
+struct Fragment {
+  int observer_id = 0;
+  int obs_dim = 0;
+  int act_dim = 0;                       // 0: discrete actions in `actions`, else `cont_actions`
+  int num_envs = 0;
+  int steps = 0;
+  std::vector<float> obs;                // [steps, num_envs, obs_dim], the observation acted on
+  std::vector<std::int32_t> actions;     // [steps, num_envs]
+  std::vector<float> cont_actions;       // [steps, num_envs, act_dim]
+  std::vector<float> log_probs;          // [steps, num_envs], the acting policy's
+  std::vector<float> values;             // [steps, num_envs], the critic's at acting time
+  std::vector<float> rewards;            // [steps, num_envs]
+  std::vector<std::uint8_t> terminated;  // [steps, num_envs]: the MDP ended after this step
+  std::vector<std::uint8_t> truncated;   // [steps, num_envs]: the time limit cut the episode
+  std::vector<float> last_values;        // [num_envs]: V(observation after the last step)
+  std::vector<float> episode_returns;    // episodes that ended inside this fragment
+  std::vector<std::int32_t> episode_lengths;
+  std::vector<float> latency_us;
+  MSGPACK_DEFINE(observer_id, obs_dim, act_dim, num_envs, steps, obs, actions, cont_actions, log_probs, values, rewards,
+                 terminated, truncated, last_values, episode_returns, episode_lengths, latency_us);
+
+  std::size_t transitions() const { return static_cast<std::size_t>(steps) * num_envs; }
 };
 
 }  // namespace distrl::agent

@@ -59,6 +59,70 @@ agent::Rollout run_episode(envs::VecEnv& venv, int observer_id, int max_steps, c
   return out;
 }
 
+agent::Fragment run_fragment(envs::VecEnv& venv, FragmentState& state, int observer_id, int steps, const ActFn& act,
+                             bool record_latency) {
+  const int n = venv.size(), dim = venv.obs_dim();
+  const auto space = venv.env(0).action_space();
+  const int act_dim = space.kind == envs::Space::Kind::Box ? space.dim() : 0;
+  if (!state.started) {
+    venv.reset_all();
+    state.episode_return.assign(n, 0.0f);
+    state.episode_length.assign(n, 0);
+    state.started = true;
+  }
+  agent::Fragment f;
+  f.observer_id = observer_id;
+  f.obs_dim = dim;
+  f.act_dim = act_dim;
+  f.num_envs = n;
+  f.steps = steps;
+  const std::size_t total = static_cast<std::size_t>(steps) * n;
+  f.obs.reserve(total * dim);
+  std::vector<float> request;
+  std::vector<int> discrete(n);
+  auto ask = [&]() {
+    request.assign(venv.obs(), venv.obs() + static_cast<std::size_t>(n) * dim);
+    const auto t0 = Clock::now();
+    agent::ActReply r = act(request);
+    if (record_latency) f.latency_us.push_back(std::chrono::duration<float, std::micro>(Clock::now() - t0).count());
+    r.check(n);
+    if (r.values.size() != static_cast<std::size_t>(n) ||
+        (act_dim > 0 ? r.cont_actions.size() != static_cast<std::size_t>(n) * act_dim : r.actions.empty()))
+      throw ProtocolError("select_action: an actor-critic answer with values and " +
+                          std::string(act_dim > 0 ? "continuous" : "discrete") + " actions was expected");
+    return r;
+  };
+  for (int t = 0; t < steps; ++t) {
+    agent::ActReply r = ask();
+    f.obs.insert(f.obs.end(), request.begin(), request.end());
+    f.log_probs.insert(f.log_probs.end(), r.log_probs.begin(), r.log_probs.end());
+    f.values.insert(f.values.end(), r.values.begin(), r.values.end());
+    if (act_dim > 0) {
+      f.cont_actions.insert(f.cont_actions.end(), r.cont_actions.begin(), r.cont_actions.end());
+      venv.step(r.cont_actions.data());
+    } else {
+      f.actions.insert(f.actions.end(), r.actions.begin(), r.actions.end());
+      std::copy(r.actions.begin(), r.actions.end(), discrete.begin());
+      venv.step(discrete.data());
+    }
+    for (int i = 0; i < n; ++i) {
+      f.rewards.push_back(venv.rewards()[i]);
+      f.terminated.push_back(venv.terminated()[i]);
+      f.truncated.push_back(venv.truncated()[i]);
+      state.episode_return[i] += venv.rewards()[i];
+      ++state.episode_length[i];
+      if (venv.terminated()[i] || venv.truncated()[i]) {  // the VecEnv restarted it
+        f.episode_returns.push_back(state.episode_return[i]);
+        f.episode_lengths.push_back(state.episode_length[i]);
+        state.episode_return[i] = 0;
+        state.episode_length[i] = 0;
+      }
+    }
+  }
+  f.last_values = ask().values;
+  return f;
+}
+
 void ObserverHost::touch() {
   std::lock_guard<std::mutex> lock(mu_);
   last_ = Clock::now();

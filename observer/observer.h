@@ -24,6 +24,19 @@ using ActFn = std::function<agent::ActReply(const std::vector<float>& obs)>;
 agent::Rollout run_episode(envs::VecEnv& venv, int observer_id, int max_steps, const ActFn& act,
                            bool record_latency);
 
+// Episode bookkeeping that outlives one fragment: envs keep running across fragments.
+struct FragmentState {
+  bool started = false;
+  std::vector<float> episode_return;
+  std::vector<std::int32_t> episode_length;
+};
+
+// `steps` steps of every env of venv (an autoreset VecEnv; reset on the first call), one
+// select_action per step for all envs, then one more for the bootstrap values. Discrete or
+// continuous actions follow the env. Throws what act throws, ProtocolError for a bad answer.
+agent::Fragment run_fragment(envs::VecEnv& venv, FragmentState& state, int observer_id, int steps, const ActFn& act,
+                             bool record_latency);
+
 // What the observer process's main thread watches: the agent's "finish", a failed call to
 // the agent, or a silent agent.
 class ObserverHost {

@@ -1,0 +1,117 @@
+// PPO (clipped surrogate, Schulman et al. 2017) for the agent: acting with an actor-critic
+// network (batched select_action answers carry the critic's value), GAE(lambda) over rollout
+// fragments, several epochs of shuffled minibatches, value loss (optionally clipped), entropy
+// bonus, gradient clipping, running observation normalisation and reward scaling.
+#pragma once
+
+#include <torch/optim/adam.h>
+#include <torch/types.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <shared_mutex>
+#include <vector>
+
+#include "agent/protocol.h"
+#include "models/actor_critic.h"
+
+namespace distrl::agent {
+
+// Running mean and variance (Chan et al. parallel update), for observation normalisation and
+// reward scaling. Not thread-safe: the learner updates it under the actor's exclusive lock.
+class RunningMeanStd {
+ public:
+  explicit RunningMeanStd(int dim = 1);
+  void update(const float* x, std::size_t rows);
+  // (x - mean) / sqrt(var + eps), clipped to +-clip; x is [B, dim].
+  torch::Tensor normalize(const torch::Tensor& x, double clip = 10.0) const;
+  const std::vector<double>& mean() const { return mean_; }
+  const std::vector<double>& var() const { return var_; }
+  double count() const { return count_; }
+  // As tensors, for checkpoints.
+  torch::Tensor state() const;
+  void load(const torch::Tensor& state);
+
+ private:
+  int dim_;
+  std::vector<double> mean_, var_;
+  double count_ = 1e-4;
+};
+
+struct PpoOptions {
+  double gamma = 0.99;
+  double lambda = 0.95;       // GAE
+  double clip = 0.2;          // surrogate ratio clip
+  double value_clip = 0.0;    // 0: unclipped value loss
+  double vf_coef = 0.5;
+  double ent_coef = 0.0;
+  double lr = 3e-4;
+  double max_grad_norm = 0.5;
+  int epochs = 10;
+  int minibatch = 64;
+  bool norm_obs = true;
+  bool norm_reward = false;   // divide rewards by the running std of the discounted return
+  bool norm_adv = true;
+  std::uint64_t seed = 1;
+};
+
+// Generalised advantage estimates for one fragment (time-major [steps, envs]); fills
+// `returns` (= advantages + values). A terminated step does not bootstrap; a truncated one
+// bootstraps with the step's own value (the next state's is lost to the env's restart).
+std::vector<float> gae(const Fragment& f, const std::vector<float>& rewards, double gamma, double lambda,
+                       std::vector<float>* returns);
+
+// Throws ProtocolError unless the fragment's arrays agree with its shape and the env's.
+void check_fragment(const Fragment& f, int obs_dim, int act_dim);
+
+// The acting side: thread-safe act() for the batcher; the learner takes exclusive().
+class PpoActor {
+ public:
+  PpoActor(std::shared_ptr<models::ActorCritic> net, torch::Device device, bool norm_obs, std::uint64_t seed);
+  // One action per row of obs (rows x obs_dim), with log-probs and values.
+  ActReply act(const float* obs, int rows);
+  // The most likely action per row (evaluation).
+  ActReply act_greedy(const float* obs, int rows);
+  std::unique_lock<std::shared_mutex> exclusive() { return std::unique_lock<std::shared_mutex>(mu_); }
+  models::ActorCritic& net() { return *net_; }
+  torch::Device device() const { return device_; }
+  RunningMeanStd& obs_rms() { return obs_rms_; }
+  bool norm_obs() const { return norm_obs_; }
+  torch::Tensor prepare(const torch::Tensor& obs) const;  // normalised when enabled, on the device
+
+ private:
+  ActReply act_impl(const float* obs, int rows, bool greedy);
+  std::shared_ptr<models::ActorCritic> net_;
+  torch::Device device_;
+  bool norm_obs_;
+  RunningMeanStd obs_rms_;
+  std::shared_mutex mu_;
+  std::mutex rng_mu_;
+  std::mt19937_64 rng_;
+};
+
+struct PpoStats {
+  double policy_loss = 0, value_loss = 0, entropy = 0, approx_kl = 0, clip_fraction = 0;
+  std::size_t transitions = 0;
+};
+
+class Ppo {
+ public:
+  Ppo(PpoActor& actor, PpoOptions options);
+  // One PPO update over the fragments (checked first); takes the actor's exclusive lock.
+  PpoStats update(const std::vector<Fragment>& fragments);
+  torch::optim::Adam& optimizer() { return optimizer_; }
+  RunningMeanStd& return_rms() { return ret_rms_; }
+
+ private:
+  PpoActor& actor_;
+  PpoOptions o_;
+  torch::optim::Adam optimizer_;
+  RunningMeanStd ret_rms_;               // reward scaling
+  std::map<long, double> discounted_;    // per (observer, env): running discounted return
+  std::mt19937_64 rng_;
+};
+
+}  // namespace distrl::agent

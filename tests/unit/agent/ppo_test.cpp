@@ -1,0 +1,155 @@
+// PPO pieces: GAE against a hand recursion, running statistics, the actor-critic's Gaussian
+// log-probability, the actor's answers, fragments from a real VecEnv, and PPO learning
+// CartPole in-process (no RPC) with a fixed seed.
+#include "agent/ppo.h"
+
+#include <gtest/gtest.h>
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+#include <deque>
+#include <numeric>
+
+#include "envs/vec_env.h"
+#include "observer/observer.h"
+
+using namespace distrl;
+using namespace distrl::agent;
+
+namespace {
+
+Fragment tiny_fragment() {
+  Fragment f;
+  f.steps = 4;
+  f.num_envs = 1;
+  f.obs_dim = 1;
+  f.obs = {0, 0, 0, 0};
+  f.actions = {0, 0, 0, 0};
+  f.log_probs = {0, 0, 0, 0};
+  f.values = {0.5f, 0.4f, 0.3f, 0.2f};
+  f.rewards = {1, 2, 3, 4};
+  f.terminated = {0, 1, 0, 0};  // episode ends after step 1
+  f.truncated = {0, 0, 0, 1};   // and is cut after step 3
+  f.last_values = {9.0f};       // never used: step 3 was cut
+  return f;
+}
+
+}  // namespace
+
+TEST(PpoTest, GaeFollowsTheRecursionWithTerminationAndTruncation) {
+  const double g = 0.9, l = 0.8;
+  auto f = tiny_fragment();
+  std::vector<float> ret;
+  auto adv = gae(f, f.rewards, g, l, &ret);
+  // By hand, backwards. t=3 truncated: r' = 4 + g*V3, no continuation.
+  const double d3 = 4 + g * 0.2 - 0.2, a3 = d3;
+  const double d2 = 3 + g * 0.2 - 0.3, a2 = d2 + g * l * a3;  // continues into t=3
+  const double d1 = 2 - 0.4, a1 = d1;                        // terminated
+  const double d0 = 1 + g * 0.4 - 0.5, a0 = d0 + g * l * a1;
+  const std::vector<double> want{a0, a1, a2, a3};
+  for (int t = 0; t < 4; ++t) {
+    EXPECT_NEAR(adv[t], want[t], 1e-5) << "t=" << t;
+    EXPECT_NEAR(ret[t], want[t] + f.values[t], 1e-5);
+  }
+  f.truncated[3] = 0;  // no cut: bootstrap from last_values
+  adv = gae(f, f.rewards, g, l, &ret);
+  EXPECT_NEAR(adv[3], 4 + g * 9.0 - 0.2, 1e-5);
+  f.rewards.pop_back();
+  EXPECT_THROW(check_fragment(f, 1, 0), ProtocolError);
+}
+
+TEST(PpoTest, RunningMeanStdMatchesTheWholeData) {
+  RunningMeanStd rms(2);
+  std::vector<float> all;
+  for (int chunk = 0; chunk < 5; ++chunk) {
+    std::vector<float> x;
+    for (int i = 0; i < 7 + chunk; ++i) {
+      x.push_back(static_cast<float>(chunk * 3 + i));
+      x.push_back(static_cast<float>((i % 3) * -2.0));
+    }
+    rms.update(x.data(), x.size() / 2);
+    all.insert(all.end(), x.begin(), x.end());
+  }
+  auto t = torch::tensor(all).view({-1, 2}).to(torch::kFloat64);
+  EXPECT_NEAR(rms.mean()[0], t.select(1, 0).mean().item<double>(), 1e-3);
+  EXPECT_NEAR(rms.var()[1], t.select(1, 1).var(false).item<double>(), 1e-3);
+  RunningMeanStd copy(2);
+  copy.load(rms.state());
+  EXPECT_EQ(copy.mean(), rms.mean());
+  EXPECT_THROW(RunningMeanStd(3).load(rms.state()), ConfigError);
+}
+
+TEST(PpoTest, GaussianLogProbAndActorAnswers) {
+  models::ActorCriticSpec spec;
+  spec.obs_dim = 3;
+  spec.n_actions = 0;
+  spec.action_dim = 2;
+  spec.init_log_std = -0.5;
+  auto net = std::make_shared<models::ActorCritic>(spec);
+  auto x = torch::randn({5, 3});
+  auto out = net->forward(x);
+  auto a = torch::randn({5, 2});
+  auto lp = net->log_prob(out, a);
+  const double s = std::exp(-0.5);
+  auto z = (a - out.head) / s;
+  auto want = (-0.5 * z.pow(2) - std::log(s) - 0.5 * std::log(2 * M_PI)).sum(-1);
+  EXPECT_TRUE(torch::allclose(lp, want, 1e-5, 1e-5));
+
+  PpoActor actor(net, torch::kCPU, true, 7);
+  std::vector<float> obs(15, 0.5f);
+  auto r = actor.act(obs.data(), 5);
+  EXPECT_EQ(r.cont_actions.size(), 10u);
+  EXPECT_EQ(r.values.size(), 5u);
+  EXPECT_TRUE(r.actions.empty());
+  r.check(5);
+  auto g = actor.act_greedy(obs.data(), 5);
+  EXPECT_FLOAT_EQ(g.cont_actions[0], g.cont_actions[2]);  // same obs, the mean
+
+  spec.n_actions = 3;
+  spec.action_dim = 0;
+  PpoActor d(std::make_shared<models::ActorCritic>(spec), torch::kCPU, false, 7);
+  auto rd = d.act(obs.data(), 5);
+  ASSERT_EQ(rd.actions.size(), 5u);
+  for (int v : rd.actions) EXPECT_TRUE(v >= 0 && v < 3);
+  EXPECT_THROW(models::ActorCritic(models::ActorCriticSpec{3, 2, 2}), ModelError);
+}
+
+TEST(PpoTest, LearnsCartPoleInProcess) {
+  torch::manual_seed(3);
+  at::set_num_threads(1);
+  models::ActorCriticSpec spec;
+  spec.obs_dim = 4;
+  spec.n_actions = 2;
+  PpoActor actor(std::make_shared<models::ActorCritic>(spec), torch::kCPU, true, 11);
+  PpoOptions o;
+  o.lr = 1e-3;
+  o.epochs = 4;
+  o.minibatch = 256;
+  o.seed = 5;
+  Ppo ppo(actor, o);
+  envs::VecEnv venv("CartPole-v1", 8, 100, /*autoreset=*/true);
+  observer::FragmentState state;
+  auto act = [&](const std::vector<float>& obs) { return actor.act(obs.data(), static_cast<int>(obs.size() / 4)); };
+  std::deque<float> last;
+  const auto start = std::chrono::steady_clock::now();
+  long long steps = 0;
+  int updates = 0;
+  double mean = 0;
+  for (; updates < 150; ++updates) {
+    auto f = observer::run_fragment(venv, state, 0, 128, act, false);
+    steps += static_cast<long long>(f.transitions());
+    for (float r : f.episode_returns) {
+      last.push_back(r);
+      if (last.size() > 20) last.pop_front();
+    }
+    mean = last.empty() ? 0 : std::accumulate(last.begin(), last.end(), 0.0) / last.size();
+    if (last.size() == 20 && mean >= 475) break;
+    ppo.update({f});
+  }
+  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::cout << "PPO CartPole in-process: mean of last 20 episodes " << mean << " after " << updates << " updates, "
+            << steps << " env steps, " << sec << " s\n";
+  EXPECT_GE(mean, 475.0);
+}
