@@ -1,5 +1,8 @@
 // distrl-agent: owns the policy, serves observers' select_action requests (batched or one by
 // one) and learns from their episodes. Rank 0 of an RL run; see README "Running RL".
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -25,25 +28,51 @@ int main(int argc, char** argv) {
     agent::RlCommandLine cmd(
         "distrl-agent",
         "distrl-agent: the RL agent. Owns the policy network, answers select_action requests from\n"
-        "the observers (batched into one forward pass, or one by one), runs REINFORCE on their\n"
-        "episodes, and prints progress until the running reward reaches learner.target_reward.\n"
-        "Writes OUT_DIR/metrics.csv, OUT_DIR/summary.csv, OUT_DIR/config.yaml and OUT_DIR/policy.pt\n"
-        "(also on SIGUSR1). Usually started by: distrl-launch --config configs/cartpole.yaml");
+        "the observers (batched into one forward pass, or one by one), learns with REINFORCE\n"
+        "(episodes) or PPO (rollout fragments), and prints progress until the running reward reaches\n"
+        "learner.target_reward. Writes OUT_DIR/metrics.csv, OUT_DIR/summary.csv, OUT_DIR/config.yaml,\n"
+        "OUT_DIR/learning_curve.png and OUT_DIR/policy.pt (also on SIGUSR1).\n"
+        "Usually started by: distrl-launch --config configs/cartpole.yaml\n"
+        "Evaluation, alone: distrl-agent --config F --eval --checkpoint OUT_DIR/policy.pt --episodes 100");
+    bool eval = false;
+    std::string checkpoint;
+    int eval_episodes = 100;
+    cmd.app.add_flag("--eval", eval, "play --episodes episodes in this process with --checkpoint's policy and report "
+                                     "mean +- std return (PPO: the most likely action)");
+    cmd.app.add_option("--checkpoint", checkpoint, "--eval: the policy to evaluate (OUT_DIR/policy.pt)");
+    cmd.app.add_option("--episodes", eval_episodes, "--eval: episodes to play")->check(CLI::Range(1, 1000000));
     if (!cmd.parse(argc, argv)) return 0;
     const agent::RlConfig& cfg = cmd.config;
     const ToolFlags& cli = cmd.flags;
     agent::parse_device(cfg.device);  // fail before rendezvous, not after
     if (cli.check_only) return 0;
+    if (eval) {
+      if (checkpoint.empty()) throw ConfigError("--eval needs --checkpoint FILE (e.g. " + cfg.out_dir + "/policy.pt)");
+      agent::RlAgent rl(cfg, checkpoint);
+      const auto start = std::chrono::steady_clock::now();
+      const auto r = rl.evaluate(eval_episodes, static_cast<std::uint64_t>(cfg.seed) * 7919 + 1000003);
+      double mean = 0, var = 0;
+      for (double x : r) mean += x / r.size();
+      for (double x : r) var += (x - mean) * (x - mean) / r.size();
+      std::printf("distrl-agent --eval: %s, %d episodes: mean return %.1f +- %.1f (min %.1f, max %.1f) in %.1f s; "
+                  "target %.1f %s\n",
+                  cfg.env.c_str(), eval_episodes, mean, std::sqrt(var), *std::min_element(r.begin(), r.end()),
+                  *std::max_element(r.begin(), r.end()),
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), cfg.target_reward,
+                  mean >= cfg.target_reward ? "reached" : "not reached");
+      return 0;
+    }
 
     set_log_tag("agent");
     agent::RlAgent rl(cfg, cli.resume);
     g_agent = &rl;
     std::signal(SIGUSR1, on_usr1);
-    std::printf("distrl-agent: %s, %s, model %s, device %s, lr %g, gamma %g\n", cfg.env.c_str(),
+    std::printf("distrl-agent: %s, %s, %s, device %s, lr %g, gamma %g\n", cfg.env.c_str(),
                 cfg.mode == "batched" ? ("batched (max_batch " + std::to_string(cfg.max_batch) + ", max_wait " +
                                          std::to_string(cfg.max_wait_us) + " us)").c_str()
                                       : "unbatched",
-                cfg.model.c_str(), cfg.device.c_str(), cfg.lr, cfg.gamma);
+                cfg.algo == "ppo" ? "ppo (actor-critic)" : ("reinforce, model " + cfg.model).c_str(), cfg.device.c_str(),
+                cfg.lr, cfg.gamma);
     std::fflush(stdout);
     transport::RpcAgent rpc(agent::rpc_options(cfg, cli.world, "agent"), [&](transport::RpcAgent& a) { rl.serve(a); });
     std::printf("distrl-agent: %d observer(s) joined; running up to %d rounds of %d steps\n", rpc.world_size() - 1,

@@ -1,7 +1,8 @@
 // What agent and observers say to each other (msgpack structs, no LibTorch types, so an
 // observer never builds a tensor):
 //   agent -> observer   remote<Observer>(name, "Observer", ObserverSpec)
-//                       observer.rpc_async<Rollout>("run_episode", max_steps)
+//                       observer.rpc_async<Rollout>("run_episode", max_steps)      (REINFORCE)
+//                       observer.rpc_async<Fragment>("run_fragment", steps)        (PPO)
 //                       observer.rpc_sync<void>("finish")
 //   observer -> agent   rpc_sync<ActReply>("agent", "select_action", observer_id, obs)
 #pragma once
@@ -25,7 +26,8 @@ struct ObserverSpec {
   int num_envs = 1;           // envs stepped together; one request carries all their rows
   std::uint64_t seed = 0;     // env i of this observer is seeded seed + i
   bool record_latency = false;
-  MSGPACK_DEFINE(agent, observer_id, env, num_envs, seed, record_latency);
+  bool fragments = false;     // PPO: envs restart on their own and run_fragment is called
+  MSGPACK_DEFINE(agent, observer_id, env, num_envs, seed, record_latency, fragments);
 };
 
 // The answer to one select_action, per observation row: the action (discrete: `actions`;

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iomanip>
@@ -31,30 +32,103 @@ std::string thousands(double v) {
   return s;
 }
 
+// Calls `method(arg)` on every live observer at once and collects the answers; an observer
+// whose call fails (or whose answer fails `check`) is dropped through `drop`.
+template <typename T, typename Check, typename Drop>
+std::vector<T> gather(std::vector<transport::RRef<ObserverObject>>& obs, const std::vector<int>& ids,
+                      const std::vector<bool>& alive, Batcher* b, const char* method, int arg, Check check, Drop drop) {
+  std::vector<transport::Future<T>> futs(obs.size());
+  for (std::size_t i = 0; i < obs.size(); ++i) {
+    if (!alive[i]) continue;
+    if (b) b->set_active(ids[i], true);
+    const int id = ids[i];
+    futs[i] = obs[i].template rpc_async<T>(method, arg).then([b, id](const transport::Future<T>& f) {
+      if (b) b->set_active(id, false);
+      return f.value();
+    });
+  }
+  std::vector<T> out;
+  std::string last_error;
+  for (std::size_t i = 0; i < obs.size(); ++i) {
+    if (!alive[i]) continue;
+    try {
+      T r = futs[i].value();
+      check(r);  // before the stats or the learner read it
+      out.push_back(std::move(r));
+    } catch (const std::exception& e) {
+      last_error = e.what();
+      drop(i, e);
+    }
+  }
+  if (out.empty()) throw TransportError("every observer is gone; the last error: " + last_error);
+  return out;
+}
+
 }  // namespace
 
 RlAgent::RlAgent(RlConfig config, const std::string& resume) : cfg_(std::move(config)) {
   auto env = envs::make_env(cfg_.env);
-  if (env->action_space().kind != envs::Space::Kind::Discrete)
-    throw ConfigError("env.name: " + cfg_.env + " has continuous actions; REINFORCE here needs a discrete env");
+  const auto space = env->action_space();
   obs_dim_ = env->observation_space().dim();
-  n_actions_ = env->action_space().n;
+  n_actions_ = space.kind == envs::Space::Kind::Discrete ? space.n : 0;
+  act_dim_ = space.kind == envs::Space::Kind::Box ? space.dim() : 0;
   torch::manual_seed(cfg_.seed);
   at::set_num_threads(cfg_.torch_threads);
-  models::PolicySpec spec;
-  spec.obs_dim = obs_dim_;
-  spec.n_actions = n_actions_;
-  spec.hidden = cfg_.hidden;
-  spec.dropout = cfg_.dropout;
-  std::shared_ptr<models::PolicyNet> net;
-  try {
-    net = models::make_policy(cfg_.model, spec);
-  } catch (const ModelError& e) {
-    throw ConfigError(std::string("model: ") + e.what());
+  const auto device = parse_device(cfg_.device);
+  const std::uint64_t seed = static_cast<std::uint64_t>(cfg_.seed) * 0x9E3779B97F4A7C15ull + 1;
+  if (cfg_.algo == "ppo") {
+    models::ActorCriticSpec spec;
+    spec.obs_dim = obs_dim_;
+    spec.n_actions = n_actions_;
+    spec.action_dim = act_dim_;
+    spec.hidden = cfg_.hidden;
+    spec.activation = cfg_.activation;
+    spec.shared = cfg_.shared;
+    spec.init_log_std = cfg_.ppo_log_std_init;
+    std::shared_ptr<models::ActorCritic> net;
+    try {
+      net = std::make_shared<models::ActorCritic>(spec);
+    } catch (const ModelError& e) {
+      throw ConfigError(std::string("model: ") + e.what());
+    }
+    ppo_actor_ = std::make_unique<PpoActor>(net, device, cfg_.ppo_norm_obs, seed);
+    PpoOptions o;
+    o.gamma = cfg_.gamma;
+    o.lambda = cfg_.ppo_lambda;
+    o.clip = cfg_.ppo_clip;
+    o.value_clip = cfg_.ppo_value_clip;
+    o.vf_coef = cfg_.ppo_vf_coef;
+    o.ent_coef = cfg_.ppo_ent_coef;
+    o.lr = cfg_.lr;
+    o.max_grad_norm = cfg_.ppo_max_grad_norm;
+    o.epochs = cfg_.ppo_epochs;
+    o.minibatch = cfg_.ppo_minibatch;
+    o.norm_obs = cfg_.ppo_norm_obs;
+    o.norm_reward = cfg_.ppo_norm_reward;
+    o.seed = seed + 2;
+    ppo_ = std::make_unique<Ppo>(*ppo_actor_, o);
+    PpoActor* a = ppo_actor_.get();
+    act_ = [a](const float* obs, int rows) { return a->act(obs, rows); };
+  } else {
+    if (act_dim_ > 0)
+      throw ConfigError("env.name: " + cfg_.env + " has continuous actions; REINFORCE here needs a discrete env "
+                        "(use learner.algo=ppo)");
+    models::PolicySpec spec;
+    spec.obs_dim = obs_dim_;
+    spec.n_actions = n_actions_;
+    spec.hidden = cfg_.hidden;
+    spec.dropout = cfg_.dropout;
+    std::shared_ptr<models::PolicyNet> net;
+    try {
+      net = models::make_policy(cfg_.model, spec);
+    } catch (const ModelError& e) {
+      throw ConfigError(std::string("model: ") + e.what());
+    }
+    actor_ = std::make_unique<PolicyActor>(net, device, obs_dim_, seed);
+    learner_ = std::make_unique<Reinforce>(*actor_, ReinforceOptions{cfg_.gamma, cfg_.lr});
+    PolicyActor* a = actor_.get();
+    act_ = [a](const float* obs, int rows) { return a->act(obs, rows); };
   }
-  actor_ = std::make_unique<PolicyActor>(net, parse_device(cfg_.device), obs_dim_,
-                                         static_cast<std::uint64_t>(cfg_.seed) * 0x9E3779B97F4A7C15ull + 1);
-  learner_ = std::make_unique<Reinforce>(*actor_, ReinforceOptions{cfg_.gamma, cfg_.lr});
   if (!resume.empty()) load(resume);
 }
 
@@ -70,22 +144,21 @@ void RlAgent::serve(transport::RpcAgent& rpc) {
   if (observers != cfg_.observers)
     DISTRL_LOG(Info, "agent: " << observers << " observer(s) in the world (config 'observers' says " << cfg_.observers
                                << "; the world wins)");
-  PolicyActor* actor = actor_.get();
+  auto act = act_;
   const auto where = cfg_.serve_inline ? transport::RunOn::IoThread : transport::RunOn::Pool;
   if (cfg_.mode == "batched") {
     BatchOptions bo;
     bo.max_batch = cfg_.max_batch;
     bo.max_wait = std::chrono::microseconds(cfg_.max_wait_us);
-    batcher_ = std::make_unique<Batcher>(obs_dim_, observers, bo,
-                                         [actor](const float* obs, int rows) { return actor->act(obs, rows); });
+    batcher_ = std::make_unique<Batcher>(obs_dim_, observers, bo, act);
     Batcher* b = batcher_.get();
     rpc.register_function(kSelectAction, [b](int observer, std::vector<float> obs) {
       return b->submit(observer, std::move(obs));
     }, where);
   } else {
     const int dim = obs_dim_;
-    rpc.register_function(kSelectAction, [actor, dim](int observer, std::vector<float> obs) {
-      return actor->act(obs.data(), observation_rows(obs, dim));
+    rpc.register_function(kSelectAction, [act, dim](int observer, std::vector<float> obs) {
+      return act(obs.data(), observation_rows(obs, dim));
     }, where);
   }
 }
@@ -102,6 +175,7 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
     spec.num_envs = cfg_.envs_per_observer;
     spec.seed = static_cast<std::uint64_t>(cfg_.seed) * 1000003ull + 7919ull * (spec.observer_id + 1);
     spec.record_latency = true;
+    spec.fragments = ppo();
     obs.push_back(rpc.remote<ObserverObject>(w.name, kObserverClass, spec));
     ids.push_back(spec.observer_id);
   }
@@ -119,54 +193,55 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
   long long steps_at_log = 0;
   BatchStats batch_at_log;
   for (int round = 1; round <= cfg_.episodes; ++round) {
-    std::vector<transport::Future<Rollout>> futs(obs.size());
-    for (std::size_t i = 0; i < obs.size(); ++i) {
-      if (!alive[i]) continue;
-      if (batcher_) batcher_->set_active(ids[i], true);
-      Batcher* b = batcher_.get();
-      const int id = ids[i];
-      futs[i] = obs[i].rpc_async<Rollout>("run_episode", cfg_.max_steps).then([b, id](const transport::Future<Rollout>& f) {
-        if (b) b->set_active(id, false);
-        return f.value();
-      });
-    }
-    std::vector<Rollout> rollouts;
-    std::string last_error;
-    for (std::size_t i = 0; i < obs.size(); ++i) {
-      if (!alive[i]) continue;
-      try {
-        Rollout r = futs[i].value();
-        check_rollout(r, obs_dim_);  // before the stats or the learner read it
-        rollouts.push_back(std::move(r));
-      } catch (const std::exception& e) {
-        alive[i] = false;
-        ++sum.observers_lost;
-        last_error = e.what();
-        DISTRL_LOG(Warn, "agent: dropping observer " << ids[i] << " (" << obs[i].owner_name() << "): " << e.what());
-      }
-    }
-    if (rollouts.empty()) throw TransportError("every observer is gone; the last error: " + last_error);
-
+    std::vector<double> returns;
+    long long steps = 0;
     double loss = 0;
-    if (cfg_.learn) loss = learner_->update(rollouts);
-
-    double total = 0, lo = 1e300, hi = -1e300;
-    long long episodes = 0, steps = 0;
-    for (auto& r : rollouts) {
-      std::size_t at = 0;
-      for (auto len : r.lengths) {
-        double ret = std::accumulate(r.rewards.begin() + at, r.rewards.begin() + at + len, 0.0);
-        at += len;
-        total += ret;
-        lo = std::min(lo, ret);
-        hi = std::max(hi, ret);
-        ++episodes;
+    auto drop = [&](std::size_t i, const std::exception& e) {
+      alive[i] = false;
+      ++sum.observers_lost;
+      DISTRL_LOG(Warn, "agent: dropping observer " << ids[i] << " (" << obs[i].owner_name() << "): " << e.what());
+    };
+    if (ppo()) {
+      auto frags = gather<Fragment>(obs, ids, alive, batcher_.get(), "run_fragment", cfg_.ppo_steps,
+                                    [&](const Fragment& f) { check_fragment(f, obs_dim_, act_dim_); }, drop);
+      for (auto& f : frags) {
+        returns.insert(returns.end(), f.episode_returns.begin(), f.episode_returns.end());
+        steps += static_cast<long long>(f.transitions());
+        latencies.insert(latencies.end(), f.latency_us.begin(), f.latency_us.end());
       }
-      steps += static_cast<long long>(r.steps());
-      latencies.insert(latencies.end(), r.latency_us.begin(), r.latency_us.end());
+      if (cfg_.learn) loss = ppo_->update(frags).policy_loss;
+    } else {
+      auto rollouts = gather<Rollout>(obs, ids, alive, batcher_.get(), "run_episode", cfg_.max_steps,
+                                      [&](const Rollout& r) { check_rollout(r, obs_dim_); }, drop);
+      if (cfg_.learn) loss = learner_->update(rollouts);
+      for (auto& r : rollouts) {
+        std::size_t at = 0;
+        for (auto len : r.lengths) {
+          returns.push_back(std::accumulate(r.rewards.begin() + at, r.rewards.begin() + at + len, 0.0));
+          at += len;
+        }
+        steps += static_cast<long long>(r.steps());
+        latencies.insert(latencies.end(), r.latency_us.begin(), r.latency_us.end());
+      }
     }
-    const double mean = total / std::max<long long>(1, episodes);
-    running_reward_ = 0.05 * mean + 0.95 * running_reward_;
+    const long long episodes = static_cast<long long>(returns.size());
+    double total = 0, lo = 1e300, hi = -1e300;
+    for (double ret : returns) {
+      total += ret;
+      lo = std::min(lo, ret);
+      hi = std::max(hi, ret);
+    }
+    if (returns.empty()) lo = hi = std::nan("");
+    const double mean = returns.empty() ? std::nan("") : total / episodes;
+    if (ppo()) {  // the mean return of the last solved_window episodes
+      for (double ret : returns) {
+        recent_.push_back(ret);
+        if (static_cast<int>(recent_.size()) > cfg_.solved_window) recent_.pop_front();
+      }
+      if (!recent_.empty()) running_reward_ = std::accumulate(recent_.begin(), recent_.end(), 0.0) / recent_.size();
+    } else {
+      running_reward_ = 0.05 * mean + 0.95 * running_reward_;
+    }
     ++rounds_done_;
     sum.rounds = round;
     sum.episodes += episodes;
@@ -178,7 +253,8 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
     csv << round << ',' << sum.episodes << ',' << sum.env_steps << ',' << elapsed << ',' << mean << ',' << lo << ','
         << hi << ',' << running_reward_ << ',' << loss << ',' << (batcher_ ? bs.mean_rows() : 1.0) << '\n';
 
-    const bool solved = cfg_.learn && running_reward_ >= cfg_.target_reward;
+    const bool solved = cfg_.learn && running_reward_ >= cfg_.target_reward &&
+                        (!ppo() || static_cast<int>(recent_.size()) >= cfg_.solved_window);
     if (round % cfg_.log_interval == 0 || solved || round == cfg_.episodes) {
       const auto now = Clock::now();
       const double dt = std::chrono::duration<double>(now - last_log).count();
@@ -237,29 +313,60 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
 }
 
 void RlAgent::save(const std::string& path) {
-  {
+  const std::map<std::string, double> numbers{{"running_reward", running_reward_},
+                                              {"rounds", static_cast<double>(rounds_done_)}};
+  if (ppo()) {
+    auto lock = ppo_actor_->exclusive();
+    models::save_checkpoint(path, ppo_actor_->net(), &ppo_->optimizer(), numbers,
+                            {{"obs_rms", ppo_actor_->obs_rms().state()}, {"ret_rms", ppo_->return_rms().state()}});
+  } else {
     auto lock = actor_->exclusive();
-    models::save_checkpoint(path, actor_->net(), &learner_->optimizer(),
-                            {{"running_reward", running_reward_}, {"rounds", static_cast<double>(rounds_done_)}});
+    models::save_checkpoint(path, actor_->net(), &learner_->optimizer(), numbers);
   }
   DISTRL_LOG(Info, "agent: saved " << path);
 }
 
 void RlAgent::load(const std::string& path) {
   std::map<std::string, double> numbers;
-  {
-    auto lock = actor_->exclusive();
-    try {
+  try {
+    if (ppo()) {
+      auto lock = ppo_actor_->exclusive();
+      std::map<std::string, torch::Tensor> tensors;
+      numbers = models::load_checkpoint(path, ppo_actor_->net(), &ppo_->optimizer(), ppo_actor_->device(), &tensors);
+      if (tensors.count("obs_rms")) ppo_actor_->obs_rms().load(tensors["obs_rms"]);
+      if (tensors.count("ret_rms")) ppo_->return_rms().load(tensors["ret_rms"]);
+      ppo_actor_->net().eval();
+    } else {
+      auto lock = actor_->exclusive();
       numbers = models::load_checkpoint(path, actor_->net(), &learner_->optimizer(), actor_->device());
-    } catch (const ConfigError& e) {
-      throw ConfigError("--resume: " + std::string(e.what()) + " (model " + cfg_.model + ", hidden sizes as configured)");
+      actor_->net().eval();
     }
-    actor_->net().eval();
+  } catch (const ConfigError& e) {
+    throw ConfigError(std::string(e.what()) + " (learner.algo " + cfg_.algo + ", env " + cfg_.env +
+                      ", model.hidden as configured)");
   }
   if (numbers.count("running_reward")) running_reward_ = numbers["running_reward"];
   if (numbers.count("rounds")) rounds_done_ = static_cast<int>(numbers["rounds"]);
   DISTRL_LOG(Info, "agent: resumed from " << path << " (round " << rounds_done_ << ", running reward " << running_reward_
                                           << ")");
+}
+
+std::vector<double> RlAgent::evaluate(int episodes, std::uint64_t seed) {
+  auto env = envs::make_env(cfg_.env);
+  std::vector<float> obs(obs_dim_);
+  std::vector<double> returns;
+  for (int ep = 0; ep < episodes; ++ep) {
+    env->reset(seed + static_cast<std::uint64_t>(ep), obs.data());
+    double ret = 0;
+    for (int t = 0; t < cfg_.max_steps; ++t) {
+      const ActReply a = ppo() ? ppo_actor_->act_greedy(obs.data(), 1) : act_(obs.data(), 1);
+      const envs::Step s = act_dim_ > 0 ? env->step(a.cont_actions.data(), obs.data()) : env->step(a.actions[0], obs.data());
+      ret += s.reward;
+      if (s.done()) break;
+    }
+    returns.push_back(ret);
+  }
+  return returns;
 }
 
 }  // namespace distrl::agent

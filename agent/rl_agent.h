@@ -1,7 +1,8 @@
 // The agent process's RL loop, the C++ form of PyTorch's batched-RPC REINFORCE tutorial:
 // the agent creates one Observer object per observer process (remote), then every round
-// asks each of them to run an episode (rpc_async on its RRef), serves their select_action
-// requests meanwhile (batched or not), and learns from the returned trajectories.
+// asks each of them to run an episode (REINFORCE) or a fixed-length fragment (PPO) with
+// rpc_async on its RRef, serves their select_action requests meanwhile (batched or not), and
+// learns from what they send back.
 //
 //   RlAgent rl(config);
 //   RpcAgent rpc(options, [&](RpcAgent& a) { rl.serve(a); });   // select_action is registered
@@ -10,13 +11,16 @@
 #pragma once
 
 #include <atomic>
+#include <deque>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "agent/batcher.h"
 #include "agent/policy_actor.h"
+#include "agent/ppo.h"
 #include "agent/reinforce.h"
 #include "agent/rl_config.h"
 #include "transport/rpc_agent.h"
@@ -57,15 +61,22 @@ class RlAgent {
   void request_checkpoint() { checkpoint_requested_.store(true); }
   std::string checkpoint_path() const;
 
-  PolicyActor& actor() { return *actor_; }
+  // Plays `episodes` episodes in this process (no observers) with the current policy — PPO:
+  // the most likely action; REINFORCE: sampled — and returns their returns.
+  std::vector<double> evaluate(int episodes, std::uint64_t seed);
 
  private:
   void load(const std::string& path);
+  bool ppo() const { return static_cast<bool>(ppo_); }
 
   RlConfig cfg_;
-  int obs_dim_ = 0, n_actions_ = 0;
-  std::unique_ptr<PolicyActor> actor_;
+  int obs_dim_ = 0, n_actions_ = 0, act_dim_ = 0;
+  std::function<ActReply(const float*, int)> act_;  // what select_action runs
+  std::unique_ptr<PolicyActor> actor_;               // REINFORCE
   std::unique_ptr<Reinforce> learner_;
+  std::unique_ptr<PpoActor> ppo_actor_;              // PPO
+  std::unique_ptr<Ppo> ppo_;
+  std::deque<double> recent_;                        // PPO: the last solved_window episode returns
   std::unique_ptr<Batcher> batcher_;
   double running_reward_ = 0;
   int rounds_done_ = 0;

@@ -20,10 +20,14 @@ void bind(Settings& s, RlConfig& c) {
   s.bind("agent.torch_threads", &c.torch_threads, "LibTorch intra-op threads on the agent").range(1, 256);
   s.bind("agent.serve_inline", &c.serve_inline,
          "answer select_action on the RPC I/O thread: two thread hand-offs fewer per request");
-  s.bind("model.name", &c.model, "policy network").choices({"mlp", "tutorial"});
-  s.bind("model.hidden", &c.hidden, "mlp: hidden layer widths").range(1, 65536);
+  s.bind("model.name", &c.model, "reinforce: policy network (ppo always uses an actor-critic)")
+      .choices({"mlp", "tutorial"});
+  s.bind("model.hidden", &c.hidden, "hidden layer widths (mlp, and each of ppo's actor and critic)").range(1, 65536);
   s.bind("model.dropout", &c.dropout, "mlp: dropout after each hidden layer").range(0, 0.99);
-  s.bind("learner.algo", &c.algo, "learning algorithm").choices({"reinforce"});
+  s.bind("model.activation", &c.activation, "ppo: actor-critic activation").choices({"tanh", "relu"});
+  s.bind("model.shared", &c.shared, "ppo: one trunk for policy and value");
+  s.bind("learner.algo", &c.algo, "reinforce (episodes) or ppo (fixed-length fragments, actor-critic)")
+      .choices({"reinforce", "ppo"});
   s.bind("learner.gamma", &c.gamma, "discount factor").range(0, 1);
   s.bind("learner.lr", &c.lr, "Adam learning rate").range(1e-9, 10);
   s.bind("learner.episodes", &c.episodes, "rounds at most (each observer runs one episode per round)")
@@ -34,6 +38,21 @@ void bind(Settings& s, RlConfig& c) {
   s.bind("learner.log_interval", &c.log_interval, "rounds between progress lines").range(1, 100000000);
   s.bind("learner.checkpoint_every", &c.checkpoint_every, "rounds between checkpoints; 0: at the end only")
       .range(0, 100000000);
+  s.bind("ppo.steps", &c.ppo_steps, "steps per env in each observer's fragment per round").range(1, 1000000);
+  s.bind("ppo.epochs", &c.ppo_epochs, "passes over each round's data").range(1, 1000);
+  s.bind("ppo.minibatch", &c.ppo_minibatch, "transitions per gradient step").range(1, 10000000);
+  s.bind("ppo.clip", &c.ppo_clip, "surrogate ratio clip").range(0.0, 10.0);
+  s.bind("ppo.lambda", &c.ppo_lambda, "GAE lambda").range(0.0, 1.0);
+  s.bind("ppo.vf_coef", &c.ppo_vf_coef, "value loss weight").range(0.0, 100.0);
+  s.bind("ppo.ent_coef", &c.ppo_ent_coef, "entropy bonus weight").range(0.0, 10.0);
+  s.bind("ppo.value_clip", &c.ppo_value_clip, "clip the value update to +-this (0: off)").range(0.0, 1e9);
+  s.bind("ppo.max_grad_norm", &c.ppo_max_grad_norm, "gradient norm clip").range(1e-6, 1e9);
+  s.bind("ppo.norm_obs", &c.ppo_norm_obs, "normalise observations with running statistics");
+  s.bind("ppo.norm_reward", &c.ppo_norm_reward, "scale rewards by the running std of the discounted return");
+  s.bind("ppo.log_std_init", &c.ppo_log_std_init, "continuous actions: initial log standard deviation")
+      .range(-10.0, 5.0);
+  s.bind("ppo.solved_window", &c.solved_window, "solved when the mean return of the last N episodes reaches "
+                                                "learner.target_reward").range(1, 100000);
   s.bind("rpc.transport", &c.transport, "auto: ipc between processes on one host, else tcp")
       .choices({"auto", "tcp", "ipc"});
   s.bind("rpc.timeout_s", &c.rpc_timeout_s, "per-call timeout; also how long an observer waits for a silent agent")

@@ -32,6 +32,8 @@ struct RlConfig {
   std::string model = "mlp";
   std::vector<int> hidden{128};
   double dropout = 0.0;
+  std::string activation = "tanh";  // ppo actor-critic
+  bool shared = false;              // ppo: one trunk for policy and value
   // learner
   std::string algo = "reinforce";
   double gamma = 0.99;
@@ -42,6 +44,20 @@ struct RlConfig {
   bool learn = true;
   int log_interval = 10;
   int checkpoint_every = 0;  // rounds; 0: only at the end
+  // ppo
+  int ppo_steps = 128;       // steps per env per fragment (one fragment per observer per round)
+  int ppo_epochs = 10;
+  int ppo_minibatch = 64;
+  double ppo_clip = 0.2;
+  double ppo_lambda = 0.95;
+  double ppo_vf_coef = 0.5;
+  double ppo_ent_coef = 0.0;
+  double ppo_value_clip = 0.0;
+  double ppo_max_grad_norm = 0.5;
+  bool ppo_norm_obs = true;
+  bool ppo_norm_reward = false;
+  double ppo_log_std_init = 0.0;
+  int solved_window = 100;   // ppo: "solved" = mean return of the last N episodes >= target
   // rpc
   std::string transport = "auto";
   double rpc_timeout_s = 60;

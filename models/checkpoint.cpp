@@ -9,7 +9,7 @@
 namespace distrl::models {
 
 void save_checkpoint(const std::string& path, const torch::nn::Module& module, const torch::optim::Optimizer* optimizer,
-                     const std::map<std::string, double>& numbers) {
+                     const std::map<std::string, double>& numbers, const std::map<std::string, torch::Tensor>& tensors) {
   torch::serialize::OutputArchive ar;
   module.save(ar);
   if (optimizer) {
@@ -18,6 +18,7 @@ void save_checkpoint(const std::string& path, const torch::nn::Module& module, c
     ar.write("optimizer", opt);
   }
   for (const auto& [k, v] : numbers) ar.write("number." + k, torch::tensor(v, torch::kFloat64));
+  for (const auto& [k, t] : tensors) ar.write("tensor." + k, t);
   const std::filesystem::path p(path);
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
   const std::string tmp = path + ".tmp";
@@ -26,7 +27,8 @@ void save_checkpoint(const std::string& path, const torch::nn::Module& module, c
 }
 
 std::map<std::string, double> load_checkpoint(const std::string& path, torch::nn::Module& module,
-                                              torch::optim::Optimizer* optimizer, const torch::Device& device) {
+                                              torch::optim::Optimizer* optimizer, const torch::Device& device,
+                                              std::map<std::string, torch::Tensor>* tensors) {
   if (!std::filesystem::exists(path)) throw ConfigError("checkpoint: no file at '" + path + "'");
   torch::serialize::InputArchive ar;
   try {
@@ -42,9 +44,9 @@ std::map<std::string, double> load_checkpoint(const std::string& path, torch::nn
   }
   std::map<std::string, double> numbers;
   for (const auto& key : ar.keys()) {
-    if (key.rfind("number.", 0) != 0) continue;
     torch::Tensor t;
-    if (ar.try_read(key, t)) numbers[key.substr(7)] = t.item<double>();
+    if (key.rfind("number.", 0) == 0 && ar.try_read(key, t)) numbers[key.substr(7)] = t.item<double>();
+    if (tensors && key.rfind("tensor.", 0) == 0 && ar.try_read(key, t)) (*tensors)[key.substr(7)] = t;
   }
   return numbers;
 }

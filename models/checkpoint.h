@@ -11,13 +11,16 @@
 
 namespace distrl::models {
 
+// tensors: extra named state (e.g. normalisation statistics).
 void save_checkpoint(const std::string& path, const torch::nn::Module& module, const torch::optim::Optimizer* optimizer,
-                     const std::map<std::string, double>& numbers = {});
+                     const std::map<std::string, double>& numbers = {},
+                     const std::map<std::string, torch::Tensor>& tensors = {});
 
 // Loads onto `device` (device mapping: a checkpoint saved on cuda:0 loads on cpu or cuda:1).
-// Returns the numbers found. Throws ConfigError when the file is missing or does not fit the
-// module (the message names the file).
+// Returns the numbers found (and the extra tensors into *tensors when given). Throws
+// ConfigError when the file is missing or does not fit the module (the message names the file).
 std::map<std::string, double> load_checkpoint(const std::string& path, torch::nn::Module& module,
-                                              torch::optim::Optimizer* optimizer, const torch::Device& device);
+                                              torch::optim::Optimizer* optimizer, const torch::Device& device,
+                                              std::map<std::string, torch::Tensor>* tensors = nullptr);
 
 }  // namespace distrl::models

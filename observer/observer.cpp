@@ -160,27 +160,43 @@ bool ObserverHost::wait(std::chrono::milliseconds idle_limit) {
 
 Observer::Observer(transport::RpcAgent& rpc, ObserverHost& host, agent::ObserverSpec spec)
     : rpc_(rpc), host_(host), spec_(std::move(spec)),
-      venv_(spec_.env, spec_.num_envs, spec_.seed) {
+      venv_(spec_.env, spec_.num_envs, spec_.seed, /*autoreset=*/spec_.fragments) {
   host_.touch();
   DISTRL_LOG(Info, "observer " << spec_.observer_id << ": " << spec_.num_envs << " x " << spec_.env << ", agent '"
                                << spec_.agent << "'");
 }
 
-agent::Rollout Observer::run_episode(int max_steps) {
+template <typename Run>
+auto Observer::with_agent(Run&& run) {
   std::lock_guard<std::mutex> lock(mu_);
   host_.touch();
   const int id = spec_.observer_id;
-  auto act = [this, id](const std::vector<float>& obs) {
+  ActFn act = [this, id](const std::vector<float>& obs) {
     auto r = rpc_.rpc_sync<agent::ActReply>(spec_.agent, agent::kSelectAction, id, obs);
     host_.touch();
     return r;
   };
   try {
-    return observer::run_episode(venv_, id, max_steps, act, spec_.record_latency);
+    return run(act);
   } catch (const TransportError& e) {
     host_.fail(std::string("lost the agent: ") + e.what());
     throw;
   }
+}
+
+agent::Rollout Observer::run_episode(int max_steps) {
+  if (spec_.fragments) throw Error("run_episode: this observer runs fragments (PPO); call run_fragment");
+  return with_agent([&](const ActFn& act) {
+    return observer::run_episode(venv_, spec_.observer_id, max_steps, act, spec_.record_latency);
+  });
+}
+
+agent::Fragment Observer::run_fragment(int steps) {
+  if (!spec_.fragments) throw Error("run_fragment: this observer runs whole episodes (REINFORCE)");
+  if (steps < 1) throw Error("run_fragment: steps must be positive, got " + std::to_string(steps));
+  return with_agent([&](const ActFn& act) {
+    return observer::run_fragment(venv_, fragment_state_, spec_.observer_id, steps, act, spec_.record_latency);
+  });
 }
 
 void Observer::finish() { host_.finish(); }
@@ -189,6 +205,7 @@ void Observer::register_class(transport::RpcAgent& rpc, ObserverHost& host) {
   rpc.register_class<Observer>("Observer")
       .factory([&rpc, &host](agent::ObserverSpec spec) { return std::make_shared<Observer>(rpc, host, std::move(spec)); })
       .method("run_episode", &Observer::run_episode)
+      .method("run_fragment", &Observer::run_fragment)
       .method("finish", &Observer::finish);
 }
 

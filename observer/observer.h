@@ -60,17 +60,21 @@ class Observer {
  public:
   Observer(transport::RpcAgent& rpc, ObserverHost& host, agent::ObserverSpec spec);
   agent::Rollout run_episode(int max_steps);
+  agent::Fragment run_fragment(int steps);
   void finish();
 
   // Registers the "Observer" class (constructed by the agent) on this process's agent.
   static void register_class(transport::RpcAgent& rpc, ObserverHost& host);
 
  private:
+  template <typename Run>
+  auto with_agent(Run&& run);
   transport::RpcAgent& rpc_;
   ObserverHost& host_;
   agent::ObserverSpec spec_;
   envs::VecEnv venv_;
-  std::mutex mu_;  // one episode at a time
+  FragmentState fragment_state_;
+  std::mutex mu_;  // one episode or fragment at a time
 };
 
 }  // namespace distrl::observer
