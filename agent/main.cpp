@@ -13,6 +13,7 @@
 #include "agent/rl_agent.h"
 #include "common/log.h"
 #include "common/main_guard.h"
+#include "envs/env.h"
 #include "common/plot.h"
 
 namespace {
@@ -54,12 +55,13 @@ int main(int argc, char** argv) {
       double mean = 0, var = 0;
       for (double x : r) mean += x / r.size();
       for (double x : r) var += (x - mean) * (x - mean) / r.size();
+      const float threshold = envs::make_env(cfg.env)->reward_threshold();
       std::printf("distrl-agent --eval: %s, %d episodes: mean return %.1f +- %.1f (min %.1f, max %.1f) in %.1f s; "
-                  "target %.1f %s\n",
+                  "the env's solved threshold %.1f %s\n",
                   cfg.env.c_str(), eval_episodes, mean, std::sqrt(var), *std::min_element(r.begin(), r.end()),
                   *std::max_element(r.begin(), r.end()),
-                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), cfg.target_reward,
-                  mean >= cfg.target_reward ? "reached" : "not reached");
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), threshold,
+                  mean >= threshold ? "reached" : "not reached");
       return 0;
     }
 
