@@ -42,6 +42,8 @@ int main(int argc, char** argv) {
                                      "mean +- std return (PPO: the most likely action)");
     cmd.app.add_option("--checkpoint", checkpoint, "--eval: the policy to evaluate (OUT_DIR/policy.pt)");
     cmd.app.add_option("--episodes", eval_episodes, "--eval: episodes to play")->check(CLI::Range(1, 1000000));
+    std::string render;
+    cmd.app.add_option("--render", render, "--eval: write the first episode as an animated GIF to this file");
     if (!cmd.parse(argc, argv)) return 0;
     const agent::RlConfig& cfg = cmd.config;
     const ToolFlags& cli = cmd.flags;
@@ -51,7 +53,8 @@ int main(int argc, char** argv) {
       if (checkpoint.empty()) throw ConfigError("--eval needs --checkpoint FILE (e.g. " + cfg.out_dir + "/policy.pt)");
       agent::RlAgent rl(cfg, checkpoint);
       const auto start = std::chrono::steady_clock::now();
-      const auto r = rl.evaluate(eval_episodes, static_cast<std::uint64_t>(cfg.seed) * 7919 + 1000003);
+      const auto r = rl.evaluate(eval_episodes, static_cast<std::uint64_t>(cfg.seed) * 7919 + 1000003, render);
+      if (!render.empty()) std::printf("distrl-agent --eval: the first episode is in %s\n", render.c_str());
       double mean = 0, var = 0;
       for (double x : r) mean += x / r.size();
       for (double x : r) var += (x - mean) * (x - mean) / r.size();

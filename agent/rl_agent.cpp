@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "envs/env.h"
+#include "envs/render.h"
 #include "models/checkpoint.h"
 
 namespace distrl::agent {
@@ -351,18 +352,33 @@ void RlAgent::load(const std::string& path) {
                                           << ")");
 }
 
-std::vector<double> RlAgent::evaluate(int episodes, std::uint64_t seed) {
+std::vector<double> RlAgent::evaluate(int episodes, std::uint64_t seed, const std::string& gif_path) {
   auto env = envs::make_env(cfg_.env);
   std::vector<float> obs(obs_dim_);
   std::vector<double> returns;
+  std::unique_ptr<envs::GifWriter> gif;
+  envs::Frame frame;
   for (int ep = 0; ep < episodes; ++ep) {
     env->reset(seed + static_cast<std::uint64_t>(ep), obs.data());
+    if (ep == 0 && !gif_path.empty()) {
+      envs::draw(*env, &frame);
+      gif = std::make_unique<envs::GifWriter>(gif_path, frame.width, frame.height, 4);
+      gif->add(frame);
+    }
     double ret = 0;
     for (int t = 0; t < cfg_.max_steps; ++t) {
       const ActReply a = ppo() ? ppo_actor_->act_greedy(obs.data(), 1) : act_(obs.data(), 1);
       const envs::Step s = act_dim_ > 0 ? env->step(a.cont_actions.data(), obs.data()) : env->step(a.actions[0], obs.data());
       ret += s.reward;
+      if (gif && (t % 2 == 1 || s.done())) {  // 25 frames per second of game time
+        envs::draw(*env, &frame);
+        gif->add(frame);
+      }
       if (s.done()) break;
+    }
+    if (gif) {
+      gif->close();
+      gif.reset();
     }
     returns.push_back(ret);
   }

@@ -62,8 +62,9 @@ class RlAgent {
   std::string checkpoint_path() const;
 
   // Plays `episodes` episodes in this process (no observers) with the current policy — PPO:
-  // the most likely action; REINFORCE: sampled — and returns their returns.
-  std::vector<double> evaluate(int episodes, std::uint64_t seed);
+  // the most likely action; REINFORCE: sampled — and returns their returns. With gif_path,
+  // the first episode is also written there as an animated GIF.
+  std::vector<double> evaluate(int episodes, std::uint64_t seed, const std::string& gif_path = "");
 
  private:
   void load(const std::string& path);

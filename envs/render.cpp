@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <filesystem>
 
 #include "common/error.h"
 #include "envs/cartpole.h"
@@ -194,6 +195,11 @@ void GifWriter::close() {
   GifFreeMapObject(impl_->map);
   impl_->map = nullptr;
   if (rc == GIF_ERROR) throw EnvError("render: finishing '" + impl_->path + "' failed: " + GifErrorString(err));
+  // giflib creates the file 0600; a picture is for sharing.
+  std::error_code ec;
+  namespace fs = std::filesystem;
+  fs::permissions(impl_->path, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
+                                   fs::perms::others_read, ec);
 }
 
 }  // namespace distrl::envs

@@ -153,9 +153,11 @@ TEST(PpoRunTest, FragmentsFlowForDiscreteAndContinuousEnvsAndEvalReadsTheCheckpo
   EXPECT_NE(r.output.find("ppo (actor-critic)"), std::string::npos) << r.output;
   EXPECT_EQ(count_lines(dir.path() + "/metrics.csv"), 5);  // header + 4 rounds
   auto e = distrl::testing::run_command(distrl::testing::bin_path("distrl-agent") + " --config " + ppo +
-                                        " --eval --episodes 3 --checkpoint " + dir.path() + "/policy.pt 2>&1");
+                                        " --eval --episodes 3 --checkpoint " + dir.path() + "/policy.pt --render " +
+                                        dir.path() + "/episode.gif 2>&1");
   EXPECT_EQ(e.code, 0) << e.output;
   EXPECT_NE(e.output.find("3 episodes: mean return"), std::string::npos) << e.output;
+  EXPECT_GT(std::filesystem::file_size(dir.path() + "/episode.gif"), 1000u);
 
   const std::string cont = std::string(DISTRL_SOURCE_DIR) + "/configs/lunarlander_continuous_ppo.yaml";
   TempDir dir2;
