@@ -17,6 +17,18 @@ using LL = LunarLander;
 constexpr std::array<std::array<float, 2>, 6> kLanderPoly{
     {{-14, +17}, {-17, 0}, {-17, -10}, {+17, -10}, {+17, 0}, {+14, +17}}};
 
+// Gym's fixtureDef for the lander and the legs: they collide with the ground only.
+void add_part(b2Body* body, const b2Shape& shape, float density, float friction, std::uint16_t category) {
+  b2FixtureDef fd;
+  fd.shape = &shape;
+  fd.density = density;
+  fd.friction = friction;
+  fd.restitution = 0.0f;
+  fd.filter.categoryBits = category;
+  fd.filter.maskBits = 0x001;
+  body->CreateFixture(&fd);
+}
+
 std::vector<std::array<float, 2>> outline(const b2Body* body) {
   std::vector<std::array<float, 2>> out;
   const auto* poly = static_cast<const b2PolygonShape*>(body->GetFixtureList()->GetShape());
@@ -140,14 +152,7 @@ void LunarLander::reset(float* obs) {
     verts[i].Set(kLanderPoly[i][0] / kScale, kLanderPoly[i][1] / kScale);
   b2PolygonShape hull;
   hull.Set(verts.data(), static_cast<int32>(verts.size()));
-  b2FixtureDef lf;
-  lf.shape = &hull;
-  lf.density = 5.0f;
-  lf.friction = 0.1f;
-  lf.filter.categoryBits = 0x0010;
-  lf.filter.maskBits = 0x001;
-  lf.restitution = 0.0f;
-  w.lander->CreateFixture(&lf);
+  add_part(w.lander, hull, 5.0f, 0.1f, 0x0010);
   const float fx = static_cast<float>(rng_.uniform(-kInitialRandom, kInitialRandom));
   const float fy = static_cast<float>(rng_.uniform(-kInitialRandom, kInitialRandom));
   w.lander->ApplyForceToCenter(b2Vec2(fx, fy), true);
@@ -166,13 +171,7 @@ void LunarLander::reset(float* obs) {
     b2Body* leg = w.world.CreateBody(&bd);
     b2PolygonShape box;
     box.SetAsBox(kLegW / kScale, kLegH / kScale);
-    b2FixtureDef fd;
-    fd.shape = &box;
-    fd.density = 1.0f;
-    fd.restitution = 0.0f;
-    fd.filter.categoryBits = 0x0020;
-    fd.filter.maskBits = 0x001;
-    leg->CreateFixture(&fd);
+    add_part(leg, box, 1.0f, 0.2f, 0x0020);  // pybox2d's default friction
     b2RevoluteJointDef rjd;
     rjd.bodyA = w.lander;
     rjd.bodyB = leg;
