@@ -80,8 +80,12 @@ int main(int argc, char** argv) {
                 cfg.lr, cfg.gamma);
     std::fflush(stdout);
     transport::RpcAgent rpc(agent::rpc_options(cfg, cli.world, "agent"), [&](transport::RpcAgent& a) { rl.serve(a); });
-    std::printf("distrl-agent: %d observer(s) joined; running up to %d rounds of %d steps\n", rpc.world_size() - 1,
-                cfg.episodes, cfg.max_steps);
+    if (cfg.algo == "ppo")
+      std::printf("distrl-agent: %d observer(s) joined; running up to %d rounds of %d steps x %d env(s) per observer\n",
+                  rpc.world_size() - 1, cfg.episodes, cfg.ppo_steps, cfg.envs_per_observer);
+    else
+      std::printf("distrl-agent: %d observer(s) joined; running up to %d rounds of episodes of at most %d steps\n",
+                  rpc.world_size() - 1, cfg.episodes, cfg.max_steps);
     std::fflush(stdout);
     agent::RunSummary s = rl.run(rpc);
     g_agent = nullptr;
