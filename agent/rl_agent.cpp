@@ -264,7 +264,10 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
                                : 1.0;
       std::ostringstream line;
       line << "round " << std::setw(5) << round << "  episodes " << std::setw(6) << sum.episodes << "  reward "
-           << std::fixed << std::setprecision(1) << std::setw(6) << mean << "  running " << std::setw(6)
+           << std::fixed << std::setprecision(1) << std::setw(6);
+      if (std::isnan(mean)) line << "-";  // PPO: no episode ended in this round's fragments
+      else line << mean;
+      line << "  running " << std::setw(6)
            << running_reward_ << "  env-steps/s " << std::setw(9) << thousands((sum.env_steps - steps_at_log) / dt)
            << "  batch " << std::setprecision(2) << (batcher_ ? batch : 1.0) << "  " << std::setprecision(1)
            << elapsed << " s";
