@@ -70,8 +70,8 @@ std::vector<float> gae(const Fragment& f, const std::vector<float>& rewards, dou
       double cont = 1.0;
       if (f.terminated[i]) {
         cont = 0.0;
-      } else if (f.truncated[i]) {  // bootstrap the cut episode with this state's value
-        r += gamma * f.values[i];
+      } else if (f.truncated[i]) {  // bootstrap the cut episode with its final state's value
+        r += gamma * (f.truncated_values.empty() ? f.values[i] : f.truncated_values[i]);
         cont = 0.0;
       }
       const double delta = r + gamma * next_value * cont - f.values[i];
@@ -98,6 +98,7 @@ void check_fragment(const Fragment& f, int obs_dim, int act_dim) {
       f.truncated.size() != n)
     bad("per-step arrays of different lengths");
   if (f.last_values.size() != static_cast<std::size_t>(f.num_envs)) bad("one bootstrap value per env expected");
+  if (!f.truncated_values.empty() && f.truncated_values.size() != n) bad("truncated_values of the wrong length");
 }
 
 // ------------------------------------------------------------------ acting

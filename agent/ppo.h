@@ -59,7 +59,8 @@ struct PpoOptions {
 
 // Generalised advantage estimates for one fragment (time-major [steps, envs]); fills
 // `returns` (= advantages + values). A terminated step does not bootstrap; a truncated one
-// bootstraps with the step's own value (the next state's is lost to the env's restart).
+// bootstraps with the critic's value of the episode's final observation (truncated_values;
+// the step's own value when a fragment does not carry them).
 std::vector<float> gae(const Fragment& f, const std::vector<float>& rewards, double gamma, double lambda,
                        std::vector<float>* returns);
 

@@ -99,12 +99,13 @@ struct Fragment {
   std::vector<float> rewards;            // [steps, num_envs]
   std::vector<std::uint8_t> terminated;  // [steps, num_envs]: the MDP ended after this step
   std::vector<std::uint8_t> truncated;   // [steps, num_envs]: the time limit cut the episode
+  std::vector<float> truncated_values;   // [steps, num_envs]: V(final observation) where truncated, else 0
   std::vector<float> last_values;        // [num_envs]: V(observation after the last step)
   std::vector<float> episode_returns;    // episodes that ended inside this fragment
   std::vector<std::int32_t> episode_lengths;
   std::vector<float> latency_us;
   MSGPACK_DEFINE(observer_id, obs_dim, act_dim, num_envs, steps, obs, actions, cont_actions, log_probs, values, rewards,
-                 terminated, truncated, last_values, episode_returns, episode_lengths, latency_us);
+                 terminated, truncated, truncated_values, last_values, episode_returns, episode_lengths, latency_us);
 
   std::size_t transitions() const { return static_cast<std::size_t>(steps) * num_envs; }
 };

@@ -1,5 +1,7 @@
 #include "envs/vec_env.h"
 
+#include <algorithm>
+
 #include "common/error.h"
 
 namespace distrl::envs {
@@ -12,6 +14,7 @@ VecEnv::VecEnv(const std::string& name, int n, std::uint64_t seed, bool autorese
   }
   obs_dim_ = envs_[0]->observation_space().dim();
   obs_.assign(static_cast<std::size_t>(n) * obs_dim_, 0.0f);
+  final_obs_.assign(obs_.size(), 0.0f);
   rewards_.assign(n, 0.0f);
   terminated_.assign(n, 0);
   truncated_.assign(n, 0);
@@ -42,6 +45,7 @@ void VecEnv::step_all(StepOne&& step_one) {
     truncated_[i] = s.truncated;
     if (s.done()) {
       if (autoreset_) {
+        std::copy(row, row + obs_dim_, final_obs_.begin() + static_cast<std::ptrdiff_t>(i) * obs_dim_);
         envs_[i]->reset(row);
       } else {
         running_[i] = 0;

@@ -33,6 +33,9 @@ class VecEnv {
   const std::vector<std::uint8_t>& terminated() const { return terminated_; }
   const std::vector<std::uint8_t>& truncated() const { return truncated_; }
   bool running(int i) const { return running_[i] != 0; }
+  // With autoreset: env i's last observation of the episode that ended in the last step (its
+  // row in obs() already holds the next episode's first one).
+  const float* final_obs(int i) const { return final_obs_.data() + static_cast<std::size_t>(i) * obs_dim_; }
   int num_running() const { return num_running_; }
 
  private:
@@ -42,7 +45,7 @@ class VecEnv {
   std::vector<std::unique_ptr<Env>> envs_;
   int obs_dim_ = 0;
   bool autoreset_ = false;
-  std::vector<float> obs_, rewards_;
+  std::vector<float> obs_, rewards_, final_obs_;
   std::vector<std::uint8_t> terminated_, truncated_, running_;
   int num_running_ = 0;
 };

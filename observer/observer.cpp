@@ -105,10 +105,25 @@ agent::Fragment run_fragment(envs::VecEnv& venv, FragmentState& state, int obser
       std::copy(r.actions.begin(), r.actions.end(), discrete.begin());
       venv.step(discrete.data());
     }
+    // Episodes cut by the time limit: the critic's value of their final observation, which
+    // the restart has replaced in obs() (one extra request, only when that happens).
+    std::vector<int> cut;
+    for (int i = 0; i < n; ++i)
+      if (venv.truncated()[i] && !venv.terminated()[i]) cut.push_back(i);
+    std::vector<float> cut_values(n, 0.0f);
+    if (!cut.empty()) {
+      std::vector<float> finals;
+      for (int i : cut) finals.insert(finals.end(), venv.final_obs(i), venv.final_obs(i) + dim);
+      agent::ActReply v = act(finals);
+      v.check(static_cast<int>(cut.size()));
+      if (v.values.size() != cut.size()) throw ProtocolError("select_action: no values for the final observations");
+      for (std::size_t k = 0; k < cut.size(); ++k) cut_values[cut[k]] = v.values[k];
+    }
     for (int i = 0; i < n; ++i) {
       f.rewards.push_back(venv.rewards()[i]);
       f.terminated.push_back(venv.terminated()[i]);
       f.truncated.push_back(venv.truncated()[i]);
+      f.truncated_values.push_back(cut_values[i]);
       state.episode_return[i] += venv.rewards()[i];
       ++state.episode_length[i];
       if (venv.terminated()[i] || venv.truncated()[i]) {  // the VecEnv restarted it

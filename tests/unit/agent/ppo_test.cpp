@@ -53,6 +53,10 @@ TEST(PpoTest, GaeFollowsTheRecursionWithTerminationAndTruncation) {
     EXPECT_NEAR(adv[t], want[t], 1e-5) << "t=" << t;
     EXPECT_NEAR(ret[t], want[t] + f.values[t], 1e-5);
   }
+  f.truncated_values = {0, 0, 0, 7.0f};  // the critic's value of the cut episode's final state
+  adv = gae(f, f.rewards, g, l, &ret);
+  EXPECT_NEAR(adv[3], 4 + g * 7.0 - 0.2, 1e-5);
+  f.truncated_values.clear();
   f.truncated[3] = 0;  // no cut: bootstrap from last_values
   adv = gae(f, f.rewards, g, l, &ret);
   EXPECT_NEAR(adv[3], 4 + g * 9.0 - 0.2, 1e-5);

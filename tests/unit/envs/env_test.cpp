@@ -161,6 +161,26 @@ TEST(VecEnvTest, AutoresetKeepsEveryEnvRunning) {
   EXPECT_GT(ends, 4);
 }
 
+TEST(VecEnvTest, AutoresetKeepsTheFinalObservation) {
+  VecEnv venv("CartPole-v1", 1, 9, /*autoreset=*/true);
+  CartPole single;
+  float obs[4];
+  venv.reset_all();
+  single.reset(9, obs);  // env 0 is seeded seed + 0
+  const int push = 1;
+  for (int t = 0; t < 500; ++t) {
+    venv.step(&push);
+    const Step s = single.step(push, obs);
+    if (s.done()) {
+      ASSERT_TRUE(venv.terminated()[0]);
+      for (int k = 0; k < 4; ++k) EXPECT_FLOAT_EQ(venv.final_obs(0)[k], obs[k]);
+      EXPECT_NE(venv.obs(0)[0], obs[0]);  // the row already holds the next episode
+      return;
+    }
+  }
+  FAIL() << "pushing right never ended the episode";
+}
+
 TEST(EnvRegistryTest, UnknownNameListsTheKnownOnes) {
   EXPECT_EQ(make_env("CartPole-v1")->observation_space().dim(), 4);
   try {
