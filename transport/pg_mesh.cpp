@@ -187,37 +187,32 @@ PgMessage Mesh::recv(std::uint32_t group, int src, std::int32_t tag, Clock::time
                          " ms waiting for rank " + std::to_string(src) +
                          " (is it running the same sequence of collectives?)");
     const auto until = std::min(deadline, now + std::chrono::milliseconds(100));
-    if (!reading_) {
-      reading_ = true;
-      lock.unlock();
-      try {
-        read_sockets(until);
-      } catch (...) {
-        lock.lock();
-        reading_ = false;
-        cv_.notify_all();
-        throw;
-      }
-      lock.lock();
-      reading_ = false;
-      cv_.notify_all();
-    } else {
-      cv_.wait_until(lock, until);
-    }
+    if (!lead_read(lock, until)) cv_.wait_until(lock, until);
   }
+}
+
+bool Mesh::lead_read(std::unique_lock<std::mutex>& lock, Clock::time_point until) {
+  if (reading_) return false;
+  reading_ = true;
+  lock.unlock();
+  std::exception_ptr failed;
+  try {
+    read_sockets(until);
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  lock.lock();
+  reading_ = false;  // always released, or every other waiter would stall until its deadline
+  cv_.notify_all();
+  if (failed) std::rethrow_exception(failed);
+  return true;
 }
 
 std::optional<PgMessage> Mesh::try_recv(std::uint32_t group, int src, std::int32_t tag) {
   const Key key{group, src, tag};
   std::unique_lock<std::mutex> lock(mu_);
   if (auto m = take(key)) return m;
-  if (reading_) return std::nullopt;
-  reading_ = true;
-  lock.unlock();
-  read_sockets(Clock::now());
-  lock.lock();
-  reading_ = false;
-  cv_.notify_all();
+  if (!lead_read(lock, Clock::now())) return std::nullopt;
   return take(key);
 }
 

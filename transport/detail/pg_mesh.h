@@ -105,6 +105,9 @@ class Mesh {
   };
   // Polls the sockets until something arrives or `until`; mu_ not held, reading_ owned.
   void read_sockets(Clock::time_point until);
+  // With mu_ held: becomes the reader unless another thread is (then returns false at once),
+  // reads the sockets with mu_ released, and hands the role back even when reading throws.
+  bool lead_read(std::unique_lock<std::mutex>& lock, Clock::time_point until);
   std::optional<PgMessage> take(const Key& k);  // mu_ held
   [[noreturn]] void throw_abort(std::uint32_t group, const std::string& what);  // mu_ held
 
