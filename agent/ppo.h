@@ -14,6 +14,7 @@
 #include <shared_mutex>
 #include <vector>
 
+#include "agent/ppo_options.h"
 #include "agent/protocol.h"
 #include "models/actor_critic.h"
 
@@ -40,22 +41,6 @@ class RunningMeanStd {
   double count_ = 1e-4;
 };
 
-struct PpoOptions {
-  double gamma = 0.99;
-  double lambda = 0.95;       // GAE
-  double clip = 0.2;          // surrogate ratio clip
-  double value_clip = 0.0;    // 0: unclipped value loss
-  double vf_coef = 0.5;
-  double ent_coef = 0.0;
-  double lr = 3e-4;
-  double max_grad_norm = 0.5;
-  int epochs = 10;
-  int minibatch = 64;
-  bool norm_obs = true;
-  bool norm_reward = false;   // divide rewards by the running std of the discounted return
-  bool norm_adv = true;
-  std::uint64_t seed = 1;
-};
 
 // Generalised advantage estimates for one fragment (time-major [steps, envs]); fills
 // `returns` (= advantages + values). A terminated step does not bootstrap; a truncated one

@@ -92,20 +92,10 @@ RlAgent::RlAgent(RlConfig config, const std::string& resume) : cfg_(std::move(co
     } catch (const ModelError& e) {
       throw ConfigError(std::string("model: ") + e.what());
     }
-    ppo_actor_ = std::make_unique<PpoActor>(net, device, cfg_.ppo_norm_obs, seed);
-    PpoOptions o;
+    ppo_actor_ = std::make_unique<PpoActor>(net, device, cfg_.ppo.norm_obs, seed);
+    PpoOptions o = cfg_.ppo;
     o.gamma = cfg_.gamma;
-    o.lambda = cfg_.ppo_lambda;
-    o.clip = cfg_.ppo_clip;
-    o.value_clip = cfg_.ppo_value_clip;
-    o.vf_coef = cfg_.ppo_vf_coef;
-    o.ent_coef = cfg_.ppo_ent_coef;
     o.lr = cfg_.lr;
-    o.max_grad_norm = cfg_.ppo_max_grad_norm;
-    o.epochs = cfg_.ppo_epochs;
-    o.minibatch = cfg_.ppo_minibatch;
-    o.norm_obs = cfg_.ppo_norm_obs;
-    o.norm_reward = cfg_.ppo_norm_reward;
     o.seed = seed + 2;
     ppo_ = std::make_unique<Ppo>(*ppo_actor_, o);
     PpoActor* a = ppo_actor_.get();

@@ -39,16 +39,16 @@ void bind(Settings& s, RlConfig& c) {
   s.bind("learner.checkpoint_every", &c.checkpoint_every, "rounds between checkpoints; 0: at the end only")
       .range(0, 100000000);
   s.bind("ppo.steps", &c.ppo_steps, "steps per env in each observer's fragment per round").range(1, 1000000);
-  s.bind("ppo.epochs", &c.ppo_epochs, "passes over each round's data").range(1, 1000);
-  s.bind("ppo.minibatch", &c.ppo_minibatch, "transitions per gradient step").range(1, 10000000);
-  s.bind("ppo.clip", &c.ppo_clip, "surrogate ratio clip").range(0.0, 10.0);
-  s.bind("ppo.lambda", &c.ppo_lambda, "GAE lambda").range(0.0, 1.0);
-  s.bind("ppo.vf_coef", &c.ppo_vf_coef, "value loss weight").range(0.0, 100.0);
-  s.bind("ppo.ent_coef", &c.ppo_ent_coef, "entropy bonus weight").range(0.0, 10.0);
-  s.bind("ppo.value_clip", &c.ppo_value_clip, "clip the value update to +-this (0: off)").range(0.0, 1e9);
-  s.bind("ppo.max_grad_norm", &c.ppo_max_grad_norm, "gradient norm clip").range(1e-6, 1e9);
-  s.bind("ppo.norm_obs", &c.ppo_norm_obs, "normalise observations with running statistics");
-  s.bind("ppo.norm_reward", &c.ppo_norm_reward, "scale rewards by the running std of the discounted return");
+  s.bind("ppo.epochs", &c.ppo.epochs, "passes over each round's data").range(1, 1000);
+  s.bind("ppo.minibatch", &c.ppo.minibatch, "transitions per gradient step").range(1, 10000000);
+  s.bind("ppo.clip", &c.ppo.clip, "surrogate ratio clip").range(0.0, 10.0);
+  s.bind("ppo.lambda", &c.ppo.lambda, "GAE lambda").range(0.0, 1.0);
+  s.bind("ppo.vf_coef", &c.ppo.vf_coef, "value loss weight").range(0.0, 100.0);
+  s.bind("ppo.ent_coef", &c.ppo.ent_coef, "entropy bonus weight").range(0.0, 10.0);
+  s.bind("ppo.value_clip", &c.ppo.value_clip, "clip the value update to +-this (0: off)").range(0.0, 1e9);
+  s.bind("ppo.max_grad_norm", &c.ppo.max_grad_norm, "gradient norm clip").range(1e-6, 1e9);
+  s.bind("ppo.norm_obs", &c.ppo.norm_obs, "normalise observations with running statistics");
+  s.bind("ppo.norm_reward", &c.ppo.norm_reward, "scale rewards by the running std of the discounted return");
   s.bind("ppo.log_std_init", &c.ppo_log_std_init, "continuous actions: initial log standard deviation")
       .range(-10.0, 5.0);
   s.bind("ppo.solved_window", &c.solved_window, "solved when the mean return of the last N episodes reaches "

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/ppo_options.h"
 #include "common/command_line.h"
 #include "common/settings.h"
 #include "transport/options.h"
@@ -46,16 +47,7 @@ struct RlConfig {
   int checkpoint_every = 0;  // rounds; 0: only at the end
   // ppo
   int ppo_steps = 128;       // steps per env per fragment (one fragment per observer per round)
-  int ppo_epochs = 10;
-  int ppo_minibatch = 64;
-  double ppo_clip = 0.2;
-  double ppo_lambda = 0.95;
-  double ppo_vf_coef = 0.5;
-  double ppo_ent_coef = 0.0;
-  double ppo_value_clip = 0.0;
-  double ppo_max_grad_norm = 0.5;
-  bool ppo_norm_obs = true;
-  bool ppo_norm_reward = false;
+  PpoOptions ppo;            // the ppo.* learner keys (gamma, lr and seed are set from learner.*, run.*)
   double ppo_log_std_init = 0.0;
   int solved_window = 100;   // ppo: "solved" = mean return of the last N episodes >= target
   // rpc
