@@ -14,7 +14,12 @@ namespace distrl::agent {
 
 // ------------------------------------------------------------------ RunningMeanStd
 
-RunningMeanStd::RunningMeanStd(int dim) : dim_(dim), mean_(dim, 0.0), var_(dim, 1.0) {}
+RunningMeanStd::RunningMeanStd(int dim) : dim_(dim), mean_(dim, 0.0), var_(dim, 1.0) { refresh(); }
+
+void RunningMeanStd::refresh() {
+  mean_t_ = torch::tensor(std::vector<float>(mean_.begin(), mean_.end()));
+  std_t_ = torch::tensor(std::vector<float>(var_.begin(), var_.end())).add(1e-8).sqrt();
+}
 
 void RunningMeanStd::update(const float* x, std::size_t rows) {
   if (rows == 0) return;
@@ -29,12 +34,11 @@ void RunningMeanStd::update(const float* x, std::size_t rows) {
     var_[d] = (var_[d] * count_ + v * rows + delta * delta * count_ * rows / n) / n;
   }
   count_ += rows;
+  refresh();
 }
 
 torch::Tensor RunningMeanStd::normalize(const torch::Tensor& x, double clip) const {
-  auto m = torch::tensor(std::vector<float>(mean_.begin(), mean_.end()), x.options());
-  auto s = torch::tensor(std::vector<float>(var_.begin(), var_.end()), x.options()).add(1e-8).sqrt();
-  return ((x - m) / s).clamp(-clip, clip);
+  return ((x - mean_t_.to(x.device())) / std_t_.to(x.device())).clamp(-clip, clip);
 }
 
 torch::Tensor RunningMeanStd::state() const {
@@ -53,6 +57,7 @@ void RunningMeanStd::load(const torch::Tensor& state) {
   mean_.assign(p, p + dim_);
   var_.assign(p + dim_, p + 2 * dim_);
   count_ = p[2 * dim_];
+  refresh();
 }
 
 // ------------------------------------------------------------------ GAE, checks

@@ -36,11 +36,13 @@ class RunningMeanStd {
   void load(const torch::Tensor& state);
 
  private:
+  void refresh();  // the float tensors normalize() uses, from mean_ and var_
+
   int dim_;
   std::vector<double> mean_, var_;
   double count_ = 1e-4;
+  torch::Tensor mean_t_, std_t_;  // [dim] float32 on the CPU; rebuilt only when the statistics change
 };
-
 
 // Generalised advantage estimates for one fragment (time-major [steps, envs]); fills
 // `returns` (= advantages + values). A terminated step does not bootstrap; a truncated one
