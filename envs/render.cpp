@@ -78,15 +78,13 @@ void draw_lander(const LunarLander& env, Canvas& cv) {
   }
   std::vector<Pt> body;
   for (const auto& p : sc.lander) body.push_back(px(p));
-  if (sc.main_power > 0 && body.size() >= 4) {  // flame under the body, as long as the thrust
-    Pt mid{0, 0};
-    for (const auto& p : body) mid[0] += p[0] / body.size(), mid[1] += p[1] / body.size();
+  Pt mid{0, 0};  // the body's centre, where the flames start
+  for (const auto& p : body) mid[0] += p[0] / body.size(), mid[1] += p[1] / body.size();
+  if (sc.main_power > 0) {  // flame under the body, as long as the thrust
     const float len = 12 + 20 * sc.main_power;
     cv.polygon({{mid[0] - 6, mid[1] + 8}, {mid[0] + 6, mid[1] + 8}, {mid[0], mid[1] + 8 + len}}, kFlame);
   }
-  if (sc.side_power > 0 && !body.empty()) {
-    Pt mid{0, 0};
-    for (const auto& p : body) mid[0] += p[0] / body.size(), mid[1] += p[1] / body.size();
+  if (sc.side_power > 0) {
     const float dir = static_cast<float>(-sc.side_direction);  // the exhaust leaves on the other side
     cv.polygon({{mid[0] + dir * 17, mid[1] - 10}, {mid[0] + dir * 17, mid[1] - 4}, {mid[0] + dir * 30, mid[1] - 7}}, kFlame);
   }
