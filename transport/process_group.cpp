@@ -34,26 +34,22 @@ std::string describe_tensor(const at::Tensor& t) {
   return std::string(c10::toString(t.scalar_type())) + "[" + std::to_string(t.numel()) + "]";
 }
 
-namespace {
-const char* kind_name(ProcessGroup::Kind k) {
+const char* ProcessGroup::name(Kind k) {
   switch (k) {
-    case ProcessGroup::Kind::Broadcast: return "broadcast";
-    case ProcessGroup::Kind::Reduce: return "reduce";
-    case ProcessGroup::Kind::AllReduce: return "all_reduce";
-    case ProcessGroup::Kind::AllGather: return "all_gather";
-    case ProcessGroup::Kind::Gather: return "gather";
-    case ProcessGroup::Kind::Scatter: return "scatter";
-    case ProcessGroup::Kind::ReduceScatter: return "reduce_scatter";
-    case ProcessGroup::Kind::Barrier: return "barrier";
+    case Kind::Broadcast: return "broadcast";
+    case Kind::Reduce: return "reduce";
+    case Kind::AllReduce: return "all_reduce";
+    case Kind::AllGather: return "all_gather";
+    case Kind::Gather: return "gather";
+    case Kind::Scatter: return "scatter";
+    case Kind::ReduceScatter: return "reduce_scatter";
+    case Kind::Barrier: return "barrier";
   }
   return "?";
 }
-}  // namespace
-
-const char* ProcessGroup::name(Kind k) { return kind_name(k); }
 
 void ProcessGroup::check_call(const Call& c) const {
-  const std::string where = std::string(kind_name(c.kind)) + " on rank " + std::to_string(rank_) + ": ";
+  const std::string where = std::string(name(c.kind)) + " on rank " + std::to_string(rank_) + ": ";
   auto bad = [&](const std::string& what) { throw ArgumentError(where + what); };
   auto check_tensor = [&](const at::Tensor& t, const char* role) {
     if (!t.defined()) bad(std::string(role) + " is an undefined tensor");
