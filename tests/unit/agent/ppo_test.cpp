@@ -157,3 +157,35 @@ TEST(PpoTest, LearnsCartPoleInProcess) {
             << steps << " env steps, " << sec << " s\n";
   EXPECT_GE(mean, 475.0);
 }
+
+TEST(PpoTest, MalformedAnswersAndFragmentsAreRefused) {
+  envs::VecEnv venv("CartPole-v1", 2, 1, /*autoreset=*/true);
+  observer::FragmentState state;
+  // A REINFORCE-style answer (no critic values) to a fragment's request.
+  auto no_values = [](const std::vector<float>&) {
+    ActReply r;
+    r.actions = {0, 1};
+    r.log_probs = {-0.7f, -0.7f};
+    return r;
+  };
+  EXPECT_THROW(observer::run_fragment(venv, state, 0, 4, no_values, false), ProtocolError);
+  // One row short.
+  auto short_reply = [](const std::vector<float>&) {
+    ActReply r;
+    r.actions = {0};
+    r.log_probs = {-0.7f};
+    r.values = {0.1f};
+    return r;
+  };
+  EXPECT_THROW(observer::run_fragment(venv, state, 0, 4, short_reply, false), ProtocolError);
+
+  auto f = tiny_fragment();
+  EXPECT_NO_THROW(check_fragment(f, 1, 0));
+  EXPECT_THROW(check_fragment(f, 2, 0), ProtocolError);  // obs_dim of another env
+  EXPECT_THROW(check_fragment(f, 1, 2), ProtocolError);  // continuous env, discrete fragment
+  f.last_values.clear();
+  EXPECT_THROW(check_fragment(f, 1, 0), ProtocolError);
+  f = tiny_fragment();
+  f.truncated_values = {0.0f};
+  EXPECT_THROW(check_fragment(f, 1, 0), ProtocolError);
+}
