@@ -173,17 +173,29 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
   for (auto& r : obs) r.created().value();  // a bad env name on an observer fails here, named
 
   std::filesystem::create_directories(cfg_.out_dir);
-  std::ofstream csv(cfg_.out_dir + "/metrics.csv");
-  csv << "round,episodes,env_steps,seconds,mean_reward,min_reward,max_reward,running_reward,loss,mean_batch\n";
+  const std::string metrics = cfg_.out_dir + "/metrics.csv";
+  std::error_code ec;
+  const bool append = rounds_done_ > 0 && std::filesystem::file_size(metrics, ec) > 0 && !ec;
+  std::ofstream csv(metrics, append ? std::ios::app : std::ios::trunc);
+  if (!append)
+    csv << "round,episodes,env_steps,seconds,mean_reward,min_reward,max_reward,running_reward,loss,mean_batch\n";
+  if (rounds_done_ >= cfg_.episodes)
+    DISTRL_LOG(Warn, "agent: the checkpoint is at round " << rounds_done_ << " and learner.episodes is "
+                                                        << cfg_.episodes << ": nothing to run (raise learner.episodes)");
 
   RunSummary sum;
+  sum.rounds = rounds_done_;
+  sum.episodes = episodes_done_;
+  sum.env_steps = env_steps_done_;
+  sum.running_reward = running_reward_;
   std::vector<float> latencies;
   std::vector<bool> alive(obs.size(), true);
   const auto start = Clock::now();
+  const double seconds_before = seconds_done_;  // earlier runs of a resumed one
   auto last_log = start;
-  long long steps_at_log = 0;
+  long long steps_at_log = sum.env_steps;
   BatchStats batch_at_log;
-  for (int round = 1; round <= cfg_.episodes; ++round) {
+  for (int round = rounds_done_ + 1; round <= cfg_.episodes; ++round) {
     std::vector<double> returns;
     long long steps = 0;
     double loss = 0;
@@ -233,13 +245,16 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
     } else {
       running_reward_ = 0.05 * mean + 0.95 * running_reward_;
     }
-    ++rounds_done_;
+    rounds_done_ = round;
     sum.rounds = round;
     sum.episodes += episodes;
     sum.env_steps += steps;
     sum.last_reward = mean;
     sum.running_reward = running_reward_;
-    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    episodes_done_ = sum.episodes;
+    env_steps_done_ = sum.env_steps;
+    const double elapsed = seconds_before + std::chrono::duration<double>(Clock::now() - start).count();
+    seconds_done_ = elapsed;
     const BatchStats bs = batcher_ ? batcher_->stats() : BatchStats{};
     csv << round << ',' << sum.episodes << ',' << sum.env_steps << ',' << elapsed << ',' << mean << ',' << lo << ','
         << hi << ',' << running_reward_ << ',' << loss << ',' << (batcher_ ? bs.mean_rows() : 1.0) << '\n';
@@ -275,7 +290,8 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
       break;
     }
   }
-  sum.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  seconds_done_ = seconds_before + std::chrono::duration<double>(Clock::now() - start).count();
+  sum.seconds = seconds_done_;
   sum.mean_batch = batcher_ ? batcher_->stats().mean_rows() : 1.0;
   sum.latency_median_us = percentile(latencies, 0.5);
   sum.latency_p99_us = percentile(latencies, 0.99);
@@ -307,12 +323,19 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
 }
 
 void RlAgent::save(const std::string& path) {
+  // Counts are exact in a double up to 2^53.
   const std::map<std::string, double> numbers{{"running_reward", running_reward_},
-                                              {"rounds", static_cast<double>(rounds_done_)}};
+                                              {"rounds", static_cast<double>(rounds_done_)},
+                                              {"episodes", static_cast<double>(episodes_done_)},
+                                              {"env_steps", static_cast<double>(env_steps_done_)},
+                                              {"seconds", seconds_done_}};
   if (ppo()) {
     auto lock = ppo_actor_->exclusive();
+    const std::vector<double> recent(recent_.begin(), recent_.end());
     models::save_checkpoint(path, ppo_actor_->net(), &ppo_->optimizer(), numbers,
-                            {{"obs_rms", ppo_actor_->obs_rms().state()}, {"ret_rms", ppo_->return_rms().state()}});
+                            {{"obs_rms", ppo_actor_->obs_rms().state()},
+                             {"ret_rms", ppo_->return_rms().state()},
+                             {"recent_returns", torch::tensor(recent, torch::kDouble)}});
   } else {
     auto lock = actor_->exclusive();
     models::save_checkpoint(path, actor_->net(), &learner_->optimizer(), numbers);
@@ -329,6 +352,11 @@ void RlAgent::load(const std::string& path) {
       numbers = models::load_checkpoint(path, ppo_actor_->net(), &ppo_->optimizer(), ppo_actor_->device(), &tensors);
       if (tensors.count("obs_rms")) ppo_actor_->obs_rms().load(tensors["obs_rms"]);
       if (tensors.count("ret_rms")) ppo_->return_rms().load(tensors["ret_rms"]);
+      if (tensors.count("recent_returns")) {
+        const auto r = tensors["recent_returns"].to(torch::kDouble).contiguous();
+        recent_.assign(r.data_ptr<double>(), r.data_ptr<double>() + r.numel());
+        while (static_cast<int>(recent_.size()) > cfg_.solved_window) recent_.pop_front();
+      }
       ppo_actor_->net().eval();
     } else {
       auto lock = actor_->exclusive();
@@ -341,8 +369,16 @@ void RlAgent::load(const std::string& path) {
   }
   if (numbers.count("running_reward")) running_reward_ = numbers["running_reward"];
   if (numbers.count("rounds")) rounds_done_ = static_cast<int>(numbers["rounds"]);
-  DISTRL_LOG(Info, "agent: resumed from " << path << " (round " << rounds_done_ << ", running reward " << running_reward_
-                                          << ")");
+  if (numbers.count("episodes")) episodes_done_ = static_cast<long long>(numbers["episodes"]);
+  if (numbers.count("env_steps")) env_steps_done_ = static_cast<long long>(numbers["env_steps"]);
+  if (numbers.count("seconds")) seconds_done_ = numbers["seconds"];
+  std::ostringstream line;  // progress output, shown at every log level like the round lines
+  line << "agent: resumed from " << path << " at round " << rounds_done_ << " (" << episodes_done_ << " episodes, "
+       << env_steps_done_ << " env steps, running reward " << running_reward_;
+  if (ppo()) line << ", observation statistics over " << static_cast<long long>(ppo_actor_->obs_rms().count()) << " samples";
+  line << ")";
+  std::printf("%s\n", line.str().c_str());
+  std::fflush(stdout);
 }
 
 std::vector<double> RlAgent::evaluate(int episodes, std::uint64_t seed, const std::string& gif_path) {

@@ -51,8 +51,9 @@ class RlAgent {
   // In the RpcAgent's setup callback: registers select_action (batched or not) for the
   // world's observers (every rank but this one).
   void serve(transport::RpcAgent& rpc);
-  // Runs rounds until solved, `episodes` rounds, or every observer is lost; then tells the
-  // observers to finish and saves the checkpoint. Prints progress; writes metrics.csv.
+  // Runs rounds until solved, round `episodes` (a resumed run counts on from its checkpoint),
+  // or every observer is lost; then tells the observers to finish and saves the checkpoint.
+  // Prints progress; writes metrics.csv (a resumed run appends to it).
   RunSummary run(transport::RpcAgent& rpc);
 
   // Saves policy + optimizer + progress atomically (temp file + rename).
@@ -79,8 +80,12 @@ class RlAgent {
   std::unique_ptr<Ppo> ppo_;
   std::deque<double> recent_;                        // PPO: the last solved_window episode returns
   std::unique_ptr<Batcher> batcher_;
+  // Progress, carried across --resume by the checkpoint: a resumed run continues at round
+  // rounds_done_ + 1 and appends to metrics.csv.
   double running_reward_ = 0;
   int rounds_done_ = 0;
+  long long episodes_done_ = 0, env_steps_done_ = 0;
+  double seconds_done_ = 0;
   std::atomic<bool> checkpoint_requested_{false};
 };
 

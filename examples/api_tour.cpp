@@ -65,6 +65,7 @@ int main() {
     a.register_class<Counter>("Counter").constructor<int>().method("increment", &Counter::increment).method("value", &Counter::value);
   });
 
+  bool ok = true;  // the tour checks its own answers; the exit code says whether they were right
   if (agent.rank() == 0) {
     const Target peer = 1;
     std::cout << "workers:";
@@ -73,25 +74,32 @@ int main() {
 
     Future<int> sum = agent.rpc_async<int>(peer, "add", 2, 3);
     std::cout << "add(2, 3) = " << sum.value() << "\n";
+    ok = ok && sum.value() == 5;
 
     at::Tensor doubled = agent.rpc_sync<at::Tensor>(peer, "scale", torch::arange(4, torch::kFloat32), 2.0);
     std::cout << "scale(arange(4), 2) = " << doubled << "\n";
+    ok = ok && doubled.equal(torch::arange(4, torch::kFloat32) * 2);
 
     RRef<Counter> counter = agent.remote<Counter>(peer, "Counter", 10);
     counter.rpc_sync<int>("increment", 5);
-    std::cout << "Counter(10).increment(5) on " << counter.owner_name() << " -> " << counter.rpc_sync<int>("value") << "\n";
+    const int value = counter.rpc_sync<int>("value");
+    std::cout << "Counter(10).increment(5) on " << counter.owner_name() << " -> " << value << "\n";
+    ok = ok && value == 15;
 
     // Two calls in flight; the handler answers both once both have arrived.
     auto a = agent.rpc_async<int>(peer, "contribute", 20);
     auto b = agent.rpc_async<int>(peer, "contribute", 22);
     std::cout << "contribute(20) and contribute(22) both answer " << a.value() << " and " << b.value() << "\n";
+    ok = ok && a.value() == 42 && b.value() == 42;
 
     try {
       agent.rpc_sync<int>(peer, "no_such_function");
+      ok = false;
     } catch (const distrl::ProtocolError& e) {
       std::cout << "unknown function -> ProtocolError: " << e.what() << "\n";
     }
   }
   agent.shutdown();  // waits for every worker, like rpc.shutdown()
-  return 0;
+  std::cout << agent.name() << ": " << (ok ? "tour complete" : "WRONG ANSWERS") << ", shut down cleanly\n";
+  return ok ? 0 : 1;
 }

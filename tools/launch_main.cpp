@@ -32,6 +32,10 @@ int main(int argc, char** argv) {
   app.add_option("--master-port", o.master_port, "rendezvous port (default: a free port; required with --nnodes > 1)")
       ->check(CLI::Range(0, 65535));
   app.add_flag("!--no-prefix", o.prefix, "do not prefix output lines with the rank");
+  double grace_s = std::chrono::duration<double>(o.grace).count();
+  app.add_option("--grace", grace_s, "seconds between SIGTERM and SIGKILL when stopping ranks")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 3600.0));
   std::string config;
   app.add_option("--config", config,
                  "a run configuration: a training config (with a 'dist' section) starts distrl-train on\n"
@@ -44,6 +48,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  o.grace = std::chrono::milliseconds(static_cast<long long>(grace_s * 1000));
   return distrl::guarded_main("distrl-launch", [&] {
     if (!config.empty()) {
       if (!o.command.empty()) throw distrl::ConfigError("give either --config FILE or -- CMD, not both");

@@ -17,7 +17,9 @@
 // messages between two ranks with the same tag arrive in the order they were sent.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -85,41 +87,45 @@ class ProcessGroup {
 
   // Collectives. The plain forms wait; the _async forms return at once. Tensors are
   // contiguous, and a list holds size() tensors of one dtype and element count.
-  void broadcast(const at::Tensor& tensor, int root) { run(Call::broadcast(tensor, root), false); }
-  WorkPtr broadcast_async(const at::Tensor& tensor, int root) { return run(Call::broadcast(tensor, root), true); }
+  void broadcast(const at::Tensor& tensor, int root) { issue(Call::broadcast(tensor, root), false); }
+  WorkPtr broadcast_async(const at::Tensor& tensor, int root) { return issue(Call::broadcast(tensor, root), true); }
   // The result lands in root's tensor; the other ranks' tensors are left as they were.
-  void reduce(const at::Tensor& tensor, int root, ReduceOp op = ReduceOp::Sum) { run(Call::reduce(tensor, root, op), false); }
+  void reduce(const at::Tensor& tensor, int root, ReduceOp op = ReduceOp::Sum) { issue(Call::reduce(tensor, root, op), false); }
   WorkPtr reduce_async(const at::Tensor& tensor, int root, ReduceOp op = ReduceOp::Sum) {
-    return run(Call::reduce(tensor, root, op), true);
+    return issue(Call::reduce(tensor, root, op), true);
   }
-  void all_reduce(const at::Tensor& tensor, ReduceOp op = ReduceOp::Sum) { run(Call::all_reduce(tensor, op), false); }
+  void all_reduce(const at::Tensor& tensor, ReduceOp op = ReduceOp::Sum) { issue(Call::all_reduce(tensor, op), false); }
   WorkPtr all_reduce_async(const at::Tensor& tensor, ReduceOp op = ReduceOp::Sum) {
-    return run(Call::all_reduce(tensor, op), true);
+    return issue(Call::all_reduce(tensor, op), true);
   }
   // outputs[i] receives rank i's input.
   void all_gather(const std::vector<at::Tensor>& outputs, const at::Tensor& input) {
-    run(Call::all_gather(outputs, input), false);
+    issue(Call::all_gather(outputs, input), false);
   }
   WorkPtr all_gather_async(const std::vector<at::Tensor>& outputs, const at::Tensor& input) {
-    return run(Call::all_gather(outputs, input), true);
+    return issue(Call::all_gather(outputs, input), true);
   }
   // On root, outputs[i] receives rank i's input; other ranks pass an empty list.
   void gather(const std::vector<at::Tensor>& outputs, const at::Tensor& input, int root) {
-    run(Call::gather(outputs, input, root), false);
+    issue(Call::gather(outputs, input, root), false);
   }
   // Rank i's output receives root's inputs[i]; other ranks pass an empty list.
   void scatter(const at::Tensor& output, const std::vector<at::Tensor>& inputs, int root) {
-    run(Call::scatter(output, inputs, root), false);
+    issue(Call::scatter(output, inputs, root), false);
   }
   // output = op over ranks of inputs[rank()].
   void reduce_scatter(const at::Tensor& output, const std::vector<at::Tensor>& inputs, ReduceOp op = ReduceOp::Sum) {
-    run(Call::reduce_scatter(output, inputs, op), false);
+    issue(Call::reduce_scatter(output, inputs, op), false);
   }
   WorkPtr reduce_scatter_async(const at::Tensor& output, const std::vector<at::Tensor>& inputs,
                                ReduceOp op = ReduceOp::Sum) {
-    return run(Call::reduce_scatter(output, inputs, op), true);
+    return issue(Call::reduce_scatter(output, inputs, op), true);
   }
-  void barrier() { run(Call::barrier(), false); }
+  void barrier() { issue(Call::barrier(), false); }
+
+  // Collectives this rank has issued on this group so far (all kinds, sync and async; not
+  // point-to-point), like torch's sequence number: a cheap check that something communicated.
+  std::uint64_t collectives_issued() const { return issued_.load(); }
 
   // A group of some of this group's ranks (in the given order: ranks[i] becomes rank i).
   // Every rank of this group must call it, in the same order; ranks not in the list get
@@ -160,8 +166,14 @@ class ProcessGroup {
   void check_call(const Call& call) const;
 
  private:
+  WorkPtr issue(Call call, bool async) {
+    issued_.fetch_add(1);
+    return run(std::move(call), async);
+  }
+
   int rank_;
   int size_;
+  std::atomic<std::uint64_t> issued_{0};
 };
 
 // Joins the world by options.init_method (rank 0 hosts the rendezvous store) and returns the

@@ -42,6 +42,13 @@ double max_diff(models::Net& a, models::Net& b) {
   return d;
 }
 
+double max_grad_diff(models::Net& a, models::Net& b) {
+  double d = 0;
+  auto pa = a.parameters(), pb = b.parameters();
+  for (std::size_t i = 0; i < pa.size(); ++i) d = std::max(d, (pa[i].grad() - pb[i].grad()).abs().max().item<double>());
+  return d;
+}
+
 TEST(DdpTest, TwoRanksOnHalfBatchesEqualOneProcessOnTheWholeBatch) {
   run_group(2, [&](int rank, const std::shared_ptr<ProcessGroup>& pg) {
     auto net = make(100 + rank, {300, 200});  // different inits: DDP must copy rank 0's
@@ -81,15 +88,24 @@ TEST(DdpTest, NoSyncAccumulationEqualsOneBigStep) {
     torch::optim::SGD opt(net->parameters(), 0.05);
     torch::optim::SGD ref_opt(ref->parameters(), 0.05);
     auto data = training::make_toy(24, 10, 5, 3);  // rank r: rows 12r..12r+11 as 3 micro-batches of 4
+    auto local = make(5);  // the same replica without DDP: what no_sync must leave in .grad
     opt.zero_grad();
     for (int m = 0; m < 3; ++m) {
       auto x = data.inputs.narrow(0, 12 * rank + 4 * m, 4), y = data.targets.narrow(0, 12 * rank + 4 * m, 4);
       auto loss = torch::mse_loss(ddp.forward(x), y) / 3;
       if (m < 2) {
-        auto guard = ddp.no_sync();
-        loss.backward();
+        const auto before = pg->collectives_issued();
+        {
+          auto guard = ddp.no_sync();
+          loss.backward();
+        }
+        expect(pg->collectives_issued() == before, "no_sync backward communicated");
+        (torch::mse_loss(local->forward(x), y) / 3).backward();
+        expect(max_grad_diff(*net, *local) < 1e-7, "no_sync gradients are not the local ones");
       } else {
+        const auto before = pg->collectives_issued();
         loss.backward();
+        expect(pg->collectives_issued() > before, "the synchronised backward did not communicate");
       }
     }
     opt.step();

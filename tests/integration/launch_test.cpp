@@ -1,18 +1,30 @@
 // distrl-launch as a user runs it: a real binary starting real processes.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
 #include "tests/support/command.h"
+#include "tests/support/multiproc.h"
 
 namespace {
 using distrl::testing::launch;
+using distrl::testing::TempDir;
 }  // namespace
 
 TEST(LaunchTest, SetsRankVariablesAndPrefixesOutput) {
-  auto r = launch("--nproc 3 -- sh -c 'echo rank=$RANK world=$WORLD_SIZE local=$LOCAL_RANK addr=$MASTER_ADDR; echo second'");
+  auto r = launch("--nproc 3 -- sh -c 'echo rank=$RANK world=$WORLD_SIZE local=$LOCAL_RANK addr=$MASTER_ADDR "
+                  "lws=$LOCAL_WORLD_SIZE group=$GROUP_RANK; echo second'");
   EXPECT_EQ(r.code, 0) << r.output;
   for (int i = 0; i < 3; ++i) {
     EXPECT_NE(r.output.find("[" + std::to_string(i) + "] rank=" + std::to_string(i) + " world=3 local=" +
-                            std::to_string(i) + " addr=127.0.0.1"),
+                            std::to_string(i) + " addr=127.0.0.1 lws=3 group=0"),
               std::string::npos)
         << r.output;
     EXPECT_NE(r.output.find("[" + std::to_string(i) + "] second"), std::string::npos) << r.output;
@@ -20,16 +32,99 @@ TEST(LaunchTest, SetsRankVariablesAndPrefixesOutput) {
 }
 
 TEST(LaunchTest, MultiNodeRanksAreOffsetByNodeRank) {
-  auto r = launch("--nproc 2 --nnodes 3 --node-rank 2 --master-port 29999 -- sh -c 'echo r=$RANK w=$WORLD_SIZE p=$MASTER_PORT'");
+  auto r = launch("--nproc 2 --nnodes 3 --node-rank 2 --master-port 29999 -- sh -c "
+                  "'echo r=$RANK w=$WORLD_SIZE p=$MASTER_PORT l=$LOCAL_RANK lws=$LOCAL_WORLD_SIZE g=$GROUP_RANK'");
   EXPECT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("[4] r=4 w=6 p=29999"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("[5] r=5 w=6 p=29999"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[4] r=4 w=6 p=29999 l=0 lws=2 g=2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[5] r=5 w=6 p=29999 l=1 lws=2 g=2"), std::string::npos) << r.output;
 }
 
+namespace {
+
+// Shell: the rank's pid into DIR/pid.RANK, whole when the name appears (rename is atomic).
+std::string write_pid(const TempDir& dir) {
+  return "echo $$ > " + dir.path() + "/tmp.$RANK && mv " + dir.path() + "/tmp.$RANK " + dir.path() + "/pid.$RANK; ";
+}
+
+// Shell for the failing rank: once the other `others` ranks have written their pid files,
+// exit 3 (so they are surely running when the launcher stops them).
+std::string fail_after_pids(const TempDir& dir, int others) {
+  return "while [ $(ls " + dir.path() + " | grep -c ^pid) -lt " + std::to_string(others) +
+         " ]; do sleep 0.05; done; exit 3";
+}
+
+// Each rank but `failing` writes its pid to DIR/pid.RANK, then becomes a 600 s sleep: a
+// launcher that does not stop it runs into the CTest timeout.
+std::string ranks_that_wait(const TempDir& dir, int world, int failing) {
+  return "sh -c 'if [ $RANK = " + std::to_string(failing) + " ]; then " + fail_after_pids(dir, world - 1) +
+         "; fi; " + write_pid(dir) + "exec sleep 600'";
+}
+
+bool alive(pid_t pid) { return ::kill(pid, 0) == 0; }
+
+pid_t read_pid(const std::string& path) {
+  std::ifstream in(path);
+  pid_t pid = -1;
+  in >> pid;
+  return pid;
+}
+
+}  // namespace
+
 TEST(LaunchTest, FirstFailureStopsTheOthersAndIsReturned) {
-  auto r = launch("--nproc 3 -- sh -c 'if [ $RANK = 1 ]; then exit 3; fi; sleep 60'");
+  TempDir dir;
+  auto r = launch("--nproc 3 -- " + ranks_that_wait(dir, 3, 1));
   EXPECT_EQ(r.code, 3) << r.output;
   EXPECT_NE(r.output.find("rank 1 exited with code 3; stopping the others"), std::string::npos) << r.output;
+  for (int rank : {0, 2}) {
+    const pid_t pid = read_pid(dir.file("pid." + std::to_string(rank)));
+    ASSERT_GT(pid, 0) << "rank " << rank << " never started";
+    EXPECT_FALSE(alive(pid)) << "rank " << rank << " outlived the launcher";
+  }
+}
+
+// A rank that ignores SIGTERM gets SIGKILL once --grace has passed.
+TEST(LaunchTest, RanksThatIgnoreSigtermAreKilledAfterTheGracePeriod) {
+  TempDir dir;
+  const std::string ignore = "trap \"touch " + dir.path() + "/term.$RANK\" TERM; ";
+  // The shell itself stays (a trap runs only in the shell): it loops on short sleeps.
+  auto r = launch("--nproc 2 --grace 1 -- sh -c 'if [ $RANK = 1 ]; then " + fail_after_pids(dir, 1) + "; fi; " + ignore +
+                  write_pid(dir) + "while true; do sleep 0.05; done'");
+  EXPECT_EQ(r.code, 3) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(dir.file("term.0"))) << "SIGTERM first";
+  const pid_t pid = read_pid(dir.file("pid.0"));
+  ASSERT_GT(pid, 0);
+  EXPECT_FALSE(alive(pid)) << "then SIGKILL";
+}
+
+// distrl-launch itself stopped by SIGINT or SIGTERM: it stops every rank and exits 128 + sig.
+TEST(LaunchTest, ItsOwnSignalStopsEveryRankAndSetsTheExitCode) {
+  for (int sig : {SIGINT, SIGTERM}) {
+    TempDir dir;
+    const pid_t launcher = ::fork();
+    if (launcher == 0) {
+      int fd = ::open(dir.file("out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      const std::string bin = distrl::testing::bin_path("distrl-launch");
+      const std::string cmd = write_pid(dir) + "exec sleep 600";
+      ::execl(bin.c_str(), bin.c_str(), "--nproc", "2", "--", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    ASSERT_TRUE(distrl::testing::wait_for_file(dir.file("pid.0"), std::chrono::seconds(30)));
+    ASSERT_TRUE(distrl::testing::wait_for_file(dir.file("pid.1"), std::chrono::seconds(30)));
+    ::kill(launcher, sig);
+    int status = 0;
+    ASSERT_EQ(::waitpid(launcher, &status, 0), launcher);
+    ASSERT_TRUE(WIFEXITED(status)) << "the launcher died of the signal instead of handling it";
+    EXPECT_EQ(WEXITSTATUS(status), 128 + sig);
+    for (int rank : {0, 1}) EXPECT_FALSE(alive(read_pid(dir.file("pid." + std::to_string(rank))))) << rank;
+    std::ifstream out(dir.file("out"));
+    std::stringstream text;
+    text << out.rdbuf();
+    EXPECT_NE(text.str().find("got signal " + std::to_string(sig) + "; stopping all ranks"), std::string::npos)
+        << text.str();
+  }
 }
 
 TEST(LaunchTest, BadUsageIsAConfigError) {

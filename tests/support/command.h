@@ -25,19 +25,10 @@ inline CommandResult run_command(const std::string& cmd) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
-// distrl-launch ARGS; CTest sets DISTRL_LAUNCH to the built binary.
-inline CommandResult launch(const std::string& args) {
-  const char* bin = std::getenv("DISTRL_LAUNCH");
-  EXPECT_NE(bin, nullptr) << "DISTRL_LAUNCH is set by CTest";
-  return run_command(std::string(bin ? bin : "distrl-launch") + " " + args);
-}
+// A tool in the build's bin/ directory (DISTRL_BIN_DIR comes from tests/CMakeLists.txt).
+inline std::string bin_path(const std::string& tool) { return std::string(DISTRL_BIN_DIR) + "/" + tool; }
 
-// A sibling of distrl-launch in the build's bin/ directory.
-inline std::string bin_path(const std::string& tool) {
-  const char* bin = std::getenv("DISTRL_LAUNCH");
-  std::string dir = bin ? std::string(bin) : std::string("distrl-launch");
-  auto slash = dir.rfind('/');
-  return (slash == std::string::npos ? std::string(".") : dir.substr(0, slash)) + "/" + tool;
-}
+// distrl-launch ARGS.
+inline CommandResult launch(const std::string& args) { return run_command(bin_path("distrl-launch") + " " + args); }
 
 }  // namespace distrl::testing

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <string>
@@ -34,6 +35,19 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// Creates an empty file: a one-way signal between forked ranks or processes.
+inline void touch(const std::string& path) { std::ofstream(path).flush(); }
+
+// Waits until path exists; false at the deadline.
+inline bool wait_for_file(const std::string& path, std::chrono::milliseconds deadline) {
+  const auto until = std::chrono::steady_clock::now() + deadline;
+  while (!std::filesystem::exists(path)) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
 
 // Starts one child per rank; each runs fn(rank) and exits with its return value (1 if it
 // throws). Children still running at the deadline are SIGKILLed (exit code 137).

@@ -94,6 +94,9 @@ class Mesh {
   void send_abort(std::uint32_t group, const std::vector<int>& members, const std::string& type,
                   const std::string& reason);
 
+  // Messages dropped as malformed (bad framing, magic, source rank or kind) since start.
+  std::uint64_t bad_messages() const { return bad_messages_.load(); }
+
   static constexpr std::size_t kCopyBelow = 64 << 10;
 
  private:

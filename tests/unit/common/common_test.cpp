@@ -1,5 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
 #include "common/config.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -24,13 +28,34 @@ TEST(ErrorTest, CheckThrowsWithLocation) {
   }
 }
 
-TEST(LogTest, RateLimiterLetsOneLinePerIntervalAndCountsTheRest) {
+TEST(LogTest, RateLimiterLetsOneLinePerInterval) {
   distrl::RateLimiter limiter(std::chrono::milliseconds(10000));
   long held = -1;
   EXPECT_TRUE(limiter.allow(&held));
   EXPECT_EQ(held, 0);
   EXPECT_FALSE(limiter.allow(&held));
   EXPECT_FALSE(limiter.allow(&held));
+  EXPECT_FALSE(limiter.allow(&held));
+}
+
+TEST(LogTest, RateLimiterReportsHowManyItHeldBack) {
+  distrl::RateLimiter limiter(std::chrono::milliseconds(100));
+  long held = -1;
+  EXPECT_TRUE(limiter.allow(&held));
+  for (int i = 0; i < 3; ++i) EXPECT_FALSE(limiter.allow(&held));
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));  // past the interval
+  EXPECT_TRUE(limiter.allow(&held));
+  EXPECT_EQ(held, 3);
+}
+
+// tests/CMakeLists.txt gives every test DISTRL_LOG_LEVEL=warn; a list-valued ENVIRONMENT
+// once lost it without a word.
+TEST(TestEnvironmentTest, CTestSetsTheLogLevelToWarn) {
+  const char* level = std::getenv("DISTRL_LOG_LEVEL");
+  ASSERT_NE(level, nullptr);
+  EXPECT_STREQ(level, "warn");
+  EXPECT_FALSE(distrl::log_enabled(distrl::LogLevel::Info));
+  EXPECT_TRUE(distrl::log_enabled(distrl::LogLevel::Warn));
 }
 
 TEST(ConfigHeaderTest, BuildSwitchesAreDefined) {
