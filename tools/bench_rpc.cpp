@@ -145,7 +145,7 @@ int run_rpc_bench(const RpcBenchOptions& o) {
             << "  rpc_sync: " << o.calls << " calls with a [1,4] float32 tensor; rpc_async: " << o.throughput_calls
             << " calls, " << o.inflight << " in flight; " << o.big_mib << " MiB tensor echoed " << o.big_iters << " times\n\n";
   std::cout << std::left << std::setw(10) << "transport" << std::right << std::setw(14) << "median us" << std::setw(12)
-            << "p99 us" << std::setw(16) << "async calls/s" << std::setw(16) << "4MiB GB/s" << "\n";
+            << "p99 us" << std::setw(16) << "async calls/s" << std::setw(16) << (std::to_string(o.big_mib) + "MiB GB/s") << "\n";
   std::ofstream csv(o.csv);
   csv << "transport,cpus,median_us,p99_us,async_calls_per_s,inflight,big_mib,big_gbps\n";
   for (auto& r : results) {

@@ -5,6 +5,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <thread>
 
 #include "transport/detail/agent_state.h"
 #include "transport/detail/endpoints.h"
@@ -190,6 +192,10 @@ void on_reply(AgentCore::State& s, int peer, IoLoop::Frames&& frames) {
 }
 
 void on_peer_down(AgentCore::State& s, int peer, const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(s.down_mu);
+    s.down_peers.insert(peer);
+  }
   std::vector<std::uint64_t> ids;
   for (auto& [id, p] : s.pending)
     if (p.dest == peer) ids.push_back(id);
@@ -281,6 +287,47 @@ void AgentCore::start(const std::function<void()>& before_publish) {
   s.running.store(true);
 }
 
+namespace {
+
+// Marks this rank as `stage` (arrived, left) in the store and waits until every rank is
+// marked or dead: a peer whose connection dropped cannot arrive, so every rank publishes the
+// peers it saw die (rpc/dead/<rank>) and nobody waits for them. Throws TimeoutError naming
+// the ranks still missing at the deadline.
+void store_barrier(AgentCore::State& s, const std::string& stage, std::chrono::milliseconds timeout) {
+  auto& store = s.rdv->store();
+  const std::string prefix = "rpc/shutdown/" + stage + "/";
+  store.set(prefix + std::to_string(s.rank), "1");
+  std::vector<int> missing;
+  for (int r = 0; r < s.world; ++r)
+    if (r != s.rank) missing.push_back(r);
+  std::set<int> published;
+  const auto until = Clock::now() + timeout;
+  for (auto pause = std::chrono::milliseconds(1);; pause = std::min(pause * 2, std::chrono::milliseconds(50))) {
+    std::set<int> down;
+    {
+      std::lock_guard<std::mutex> lock(s.down_mu);
+      down = s.down_peers;
+    }
+    for (int peer : down)
+      if (published.insert(peer).second) store.set("rpc/dead/" + std::to_string(peer), "1");
+    std::vector<int> still;
+    for (int r : missing)
+      if (!store.check({prefix + std::to_string(r)}) && !store.check({"rpc/dead/" + std::to_string(r)}))
+        still.push_back(r);
+    missing.swap(still);
+    if (missing.empty()) return;
+    if (Clock::now() >= until) {
+      std::string names;
+      for (int r : missing) names += (names.empty() ? "" : ", ") + s.worker_name(r) + " (rank " + std::to_string(r) + ")";
+      throw TimeoutError("rpc: " + names + " did not reach shutdown (" + stage + ") within " +
+                         std::to_string(timeout.count()) + " ms (rpc shutdown_timeout)");
+    }
+    std::this_thread::sleep_for(pause);
+  }
+}
+
+}  // namespace
+
 void AgentCore::shutdown(bool graceful) {
   auto& s = *s_;
   if (s.stopped.exchange(true)) return;
@@ -294,9 +341,7 @@ void AgentCore::shutdown(bool graceful) {
     }
     // 2. Everyone has finished theirs: after this barrier nobody sends new requests.
     try {
-      auto& store = s.rdv->store();
-      if (store.add("rpc/shutdown/arrived", 1) == s.world) store.set("rpc/shutdown/all", "1");
-      store.wait({"rpc/shutdown/all"}, s.opts.shutdown_timeout);
+      store_barrier(s, "arrived", s.opts.shutdown_timeout);
     } catch (const Error& e) {
       failure += (failure.empty() ? "" : "; ") + std::string(e.what());
     }
@@ -320,9 +365,8 @@ void AgentCore::shutdown(bool graceful) {
   // 3. Rank 0 hosts the store: it leaves last.
   if (graceful && s.rdv) {
     try {
-      auto& store = s.rdv->store();
-      if (store.add("rpc/shutdown/left", 1) == s.world) store.set("rpc/shutdown/gone", "1");
-      if (s.rank == 0) store.wait({"rpc/shutdown/gone"}, s.opts.shutdown_timeout);
+      if (s.rank == 0) store_barrier(s, "left", s.opts.shutdown_timeout);  // the store's host leaves last
+      else s.rdv->store().set("rpc/shutdown/left/" + std::to_string(s.rank), "1");
     } catch (const Error& e) {
       failure += (failure.empty() ? "" : "; ") + std::string(e.what());
     }

@@ -52,12 +52,24 @@ std::vector<Address> exchange_addresses(Store& store, const std::string& key_pre
   store.set(key_prefix + std::to_string(rank), std::string(buf.data(), buf.size()));
   std::vector<std::string> keys;
   for (int r = 0; r < world; ++r) keys.push_back(key_prefix + std::to_string(r));
-  store.wait(keys, timeout);
+  try {
+    store.wait(keys, timeout);
+  } catch (const TimeoutError&) {
+    std::string missing;
+    for (int r = 0; r < world; ++r)
+      if (!store.check({keys[r]})) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    throw TimeoutError("rendezvous: rank(s) " + missing + " of world size " + std::to_string(world) +
+                       " did not join within " + std::to_string(timeout.count()) +
+                       " ms (started? same world size and master address?)");
+  }
   std::vector<Address> out(world);
+  // An address record is a few strings: limits keep a forged record from asking for gigabytes.
+  const msgpack::unpack_limit limits(64, 64, 4096, 4096, 64, 8);
   for (int r = 0; r < world; ++r) {
     const std::string raw = store.get(keys[r]);
     try {
-      msgpack::unpack(raw.data(), raw.size()).get().convert(out[r]);
+      std::size_t off = 0;
+      msgpack::unpack(raw.data(), raw.size(), off, nullptr, nullptr, limits).get().convert(out[r]);
     } catch (const std::exception& e) {
       throw ProtocolError("rendezvous: the address record of rank " + std::to_string(r) + " is malformed: " + e.what());
     }

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -201,6 +202,65 @@ TEST(RlFailureTest, ObserversExitWithAClearMessageWhenTheAgentIsKilled) {
     EXPECT_EQ(code, 1) << log;
     EXPECT_NE(log.find("distrl-observer: lost the agent: "), std::string::npos) << log;
   }
+}
+
+// summary.csv's second line as name -> value.
+std::map<std::string, std::string> read_summary(const std::string& path) {
+  std::ifstream in(path);
+  std::string head, row;
+  std::getline(in, head);
+  std::getline(in, row);
+  std::stringstream hs(head), rs(row);
+  std::map<std::string, std::string> out;
+  for (std::string k, v; std::getline(hs, k, ',') && std::getline(rs, v, ',');) out[k] = v;
+  return out;
+}
+
+// An observer that dies is dropped; the agent finishes its rounds with the other one and says
+// so in summary.csv; the surviving observer exits 0.
+TEST(RlFailureTest, TheAgentDropsADeadObserverAndFinishesTheRun) {
+  TempDir dir;
+  const std::vector<std::string> args{"--config", kConfig, "rpc.timeout_s=10", "learner.episodes=40",
+                                      "learner.max_steps=50", "run.out_dir=" + dir.path()};
+  Spawned procs;
+  pid_t agent = procs.start(tool("distrl-agent", args), dir.file("agent.log"), 0, 3, dir);
+  pid_t keeps = procs.start(tool("distrl-observer", args), dir.file("obs1.log"), 1, 3, dir);
+  pid_t dies = procs.start(tool("distrl-observer", args), dir.file("obs2.log"), 2, 3, dir);
+  ASSERT_TRUE(wait_for_rows(dir.file("metrics.csv"), 3, 60s)) << read_file(dir.file("agent.log"));
+  ::kill(dies, SIGKILL);
+  EXPECT_EQ(procs.wait_exit(dies, 10s), 128 + SIGKILL);
+  EXPECT_EQ(procs.wait_exit(agent, 90s), 0) << read_file(dir.file("agent.log"));
+  EXPECT_EQ(procs.wait_exit(keeps, 30s), 0) << read_file(dir.file("obs1.log"));
+  const std::string log = read_file(dir.file("agent.log"));
+  EXPECT_NE(log.find("dropping observer 1 (observer2)"), std::string::npos) << log;
+  EXPECT_NE(log.find("after 40 rounds"), std::string::npos) << log;
+  auto sum = read_summary(dir.file("summary.csv"));
+  EXPECT_EQ(sum["observers_lost"], "1");
+  EXPECT_EQ(sum["rounds"], "40");
+  EXPECT_EQ(count_lines(dir.file("metrics.csv")), 41);
+}
+
+// An agent that hangs (stopped, not dead: its connections stay open) is given up on after
+// rpc.timeout_s, with a message that says what timed out.
+TEST(RlFailureTest, ObserversGiveUpOnAHungAgentAfterTheTimeout) {
+  TempDir dir;
+  const std::vector<std::string> args{"--config", kConfig, "rpc.timeout_s=3", "learner.episodes=100000",
+                                      "learner.learn=false", "run.out_dir=" + dir.path()};
+  Spawned procs;
+  pid_t agent = procs.start(tool("distrl-agent", args), dir.file("agent.log"), 0, 3, dir);
+  std::vector<pid_t> observers{procs.start(tool("distrl-observer", args), dir.file("obs1.log"), 1, 3, dir),
+                               procs.start(tool("distrl-observer", args), dir.file("obs2.log"), 2, 3, dir)};
+  ASSERT_TRUE(wait_for_rows(dir.file("metrics.csv"), 3, 60s)) << read_file(dir.file("agent.log"));
+  ::kill(agent, SIGSTOP);
+  for (std::size_t i = 0; i < observers.size(); ++i) {
+    const int code = procs.wait_exit(observers[i], 30s);  // 3 s timeout; 30 s still catches a hang
+    const std::string log = read_file(dir.file("obs" + std::to_string(i + 1) + ".log"));
+    EXPECT_EQ(code, 1) << log;
+    EXPECT_NE(log.find("distrl-observer: "), std::string::npos) << log;
+    EXPECT_TRUE(log.find("timed out") != std::string::npos || log.find("no request from the agent") != std::string::npos)
+        << log;
+  }
+  ::kill(agent, SIGCONT);  // Spawned kills it
 }
 
 // PPO over real processes: observers send fragments (discrete and continuous actions), the

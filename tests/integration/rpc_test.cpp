@@ -270,7 +270,11 @@ TEST(RpcTest, KilledPeerFailsPendingCallsNamingIt) {
           auto msg = expect_throw<distrl::TransportError>([&] { pending.value(); }, "pending call fails");
           expect(msg.find("worker1") != std::string::npos, "error names the peer: " + msg);
           expect_throw<distrl::TransportError>([&] { agent.rpc_sync<int>(1, "add", 1, 2); }, "new calls fail fast too");
-          return 0;  // no graceful shutdown: the peer is gone
+          // A graceful shutdown does not wait for the dead peer: it is counted as arrived.
+          const auto start = std::chrono::steady_clock::now();
+          agent.shutdown();
+          expect(std::chrono::steady_clock::now() - start < 15s, "shutdown waited for the dead peer (timeout 30 s)");
+          return 0;
         }
         std::this_thread::sleep_for(60s);
         return 3;
@@ -291,6 +295,36 @@ TEST(RpcTest, ShutdownWaitsForInFlightCallsOfEveryWorker) {
     } else {
       agent.shutdown();  // called at once; must still serve rank 1's slow call
     }
+    return 0;
+  });
+  EXPECT_EQ(codes, (std::vector<int>{0, 0}));
+}
+
+TEST(RpcTest, RendezvousTimeoutNamesTheRankThatNeverCame) {
+  TempDir dir;
+  auto codes = run_ranks(1, [&](int rank) {  // rank 0 of a world of 3; ranks 1 and 2 never start
+    auto o = options(dir, rank, 3);
+    o.rendezvous_timeout = 1s;
+    auto msg = expect_throw<distrl::TimeoutError>([&] { RpcAgent agent(o, register_all); }, "rendezvous timeout");
+    expect(msg.find("rank(s) 1, 2 of world size 3 did not join within 1000 ms") != std::string::npos, msg);
+    return 0;
+  });
+  EXPECT_EQ(codes, (std::vector<int>{0}));
+}
+
+TEST(RpcTest, ShutdownTimeoutNamesThePeerThatNeverShutsDown) {
+  TempDir dir;
+  auto codes = run_ranks(2, [&](int rank) {
+    auto o = options(dir, rank, 2);
+    o.shutdown_timeout = 1s;
+    RpcAgent agent(o, register_all);
+    if (rank == 1) {  // alive, connected, and never calls shutdown until rank 0 has given up
+      expect(distrl::testing::wait_for_file(dir.file("gave_up"), 30s), "rank 0 never gave up");
+      return 0;
+    }
+    auto msg = expect_throw<distrl::TimeoutError>([&] { agent.shutdown(); }, "shutdown timeout");
+    distrl::testing::touch(dir.file("gave_up"));
+    expect(msg.find("worker1 (rank 1) did not reach shutdown") != std::string::npos, msg);
     return 0;
   });
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));

@@ -69,6 +69,11 @@ struct AgentCore::State {
   std::unordered_map<std::uint64_t, std::shared_ptr<Object>> objects;
   std::atomic<std::uint64_t> next_object{1};
 
+  // Peers whose connection dropped (set on the I/O thread, read by shutdown): a dead peer
+  // cannot arrive at the shutdown barrier, so shutdown publishes it and counts it as arrived.
+  std::mutex down_mu;
+  std::set<int> down_peers;
+
   std::atomic<std::uint64_t> calls_sent{0}, calls_served{0}, bad{0}, dropped{0}, timeouts{0};
   RateLimiter bad_log{std::chrono::milliseconds(1000)};
 

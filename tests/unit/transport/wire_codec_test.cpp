@@ -199,16 +199,95 @@ TEST(WireCodecTest, RejectsTooManyFrames) {
   EXPECT_NE(why.what.find("limit is 2"), std::string::npos) << why.what;
 }
 
-// msgpack-c's defaults would try to allocate for these; the limits refuse them first.
+// msgpack-c's defaults would try to allocate for these; the limits refuse them first. Each
+// case is a complete, valid msgpack document, refused by the limit with msgpack's own
+// "size overflow" (not "insufficient bytes"), and accepted one step below the limit.
+std::string array_of_nils(std::uint32_t n) {
+  std::string s("\xdd", 1);  // array32
+  for (int shift = 24; shift >= 0; shift -= 8) s.push_back(static_cast<char>((n >> shift) & 0xff));
+  return s + std::string(n, '\xc0');
+}
+
+std::string str_of(std::uint32_t n) {
+  std::string s("\xdb", 1);  // str32
+  for (int shift = 24; shift >= 0; shift -= 8) s.push_back(static_cast<char>((n >> shift) & 0xff));
+  return s + std::string(n, 'x');
+}
+
 TEST(WireCodecTest, MsgpackLimitsRefuseHugeClaimsFromTinyInputs) {
-  const std::string huge_array("\xdd\xff\xff\xff\xff", 5);  // array32 of 2^32-1 elements
-  EXPECT_NE(refuse(bytes_frame(huge_array)).what.find("not valid msgpack"), std::string::npos);
-  const std::string huge_str("\xdb\xff\xff\xff\xff", 5);  // str32 of 4 GiB
-  EXPECT_NE(refuse(bytes_frame(huge_str)).what.find("not valid msgpack"), std::string::npos);
-  WireLimits shallow;
-  shallow.max_depth = 3;
-  const std::string deep(10, '\x91');  // [[[[...
-  EXPECT_NE(refuse(bytes_frame(deep + "\x01"), shallow).what.find("not valid msgpack"), std::string::npos);
+  WireLimits lim;
+  lim.max_array = 100;
+  lim.max_str = 100;
+  lim.max_depth = 3;
+  const auto over = [&](const std::string& doc) { return refuse(bytes_frame(doc), lim).what; };
+  // One over the limit: refused by the limit.
+  EXPECT_NE(over(array_of_nils(101)).find("array size overflow"), std::string::npos) << over(array_of_nils(101));
+  EXPECT_NE(over(str_of(101)).find("str size overflow"), std::string::npos) << over(str_of(101));
+  EXPECT_NE(over(std::string(5, '\x91') + "\x01").find("depth size overflow"), std::string::npos);
+  // At the limit: msgpack accepts it, and the decoder goes on to say the header is no map.
+  EXPECT_NE(over(array_of_nils(100)).find("msgpack array, not a map"), std::string::npos) << over(array_of_nils(100));
+  EXPECT_NE(over(str_of(100)).find("not a map"), std::string::npos) << over(str_of(100));
+  EXPECT_NE(over(std::string(3, '\x91') + "\x01").find("not a map"), std::string::npos);
+  // The 5-byte claims msgpack-c would allocate 4 GiB for are stopped by the same limits.
+  const std::string huge_array("\xdd\xff\xff\xff\xff", 5);
+  EXPECT_NE(refuse(bytes_frame(huge_array)).what.find("array size overflow"), std::string::npos);
+  const std::string huge_str("\xdb\xff\xff\xff\xff", 5);
+  EXPECT_NE(refuse(bytes_frame(huge_str)).what.find("str size overflow"), std::string::npos);
+}
+
+// The documented bytes (transport/README.md), written out by hand: what the encoder sends
+// and what the decoder reads, independent of the codec's own helpers.
+std::string bytes_of(std::initializer_list<int> v) {
+  std::string s;
+  for (int b : v) s.push_back(static_cast<char>(b));
+  return s;
+}
+
+TEST(WireFormatTest, TensorDescriptorHasTheDocumentedBytes) {
+  auto f = encode_value(torch::arange(6, torch::kFloat32).reshape({2, 3}));
+  ASSERT_EQ(f.size(), 2u);
+  const std::string header(static_cast<const char*>(f[0].data()), f[0].size());
+  // ext8 (0xc7), 22 bytes, type 1 | float32 (0), ndim 2, frame 0 (u32 LE), dims 2 and 3 (i64 LE)
+  const std::string ext = bytes_of({0xc7, 22, 0x01, 0, 2, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0});
+  EXPECT_NE(header.find(ext), std::string::npos);
+  EXPECT_NE(header.find(bytes_of({0xa2, 'n', 't', 0x01})), std::string::npos);  // "nt": 1
+  const float want[6] = {0, 1, 2, 3, 4, 5};
+  ASSERT_EQ(f[1].size(), sizeof(want));
+  EXPECT_EQ(std::memcmp(f[1].data(), want, sizeof(want)), 0);
+}
+
+TEST(WireFormatTest, DtypeCodesAreTheDocumentedOnes) {
+  const std::vector<std::pair<at::ScalarType, int>> codes = {
+      {torch::kFloat32, 0}, {torch::kFloat64, 1}, {torch::kFloat16, 2}, {torch::kBFloat16, 3},
+      {torch::kInt8, 4},    {torch::kInt16, 5},   {torch::kInt32, 6},   {torch::kInt64, 7},
+      {torch::kUInt8, 8},   {torch::kBool, 9},    {torch::kComplexFloat, 10}, {torch::kComplexDouble, 11}};
+  for (auto [dtype, code] : codes) {
+    auto f = encode_value(torch::zeros({1}, dtype));
+    const std::string header(static_cast<const char*>(f[0].data()), f[0].size());
+    // ext8, 14 bytes, type 1, then the dtype code and ndim 1
+    EXPECT_NE(header.find(bytes_of({0xc7, 14, 0x01, code, 1})), std::string::npos) << c10::toString(dtype);
+  }
+}
+
+TEST(WireFormatTest, DecodesAHandWrittenRequest) {
+  // {"v":1, "k":0, "id":5, "src":-1, "fn":"f", "nt":1, "a":[int32 tensor [2] in frame 0]}
+  const std::string header =
+      bytes_of({0x87, 0xa1, 'v', 1, 0xa1, 'k', 0, 0xa2, 'i', 'd', 5, 0xa3, 's', 'r', 'c', 0xff, 0xa2, 'f', 'n', 0xa1,
+                'f', 0xa2, 'n', 't', 1, 0xa1, 'a', 0x91, 0xc7, 14, 0x01, 6, 1, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0});
+  const std::string data = bytes_of({7, 0, 0, 0, 0xff, 0xff, 0xff, 0xff});  // 7, -1 (LE)
+  Frames f;
+  f.emplace_back(header.data(), header.size());
+  f.emplace_back(data.data(), data.size());
+  DecodeFailure why;
+  auto m = decode_message(std::move(f), WireLimits{}, &why);
+  ASSERT_TRUE(m.has_value()) << why.what;
+  EXPECT_EQ(m->header.call_id, 5u);
+  EXPECT_EQ(m->header.src, -1);
+  EXPECT_EQ(m->header.fn, "f");
+  auto args = m->body_as<std::vector<at::Tensor>>(nullptr, "args");
+  ASSERT_EQ(args.size(), 1u);
+  EXPECT_EQ(args[0].scalar_type(), torch::kInt32);
+  EXPECT_TRUE(torch::equal(args[0], torch::tensor({7, -1}, torch::kInt32)));
 }
 
 TEST(WireCodecTest, RefusesToSendCudaOrUndefinedTensors) {
