@@ -118,6 +118,61 @@ TEST(DdpTest, NoSyncAccumulationEqualsOneBigStep) {
   });
 }
 
+// Buckets fill in reverse registration order (the order backward produces gradients); the
+// first is capped by first_bucket_cap_mb so communication starts early. MLP 10-300-200-5:
+// b2 20 B, w2 4,000 B, b1 800 B, w1 240,000 B, b0 1,200 B, w0 12,000 B.
+TEST(DdpTest, BucketsFollowReverseOrderAndTheFirstBucketCap) {
+  run_group(1, [&](int, const std::shared_ptr<ProcessGroup>& pg) {
+    auto net = make(1, {300, 200});
+    training::DdpOptions o;
+    o.bucket_cap_mb = 0.25;  // 262,144 B: everything fits in one bucket
+    o.first_bucket_cap_mb = 1;
+    training::DistributedDataParallel one(net, pg, o);
+    expect(one.buckets() == std::vector<std::vector<int>>{{5, 4, 3, 2, 1, 0}}, "one bucket in reverse order");
+    o.first_bucket_cap_mb = 0.004;  // 4,194 B: b2 + w2 only
+    training::DistributedDataParallel two(net, pg, o);
+    expect(two.buckets() == std::vector<std::vector<int>>{{5, 4}, {3, 2, 1, 0}}, "first bucket capped");
+    return 0;
+  });
+}
+
+// A module with buffers: batch-norm statistics diverge on ranks that see different data.
+class BatchNormNet : public models::Net {
+ public:
+  BatchNormNet()
+      : fc_(register_module("fc", torch::nn::Linear(10, 8))), bn_(register_module("bn", torch::nn::BatchNorm1d(8))) {}
+  torch::Tensor forward(torch::Tensor x) override { return bn_(fc_(x)); }
+
+ private:
+  torch::nn::Linear fc_;
+  torch::nn::BatchNorm1d bn_;
+};
+
+// With broadcast_buffers, every forward starts from rank 0's buffers; without, each rank
+// keeps its own (the control that shows the check can fail).
+TEST(DdpTest, BroadcastBuffersCopiesRankZerosBuffersBeforeForward) {
+  for (bool broadcast : {true, false}) {
+    run_group(2, [&](int rank, const std::shared_ptr<ProcessGroup>& pg) {
+      torch::manual_seed(3);
+      auto net = std::make_shared<BatchNormNet>();
+      training::DdpOptions o;
+      o.broadcast_buffers = broadcast;
+      training::DistributedDataParallel ddp(net, pg, o);
+      for (int i = 0; i < 3; ++i) ddp.forward(torch::randn({16, 10}) * (rank + 1) + rank);  // training mode
+      net->eval();  // the statistics stop changing; this forward only broadcasts
+      ddp.forward(torch::randn({4, 10}));
+      for (const auto& b : net->named_buffers()) {
+        if (b.value().scalar_type() != torch::kFloat) continue;  // num_batches_tracked agrees anyway
+        std::vector<at::Tensor> all{torch::empty_like(b.value()), torch::empty_like(b.value())};
+        pg->all_gather(all, b.value().contiguous());
+        const bool same = torch::equal(all[0], all[1]);
+        expect(same == broadcast, b.key() + (broadcast ? " differs between ranks" : " was broadcast anyway"));
+      }
+      return 0;
+    });
+  }
+}
+
 // One of two heads is used: its sibling gets no gradient.
 class TwoHeads : public models::Net {
  public:

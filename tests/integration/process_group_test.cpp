@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <functional>
 #include <thread>
 
 #include "common/config.h"
@@ -299,6 +300,56 @@ TEST(ProcessGroupTest, MismatchedCallsFailOnEveryRank) {
     }
     return 0;
   }, kOptions);
+}
+
+// Each disagreement a collective can have, named on both sides: dtype, reduce op, root.
+TEST(ProcessGroupTest, DtypeOpAndRootMismatchesAreNamed) {
+  struct Case {
+    std::string name;
+    std::function<void(int rank, ProcessGroup& pg)> call;
+    std::vector<std::string> words;  // in the MismatchError of the rank that sees it
+  };
+  const std::vector<Case> cases = {
+      {"dtype", [](int rank, ProcessGroup& pg) { pg.all_reduce(torch::ones({10}, rank ? torch::kDouble : torch::kFloat)); },
+       {"Float[10]", "Double[10]"}},
+      {"op", [](int rank, ProcessGroup& pg) { pg.all_reduce(torch::ones({10}), rank ? ReduceOp::Max : ReduceOp::Sum); },
+       {"(sum)", "(max)"}},
+      // Both think they are the root and only send; each learns from the other's message.
+      // (Roots that both only receive — reduce, gather — wait until the timeout instead.)
+      {"root", [](int rank, ProcessGroup& pg) { pg.broadcast(torch::ones({10}), rank); }, {"broadcast", "root"}},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    run_group(2, [&](int rank, const std::shared_ptr<ProcessGroup>& pg) {
+      try {
+        c.call(rank, *pg);
+        pg->barrier();  // a rank that finished its half learns at its next collective
+        return 3;
+      } catch (const MismatchError& e) {
+        const std::string m = e.what();
+        for (const auto& w : c.words) expect(m.find(w) != std::string::npos, c.name + ": '" + w + "' not in: " + m);
+      }
+      return 0;
+    }, kSlowTimeout);
+  }
+}
+
+// Two ranks disagree; the third, which agrees with one of them, is told through the abort
+// instead of waiting for the 60 s timeout.
+TEST(ProcessGroupTest, AnAbortReachesEveryRankOfThree) {
+  run_group(3, [&](int rank, const std::shared_ptr<ProcessGroup>& pg) {
+    const auto start = Clock::now();
+    try {
+      pg->all_reduce(torch::ones({rank == 1 ? 12 : 10}));
+      pg->barrier();
+      return 3;
+    } catch (const MismatchError& e) {
+      const std::string m = e.what();
+      expect(m.find("Float[12]") != std::string::npos || m.find("aborted by rank") != std::string::npos, m);
+    }
+    expect(Clock::now() - start < std::chrono::seconds(30), "the abort came, not the timeout");
+    return 0;
+  }, kSlowTimeout);
 }
 
 TEST(ProcessGroupTest, DeadRankIsNamedAndNobodyHangs) {

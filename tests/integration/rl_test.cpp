@@ -103,9 +103,16 @@ TEST(RlResumeTest, RoundsMetricsAndRunningRewardCarryOn) {
     }
   }
   for (std::size_t i = 0; i < before.size(); ++i) EXPECT_EQ(rows[i], before[i]) << "row " << i << " rewritten";
-}
 
-INSTANTIATE_TEST_SUITE_P(Modes, RlRunTest, ::testing::Values("batched", "unbatched"));
+  // A checkpoint that is missing, or does not fit the configured model: exit 2 naming the file.
+  auto missing = launch(common + " --resume " + dir.path() + "/nothing.pt");
+  EXPECT_EQ(missing.code, 2) << missing.output;
+  EXPECT_NE(missing.output.find("no file at '" + dir.path() + "/nothing.pt'"), std::string::npos) << missing.output;
+  auto misfit = launch(common + " model.hidden=[32] --resume " + dir.path() + "/policy.pt");
+  EXPECT_EQ(misfit.code, 2) << misfit.output;
+  EXPECT_NE(misfit.output.find("checkpoint '" + dir.path() + "/policy.pt' does not fit"), std::string::npos)
+      << misfit.output;
+}
 
 TEST(RlConfigTest, BadKeysAndValuesStopTheLaunchWithTheirNames) {
   auto r = launch("--config " + kConfig + " agent.mdoe=batched");
@@ -261,6 +268,26 @@ TEST(RlFailureTest, ObserversGiveUpOnAHungAgentAfterTheTimeout) {
         << log;
   }
   ::kill(agent, SIGCONT);  // Spawned kills it
+}
+
+// Checkpoints while a run goes on: every `learner.checkpoint_every` rounds, and on SIGUSR1.
+TEST(RlCheckpointTest, SavedEveryNRoundsAndOnSigusr1) {
+  for (const std::string every : {"0", "2"}) {
+    SCOPED_TRACE("checkpoint_every=" + every);
+    TempDir dir;
+    const std::vector<std::string> args{"--config", kConfig, "learner.episodes=100000", "learner.max_steps=30",
+                                        "learner.checkpoint_every=" + every, "run.out_dir=" + dir.path()};
+    Spawned procs;
+    const pid_t agent = procs.start(tool("distrl-agent", args), dir.file("agent.log"), 0, 3, dir);
+    procs.start(tool("distrl-observer", args), dir.file("obs1.log"), 1, 3, dir);
+    procs.start(tool("distrl-observer", args), dir.file("obs2.log"), 2, 3, dir);
+    if (every == "0") {
+      ASSERT_TRUE(wait_for_rows(dir.file("metrics.csv"), 4, 60s)) << read_file(dir.file("agent.log"));
+      EXPECT_FALSE(std::filesystem::exists(dir.file("policy.pt"))) << "saved although checkpoint_every is 0";
+      ::kill(agent, SIGUSR1);
+    }
+    EXPECT_TRUE(distrl::testing::wait_for_file(dir.file("policy.pt"), 60s)) << read_file(dir.file("agent.log"));
+  }
 }
 
 // PPO over real processes: observers send fragments (discrete and continuous actions), the

@@ -271,3 +271,44 @@ TEST(RenderTest, FramesShowTheSceneAndTheGifHasThemAll) {
   EXPECT_GT(std::count(f.pixels.begin(), f.pixels.end(), 9), 500);  // the pole
   EXPECT_THROW(GifWriter("/nonexistent-dir/x.gif", 10, 10, 1), EnvError);
 }
+
+// Turbulence alone (no wind force) turns the lander: the angular velocity differs from a calm
+// run with the same seed, while without turbulence the two runs agree exactly.
+TEST(LunarLanderTest, TurbulenceTurnsTheLander) {
+  LunarLanderOptions still, turbulent, calm;
+  still.enable_wind = turbulent.enable_wind = true;
+  still.wind_power = turbulent.wind_power = 0;
+  still.turbulence_power = 0;
+  turbulent.turbulence_power = 2;
+  LunarLander a(still), b(turbulent), c(calm);
+  float oa[8], ob[8], oc[8];
+  a.reset(5, oa);
+  b.reset(5, ob);
+  c.reset(5, oc);
+  for (int i = 0; i < 30; ++i) {
+    a.step(0, oa);
+    b.step(0, ob);
+    c.step(0, oc);
+  }
+  EXPECT_GT(std::abs(oa[5] - ob[5]), 1e-3f) << "turbulence changes the angular velocity";
+  for (int k = 0; k < 8; ++k) EXPECT_EQ(oa[k], oc[k]) << "wind 0 and turbulence 0 are calm, obs " << k;
+}
+
+// Gym's rule: leaving the screen sideways (|x| >= 1) ends the episode with -100, even in the air.
+TEST(LunarLanderTest, LeavingTheScreenSidewaysEndsWithMinus100) {
+  LunarLanderOptions o;
+  o.continuous = true;
+  LunarLander env(o);
+  float obs[8];
+  env.reset(0, obs);
+  Step s;
+  int n = 0;
+  do {  // upright flight: the main engine holds the height, the side engine pushes right
+    const float action[2] = {obs[3] < 0 ? 1.0f : -1.0f, obs[4] > 0.05f ? -1.0f : 1.0f};
+    s = env.step(action, obs);
+  } while (!s.done() && ++n < 1000);
+  ASSERT_TRUE(s.terminated) << "still flying after " << n << " steps at x " << obs[0];
+  EXPECT_GE(std::abs(obs[0]), 1.0f) << "ended for another reason";
+  EXPECT_FLOAT_EQ(s.reward, -100.0f);
+  EXPECT_FALSE(obs[6] > 0 || obs[7] > 0) << "legs never touched";
+}
