@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
                 cfg.algo == "ppo" ? "ppo (actor-critic)" : ("reinforce, model " + cfg.model).c_str(), cfg.device.c_str(),
                 cfg.lr, cfg.gamma);
     std::fflush(stdout);
-    transport::RpcAgent rpc(agent::rpc_options(cfg, cli.world, "agent"), [&](transport::RpcAgent& a) { rl.serve(a); });
+    transport::RpcAgent rpc(agent::rpc_options(cfg, cli.world, agent::kAgentName), [&](transport::RpcAgent& a) { rl.serve(a); });
     if (cfg.algo == "ppo")
       std::printf("distrl-agent: %d observer(s) joined; running up to %d rounds of %d steps x %d env(s) per observer\n",
                   rpc.world_size() - 1, cfg.episodes, cfg.ppo_steps, cfg.envs_per_observer);

@@ -17,6 +17,7 @@
 
 namespace distrl::agent {
 
+inline constexpr const char* kAgentName = "agent";  // the agent's RPC worker name
 inline constexpr const char* kSelectAction = "select_action";
 
 struct ObserverSpec {

@@ -257,7 +257,7 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
     seconds_done_ = elapsed;
     const BatchStats bs = batcher_ ? batcher_->stats() : BatchStats{};
     csv << round << ',' << sum.episodes << ',' << sum.env_steps << ',' << elapsed << ',' << mean << ',' << lo << ','
-        << hi << ',' << running_reward_ << ',' << loss << ',' << (batcher_ ? bs.mean_rows() : 1.0) << '\n';
+        << hi << ',' << running_reward_ << ',' << loss << ',' << (batcher_ ? bs.mean_rows() : 1.0) << std::endl;  // tail -f
 
     const bool solved = cfg_.learn && running_reward_ >= cfg_.target_reward &&
                         (!ppo() || static_cast<int>(recent_.size()) >= cfg_.solved_window);

@@ -1,6 +1,7 @@
 #include "models/checkpoint.h"
 
 #include <filesystem>
+#include <sstream>
 
 #include <torch/serialize.h>
 
@@ -26,6 +27,34 @@ void save_checkpoint(const std::string& path, const torch::nn::Module& module, c
   std::filesystem::rename(tmp, path);
 }
 
+namespace {
+
+// LibTorch's Module::load replaces a tensor of another shape without a word (Tensor::set_), so
+// a checkpoint of another architecture would load "successfully" and change the model. Every
+// parameter and buffer is checked against the archive first; the message names the first misfit.
+void check_shapes(const torch::nn::Module& module, torch::serialize::InputArchive& ar, const std::string& path,
+                  const std::string& prefix) {
+  auto check = [&](const std::string& name, const torch::Tensor& mine, bool is_buffer) {
+    torch::Tensor saved;
+    if (!ar.try_read(name, saved, is_buffer)) return;  // missing keys: Module::load names them
+    if (saved.sizes() != mine.sizes() || saved.scalar_type() != mine.scalar_type()) {
+      std::ostringstream m;
+      m << "checkpoint '" << path << "' does not fit this model: " << prefix << name << " is "
+        << c10::toString(saved.scalar_type()) << saved.sizes() << " in the file, "
+        << c10::toString(mine.scalar_type()) << mine.sizes() << " in the model";
+      throw ConfigError(m.str());
+    }
+  };
+  for (const auto& p : module.named_parameters(/*recurse=*/false)) check(p.key(), p.value(), false);
+  for (const auto& b : module.named_buffers(/*recurse=*/false)) check(b.key(), b.value(), true);
+  for (const auto& c : module.named_children()) {
+    torch::serialize::InputArchive child;
+    if (ar.try_read(c.key(), child)) check_shapes(*c.value(), child, path, prefix + c.key() + ".");
+  }
+}
+
+}  // namespace
+
 std::map<std::string, double> load_checkpoint(const std::string& path, torch::nn::Module& module,
                                               torch::optim::Optimizer* optimizer, const torch::Device& device,
                                               std::map<std::string, torch::Tensor>* tensors) {
@@ -33,6 +62,7 @@ std::map<std::string, double> load_checkpoint(const std::string& path, torch::nn
   torch::serialize::InputArchive ar;
   try {
     ar.load_from(path, device);
+    check_shapes(module, ar, path, "");
     module.load(ar);
     if (optimizer) {
       torch::serialize::InputArchive opt;

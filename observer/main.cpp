@@ -30,7 +30,8 @@ int main(int argc, char** argv) {
     observer::ObserverHost host;
     transport::RpcAgent rpc(opts, [&](transport::RpcAgent& a) { observer::Observer::register_class(a, host); });
     host.touch();
-    host.wait(opts.rpc_timeout);  // throws with the reason when the agent is gone
+    // Throws with the reason when the agent is gone (connection dropped) or silent too long.
+    host.wait(opts.rpc_timeout, [&] { return rpc.connection_lost(agent::kAgentName); });
     rpc.shutdown();
     return 0;
   });

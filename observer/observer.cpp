@@ -159,11 +159,13 @@ void ObserverHost::fail(const std::string& why) {
   cv_.notify_all();
 }
 
-bool ObserverHost::wait(std::chrono::milliseconds idle_limit) {
+bool ObserverHost::wait(std::chrono::milliseconds idle_limit, const std::function<bool()>& agent_lost) {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     if (finished_) return true;
     if (!failure_.empty()) throw TransportError(failure_);
+    if (agent_lost && agent_lost())
+      throw TransportError("lost the agent: its connection dropped (the process exited or crashed)");
     const auto idle = Clock::now() - last_;
     if (idle > idle_limit)
       throw TimeoutError("no request from the agent for " +

@@ -44,9 +44,10 @@ class ObserverHost {
   void touch();
   void finish();
   void fail(const std::string& why);
-  // Blocks until finished (true), failed (throws TransportError with the reason) or idle for
-  // longer than idle_limit (throws TimeoutError).
-  bool wait(std::chrono::milliseconds idle_limit);
+  // Blocks until finished (true), failed (throws TransportError with the reason), the agent's
+  // connection is gone (agent_lost() true: TransportError "lost the agent") or idle for longer
+  // than idle_limit (throws TimeoutError). agent_lost is polled every 200 ms.
+  bool wait(std::chrono::milliseconds idle_limit, const std::function<bool()>& agent_lost = {});
 
  private:
   std::mutex mu_;

@@ -42,6 +42,11 @@ AgentStats AgentCore::stats() const {
   return st;
 }
 
+bool AgentCore::connection_lost(int rank) const {
+  std::lock_guard<std::mutex> lock(s_->down_mu);
+  return s_->down_peers.count(rank) > 0;
+}
+
 int AgentCore::resolve(const Target& to) const {
   if (to.name.empty()) {
     if (to.rank < 0 || to.rank >= s_->world)
@@ -289,11 +294,11 @@ void AgentCore::start(const std::function<void()>& before_publish) {
 
 namespace {
 
-// Marks this rank as `stage` (arrived, left) in the store and waits until every rank is
-// marked or dead: a peer whose connection dropped cannot arrive, so every rank publishes the
+// Marks this rank as `stage` (arrived, left) in the store and waits until `until` for every
+// rank to be marked or dead: a peer whose connection dropped cannot arrive, so every rank publishes the
 // peers it saw die (rpc/dead/<rank>) and nobody waits for them. Throws TimeoutError naming
 // the ranks still missing at the deadline.
-void store_barrier(AgentCore::State& s, const std::string& stage, std::chrono::milliseconds timeout) {
+void store_barrier(AgentCore::State& s, const std::string& stage, Clock::time_point until) {
   auto& store = s.rdv->store();
   const std::string prefix = "rpc/shutdown/" + stage + "/";
   store.set(prefix + std::to_string(s.rank), "1");
@@ -301,7 +306,6 @@ void store_barrier(AgentCore::State& s, const std::string& stage, std::chrono::m
   for (int r = 0; r < s.world; ++r)
     if (r != s.rank) missing.push_back(r);
   std::set<int> published;
-  const auto until = Clock::now() + timeout;
   for (auto pause = std::chrono::milliseconds(1);; pause = std::min(pause * 2, std::chrono::milliseconds(50))) {
     std::set<int> down;
     {
@@ -320,7 +324,7 @@ void store_barrier(AgentCore::State& s, const std::string& stage, std::chrono::m
       std::string names;
       for (int r : missing) names += (names.empty() ? "" : ", ") + s.worker_name(r) + " (rank " + std::to_string(r) + ")";
       throw TimeoutError("rpc: " + names + " did not reach shutdown (" + stage + ") within " +
-                         std::to_string(timeout.count()) + " ms (rpc shutdown_timeout)");
+                         std::to_string(s.opts.shutdown_timeout.count()) + " ms (rpc shutdown_timeout)");
     }
     std::this_thread::sleep_for(pause);
   }
@@ -332,16 +336,28 @@ void AgentCore::shutdown(bool graceful) {
   auto& s = *s_;
   if (s.stopped.exchange(true)) return;
   std::string failure;
+  const auto until = Clock::now() + s.opts.shutdown_timeout;  // one bound for all of shutdown
   if (graceful && s.io) {
     // 1. Our own calls finish (their timeouts bound this).
     {
       std::unique_lock<std::mutex> lock(s.inflight_mu);
-      if (!s.inflight_cv.wait_for(lock, s.opts.shutdown_timeout, [&] { return s.inflight == 0; }))
+      if (!s.inflight_cv.wait_until(lock, until, [&] { return s.inflight == 0; }))
         failure = std::to_string(s.inflight) + " call(s) still pending";
     }
     // 2. Everyone has finished theirs: after this barrier nobody sends new requests.
     try {
-      store_barrier(s, "arrived", s.opts.shutdown_timeout);
+      store_barrier(s, "arrived", until);
+    } catch (const Error& e) {
+      failure += (failure.empty() ? "" : "; ") + std::string(e.what());
+    }
+  }
+  // 3. Rank 0 hosts the store, so it leaves last: the others say they are done with the store
+  // while their connections are still open (a dropped connection then means nothing), and
+  // rank 0 waits for that with its I/O loop still running, so that a peer dying now is seen.
+  if (graceful && s.rdv) {
+    try {
+      if (s.rank == 0) store_barrier(s, "left", until);
+      else s.rdv->store().set("rpc/shutdown/left/" + std::to_string(s.rank), "1");
     } catch (const Error& e) {
       failure += (failure.empty() ? "" : "; ") + std::string(e.what());
     }
@@ -361,15 +377,6 @@ void AgentCore::shutdown(bool graceful) {
     decltype(s.objects) dying;  // destroyed after the unlock: objects may hold RRefs
     std::lock_guard<std::mutex> lock(s.obj_mu);
     dying.swap(s.objects);
-  }
-  // 3. Rank 0 hosts the store: it leaves last.
-  if (graceful && s.rdv) {
-    try {
-      if (s.rank == 0) store_barrier(s, "left", s.opts.shutdown_timeout);  // the store's host leaves last
-      else s.rdv->store().set("rpc/shutdown/left/" + std::to_string(s.rank), "1");
-    } catch (const Error& e) {
-      failure += (failure.empty() ? "" : "; ") + std::string(e.what());
-    }
   }
   s.rdv.reset();
   if (!s.ipc_path.empty()) ::unlink(s.ipc_path.c_str());

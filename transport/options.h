@@ -16,7 +16,7 @@ struct RpcOptions {
   int world_size = -1;                  // -1: from the environment
   std::chrono::milliseconds rpc_timeout{60000};          // default per-call timeout
   std::chrono::milliseconds rendezvous_timeout{120000};  // finding every peer at start
-  std::chrono::milliseconds shutdown_timeout{60000};     // graceful shutdown barrier
+  std::chrono::milliseconds shutdown_timeout{60000};     // all of a graceful shutdown (calls, barriers)
   int num_worker_threads = 4;           // handler pool
   std::string transport = "auto";       // auto (ipc when all peers share a host), tcp, ipc
   std::string bind_host;                // tcp interface; default: loopback, or the one reaching the master

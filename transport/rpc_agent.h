@@ -52,6 +52,9 @@ class RpcAgent {
   const std::vector<WorkerInfo>& workers() const;
   const WorkerInfo& worker(const Target& t) const;
   AgentStats stats() const;
+  // True once this worker saw its connection to t drop (the process exited or crashed); calls
+  // to it then fail at once. For a process that waits for requests from a peer that may die.
+  bool connection_lost(const Target& t) const;
   // The rendezvous store (hosted by rank 0), e.g. for a process group beside this agent:
   //   auto pg = make_zmq_process_group(agent.store(), agent.rank(), agent.world_size(), {});
   // Valid until shutdown().

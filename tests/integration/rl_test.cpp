@@ -105,13 +105,14 @@ TEST(RlResumeTest, RoundsMetricsAndRunningRewardCarryOn) {
   for (std::size_t i = 0; i < before.size(); ++i) EXPECT_EQ(rows[i], before[i]) << "row " << i << " rewritten";
 
   // A checkpoint that is missing, or does not fit the configured model: exit 2 naming the file.
-  auto missing = launch(common + " --resume " + dir.path() + "/nothing.pt");
+  auto missing = launch(common + " learner.episodes=8 --resume " + dir.path() + "/nothing.pt");
   EXPECT_EQ(missing.code, 2) << missing.output;
   EXPECT_NE(missing.output.find("no file at '" + dir.path() + "/nothing.pt'"), std::string::npos) << missing.output;
-  auto misfit = launch(common + " model.hidden=[32] --resume " + dir.path() + "/policy.pt");
+  auto misfit = launch(common + " learner.episodes=8 model.hidden=[32] --resume " + dir.path() + "/policy.pt");
   EXPECT_EQ(misfit.code, 2) << misfit.output;
-  EXPECT_NE(misfit.output.find("checkpoint '" + dir.path() + "/policy.pt' does not fit"), std::string::npos)
+  EXPECT_NE(misfit.output.find("checkpoint '" + dir.path() + "/policy.pt' does not fit this model: "), std::string::npos)
       << misfit.output;
+  EXPECT_NE(misfit.output.find("[128, 4] in the file, Float[32, 4] in the model"), std::string::npos) << misfit.output;
 }
 
 TEST(RlConfigTest, BadKeysAndValuesStopTheLaunchWithTheirNames) {

@@ -66,6 +66,7 @@ class AgentCore : public std::enable_shared_from_this<AgentCore> {
   int world_size() const;
   const std::vector<WorkerInfo>& workers() const;
   int resolve(const Target& to) const;                 // throws Error for an unknown worker
+  bool connection_lost(int rank) const;                // see RpcAgent::connection_lost
   std::chrono::milliseconds timeout_for(const Target& to) const;
   Executor* callback_executor();
   AgentStats stats() const;
