@@ -179,9 +179,42 @@ ActReply PpoActor::act_impl(const float* obs, int rows, bool greedy) {
 
 // ------------------------------------------------------------------ learning
 
+PpoLoss ppo_loss(const torch::Tensor& logp, const torch::Tensor& old_logp, const torch::Tensor& adv,
+                 const torch::Tensor& value, const torch::Tensor& old_value, const torch::Tensor& ret,
+                 const torch::Tensor& entropy, const PpoOptions& o) {
+  PpoLoss l;
+  const auto ratio = (logp - old_logp).exp();
+  l.policy = -torch::min(ratio * adv, ratio.clamp(1 - o.clip, 1 + o.clip) * adv).mean();
+  if (o.value_clip > 0) {
+    const auto clipped = old_value + (value - old_value).clamp(-o.value_clip, o.value_clip);
+    l.value = 0.5 * torch::max((value - ret).pow(2), (clipped - ret).pow(2)).mean();
+  } else {
+    l.value = 0.5 * (value - ret).pow(2).mean();
+  }
+  l.entropy = entropy.mean();
+  l.total = l.policy + o.vf_coef * l.value - o.ent_coef * l.entropy;
+  return l;
+}
+
+std::vector<float> RewardScaler::scale(const Fragment& f) {
+  std::vector<float> rewards = f.rewards, seen;
+  for (std::size_t i = 0; i < rewards.size(); ++i) {
+    const int e = static_cast<int>(i % f.num_envs);  // time-major: step i / num_envs, env i % num_envs
+    double& d = discounted_[static_cast<long>(f.observer_id) * 65536 + e];
+    d = d * gamma_ + rewards[i];
+    seen.push_back(static_cast<float>(d));
+    if (f.terminated[i] || f.truncated[i]) d = 0;
+  }
+  rms_.update(seen.data(), seen.size());
+  const double scale = std::sqrt(rms_.var()[0] + 1e-8);
+  for (auto& r : rewards) r = static_cast<float>(std::clamp(r / scale, -10.0, 10.0));
+  return rewards;
+}
+
 Ppo::Ppo(PpoActor& actor, PpoOptions options)
     : actor_(actor), o_(options),
-      optimizer_(actor.net().parameters(), torch::optim::AdamOptions(options.lr).eps(1e-5)), rng_(options.seed) {}
+      optimizer_(actor.net().parameters(), torch::optim::AdamOptions(options.lr).eps(1e-5)), scaler_(options.gamma),
+      rng_(options.seed) {}
 
 PpoStats Ppo::update(const std::vector<Fragment>& fragments) {
   auto& net = actor_.net();
@@ -192,20 +225,7 @@ PpoStats Ppo::update(const std::vector<Fragment>& fragments) {
   std::vector<float> obs, adv_all, ret_all, logp_all, val_all, cont;
   std::vector<std::int64_t> acts;
   for (const auto& f : fragments) {
-    std::vector<float> rewards = f.rewards;
-    if (o_.norm_reward) {
-      std::vector<float> seen;
-      for (std::size_t i = 0; i < rewards.size(); ++i) {
-        const int e = static_cast<int>(i % f.num_envs);
-        double& d = discounted_[static_cast<long>(f.observer_id) * 65536 + e];
-        d = d * o_.gamma + rewards[i];
-        seen.push_back(static_cast<float>(d));
-        if (f.terminated[i] || f.truncated[i]) d = 0;
-      }
-      ret_rms_.update(seen.data(), seen.size());
-      const double scale = std::sqrt(ret_rms_.var()[0] + 1e-8);
-      for (auto& r : rewards) r = static_cast<float>(std::clamp(r / scale, -10.0, 10.0));
-    }
+    const std::vector<float> rewards = o_.norm_reward ? scaler_.scale(f) : f.rewards;
     std::vector<float> returns;
     auto adv = gae(f, rewards, o_.gamma, o_.lambda, &returns);
     adv_all.insert(adv_all.end(), adv.begin(), adv.end());
@@ -244,31 +264,20 @@ PpoStats Ppo::update(const std::vector<Fragment>& fragments) {
       auto idx = perm.narrow(0, s, mb);
       auto out = net.forward(x.index_select(0, idx));
       auto logp = net.log_prob(out, a.index_select(0, idx));
-      auto ratio = (logp - old_logp.index_select(0, idx)).exp();
-      auto ad = adv.index_select(0, idx);
-      auto pg = -torch::min(ratio * ad, ratio.clamp(1 - o_.clip, 1 + o_.clip) * ad).mean();
-      auto r = ret.index_select(0, idx);
-      torch::Tensor vloss;
-      if (o_.value_clip > 0) {
-        auto ov = old_v.index_select(0, idx);
-        auto clipped = ov + (out.value - ov).clamp(-o_.value_clip, o_.value_clip);
-        vloss = 0.5 * torch::max((out.value - r).pow(2), (clipped - r).pow(2)).mean();
-      } else {
-        vloss = 0.5 * (out.value - r).pow(2).mean();
-      }
-      auto ent = net.entropy(out).mean();
-      auto loss = pg + o_.vf_coef * vloss - o_.ent_coef * ent;
+      const auto old = old_logp.index_select(0, idx);
+      const auto l = ppo_loss(logp, old, adv.index_select(0, idx), out.value, old_v.index_select(0, idx),
+                              ret.index_select(0, idx), net.entropy(out), o_);
       optimizer_.zero_grad();
-      loss.backward();
+      l.total.backward();
       torch::nn::utils::clip_grad_norm_(net.parameters(), o_.max_grad_norm);
       optimizer_.step();
       torch::NoGradGuard g;
-      st.policy_loss += pg.item<double>();
-      st.value_loss += vloss.item<double>();
-      st.entropy += ent.item<double>();
-      const auto lr = logp - old_logp.index_select(0, idx);
+      st.policy_loss += l.policy.item<double>();
+      st.value_loss += l.value.item<double>();
+      st.entropy += l.entropy.item<double>();
+      const auto lr = logp - old;
       st.approx_kl += ((lr.exp() - 1) - lr).mean().item<double>();
-      st.clip_fraction += ((ratio - 1).abs() > o_.clip).to(torch::kFloat32).mean().item<double>();
+      st.clip_fraction += ((lr.exp() - 1).abs() > o_.clip).to(torch::kFloat32).mean().item<double>();
       ++batches;
     }
   }

@@ -80,6 +80,30 @@ class PpoActor {
   std::mt19937_64 rng_;
 };
 
+// PPO's loss on one minibatch (all [B]): the clipped surrogate, the value loss (clipped
+// around old_value when options.value_clip > 0), the entropy bonus, and their weighted sum.
+struct PpoLoss {
+  torch::Tensor total, policy, value, entropy;
+};
+PpoLoss ppo_loss(const torch::Tensor& logp, const torch::Tensor& old_logp, const torch::Tensor& adv,
+                 const torch::Tensor& value, const torch::Tensor& old_value, const torch::Tensor& ret,
+                 const torch::Tensor& entropy, const PpoOptions& options);
+
+// Reward scaling (ppo.norm_reward): each reward divided by the running std of the discounted
+// return of its (observer, env), clipped to +-10. Keeps its statistics across fragments.
+class RewardScaler {
+ public:
+  explicit RewardScaler(double gamma) : gamma_(gamma) {}
+  // The fragment's rewards, scaled; the statistics first take in this fragment's returns.
+  std::vector<float> scale(const Fragment& f);
+  RunningMeanStd& return_rms() { return rms_; }
+
+ private:
+  double gamma_;
+  RunningMeanStd rms_;
+  std::map<long, double> discounted_;  // per (observer, env): running discounted return
+};
+
 struct PpoStats {
   double policy_loss = 0, value_loss = 0, entropy = 0, approx_kl = 0, clip_fraction = 0;
   std::size_t transitions = 0;
@@ -91,14 +115,13 @@ class Ppo {
   // One PPO update over the fragments (checked first); takes the actor's exclusive lock.
   PpoStats update(const std::vector<Fragment>& fragments);
   torch::optim::Adam& optimizer() { return optimizer_; }
-  RunningMeanStd& return_rms() { return ret_rms_; }
+  RunningMeanStd& return_rms() { return scaler_.return_rms(); }
 
  private:
   PpoActor& actor_;
   PpoOptions o_;
   torch::optim::Adam optimizer_;
-  RunningMeanStd ret_rms_;               // reward scaling
-  std::map<long, double> discounted_;    // per (observer, env): running discounted return
+  RewardScaler scaler_;
   std::mt19937_64 rng_;
 };
 

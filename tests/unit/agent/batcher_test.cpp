@@ -71,11 +71,9 @@ TEST(BatcherTest, SilentObserverDelaysTheBatchByAtMostMaxWait) {
   const auto t0 = Clock::now();
   auto f0 = b.submit(0, {1, 0});
   auto f1 = b.submit(1, {2, 0});  // observer 2 never asks
-  ASSERT_TRUE(f0.wait_for(5s));
+  ASSERT_TRUE(f0.wait_for(5s));  // a batcher that waits for the silent observer fails here
   ASSERT_TRUE(f1.wait_for(5s));
-  const auto waited = Clock::now() - t0;
-  EXPECT_GE(waited, 50ms);
-  EXPECT_LT(waited, 2s);  // max_wait plus scheduling slack, far from "forever"
+  EXPECT_GE(Clock::now() - t0, 50ms);  // not before max_wait; what closed it is in the stats below
   EXPECT_EQ(f0.value().actions[0], 1);
   EXPECT_EQ(f1.value().actions[0], 2);
   EXPECT_EQ(fwd.calls.load(), 1);

@@ -189,3 +189,107 @@ TEST(PpoTest, MalformedAnswersAndFragmentsAreRefused) {
   f.truncated_values = {0.0f};
   EXPECT_THROW(check_fragment(f, 1, 0), ProtocolError);
 }
+
+// The loss on three rows, worked out by hand. Ratios 1.5, 0.5, 1.0 with advantages 1, -1, 2
+// and clip 0.2: min(r a, clip(r) a) = 1.2, -0.8, 2 -> policy loss -(2.4 / 3) = -0.8.
+TEST(PpoTest, LossPiecesMatchAHandComputation) {
+  const auto t = [](std::vector<float> v) { return torch::tensor(v); };
+  const auto logp = t({std::log(1.5f), std::log(0.5f), 0.0f}), old = t({0, 0, 0});
+  const auto adv = t({1, -1, 2});
+  const auto value = t({1.0f, 2.0f, 0.0f}), old_value = t({0.5f, 2.5f, 0.0f}), ret = t({2, 1, 1});
+  const auto entropy = t({0.6f, 0.9f, 0.3f});
+  PpoOptions o;
+  o.clip = 0.2;
+  o.vf_coef = 0.5;
+  o.ent_coef = 0.01;
+  o.value_clip = 0;  // unclipped: 0.5 * mean((v - R)^2) = 0.5 * mean(1, 1, 1)
+  auto l = ppo_loss(logp, old, adv, value, old_value, ret, entropy, o);
+  EXPECT_NEAR(l.policy.item<double>(), -0.8, 1e-6);
+  EXPECT_NEAR(l.value.item<double>(), 0.5, 1e-6);
+  EXPECT_NEAR(l.entropy.item<double>(), 0.6, 1e-6);
+  EXPECT_NEAR(l.total.item<double>(), -0.8 + 0.5 * 0.5 - 0.01 * 0.6, 1e-6);
+  // Value clip 0.2 around the old values: clipped = 0.7, 2.3, 0.0; squared errors vs
+  // unclipped 1, 1, 1 -> max 1.69, 1.69, 1 -> 0.5 * 4.38 / 3 = 0.73.
+  o.value_clip = 0.2;
+  l = ppo_loss(logp, old, adv, value, old_value, ret, entropy, o);
+  EXPECT_NEAR(l.value.item<double>(), 0.73, 1e-6);
+  EXPECT_NEAR(l.total.item<double>(), -0.8 + 0.5 * 0.73 - 0.01 * 0.6, 1e-6);
+}
+
+// Reward scaling: rewards 1, 1, 1 on one env with gamma 0.5 give discounted returns 1, 1.5,
+// 1.75; each reward is divided by their running std (the statistics start at mean 0, var 1,
+// count 1e-4, as in RunningMeanStd).
+TEST(PpoTest, RewardScalingDividesByTheStdOfTheDiscountedReturn) {
+  Fragment f;
+  f.num_envs = 1;
+  f.steps = 3;
+  f.rewards = {1, 1, 1};
+  f.terminated = {0, 0, 0};
+  f.truncated = {0, 0, 0};
+  RewardScaler s(0.5);
+  const auto scaled = s.scale(f);
+  const double n0 = 1e-4, n1 = 3, m1 = (1 + 1.5 + 1.75) / 3;
+  const double v1 = ((1 - m1) * (1 - m1) + (1.5 - m1) * (1.5 - m1) + (1.75 - m1) * (1.75 - m1)) / 3;
+  const double n = n0 + n1, delta = m1 - 0;
+  const double var = (1.0 * n0 + v1 * n1 + delta * delta * n0 * n1 / n) / n;  // merged with the prior
+  ASSERT_EQ(scaled.size(), 3u);
+  for (float r : scaled) EXPECT_NEAR(r, 1 / std::sqrt(var + 1e-8), 1e-4);
+  // A second fragment continues the discounted return of the same env (1.75 * 0.5 + 1).
+  f.rewards = {1, 0, 0};
+  f.terminated = {1, 0, 0};  // the episode ends after the first step: the return restarts
+  s.scale(f);
+  EXPECT_NEAR(s.return_rms().count(), 1e-4 + 6, 1e-9);
+  EXPECT_NEAR(s.return_rms().mean()[0], (1 + 1.5 + 1.75 + 1.875 + 0 + 0) / (6 + 1e-4), 1e-4);
+}
+
+// Gradient clipping is applied: with max_grad_norm tiny the update barely moves the weights
+// (Adam's eps dominates the clipped gradients), with it huge the same update moves them.
+TEST(PpoTest, GradientClippingBoundsTheUpdate) {
+  auto moved = [](double max_grad_norm) {
+    torch::manual_seed(3);
+    models::ActorCriticSpec spec;
+    spec.obs_dim = 4;
+    spec.n_actions = 2;
+    auto net = std::make_shared<models::ActorCritic>(spec);
+    PpoActor actor(net, torch::kCPU, false, 11);
+    PpoOptions o;
+    o.epochs = 1;
+    o.minibatch = 64;
+    o.max_grad_norm = max_grad_norm;
+    Ppo ppo(actor, o);
+    envs::VecEnv venv("CartPole-v1", 4, 100, /*autoreset=*/true);
+    observer::FragmentState state;
+    auto act = [&](const std::vector<float>& obs) { return actor.act(obs.data(), static_cast<int>(obs.size() / 4)); };
+    auto f = observer::run_fragment(venv, state, 0, 16, act, false);
+    std::vector<torch::Tensor> before;
+    for (const auto& p : net->parameters()) before.push_back(p.detach().clone());
+    ppo.update({f});
+    double d = 0;
+    auto params = net->parameters();
+    for (std::size_t i = 0; i < params.size(); ++i) d += (params[i] - before[i]).pow(2).sum().item<double>();
+    return std::sqrt(d);
+  };
+  const double clipped = moved(1e-9), free = moved(1e9);
+  EXPECT_GT(free, 0);
+  EXPECT_LT(clipped, 0.01 * free) << "clipped " << clipped << " vs unclipped " << free;
+}
+
+// GAE over two envs: the arrays are time-major ([step][env]); each env's recursion runs on
+// its own column, with its own termination.
+TEST(PpoTest, GaeKeepsEnvsApartInTimeMajorArrays) {
+  Fragment f;
+  f.steps = 2;
+  f.num_envs = 2;
+  f.values = {0.1f, 0.2f, 0.3f, 0.4f};  // t0e0, t0e1, t1e0, t1e1
+  f.rewards = {1, 2, 3, 4};
+  f.terminated = {0, 1, 0, 0};        // env 1 ends after step 0
+  f.truncated = {0, 0, 0, 0};
+  f.last_values = {5.0f, 6.0f};
+  const double g = 0.9, l = 0.5;
+  std::vector<float> ret;
+  auto adv = gae(f, f.rewards, g, l, &ret);
+  const double e0_1 = 3 + g * 5.0 - 0.3, e0_0 = (1 + g * 0.3 - 0.1) + g * l * e0_1;
+  const double e1_1 = 4 + g * 6.0 - 0.4, e1_0 = 2 - 0.2;  // terminated: no bootstrap, no carry
+  const std::vector<double> want{e0_0, e1_0, e0_1, e1_1};
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(adv[i], want[i], 1e-5) << "index " << i;
+}

@@ -92,3 +92,40 @@ TEST(ReinforceTest, ImprovesTheRunningRewardOnCartPole) {
 
 }  // namespace
 }  // namespace distrl::agent
+
+namespace distrl::agent {
+namespace {
+
+// The loss REINFORCE minimises, by hand: -sum(log pi(a|s) * G_norm) with returns-to-go G
+// normalised to mean 0 and (unbiased) std 1.
+TEST(ReinforceTest, LossUsesNormalisedReturnsToGo) {
+  torch::manual_seed(2);
+  models::PolicySpec spec;
+  auto net = models::make_policy("mlp", spec);
+  PolicyActor actor(net, torch::kCPU, 4, 3);
+  Reinforce learner(actor, ReinforceOptions{0.5, 1e-2});
+  Rollout r;
+  r.obs_dim = 4;
+  r.obs = {0.1f, 0, 0, 0, 0, 0.2f, 0, 0, 0, 0, 0.3f, 0};
+  r.actions = {0, 1, 1};
+  r.log_probs = {0, 0, 0};
+  r.rewards = {1, 2, 4};
+  r.lengths = {3};
+  r.terminated = {1};
+  // G = 1 + 0.5 * (2 + 0.5 * 4), 2 + 0.5 * 4, 4 = 3, 4, 4
+  const std::vector<double> G{3, 4, 4};
+  const double mean = 11.0 / 3;
+  double var = 0;
+  for (double x : G) var += (x - mean) * (x - mean) / 2;  // unbiased
+  double want = 0;
+  {
+    torch::NoGradGuard no_grad;
+    auto logp = torch::log_softmax(net->forward(torch::tensor(r.obs).view({3, 4})), 1);
+    for (int i = 0; i < 3; ++i)
+      want -= logp[i][r.actions[i]].item<double>() * (G[i] - mean) / (std::sqrt(var) + 1e-7);  // ReinforceOptions::eps
+  }
+  EXPECT_NEAR(learner.update({r}), want, 1e-5);
+}
+
+}  // namespace
+}  // namespace distrl::agent
