@@ -96,6 +96,10 @@ TEST_P(Collectives, EveryOpDtypeAndSizeMatchesLocalResult) {
   const int world = GetParam();
   run_group(world, [&](int rank, const std::shared_ptr<ProcessGroup>& pg) {
     expect(pg->rank() == rank && pg->size() == world, "rank/size");
+    std::vector<std::string> wrong;  // every wrong result is listed, not just the first
+    auto check = [&](bool ok, const std::string& what) {
+      if (!ok) wrong.push_back(what);
+    };
     // 1 element (< ranks), 5 (recursive doubling), 3001 (ring with uneven segments, chunks of 16 KiB)
     for (std::int64_t numel : {std::int64_t(1), std::int64_t(5), std::int64_t(3001 * world + 1)}) {
       for (auto t : kDtypes) {
@@ -103,12 +107,12 @@ TEST_P(Collectives, EveryOpDtypeAndSizeMatchesLocalResult) {
           if (t == at::kBool && op == ReduceOp::Avg) continue;
           auto x = input(rank, numel, t);
           pg->all_reduce(x, op);
-          expect(close(x, expected_reduce(world, numel, t, op)), "all_reduce " + name(t, op, numel));
+          check(close(x, expected_reduce(world, numel, t, op)), "all_reduce " + name(t, op, numel));
 
           const int root = (numel + 1) % world;
           auto y = input(rank, numel, t);
           pg->reduce(y, root, op);
-          expect(close(y, rank == root ? expected_reduce(world, numel, t, op) : input(rank, numel, t)),
+          check(close(y, rank == root ? expected_reduce(world, numel, t, op) : input(rank, numel, t)),
                  "reduce " + name(t, op, numel));
 
           std::vector<at::Tensor> ins, out;
@@ -118,33 +122,36 @@ TEST_P(Collectives, EveryOpDtypeAndSizeMatchesLocalResult) {
           std::vector<at::Tensor> per_rank;  // what every rank passed as inputs[rank]
           for (int r = 0; r < world; ++r) per_rank.push_back(input(r + rank, numel, t));
           const auto want = reference(per_rank, t, op);
-          expect(close(rs, want), "reduce_scatter " + name(t, op, numel));
+          check(close(rs, want), "reduce_scatter " + name(t, op, numel));
         }
         const int root = numel % world;
         auto b = rank == root ? input(7, numel, t) : torch::zeros({numel}, t);
         pg->broadcast(b, root);
-        expect(close(b, input(7, numel, t)), "broadcast " + name(t, ReduceOp::Sum, numel));
+        check(close(b, input(7, numel, t)), "broadcast " + name(t, ReduceOp::Sum, numel));
 
         std::vector<at::Tensor> gathered;
         for (int r = 0; r < world; ++r) gathered.push_back(torch::zeros({numel}, t));
         pg->all_gather(gathered, input(rank, numel, t));
-        for (int r = 0; r < world; ++r) expect(close(gathered[r], input(r, numel, t)), "all_gather " + name(t, ReduceOp::Sum, numel));
+        for (int r = 0; r < world; ++r) check(close(gathered[r], input(r, numel, t)), "all_gather " + name(t, ReduceOp::Sum, numel));
 
         std::vector<at::Tensor> g;
         if (rank == root)
           for (int r = 0; r < world; ++r) g.push_back(torch::zeros({numel}, t));
         pg->gather(g, input(rank, numel, t), root);
-        for (std::size_t r = 0; r < g.size(); ++r) expect(close(g[r], input(r, numel, t)), "gather");
+        for (std::size_t r = 0; r < g.size(); ++r) check(close(g[r], input(r, numel, t)), "gather " + name(t, ReduceOp::Sum, numel));
 
         std::vector<at::Tensor> sc;
         if (rank == root)
           for (int r = 0; r < world; ++r) sc.push_back(input(10 + r, numel, t));
         auto mine = torch::zeros({numel}, t);
         pg->scatter(mine, sc, root);
-        expect(close(mine, input(10 + rank, numel, t)), "scatter " + name(t, ReduceOp::Sum, numel));
+        check(close(mine, input(10 + rank, numel, t)), "scatter " + name(t, ReduceOp::Sum, numel));
       }
     }
     pg->barrier();
+    std::string list;
+    for (std::size_t i = 0; i < wrong.size() && i < 30; ++i) list += "\n  " + wrong[i];
+    expect(wrong.empty(), std::to_string(wrong.size()) + " wrong results on rank " + std::to_string(rank) + ":" + list);
     return 0;
   }, kOptions);
 }

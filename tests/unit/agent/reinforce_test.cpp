@@ -4,6 +4,9 @@
 
 #include <torch/torch.h>
 
+#include <atomic>
+#include <thread>
+
 #include "agent/policy_actor.h"
 #include "agent/reinforce.h"
 #include "common/error.h"
@@ -125,6 +128,27 @@ TEST(ReinforceTest, LossUsesNormalisedReturnsToGo) {
       want -= logp[i][r.actions[i]].item<double>() * (G[i] - mean) / (std::sqrt(var) + 1e-7);  // ReinforceOptions::eps
   }
   EXPECT_NEAR(learner.update({r}), want, 1e-5);
+}
+
+// An idle observer (no call pending) notices the agent's dropped connection at its next poll,
+// long before the idle limit, and says "lost the agent".
+TEST(ObserverHostTest, ADroppedAgentConnectionEndsTheWaitAtOnce) {
+  observer::ObserverHost host;
+  std::atomic<bool> lost{false};
+  std::thread dropper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    lost = true;
+  });
+  try {
+    host.wait(std::chrono::seconds(20), [&] { return lost.load(); });  // the idle limit is the fallback
+    ADD_FAILURE() << "wait returned normally";
+  } catch (const TransportError& e) {
+    EXPECT_NE(std::string(e.what()).find("lost the agent"), std::string::npos) << e.what();
+  }
+  dropper.join();
+  observer::ObserverHost finished;
+  finished.finish();
+  EXPECT_TRUE(finished.wait(std::chrono::hours(1), [] { return true; }));  // a finished run ends normally
 }
 
 }  // namespace
