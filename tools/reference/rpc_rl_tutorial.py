@@ -114,7 +114,9 @@ class Agent:
             self.pending -= 1
             if self.pending == 0:
                 self.pending = len(self.ob_rrefs)
-                probs = self.policy(self.states.squeeze(1))
+                # The tutorial forwards self.states itself; the next step's copy_ into it then
+                # breaks backward ("modified by an inplace operation"): forward a copy.
+                probs = self.policy(self.states.squeeze(1).clone())
                 m = Categorical(probs)
                 actions = m.sample()
                 for i in range(len(self.ob_rrefs)):
@@ -179,7 +181,17 @@ def measure(observers, args, batch):
     procs = [ctx.Process(target=run, args=(r, observers + 1, port, args, batch, out)) for r in range(observers + 1)]
     for p in procs:
         p.start()
-    rate = out.get(timeout=600)
+    import queue
+    deadline = time.time() + 600
+    while True:  # a rank that dies (an exception in a worker) ends the measurement at once
+        try:
+            rate = out.get(timeout=1)
+            break
+        except queue.Empty:
+            if any(p.exitcode not in (None, 0) for p in procs) or time.time() > deadline:
+                for p in procs:
+                    p.kill()
+                raise RuntimeError(f"a rank failed with {observers} observers (batched={batch})")
     for p in procs:
         p.join(timeout=120)
     return rate
