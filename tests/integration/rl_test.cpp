@@ -191,15 +191,26 @@ std::vector<std::string> tool(const std::string& name, std::vector<std::string> 
   return args;
 }
 
+// distrl-agent (rank 0, agent.log) and two distrl-observer processes (obs1.log, obs2.log).
+struct Run {
+  pid_t agent;
+  std::vector<pid_t> observers;
+};
+Run start_run(Spawned& procs, const TempDir& dir, const std::vector<std::string>& args) {
+  Run r;
+  r.agent = procs.start(tool("distrl-agent", args), dir.file("agent.log"), 0, 3, dir);
+  for (int i = 1; i <= 2; ++i)
+    r.observers.push_back(procs.start(tool("distrl-observer", args), dir.file("obs" + std::to_string(i) + ".log"), i, 3, dir));
+  return r;
+}
+
 // The README promises: exit 1 and "lost the agent: ..." within rpc.timeout_s.
 TEST(RlFailureTest, ObserversExitWithAClearMessageWhenTheAgentIsKilled) {
   TempDir dir;
   const std::vector<std::string> args{"--config", kConfig, "rpc.timeout_s=5", "learner.episodes=100000",
                                       "learner.learn=false", "run.out_dir=" + dir.path()};
   Spawned procs;
-  pid_t agent = procs.start(tool("distrl-agent", args), dir.file("agent.log"), 0, 3, dir);
-  std::vector<pid_t> observers{procs.start(tool("distrl-observer", args), dir.file("obs1.log"), 1, 3, dir),
-                               procs.start(tool("distrl-observer", args), dir.file("obs2.log"), 2, 3, dir)};
+  const auto [agent, observers] = start_run(procs, dir, args);
   ASSERT_TRUE(wait_for_rows(dir.file("metrics.csv"), 3, 60s)) << read_file(dir.file("agent.log"));
   ::kill(agent, SIGKILL);
   EXPECT_EQ(procs.wait_exit(agent, 10s), 128 + SIGKILL);
@@ -231,9 +242,8 @@ TEST(RlFailureTest, TheAgentDropsADeadObserverAndFinishesTheRun) {
   const std::vector<std::string> args{"--config", kConfig, "rpc.timeout_s=10", "learner.episodes=40",
                                       "learner.max_steps=50", "run.out_dir=" + dir.path()};
   Spawned procs;
-  pid_t agent = procs.start(tool("distrl-agent", args), dir.file("agent.log"), 0, 3, dir);
-  pid_t keeps = procs.start(tool("distrl-observer", args), dir.file("obs1.log"), 1, 3, dir);
-  pid_t dies = procs.start(tool("distrl-observer", args), dir.file("obs2.log"), 2, 3, dir);
+  const auto [agent, observers] = start_run(procs, dir, args);
+  const pid_t keeps = observers[0], dies = observers[1];
   ASSERT_TRUE(wait_for_rows(dir.file("metrics.csv"), 3, 60s)) << read_file(dir.file("agent.log"));
   ::kill(dies, SIGKILL);
   EXPECT_EQ(procs.wait_exit(dies, 10s), 128 + SIGKILL);
@@ -255,9 +265,7 @@ TEST(RlFailureTest, ObserversGiveUpOnAHungAgentAfterTheTimeout) {
   const std::vector<std::string> args{"--config", kConfig, "rpc.timeout_s=3", "learner.episodes=100000",
                                       "learner.learn=false", "run.out_dir=" + dir.path()};
   Spawned procs;
-  pid_t agent = procs.start(tool("distrl-agent", args), dir.file("agent.log"), 0, 3, dir);
-  std::vector<pid_t> observers{procs.start(tool("distrl-observer", args), dir.file("obs1.log"), 1, 3, dir),
-                               procs.start(tool("distrl-observer", args), dir.file("obs2.log"), 2, 3, dir)};
+  const auto [agent, observers] = start_run(procs, dir, args);
   ASSERT_TRUE(wait_for_rows(dir.file("metrics.csv"), 3, 60s)) << read_file(dir.file("agent.log"));
   ::kill(agent, SIGSTOP);
   for (std::size_t i = 0; i < observers.size(); ++i) {
@@ -279,9 +287,7 @@ TEST(RlCheckpointTest, SavedEveryNRoundsAndOnSigusr1) {
     const std::vector<std::string> args{"--config", kConfig, "learner.episodes=100000", "learner.max_steps=30",
                                         "learner.checkpoint_every=" + every, "run.out_dir=" + dir.path()};
     Spawned procs;
-    const pid_t agent = procs.start(tool("distrl-agent", args), dir.file("agent.log"), 0, 3, dir);
-    procs.start(tool("distrl-observer", args), dir.file("obs1.log"), 1, 3, dir);
-    procs.start(tool("distrl-observer", args), dir.file("obs2.log"), 2, 3, dir);
+    const pid_t agent = start_run(procs, dir, args).agent;
     if (every == "0") {
       ASSERT_TRUE(wait_for_rows(dir.file("metrics.csv"), 4, 60s)) << read_file(dir.file("agent.log"));
       EXPECT_FALSE(std::filesystem::exists(dir.file("policy.pt"))) << "saved although checkpoint_every is 0";
