@@ -292,6 +292,11 @@ TEST(WireFormatTest, DecodesAHandWrittenRequest) {
   EXPECT_TRUE(torch::equal(args[0], torch::tensor({7, -1}, torch::kInt32)));
 }
 
-TEST(WireCodecTest, RefusesToSendCudaOrUndefinedTensors) {
+TEST(WireCodecTest, RefusesToSendUndefinedTensors) {
   EXPECT_THROW(encode_value(at::Tensor()), distrl::ProtocolError);
+}
+
+TEST(WireCodecTest, RefusesToSendCudaTensors) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device here";
+  EXPECT_THROW(encode_value(torch::ones({2}, torch::kCUDA)), distrl::ProtocolError);
 }
