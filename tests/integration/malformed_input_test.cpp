@@ -5,12 +5,15 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <functional>
 
 #include <zmq_addon.hpp>
 
 #include "tests/support/multiproc.h"
 #include "tests/support/wire_craft.h"
+#include "transport/detail/endpoints.h"
 #include "transport/rpc_agent.h"
+#include "transport/store.h"
 
 using namespace distrl::transport;
 using namespace std::chrono_literals;
@@ -209,4 +212,111 @@ TEST_F(MalformedInputTest, OversizeFrameDropsOnlyThatConnection) {
   }
   EXPECT_TRUE(served);
   expect_still_serving();
+}
+
+namespace {
+
+// A reply header {v, k, id, src: 1, a, nt} as a fake peer writes it.
+Frames reply(std::uint64_t id, int kind, int nt, const std::function<void(msgpack::packer<msgpack::sbuffer>&)>& body) {
+  msgpack::sbuffer b;
+  msgpack::packer<msgpack::sbuffer> pk(b);
+  pk.pack_map(6);
+  pk.pack("v"); pk.pack(1);
+  pk.pack("k"); pk.pack(kind);
+  pk.pack("id"); pk.pack(id);
+  pk.pack("src"); pk.pack(1);
+  pk.pack("nt"); pk.pack(nt);
+  pk.pack("a");
+  body(pk);
+  return one_frame(std::string(b.data(), b.size()));
+}
+
+// Rank 0: a real agent calling rank 1 four times; every malformed answer must fail its call
+// with the right type, naming the peer. Exit codes: 0 all as expected.
+int call_the_fake_peer(const TempDir& dir) {
+  RpcOptions o;
+  o.init_method = "file://" + dir.file("rendezvous");
+  o.rank = 0;
+  o.world_size = 2;
+  o.transport = "tcp";
+  o.rendezvous_timeout = 30s;
+  RpcAgent agent(o);
+  auto expect_error = [&](auto&& fn, const std::string& needle, bool protocol) {
+    try {
+      fn();
+    } catch (const distrl::ProtocolError& e) {
+      return protocol && std::string(e.what()).find(needle) != std::string::npos;
+    } catch (const distrl::TimeoutError& e) {
+      return !protocol && std::string(e.what()).find(needle) != std::string::npos;
+    } catch (const std::exception& e) {
+      std::cerr << "wrong error type: " << e.what() << std::endl;
+    }
+    return false;
+  };
+  const Target peer(1, 2s);
+  int bad = 0;
+  // 1. announces a tensor frame it does not send
+  bad += !expect_error([&] { agent.rpc_sync<int>(peer, "f"); }, "malformed reply from fake: ", true);
+  // 2. a result of the wrong type
+  bad += !expect_error([&] { agent.rpc_sync<int>(peer, "f"); }, "expected int", true);
+  // 3. an error reply whose body is not [origin, type, message]
+  bad += !expect_error([&] { agent.rpc_sync<int>(peer, "f"); }, "malformed error reply from fake", true);
+  // 4. garbage that names no call: dropped, so the call runs into its timeout
+  bad += !expect_error([&] { agent.rpc_sync<int>(peer, "f"); }, "timed out", false);
+  std::cout << "calls answered as expected: " << 4 - bad << " of 4" << std::endl;
+  return bad;  // no graceful shutdown: the peer is not a real agent
+}
+
+}  // namespace
+
+// The other direction: malformed *replies* from a peer fail the pending call they name with
+// ProtocolError (or, when they name none, leave it to its timeout) and crash nothing. The test
+// process plays rank 1: it publishes its own address in the store and answers from a raw socket.
+TEST(MalformedReplyTest, BadRepliesFailTheCallTheyNameWithProtocolError) {
+  TempDir dir;
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(call_the_fake_peer(dir));
+  // After the fork: this process's ZeroMQ context and store client.
+  std::string endpoint;
+  for (auto until = std::chrono::steady_clock::now() + 30s; endpoint.empty() && std::chrono::steady_clock::now() < until;) {
+    std::ifstream f(dir.file("rendezvous"));
+    std::getline(f, endpoint);
+    if (endpoint.empty()) std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_FALSE(endpoint.empty()) << "the agent never published its store";
+  Store store(endpoint, 30s);
+  zmq::context_t ctx;
+  zmq::socket_t router(ctx, zmq::socket_type::router);
+  router.set(zmq::sockopt::linger, 0);
+  router.bind("tcp://127.0.0.1:*");
+  distrl::transport::detail::Address me{"fake", "not-this-host", "fake-host", router.get(zmq::sockopt::last_endpoint), ""};
+  msgpack::sbuffer buf;
+  msgpack::pack(buf, me);
+  store.set("rpc/worker/1", std::string(buf.data(), buf.size()));
+
+  const std::vector<std::function<Frames(std::uint64_t)>> answers = {
+      [](std::uint64_t id) { return reply(id, 1, 1, [](auto& pk) { pk.pack(7); }); },
+      [](std::uint64_t id) { return reply(id, 1, 0, [](auto& pk) { pk.pack(std::string("seven")); }); },
+      [](std::uint64_t id) { return reply(id, 2, 0, [](auto& pk) { pk.pack(5); }); },
+      [](std::uint64_t) { return one_frame("\xc1\xc1 no header"); },
+  };
+  for (const auto& answer : answers) {
+    zmq::pollitem_t item{router.handle(), 0, ZMQ_POLLIN, 0};
+    ASSERT_GT(zmq::poll(&item, 1, 30s), 0) << "no request from the agent";
+    Frames in;
+    ASSERT_TRUE(zmq::recv_multipart(router, std::back_inserter(in)));
+    zmq::message_t routing_id = std::move(in.front());
+    in.erase(in.begin());
+    distrl::transport::detail::DecodeFailure why;
+    auto m = distrl::transport::detail::decode_message(std::move(in), WireLimits{}, &why);
+    ASSERT_TRUE(m.has_value()) << why.what;
+    Frames out;
+    out.push_back(std::move(routing_id));
+    for (auto& f : answer(m->header.call_id)) out.push_back(std::move(f));
+    ASSERT_TRUE(zmq::send_multipart(router, out));
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << WEXITSTATUS(status) << " of the 4 malformed replies were not handled as expected";
 }
