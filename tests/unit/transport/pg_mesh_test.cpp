@@ -6,12 +6,16 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <future>
 #include <thread>
 
 #include <zmq_addon.hpp>
 
+#include <torch/torch.h>
+
 #include "transport/detail/endpoints.h"
+#include "transport/process_group.h"
 #include "transport/store.h"
 
 using namespace distrl::transport;
@@ -113,4 +117,66 @@ TEST(PgMeshTest, WaitsEndAtTheDeadlineNamingTheRank) {
   EXPECT_GE(Clock::now() - start, 300ms);  // held to the deadline, then let go (a hang is the test timeout)
   EXPECT_THROW(w.m0->recv(0, 0, 0, Clock::now() + 1s, "op"), distrl::Error);  // itself
   EXPECT_THROW(w.m0->send(5, header(0, 0, 0), "x", 1, nullptr, nullptr), distrl::Error);
+}
+
+namespace {
+
+// Rank 0 is a real ZeroMQ process group; rank 1 is a bare Mesh in the same process that
+// answers rank 0's messages with headers of its own making.
+struct RealAndForged {
+  StoreServer server{"tcp://127.0.0.1:*"};
+  Store s0{server.endpoint(), 5s}, s1{server.endpoint(), 5s};
+  std::shared_ptr<ProcessGroup> pg;
+  std::unique_ptr<Mesh> fake;
+  RealAndForged() {
+    ProcessGroupOptions o;
+    o.transport = "tcp";
+    o.timeout = 5s;
+    auto f = std::async(std::launch::async, [&] { return make_zmq_process_group(s0, 0, 2, o); });
+    fake = std::make_unique<Mesh>(s1, "pg", 1, 2, o);
+    answer([](PgHeader&, std::string&) {});  // the group's opening barrier
+    pg = f.get();
+  }
+  // Receives rank 0's next collective message and answers it, after `forge` has had its way
+  // with the echoed header and payload.
+  void answer(const std::function<void(PgHeader&, std::string&)>& forge) {
+    auto m = fake->recv(0, 0, -1, Clock::now() + 5s, "fake rank 1");
+    PgHeader h = m.h;
+    h.src = 1;
+    std::string payload(static_cast<const char*>(m.payload.data()), m.payload.size());
+    forge(h, payload);
+    fake->send(0, h, payload.data(), payload.size(), nullptr, nullptr);
+  }
+};
+
+// The all_reduce rank 0 runs while the fake answers; returns what it threw.
+template <typename E>
+std::string all_reduce_fails_with(const std::function<void(PgHeader&, std::string&)>& forge) {
+  RealAndForged w;
+  auto x = torch::ones({4});
+  auto r = std::async(std::launch::async, [&] { w.pg->all_reduce(x); });
+  w.answer(forge);
+  try {
+    r.get();
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("wrong type: ") + e.what();
+  }
+  return "no error";
+}
+
+}  // namespace
+
+TEST(PgMeshTest, PeersHeadersAreCheckedAgainstTheCollective) {
+  // A message from another collective of the sequence: the ranks are out of step.
+  auto m = all_reduce_fails_with<MismatchError>([](PgHeader& h, std::string&) { h.seq += 1; });
+  EXPECT_NE(m.find("same order"), std::string::npos) << m;
+  // The right collective, but a step, chunk or size the algorithm does not expect.
+  m = all_reduce_fails_with<distrl::ProtocolError>([](PgHeader& h, std::string&) { h.step += 1; });
+  EXPECT_NE(m.find("rank 1 sent step 2/0 of 16 bytes, expected 1/0 of 16"), std::string::npos) << m;
+  m = all_reduce_fails_with<distrl::ProtocolError>([](PgHeader& h, std::string&) { h.chunk = 3; });
+  EXPECT_NE(m.find("sent step 1/3 of 16 bytes"), std::string::npos) << m;
+  m = all_reduce_fails_with<distrl::ProtocolError>([](PgHeader&, std::string& p) { p.resize(8); });
+  EXPECT_NE(m.find("sent step 1/0 of 8 bytes, expected 1/0 of 16"), std::string::npos) << m;
 }
