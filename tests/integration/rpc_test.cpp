@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <csignal>
+#include <fstream>
 
 #include "tests/support/multiproc.h"
 #include "transport/process_group.h"
@@ -280,6 +281,42 @@ TEST(RpcTest, KilledPeerFailsPendingCallsNamingIt) {
         return 3;
       },
       std::chrono::seconds(30));
+  EXPECT_EQ(codes[0], 0);
+  EXPECT_EQ(codes[1], 128 + SIGKILL);
+}
+
+// A peer whose process is stopped keeps its connections open; ZeroMQ's heartbeats (2 s
+// interval, 10 s timeout) notice the silence and the pending call fails naming the peer, long
+// before its own 60 s timeout.
+TEST(RpcTest, HeartbeatsNoticeAPeerThatStoppedAnswering) {
+  TempDir dir;
+  auto codes = run_ranks(
+      2,
+      [&](int rank) {
+        auto o = options(dir, rank, 2);
+        o.rpc_timeout = 60s;
+        RpcAgent agent(o, register_all);
+        if (rank == 1) {
+          std::ofstream(dir.file("pid.tmp")) << ::getpid();
+          std::rename(dir.file("pid.tmp").c_str(), dir.file("pid").c_str());
+          ::raise(SIGSTOP);  // rank 0 SIGKILLs it when done
+          return 3;
+        }
+        expect(distrl::testing::wait_for_file(dir.file("pid"), 30s), "rank 1 never stopped");
+        pid_t peer = 0;
+        std::ifstream(dir.file("pid")) >> peer;
+        std::this_thread::sleep_for(200ms);  // it is stopped by now
+        const auto start = std::chrono::steady_clock::now();
+        auto msg = expect_throw<distrl::TransportError>([&] { agent.rpc_sync<int>(1, "add", 1, 2); }, "silent peer");
+        const auto took = std::chrono::steady_clock::now() - start;
+        ::kill(peer, SIGKILL);
+        std::cout << "silent peer noticed after " << std::chrono::duration<double>(took).count() << " s: " << msg << std::endl;
+        expect(msg.find("worker1") != std::string::npos && msg.find("timed out") == std::string::npos,
+               "a lost connection naming the peer, not the call's timeout: " + msg);
+        expect(took < 40s, "the heartbeat did not notice within 40 s");
+        return 0;
+      },
+      std::chrono::seconds(90));
   EXPECT_EQ(codes[0], 0);
   EXPECT_EQ(codes[1], 128 + SIGKILL);
 }
