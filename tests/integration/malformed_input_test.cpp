@@ -36,6 +36,9 @@ int serve(const TempDir& dir) {
     a.register_function("echo", [](std::string s) { return s; });
     a.register_function("stats", [&a]() { return a.stats(); });
     a.register_function("stop", [&]() { stop = true; });
+    a.register_function("rref_of", [](RRef<std::string> r) {
+      return "owner " + std::to_string(r.owner_rank()) + " id " + std::to_string(r.id());
+    });
   });
   {
     std::ofstream f(dir.file("endpoint.tmp"));
@@ -153,6 +156,23 @@ class MalformedInputTest : public ::testing::Test {
 };
 
 }  // namespace
+
+// An RRef as transport/README.md documents it, written out by hand: ext type 2, 20 bytes,
+// i32 owner | u64 object id | u64 fork id (little-endian). The agent reads the owner and id.
+TEST_F(MalformedInputTest, AHandWrittenRRefIsReadAsDocumented) {
+  const unsigned char bytes[] = {0x87, 0xa1, 'v', 1, 0xa1, 'k', 0, 0xa2, 'i', 'd', 77, 0xa3, 's', 'r', 'c', 0xff,
+                                 0xa2, 'f', 'n', 0xa7, 'r', 'r', 'e', 'f', '_', 'o', 'f', 0xa2, 'n', 't', 0,
+                                 0xa1, 'a', 0x91, 0xc7, 20, 0x02,
+                                 0, 0, 0, 0,                                       // owner rank 0
+                                 0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // id 0x0102030405060708
+                                 0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11}; // fork id
+  auto r = call(one_frame(std::string(reinterpret_cast<const char*>(bytes), sizeof(bytes))));
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->kind, Kind::Response) << r->text;
+  EXPECT_EQ(r->id, 77u);
+  EXPECT_EQ(r->text, "owner 0 id " + std::to_string(0x0102030405060708ull));
+  expect_still_serving();
+}
 
 TEST_F(MalformedInputTest, TruncatedHeaderIsDroppedAndCounted) {
   auto good = request(1, "echo", std::string(64, 'x'));
