@@ -54,12 +54,12 @@ Batcher::Batch Batcher::take_locked(Reason why) {
   return b;
 }
 
-transport::Future<ActReply> Batcher::submit(int observer, std::vector<float> obs) {
+transport::Future<rl::ActReply> Batcher::submit(int observer, std::vector<float> obs) {
   if (observer < 0 || observer >= static_cast<int>(active_.size()))
     throw Error("select_action: observer id " + std::to_string(observer) + " is out of range [0, " +
                 std::to_string(active_.size()) + ")");
-  const int rows = observation_rows(obs, obs_dim_);
-  transport::Promise<ActReply> p;
+  const int rows = rl::observation_rows(obs, obs_dim_);
+  transport::Promise<rl::ActReply> p;
   auto f = p.get_future();
   Batch ready;
   bool close = false;
@@ -120,7 +120,7 @@ BatchStats Batcher::stats() const {
 }
 
 void Batcher::run(Batch batch) {
-  ActReply all;
+  rl::ActReply all;
   try {
     all = forward_(batch.obs.data(), batch.rows);
     all.check(batch.rows);

@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "agent/protocol.h"
+#include "rl/protocol.h"
 #include "transport/future.h"
 
 namespace distrl::agent {
@@ -35,7 +35,7 @@ class Batcher {
  public:
   // Answers `rows` observations laid out row after row in obs (rows * obs_dim floats) with
   // one action and log-prob per row. May throw: every request of the batch gets the error.
-  using Forward = std::function<ActReply(const float* obs, int rows)>;
+  using Forward = std::function<rl::ActReply(const float* obs, int rows)>;
 
   Batcher(int obs_dim, int num_observers, BatchOptions options, Forward forward);
   ~Batcher();
@@ -44,7 +44,7 @@ class Batcher {
 
   // One observer's request; obs holds rows * obs_dim floats. Throws distrl::Error for a bad
   // observer id or a row count that does not match obs_dim.
-  transport::Future<ActReply> submit(int observer, std::vector<float> obs);
+  transport::Future<rl::ActReply> submit(int observer, std::vector<float> obs);
   // The agent marks an observer active while it runs an episode; a batch never waits for an
   // inactive one (finished, or dead).
   void set_active(int observer, bool active);
@@ -56,7 +56,7 @@ class Batcher {
  private:
   struct Pending {
     int rows;
-    transport::Promise<ActReply> promise;
+    transport::Promise<rl::ActReply> promise;
   };
   struct Batch {
     std::vector<float> obs;

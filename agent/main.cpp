@@ -9,7 +9,7 @@
 #include <iomanip>
 #include <iostream>
 
-#include "agent/cli.h"
+#include "rl/cli.h"
 #include "agent/rl_agent.h"
 #include "common/log.h"
 #include "common/main_guard.h"
@@ -26,7 +26,7 @@ extern "C" void on_usr1(int) {
 int main(int argc, char** argv) {
   return distrl::guarded_main("distrl-agent", [&] {
     using namespace distrl;
-    agent::RlCommandLine cmd(
+    rl::RlCommandLine cmd(
         "distrl-agent",
         "distrl-agent: the RL agent. Owns the policy network, answers select_action requests from\n"
         "the observers (batched into one forward pass, or one by one), learns with REINFORCE\n"
@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
     std::string render;
     cmd.app.add_option("--render", render, "--eval: write the first episode as an animated GIF to this file");
     if (!cmd.parse(argc, argv)) return 0;
-    const agent::RlConfig& cfg = cmd.config;
+    const rl::RlConfig& cfg = cmd.config;
     const ToolFlags& cli = cmd.flags;
     agent::parse_device(cfg.device);  // fail before rendezvous, not after
     if (cli.check_only) return 0;
@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
                 cfg.algo == "ppo" ? "ppo (actor-critic)" : ("reinforce, model " + cfg.model).c_str(), cfg.device.c_str(),
                 cfg.lr, cfg.gamma);
     std::fflush(stdout);
-    transport::RpcAgent rpc(agent::rpc_options(cfg, cli.world, agent::kAgentName), [&](transport::RpcAgent& a) { rl.serve(a); });
+    transport::RpcAgent rpc(rl::rpc_options(cfg, cli.world, rl::kAgentName), [&](transport::RpcAgent& a) { rl.serve(a); });
     if (cfg.algo == "ppo")
       std::printf("distrl-agent: %d observer(s) joined; running up to %d rounds of %d steps x %d env(s) per observer\n",
                   rpc.world_size() - 1, cfg.episodes, cfg.ppo_steps, cfg.envs_per_observer);

@@ -33,7 +33,7 @@ PolicyActor::PolicyActor(std::shared_ptr<models::PolicyNet> net, torch::Device d
   net_->eval();
 }
 
-ActReply PolicyActor::act(const float* obs, int rows) {
+rl::ActReply PolicyActor::act(const float* obs, int rows) {
   torch::Tensor logp;
   {
     std::shared_lock<std::shared_mutex> lock(mu_);
@@ -46,7 +46,7 @@ ActReply PolicyActor::act(const float* obs, int rows) {
   }
   const int n = static_cast<int>(logp.size(1));
   const float* lp = logp.data_ptr<float>();
-  ActReply out;
+  rl::ActReply out;
   out.actions.resize(rows);
   out.log_probs.resize(rows);
   std::lock_guard<std::mutex> lock(rng_mu_);

@@ -15,7 +15,7 @@
 #include <shared_mutex>
 #include <string>
 
-#include "agent/protocol.h"
+#include "rl/protocol.h"
 #include "models/policy.h"
 
 namespace distrl::agent {
@@ -29,7 +29,7 @@ class PolicyActor {
 
   // One action per row of obs (rows x obs_dim floats). Thread-safe; concurrent calls share
   // the network.
-  ActReply act(const float* obs, int rows);
+  rl::ActReply act(const float* obs, int rows);
 
   // Held by a learner while it changes the weights; acting waits meanwhile.
   std::unique_lock<std::shared_mutex> exclusive() { return std::unique_lock<std::shared_mutex>(mu_); }

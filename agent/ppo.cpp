@@ -62,7 +62,7 @@ void RunningMeanStd::load(const torch::Tensor& state) {
 
 // ------------------------------------------------------------------ GAE, checks
 
-std::vector<float> gae(const Fragment& f, const std::vector<float>& rewards, double gamma, double lambda,
+std::vector<float> gae(const rl::Fragment& f, const std::vector<float>& rewards, double gamma, double lambda,
                        std::vector<float>* returns) {
   const int T = f.steps, E = f.num_envs;
   std::vector<float> adv(static_cast<std::size_t>(T) * E);
@@ -89,7 +89,7 @@ std::vector<float> gae(const Fragment& f, const std::vector<float>& rewards, dou
   return adv;
 }
 
-void check_fragment(const Fragment& f, int obs_dim, int act_dim) {
+void check_fragment(const rl::Fragment& f, int obs_dim, int act_dim) {
   auto bad = [&](const std::string& what) {
     throw ProtocolError("fragment from observer " + std::to_string(f.observer_id) + ": " + what);
   };
@@ -119,12 +119,12 @@ torch::Tensor PpoActor::prepare(const torch::Tensor& obs) const {
   return norm_obs_ ? obs_rms_.normalize(x) : x;
 }
 
-ActReply PpoActor::act(const float* obs, int rows) { return act_impl(obs, rows, false); }
-ActReply PpoActor::act_greedy(const float* obs, int rows) { return act_impl(obs, rows, true); }
+rl::ActReply PpoActor::act(const float* obs, int rows) { return act_impl(obs, rows, false); }
+rl::ActReply PpoActor::act_greedy(const float* obs, int rows) { return act_impl(obs, rows, true); }
 
-ActReply PpoActor::act_impl(const float* obs, int rows, bool greedy) {
+rl::ActReply PpoActor::act_impl(const float* obs, int rows, bool greedy) {
   const int dim = net_->spec().obs_dim;
-  ActReply reply;
+  rl::ActReply reply;
   torch::Tensor head, value, log_std;
   {
     std::shared_lock<std::shared_mutex> lock(mu_);
@@ -181,7 +181,7 @@ ActReply PpoActor::act_impl(const float* obs, int rows, bool greedy) {
 
 PpoLoss ppo_loss(const torch::Tensor& logp, const torch::Tensor& old_logp, const torch::Tensor& adv,
                  const torch::Tensor& value, const torch::Tensor& old_value, const torch::Tensor& ret,
-                 const torch::Tensor& entropy, const PpoOptions& o) {
+                 const torch::Tensor& entropy, const rl::PpoOptions& o) {
   PpoLoss l;
   const auto ratio = (logp - old_logp).exp();
   l.policy = -torch::min(ratio * adv, ratio.clamp(1 - o.clip, 1 + o.clip) * adv).mean();
@@ -196,7 +196,7 @@ PpoLoss ppo_loss(const torch::Tensor& logp, const torch::Tensor& old_logp, const
   return l;
 }
 
-std::vector<float> RewardScaler::scale(const Fragment& f) {
+std::vector<float> RewardScaler::scale(const rl::Fragment& f) {
   std::vector<float> rewards = f.rewards, seen;
   for (std::size_t i = 0; i < rewards.size(); ++i) {
     const int e = static_cast<int>(i % f.num_envs);  // time-major: step i / num_envs, env i % num_envs
@@ -211,12 +211,12 @@ std::vector<float> RewardScaler::scale(const Fragment& f) {
   return rewards;
 }
 
-Ppo::Ppo(PpoActor& actor, PpoOptions options)
+Ppo::Ppo(PpoActor& actor, rl::PpoOptions options)
     : actor_(actor), o_(options),
       optimizer_(actor.net().parameters(), torch::optim::AdamOptions(options.lr).eps(1e-5)), scaler_(options.gamma),
       rng_(options.seed) {}
 
-PpoStats Ppo::update(const std::vector<Fragment>& fragments) {
+PpoStats Ppo::update(const std::vector<rl::Fragment>& fragments) {
   auto& net = actor_.net();
   const int obs_dim = net.spec().obs_dim, act_dim = net.spec().action_dim;
   for (const auto& f : fragments) check_fragment(f, obs_dim, act_dim);

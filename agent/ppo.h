@@ -14,8 +14,8 @@
 #include <shared_mutex>
 #include <vector>
 
-#include "agent/ppo_options.h"
-#include "agent/protocol.h"
+#include "rl/ppo_options.h"
+#include "rl/protocol.h"
 #include "models/actor_critic.h"
 
 namespace distrl::agent {
@@ -48,20 +48,20 @@ class RunningMeanStd {
 // `returns` (= advantages + values). A terminated step does not bootstrap; a truncated one
 // bootstraps with the critic's value of the episode's final observation (truncated_values;
 // the step's own value when a fragment does not carry them).
-std::vector<float> gae(const Fragment& f, const std::vector<float>& rewards, double gamma, double lambda,
+std::vector<float> gae(const rl::Fragment& f, const std::vector<float>& rewards, double gamma, double lambda,
                        std::vector<float>* returns);
 
 // Throws ProtocolError unless the fragment's arrays agree with its shape and the env's.
-void check_fragment(const Fragment& f, int obs_dim, int act_dim);
+void check_fragment(const rl::Fragment& f, int obs_dim, int act_dim);
 
 // The acting side: thread-safe act() for the batcher; the learner takes exclusive().
 class PpoActor {
  public:
   PpoActor(std::shared_ptr<models::ActorCritic> net, torch::Device device, bool norm_obs, std::uint64_t seed);
   // One action per row of obs (rows x obs_dim), with log-probs and values.
-  ActReply act(const float* obs, int rows);
+  rl::ActReply act(const float* obs, int rows);
   // The most likely action per row (evaluation).
-  ActReply act_greedy(const float* obs, int rows);
+  rl::ActReply act_greedy(const float* obs, int rows);
   std::unique_lock<std::shared_mutex> exclusive() { return std::unique_lock<std::shared_mutex>(mu_); }
   models::ActorCritic& net() { return *net_; }
   torch::Device device() const { return device_; }
@@ -70,7 +70,7 @@ class PpoActor {
   torch::Tensor prepare(const torch::Tensor& obs) const;  // normalised when enabled, on the device
 
  private:
-  ActReply act_impl(const float* obs, int rows, bool greedy);
+  rl::ActReply act_impl(const float* obs, int rows, bool greedy);
   std::shared_ptr<models::ActorCritic> net_;
   torch::Device device_;
   bool norm_obs_;
@@ -87,7 +87,7 @@ struct PpoLoss {
 };
 PpoLoss ppo_loss(const torch::Tensor& logp, const torch::Tensor& old_logp, const torch::Tensor& adv,
                  const torch::Tensor& value, const torch::Tensor& old_value, const torch::Tensor& ret,
-                 const torch::Tensor& entropy, const PpoOptions& options);
+                 const torch::Tensor& entropy, const rl::PpoOptions& options);
 
 // Reward scaling (ppo.norm_reward): each reward divided by the running std of the discounted
 // return of its (observer, env), clipped to +-10. Keeps its statistics across fragments.
@@ -95,7 +95,7 @@ class RewardScaler {
  public:
   explicit RewardScaler(double gamma) : gamma_(gamma) {}
   // The fragment's rewards, scaled; the statistics first take in this fragment's returns.
-  std::vector<float> scale(const Fragment& f);
+  std::vector<float> scale(const rl::Fragment& f);
   RunningMeanStd& return_rms() { return rms_; }
 
  private:
@@ -111,15 +111,15 @@ struct PpoStats {
 
 class Ppo {
  public:
-  Ppo(PpoActor& actor, PpoOptions options);
+  Ppo(PpoActor& actor, rl::PpoOptions options);
   // One PPO update over the fragments (checked first); takes the actor's exclusive lock.
-  PpoStats update(const std::vector<Fragment>& fragments);
+  PpoStats update(const std::vector<rl::Fragment>& fragments);
   torch::optim::Adam& optimizer() { return optimizer_; }
   RunningMeanStd& return_rms() { return scaler_.return_rms(); }
 
  private:
   PpoActor& actor_;
-  PpoOptions o_;
+  rl::PpoOptions o_;
   torch::optim::Adam optimizer_;
   RewardScaler scaler_;
   std::mt19937_64 rng_;

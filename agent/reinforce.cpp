@@ -6,7 +6,7 @@
 
 namespace distrl::agent {
 
-void check_rollout(const Rollout& r, int obs_dim) {
+void check_rollout(const rl::Rollout& r, int obs_dim) {
   const std::size_t n = r.steps();
   const auto fail = [&](const std::string& what) {
     throw ProtocolError("rollout from observer " + std::to_string(r.observer_id) + ": " + what);
@@ -51,7 +51,7 @@ Reinforce::Reinforce(PolicyActor& actor, ReinforceOptions options)
     : actor_(actor), options_(options),
       optimizer_(actor.net().parameters(), torch::optim::AdamOptions(options.lr)) {}
 
-double Reinforce::update(const std::vector<Rollout>& rollouts) {
+double Reinforce::update(const std::vector<rl::Rollout>& rollouts) {
   std::vector<float> obs, returns;
   std::vector<std::int64_t> actions;
   for (const auto& r : rollouts) {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "agent/policy_actor.h"
-#include "agent/protocol.h"
+#include "rl/protocol.h"
 
 namespace distrl::agent {
 
@@ -20,7 +20,7 @@ struct ReinforceOptions {
 
 // Throws ProtocolError unless the rollout's arrays agree: obs_dim floats, one action and one
 // log-prob per reward, segment lengths covering every reward, one terminated flag per segment.
-void check_rollout(const Rollout& r, int obs_dim);
+void check_rollout(const rl::Rollout& r, int obs_dim);
 
 // Discounted rewards-to-go, restarting at each segment boundary. Exposed for tests.
 std::vector<float> rewards_to_go(const std::vector<float>& rewards, const std::vector<std::int32_t>& lengths,
@@ -30,7 +30,7 @@ class Reinforce {
  public:
   Reinforce(PolicyActor& actor, ReinforceOptions options);
   // One gradient step over the rollouts; returns the loss. Takes the actor's exclusive lock.
-  double update(const std::vector<Rollout>& rollouts);
+  double update(const std::vector<rl::Rollout>& rollouts);
   torch::optim::Adam& optimizer() { return optimizer_; }
 
  private:

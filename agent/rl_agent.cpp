@@ -36,7 +36,7 @@ std::string thousands(double v) {
 // Calls `method(arg)` on every live observer at once and collects the answers; an observer
 // whose call fails (or whose answer fails `check`) is dropped through `drop`.
 template <typename T, typename Check, typename Drop>
-std::vector<T> gather(std::vector<transport::RRef<ObserverObject>>& obs, const std::vector<int>& ids,
+std::vector<T> gather(std::vector<transport::RRef<rl::ObserverObject>>& obs, const std::vector<int>& ids,
                       const std::vector<bool>& alive, Batcher* b, const char* method, int arg, Check check, Drop drop) {
   std::vector<transport::Future<T>> futs(obs.size());
   for (std::size_t i = 0; i < obs.size(); ++i) {
@@ -67,7 +67,7 @@ std::vector<T> gather(std::vector<transport::RRef<ObserverObject>>& obs, const s
 
 }  // namespace
 
-RlAgent::RlAgent(RlConfig config, const std::string& resume) : cfg_(std::move(config)) {
+RlAgent::RlAgent(rl::RlConfig config, const std::string& resume) : cfg_(std::move(config)) {
   auto env = envs::make_env(cfg_.env);
   const auto space = env->action_space();
   obs_dim_ = env->observation_space().dim();
@@ -93,7 +93,7 @@ RlAgent::RlAgent(RlConfig config, const std::string& resume) : cfg_(std::move(co
       throw ConfigError(std::string("model: ") + e.what());
     }
     ppo_actor_ = std::make_unique<PpoActor>(net, device, cfg_.ppo.norm_obs, seed);
-    PpoOptions o = cfg_.ppo;
+    rl::PpoOptions o = cfg_.ppo;
     o.gamma = cfg_.gamma;
     o.lr = cfg_.lr;
     o.seed = seed + 2;
@@ -143,23 +143,23 @@ void RlAgent::serve(transport::RpcAgent& rpc) {
     bo.max_wait = std::chrono::microseconds(cfg_.max_wait_us);
     batcher_ = std::make_unique<Batcher>(obs_dim_, observers, bo, act);
     Batcher* b = batcher_.get();
-    rpc.register_function(kSelectAction, [b](int observer, std::vector<float> obs) {
+    rpc.register_function(rl::kSelectAction, [b](int observer, std::vector<float> obs) {
       return b->submit(observer, std::move(obs));
     }, where);
   } else {
     const int dim = obs_dim_;
-    rpc.register_function(kSelectAction, [act, dim](int observer, std::vector<float> obs) {
-      return act(obs.data(), observation_rows(obs, dim));
+    rpc.register_function(rl::kSelectAction, [act, dim](int observer, std::vector<float> obs) {
+      return act(obs.data(), rl::observation_rows(obs, dim));
     }, where);
   }
 }
 
 RunSummary RlAgent::run(transport::RpcAgent& rpc) {
-  std::vector<transport::RRef<ObserverObject>> obs;
+  std::vector<transport::RRef<rl::ObserverObject>> obs;
   std::vector<int> ids;
   for (const auto& w : rpc.workers()) {
     if (w.rank == rpc.rank()) continue;
-    ObserverSpec spec;
+    rl::ObserverSpec spec;
     spec.agent = rpc.name();
     spec.observer_id = static_cast<int>(obs.size());
     spec.env = cfg_.env;
@@ -167,7 +167,7 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
     spec.seed = static_cast<std::uint64_t>(cfg_.seed) * 1000003ull + 7919ull * (spec.observer_id + 1);
     spec.record_latency = true;
     spec.fragments = ppo();
-    obs.push_back(rpc.remote<ObserverObject>(w.name, kObserverClass, spec));
+    obs.push_back(rpc.remote<rl::ObserverObject>(w.name, rl::kObserverClass, spec));
     ids.push_back(spec.observer_id);
   }
   for (auto& r : obs) r.created().value();  // a bad env name on an observer fails here, named
@@ -205,8 +205,8 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
       DISTRL_LOG(Warn, "agent: dropping observer " << ids[i] << " (" << obs[i].owner_name() << "): " << e.what());
     };
     if (ppo()) {
-      auto frags = gather<Fragment>(obs, ids, alive, batcher_.get(), "run_fragment", cfg_.ppo_steps,
-                                    [&](const Fragment& f) { check_fragment(f, obs_dim_, act_dim_); }, drop);
+      auto frags = gather<rl::Fragment>(obs, ids, alive, batcher_.get(), "run_fragment", cfg_.ppo_steps,
+                                    [&](const rl::Fragment& f) { check_fragment(f, obs_dim_, act_dim_); }, drop);
       for (auto& f : frags) {
         returns.insert(returns.end(), f.episode_returns.begin(), f.episode_returns.end());
         steps += static_cast<long long>(f.transitions());
@@ -214,8 +214,8 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
       }
       if (cfg_.learn) loss = ppo_->update(frags).policy_loss;
     } else {
-      auto rollouts = gather<Rollout>(obs, ids, alive, batcher_.get(), "run_episode", cfg_.max_steps,
-                                      [&](const Rollout& r) { check_rollout(r, obs_dim_); }, drop);
+      auto rollouts = gather<rl::Rollout>(obs, ids, alive, batcher_.get(), "run_episode", cfg_.max_steps,
+                                      [&](const rl::Rollout& r) { check_rollout(r, obs_dim_); }, drop);
       if (cfg_.learn) loss = learner_->update(rollouts);
       for (auto& r : rollouts) {
         std::size_t at = 0;
@@ -396,7 +396,7 @@ std::vector<double> RlAgent::evaluate(int episodes, std::uint64_t seed, const st
     }
     double ret = 0;
     for (int t = 0; t < cfg_.max_steps; ++t) {
-      const ActReply a = ppo() ? ppo_actor_->act_greedy(obs.data(), 1) : act_(obs.data(), 1);
+      const rl::ActReply a = ppo() ? ppo_actor_->act_greedy(obs.data(), 1) : act_(obs.data(), 1);
       const envs::Step s = act_dim_ > 0 ? env->step(a.cont_actions.data(), obs.data()) : env->step(a.actions[0], obs.data());
       ret += s.reward;
       if (gif && (t % 2 == 1 || s.done())) {  // 25 frames per second of game time

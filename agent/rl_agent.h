@@ -22,7 +22,7 @@
 #include "agent/policy_actor.h"
 #include "agent/ppo.h"
 #include "agent/reinforce.h"
-#include "agent/rl_config.h"
+#include "rl/rl_config.h"
 #include "transport/rpc_agent.h"
 
 namespace distrl::agent {
@@ -45,7 +45,7 @@ struct RunSummary {
 class RlAgent {
  public:
   // Builds the policy (and loads `resume` when not empty). Throws ConfigError for bad values.
-  explicit RlAgent(RlConfig config, const std::string& resume = "");
+  explicit RlAgent(rl::RlConfig config, const std::string& resume = "");
   ~RlAgent();
 
   // In the RpcAgent's setup callback: registers select_action (batched or not) for the
@@ -71,9 +71,9 @@ class RlAgent {
   void load(const std::string& path);
   bool ppo() const { return static_cast<bool>(ppo_); }
 
-  RlConfig cfg_;
+  rl::RlConfig cfg_;
   int obs_dim_ = 0, n_actions_ = 0, act_dim_ = 0;
-  std::function<ActReply(const float*, int)> act_;  // what select_action runs
+  std::function<rl::ActReply(const float*, int)> act_;  // what select_action runs
   std::unique_ptr<PolicyActor> actor_;               // REINFORCE
   std::unique_ptr<Reinforce> learner_;
   std::unique_ptr<PpoActor> ppo_actor_;              // PPO

@@ -3,7 +3,7 @@
 // (or, with a message and a non-zero code, when the agent is gone).
 #include <iostream>
 
-#include "agent/cli.h"
+#include "rl/cli.h"
 #include "common/log.h"
 #include "common/main_guard.h"
 #include "observer/observer.h"
@@ -12,18 +12,18 @@
 int main(int argc, char** argv) {
   return distrl::guarded_main("distrl-observer", [&] {
     using namespace distrl;
-    agent::RlCommandLine cmd(
+    rl::RlCommandLine cmd(
         "distrl-observer",
         "distrl-observer: an RL observer process. Steps the environments the agent asks for and\n"
         "asks the agent for every action. Takes the same --config and overrides as distrl-agent\n"
         "(it uses the rpc.* keys; the agent sends it the rest). Exits when the agent finishes, or\n"
         "with an error within rpc.timeout_s when the agent is gone.");
     if (!cmd.parse(argc, argv)) return 0;
-    const agent::RlConfig& cfg = cmd.config;
+    const rl::RlConfig& cfg = cmd.config;
     const ToolFlags& cli = cmd.flags;
     if (cli.check_only) return 0;
 
-    auto opts = agent::rpc_options(cfg, cli.world, "");
+    auto opts = rl::rpc_options(cfg, cli.world, "");
     const auto world = transport::resolve_world(opts.init_method, opts.rank, opts.world_size);
     opts.name = "observer" + std::to_string(world.rank);
     set_log_tag(opts.name);
@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
     transport::RpcAgent rpc(opts, [&](transport::RpcAgent& a) { observer::Observer::register_class(a, host); });
     host.touch();
     // Throws with the reason when the agent is gone (connection dropped) or silent too long.
-    host.wait(opts.rpc_timeout, [&] { return rpc.connection_lost(agent::kAgentName); });
+    host.wait(opts.rpc_timeout, [&] { return rpc.connection_lost(rl::kAgentName); });
     rpc.shutdown();
     return 0;
   });

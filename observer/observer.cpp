@@ -7,15 +7,15 @@ namespace distrl::observer {
 
 using Clock = std::chrono::steady_clock;
 
-agent::Rollout run_episode(envs::VecEnv& venv, int observer_id, int max_steps, const ActFn& act,
+rl::Rollout run_episode(envs::VecEnv& venv, int observer_id, int max_steps, const ActFn& act,
                            bool record_latency) {
   const int n = venv.size();
   const int dim = venv.obs_dim();
   // Per env: its trajectory so far (appended in place, concatenated at the end).
-  std::vector<agent::Rollout> per(n);
+  std::vector<rl::Rollout> per(n);
   std::vector<float> request;
   std::vector<int> actions(n, 0), rows(n, -1);
-  agent::Rollout out;
+  rl::Rollout out;
   out.observer_id = observer_id;
   out.obs_dim = dim;
   venv.reset_all();
@@ -27,7 +27,7 @@ agent::Rollout run_episode(envs::VecEnv& venv, int observer_id, int max_steps, c
       if (rows[i] >= 0) request.insert(request.end(), venv.obs(i), venv.obs(i) + dim);
     }
     const auto t0 = Clock::now();
-    agent::ActReply reply = act(request);
+    rl::ActReply reply = act(request);
     if (record_latency)
       out.latency_us.push_back(std::chrono::duration<float, std::micro>(Clock::now() - t0).count());
     if (static_cast<int>(reply.actions.size()) != m || static_cast<int>(reply.log_probs.size()) != m)
@@ -59,7 +59,7 @@ agent::Rollout run_episode(envs::VecEnv& venv, int observer_id, int max_steps, c
   return out;
 }
 
-agent::Fragment run_fragment(envs::VecEnv& venv, FragmentState& state, int observer_id, int steps, const ActFn& act,
+rl::Fragment run_fragment(envs::VecEnv& venv, FragmentState& state, int observer_id, int steps, const ActFn& act,
                              bool record_latency) {
   const int n = venv.size(), dim = venv.obs_dim();
   const auto space = venv.env(0).action_space();
@@ -70,7 +70,7 @@ agent::Fragment run_fragment(envs::VecEnv& venv, FragmentState& state, int obser
     state.episode_length.assign(n, 0);
     state.started = true;
   }
-  agent::Fragment f;
+  rl::Fragment f;
   f.observer_id = observer_id;
   f.obs_dim = dim;
   f.act_dim = act_dim;
@@ -83,7 +83,7 @@ agent::Fragment run_fragment(envs::VecEnv& venv, FragmentState& state, int obser
   auto ask = [&]() {
     request.assign(venv.obs(), venv.obs() + static_cast<std::size_t>(n) * dim);
     const auto t0 = Clock::now();
-    agent::ActReply r = act(request);
+    rl::ActReply r = act(request);
     if (record_latency) f.latency_us.push_back(std::chrono::duration<float, std::micro>(Clock::now() - t0).count());
     r.check(n);
     if (r.values.size() != static_cast<std::size_t>(n) ||
@@ -93,7 +93,7 @@ agent::Fragment run_fragment(envs::VecEnv& venv, FragmentState& state, int obser
     return r;
   };
   for (int t = 0; t < steps; ++t) {
-    agent::ActReply r = ask();
+    rl::ActReply r = ask();
     f.obs.insert(f.obs.end(), request.begin(), request.end());
     f.log_probs.insert(f.log_probs.end(), r.log_probs.begin(), r.log_probs.end());
     f.values.insert(f.values.end(), r.values.begin(), r.values.end());
@@ -114,7 +114,7 @@ agent::Fragment run_fragment(envs::VecEnv& venv, FragmentState& state, int obser
     if (!cut.empty()) {
       std::vector<float> finals;
       for (int i : cut) finals.insert(finals.end(), venv.final_obs(i), venv.final_obs(i) + dim);
-      agent::ActReply v = act(finals);
+      rl::ActReply v = act(finals);
       v.check(static_cast<int>(cut.size()));
       if (v.values.size() != cut.size()) throw ProtocolError("select_action: no values for the final observations");
       for (std::size_t k = 0; k < cut.size(); ++k) cut_values[cut[k]] = v.values[k];
@@ -175,7 +175,7 @@ bool ObserverHost::wait(std::chrono::milliseconds idle_limit, const std::functio
   }
 }
 
-Observer::Observer(transport::RpcAgent& rpc, ObserverHost& host, agent::ObserverSpec spec)
+Observer::Observer(transport::RpcAgent& rpc, ObserverHost& host, rl::ObserverSpec spec)
     : rpc_(rpc), host_(host), spec_(std::move(spec)),
       venv_(spec_.env, spec_.num_envs, spec_.seed, /*autoreset=*/spec_.fragments) {
   host_.touch();
@@ -189,7 +189,7 @@ auto Observer::with_agent(Run&& run) {
   host_.touch();
   const int id = spec_.observer_id;
   ActFn act = [this, id](const std::vector<float>& obs) {
-    auto r = rpc_.rpc_sync<agent::ActReply>(spec_.agent, agent::kSelectAction, id, obs);
+    auto r = rpc_.rpc_sync<rl::ActReply>(spec_.agent, rl::kSelectAction, id, obs);
     host_.touch();
     return r;
   };
@@ -201,14 +201,14 @@ auto Observer::with_agent(Run&& run) {
   }
 }
 
-agent::Rollout Observer::run_episode(int max_steps) {
+rl::Rollout Observer::run_episode(int max_steps) {
   if (spec_.fragments) throw Error("run_episode: this observer runs fragments (PPO); call run_fragment");
   return with_agent([&](const ActFn& act) {
     return observer::run_episode(venv_, spec_.observer_id, max_steps, act, spec_.record_latency);
   });
 }
 
-agent::Fragment Observer::run_fragment(int steps) {
+rl::Fragment Observer::run_fragment(int steps) {
   if (!spec_.fragments) throw Error("run_fragment: this observer runs whole episodes (REINFORCE)");
   if (steps < 1) throw Error("run_fragment: steps must be positive, got " + std::to_string(steps));
   return with_agent([&](const ActFn& act) {
@@ -220,7 +220,7 @@ void Observer::finish() { host_.finish(); }
 
 void Observer::register_class(transport::RpcAgent& rpc, ObserverHost& host) {
   rpc.register_class<Observer>("Observer")
-      .factory([&rpc, &host](agent::ObserverSpec spec) { return std::make_shared<Observer>(rpc, host, std::move(spec)); })
+      .factory([&rpc, &host](rl::ObserverSpec spec) { return std::make_shared<Observer>(rpc, host, std::move(spec)); })
       .method("run_episode", &Observer::run_episode)
       .method("run_fragment", &Observer::run_fragment)
       .method("finish", &Observer::finish);

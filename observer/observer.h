@@ -9,19 +9,19 @@
 #include <mutex>
 #include <string>
 
-#include "agent/protocol.h"
+#include "rl/protocol.h"
 #include "envs/vec_env.h"
 #include "transport/rpc_agent.h"
 
 namespace distrl::observer {
 
 // Asks for one action per row of obs (the rows of the envs still running).
-using ActFn = std::function<agent::ActReply(const std::vector<float>& obs)>;
+using ActFn = std::function<rl::ActReply(const std::vector<float>& obs)>;
 
 // One episode on every env of venv (reset first), at most max_steps steps: each step sends
 // the running envs' observations through act and steps them with the answers. The rollout
 // holds one segment per env. Throws what act throws.
-agent::Rollout run_episode(envs::VecEnv& venv, int observer_id, int max_steps, const ActFn& act,
+rl::Rollout run_episode(envs::VecEnv& venv, int observer_id, int max_steps, const ActFn& act,
                            bool record_latency);
 
 // Episode bookkeeping that outlives one fragment: envs keep running across fragments.
@@ -34,7 +34,7 @@ struct FragmentState {
 // `steps` steps of every env of venv (an autoreset VecEnv; reset on the first call), one
 // select_action per step for all envs, then one more for the bootstrap values. Discrete or
 // continuous actions follow the env. Throws what act throws, ProtocolError for a bad answer.
-agent::Fragment run_fragment(envs::VecEnv& venv, FragmentState& state, int observer_id, int steps, const ActFn& act,
+rl::Fragment run_fragment(envs::VecEnv& venv, FragmentState& state, int observer_id, int steps, const ActFn& act,
                              bool record_latency);
 
 // What the observer process's main thread watches: the agent's "finish", a failed call to
@@ -59,9 +59,9 @@ class ObserverHost {
 
 class Observer {
  public:
-  Observer(transport::RpcAgent& rpc, ObserverHost& host, agent::ObserverSpec spec);
-  agent::Rollout run_episode(int max_steps);
-  agent::Fragment run_fragment(int steps);
+  Observer(transport::RpcAgent& rpc, ObserverHost& host, rl::ObserverSpec spec);
+  rl::Rollout run_episode(int max_steps);
+  rl::Fragment run_fragment(int steps);
   void finish();
 
   // Registers the "Observer" class (constructed by the agent) on this process's agent.
@@ -72,7 +72,7 @@ class Observer {
   auto with_agent(Run&& run);
   transport::RpcAgent& rpc_;
   ObserverHost& host_;
-  agent::ObserverSpec spec_;
+  rl::ObserverSpec spec_;
   envs::VecEnv venv_;
   FragmentState fragment_state_;
   std::mutex mu_;  // one episode or fragment at a time

@@ -5,7 +5,9 @@
 #include <cstdint>
 #include <string>
 
-#include "transport/serialize.h"
+#include <msgpack.hpp>
+
+#include "transport/wire_limits.h"
 
 namespace distrl::transport {
 

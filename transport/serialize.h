@@ -17,6 +17,7 @@
 #include <msgpack.hpp>
 
 #include "common/error.h"
+#include "transport/wire_limits.h"
 
 namespace distrl::transport {
 
@@ -30,17 +31,6 @@ constexpr int kMaxTensorDims = 16;
 // Message kinds of the header's "k" field.
 enum class Kind : std::uint8_t { Request = 0, Response = 1, Error = 2, Collective = 3, Control = 4 };
 constexpr int kKindCount = 5;
-
-// Decode limits: msgpack's defaults let a five-byte input ask for gigabytes.
-struct WireLimits {
-  std::size_t max_message_bytes = 1ull << 30;  // all frames of one message together
-  std::size_t max_frames = 4096;               // tensor frames per message
-  std::size_t max_array = 1u << 20;            // elements of one msgpack array
-  std::size_t max_map = 1u << 16;              // entries of one msgpack map
-  std::size_t max_str = 16u << 20;             // bytes of one string
-  std::size_t max_bin = 256u << 20;            // bytes of one bin
-  std::size_t max_depth = 64;                  // nesting
-};
 
 namespace detail {
 

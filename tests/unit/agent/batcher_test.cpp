@@ -22,7 +22,7 @@ struct FakeForward {
     return [this](const float* obs, int n) {
       ++calls;
       rows += n;
-      ActReply r;
+      rl::ActReply r;
       for (int i = 0; i < n; ++i) {
         r.actions.push_back(static_cast<int>(obs[2 * i]));
         r.log_probs.push_back(-obs[2 * i + 1]);
@@ -48,7 +48,7 @@ TEST(BatcherTest, LockStepObserversGetOneForwardPerRoundAndTheirOwnRows) {
           obs.push_back(static_cast<float>(100 * i + k));
           obs.push_back(static_cast<float>(r));
         }
-        ActReply a = b.submit(i, obs).value();
+        rl::ActReply a = b.submit(i, obs).value();
         if (a.actions.size() != static_cast<std::size_t>(i + 1)) ++wrong;
         for (int k = 0; k <= i && k < static_cast<int>(a.actions.size()); ++k)
           if (a.actions[k] != 100 * i + k || a.log_probs[k] != -static_cast<float>(r)) ++wrong;
@@ -112,7 +112,7 @@ TEST(BatcherTest, FullBatchClosesAtMaxRows) {
 }
 
 TEST(BatcherTest, ForwardErrorsReachEveryRequester) {
-  Batcher b(2, 2, BatchOptions{256, 60s}, [](const float*, int) -> ActReply { throw ModelError("boom"); });
+  Batcher b(2, 2, BatchOptions{256, 60s}, [](const float*, int) -> rl::ActReply { throw ModelError("boom"); });
   b.set_active(0, true);
   b.set_active(1, true);
   auto f0 = b.submit(0, {1, 0});

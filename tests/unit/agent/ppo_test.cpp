@@ -20,8 +20,8 @@ using namespace distrl::agent;
 
 namespace {
 
-Fragment tiny_fragment() {
-  Fragment f;
+rl::Fragment tiny_fragment() {
+  rl::Fragment f;
   f.steps = 4;
   f.num_envs = 1;
   f.obs_dim = 1;
@@ -127,7 +127,7 @@ TEST(PpoTest, LearnsCartPoleInProcess) {
   spec.obs_dim = 4;
   spec.n_actions = 2;
   PpoActor actor(std::make_shared<models::ActorCritic>(spec), torch::kCPU, true, 11);
-  PpoOptions o;
+  rl::PpoOptions o;
   o.lr = 1e-3;
   o.epochs = 4;
   o.minibatch = 256;
@@ -163,7 +163,7 @@ TEST(PpoTest, MalformedAnswersAndFragmentsAreRefused) {
   observer::FragmentState state;
   // A REINFORCE-style answer (no critic values) to a fragment's request.
   auto no_values = [](const std::vector<float>&) {
-    ActReply r;
+    rl::ActReply r;
     r.actions = {0, 1};
     r.log_probs = {-0.7f, -0.7f};
     return r;
@@ -171,7 +171,7 @@ TEST(PpoTest, MalformedAnswersAndFragmentsAreRefused) {
   EXPECT_THROW(observer::run_fragment(venv, state, 0, 4, no_values, false), ProtocolError);
   // One row short.
   auto short_reply = [](const std::vector<float>&) {
-    ActReply r;
+    rl::ActReply r;
     r.actions = {0};
     r.log_probs = {-0.7f};
     r.values = {0.1f};
@@ -198,7 +198,7 @@ TEST(PpoTest, LossPiecesMatchAHandComputation) {
   const auto adv = t({1, -1, 2});
   const auto value = t({1.0f, 2.0f, 0.0f}), old_value = t({0.5f, 2.5f, 0.0f}), ret = t({2, 1, 1});
   const auto entropy = t({0.6f, 0.9f, 0.3f});
-  PpoOptions o;
+  rl::PpoOptions o;
   o.clip = 0.2;
   o.vf_coef = 0.5;
   o.ent_coef = 0.01;
@@ -220,7 +220,7 @@ TEST(PpoTest, LossPiecesMatchAHandComputation) {
 // 1.75; each reward is divided by their running std (the statistics start at mean 0, var 1,
 // count 1e-4, as in RunningMeanStd).
 TEST(PpoTest, RewardScalingDividesByTheStdOfTheDiscountedReturn) {
-  Fragment f;
+  rl::Fragment f;
   f.num_envs = 1;
   f.steps = 3;
   f.rewards = {1, 1, 1};
@@ -252,7 +252,7 @@ TEST(PpoTest, GradientClippingBoundsTheUpdate) {
     spec.n_actions = 2;
     auto net = std::make_shared<models::ActorCritic>(spec);
     PpoActor actor(net, torch::kCPU, false, 11);
-    PpoOptions o;
+    rl::PpoOptions o;
     o.epochs = 1;
     o.minibatch = 64;
     o.max_grad_norm = max_grad_norm;
@@ -277,7 +277,7 @@ TEST(PpoTest, GradientClippingBoundsTheUpdate) {
 // GAE over two envs: the arrays are time-major ([step][env]); each env's recursion runs on
 // its own column, with its own termination.
 TEST(PpoTest, GaeKeepsEnvsApartInTimeMajorArrays) {
-  Fragment f;
+  rl::Fragment f;
   f.steps = 2;
   f.num_envs = 2;
   f.values = {0.1f, 0.2f, 0.3f, 0.4f};  // t0e0, t0e1, t1e0, t1e1

@@ -26,7 +26,7 @@ TEST(ReinforceTest, RewardsToGoRestartPerSegment) {
 }
 
 TEST(ReinforceTest, MalformedRolloutsAndRequestsAreRefused) {
-  Rollout good;
+  rl::Rollout good;
   good.obs_dim = 2;
   good.obs = {0, 0, 1, 1, 2, 2};
   good.actions = {0, 1, 0};
@@ -52,16 +52,16 @@ TEST(ReinforceTest, MalformedRolloutsAndRequestsAreRefused) {
   bad.terminated = {1};
   EXPECT_THROW(check_rollout(bad, 2), ProtocolError);
   // select_action bodies: whole observations only.
-  EXPECT_EQ(observation_rows({1, 2, 3, 4, 5, 6, 7, 8}, 4), 2);
-  EXPECT_THROW(observation_rows({}, 4), ProtocolError);
-  EXPECT_THROW(observation_rows({1, 2, 3}, 4), ProtocolError);
+  EXPECT_EQ(rl::observation_rows({1, 2, 3, 4, 5, 6, 7, 8}, 4), 2);
+  EXPECT_THROW(rl::observation_rows({}, 4), ProtocolError);
+  EXPECT_THROW(rl::observation_rows({1, 2, 3}, 4), ProtocolError);
 }
 
 TEST(ReinforceTest, ActorAnswersEveryRowWithAValidAction) {
   torch::manual_seed(0);
   PolicyActor actor(models::make_policy("tutorial", {}), torch::kCPU, 4, 1);
   std::vector<float> obs(4 * 5, 0.01f);
-  ActReply r = actor.act(obs.data(), 5);
+  rl::ActReply r = actor.act(obs.data(), 5);
   ASSERT_EQ(r.actions.size(), 5u);
   for (std::size_t i = 0; i < 5; ++i) {
     EXPECT_TRUE(r.actions[i] == 0 || r.actions[i] == 1);
@@ -81,7 +81,7 @@ TEST(ReinforceTest, ImprovesTheRunningRewardOnCartPole) {
   double first = 0, running = 0;
   int rounds = 0;
   for (; rounds < 150; ++rounds) {
-    Rollout r = observer::run_episode(venv, 0, 500, act, false);
+    rl::Rollout r = observer::run_episode(venv, 0, 500, act, false);
     ASSERT_EQ(r.lengths.size(), 4u);
     const double mean = static_cast<double>(r.steps()) / 4;  // reward 1 per step
     if (rounds == 0) first = running = mean;
@@ -107,7 +107,7 @@ TEST(ReinforceTest, LossUsesNormalisedReturnsToGo) {
   auto net = models::make_policy("mlp", spec);
   PolicyActor actor(net, torch::kCPU, 4, 3);
   Reinforce learner(actor, ReinforceOptions{0.5, 1e-2});
-  Rollout r;
+  rl::Rollout r;
   r.obs_dim = 4;
   r.obs = {0.1f, 0, 0, 0, 0, 0.2f, 0, 0, 0, 0, 0.3f, 0};
   r.actions = {0, 1, 1};

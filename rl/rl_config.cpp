@@ -1,9 +1,9 @@
-#include "agent/rl_config.h"
+#include "rl/rl_config.h"
 
 #include "common/error.h"
 #include "envs/env.h"
 
-namespace distrl::agent {
+namespace distrl::rl {
 
 void bind(Settings& s, RlConfig& c) {
   s.bind("run.seed", &c.seed, "seed for the network, action sampling and environments").range(0, 2147483647);
@@ -72,4 +72,4 @@ transport::RpcOptions rpc_options(const RlConfig& c, const WorldFlags& w, const 
   return o;
 }
 
-}  // namespace distrl::agent
+}  // namespace distrl::rl

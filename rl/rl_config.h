@@ -7,12 +7,12 @@
 #include <string>
 #include <vector>
 
-#include "agent/ppo_options.h"
+#include "rl/ppo_options.h"
 #include "common/command_line.h"
 #include "common/settings.h"
 #include "transport/options.h"
 
-namespace distrl::agent {
+namespace distrl::rl {
 
 struct RlConfig {
   // run
@@ -61,4 +61,4 @@ void bind(Settings& s, RlConfig& c);
 
 transport::RpcOptions rpc_options(const RlConfig& c, const WorldFlags& w, const std::string& name);
 
-}  // namespace distrl::agent
+}  // namespace distrl::rl

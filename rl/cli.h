@@ -1,10 +1,10 @@
 // The command line of distrl-agent and distrl-observer (common/command_line.h over RlConfig).
 #pragma once
 
-#include "agent/rl_config.h"
+#include "rl/rl_config.h"
 #include "common/command_line.h"
 
-namespace distrl::agent {
+namespace distrl::rl {
 
 class RlCommandLine : public CommandLine<RlConfig> {
  public:
@@ -14,4 +14,4 @@ class RlCommandLine : public CommandLine<RlConfig> {
                               "ignore it") {}
 };
 
-}  // namespace distrl::agent
+}  // namespace distrl::rl

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-namespace distrl::agent {
+namespace distrl::rl {
 
 struct PpoOptions {
   double gamma = 0.99;
@@ -23,4 +23,4 @@ struct PpoOptions {
   std::uint64_t seed = 1;
 };
 
-}  // namespace distrl::agent
+}  // namespace distrl::rl

@@ -15,7 +15,7 @@
 
 #include "common/error.h"
 
-namespace distrl::agent {
+namespace distrl::rl {
 
 inline constexpr const char* kAgentName = "agent";  // the agent's RPC worker name
 inline constexpr const char* kSelectAction = "select_action";
@@ -111,9 +111,9 @@ struct Fragment {
   std::size_t transitions() const { return static_cast<std::size_t>(steps) * num_envs; }
 };
 
-}  // namespace distrl::agent
+}  // namespace distrl::rl
 
-namespace distrl::agent {
+namespace distrl::rl {
 
 // Rows in a select_action request: obs must hold whole observations of obs_dim floats.
 // Throws ProtocolError (the caller sees it as a RemoteError) otherwise.
@@ -127,4 +127,4 @@ inline int observation_rows(const std::vector<float>& obs, int obs_dim) {
 // The observer's object as the agent's RRefs see it (only its methods are called remotely).
 struct ObserverObject;
 inline constexpr const char* kObserverClass = "Observer";
-}  // namespace distrl::agent
+}  // namespace distrl::rl

@@ -1,0 +1,2 @@
+#include "common/error.h"
+#include "agent/batcher.h"

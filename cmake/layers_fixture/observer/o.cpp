@@ -1,0 +1,2 @@
+#include "agent/batcher.h"
+#include "agent/detail/state.h"
