@@ -119,11 +119,8 @@ TEST(LaunchTest, ItsOwnSignalStopsEveryRankAndSetsTheExitCode) {
     ASSERT_TRUE(WIFEXITED(status)) << "the launcher died of the signal instead of handling it";
     EXPECT_EQ(WEXITSTATUS(status), 128 + sig);
     for (int rank : {0, 1}) EXPECT_FALSE(alive(read_pid(dir.file("pid." + std::to_string(rank))))) << rank;
-    std::ifstream out(dir.file("out"));
-    std::stringstream text;
-    text << out.rdbuf();
-    EXPECT_NE(text.str().find("got signal " + std::to_string(sig) + "; stopping all ranks"), std::string::npos)
-        << text.str();
+    const std::string out = distrl::testing::read_file(dir.file("out"));
+    EXPECT_NE(out.find("got signal " + std::to_string(sig) + "; stopping all ranks"), std::string::npos) << out;
   }
 }
 

@@ -22,6 +22,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using distrl::testing::launch;
+using distrl::testing::read_file;
 using distrl::testing::TempDir;
 
 const std::string kConfig = std::string(DISTRL_SOURCE_DIR) + "/configs/cartpole.yaml";
@@ -33,12 +34,6 @@ int count_lines(const std::string& path) {
   return n;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 class RlRunTest : public ::testing::TestWithParam<std::string> {};
 
@@ -168,7 +163,7 @@ class Spawned {
       int status = 0;
       if (::waitpid(pid, &status, WNOHANG) == pid) {
         pids_.erase(std::find(pids_.begin(), pids_.end(), pid));
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        return distrl::testing::exit_code(status);
       }
       std::this_thread::sleep_for(20ms);
     }
@@ -181,9 +176,7 @@ class Spawned {
 
 // Waits until metrics.csv has at least `lines` lines (episodes are under way).
 bool wait_for_rows(const std::string& metrics, int lines, std::chrono::seconds limit) {
-  const auto until = std::chrono::steady_clock::now() + limit;
-  while (count_lines(metrics) < lines && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(20ms);
-  return count_lines(metrics) >= lines;
+  return distrl::testing::wait_until([&] { return count_lines(metrics) >= lines; }, limit);
 }
 
 std::vector<std::string> tool(const std::string& name, std::vector<std::string> args) {

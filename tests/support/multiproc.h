@@ -12,6 +12,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -39,15 +40,31 @@ class TempDir {
 // Creates an empty file: a one-way signal between forked ranks or processes.
 inline void touch(const std::string& path) { std::ofstream(path).flush(); }
 
-// Waits until path exists; false at the deadline.
-inline bool wait_for_file(const std::string& path, std::chrono::milliseconds deadline) {
+// Polls done() every 10 ms until it is true (returns true) or the deadline passes (false).
+inline bool wait_until(const std::function<bool()>& done, std::chrono::milliseconds deadline) {
   const auto until = std::chrono::steady_clock::now() + deadline;
-  while (!std::filesystem::exists(path)) {
+  while (!done()) {
     if (std::chrono::steady_clock::now() > until) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return true;
 }
+
+// Waits until path exists; false at the deadline.
+inline bool wait_for_file(const std::string& path, std::chrono::milliseconds deadline) {
+  return wait_until([&] { return std::filesystem::exists(path); }, deadline);
+}
+
+// A whole file as a string ("" when it cannot be read).
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A waitpid status as a shell would report it: the exit code, or 128 + the signal.
+inline int exit_code(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
 
 // Starts one child per rank; each runs fn(rank) and exits with its return value (1 if it
 // throws). Children still running at the deadline are SIGKILLed (exit code 137).
@@ -77,7 +94,7 @@ inline std::vector<int> run_ranks(int world, const std::function<int(int)>& fn,
       if (codes[r] != -1) continue;
       int status = 0;
       if (::waitpid(pids[r], &status, WNOHANG) == pids[r]) {
-        codes[r] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        codes[r] = exit_code(status);
         --left;
       }
     }
