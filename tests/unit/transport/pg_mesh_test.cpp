@@ -180,3 +180,22 @@ TEST(PgMeshTest, PeersHeadersAreCheckedAgainstTheCollective) {
   m = all_reduce_fails_with<distrl::ProtocolError>([](PgHeader&, std::string& p) { p.resize(8); });
   EXPECT_NE(m.find("sent step 1/0 of 8 bytes, expected 1/0 of 16"), std::string::npos) << m;
 }
+
+// Address records come from the store, where anyone who reaches it can write: a forged record
+// is refused by name, by the unpack limits (a complete 100-element array, not a truncation).
+TEST(EndpointsTest, AForgedAddressRecordIsRefusedByTheLimits) {
+  StoreServer server("tcp://127.0.0.1:*");
+  Store store(server.endpoint(), 5s);
+  std::string forged("\xdc\x00\x64", 3);  // array16 of 100 elements
+  forged += std::string(100, '\xc0');     // nil x 100
+  store.set("x/1", forged);
+  Address me{"me", host_id(), hostname(), "tcp://127.0.0.1:1", ""};
+  try {
+    exchange_addresses(store, "x/", 0, 2, me, 5s);
+    FAIL() << "accepted";
+  } catch (const distrl::ProtocolError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("address record of rank 1 is malformed"), std::string::npos) << m;
+    EXPECT_NE(m.find("array size overflow"), std::string::npos) << m;
+  }
+}
