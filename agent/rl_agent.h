@@ -23,7 +23,7 @@
 #include "agent/ppo.h"
 #include "agent/reinforce.h"
 #include "rl/rl_config.h"
-#include "transport/rpc_agent.h"
+#include "transport/rpc/rpc_agent.h"
 
 namespace distrl::agent {
 

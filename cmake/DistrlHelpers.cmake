@@ -1,6 +1,6 @@
 # distrl_add_library(folder SOURCES ... DEPS ...): one static library per top-level folder,
 # exported as distrl::<folder>. The repository root is the include root:
-# code writes #include "transport/rpc_agent.h"; the generated config is "common/config.h".
+# code writes #include "transport/rpc/rpc_agent.h"; the generated config is "common/config.h".
 set(DISTRL_WARNINGS -Wall -Wextra -Wno-unused-parameter)
 if(DISTRL_WERROR)
   list(APPEND DISTRL_WARNINGS -Werror)

@@ -6,7 +6,7 @@
 #include <iostream>
 #include <mutex>
 
-#include "transport/rpc_agent.h"
+#include "transport/rpc/rpc_agent.h"
 
 using namespace distrl::transport;
 

@@ -11,7 +11,7 @@
 
 #include "rl/protocol.h"
 #include "envs/vec_env.h"
-#include "transport/rpc_agent.h"
+#include "transport/rpc/rpc_agent.h"
 
 namespace distrl::observer {
 

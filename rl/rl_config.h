@@ -10,7 +10,7 @@
 #include "rl/ppo_options.h"
 #include "common/command_line.h"
 #include "common/settings.h"
-#include "transport/options.h"
+#include "transport/rpc/options.h"
 
 namespace distrl::rl {
 

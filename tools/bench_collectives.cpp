@@ -20,7 +20,7 @@
 #include "tools/config_launch.h"
 #include "tools/launcher.h"
 #include "training/ddp.h"
-#include "transport/process_group.h"
+#include "transport/collectives/process_group.h"
 
 namespace distrl::tools {
 namespace {

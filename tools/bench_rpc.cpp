@@ -14,7 +14,7 @@
 #include <sstream>
 
 #include "tools/bench.h"
-#include "transport/rpc_agent.h"
+#include "transport/rpc/rpc_agent.h"
 
 namespace distrl::tools {
 namespace {

@@ -8,7 +8,7 @@
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
-#include "transport/process_group.h"
+#include "transport/collectives/process_group.h"
 
 namespace distrl::training {
 

@@ -29,7 +29,7 @@
 #include <torch/nn/module.h>
 
 #include "models/nets.h"
-#include "transport/process_group.h"
+#include "transport/collectives/process_group.h"
 
 namespace distrl::training {
 

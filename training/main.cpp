@@ -6,7 +6,7 @@
 #include "common/main_guard.h"
 #include "training/train_config.h"
 #include "training/trainer.h"
-#include "transport/process_group.h"
+#include "transport/collectives/process_group.h"
 
 int main(int argc, char** argv) {
   return distrl::guarded_main("distrl-train", [&] {

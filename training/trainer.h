@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "training/train_config.h"
-#include "transport/process_group.h"
+#include "transport/collectives/process_group.h"
 
 namespace distrl::training {
 

@@ -40,24 +40,24 @@ std::uint8_t dtype_code(c10::ScalarType t) {
 std::size_t dtype_size(std::uint8_t code) { return code < kDtypeCount ? kDtypes[code].size : 0; }
 const char* dtype_name(std::uint8_t code) { return code < kDtypeCount ? c10::toString(kDtypes[code].type) : "unknown"; }
 
-PackScope::PackScope(std::vector<at::Tensor>* t, AgentCore* a, int dest)
+PackScope::PackScope(std::vector<at::Tensor>* t, RpcCore* a, int dest)
     : tensors(t), agent(a), dest_rank(dest), previous_(t_pack) {
   t_pack = this;
 }
 PackScope::~PackScope() { t_pack = previous_; }
 
-UnpackScope::UnpackScope(const InFrames* f, std::shared_ptr<AgentCore> a)
+UnpackScope::UnpackScope(const InFrames* f, std::shared_ptr<RpcCore> a)
     : frames(f), agent(std::move(a)), previous_(t_unpack) {
   t_unpack = this;
 }
 UnpackScope::~UnpackScope() { t_unpack = previous_; }
 
-AgentCore* current_pack_agent(int* dest_rank) {
+RpcCore* current_pack_agent(int* dest_rank) {
   if (!t_pack) return nullptr;
   *dest_rank = t_pack->dest_rank;
   return t_pack->agent;
 }
-std::shared_ptr<AgentCore> current_unpack_agent() { return t_unpack ? t_unpack->agent : nullptr; }
+std::shared_ptr<RpcCore> current_unpack_agent() { return t_unpack ? t_unpack->agent : nullptr; }
 
 std::string pack_tensor_descriptor(const at::Tensor& t) {
   if (!t_pack) throw ProtocolError("transport: a tensor can only be packed inside an RPC message");

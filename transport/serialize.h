@@ -34,7 +34,7 @@ constexpr int kKindCount = 5;
 
 namespace detail {
 
-class AgentCore;
+class RpcCore;
 struct InFrames;  // the received tensor frames (ZeroMQ messages), defined in detail/wire_codec.cpp
 
 // Header fields, as the decoder reads them (frame 0 is a msgpack map with these keys).
@@ -58,13 +58,13 @@ struct OutMessage {
 // Collects tensors (and RRef forks) while a body is packed; one per thread at a time.
 class PackScope {
  public:
-  PackScope(std::vector<at::Tensor>* tensors, AgentCore* agent, int dest_rank);
+  PackScope(std::vector<at::Tensor>* tensors, RpcCore* agent, int dest_rank);
   ~PackScope();
   PackScope(const PackScope&) = delete;
   PackScope& operator=(const PackScope&) = delete;
 
   std::vector<at::Tensor>* const tensors;
-  AgentCore* const agent;
+  RpcCore* const agent;
   const int dest_rank;
 
  private:
@@ -74,13 +74,13 @@ class PackScope {
 // Makes a received message's frames (and agent, for RRefs) visible to convert<>.
 class UnpackScope {
  public:
-  UnpackScope(const InFrames* frames, std::shared_ptr<AgentCore> agent);
+  UnpackScope(const InFrames* frames, std::shared_ptr<RpcCore> agent);
   ~UnpackScope();
   UnpackScope(const UnpackScope&) = delete;
   UnpackScope& operator=(const UnpackScope&) = delete;
 
   const InFrames* const frames;
-  const std::shared_ptr<AgentCore> agent;
+  const std::shared_ptr<RpcCore> agent;
 
  private:
   UnpackScope* previous_;
@@ -89,8 +89,8 @@ class UnpackScope {
 // Called by the adaptors below; the heavy lifting lives in serialize.cpp.
 std::string pack_tensor_descriptor(const at::Tensor& t);  // registers t for a frame
 at::Tensor unpack_tensor_descriptor(const msgpack::object& o);
-AgentCore* current_pack_agent(int* dest_rank);
-std::shared_ptr<AgentCore> current_unpack_agent();
+RpcCore* current_pack_agent(int* dest_rank);
+std::shared_ptr<RpcCore> current_unpack_agent();
 
 // Human names for error messages: "int", "std::string", "at::Tensor", msgpack "str".
 std::string demangle(const char* mangled);
@@ -102,7 +102,7 @@ std::string msgpack_type_name(const msgpack::object& o);
 
 // Packs a header map with the body written by write_body(packer).
 template <typename Body>
-OutMessage build_message(const Header& h, AgentCore* agent, int dest_rank, Body&& write_body) {
+OutMessage build_message(const Header& h, RpcCore* agent, int dest_rank, Body&& write_body) {
   OutMessage m;
   msgpack::packer<msgpack::sbuffer> pk(m.header);
   const bool has_fn = !h.fn.empty();
@@ -139,11 +139,11 @@ class InMessage {
   const msgpack::object& body() const { return body_object; }
   // Converts the body; a type mismatch raises ProtocolError naming what was expected.
   template <typename T>
-  T body_as(std::shared_ptr<detail::AgentCore> agent, const std::string& what) const {
+  T body_as(std::shared_ptr<detail::RpcCore> agent, const std::string& what) const {
     return convert_object<T>(body(), agent, what);
   }
   template <typename T>
-  T convert_object(const msgpack::object& o, std::shared_ptr<detail::AgentCore> agent,
+  T convert_object(const msgpack::object& o, std::shared_ptr<detail::RpcCore> agent,
                    const std::string& what) const {
     detail::UnpackScope scope(frames.get(), std::move(agent));
     try {

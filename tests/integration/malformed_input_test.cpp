@@ -12,7 +12,7 @@
 #include "tests/support/multiproc.h"
 #include "tests/support/wire_craft.h"
 #include "transport/detail/endpoints.h"
-#include "transport/rpc_agent.h"
+#include "transport/rpc/rpc_agent.h"
 #include "transport/store.h"
 
 using namespace distrl::transport;
@@ -137,7 +137,7 @@ class MalformedInputTest : public ::testing::Test {
     EXPECT_EQ(stats().dropped_messages, before + 1);
   }
 
-  AgentStats stats() {
+  RpcStats stats() {
     send(request(next_id_++, "stats"));
     zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
     EXPECT_GT(zmq::poll(&item, 1, 10s), 0);
@@ -145,7 +145,7 @@ class MalformedInputTest : public ::testing::Test {
     (void)zmq::recv_multipart(socket_, std::back_inserter(frames));
     distrl::transport::detail::DecodeFailure why;
     auto m = distrl::transport::detail::decode_message(std::move(frames), WireLimits{}, &why);
-    return m ? m->body_as<AgentStats>(nullptr, "stats") : AgentStats{};
+    return m ? m->body_as<RpcStats>(nullptr, "stats") : RpcStats{};
   }
 
   TempDir dir_;

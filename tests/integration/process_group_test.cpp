@@ -12,7 +12,7 @@
 
 #include "common/config.h"
 #include "tests/support/process_groups.h"
-#include "transport/process_group.h"
+#include "transport/collectives/process_group.h"
 
 namespace {
 

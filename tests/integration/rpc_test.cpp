@@ -7,8 +7,8 @@
 #include <fstream>
 
 #include "tests/support/multiproc.h"
-#include "transport/process_group.h"
-#include "transport/rpc_agent.h"
+#include "transport/collectives/process_group.h"
+#include "transport/rpc/rpc_agent.h"
 
 using namespace distrl::transport;
 using namespace std::chrono_literals;
@@ -173,13 +173,13 @@ TEST(RpcTest, RemoteObjectsAndRRefsAcrossThreeWorkers) {
         // worker1 owns both: Holder's RRef to the Counter is a local reference on the owner.
         RRef<Holder> holder = agent.remote<Holder>(1, "Holder", agent.remote<Counter>(1, "Counter", 1));
         holder.created().value();
-        expect(agent.rpc_sync<AgentStats>(1, "stats").live_objects >= 6, "objects alive while referenced");
+        expect(agent.rpc_sync<RpcStats>(1, "stats").live_objects >= 6, "objects alive while referenced");
       }
       // Every reference is gone: the owner frees the objects (releases are asynchronous).
       const auto until = std::chrono::steady_clock::now() + 10s;
       std::uint64_t live = 1;
       while (live && std::chrono::steady_clock::now() < until) {
-        live = agent.rpc_sync<AgentStats>(1, "stats").live_objects;
+        live = agent.rpc_sync<RpcStats>(1, "stats").live_objects;
         if (live) std::this_thread::sleep_for(10ms);
       }
       expect(live == 0, "owner freed every object, " + std::to_string(live) + " left");

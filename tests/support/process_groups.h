@@ -10,7 +10,7 @@
 #include <string>
 
 #include "tests/support/multiproc.h"
-#include "transport/process_group.h"
+#include "transport/collectives/process_group.h"
 
 namespace distrl::testing {
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "transport/detail/callable.h"
+#include "transport/rpc/detail/callable.h"
 #include "transport/detail/le_bytes.h"
 #include "transport/detail/wire_codec.h"
 

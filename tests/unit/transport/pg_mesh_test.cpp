@@ -1,7 +1,7 @@
 // The process group's sockets in one process: two Mesh endpoints over a real store, one
 // raw ZeroMQ client throwing malformed frames at rank 0's socket. Bad frames are dropped;
 // the next good message still arrives; mailboxes keep tags and groups apart.
-#include "transport/detail/pg_mesh.h"
+#include "transport/collectives/detail/pg_mesh.h"
 
 #include <gtest/gtest.h>
 
@@ -15,7 +15,7 @@
 #include <torch/torch.h>
 
 #include "transport/detail/endpoints.h"
-#include "transport/process_group.h"
+#include "transport/collectives/process_group.h"
 #include "transport/store.h"
 
 using namespace distrl::transport;

@@ -5,7 +5,7 @@
 #include <torch/torch.h>
 
 #include "tests/support/wire_craft.h"
-#include "transport/detail/callable.h"
+#include "transport/rpc/detail/callable.h"
 
 using namespace distrl::transport;
 using namespace distrl::transport::detail;

@@ -1,37 +1,37 @@
 // The RPC engine. Threads: the I/O loop (sockets, pending-call table, deadlines, RRef control
 // messages) and the handler pool (user functions, packing replies). Pending calls are touched
 // only on the I/O thread; the registry and the object table have their own locks.
-#include "transport/detail/agent_core.h"
+#include "transport/rpc/detail/rpc_core.h"
 
 #include <unistd.h>
 
 #include <algorithm>
 #include <thread>
 
-#include "transport/detail/agent_state.h"
+#include "transport/rpc/detail/rpc_state.h"
 #include "transport/detail/endpoints.h"
 #include "transport/detail/wire_codec.h"
 #include "transport/detail/zmq_context.h"
 
 namespace distrl::transport::detail {
 
-AgentCore::AgentCore(RpcOptions options) : s_(std::make_unique<State>()) { s_->opts = std::move(options); }
+RpcCore::RpcCore(RpcOptions options) : s_(std::make_unique<State>()) { s_->opts = std::move(options); }
 
-AgentCore::~AgentCore() { shutdown(false); }
+RpcCore::~RpcCore() { shutdown(false); }
 
-bool AgentCore::running() const { return s_->running.load(); }
-const RpcOptions& AgentCore::options() const { return s_->opts; }
-int AgentCore::rank() const { return s_->rank; }
-int AgentCore::world_size() const { return s_->world; }
-const std::vector<WorkerInfo>& AgentCore::workers() const { return s_->workers; }
-Store& AgentCore::store() {
+bool RpcCore::running() const { return s_->running.load(); }
+const RpcOptions& RpcCore::options() const { return s_->opts; }
+int RpcCore::rank() const { return s_->rank; }
+int RpcCore::world_size() const { return s_->world; }
+const std::vector<WorkerInfo>& RpcCore::workers() const { return s_->workers; }
+Store& RpcCore::store() {
   if (!s_->rdv) throw TransportError("rpc: the agent is shut down; its store is gone");
   return s_->rdv->store();
 }
-Executor* AgentCore::callback_executor() { return s_->pool.get(); }
+Executor* RpcCore::callback_executor() { return s_->pool.get(); }
 
-AgentStats AgentCore::stats() const {
-  AgentStats st;
+RpcStats RpcCore::stats() const {
+  RpcStats st;
   st.calls_sent = s_->calls_sent.load();
   st.calls_served = s_->calls_served.load();
   st.bad_messages = s_->bad.load();
@@ -42,12 +42,12 @@ AgentStats AgentCore::stats() const {
   return st;
 }
 
-bool AgentCore::connection_lost(int rank) const {
+bool RpcCore::connection_lost(int rank) const {
   std::lock_guard<std::mutex> lock(s_->down_mu);
   return s_->down_peers.count(rank) > 0;
 }
 
-int AgentCore::resolve(const Target& to) const {
+int RpcCore::resolve(const Target& to) const {
   if (to.name.empty()) {
     if (to.rank < 0 || to.rank >= s_->world)
       throw Error("rpc: no worker with rank " + std::to_string(to.rank) + " (world size " + std::to_string(s_->world) + ")");
@@ -62,22 +62,22 @@ int AgentCore::resolve(const Target& to) const {
   return it->second;
 }
 
-std::chrono::milliseconds AgentCore::timeout_for(const Target& to) const {
+std::chrono::milliseconds RpcCore::timeout_for(const Target& to) const {
   return to.timeout.count() > 0 ? to.timeout : s_->opts.rpc_timeout;
 }
 
-void AgentCore::add_callable(const std::string& name, Callable c) {
+void RpcCore::add_callable(const std::string& name, Callable c) {
   std::unique_lock<std::shared_mutex> lock(s_->reg_mu);
   s_->functions[name] = std::make_shared<const Callable>(std::move(c));
 }
 
-void AgentCore::add_class(const std::string& name, ClassInfo info) {
+void RpcCore::add_class(const std::string& name, ClassInfo info) {
   std::unique_lock<std::shared_mutex> lock(s_->reg_mu);
   auto type = info.type;
   s_->classes[type] = std::make_shared<const ClassInfo>(std::move(info));
 }
 
-std::uint64_t AgentCore::new_object_id() {
+std::uint64_t RpcCore::new_object_id() {
   // Globally unique: the creator's rank in the high 16 bits.
   return (static_cast<std::uint64_t>(s_->rank + 1) << 48) | s_->next_object.fetch_add(1);
 }
@@ -86,23 +86,23 @@ std::uint64_t AgentCore::new_object_id() {
 
 namespace {
 // "rpc to worker1 (rank 1) 'fn'": how every call failure names the call.
-std::string describe_call(const AgentCore::State& s, int dest, const std::string& fn) {
+std::string describe_call(const RpcCore::State& s, int dest, const std::string& fn) {
   return "rpc to " + s.worker_name(dest) + " (rank " + std::to_string(dest) + ") '" + fn + "'";
 }
-std::exception_ptr call_failed(const AgentCore::State& s, int dest, const std::string& fn, const std::string& why) {
+std::exception_ptr call_failed(const RpcCore::State& s, int dest, const std::string& fn, const std::string& why) {
   return std::make_exception_ptr(TransportError(describe_call(s, dest, fn) + " failed: " + why));
 }
-std::exception_ptr agent_shut_down(const AgentCore::State& s, const std::string& fn) {
+std::exception_ptr agent_shut_down(const RpcCore::State& s, const std::string& fn) {
   return std::make_exception_ptr(TransportError("rpc: agent " + s.opts.name + " is shut down; cannot call '" + fn + "'"));
 }
 
-void finish_inflight(AgentCore::State& s) {
+void finish_inflight(RpcCore::State& s) {
   std::lock_guard<std::mutex> lock(s.inflight_mu);
   if (--s.inflight == 0) s.inflight_cv.notify_all();
 }
 }  // namespace
 
-void AgentCore::call(int dest, Header h, const BodyWriter& body, Completion done, std::chrono::milliseconds timeout) {
+void RpcCore::call(int dest, Header h, const BodyWriter& body, Completion done, std::chrono::milliseconds timeout) {
   if (!s_->running.load()) {
     done(nullptr, agent_shut_down(*s_, h.fn));
     return;
@@ -145,7 +145,7 @@ void AgentCore::call(int dest, Header h, const BodyWriter& body, Completion done
 namespace {
 
 // I/O thread: completes one pending call with a message or an error.
-void complete(AgentCore::State& s, std::uint64_t id, InMessage* m, std::exception_ptr err) {
+void complete(RpcCore::State& s, std::uint64_t id, InMessage* m, std::exception_ptr err) {
   auto it = s.pending.find(id);
   if (it == s.pending.end()) return;  // timed out earlier, or a stray reply
   auto p = std::move(it->second);
@@ -164,7 +164,7 @@ void complete(AgentCore::State& s, std::uint64_t id, InMessage* m, std::exceptio
   finish_inflight(s);
 }
 
-std::exception_ptr error_from_reply(AgentCore::State& s, const InMessage& m, const std::string& fn) {
+std::exception_ptr error_from_reply(RpcCore::State& s, const InMessage& m, const std::string& fn) {
   std::string origin, type, message;
   try {
     std::tuple<std::string, std::string, std::string> t;
@@ -180,7 +180,7 @@ std::exception_ptr error_from_reply(AgentCore::State& s, const InMessage& m, con
 
 }  // namespace
 
-void on_reply(AgentCore::State& s, int peer, IoLoop::Frames&& frames) {
+void on_reply(RpcCore::State& s, int peer, IoLoop::Frames&& frames) {
   DecodeFailure why;
   auto m = decode_message(std::move(frames), s.opts.limits, &why);
   if (!m) {
@@ -196,7 +196,7 @@ void on_reply(AgentCore::State& s, int peer, IoLoop::Frames&& frames) {
   else if (m->header.kind == Kind::Error) complete(s, m->header.call_id, nullptr, error_from_reply(s, *m, it->second.fn));
 }
 
-void on_peer_down(AgentCore::State& s, int peer, const std::string& why) {
+void on_peer_down(RpcCore::State& s, int peer, const std::string& why) {
   {
     std::lock_guard<std::mutex> lock(s.down_mu);
     s.down_peers.insert(peer);
@@ -212,7 +212,7 @@ void on_peer_down(AgentCore::State& s, int peer, const std::string& why) {
   }
 }
 
-void expire(AgentCore::State& s, Clock::time_point now) {
+void expire(RpcCore::State& s, Clock::time_point now) {
   while (!s.deadlines.empty() && s.deadlines.begin()->first <= now) {
     auto id = s.deadlines.begin()->second;
     auto it = s.pending.find(id);
@@ -246,7 +246,7 @@ void validate(const RpcOptions& o) {
 
 }  // namespace
 
-void AgentCore::start(const std::function<void()>& before_publish) {
+void RpcCore::start(const std::function<void()>& before_publish) {
   auto& s = *s_;
   validate(s.opts);
   const WorldSpec w = resolve_world(s.opts.init_method, s.opts.rank, s.opts.world_size);
@@ -298,7 +298,7 @@ namespace {
 // rank to be marked or dead: a peer whose connection dropped cannot arrive, so every rank publishes the
 // peers it saw die (rpc/dead/<rank>) and nobody waits for them. Throws TimeoutError naming
 // the ranks still missing at the deadline.
-void store_barrier(AgentCore::State& s, const std::string& stage, Clock::time_point until) {
+void store_barrier(RpcCore::State& s, const std::string& stage, Clock::time_point until) {
   auto& store = s.rdv->store();
   const std::string prefix = "rpc/shutdown/" + stage + "/";
   store.set(prefix + std::to_string(s.rank), "1");
@@ -332,7 +332,7 @@ void store_barrier(AgentCore::State& s, const std::string& stage, Clock::time_po
 
 }  // namespace
 
-void AgentCore::shutdown(bool graceful) {
+void RpcCore::shutdown(bool graceful) {
   auto& s = *s_;
   if (s.stopped.exchange(true)) return;
   std::string failure;

@@ -3,9 +3,9 @@
 // itself when it is the owner) and keeps its own reference alive until the owner has the new
 // fork, so the set cannot run empty while a reference is in flight. A release that overtakes
 // its fork notice is remembered and cancels it. Set semantics make any arrival order safe.
-#include "transport/rref.h"
+#include "transport/rpc/rref.h"
 
-#include "transport/detail/agent_state.h"
+#include "transport/rpc/detail/rpc_state.h"
 #include "transport/detail/le_bytes.h"
 #include "transport/detail/wire_codec.h"
 
@@ -29,7 +29,7 @@ RRefState::~RRefState() {
 std::string pack_rref_descriptor(const std::shared_ptr<RRefState>& s) {
   if (!s) throw ProtocolError("rref: cannot send an empty RRef");
   int dest = -1;
-  AgentCore* agent = current_pack_agent(&dest);
+  RpcCore* agent = current_pack_agent(&dest);
   if (!agent) throw ProtocolError("rref: an RRef can only be packed inside an RPC message");
   const std::uint64_t fork = agent->fork_rref(s->owner, s->id, s);
   std::string d;
@@ -59,7 +59,7 @@ std::shared_ptr<RRefState> unpack_rref_descriptor(const msgpack::object& o) {
   return s;
 }
 
-std::uint64_t AgentCore::fork_rref(int owner, std::uint64_t id, std::shared_ptr<const void> keep) {
+std::uint64_t RpcCore::fork_rref(int owner, std::uint64_t id, std::shared_ptr<const void> keep) {
   const std::uint64_t fork = new_object_id();
   if (owner == s_->rank) {
     std::lock_guard<std::mutex> lock(s_->obj_mu);
@@ -78,7 +78,7 @@ std::uint64_t AgentCore::fork_rref(int owner, std::uint64_t id, std::shared_ptr<
   return fork;
 }
 
-void AgentCore::release_rref(int owner, std::uint64_t id, std::uint64_t fork) {
+void RpcCore::release_rref(int owner, std::uint64_t id, std::uint64_t fork) {
   auto& s = *s_;
   if (!s.running.load()) return;  // the group is gone; owners dropped their objects
   if (owner == s.rank) {
@@ -101,7 +101,7 @@ void AgentCore::release_rref(int owner, std::uint64_t id, std::uint64_t fork) {
   });
 }
 
-std::shared_ptr<void> AgentCore::local_object(std::uint64_t id, std::type_index type, std::chrono::milliseconds timeout) {
+std::shared_ptr<void> RpcCore::local_object(std::uint64_t id, std::type_index type, std::chrono::milliseconds timeout) {
   std::shared_ptr<State::Object> obj;
   {
     std::lock_guard<std::mutex> lock(s_->obj_mu);

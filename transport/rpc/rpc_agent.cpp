@@ -1,9 +1,9 @@
-#include "transport/rpc_agent.h"
+#include "transport/rpc/rpc_agent.h"
 
 namespace distrl::transport {
 
 RpcAgent::RpcAgent(RpcOptions options, const std::function<void(RpcAgent&)>& setup)
-    : core_(std::make_shared<detail::AgentCore>(std::move(options))) {
+    : core_(std::make_shared<detail::RpcCore>(std::move(options))) {
   core_->start([&] {
     if (setup) setup(*this);
   });
@@ -23,7 +23,7 @@ int RpcAgent::world_size() const { return core_->world_size(); }
 const std::vector<WorkerInfo>& RpcAgent::workers() const { return core_->workers(); }
 Store& RpcAgent::store() { return core_->store(); }
 const WorkerInfo& RpcAgent::worker(const Target& t) const { return core_->workers().at(core_->resolve(t)); }
-AgentStats RpcAgent::stats() const { return core_->stats(); }
+RpcStats RpcAgent::stats() const { return core_->stats(); }
 bool RpcAgent::connection_lost(const Target& t) const { return core_->connection_lost(core_->resolve(t)); }
 void RpcAgent::shutdown() { core_->shutdown(true); }
 

@@ -1,4 +1,4 @@
-#include "transport/detail/reduce_ops.h"
+#include "transport/collectives/detail/reduce_ops.h"
 
 #include <cmath>
 #include <cstring>

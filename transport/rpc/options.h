@@ -50,7 +50,7 @@ struct Target {
 };
 
 // Counters, readable at any time.
-struct AgentStats {
+struct RpcStats {
   std::uint64_t calls_sent = 0;
   std::uint64_t calls_served = 0;
   std::uint64_t bad_messages = 0;      // refused at decode (answered when they had a caller)

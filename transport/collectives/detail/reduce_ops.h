@@ -7,7 +7,7 @@
 
 #include <c10/core/ScalarType.h>
 
-#include "transport/process_group.h"
+#include "transport/collectives/process_group.h"
 
 namespace distrl::transport::detail {
 

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "transport/future.h"
-#include "transport/options.h"
-#include "transport/rref.h"
+#include "transport/rpc/options.h"
+#include "transport/rpc/rref.h"
 
 namespace distrl::transport {
 
@@ -51,7 +51,7 @@ class RpcAgent {
   int world_size() const;
   const std::vector<WorkerInfo>& workers() const;
   const WorkerInfo& worker(const Target& t) const;
-  AgentStats stats() const;
+  RpcStats stats() const;
   // True once this worker saw its connection to t drop (the process exited or crashed); calls
   // to it then fail at once. For a process that waits for requests from a peer that may die.
   bool connection_lost(const Target& t) const;
@@ -100,7 +100,7 @@ class RpcAgent {
   void shutdown();
 
  private:
-  std::shared_ptr<detail::AgentCore> core_;
+  std::shared_ptr<detail::RpcCore> core_;
 };
 
 // register_class<T>("Counter").constructor<int>().method("increment", &Counter::increment);
@@ -108,7 +108,7 @@ class RpcAgent {
 template <typename T>
 class ClassBuilder {
  public:
-  ClassBuilder(std::shared_ptr<detail::AgentCore> core, std::string name) : core_(std::move(core)), name_(std::move(name)) {
+  ClassBuilder(std::shared_ptr<detail::RpcCore> core, std::string name) : core_(std::move(core)), name_(std::move(name)) {
     info_.type = typeid(T);
     info_.type_name = detail::type_name<T>();
   }
@@ -129,7 +129,7 @@ class ClassBuilder {
     auto c = detail::make_callable<void, F, false>(name_, std::move(make));
     // The constructor's "result" is the object itself, not a shared_ptr to it.
     auto inner = std::move(c.invoke);
-    c.invoke = [inner](void* self, const InMessage& m, const std::shared_ptr<detail::AgentCore>& core) {
+    c.invoke = [inner](void* self, const InMessage& m, const std::shared_ptr<detail::RpcCore>& core) {
       return inner(self, m, core).then([](const Future<std::shared_ptr<void>>& f) -> std::shared_ptr<void> {
         return *std::static_pointer_cast<std::shared_ptr<T>>(f.value());
       });
@@ -165,7 +165,7 @@ class ClassBuilder {
     return [pm](T& self, A... a) -> R { return (self.*pm)(std::move(a)...); };
   }
 
-  std::shared_ptr<detail::AgentCore> core_;
+  std::shared_ptr<detail::RpcCore> core_;
   std::string name_;
   detail::ClassInfo info_;
 };

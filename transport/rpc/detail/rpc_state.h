@@ -1,4 +1,4 @@
-// AgentCore's state, shared by agent_core.cpp (lifecycle, outgoing calls), agent_serve.cpp
+// RpcCore's state, shared by rpc/rpc_core.cpp (lifecycle, outgoing calls), rpc/rpc_serve.cpp
 // (incoming requests) and rref.cpp (the owner table). Private to transport/.
 #pragma once
 
@@ -9,7 +9,7 @@
 #include <unordered_map>
 
 #include "common/log.h"
-#include "transport/detail/agent_core.h"
+#include "transport/rpc/detail/rpc_core.h"
 #include "transport/detail/io_loop.h"
 #include "transport/rendezvous.h"
 #include "transport/thread_pool.h"
@@ -22,7 +22,7 @@ constexpr const char* kFetchMethod = "__rref_fetch";
 constexpr const char* kForkFn = "__rref_fork";
 constexpr const char* kReleaseFn = "__rref_del";
 
-struct AgentCore::State {
+struct RpcCore::State {
   RpcOptions opts;
   int rank = -1;
   int world = 0;
@@ -107,11 +107,11 @@ struct AgentCore::State {
 };
 
 
-// I/O thread entry points (agent_core.cpp).
-void on_reply(AgentCore::State& s, int peer, IoLoop::Frames&& frames);
-void on_peer_down(AgentCore::State& s, int peer, const std::string& why);
-void expire(AgentCore::State& s, Clock::time_point now);
-// I/O thread entry point (agent_serve.cpp).
-void on_request(AgentCore& core, AgentCore::State& s, zmq::message_t&& routing, IoLoop::Frames&& frames);
+// I/O thread entry points (rpc/rpc_core.cpp).
+void on_reply(RpcCore::State& s, int peer, IoLoop::Frames&& frames);
+void on_peer_down(RpcCore::State& s, int peer, const std::string& why);
+void expire(RpcCore::State& s, Clock::time_point now);
+// I/O thread entry point (rpc/rpc_serve.cpp).
+void on_request(RpcCore& core, RpcCore::State& s, zmq::message_t&& routing, IoLoop::Frames&& frames);
 
 }  // namespace distrl::transport::detail

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "transport/future.h"
-#include "transport/options.h"
+#include "transport/rpc/options.h"
 #include "transport/serialize.h"
 
 namespace distrl::transport {
@@ -34,7 +34,7 @@ class BadCallError : public ProtocolError {
 // A registered function, constructor or method, type-erased. invoke decodes the arguments
 // (throwing BadCallError), runs the callable and returns its result boxed (nullptr for void).
 struct Callable {
-  std::function<Future<std::shared_ptr<void>>(void* self, const InMessage&, const std::shared_ptr<AgentCore>&)> invoke;
+  std::function<Future<std::shared_ptr<void>>(void* self, const InMessage&, const std::shared_ptr<RpcCore>&)> invoke;
   std::function<void(const void* result, Packer&)> pack_result;  // empty when the result cannot be packed
   std::type_index result_type = typeid(void);
   std::string result_type_name;
@@ -49,12 +49,12 @@ struct ClassInfo {
   std::function<void(const void* object, Packer&)> pack_object;
 };
 
-class AgentCore : public std::enable_shared_from_this<AgentCore> {
+class RpcCore : public std::enable_shared_from_this<RpcCore> {
  public:
-  explicit AgentCore(RpcOptions options);
-  ~AgentCore();
-  AgentCore(const AgentCore&) = delete;
-  AgentCore& operator=(const AgentCore&) = delete;
+  explicit RpcCore(RpcOptions options);
+  ~RpcCore();
+  RpcCore(const RpcCore&) = delete;
+  RpcCore& operator=(const RpcCore&) = delete;
 
   // Rendezvous, bind, start threads; before_publish runs before peers learn our address.
   void start(const std::function<void()>& before_publish);
@@ -69,7 +69,7 @@ class AgentCore : public std::enable_shared_from_this<AgentCore> {
   bool connection_lost(int rank) const;                // see RpcAgent::connection_lost
   std::chrono::milliseconds timeout_for(const Target& to) const;
   Executor* callback_executor();
-  AgentStats stats() const;
+  RpcStats stats() const;
   Store& store();
 
   void add_callable(const std::string& name, Callable c);

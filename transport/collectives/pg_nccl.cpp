@@ -8,7 +8,7 @@
 // until the GPU has finished it, or fails at the group's timeout (the communicator is aborted
 // so no rank is left hanging in a kernel).
 #include "common/config.h"
-#include "transport/process_group.h"
+#include "transport/collectives/process_group.h"
 
 #if DISTRL_WITH_NCCL
 

@@ -1,6 +1,6 @@
 // Incoming requests: decoded and checked on the I/O thread, run on the handler pool, answered
 // through the ROUTER. RRef bookkeeping messages (fork, release) are handled on the I/O thread.
-#include "transport/detail/agent_state.h"
+#include "transport/rpc/detail/rpc_state.h"
 #include "transport/detail/wire_codec.h"
 
 namespace distrl::transport::detail {
@@ -15,7 +15,7 @@ struct Outcome {
   std::function<void(const void*, Packer&)> pack;
 };
 
-void send_frames(AgentCore::State& s, const RoutingId& to, std::shared_ptr<OutMessage> m) {
+void send_frames(RpcCore::State& s, const RoutingId& to, std::shared_ptr<OutMessage> m) {
   auto send = [&s, to, m] {
     auto frames = encode_message(std::move(*m));
     if (!s.io->send_reply(*to, frames)) s.dropped.fetch_add(1);  // the caller is gone
@@ -24,7 +24,7 @@ void send_frames(AgentCore::State& s, const RoutingId& to, std::shared_ptr<OutMe
   else s.io->post(send);
 }
 
-void reply(AgentCore& core, AgentCore::State& s, const RoutingId& to, const Header& req, Kind kind, const BodyWriter& body) {
+void reply(RpcCore& core, RpcCore::State& s, const RoutingId& to, const Header& req, Kind kind, const BodyWriter& body) {
   if (req.call_id == 0) return;  // one-way
   Header h;
   h.kind = kind;
@@ -43,7 +43,7 @@ void reply(AgentCore& core, AgentCore::State& s, const RoutingId& to, const Head
   send_frames(s, to, std::move(m));
 }
 
-void reply_error(AgentCore& core, AgentCore::State& s, const RoutingId& to, const Header& req, std::exception_ptr err) {
+void reply_error(RpcCore& core, RpcCore::State& s, const RoutingId& to, const Header& req, std::exception_ptr err) {
   std::string origin = "handler", type, message;
   try {
     std::rethrow_exception(err);
@@ -61,7 +61,7 @@ void reply_error(AgentCore& core, AgentCore::State& s, const RoutingId& to, cons
   reply(core, s, to, req, Kind::Error, [&](Packer& pk) { pk.pack(std::make_tuple(origin, type, message)); });
 }
 
-std::shared_ptr<const Callable> find_function(AgentCore::State& s, const std::string& name) {
+std::shared_ptr<const Callable> find_function(RpcCore::State& s, const std::string& name) {
   std::shared_lock<std::shared_mutex> lock(s.reg_mu);
   auto it = s.functions.find(name);
   if (it != s.functions.end()) return it->second;
@@ -70,13 +70,13 @@ std::shared_ptr<const Callable> find_function(AgentCore::State& s, const std::st
   throw BadCallError("unknown function '" + name + "' on " + s.opts.name + " (registered: " + (names.empty() ? "none" : names) + ")");
 }
 
-bool runs_inline(AgentCore::State& s, const std::string& name) {
+bool runs_inline(RpcCore::State& s, const std::string& name) {
   std::shared_lock<std::shared_mutex> lock(s.reg_mu);
   auto it = s.functions.find(name);
   return it != s.functions.end() && it->second->run_inline;
 }
 
-const Callable* find_method(AgentCore::State& s, std::type_index type, const std::string& method,
+const Callable* find_method(RpcCore::State& s, std::type_index type, const std::string& method,
                             std::shared_ptr<const ClassInfo>* keep) {
   std::shared_lock<std::shared_mutex> lock(s.reg_mu);
   auto it = s.classes.find(type);
@@ -96,14 +96,14 @@ Future<Outcome> outcome_of(const Future<std::shared_ptr<void>>& f, std::type_ind
 }
 
 // Runs the target of one request; the outcome completes when the (possibly async) call does.
-Future<Outcome> invoke(AgentCore& core, AgentCore::State& s, const std::shared_ptr<InMessage>& m) {
+Future<Outcome> invoke(RpcCore& core, RpcCore::State& s, const std::shared_ptr<InMessage>& m) {
   const Header& h = m->header;
   auto self = core.shared_from_this();
   if (!h.obj) {
     auto c = find_function(s, h.fn);
     return outcome_of(c->invoke(nullptr, *m, self), c->result_type, c->pack_result);
   }
-  std::shared_ptr<AgentCore::State::Object> obj;
+  std::shared_ptr<RpcCore::State::Object> obj;
   {
     std::lock_guard<std::mutex> lock(s.obj_mu);
     obj = s.object_locked(h.obj);
@@ -143,7 +143,7 @@ Future<Outcome> invoke(AgentCore& core, AgentCore::State& s, const std::shared_p
 }
 
 // Pool thread: one request, start to answer.
-void serve(AgentCore& core, AgentCore::State& s, RoutingId to, std::shared_ptr<InMessage> m) {
+void serve(RpcCore& core, RpcCore::State& s, RoutingId to, std::shared_ptr<InMessage> m) {
   s.calls_served.fetch_add(1, std::memory_order_relaxed);
   Future<Outcome> result;
   try {
@@ -155,7 +155,7 @@ void serve(AgentCore& core, AgentCore::State& s, RoutingId to, std::shared_ptr<I
   result.then([self, &s, to, m](const Future<Outcome>& f) {
     const Header& h = m->header;
     if (h.new_obj) {  // remote(): keep the result here, answer with nil
-      std::shared_ptr<AgentCore::State::Object> obj;
+      std::shared_ptr<RpcCore::State::Object> obj;
       {
         std::lock_guard<std::mutex> lock(s.obj_mu);
         auto it = s.objects.find(h.new_obj);
@@ -188,7 +188,7 @@ void serve(AgentCore& core, AgentCore::State& s, RoutingId to, std::shared_ptr<I
   });
 }
 
-void count_bad(AgentCore::State& s, const std::string& what, bool answered) {
+void count_bad(RpcCore::State& s, const std::string& what, bool answered) {
   s.bad.fetch_add(1);
   if (!answered) s.dropped.fetch_add(1);
   long held = 0;
@@ -199,7 +199,7 @@ void count_bad(AgentCore::State& s, const std::string& what, bool answered) {
 
 }  // namespace
 
-void on_request(AgentCore& core, AgentCore::State& s, zmq::message_t&& routing, IoLoop::Frames&& frames) {
+void on_request(RpcCore& core, RpcCore::State& s, zmq::message_t&& routing, IoLoop::Frames&& frames) {
   auto to = std::make_shared<zmq::message_t>(std::move(routing));
   DecodeFailure why;
   auto decoded = decode_message(std::move(frames), s.opts.limits, &why);
@@ -233,7 +233,7 @@ void on_request(AgentCore& core, AgentCore::State& s, zmq::message_t&& routing, 
   if (h.kind == Kind::Control && h.fn == kReleaseFn) {  // a holder let go
     try {
       auto ids = m->body_as<std::tuple<std::uint64_t, std::uint64_t>>(nullptr, "RRef release");
-      std::shared_ptr<AgentCore::State::Object> last;
+      std::shared_ptr<RpcCore::State::Object> last;
       std::lock_guard<std::mutex> lock(s.obj_mu);
       last = s.release_fork_locked(std::get<0>(ids), std::get<1>(ids));
     } catch (const ProtocolError& e) {

@@ -20,7 +20,7 @@
 
 #include <zmq.hpp>
 
-#include "transport/process_group.h"
+#include "transport/collectives/process_group.h"
 
 namespace distrl::transport::detail {
 

@@ -1,4 +1,4 @@
-#include "transport/detail/pg_mesh.h"
+#include "transport/collectives/detail/pg_mesh.h"
 
 #include <unistd.h>
 

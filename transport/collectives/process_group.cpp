@@ -1,8 +1,8 @@
-#include "transport/process_group.h"
+#include "transport/collectives/process_group.h"
 
 #include <c10/core/ScalarType.h>
 
-#include "transport/detail/reduce_ops.h"
+#include "transport/collectives/detail/reduce_ops.h"
 #include "transport/rendezvous.h"
 
 namespace distrl::transport {

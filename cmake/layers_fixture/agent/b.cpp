@@ -1,0 +1,1 @@
+#include "net/rpc/detail/core.h"

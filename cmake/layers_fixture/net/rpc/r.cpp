@@ -1,0 +1,2 @@
+#include "net/plumbing.h"
+#include "net/coll/group.h"
