@@ -19,7 +19,7 @@
 #include "tools/bench.h"
 #include "tools/config_launch.h"
 #include "tools/launcher.h"
-#include "training/ddp.h"
+#include "training/ddp/ddp.h"
 #include "transport/collectives/process_group.h"
 
 namespace distrl::tools {

@@ -14,7 +14,7 @@
 #include "models/nets.h"
 #include "training/checkpoint.h"
 #include "training/data.h"
-#include "training/ddp.h"
+#include "training/ddp/ddp.h"
 
 namespace distrl::training {
 namespace {

@@ -10,7 +10,7 @@
 #include "tests/support/process_groups.h"
 #include "training/checkpoint.h"
 #include "training/data.h"
-#include "training/ddp.h"
+#include "training/ddp/ddp.h"
 
 namespace {
 

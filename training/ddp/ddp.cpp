@@ -1,4 +1,4 @@
-#include "training/ddp.h"
+#include "training/ddp/ddp.h"
 
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
