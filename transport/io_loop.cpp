@@ -152,22 +152,49 @@ void IoLoop::rebuild_poll_items() {
   items_dirty_ = false;
 }
 
+// Runs a callback at the I/O thread's boundary: whatever it throws is reported, never lets the
+// exception end the thread (which would take every pending call of the process with it).
+template <typename F>
+void IoLoop::guarded(const char* what, F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    if (cb_.on_dropped) cb_.on_dropped(std::string(what) + " failed: " + e.what());
+  } catch (...) {
+    if (cb_.on_dropped) cb_.on_dropped(std::string(what) + " failed with a non-standard exception");
+  }
+}
+
 void IoLoop::drain_router() {
   for (int n = 0; n < 256; ++n) {
     Frames frames;
-    if (!zmq::recv_multipart(router_, std::back_inserter(frames), zmq::recv_flags::dontwait)) return;
+    const Received got = recv_bounded(router_, frames, options_.max_parts);
+    if (got == Received::Nothing) return;
+    if (got == Received::TooManyParts) {
+      guarded("reporting a refused message", [&] {
+        if (cb_.on_dropped) cb_.on_dropped("a message of more than " + std::to_string(options_.max_parts - 1) + " frames");
+      });
+      continue;
+    }
     if (frames.size() < 2) continue;  // a routing id alone: nothing to answer
     zmq::message_t id = std::move(frames.front());
     frames.erase(frames.begin());
-    cb_.on_request(std::move(id), std::move(frames));
+    guarded("serving a request", [&] { cb_.on_request(std::move(id), std::move(frames)); });
   }
 }
 
 void IoLoop::drain_peer(int peer) {
   for (int n = 0; n < 256; ++n) {
     Frames frames;
-    if (!zmq::recv_multipart(peers_[peer]->dealer, std::back_inserter(frames), zmq::recv_flags::dontwait)) return;
-    cb_.on_reply(peer, std::move(frames));
+    const Received got = recv_bounded(peers_[peer]->dealer, frames, options_.max_parts - 1);
+    if (got == Received::Nothing) return;
+    if (got == Received::TooManyParts) {
+      guarded("reporting a refused reply", [&] {
+        if (cb_.on_dropped) cb_.on_dropped("a reply of more than " + std::to_string(options_.max_parts - 1) + " frames");
+      });
+      continue;
+    }
+    guarded("reading a reply", [&] { cb_.on_reply(peer, std::move(frames)); });
   }
 }
 
@@ -179,7 +206,7 @@ void IoLoop::read_monitor(int peer) {
     } else if (!p.down) {
       p.down = true;
       p.down_reason = "connection to " + peer_endpoints_[peer] + " lost (the process exited or crashed)";
-      cb_.on_peer_down(peer, p.down_reason);
+      guarded("reporting a lost peer", [&] { cb_.on_peer_down(peer, p.down_reason); });
     }
   });
 }
@@ -219,7 +246,7 @@ void IoLoop::run() {
     }
     now = Clock::now();
     if (active) last_activity = now;
-    cb_.on_tick(now);
+    guarded("checking deadlines", [&] { cb_.on_tick(now); });
   }
   run_posted();  // last replies and releases go out before the sockets close
   for (auto& p : peers_) {

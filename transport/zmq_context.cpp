@@ -55,4 +55,19 @@ void unwatch_connection(zmq::socket_t& dealer, zmq::socket_t& monitor) {
   dealer.close();
 }
 
+Received recv_bounded(zmq::socket_t& s, std::vector<zmq::message_t>& out, std::size_t max_parts) {
+  out.clear();
+  bool too_many = false;
+  for (;;) {
+    zmq::message_t part;
+    const auto got = s.recv(part, out.empty() ? zmq::recv_flags::dontwait : zmq::recv_flags::none);
+    if (!got) return Received::Nothing;  // only the first part can be missing (parts arrive together)
+    const bool more = part.more();
+    if (out.size() < max_parts) out.push_back(std::move(part));
+    else too_many = true;
+    if (!more) break;
+  }
+  return too_many ? Received::TooManyParts : Received::Message;
+}
+
 }  // namespace distrl::transport::detail

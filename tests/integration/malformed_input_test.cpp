@@ -22,6 +22,7 @@ using namespace distrl::testing;
 namespace {
 
 constexpr std::size_t kLimit = 1 << 20;  // the agent's max_message_bytes in these tests
+constexpr std::size_t kMaxFrames = 64;  // and its max_frames
 
 // Child: serve until "stop" is called.
 int serve(const TempDir& dir) {
@@ -32,6 +33,7 @@ int serve(const TempDir& dir) {
   o.world_size = 1;
   o.transport = "tcp";
   o.limits.max_message_bytes = kLimit;
+  o.limits.max_frames = kMaxFrames;
   RpcAgent agent(o, [&](RpcAgent& a) {
     a.register_function("echo", [](std::string s) { return s; });
     a.register_function("stats", [&a]() { return a.stats(); });
@@ -218,6 +220,14 @@ TEST_F(MalformedInputTest, OversizeMessageIsAnswered) {
   // Two frames, each under the per-frame cap, together over max_message_bytes.
   expect_error_reply(tensor_request(1, 13, "echo", 2, descriptor(8, {700000}, 0), {700000, 700000}), 13,
                      "exceeds the limit of 1048576 bytes");
+}
+
+// More frames than max_frames (+ header): the I/O thread keeps only that many, reads the rest
+// away unkept, and drops the message (counted); the connection keeps working.
+TEST_F(MalformedInputTest, AMessageOfTooManyFramesIsDroppedUnkept) {
+  Frames frames = request(15, "echo", std::string("many"));
+  for (std::size_t i = 0; i < 100 * kMaxFrames; ++i) frames.emplace_back("f", 1);
+  expect_dropped(std::move(frames));
 }
 
 TEST_F(MalformedInputTest, OversizeFrameDropsOnlyThatConnection) {

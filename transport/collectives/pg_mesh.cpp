@@ -65,6 +65,8 @@ Mesh::Mesh(Store& store, const std::string& prefix, int rank, int world, const P
     throw ConfigError("process group: transport is '" + options_.transport + "', allowed: auto, tcp, ipc");
   apply_common_options(router_, 2000);
   router_.set(zmq::sockopt::rcvhwm, 0);
+  // A frame over the limit closes that connection inside ZeroMQ before any byte is kept.
+  router_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.max_message_bytes));
   // Bind where the store's host can reach us (the store runs on rank 0's host).
   std::string ip = options_.bind_host;
   if (ip.empty()) {
@@ -112,6 +114,10 @@ Mesh::~Mesh() {
 
 void Mesh::send(int dst, const PgHeader& h, const void* data, std::size_t bytes,
                 const std::shared_ptr<const void>& keep, const std::shared_ptr<SendTracker>& tracker) {
+  if (bytes > options_.max_message_bytes)
+    throw TransportError("process group: a message of " + std::to_string(bytes) + " bytes to rank " + std::to_string(dst) +
+                         " exceeds max_message_bytes (" + std::to_string(options_.max_message_bytes) +
+                         "); raise ProcessGroupOptions::max_message_bytes on every rank, or send it in parts");
   if (dst < 0 || dst >= world_ || dst == rank_)
     throw Error("process group: cannot send to rank " + std::to_string(dst) + " (world of " +
                 std::to_string(world_) + ", this is rank " + std::to_string(rank_) + ")");
@@ -223,10 +229,11 @@ void Mesh::read_sockets(Clock::time_point until) {
   if (items_[0].revents & ZMQ_POLLIN) {
     for (;;) {
       std::vector<zmq::message_t> frames;
-      if (!zmq::recv_multipart(router_, std::back_inserter(frames), zmq::recv_flags::dontwait)) break;
+      const Received read = recv_bounded(router_, frames, 4);  // a fourth frame marks it malformed
+      if (read == Received::Nothing) break;
       // [routing id, header, payload]
       PgMessage m;
-      const bool framed = frames.size() == 3 && frames[1].size() == sizeof(PgHeader);
+      const bool framed = read == Received::Message && frames.size() == 3 && frames[1].size() == sizeof(PgHeader);
       if (framed) std::memcpy(&m.h, frames[1].data(), sizeof(PgHeader));
       if (!framed || m.h.magic != kPgMagic || m.h.src < 0 || m.h.src >= world_ || m.h.src == rank_ ||
           m.h.kind > static_cast<std::uint8_t>(PgKind::Abort)) {

@@ -66,6 +66,10 @@ struct ProcessGroupOptions {
   // doubling / a binomial tree (fewest hops); larger ones a ring / chain pipelined in chunks.
   std::size_t small_bytes = 64 << 10;
   std::size_t chunk_bytes = 1 << 20;
+  // zmq: the largest message a rank accepts (a larger frame closes that connection unread) and
+  // sends (a larger point-to-point send, gather or scatter slot is refused with an error that
+  // names this option). Collectives above small_bytes travel in chunk_bytes pieces.
+  std::size_t max_message_bytes = 1ull << 30;
 };
 
 class ProcessGroup {

@@ -339,6 +339,8 @@ std::shared_ptr<ProcessGroup> make_zmq_process_group(Store& store, int rank, int
     throw ConfigError("process group: rank " + std::to_string(rank) + " of world size " + std::to_string(world_size) +
                       " is not valid");
   if (options.chunk_bytes < 1024) throw ConfigError("process group: chunk_bytes must be at least 1024");
+  if (options.max_message_bytes < std::max(options.chunk_bytes, options.small_bytes))
+    throw ConfigError("process group: max_message_bytes must be at least chunk_bytes and small_bytes");
   auto mesh = std::make_shared<Mesh>(store, prefix, rank, world_size, options);
   std::vector<int> members(world_size);
   for (int r = 0; r < world_size; ++r) members[r] = r;

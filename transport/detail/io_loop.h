@@ -28,9 +28,13 @@ class IoLoop {
     std::function<void(int peer, const std::string& why)> on_peer_down;
     std::function<void(Clock::time_point now)> on_tick;                            // after each round
     std::function<Clock::time_point()> next_deadline;
+    // A message refused before any callback saw it (too many frames), or a callback that threw:
+    // counted and reported by the owner; the loop goes on.
+    std::function<void(const std::string& what)> on_dropped;
   };
   struct Options {
     std::size_t max_frame_bytes = 1ull << 30;
+    std::size_t max_parts = 4096 + 2;  // frames per message, routing id included
     std::chrono::microseconds spin{0};
   };
 
@@ -59,6 +63,8 @@ class IoLoop {
   struct Peer;
   void run();
   void rebuild_poll_items();
+  template <typename F>
+  void guarded(const char* what, F&& f);
   void drain_router();
   void drain_peer(int peer);
   void read_monitor(int peer);

@@ -263,8 +263,9 @@ void RpcCore::start(const std::function<void()>& before_publish) {
   cb.on_reply = [sp](int peer, IoLoop::Frames&& f) { on_reply(*sp, peer, std::move(f)); };
   cb.on_peer_down = [sp](int peer, const std::string& why) { on_peer_down(*sp, peer, why); };
   cb.on_tick = [sp](Clock::time_point now) { expire(*sp, now); };
+  cb.on_dropped = [sp](const std::string& what) { count_bad(*sp, what, false); };
   cb.next_deadline = [sp] { return sp->deadlines.empty() ? Clock::time_point::max() : sp->deadlines.begin()->first; };
-  s.io = std::make_unique<IoLoop>(s.ctx, IoLoop::Options{s.opts.limits.max_message_bytes, s.opts.io_spin}, std::move(cb));
+  s.io = std::make_unique<IoLoop>(s.ctx, IoLoop::Options{s.opts.limits.max_message_bytes, s.opts.limits.max_frames + 2, s.opts.io_spin}, std::move(cb));
 
   // Bind tcp and/or ipc on the one ROUTER; peers pick ipc when they share our host.
   auto bound = s.io->bind(endpoints_to_bind(s.opts.transport, bind_ip(w, s.opts.bind_host),

@@ -188,6 +188,8 @@ void serve(RpcCore& core, RpcCore::State& s, RoutingId to, std::shared_ptr<InMes
   });
 }
 
+}  // namespace
+
 void count_bad(RpcCore::State& s, const std::string& what, bool answered) {
   s.bad.fetch_add(1);
   if (!answered) s.dropped.fetch_add(1);
@@ -196,8 +198,6 @@ void count_bad(RpcCore::State& s, const std::string& what, bool answered) {
     DISTRL_LOG(Warn, "transport: " << (answered ? "refused" : "dropped") << " a message: " << what
                                    << (held ? " (" + std::to_string(held) + " more since the last report)" : ""));
 }
-
-}  // namespace
 
 void on_request(RpcCore& core, RpcCore::State& s, zmq::message_t&& routing, IoLoop::Frames&& frames) {
   auto to = std::make_shared<zmq::message_t>(std::move(routing));

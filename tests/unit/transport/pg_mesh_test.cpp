@@ -28,8 +28,9 @@ struct TwoMeshes {
   StoreServer server{"tcp://127.0.0.1:*"};
   Store s0{server.endpoint(), 5s}, s1{server.endpoint(), 5s};
   std::unique_ptr<Mesh> m0, m1;
-  TwoMeshes() {
+  explicit TwoMeshes(std::size_t max_message_bytes = 1ull << 30) {
     ProcessGroupOptions o;
+    o.max_message_bytes = max_message_bytes;
     o.transport = "tcp";
     o.timeout = 5s;
     auto f = std::async(std::launch::async, [&] { return std::make_unique<Mesh>(s1, "t", 1, 2, o); });
@@ -50,26 +51,39 @@ PgHeader header(int src, std::uint32_t group, std::int32_t tag) {
 
 }  // namespace
 
-TEST(PgMeshTest, MalformedFramesAreDroppedAndGoodOnesStillArrive) {
-  TwoMeshes w;
-  // A stranger connects to rank 0's endpoint, read from the store like a peer would.
-  const std::string raw = w.s0.get("t/addr/0");
-  Address a;
-  msgpack::unpack(raw.data(), raw.size()).get().convert(a);
+namespace {
+
+// A stranger's DEALER connected to rank 0's endpoint, read from the store like a peer would.
+struct Stranger {
   zmq::context_t ctx;
-  zmq::socket_t bad(ctx, zmq::socket_type::dealer);
-  bad.set(zmq::sockopt::linger, 1000);
-  bad.connect(a.tcp);
-  auto send = [&](std::vector<std::string> parts) {
+  zmq::socket_t bad{ctx, zmq::socket_type::dealer};
+  explicit Stranger(Store& store) {
+    const std::string raw = store.get("t/addr/0");
+    Address a;
+    msgpack::unpack(raw.data(), raw.size()).get().convert(a);
+    bad.set(zmq::sockopt::linger, 1000);
+    bad.connect(a.tcp);
+  }
+  void send(const std::vector<std::string>& parts) {
     std::vector<zmq::message_t> frames;
     for (auto& p : parts) frames.emplace_back(p.data(), p.size());
     zmq::send_multipart(bad, frames);
-  };
+  }
+};
+
+std::string bytes_of(const PgHeader& h) { return std::string(reinterpret_cast<const char*>(&h), sizeof(h)); }
+
+}  // namespace
+
+TEST(PgMeshTest, MalformedFramesAreDroppedAndGoodOnesStillArrive) {
+  TwoMeshes w;
+  Stranger stranger(w.s0);
+  auto send = [&](const std::vector<std::string>& parts) { stranger.send(parts); };
   PgHeader wrong_magic = header(1, 0, 0);
   wrong_magic.magic = 0xdeadbeef;
   PgHeader wrong_src = header(7, 0, 0);
   PgHeader self_src = header(0, 0, 0);
-  auto bytes = [](const PgHeader& h) { return std::string(reinterpret_cast<const char*>(&h), sizeof(h)); };
+  auto bytes = bytes_of;
   send({"only one frame"});
   send({"short header", "payload"});
   send({bytes(wrong_magic), "x"});
@@ -102,7 +116,43 @@ TEST(PgMeshTest, MalformedFramesAreDroppedAndGoodOnesStillArrive) {
   EXPECT_EQ(std::memcmp(first.payload.data(), u, sizeof(u)), 0);
   EXPECT_FALSE(w.m0->try_recv(0, 1, 0).has_value());
   EXPECT_EQ(w.m0->bad_messages(), 6u);
-  bad.close();
+}
+
+// A message of thousands of frames is read away unkept (no mailbox grows) and counted.
+TEST(PgMeshTest, AMessageOfTooManyFramesIsDropped) {
+  TwoMeshes w;
+  Stranger stranger(w.s0);
+  std::vector<std::string> parts{bytes_of(header(1, 0, 0))};
+  for (int i = 0; i < 10000; ++i) parts.emplace_back("z");
+  stranger.send(parts);
+  for (auto until = Clock::now() + 5s; w.m0->bad_messages() < 1 && Clock::now() < until;) {
+    EXPECT_FALSE(w.m0->try_recv(0, 1, 0).has_value());
+    std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_EQ(w.m0->bad_messages(), 1u);
+  EXPECT_FALSE(w.m0->try_recv(0, 1, 0).has_value());
+}
+
+// Over max_message_bytes: a sender refuses with an error naming the option; a stranger's
+// oversized frame closes only its own connection, unread; real traffic goes on.
+TEST(PgMeshTest, MessagesOverTheSizeLimitAreRefusedOnBothEnds) {
+  TwoMeshes w(64 << 10);
+  const std::vector<char> big((64 << 10) + 1, 'b');
+  try {
+    w.m1->send(0, header(1, 0, 0), big.data(), big.size(), nullptr, nullptr);
+    ADD_FAILURE() << "an oversized send was not refused";
+  } catch (const distrl::TransportError& e) {
+    EXPECT_NE(std::string(e.what()).find("max_message_bytes"), std::string::npos) << e.what();
+  }
+  Stranger stranger(w.s0);
+  stranger.send({bytes_of(header(1, 0, 0)), std::string(big.begin(), big.end())});
+  const float u[1] = {3.0f};
+  w.m1->send(0, header(1, 0, 0), u, sizeof(u), nullptr, nullptr);
+  auto m = w.m0->recv(0, 1, 0, Clock::now() + 5s, "test recv");
+  ASSERT_EQ(m.payload.size(), sizeof(u));  // rank 1's message, not the stranger's
+  EXPECT_EQ(std::memcmp(m.payload.data(), u, sizeof(u)), 0);
+  std::this_thread::sleep_for(50ms);
+  EXPECT_FALSE(w.m0->try_recv(0, 1, 0).has_value());
 }
 
 TEST(PgMeshTest, WaitsEndAtTheDeadlineNamingTheRank) {

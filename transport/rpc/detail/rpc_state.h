@@ -111,6 +111,9 @@ struct RpcCore::State {
 void on_reply(RpcCore::State& s, int peer, IoLoop::Frames&& frames);
 void on_peer_down(RpcCore::State& s, int peer, const std::string& why);
 void expire(RpcCore::State& s, Clock::time_point now);
+// A refused message: counted (bad; dropped too when nobody was answered) and logged, rate-limited
+// (rpc/rpc_serve.cpp).
+void count_bad(RpcCore::State& s, const std::string& what, bool answered);
 // I/O thread entry point (rpc/rpc_serve.cpp).
 void on_request(RpcCore& core, RpcCore::State& s, zmq::message_t&& routing, IoLoop::Frames&& frames);
 
