@@ -3,8 +3,11 @@
 // A batch closes when (1) every active observer has a request in it, (2) it holds max_batch
 // rows, or (3) max_wait has passed since its first request, so a slow or dead observer
 // delays the others by at most max_wait (PyTorch's tutorial waits for all, forever). The
-// forward runs on the thread that closed the batch (the last requester's handler thread, or
-// the batcher's timer thread); each request's future gets its own rows of the answer.
+// forward runs on the thread that closed the batch, one of four: the thread of the request that
+// completed it (the RPC I/O loop when served inline, else a pool thread), the batcher's timer
+// thread (max_wait), or the caller of set_active(..., false). Each request's future gets its
+// own rows of the answer, completed on that same thread. docs/threads.md says why the I/O loop
+// may run it.
 #pragma once
 
 #include <chrono>

@@ -1,7 +1,8 @@
 // Future<T> / Promise<T>: a one-shot value or error shared between threads.
 // Thread-safe. Callbacks registered with then() fire exactly once: inline on the completing
-// thread, or on the Executor the completer names (the RPC agent names its worker pool, so
-// user callbacks never run on the socket I/O thread). Callbacks never run under our locks.
+// thread, or on the Executor the completer names (the RPC agent names its handler pool, so
+// callbacks on RPC results never run on the socket I/O thread; a future a user completes runs
+// them on that user's thread). Callbacks never run under our locks. See docs/threads.md.
 #pragma once
 
 #include <atomic>

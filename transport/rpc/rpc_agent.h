@@ -7,8 +7,9 @@
 //   c.rpc_sync<int>("increment", 5);
 //   agent.shutdown();                                         // waits for everyone
 //
-// Handlers run on a pool of worker threads (never the socket I/O thread) and may run
-// concurrently. A handler returning Future<R> answers when that future completes (async
+// Threads (docs/threads.md): handlers run on the pool of num_worker_threads and may run
+// concurrently; one registered with RunOn::IoThread runs on the I/O loop instead and must not
+// block it. Then-callbacks of the futures returned here run on the pool. A handler returning Future<R> answers when that future completes (async
 // execution). Register in the constructor's setup callback so no peer can call before the
 // function exists. Thread-safe: any thread may call, including handlers.
 #pragma once
