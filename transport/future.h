@@ -188,6 +188,12 @@ class Future {
     p.set_value(std::move(v));
     return p.get_future();
   }
+  template <typename V = T, typename = std::enable_if_t<std::is_void_v<V>>, typename = void>
+  static Future ready() {
+    Promise<T> p;
+    p.set_value();
+    return p.get_future();
+  }
   static Future failed(std::exception_ptr e) {
     Promise<T> p;
     p.set_error(std::move(e));

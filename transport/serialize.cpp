@@ -2,6 +2,7 @@
 
 #include <cxxabi.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include <ATen/ops/empty.h>
@@ -106,11 +107,25 @@ TensorDesc parse_tensor_descriptor(const char* data, std::size_t size) {
   return d;
 }
 
+at::Tensor tensor_of_frame(const InFrames& in, const TensorDesc& d);
+
 at::Tensor unpack_tensor_descriptor(const msgpack::object& o) {
   if (o.type != msgpack::type::EXT || o.via.ext.type() != kTensorExt) throw msgpack::type_error();
   if (!t_unpack || !t_unpack->frames) throw ProtocolError("transport: tensor decoded outside a message");
   TensorDesc d = parse_tensor_descriptor(o.via.ext.data(), o.via.ext.size);
   const InFrames& in = *t_unpack->frames;
+  at::Tensor t = tensor_of_frame(in, d);
+  if (!in.hooks || !std::binary_search(in.tag.grad_frames.begin(), in.tag.grad_frames.end(), d.frame + 1)) return t;
+  // A tensor that required grad on the sender: the hooks decide what the user gets, once per frame.
+  auto& mut = const_cast<InFrames&>(in);
+  std::lock_guard<std::mutex> lock(mut.hooked_mu);
+  if (mut.hooked.empty()) mut.hooked.resize(in.frames.size());
+  at::Tensor& slot = mut.hooked.at(d.frame);
+  if (!slot.defined()) slot = in.hooks->on_receive(in.tag, in.src, d.frame + 1, std::move(t));
+  return slot;
+}
+
+at::Tensor tensor_of_frame(const InFrames& in, const TensorDesc& d) {
   const zmq::message_t& f = tensor_frame(in, d);
   const auto opts = at::TensorOptions().dtype(kDtypes[d.dtype].type);
   const std::size_t elem = kDtypes[d.dtype].size;

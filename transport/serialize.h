@@ -17,13 +17,14 @@
 #include <msgpack.hpp>
 
 #include "common/error.h"
+#include "transport/message_hooks.h"
 #include "transport/wire_limits.h"
 
 namespace distrl::transport {
 
 using Bytes = std::vector<std::uint8_t>;  // packed as msgpack bin
 
-constexpr std::uint32_t kProtocolVersion = 1;
+constexpr std::uint32_t kProtocolVersion = 2;  // 2: "am" and "rg" (distributed autograd)
 constexpr std::int8_t kTensorExt = 1;
 constexpr std::int8_t kRRefExt = 2;
 constexpr int kMaxTensorDims = 16;
@@ -47,6 +48,8 @@ struct Header {
   std::uint64_t obj = 0;                     // "obj" target object of a method call (RRef id)
   std::uint64_t new_obj = 0;                 // "new" object id to create (remote())
   std::int64_t ctx = -1;                     // "ctx" distributed-autograd context id
+  std::int64_t am = -1;                      // "am"  autograd message id (with "ctx")
+  std::vector<std::uint32_t> rg;             // "rg"  tensor frames that require grad (with "ctx")
 };
 
 // A message ready to send: the packed header (with the body inside) plus tensors for frames 1..k.
@@ -101,12 +104,14 @@ std::string type_name() {
 std::string msgpack_type_name(const msgpack::object& o);
 
 // Packs a header map with the body written by write_body(packer).
+// With h.ctx >= 0 the header also gets "am" and "rg", filled by hooks->on_send (when given).
 template <typename Body>
-OutMessage build_message(const Header& h, RpcCore* agent, int dest_rank, Body&& write_body) {
+OutMessage build_message(const Header& h, RpcCore* agent, int dest_rank, Body&& write_body,
+                         MessageHooks* hooks = nullptr) {
   OutMessage m;
   msgpack::packer<msgpack::sbuffer> pk(m.header);
   const bool has_fn = !h.fn.empty();
-  pk.pack_map(6 + has_fn + (h.obj != 0) + (h.new_obj != 0) + (h.ctx >= 0));
+  pk.pack_map(6 + has_fn + (h.obj != 0) + (h.new_obj != 0) + (h.ctx >= 0 ? 3 : 0));
   pk.pack("v"); pk.pack(h.version);
   pk.pack("k"); pk.pack(static_cast<std::uint8_t>(h.kind));
   pk.pack("id"); pk.pack(h.call_id);
@@ -121,6 +126,13 @@ OutMessage build_message(const Header& h, RpcCore* agent, int dest_rank, Body&& 
     write_body(pk);
   }
   pk.pack("nt"); pk.pack(static_cast<std::uint32_t>(m.tensors.size()));
+  if (h.ctx >= 0) {  // what the hooks record about this message's tensors
+    MessageTag tag;
+    tag.ctx = h.ctx;
+    if (hooks) hooks->on_send(h.ctx, dest_rank, m.tensors, &tag);
+    pk.pack("am"); pk.pack(tag.msg);
+    pk.pack("rg"); pk.pack(tag.grad_frames);
+  }
   return m;
 }
 

@@ -114,6 +114,19 @@ std::optional<InMessage> decode_message(std::vector<zmq::message_t>&& frames, co
   if (nt != frames.size() - 1)
     return fail("header announces " + std::to_string(nt) + " tensor frames, message has " +
                 std::to_string(frames.size() - 1));
+  if (const auto* o = find_key(root, "am"); o && !read_int(o, &h.am)) return fail("header field \"am\" is not an int");
+  if (const auto* o = find_key(root, "rg")) {
+    if (o->type != msgpack::type::ARRAY || o->via.array.size > nt)
+      return fail("header field \"rg\" is not an array of at most " + std::to_string(nt) + " frame numbers");
+    for (std::uint32_t i = 0; i < o->via.array.size; ++i) {
+      std::uint32_t f = 0;
+      if (!read_uint(&o->via.array.ptr[i], &f) || f < 1 || f > nt || (!h.rg.empty() && f <= h.rg.back()))
+        return fail("header field \"rg\" must list tensor frames 1.." + std::to_string(nt) + " in increasing order");
+      h.rg.push_back(f);
+    }
+  }
+  if (!h.rg.empty() && (h.ctx < 0 || h.am < 0))
+    return fail("header lists frames that require grad (\"rg\") without a context and message id");
   if (const auto* a = find_key(root, "a")) m.body_object = *a;
   auto in = std::make_shared<InFrames>();
   in->frames.reserve(frames.size() - 1);

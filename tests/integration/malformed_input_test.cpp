@@ -162,7 +162,7 @@ class MalformedInputTest : public ::testing::Test {
 // An RRef as transport/README.md documents it, written out by hand: ext type 2, 20 bytes,
 // i32 owner | u64 object id | u64 fork id (little-endian). The agent reads the owner and id.
 TEST_F(MalformedInputTest, AHandWrittenRRefIsReadAsDocumented) {
-  const unsigned char bytes[] = {0x87, 0xa1, 'v', 1, 0xa1, 'k', 0, 0xa2, 'i', 'd', 77, 0xa3, 's', 'r', 'c', 0xff,
+  const unsigned char bytes[] = {0x87, 0xa1, 'v', 2, 0xa1, 'k', 0, 0xa2, 'i', 'd', 77, 0xa3, 's', 'r', 'c', 0xff,
                                  0xa2, 'f', 'n', 0xa7, 'r', 'r', 'e', 'f', '_', 'o', 'f', 0xa2, 'n', 't', 0,
                                  0xa1, 'a', 0x91, 0xc7, 20, 0x02,
                                  0, 0, 0, 0,                                       // owner rank 0
@@ -188,20 +188,20 @@ TEST_F(MalformedInputTest, UnknownProtocolVersionIsAnswered) {
 }
 
 TEST_F(MalformedInputTest, TensorFrameShorterThanDescriptorIsAnswered) {
-  expect_error_reply(tensor_request(1, 6, "echo", 1, descriptor(0, {256}, 0), {100}), 6,
+  expect_error_reply(tensor_request(distrl::transport::kProtocolVersion, 6, "echo", 1, descriptor(0, {256}, 0), {100}), 6,
                      "tensor frame 1 has 100 bytes, descriptor says 1024");
 }
 
 TEST_F(MalformedInputTest, TensorFrameLongerThanDescriptorIsAnswered) {
-  expect_error_reply(tensor_request(1, 7, "echo", 1, descriptor(6, {2}, 0), {12}), 7, "has 12 bytes, descriptor says 8");
+  expect_error_reply(tensor_request(distrl::transport::kProtocolVersion, 7, "echo", 1, descriptor(6, {2}, 0), {12}), 7, "has 12 bytes, descriptor says 8");
 }
 
 TEST_F(MalformedInputTest, UnknownDtypeIsAnswered) {
-  expect_error_reply(tensor_request(1, 8, "echo", 1, descriptor(99, {1}, 0), {4}), 8, "unknown dtype code 99");
+  expect_error_reply(tensor_request(distrl::transport::kProtocolVersion, 8, "echo", 1, descriptor(99, {1}, 0), {4}), 8, "unknown dtype code 99");
 }
 
 TEST_F(MalformedInputTest, AbsurdShapeIsAnswered) {
-  expect_error_reply(tensor_request(1, 9, "echo", 1, descriptor(0, {1ll << 40, 1ll << 40}, 0), {4}), 9, "absurd");
+  expect_error_reply(tensor_request(distrl::transport::kProtocolVersion, 9, "echo", 1, descriptor(0, {1ll << 40, 1ll << 40}, 0), {4}), 9, "absurd");
 }
 
 TEST_F(MalformedInputTest, UnknownFunctionIsAnswered) {
@@ -218,7 +218,7 @@ TEST_F(MalformedInputTest, WrongArgumentTypeIsAnswered) {
 
 TEST_F(MalformedInputTest, OversizeMessageIsAnswered) {
   // Two frames, each under the per-frame cap, together over max_message_bytes.
-  expect_error_reply(tensor_request(1, 13, "echo", 2, descriptor(8, {700000}, 0), {700000, 700000}), 13,
+  expect_error_reply(tensor_request(distrl::transport::kProtocolVersion, 13, "echo", 2, descriptor(8, {700000}, 0), {700000, 700000}), 13,
                      "exceeds the limit of 1048576 bytes");
 }
 
@@ -251,7 +251,7 @@ Frames reply(std::uint64_t id, int kind, int nt, const std::function<void(msgpac
   msgpack::sbuffer b;
   msgpack::packer<msgpack::sbuffer> pk(b);
   pk.pack_map(6);
-  pk.pack("v"); pk.pack(1);
+  pk.pack("v"); pk.pack(distrl::transport::kProtocolVersion);
   pk.pack("k"); pk.pack(kind);
   pk.pack("id"); pk.pack(id);
   pk.pack("src"); pk.pack(1);

@@ -2,6 +2,7 @@
 // Private to transport/.
 #pragma once
 
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,6 +17,13 @@ namespace distrl::transport::detail {
 // a shared_ptr so the buffers outlive the message.
 struct InFrames : std::enable_shared_from_this<InFrames> {
   std::vector<zmq::message_t> frames;
+  // Set by the receiver before the body is converted when the message carries a context with
+  // tensors that require grad: each such tensor passes hooks->on_receive once, then is cached.
+  std::shared_ptr<MessageHooks> hooks;
+  MessageTag tag;
+  int src = -1;
+  std::mutex hooked_mu;
+  std::vector<at::Tensor> hooked;  // by frame index - 1
 };
 
 // A tensor descriptor as carried in a kTensorExt payload:

@@ -95,6 +95,25 @@ class RpcAgent {
                                        core_->timeout_for(to)));
   }
 
+  // An RRef owned by this worker to an object it already holds (torch's RRef(value)): send it
+  // to peers like any other. T = at::Tensor (a parameter, say) can be fetched with to_here().
+  template <typename T>
+  RRef<T> make_rref(std::shared_ptr<T> value) {
+    std::function<void(const void*, detail::Packer&)> pack;
+    if constexpr (std::is_same_v<T, at::Tensor>) pack = detail::packer_for<T>();
+    auto s = std::make_shared<detail::RRefState>();
+    s->core = core_;
+    s->owner = core_->rank();
+    s->id = s->fork = core_->adopt_object(std::move(value), typeid(T), std::move(pack));
+    s->created = Future<void>::ready();
+    return RRef<T>(std::move(s));
+  }
+
+  // The seam for a layer that follows tensors across the wire (distributed autograd): see
+  // transport/message_hooks.h. Call in the setup callback; one set of hooks per agent.
+  void set_hooks(std::shared_ptr<MessageHooks> hooks) { core_->set_hooks(std::move(hooks)); }
+  MessageHooks* hooks() const { return core_->hooks(); }
+
   // Graceful: waits until every worker has called shutdown() and all their calls are done
   // (like torch's rpc.shutdown()), then stops. Throws TimeoutError if peers never arrive
   // (after stopping anyway). Idempotent.

@@ -77,6 +77,21 @@ void RpcCore::add_class(const std::string& name, ClassInfo info) {
   s_->classes[type] = std::make_shared<const ClassInfo>(std::move(info));
 }
 
+void RpcCore::set_hooks(std::shared_ptr<MessageHooks> hooks) {
+  if (s_->running.load() && s_->hooks != hooks)
+    throw Error("rpc: set_hooks must be called in the agent's setup callback, before any peer can send");
+  s_->hooks = std::move(hooks);
+}
+
+MessageHooks* RpcCore::hooks() const { return s_->hooks.get(); }
+
+void attach_hooks(RpcCore::State& s, InMessage& m) {
+  if (!s.hooks || m.header.ctx < 0 || m.header.rg.empty()) return;
+  m.frames->hooks = s.hooks;
+  m.frames->tag = MessageTag{m.header.ctx, m.header.am, m.header.rg};
+  m.frames->src = m.header.src;
+}
+
 std::uint64_t RpcCore::new_object_id() {
   // Globally unique: the creator's rank in the high 16 bits.
   return (static_cast<std::uint64_t>(s_->rank + 1) << 48) | s_->next_object.fetch_add(1);
@@ -110,9 +125,11 @@ void RpcCore::call(int dest, Header h, const BodyWriter& body, Completion done, 
   h.kind = Kind::Request;
   h.src = s_->rank;
   h.call_id = s_->next_call_id.fetch_add(1);
+  MessageHooks* hooks = s_->hooks.get();
+  if (hooks && h.ctx < 0) h.ctx = hooks->current_context();
   std::shared_ptr<OutMessage> msg;
   try {
-    msg = std::make_shared<OutMessage>(build_message(h, this, dest, body));
+    msg = std::make_shared<OutMessage>(build_message(h, this, dest, body, hooks));
   } catch (...) {
     done(nullptr, std::current_exception());
     return;
@@ -190,6 +207,7 @@ void on_reply(RpcCore::State& s, int peer, IoLoop::Frames&& frames) {
                std::make_exception_ptr(ProtocolError("rpc: malformed reply from " + s.worker_name(peer) + ": " + why.what)));
     return;
   }
+  attach_hooks(s, *m);
   auto it = s.pending.find(m->header.call_id);
   if (it == s.pending.end()) return;
   if (m->header.kind == Kind::Response) complete(s, m->header.call_id, &*m, nullptr);
@@ -201,6 +219,7 @@ void on_peer_down(RpcCore::State& s, int peer, const std::string& why) {
     std::lock_guard<std::mutex> lock(s.down_mu);
     s.down_peers.insert(peer);
   }
+  if (s.hooks) s.hooks->on_peer_down(peer, why);
   std::vector<std::uint64_t> ids;
   for (auto& [id, p] : s.pending)
     if (p.dest == peer) ids.push_back(id);

@@ -30,9 +30,10 @@ void reply(RpcCore& core, RpcCore::State& s, const RoutingId& to, const Header& 
   h.kind = kind;
   h.call_id = req.call_id;
   h.src = s.rank;
+  if (kind == Kind::Response && s.hooks) h.ctx = req.ctx;  // a result is sent inside the request's context
   std::shared_ptr<OutMessage> m;
   try {
-    m = std::make_shared<OutMessage>(build_message(h, &core, req.src, body));
+    m = std::make_shared<OutMessage>(build_message(h, &core, req.src, body, s.hooks.get()));
   } catch (const std::exception& e) {
     // The result could not be packed (a CUDA tensor, say): tell the caller that instead.
     if (kind == Kind::Error) return;
@@ -147,6 +148,9 @@ void serve(RpcCore& core, RpcCore::State& s, RoutingId to, std::shared_ptr<InMes
   s.calls_served.fetch_add(1, std::memory_order_relaxed);
   Future<Outcome> result;
   try {
+    // The request's context is current while the handler runs (its own calls carry it).
+    std::shared_ptr<void> in_context;
+    if (s.hooks && m->header.ctx >= 0) in_context = s.hooks->enter(m->header.ctx, m->header.src);
     result = invoke(core, s, m);
   } catch (...) {
     result = Future<Outcome>::failed(std::current_exception());
@@ -216,6 +220,7 @@ void on_request(RpcCore& core, RpcCore::State& s, zmq::message_t&& routing, IoLo
     return;
   }
   auto m = std::make_shared<InMessage>(std::move(*decoded));
+  attach_hooks(s, *m);
   const Header& h = m->header;
   if (h.kind == Kind::Request && h.fn == kForkFn) {  // a holder passes an RRef on
     try {

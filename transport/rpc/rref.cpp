@@ -78,6 +78,19 @@ std::uint64_t RpcCore::fork_rref(int owner, std::uint64_t id, std::shared_ptr<co
   return fork;
 }
 
+std::uint64_t RpcCore::adopt_object(std::shared_ptr<void> value, std::type_index type,
+                                    std::function<void(const void*, Packer&)> pack) {
+  const std::uint64_t id = new_object_id();
+  std::lock_guard<std::mutex> lock(s_->obj_mu);
+  auto o = s_->object_locked(id);
+  o->type = type;
+  o->pack = std::move(pack);
+  o->constructed_seen = true;
+  o->promise.set_value(std::move(value));
+  s_->add_fork_locked(id, id);  // the owner's own reference, released like any other
+  return id;
+}
+
 void RpcCore::release_rref(int owner, std::uint64_t id, std::uint64_t fork) {
   auto& s = *s_;
   if (!s.running.load()) return;  // the group is gone; owners dropped their objects

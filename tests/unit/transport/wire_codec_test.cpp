@@ -2,6 +2,8 @@
 #include "transport/detail/wire_codec.h"
 
 #include <gtest/gtest.h>
+
+#include <functional>
 #include <torch/torch.h>
 
 #include "tests/support/wire_craft.h"
@@ -154,40 +156,40 @@ TEST(WireCodecTest, RejectsUnknownProtocolVersionButKeepsTheCallId) {
 }
 
 TEST(WireCodecTest, RejectsFrameCountMismatch) {
-  auto why = refuse(raw_message(1, 2, descriptor(0, {1}, 0), {4}));
+  auto why = refuse(raw_message(distrl::transport::kProtocolVersion, 2, descriptor(0, {1}, 0), {4}));
   EXPECT_NE(why.what.find("announces 2 tensor frames, message has 1"), std::string::npos) << why.what;
 }
 
 TEST(WireCodecTest, RejectsTensorFrameShorterThanDescriptor) {
-  auto why = refuse(raw_message(1, 1, descriptor(0, {1024}, 0), {100}));
+  auto why = refuse(raw_message(distrl::transport::kProtocolVersion, 1, descriptor(0, {1024}, 0), {100}));
   EXPECT_NE(why.what.find("tensor frame 1 has 100 bytes, descriptor says 4096"), std::string::npos) << why.what;
 }
 
 TEST(WireCodecTest, RejectsTensorFrameLongerThanDescriptor) {
-  auto why = refuse(raw_message(1, 1, descriptor(0, {2}, 0), {9}));
+  auto why = refuse(raw_message(distrl::transport::kProtocolVersion, 1, descriptor(0, {2}, 0), {9}));
   EXPECT_NE(why.what.find("has 9 bytes, descriptor says 8"), std::string::npos) << why.what;
 }
 
 TEST(WireCodecTest, RejectsUnknownDtype) {
-  auto why = refuse(raw_message(1, 1, descriptor(200, {1}, 0), {4}));
+  auto why = refuse(raw_message(distrl::transport::kProtocolVersion, 1, descriptor(200, {1}, 0), {4}));
   EXPECT_NE(why.what.find("unknown dtype code 200"), std::string::npos) << why.what;
 }
 
 TEST(WireCodecTest, RejectsAbsurdShapes) {
-  auto huge = refuse(raw_message(1, 1, descriptor(0, {1ll << 40, 1ll << 40}, 0), {4}));
+  auto huge = refuse(raw_message(distrl::transport::kProtocolVersion, 1, descriptor(0, {1ll << 40, 1ll << 40}, 0), {4}));
   EXPECT_NE(huge.what.find("absurd"), std::string::npos) << huge.what;
-  auto negative = refuse(raw_message(1, 1, descriptor(0, {-3}, 0), {4}));
+  auto negative = refuse(raw_message(distrl::transport::kProtocolVersion, 1, descriptor(0, {-3}, 0), {4}));
   EXPECT_NE(negative.what.find("negative dim"), std::string::npos) << negative.what;
-  auto too_many = refuse(raw_message(1, 1, descriptor(0, std::vector<std::int64_t>(17, 1), 0), {4}));
+  auto too_many = refuse(raw_message(distrl::transport::kProtocolVersion, 1, descriptor(0, std::vector<std::int64_t>(17, 1), 0), {4}));
   EXPECT_NE(too_many.what.find("17 dims"), std::string::npos) << too_many.what;
-  auto frame = refuse(raw_message(1, 1, descriptor(0, {1}, 5), {4}));
+  auto frame = refuse(raw_message(distrl::transport::kProtocolVersion, 1, descriptor(0, {1}, 5), {4}));
   EXPECT_NE(frame.what.find("names frame 6"), std::string::npos) << frame.what;
 }
 
 TEST(WireCodecTest, RejectsOversizeMessage) {
   WireLimits small;
   small.max_message_bytes = 1000;
-  auto why = refuse(raw_message(1, 1, descriptor(0, {1000}, 0), {4000}), small);
+  auto why = refuse(raw_message(distrl::transport::kProtocolVersion, 1, descriptor(0, {1000}, 0), {4000}), small);
   EXPECT_NE(why.what.find("exceeds the limit of 1000 bytes"), std::string::npos) << why.what;
   EXPECT_TRUE(why.call_id);
 }
@@ -195,7 +197,7 @@ TEST(WireCodecTest, RejectsOversizeMessage) {
 TEST(WireCodecTest, RejectsTooManyFrames) {
   WireLimits small;
   small.max_frames = 2;
-  auto why = refuse(raw_message(1, 3, descriptor(0, {1}, 0), {4, 4, 4}), small);
+  auto why = refuse(raw_message(distrl::transport::kProtocolVersion, 3, descriptor(0, {1}, 0), {4, 4, 4}), small);
   EXPECT_NE(why.what.find("limit is 2"), std::string::npos) << why.what;
 }
 
@@ -272,9 +274,9 @@ TEST(WireFormatTest, DtypeCodesAreTheDocumentedOnes) {
 }
 
 TEST(WireFormatTest, DecodesAHandWrittenRequest) {
-  // {"v":1, "k":0, "id":5, "src":-1, "fn":"f", "nt":1, "a":[int32 tensor [2] in frame 0]}
+  // {"v":2, "k":0, "id":5, "src":-1, "fn":"f", "nt":1, "a":[int32 tensor [2] in frame 0]}
   const std::string header =
-      bytes_of({0x87, 0xa1, 'v', 1, 0xa1, 'k', 0, 0xa2, 'i', 'd', 5, 0xa3, 's', 'r', 'c', 0xff, 0xa2, 'f', 'n', 0xa1,
+      bytes_of({0x87, 0xa1, 'v', 2, 0xa1, 'k', 0, 0xa2, 'i', 'd', 5, 0xa3, 's', 'r', 'c', 0xff, 0xa2, 'f', 'n', 0xa1,
                 'f', 0xa2, 'n', 't', 1, 0xa1, 'a', 0x91, 0xc7, 14, 0x01, 6, 1, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0});
   const std::string data = bytes_of({7, 0, 0, 0, 0xff, 0xff, 0xff, 0xff});  // 7, -1 (LE)
   Frames f;
@@ -299,4 +301,58 @@ TEST(WireCodecTest, RefusesToSendUndefinedTensors) {
 TEST(WireCodecTest, RefusesToSendCudaTensors) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device here";
   EXPECT_THROW(encode_value(torch::ones({2}, torch::kCUDA)), distrl::ProtocolError);
+}
+
+namespace {
+
+// A request with a context, message id and "rg" as given, one int32[1] tensor frame.
+Frames autograd_request(std::int64_t ctx, std::int64_t am, const std::function<void(msgpack::packer<msgpack::sbuffer>&)>& rg) {
+  msgpack::sbuffer b;
+  msgpack::packer<msgpack::sbuffer> pk(b);
+  pk.pack_map(10);
+  pk.pack("v"); pk.pack(distrl::transport::kProtocolVersion);
+  pk.pack("k"); pk.pack(0);
+  pk.pack("id"); pk.pack(9);
+  pk.pack("src"); pk.pack(1);
+  pk.pack("fn"); pk.pack("f");
+  pk.pack("ctx"); pk.pack(ctx);
+  pk.pack("am"); pk.pack(am);
+  pk.pack("rg"); rg(pk);
+  pk.pack("nt"); pk.pack(1);
+  pk.pack("a");
+  pk.pack_array(1);
+  const std::string d = distrl::testing::descriptor(6, {1}, 0);
+  pk.pack_ext(d.size(), distrl::transport::kTensorExt);
+  pk.pack_ext_body(d.data(), static_cast<std::uint32_t>(d.size()));
+  Frames f = distrl::testing::one_frame(std::string(b.data(), b.size()));
+  f.emplace_back(4);
+  return f;
+}
+
+}  // namespace
+
+// Version 1 peers (no "am"/"rg") are refused by name, answered since the call id is known.
+TEST(WireCodecTest, RefusesProtocolVersionOneClearly) {
+  auto why = refuse(raw_message(1, 1, descriptor(0, {1}, 0), {4}));
+  EXPECT_NE(why.what.find("unsupported protocol version 1 (this build speaks 2)"), std::string::npos) << why.what;
+  ASSERT_TRUE(why.call_id);
+}
+
+TEST(WireCodecTest, ReadsTheAutogradFieldsAndRefusesBadOnes) {
+  DecodeFailure why;
+  auto ok = decode_message(autograd_request(5, 77, [](auto& pk) { pk.pack(std::vector<int>{1}); }), {}, &why);
+  ASSERT_TRUE(ok.has_value()) << why.what;
+  EXPECT_EQ(ok->header.ctx, 5);
+  EXPECT_EQ(ok->header.am, 77);
+  EXPECT_EQ(ok->header.rg, std::vector<std::uint32_t>{1});
+  auto frame0 = refuse(autograd_request(5, 77, [](auto& pk) { pk.pack(std::vector<int>{0}); }));
+  EXPECT_NE(frame0.what.find("\"rg\" must list tensor frames 1..1"), std::string::npos) << frame0.what;
+  auto past = refuse(autograd_request(5, 77, [](auto& pk) { pk.pack(std::vector<int>{2}); }));
+  EXPECT_NE(past.what.find("\"rg\" must list tensor frames 1..1"), std::string::npos) << past.what;
+  auto too_long = refuse(autograd_request(5, 77, [](auto& pk) { pk.pack(std::vector<int>{1, 1}); }));
+  EXPECT_NE(too_long.what.find("at most 1 frame numbers"), std::string::npos) << too_long.what;
+  auto not_array = refuse(autograd_request(5, 77, [](auto& pk) { pk.pack("x"); }));
+  EXPECT_NE(not_array.what.find("\"rg\" is not an array"), std::string::npos) << not_array.what;
+  auto no_ctx = refuse(autograd_request(-1, 77, [](auto& pk) { pk.pack(std::vector<int>{1}); }));
+  EXPECT_NE(no_ctx.what.find("without a context and message id"), std::string::npos) << no_ctx.what;
 }

@@ -73,6 +73,11 @@ class RpcCore : public std::enable_shared_from_this<RpcCore> {
   Store& store();
 
   void add_callable(const std::string& name, Callable c);
+  void set_hooks(std::shared_ptr<MessageHooks> hooks);  // see RpcAgent::set_hooks
+  MessageHooks* hooks() const;
+  // An owner reference to a local object (see RpcAgent::make_rref).
+  std::uint64_t adopt_object(std::shared_ptr<void> value, std::type_index type,
+                             std::function<void(const void*, Packer&)> pack);
   void add_class(const std::string& name, ClassInfo info);
 
   // Sends a request (kind Request, call id assigned here) and arranges for done to run once.

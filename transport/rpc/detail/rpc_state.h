@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "transport/rpc/detail/rpc_core.h"
 #include "transport/detail/io_loop.h"
+#include "transport/message_hooks.h"
 #include "transport/rendezvous.h"
 #include "transport/thread_pool.h"
 
@@ -74,6 +75,9 @@ struct RpcCore::State {
   std::mutex down_mu;
   std::set<int> down_peers;
 
+  // Set once in setup, before any traffic (RpcAgent::set_hooks); read by every thread after.
+  std::shared_ptr<MessageHooks> hooks;
+
   std::atomic<std::uint64_t> calls_sent{0}, calls_served{0}, bad{0}, dropped{0}, timeouts{0};
   RateLimiter bad_log{std::chrono::milliseconds(1000)};
 
@@ -111,6 +115,8 @@ struct RpcCore::State {
 void on_reply(RpcCore::State& s, int peer, IoLoop::Frames&& frames);
 void on_peer_down(RpcCore::State& s, int peer, const std::string& why);
 void expire(RpcCore::State& s, Clock::time_point now);
+// Lets the hooks see the message's tensors that require grad (when it has any).
+void attach_hooks(RpcCore::State& s, InMessage& m);
 // A refused message: counted (bad; dropped too when nobody was answered) and logged, rate-limited
 // (rpc/rpc_serve.cpp).
 void count_bad(RpcCore::State& s, const std::string& what, bool answered);
