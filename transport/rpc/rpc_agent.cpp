@@ -18,6 +18,7 @@ RpcAgent::~RpcAgent() {
 }
 
 const std::string& RpcAgent::name() const { return core_->options().name; }
+const RpcOptions& RpcAgent::options() const { return core_->options(); }
 int RpcAgent::rank() const { return core_->rank(); }
 int RpcAgent::world_size() const { return core_->world_size(); }
 const std::vector<WorkerInfo>& RpcAgent::workers() const { return core_->workers(); }

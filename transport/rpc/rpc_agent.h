@@ -48,6 +48,7 @@ class RpcAgent {
   RpcAgent& operator=(const RpcAgent&) = delete;
 
   const std::string& name() const;
+  const RpcOptions& options() const;
   int rank() const;
   int world_size() const;
   const std::vector<WorkerInfo>& workers() const;

@@ -1,0 +1,102 @@
+// Distributed autograd, like torch.distributed.autograd: RPCs made while a Context is active
+// record what crossed the wire, and backward(ctx, roots) runs the backward pass across every
+// worker that took part. Gradients accumulate in the context, per worker, not in `.grad`.
+//
+//   RpcAgent agent(opts, [](RpcAgent& a) { dist_autograd::enable(a); ... });  // every worker
+//   {
+//     dist_autograd::Context ctx(agent);
+//     at::Tensor y = agent.rpc_sync<at::Tensor>("ps", "forward", x);   // recorded
+//     dist_autograd::backward(ctx, {loss_of(y)});                       // runs on ps too
+//     auto grads = dist_autograd::get_gradients(ctx);                   // this worker's leaves
+//     optimizer.step(ctx);                                              // DistributedOptimizer
+//   }                                                                   // released everywhere
+//
+// What is recorded: inside a context, every message (request or reply, to_here included)
+// whose tensors require grad records a send on the sender (the tensors' gradient edges) and
+// gives the receiver tensors whose grad_fn leads back to it, paired by a message id unique
+// across workers. backward runs the local graph from the roots, sends the gradients that
+// reach received tensors back to their senders, which run their part, and so on; it returns
+// when every part has finished (each part answers only when everything it started has).
+// Only sends the roots reach take part: an RPC result the loss does not use costs nothing
+// and cannot hang the pass.
+//
+// Threads and lifetime: a Context is current on the thread that made it, until it is
+// destroyed (on that thread); handlers serving a request of a context run with it current,
+// so their own RPCs carry it too. backward blocks the calling thread; local parts on other
+// workers run on their handler pools. Leaving a context releases it on every worker that saw
+// it (asynchronously; each release is acknowledged). Everything here is thread-safe.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "common/error.h"
+
+namespace distrl::transport {
+class RpcAgent;
+}
+
+namespace distrl::autograd {
+
+namespace detail {
+class Engine;
+struct ContextState;
+}  // namespace detail
+
+// Installs distributed autograd on this worker: the message hooks, the gradient and release
+// handlers, the optimizer class. Call it in the RpcAgent's setup callback on every worker.
+void enable(transport::RpcAgent& agent);
+
+// A distributed backward that could not complete: a peer died, a part threw, a gradient was
+// refused, or the deadline passed. The message names the context and the worker.
+class BackwardError : public Error {
+ public:
+  using Error::Error;
+};
+
+class Context {
+ public:
+  // A new context with a globally unique id (this worker's rank << 48 | counter), current on
+  // this thread until destroyed. Throws Error when enable(agent) was not called.
+  explicit Context(transport::RpcAgent& agent);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  std::int64_t id() const;
+  transport::RpcAgent& agent() const;
+
+ private:
+  friend void backward(const Context&, const std::vector<at::Tensor>&, bool);
+  friend std::vector<std::pair<at::Tensor, at::Tensor>> get_gradients(const Context&);
+  std::shared_ptr<detail::Engine> engine_;
+  std::shared_ptr<detail::ContextState> state_;
+  std::shared_ptr<void> scope_;  // current on the creating thread while held
+};
+
+// Runs the backward pass from roots (each a single-element tensor, seeded with 1) across every
+// worker the roots reach, and returns when all parts have finished. Throws BackwardError
+// (naming the context and worker) on failure, or when the pass exceeds the agent's
+// rpc_timeout. retain_graph=false (the default) allows one backward per context, as in torch.
+void backward(const Context& ctx, const std::vector<at::Tensor>& roots, bool retain_graph = false);
+
+// The gradients this worker's leaf tensors received in ctx, as (tensor, gradient) pairs.
+std::vector<std::pair<at::Tensor, at::Tensor>> get_gradients(const Context& ctx);
+// The same on a worker that serves the context (an owner stepping its parameters, say):
+// empty when this worker has not seen context `ctx`.
+std::vector<std::pair<at::Tensor, at::Tensor>> get_gradients(transport::RpcAgent& agent, std::int64_t ctx);
+
+// Contexts this worker holds now: created here and not yet left, or seen from a peer and not
+// yet released. Returns to 0 once every context is left and released.
+std::size_t live_contexts(transport::RpcAgent& agent);
+
+}  // namespace distrl::autograd
+
+namespace distrl {
+namespace dist_autograd = autograd;  // the name torch users look for
+}
