@@ -81,6 +81,17 @@ void configure_config_launch(const std::string& config, const std::vector<std::s
   const YAML::Node root = load(config);
   std::vector<std::string> tail{"--config", config};
   tail.insert(tail.end(), overrides.begin(), overrides.end());
+  if (root.IsMap() && root["workload"]) {  // a workload with roles: its own tool on every rank
+    const std::string workload = root["workload"].IsScalar() ? root["workload"].as<std::string>() : "";
+    if (workload != "rnn_dist_autograd")
+      throw ConfigError(config + ": workload: '" + workload + "' is not known (known: rnn_dist_autograd)");
+    const std::string rnn = tool("distrl-rnn");
+    check(rnn, tail);
+    o->nproc = int_setting(config, root, overrides, "roles.trainers", 1) + 1;  // rank 0 is the ps
+    o->command = {rnn};
+    o->command.insert(o->command.end(), tail.begin(), tail.end());
+    return;
+  }
   if (root.IsMap() && root["dist"]) {  // supervised training: distrl-train on every rank
     const std::string train = tool("distrl-train");
     check(train, tail);

@@ -1,0 +1,294 @@
+#include "training/rnn/rnn.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <set>
+#include <sstream>
+
+#include "autograd/context.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "common/plot.h"
+#include "models/checkpoint.h"
+#include "transport/rpc/rpc_agent.h"
+
+namespace distrl::training {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+constexpr const char* kEmbedding = "rnn.Embedding";
+constexpr const char* kDecoder = "rnn.Decoder";
+constexpr const char* kAssign = "rnn.assign";
+
+// Every regular file under path (or path itself), in name order, concatenated.
+std::string read_text(const std::string& path, long long max_chars) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> files;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    for (auto& e : fs::recursive_directory_iterator(path, fs::directory_options::skip_permission_denied, ec))
+      if (e.is_regular_file(ec)) files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+  } else if (fs::is_regular_file(path, ec)) {
+    files.push_back(path);
+  }
+  if (files.empty())
+    throw ConfigError("data.path: no text files at '" + path + "' (on Debian, /usr/share/common-licenses has plenty)");
+  std::string text;
+  for (auto& f : files) {
+    std::ifstream in(f, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    text += ss.str();
+    if (max_chars > 0 && static_cast<long long>(text.size()) >= max_chars) {
+      text.resize(static_cast<std::size_t>(max_chars));
+      break;
+    }
+  }
+  if (text.size() < 1000) throw ConfigError("data.path: only " + std::to_string(text.size()) + " characters at '" + path + "'; need at least 1000");
+  return text;
+}
+
+// Characters -> ids over the text's own alphabet (sorted bytes), same on every trainer.
+struct Corpus {
+  std::vector<unsigned char> alphabet;
+  at::Tensor train, val;  // int64 streams
+};
+
+Corpus load_corpus(const RnnConfig& cfg) {
+  const std::string text = read_text(cfg.data_path, cfg.max_chars);
+  std::set<unsigned char> seen(text.begin(), text.end());
+  Corpus c;
+  c.alphabet.assign(seen.begin(), seen.end());
+  std::vector<std::int64_t> index(256, 0);
+  for (std::size_t i = 0; i < c.alphabet.size(); ++i) index[c.alphabet[i]] = static_cast<std::int64_t>(i);
+  std::vector<std::int64_t> ids(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) ids[i] = index[static_cast<unsigned char>(text[i])];
+  at::Tensor all = torch::tensor(ids, torch::kInt64);
+  const auto n_val = static_cast<std::int64_t>(static_cast<double>(ids.size()) * cfg.val_fraction);
+  c.train = all.slice(0, 0, all.size(0) - n_val);
+  c.val = all.slice(0, all.size(0) - n_val);
+  return c;
+}
+
+// A stream cut into `batch` parallel columns: (rows, batch).
+at::Tensor columns(const at::Tensor& stream, int batch) {
+  const std::int64_t rows = stream.size(0) / batch;
+  return stream.slice(0, 0, rows * batch).view({batch, rows}).t().contiguous();
+}
+
+}  // namespace
+
+EmbeddingTableImpl::EmbeddingTableImpl(const EmbeddingConfig& c) {
+  torch::manual_seed(c.seed);
+  emb_ = register_module("emb", torch::nn::Embedding(c.tokens, c.dim));
+  drop_ = register_module("drop", torch::nn::Dropout(c.dropout));
+  torch::nn::init::uniform_(emb_->weight, -0.1, 0.1);
+}
+
+at::Tensor EmbeddingTableImpl::forward(at::Tensor tokens) { return drop_(emb_(tokens)); }
+
+DecoderImpl::DecoderImpl(const DecoderConfig& c) {
+  torch::manual_seed(c.seed + 1);
+  drop_ = register_module("drop", torch::nn::Dropout(c.dropout));
+  fc_ = register_module("fc", torch::nn::Linear(c.hidden, c.tokens));
+  torch::nn::init::uniform_(fc_->weight, -0.1, 0.1);
+  torch::nn::init::zeros_(fc_->bias);
+}
+
+at::Tensor DecoderImpl::forward(at::Tensor x) { return fc_(drop_(x)); }
+
+void register_rnn(transport::RpcAgent& agent) {
+  autograd::enable(agent);
+  autograd::register_remote_module<EmbeddingTableImpl, EmbeddingConfig>(
+      agent, kEmbedding, [](const EmbeddingConfig& c) { return std::make_shared<EmbeddingTableImpl>(c); });
+  autograd::register_remote_module<DecoderImpl, DecoderConfig>(
+      agent, kDecoder, [](const DecoderConfig& c) { return std::make_shared<DecoderImpl>(c); });
+  agent.register_function(kAssign, [](transport::RRef<at::Tensor> param, at::Tensor value) {
+    at::Tensor p = *param.local_value();
+    if (!p.sizes().equals(value.sizes()))
+      throw ConfigError("checkpoint: a ps parameter is " + std::to_string(p.numel()) + " values, the checkpoint has " +
+                        std::to_string(value.numel()) + ": was it saved with other model sizes?");
+    torch::NoGradGuard no_grad;
+    p.copy_(value);
+  });
+}
+
+RnnTrainerModel::RnnTrainerModel(transport::RpcAgent& agent, const std::string& ps, int tokens, int embedding_dim,
+                                 int hidden, int layers, double dropout, int seed, const autograd::OptimizerSpec& spec)
+    : agent_(agent),
+      emb_(agent, ps, kEmbedding, EmbeddingConfig{tokens, embedding_dim, dropout, seed}),
+      dec_(agent, ps, kDecoder, DecoderConfig{hidden, tokens, dropout, seed}),
+      hidden_(hidden),
+      layers_(layers) {
+  torch::manual_seed(seed + 2);
+  lstm_ = torch::nn::LSTM(torch::nn::LSTMOptions(embedding_dim, hidden).num_layers(layers).dropout(layers > 1 ? dropout : 0.0));
+  std::vector<transport::RRef<at::Tensor>> params = emb_.remote_parameters();
+  for (auto& p : lstm_->parameters()) params.push_back(agent.make_rref(std::make_shared<at::Tensor>(p)));
+  for (auto& p : dec_.remote_parameters()) params.push_back(p);
+  opt_ = std::make_unique<autograd::DistributedOptimizer>(agent, spec, params);
+}
+
+void RnnTrainerModel::reset_state(int batch) {
+  state_ = {torch::zeros({layers_, batch, hidden_}), torch::zeros({layers_, batch, hidden_})};
+}
+
+at::Tensor RnnTrainerModel::logits(const at::Tensor& input, bool keep_state) {
+  at::Tensor e = emb_.forward(input);
+  if (!std::get<0>(state_).defined() || std::get<0>(state_).size(1) != input.size(1)) reset_state(static_cast<int>(input.size(1)));
+  auto [out, st] = lstm_->forward(e, state_);
+  if (keep_state) state_ = {std::get<0>(st).detach(), std::get<1>(st).detach()};  // truncated backprop
+  return dec_.forward(out);
+}
+
+double RnnTrainerModel::train_step(const at::Tensor& input, const at::Tensor& target, StepTimes* times) {
+  autograd::Context ctx(agent_);
+  const auto t0 = Clock::now();
+  at::Tensor out = logits(input, true);
+  at::Tensor loss = torch::nn::functional::cross_entropy(out.reshape({-1, out.size(-1)}), target.reshape({-1}));
+  const auto t1 = Clock::now();
+  autograd::backward(ctx, {loss});
+  const auto t2 = Clock::now();
+  opt_->step(ctx);
+  if (times) {
+    times->forward = std::chrono::duration<double>(t1 - t0).count();
+    times->backward = std::chrono::duration<double>(t2 - t1).count();
+    times->step = since(t2);
+  }
+  return loss.item<double>();
+}
+
+double RnnTrainerModel::evaluate(const at::Tensor& input, const at::Tensor& target) {
+  torch::NoGradGuard no_grad;
+  at::Tensor out = logits(input, true);
+  return torch::nn::functional::cross_entropy(out.reshape({-1, out.size(-1)}), target.reshape({-1})).item<double>();
+}
+
+void run_rnn(const RnnConfig& cfg, const std::string& config_yaml, transport::RpcAgent& agent, const std::string& resume) {
+  torch::set_num_threads(cfg.torch_threads);
+  const int rank = agent.rank();
+  if (rank == 0) {
+    std::cout << "ps: holding the embedding table and the decoder for " << agent.world_size() - 1 << " trainer(s)"
+              << std::endl;
+    return;  // serves until every trainer has shut down
+  }
+  const bool lead = rank == 1;  // writes metrics, plots and checkpoints
+  Corpus corpus = load_corpus(cfg);
+  const int tokens = static_cast<int>(corpus.alphabet.size());
+  autograd::OptimizerSpec spec;
+  spec.kind = cfg.optimizer;
+  spec.lr = cfg.lr;
+  spec.momentum = cfg.momentum;
+  if (spec.kind == "adagrad") spec.eps = 1e-10;
+  RnnTrainerModel model(agent, agent.workers().at(0).name, tokens, cfg.embedding_dim, cfg.hidden, cfg.layers, cfg.dropout,
+                        cfg.seed, spec);
+  // Each trainer reads its own stretch of the training text.
+  const std::int64_t share = corpus.train.size(0) / cfg.trainers;
+  at::Tensor mine = corpus.train.slice(0, (rank - 1) * share, rank * share);
+  at::Tensor train = columns(mine, cfg.batch_size), val = columns(corpus.val, cfg.batch_size);
+  if (train.size(0) <= cfg.bptt + 1 || val.size(0) <= cfg.bptt + 1)
+    throw ConfigError("the text is too short for train.batch_size " + std::to_string(cfg.batch_size) + " x train.bptt " +
+                      std::to_string(cfg.bptt) + ": use a smaller batch or more data (data.path, data.max_chars)");
+
+  std::filesystem::create_directories(cfg.out_dir);
+  const std::string ckpt = cfg.checkpoint.empty() ? cfg.out_dir + "/checkpoint.pt" : cfg.checkpoint;
+  const std::string csv = cfg.out_dir + "/metrics.csv";
+  int first_step = 1;
+  if (!resume.empty()) {
+    std::map<std::string, torch::Tensor> extra;
+    auto numbers = models::load_checkpoint(resume, *model.lstm(), nullptr, torch::kCPU, &extra);
+    auto emb = model.embedding().remote_parameters(), dec = model.decoder().remote_parameters();
+    for (std::size_t i = 0; i < emb.size(); ++i) agent.rpc_sync<void>(0, kAssign, emb[i], extra.at("emb." + std::to_string(i)));
+    for (std::size_t i = 0; i < dec.size(); ++i) agent.rpc_sync<void>(0, kAssign, dec[i], extra.at("dec." + std::to_string(i)));
+    first_step = static_cast<int>(numbers["step"]) + 1;
+    std::cout << "trainer " << rank << ": resumed from " << resume << " at step " << first_step << std::endl;
+  }
+  std::ofstream metrics;
+  if (lead) {
+    std::ofstream(cfg.out_dir + "/config.yaml") << config_yaml;
+    const bool append = !resume.empty() && std::filesystem::exists(csv);
+    metrics.open(csv, append ? std::ios::app : std::ios::trunc);
+    if (!append) metrics << "step,train_loss,val_loss,val_perplexity,chars_per_s,seconds\n";
+    std::cout << "trainer: " << tokens << " characters in the alphabet, " << corpus.train.size(0) << " training and "
+              << corpus.val.size(0) << " validation characters from " << cfg.data_path << std::endl;
+  }
+  auto save = [&](int step) {
+    if (!lead) return;
+    std::map<std::string, torch::Tensor> extra;
+    auto emb = model.embedding().remote_parameters(), dec = model.decoder().remote_parameters();
+    for (std::size_t i = 0; i < emb.size(); ++i) extra["emb." + std::to_string(i)] = emb[i].to_here();
+    for (std::size_t i = 0; i < dec.size(); ++i) extra["dec." + std::to_string(i)] = dec[i].to_here();
+    models::save_checkpoint(ckpt, *model.lstm(), nullptr, {{"step", step}}, extra);
+  };
+  auto validate = [&] {
+    model.embedding().eval();
+    model.decoder().eval();
+    model.lstm()->eval();
+    model.reset_state(cfg.batch_size);
+    double sum = 0;
+    int n = 0;
+    for (std::int64_t p = 0; p + cfg.bptt + 1 < val.size(0) && n < cfg.eval_batches; p += cfg.bptt, ++n)
+      sum += model.evaluate(val.slice(0, p, p + cfg.bptt), val.slice(0, p + 1, p + 1 + cfg.bptt));
+    model.embedding().train();
+    model.decoder().train();
+    model.lstm()->train();
+    model.reset_state(cfg.batch_size);
+    return sum / std::max(1, n);
+  };
+
+  const auto start = Clock::now();
+  double loss_sum = 0;
+  int loss_n = 0;
+  auto window = Clock::now();
+  std::int64_t pos = 0;
+  torch::manual_seed(cfg.seed + rank);
+  pos = (torch::randint(train.size(0) - cfg.bptt - 1, {1}).item<std::int64_t>() / cfg.bptt) * cfg.bptt;
+  model.reset_state(cfg.batch_size);
+  double last_val = std::nan("");
+  for (int step = first_step; step <= cfg.steps; ++step) {
+    if (pos + cfg.bptt + 1 >= train.size(0)) {
+      pos = 0;
+      model.reset_state(cfg.batch_size);
+    }
+    loss_sum += model.train_step(train.slice(0, pos, pos + cfg.bptt), train.slice(0, pos + 1, pos + 1 + cfg.bptt));
+    ++loss_n;
+    pos += cfg.bptt;
+    const bool eval_now = step % cfg.eval_interval == 0 || step == cfg.steps;
+    if (lead && (step % cfg.log_interval == 0 || eval_now)) {
+      const double train_loss = loss_sum / loss_n;
+      const double rate = static_cast<double>(loss_n) * cfg.bptt * cfg.batch_size / since(window);
+      if (eval_now) last_val = validate();
+      char val_text[64] = "val loss -";
+      if (!std::isnan(last_val))
+        std::snprintf(val_text, sizeof(val_text), "val loss %.3f (perplexity %.2f)", last_val, std::exp(last_val));
+      std::printf("step %d/%d  train loss %.3f  %s  %.0f chars/s  %.1f s\n", step, cfg.steps, train_loss, val_text, rate,
+                  since(start));
+      std::fflush(stdout);
+      metrics << step << ',' << train_loss << ',' << (eval_now ? std::to_string(last_val) : "") << ','
+              << (eval_now ? std::to_string(std::exp(last_val)) : "") << ',' << rate << ',' << since(start) << '\n';
+      metrics.flush();
+      loss_sum = 0;
+      loss_n = 0;
+      window = Clock::now();
+    }
+    if (cfg.checkpoint_every > 0 && step % cfg.checkpoint_every == 0) save(step);
+  }
+  save(cfg.steps);
+  if (lead) {
+    metrics.close();
+    std::vector<Chart> charts{{"cross-entropy (nats/char)", "step", {{"step", "train_loss", "train"}, {"step", "val_loss", "validation"}}},
+                              {"validation perplexity", "step", {{"step", "val_perplexity", "validation"}}}};
+    if (plot_csv(csv, cfg.out_dir + "/learning_curve.png", charts))
+      std::cout << "wrote " << cfg.out_dir << "/learning_curve.png" << std::endl;
+    std::cout << "trainer: done; metrics in " << csv << ", checkpoint " << ckpt << std::endl;
+  }
+}
+
+}  // namespace distrl::training

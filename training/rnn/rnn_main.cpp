@@ -1,0 +1,37 @@
+// distrl-rnn: the distributed-autograd RNN workload, one process per rank (rank 0 the ps,
+// ranks 1.. trainers). Usually started by: distrl-launch --config configs/rnn_dist_autograd.yaml
+#include "common/command_line.h"
+#include "common/main_guard.h"
+#include "training/rnn/rnn.h"
+#include "transport/rpc/rpc_agent.h"
+
+int main(int argc, char** argv) {
+  return distrl::guarded_main("distrl-rnn", [&] {
+    using namespace distrl;
+    CommandLine<training::RnnConfig> cmd(
+        "distrl-rnn",
+        "distrl-rnn: PyTorch's distributed-autograd RNN tutorial on real text. Rank 0 (ps) holds the\n"
+        "embedding table and the decoder; each trainer runs an LSTM and trains all three through\n"
+        "dist_autograd::backward and a DistributedOptimizer. Trainer 1 prints progress and writes\n"
+        "OUT_DIR/metrics.csv, learning_curve.png, config.yaml and the checkpoint.\n"
+        "Usually started by: distrl-launch --config configs/rnn_dist_autograd.yaml",
+        "configs/rnn_dist_autograd.yaml", "continue from a checkpoint of an earlier run (OUT_DIR/checkpoint.pt)");
+    if (!cmd.parse(argc, argv)) return 0;
+    const training::RnnConfig& cfg = cmd.config;
+    if (cmd.flags.check_only) return 0;
+    transport::RpcOptions o;
+    o.init_method = cmd.flags.world.resolved_init_method();
+    o.rank = cmd.flags.world.rank;
+    o.world_size = cmd.flags.world.world_size;
+    o.rpc_timeout = std::chrono::milliseconds(static_cast<long long>(cfg.timeout_s * 1000));
+    o.rendezvous_timeout = o.rpc_timeout;
+    o.transport = cfg.transport;
+    transport::RpcAgent agent(o, [](transport::RpcAgent& a) { training::register_rnn(a); });
+    if (agent.world_size() != cfg.trainers + 1)
+      throw ConfigError("roles.trainers is " + std::to_string(cfg.trainers) + " but the world has " +
+                        std::to_string(agent.world_size()) + " processes (1 ps + trainers)");
+    training::run_rnn(cfg, cmd.settings.to_yaml(), agent, cmd.flags.resume);
+    agent.shutdown();
+    return 0;
+  });
+}
