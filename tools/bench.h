@@ -64,4 +64,12 @@ int run_env_bench(const EnvBenchOptions& options);
 // One-line description of this machine for benchmark tables.
 std::string machine_description();
 
+struct AutogradBenchOptions {
+  int iterations = 50;    // the tutorial's 10 epochs x 5 batches
+  int contexts = 0;       // then a loop of this many contexts (0: skip)
+  std::string csv = "distrl-bench-autograd.csv";
+};
+int run_autograd_bench(const AutogradBenchOptions& options);
+int run_autograd_worker(const std::string& out, int iterations, int contexts);
+
 }  // namespace distrl::tools

@@ -52,6 +52,14 @@ int main(int argc, char** argv) {
   e->add_option("--envs", ev.envs, "environments")->delimiter(',');
   e->add_option("--steps", ev.steps, "timed steps per environment")->check(CLI::Range(1000LL, 1000000000000LL));
   e->add_option("--csv", ev.csv, "CSV output path");
+  distrl::tools::AutogradBenchOptions ag;
+  auto* g = app.add_subcommand("autograd", "the distributed-autograd RNN tutorial (ps + trainer processes): forward, "
+                                           "backward and step per iteration, the whole run, and a loop of contexts");
+  g->add_option("--iterations", ag.iterations, "training iterations")->check(CLI::Range(1, 10000000));
+  g->add_option("--contexts", ag.contexts, "then this many contexts in a loop, checking live counts and RSS (0: skip)")
+      ->check(CLI::Range(0, 100000000));
+  g->add_option("--csv", ag.csv, "CSV output path");
+  int ag_iterations = 0, ag_contexts = 0;
   // Hidden: what each rank of the two suites above runs.
   std::string out, model;
   std::vector<std::int64_t> sizes;
@@ -59,6 +67,10 @@ int main(int argc, char** argv) {
   auto* aw = app.add_subcommand("allreduce-worker")->group("");
   aw->add_option("--out", out)->required();
   aw->add_option("sizes", sizes)->required();
+  auto* gw = app.add_subcommand("autograd-worker")->group("");
+  gw->add_option("--out", out)->required();
+  gw->add_option("--iterations", ag_iterations)->required();
+  gw->add_option("--contexts", ag_contexts)->required();
   auto* dw = app.add_subcommand("ddp-worker")->group("");
   dw->add_option("--out", out)->required();
   dw->add_option("model", model)->required();
@@ -77,6 +89,8 @@ int main(int argc, char** argv) {
     if (e->parsed()) return distrl::tools::run_env_bench(ev);
     if (d->parsed()) return distrl::tools::run_ddp_bench(dd);
     if (aw->parsed()) return distrl::tools::run_allreduce_worker(out, sizes);
+    if (g->parsed()) return distrl::tools::run_autograd_bench(ag);
+    if (gw->parsed()) return distrl::tools::run_autograd_worker(out, ag_iterations, ag_contexts);
     if (dw->parsed()) return distrl::tools::run_ddp_worker(out, model, steps, batch, bucket_mb);
     return distrl::tools::run_rl_bench(rl);
   });
