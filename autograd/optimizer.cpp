@@ -94,13 +94,24 @@ DistributedOptimizer::DistributedOptimizer(transport::RpcAgent& agent, Optimizer
 void DistributedOptimizer::step(const Context& ctx) { step(ctx.id()); }
 
 void DistributedOptimizer::step(std::int64_t ctx) {
-  std::vector<transport::Future<void>> steps;
+  // Remote owners first (they step concurrently), then this worker's own parameters here,
+  // without a round trip to itself.
+  std::vector<transport::Future<void>> steps(owners_.size());
   {
     auto none = detail::engine_of(agent_)->make_current(-1);
-    for (auto& o : owners_) steps.push_back(o.rpc_async<void>("step", ctx));
+    for (std::size_t i = 0; i < owners_.size(); ++i)
+      if (!owners_[i].is_owner()) steps[i] = owners_[i].rpc_async<void>("step", ctx);
   }
   std::string failed;
-  for (std::size_t i = 0; i < steps.size(); ++i) {
+  for (std::size_t i = 0; i < owners_.size(); ++i) {
+    try {
+      if (owners_[i].is_owner()) owners_[i].local_value()->step(ctx);
+    } catch (const std::exception& e) {
+      failed += (failed.empty() ? "" : "; ") + owners_[i].owner_name() + ": " + e.what();
+    }
+  }
+  for (std::size_t i = 0; i < owners_.size(); ++i) {
+    if (owners_[i].is_owner()) continue;
     try {
       steps[i].value();
     } catch (const std::exception& e) {
