@@ -7,6 +7,17 @@
 
 namespace distrl::tools {
 
+// Shared by the suites (bench_util.cpp).
+// A path for a worker's results in the temp directory, unique to this process.
+std::string temp_file(const std::string& tag);
+// distrl-launch --nproc N -- distrl-bench WORKER --out FILE ARGS: FILE's lines. Throws Error
+// (after printing the workers' output) when a rank fails or nothing was written.
+std::vector<std::string> run_workers(int ranks, const std::string& worker, const std::vector<std::string>& args);
+// A worker's CSV line as exactly n fields (Error otherwise: the worker and the table disagree).
+std::vector<std::string> fields(const std::string& line, std::size_t n, const std::string& worker);
+// The q-quantile (0..1) of v, nearest rank; 0 for an empty v.
+double percentile(std::vector<double> v, double q);
+
 struct RpcBenchOptions {
   int calls = 20000;                       // timed rpc_sync calls
   int warmup = 2000;

@@ -9,17 +9,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <thread>
-#include <iostream>
-#include <sstream>
 
 #include "autograd/context.h"
 #include "common/error.h"
 #include "tools/bench.h"
-#include "tools/config_launch.h"
-#include "tools/launcher.h"
 #include "training/rnn/rnn.h"
 #include "transport/rpc/rpc_agent.h"
 
@@ -35,11 +30,8 @@ double rss_mib() {
   return static_cast<double>(resident) * static_cast<double>(::sysconf(_SC_PAGESIZE)) / (1 << 20);
 }
 
-double percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size())))];
-}
+// The tutorial's sizes.
+constexpr int kTokens = 7, kInput = 2, kHidden = 3, kLayers = 4, kBatch = 5, kIndices = 6;
 
 }  // namespace
 
@@ -57,13 +49,12 @@ int run_autograd_worker(const std::string& out, int iterations, int contexts) {
     autograd::OptimizerSpec spec;
     spec.kind = "sgd";
     spec.lr = 0.05;
-    const int ntoken = 7, ninp = 2, nhid = 3, nlayers = 4, batch = 5, nindices = 6;
-    training::RnnTrainerModel model(agent, agent.workers().at(0).name, ntoken, ninp, nhid, nlayers, 0.0, 1, spec);
+    training::RnnTrainerModel model(agent, agent.workers().at(0).name, kTokens, kInput, kHidden, kLayers, 0.0, 1, spec);
     std::ofstream f(out);
     torch::manual_seed(0);
     for (int i = 0; i < iterations; ++i) {
-      at::Tensor data = torch::randint(ntoken, {batch, nindices}, torch::kInt64);
-      at::Tensor target = torch::randint(ntoken, {batch, nindices}, torch::kInt64);
+      at::Tensor data = torch::randint(kTokens, {kBatch, kIndices}, torch::kInt64);
+      at::Tensor target = torch::randint(kTokens, {kBatch, kIndices}, torch::kInt64);
       training::StepTimes t;
       model.train_step(data, target, &t);
       f << "iter," << t.forward << ',' << t.backward << ',' << t.step << '\n';
@@ -71,29 +62,31 @@ int run_autograd_worker(const std::string& out, int iterations, int contexts) {
     // Where the time goes (a run of its own, --contexts -1, outside the whole-run time): a
     // plain round trip with a small tensor, and the same model's compute in one process.
     if (contexts < 0) {
-      at::Tensor x = torch::ones({5, 6, 3});
+      at::Tensor x = torch::ones({kBatch, kIndices, kHidden});
       std::vector<double> rtt;
       for (int i = 0; i < 300; ++i) {
         const auto t0 = Clock::now();
         agent.rpc_sync<at::Tensor>(0, "bench.square", x);
         rtt.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
       }
-      training::EmbeddingTableImpl emb(training::EmbeddingConfig{7, 2, 0.0, 1});
-      training::DecoderImpl dec(training::DecoderConfig{3, 7, 0.0, 1});
-      torch::nn::LSTM lstm(torch::nn::LSTMOptions(2, 3).num_layers(4));
+      training::EmbeddingTableImpl emb(training::EmbeddingConfig{kTokens, kInput, 0.0, 1});
+      training::DecoderImpl dec(training::DecoderConfig{kHidden, kTokens, 0.0, 1});
+      torch::nn::LSTM lstm(torch::nn::LSTMOptions(kInput, kHidden).num_layers(kLayers));
       torch::optim::SGD sgd(lstm->parameters(), 0.05);
       std::vector<double> local;
       for (int i = 0; i < 300; ++i) {
-        at::Tensor data = torch::randint(7, {5, 6}, torch::kInt64), target = torch::randint(7, {5, 6}, torch::kInt64);
+        at::Tensor data = torch::randint(kTokens, {kBatch, kIndices}, torch::kInt64);
+        at::Tensor target = torch::randint(kTokens, {kBatch, kIndices}, torch::kInt64);
         const auto t0 = Clock::now();
         auto out = std::get<0>(lstm->forward(emb.forward(data)));
-        at::Tensor loss = torch::nn::functional::cross_entropy(dec.forward(out).reshape({-1, 7}), target.reshape({-1}));
+        at::Tensor loss =
+            torch::nn::functional::cross_entropy(dec.forward(out).reshape({-1, kTokens}), target.reshape({-1}));
         sgd.zero_grad();
         loss.backward();
         sgd.step();
         local.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
       }
-      std::ofstream(out + ".base") << percentile(rtt, 0.5) << ',' << percentile(local, 0.5) << '\n';
+      f << "base," << percentile(rtt, 0.5) << ',' << percentile(local, 0.5) << '\n';
     }
     if (contexts > 0) {
       const double rss0 = rss_mib(), ps0 = agent.rpc_sync<double>(0, "bench.rss");
@@ -127,82 +120,52 @@ int run_autograd_worker(const std::string& out, int iterations, int contexts) {
 }
 
 int run_autograd_bench(const AutogradBenchOptions& opt) {
-  const std::string out = (std::filesystem::temp_directory_path() / ("distrl-bench-autograd-" + std::to_string(::getpid()))).string();
-  std::vector<std::string> cmd{self_dir() + "/distrl-launch", "--nproc", "2", "--", self_dir() + "/distrl-bench",
-                               "autograd-worker", "--out", out, "--iterations", std::to_string(opt.iterations),
-                               "--contexts", "0"};
+  auto worker = [](int iterations, int contexts) {
+    return run_workers(2, "autograd-worker", {"--iterations", std::to_string(iterations), "--contexts", std::to_string(contexts)});
+  };
   // 1. the tutorial run, whole-process time included
   const auto start = Clock::now();
-  if (run_process(cmd, out + ".log") != 0) {
-    std::ifstream f(out + ".log");
-    std::cerr << f.rdbuf();
-    throw Error("autograd-worker failed (output above)");
-  }
+  const auto lines = worker(opt.iterations, 0);
   const double whole = std::chrono::duration<double>(Clock::now() - start).count();
   std::vector<double> fwd, bwd, stp, total;
-  {
-    std::ifstream f(out);
-    for (std::string line; std::getline(f, line);) {
-      std::vector<std::string> c;
-      std::stringstream ss(line);
-      for (std::string x; std::getline(ss, x, ',');) c.push_back(x);
-      if (c.size() == 4 && c[0] == "iter") {
-        fwd.push_back(std::stod(c[1]) * 1e3);
-        bwd.push_back(std::stod(c[2]) * 1e3);
-        stp.push_back(std::stod(c[3]) * 1e3);
-        total.push_back(fwd.back() + bwd.back() + stp.back());
-      }
-    }
+  for (const auto& line : lines) {
+    auto c = fields(line, 4, "autograd-worker");
+    fwd.push_back(std::stod(c[1]) * 1e3);
+    bwd.push_back(std::stod(c[2]) * 1e3);
+    stp.push_back(std::stod(c[3]) * 1e3);
+    total.push_back(fwd.back() + bwd.back() + stp.back());
   }
   if (static_cast<int>(total.size()) != opt.iterations) throw Error("autograd-worker wrote " + std::to_string(total.size()) + " iterations");
   double sum = 0;
   for (double t : total) sum += t;
   std::printf("distrl-bench autograd: the RNN tutorial (ps + trainer processes), %d iterations\n\n", opt.iterations);
   std::printf("%-12s %10s %10s\n", "phase", "median ms", "p99 ms");
-  std::printf("%-12s %10.3f %10.3f\n", "forward", percentile(fwd, 0.5), percentile(fwd, 0.99));
-  std::printf("%-12s %10.3f %10.3f\n", "backward", percentile(bwd, 0.5), percentile(bwd, 0.99));
-  std::printf("%-12s %10.3f %10.3f\n", "step", percentile(stp, 0.5), percentile(stp, 0.99));
-  std::printf("%-12s %10.3f %10.3f\n", "iteration", percentile(total, 0.5), percentile(total, 0.99));
+  std::ofstream csv(opt.csv);
+  csv << "phase,median_ms,p99_ms\n";
+  for (const auto& [name, v] : {std::pair<const char*, const std::vector<double>&>{"forward", fwd}, {"backward", bwd},
+                                {"step", stp}, {"iteration", total}}) {
+    std::printf("%-12s %10.3f %10.3f\n", name, percentile(v, 0.5), percentile(v, 0.99));
+    csv << name << ',' << percentile(v, 0.5) << ',' << percentile(v, 0.99) << '\n';
+  }
   std::printf("\niterations/s %.0f; whole run (launch, rendezvous, %d iterations, shutdown): %.2f s\n",
               1e3 * static_cast<double>(total.size()) / sum, opt.iterations, whole);
-  std::ofstream csv(opt.csv);
-  csv << "phase,median_ms,p99_ms\nforward," << percentile(fwd, 0.5) << ',' << percentile(fwd, 0.99) << "\nbackward,"
-      << percentile(bwd, 0.5) << ',' << percentile(bwd, 0.99) << "\nstep," << percentile(stp, 0.5) << ','
-      << percentile(stp, 0.99) << "\niteration," << percentile(total, 0.5) << ',' << percentile(total, 0.99)
-      << "\nwhole_run_s," << whole << ",\n";
-  // 2. where the time goes
-  cmd[cmd.size() - 1] = "-1";
-  cmd[cmd.size() - 3] = "1";
-  if (run_process(cmd, out + ".log") != 0) throw Error("autograd-worker (round-trip baseline) failed");
-  double rtt_ms = 0, local_ms = 0;
-  {
-    std::ifstream b(out + ".base");
-    char comma = 0;
-    b >> rtt_ms >> comma >> local_ms;
-    rtt_ms *= 1e3;
-    local_ms *= 1e3;
-    std::remove((out + ".base").c_str());
+  csv << "whole_run_s," << whole << ",\n";
+  // 2. where the time goes (a run of its own, outside the whole-run time)
+  for (const auto& line : worker(1, -1)) {
+    if (line.rfind("base,", 0) != 0) continue;
+    auto c = fields(line, 3, "autograd-worker");
+    const double rtt_ms = std::stod(c[1]) * 1e3, local_ms = std::stod(c[2]) * 1e3;
+    std::printf("where the time goes: a plain rpc_sync round trip %.3f ms (median); the same model in one process "
+                "%.3f ms per iteration; an iteration makes 6 sequential round trips (2 forward, 3 nested in backward, "
+                "1 step) = %.3f ms + local compute\n",
+                rtt_ms, local_ms, 6 * rtt_ms);
+    csv << "rtt_ms," << rtt_ms << ",\nlocal_model_ms," << local_ms << ",\n";
   }
-  std::printf("where the time goes: a plain rpc_sync round trip %.3f ms (median); the same model in one process "
-              "%.3f ms per iteration; an iteration makes 6 sequential round trips (2 forward, 3 nested in backward, "
-              "1 step) = %.3f ms + local compute\n",
-              rtt_ms, local_ms, 6 * rtt_ms);
-  csv << "rtt_ms," << rtt_ms << ",\nlocal_model_ms," << local_ms << ",\n";
   // 3. the contexts loop
   if (opt.contexts > 0) {
-    cmd[cmd.size() - 1] = std::to_string(opt.contexts);
-    cmd[cmd.size() - 3] = "1";
-    if (run_process(cmd, out + ".log") != 0) {
-      std::ifstream f(out + ".log");
-      std::cerr << f.rdbuf();
-      throw Error("autograd-worker (contexts loop) failed (output above)");
-    }
-    std::ifstream f(out);
-    for (std::string line; std::getline(f, line);) {
+    for (const auto& line : worker(1, opt.contexts)) {
       if (line.rfind("contexts,", 0) != 0) continue;
-      std::vector<std::string> c;
-      std::stringstream ss(line);
-      for (std::string x; std::getline(ss, x, ',');) c.push_back(x);
+      auto c = fields(line, 11, "autograd-worker");
       std::printf("\n%s contexts (one recorded RPC + backward each) in %.1f s (%.0f/s); live afterwards: trainer %s, ps %s\n",
                   c[1].c_str(), std::stod(c[2]), std::stod(c[1]) / std::stod(c[2]), c[3].c_str(), c[4].c_str());
       std::printf("RSS MiB  trainer: start %.1f, after 10%% %.1f, end %.1f;  ps: start %.1f, after 10%% %.1f, end %.1f\n",
@@ -212,8 +175,6 @@ int run_autograd_bench(const AutogradBenchOptions& opt) {
           << c[10] << '\n';
     }
   }
-  std::remove(out.c_str());
-  std::remove((out + ".log").c_str());
   std::printf("wrote %s\n", opt.csv.c_str());
   return 0;
 }

@@ -41,43 +41,6 @@ double max_over_ranks(transport::ProcessGroup& pg, double v) {
   return t.item<double>();
 }
 
-std::string temp_file(const std::string& tag) {
-  return (std::filesystem::temp_directory_path() / ("distrl-bench-" + tag + "-" + std::to_string(::getpid()))).string();
-}
-
-// distrl-launch --nproc N -- distrl-bench WORKER ARGS --out FILE; returns FILE's lines.
-std::vector<std::string> run_workers(int ranks, const std::string& worker, const std::vector<std::string>& args) {
-  const std::string out = temp_file(worker);
-  std::vector<std::string> cmd{self_dir() + "/distrl-launch", "--nproc", std::to_string(ranks), "--",
-                               self_dir() + "/distrl-bench", worker, "--out", out};
-  cmd.insert(cmd.end(), args.begin(), args.end());
-  const std::string log = out + ".log";
-  if (run_process(cmd, log) != 0) {
-    std::ifstream f(log);
-    std::cerr << f.rdbuf();
-    throw Error(worker + " with " + std::to_string(ranks) + " ranks failed (output above)");
-  }
-  std::ifstream f(out);
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(f, line);) lines.push_back(line);
-  std::remove(out.c_str());
-  std::remove(log.c_str());
-  if (lines.empty()) throw Error(worker + " with " + std::to_string(ranks) + " ranks exited 0 but wrote no result");
-  return lines;
-}
-
-// A worker's CSV line as its n fields; anything else means the worker and this table disagree,
-// which must fail the benchmark rather than drop a row.
-std::vector<std::string> fields(const std::string& line, std::size_t n, const std::string& worker) {
-  std::vector<std::string> out;
-  std::stringstream ss(line);
-  for (std::string c; std::getline(ss, c, ',');) out.push_back(c);
-  if (out.size() != n)
-    throw Error(worker + " wrote a line with " + std::to_string(out.size()) + " fields, expected " + std::to_string(n) +
-                ": '" + line + "'");
-  return out;
-}
-
 std::string human_bytes(std::int64_t b) {
   if (b >= (1 << 20)) return std::to_string(b >> 20) + " MiB";
   if (b >= (1 << 10)) return std::to_string(b >> 10) + " KiB";

@@ -35,11 +35,6 @@ void pin(const std::string& cpus, int rank) {
   sched_setaffinity(0, sizeof(set), &set);
 }
 
-double percentile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<std::size_t>(q * (v.size() - 1) + 0.5))];
-}
-
 Result client(RpcAgent& agent, const RpcBenchOptions& o) {
   Result r;
   const at::Tensor small = torch::rand({1, 4});
