@@ -48,9 +48,16 @@ class Engine;
 struct ContextState;
 }  // namespace detail
 
+struct AutogradOptions {
+  // Contexts this worker holds at most (its own and those seen from peers). A message of one
+  // more context is refused with ProtocolError naming this option, so no peer can make a
+  // worker hold unbounded state; contexts left normally are released and do not count.
+  std::size_t max_live_contexts = 1 << 16;
+};
+
 // Installs distributed autograd on this worker: the message hooks, the gradient and release
 // handlers, the optimizer class. Call it in the RpcAgent's setup callback on every worker.
-void enable(transport::RpcAgent& agent);
+void enable(transport::RpcAgent& agent, AutogradOptions options = {});
 
 // A distributed backward that could not complete: a peer died, a part threw, a gradient was
 // refused, or the deadline passed. The message names the context and the worker.
@@ -62,7 +69,8 @@ class BackwardError : public Error {
 class Context {
  public:
   // A new context with a globally unique id (this worker's rank << 48 | counter), current on
-  // this thread until destroyed. Throws Error when enable(agent) was not called.
+  // this thread until destroyed. Throws Error when enable(agent) was not called, ProtocolError
+  // when max_live_contexts are live here.
   explicit Context(transport::RpcAgent& agent);
   ~Context();
   Context(const Context&) = delete;

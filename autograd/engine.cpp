@@ -67,7 +67,8 @@ variable_list RecvBackward::apply(variable_list&&) {
               " reached a local backward(): run dist_autograd::backward(ctx, roots) instead");
 }
 
-Engine::Engine(transport::RpcAgent& agent) : agent_(agent), rank_(agent.rank()) {}
+Engine::Engine(transport::RpcAgent& agent, std::size_t max_contexts)
+    : agent_(agent), rank_(agent.rank()), max_contexts_(max_contexts) {}
 
 std::string Engine::describe(std::int64_t ctx) const {
   return "context " + ctx_name(ctx) + " on " + agent_.name();
@@ -75,12 +76,37 @@ std::string Engine::describe(std::int64_t ctx) const {
 
 // ---------------------------------------------------------------- contexts
 
-std::shared_ptr<ContextState> Engine::create() {
-  const std::int64_t id = (static_cast<std::int64_t>(rank_) << 48) | next_ctx_.fetch_add(1);
+std::shared_ptr<ContextState> Engine::add_locked(std::int64_t id) {
+  if (contexts_.size() >= max_contexts_)
+    throw ProtocolError("distributed autograd on " + agent_.name() + " holds " + std::to_string(contexts_.size()) +
+                        " live contexts, its max_live_contexts: refusing context " + ctx_name(id) +
+                        " (are contexts left? raise AutogradOptions::max_live_contexts in dist_autograd::enable)");
   auto s = std::make_shared<ContextState>(id);
-  std::lock_guard<std::mutex> lock(mu_);
   contexts_[id] = s;
   return s;
+}
+
+std::shared_ptr<ContextState> Engine::drop_locked(std::int64_t id) {
+  std::shared_ptr<ContextState> s;
+  auto it = contexts_.find(id);
+  if (it != contexts_.end()) {
+    s = std::move(it->second);
+    contexts_.erase(it);
+  }
+  if (released_.insert(id).second) {
+    released_order_.push_back(id);
+    if (released_order_.size() > kReleasedMemory) {
+      released_.erase(released_order_.front());
+      released_order_.pop_front();
+    }
+  }
+  return s;
+}
+
+std::shared_ptr<ContextState> Engine::create() {
+  const std::int64_t id = (static_cast<std::int64_t>(rank_) << 48) | next_ctx_.fetch_add(1);
+  std::lock_guard<std::mutex> lock(mu_);
+  return add_locked(id);
 }
 
 std::shared_ptr<ContextState> Engine::find(std::int64_t id) {
@@ -89,16 +115,12 @@ std::shared_ptr<ContextState> Engine::find(std::int64_t id) {
   return it == contexts_.end() ? nullptr : it->second;
 }
 
-bool Engine::recently_released(std::int64_t id) const { return released_.count(id) > 0; }
-
 std::shared_ptr<ContextState> Engine::get_or_create(std::int64_t id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = contexts_.find(id);
   if (it != contexts_.end()) return it->second;
-  if (recently_released(id)) return nullptr;
-  auto s = std::make_shared<ContextState>(id);
-  contexts_[id] = s;
-  return s;
+  if (released_.count(id)) return nullptr;  // a late message cannot bring it back
+  return add_locked(id);
 }
 
 std::size_t Engine::live() const {
@@ -119,18 +141,7 @@ transport::Future<void> Engine::release(std::int64_t id) {
   std::shared_ptr<ContextState> s;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = contexts_.find(id);
-    if (it != contexts_.end()) {
-      s = std::move(it->second);
-      contexts_.erase(it);
-    }
-    if (released_.insert(id).second) {
-      released_order_.push_back(id);
-      if (released_order_.size() > kReleasedMemory) {
-        released_.erase(released_order_.front());
-        released_order_.pop_front();
-      }
-    }
+    s = drop_locked(id);
   }
   if (!s) return transport::Future<void>::ready();
   std::set<int> peers;
@@ -167,10 +178,7 @@ void Engine::on_peer_down(int rank, const std::string& why) {
   DISTRL_LOG(Info, "dist_autograd: " << agent_.name() << " reaps " << reap.size() << " context(s) of rank " << rank
                                      << " (" << why << ")");
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto id : reap) {
-    contexts_.erase(id);
-    if (released_.insert(id).second) released_order_.push_back(id);
-  }
+  for (auto id : reap) drop_locked(id);
 }
 
 // ---------------------------------------------------------------- hooks

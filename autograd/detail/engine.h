@@ -72,7 +72,7 @@ struct EngineStats {
 
 class Engine final : public transport::MessageHooks, public std::enable_shared_from_this<Engine> {
  public:
-  explicit Engine(transport::RpcAgent& agent);
+  Engine(transport::RpcAgent& agent, std::size_t max_contexts);
 
   // MessageHooks (see transport/message_hooks.h).
   std::int64_t current_context() override;
@@ -108,10 +108,14 @@ class Engine final : public transport::MessageHooks, public std::enable_shared_f
 
  private:
   std::shared_ptr<ContextState> get_or_create(std::int64_t id);
-  bool recently_released(std::int64_t id) const;  // mu_ held
+  // Registers a new context (mu_ held); ProtocolError once max_contexts_ are live.
+  std::shared_ptr<ContextState> add_locked(std::int64_t id);
+  // Forgets a context and remembers its id among the last kReleasedMemory (mu_ held).
+  std::shared_ptr<ContextState> drop_locked(std::int64_t id);
 
   transport::RpcAgent& agent_;
   const int rank_;
+  const std::size_t max_contexts_;
   std::atomic<std::int64_t> next_ctx_{1}, next_msg_{1};
   mutable std::mutex mu_;
   std::unordered_map<std::int64_t, std::shared_ptr<ContextState>> contexts_;

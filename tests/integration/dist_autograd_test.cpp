@@ -59,8 +59,8 @@ at::Tensor hop(Worker& me, const at::Tensor& x, std::vector<int> route) {
   return me.agent->rpc_sync<at::Tensor>(next, "hop", y, route);
 }
 
-void setup(RpcAgent& a, Worker& me) {
-  dist_autograd::enable(a);
+void setup(RpcAgent& a, Worker& me, autograd::AutogradOptions ao = {}) {
+  dist_autograd::enable(a, ao);
   me.agent = &a;
   me.w = std::make_shared<at::Tensor>(weight_of(a.rank()).requires_grad_(true));
   a.register_function("hop", [&me](at::Tensor x, std::vector<int> route) { return hop(me, x, route); });
@@ -370,6 +370,47 @@ TEST(DistAutogradTest, MalformedGradientMessagesAreRefusedAndTheWorkerKeepsServi
       dist_autograd::Context ctx(agent);
       agent.rpc_sync<void>(0, "remember", torch::tanh(input().matmul(*me.w)));
       agent.rpc_sync<void>(0, "forge", ctx.id());
+    }
+    agent.shutdown();
+    return 0;
+  });
+  EXPECT_EQ(codes, (std::vector<int>{0, 0}));
+}
+
+// A peer cannot make a worker hold more than max_live_contexts contexts: one more is refused
+// with ProtocolError naming the option; once contexts are left, new ones are served again.
+TEST(DistAutogradTest, APeerCannotMakeAWorkerHoldMoreContextsThanTheLimit) {
+  TempDir dir;
+  auto codes = run_ranks(2, [&](int rank) {
+    Worker me;
+    autograd::AutogradOptions ao;
+    ao.max_live_contexts = rank == 1 ? 3 : 1000;
+    RpcAgent agent(options(dir, rank, 2), [&](RpcAgent& a) { setup(a, me, ao); });
+    if (rank == 0) {
+      at::Tensor x = input().requires_grad_(true);
+      auto call = [&] { return agent.rpc_sync<at::Tensor>(1, "hop", x, std::vector<int>{}); };
+      {
+        dist_autograd::Context c1(agent);
+        call();
+        dist_autograd::Context c2(agent);
+        call();
+        dist_autograd::Context c3(agent);
+        call();
+        expect(agent.rpc_sync<std::uint64_t>(1, "live") == 3, "worker1 holds the three contexts");
+        dist_autograd::Context c4(agent);
+        std::string refused;
+        try {
+          call();
+        } catch (const RemoteError& e) {
+          refused = e.what();
+        }
+        expect(refused.find("max_live_contexts") != std::string::npos && refused.find("ProtocolError") != std::string::npos,
+               "the fourth context is refused naming the limit: " + refused);
+      }
+      expect(distrl::testing::wait_until([&] { return agent.rpc_sync<std::uint64_t>(1, "live") == 0; }, 10s),
+             "the contexts left are released on worker1");
+      dist_autograd::Context again(agent);
+      expect(call().requires_grad(), "a new context is served again");
     }
     agent.shutdown();
     return 0;
