@@ -165,15 +165,19 @@ void IoLoop::guarded(const char* what, F&& f) {
   }
 }
 
+void IoLoop::report_dropped(const std::string& what) {
+  guarded("reporting a refused message", [&] {
+    if (cb_.on_dropped) cb_.on_dropped(what);
+  });
+}
+
 void IoLoop::drain_router() {
   for (int n = 0; n < 256; ++n) {
     Frames frames;
     const Received got = recv_bounded(router_, frames, options_.max_parts);
     if (got == Received::Nothing) return;
     if (got == Received::TooManyParts) {
-      guarded("reporting a refused message", [&] {
-        if (cb_.on_dropped) cb_.on_dropped("a message of more than " + std::to_string(options_.max_parts - 1) + " frames");
-      });
+      report_dropped("a message of more than " + std::to_string(options_.max_parts - 1) + " frames");
       continue;
     }
     if (frames.size() < 2) continue;  // a routing id alone: nothing to answer
@@ -189,9 +193,7 @@ void IoLoop::drain_peer(int peer) {
     const Received got = recv_bounded(peers_[peer]->dealer, frames, options_.max_parts - 1);
     if (got == Received::Nothing) return;
     if (got == Received::TooManyParts) {
-      guarded("reporting a refused reply", [&] {
-        if (cb_.on_dropped) cb_.on_dropped("a reply of more than " + std::to_string(options_.max_parts - 1) + " frames");
-      });
+      report_dropped("a reply of more than " + std::to_string(options_.max_parts - 1) + " frames");
       continue;
     }
     guarded("reading a reply", [&] { cb_.on_reply(peer, std::move(frames)); });

@@ -65,6 +65,7 @@ class IoLoop {
   void rebuild_poll_items();
   template <typename F>
   void guarded(const char* what, F&& f);
+  void report_dropped(const std::string& what);  // on_dropped, guarded
   void drain_router();
   void drain_peer(int peer);
   void read_monitor(int peer);
