@@ -14,6 +14,7 @@
 #include "autograd/optimizer.h"
 #include "autograd/remote_module.h"
 #include "tests/support/multiproc.h"
+#include "tests/support/rpc_world.h"
 #include "transport/rpc/rpc_agent.h"
 
 using namespace distrl;
@@ -21,23 +22,11 @@ using namespace distrl::transport;
 using namespace std::chrono_literals;
 using distrl::testing::run_ranks;
 using distrl::testing::TempDir;
+using distrl::testing::expect;
+using distrl::testing::rpc_options;
 
 namespace {
 
-void expect(bool ok, const std::string& what) {
-  if (!ok) throw std::runtime_error("expectation failed: " + what);
-}
-
-RpcOptions options(const TempDir& dir, int rank, int world) {
-  RpcOptions o;
-  o.init_method = "file://" + dir.file("rendezvous");
-  o.rank = rank;
-  o.world_size = world;
-  o.rendezvous_timeout = 30s;
-  o.rpc_timeout = 20s;
-  o.shutdown_timeout = 30s;
-  return o;
-}
 
 // Worker k's weight, the same in every process (so rank 0 can build the local reference).
 at::Tensor weight_of(int k) {
@@ -105,7 +94,7 @@ void check_parity(int world, const Model& model, const LocalModel& local) {
   TempDir dir;
   auto codes = run_ranks(world, [&](int rank) {
     Worker me;
-    RpcAgent agent(options(dir, rank, world), [&](RpcAgent& a) { setup(a, me); });
+    RpcAgent agent(rpc_options(dir, rank, world), [&](RpcAgent& a) { setup(a, me); });
     if (rank == 0) {
       std::vector<at::Tensor> w;
       for (int k = 0; k < world; ++k) w.push_back(weight_of(k).requires_grad_(true));
@@ -223,7 +212,7 @@ TEST(DistAutogradTest, ContextsKeepTheirGradientsApartAndNoContextRecordsNothing
   TempDir dir;
   auto codes = run_ranks(2, [&](int rank) {
     Worker me;
-    RpcAgent agent(options(dir, rank, 2), [&](RpcAgent& a) { setup(a, me); });
+    RpcAgent agent(rpc_options(dir, rank, 2), [&](RpcAgent& a) { setup(a, me); });
     if (rank == 0) {
       at::Tensor x = input().requires_grad_(true);
       at::Tensor plain = agent.rpc_sync<at::Tensor>(1, "hop", x, std::vector<int>{});
@@ -270,7 +259,7 @@ TEST(DistAutogradTest, APeerKilledMidBackwardFailsEverySurvivorNamingIt) {
   TempDir dir;
   auto codes = run_ranks(3, [&](int rank) {
     Worker me;
-    RpcOptions o = options(dir, rank, 3);
+    RpcOptions o = rpc_options(dir, rank, 3);
     o.shutdown_timeout = 5s;
     RpcAgent agent(o, [&](RpcAgent& a) {
       setup(a, me);
@@ -335,7 +324,7 @@ TEST(DistAutogradTest, MalformedGradientMessagesAreRefusedAndTheWorkerKeepsServi
   auto codes = run_ranks(2, [&](int rank) {
     Worker me;
     std::int64_t msg = -1;
-    RpcAgent agent(options(dir, rank, 2), [&](RpcAgent& a) {
+    RpcAgent agent(rpc_options(dir, rank, 2), [&](RpcAgent& a) {
       setup(a, me);
       // Rank 0 learns the message id of what rank 1 sent from the received tensor's grad_fn.
       a.register_function("remember", [&msg](at::Tensor t) {
@@ -385,7 +374,7 @@ TEST(DistAutogradTest, APeerCannotMakeAWorkerHoldMoreContextsThanTheLimit) {
     Worker me;
     autograd::AutogradOptions ao;
     ao.max_live_contexts = rank == 1 ? 3 : 1000;
-    RpcAgent agent(options(dir, rank, 2), [&](RpcAgent& a) { setup(a, me, ao); });
+    RpcAgent agent(rpc_options(dir, rank, 2), [&](RpcAgent& a) { setup(a, me, ao); });
     if (rank == 0) {
       at::Tensor x = input().requires_grad_(true);
       auto call = [&] { return agent.rpc_sync<at::Tensor>(1, "hop", x, std::vector<int>{}); };
@@ -429,7 +418,7 @@ struct TinyConfig {
 TEST(DistAutogradTest, RemoteModuleForwardsTrainsAndSwitchesMode) {
   TempDir dir;
   auto codes = run_ranks(2, [&](int rank) {
-    RpcAgent agent(options(dir, rank, 2), [&](RpcAgent& a) {
+    RpcAgent agent(rpc_options(dir, rank, 2), [&](RpcAgent& a) {
       dist_autograd::enable(a);
       autograd::register_remote_module<torch::nn::LinearImpl, TinyConfig>(a, "Linear", [](const TinyConfig& c) {
         torch::manual_seed(7);

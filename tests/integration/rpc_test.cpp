@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "tests/support/multiproc.h"
+#include "tests/support/rpc_world.h"
 #include "transport/collectives/process_group.h"
 #include "transport/rpc/rpc_agent.h"
 
@@ -14,13 +15,11 @@ using namespace distrl::transport;
 using namespace std::chrono_literals;
 using distrl::testing::run_ranks;
 using distrl::testing::TempDir;
+using distrl::testing::expect;
+using distrl::testing::rpc_options;
 
 namespace {
 
-// Children report failures by throwing; run_ranks turns that into exit code 1.
-void expect(bool ok, const std::string& what) {
-  if (!ok) throw std::runtime_error("expectation failed: " + what);
-}
 
 template <typename E, typename F>
 std::string expect_throw(F fn, const std::string& what) {
@@ -30,18 +29,6 @@ std::string expect_throw(F fn, const std::string& what) {
     return e.what();
   }
   throw std::runtime_error("expected an exception: " + what);
-}
-
-RpcOptions options(const TempDir& dir, int rank, int world, const std::string& transport = "auto") {
-  RpcOptions o;
-  o.init_method = "file://" + dir.file("rendezvous");
-  o.rank = rank;
-  o.world_size = world;
-  o.transport = transport;
-  o.rendezvous_timeout = 30s;
-  o.rpc_timeout = 20s;
-  o.shutdown_timeout = 30s;
-  return o;
 }
 
 class Counter {
@@ -119,7 +106,7 @@ TEST_P(RpcTransportTest, CallsFunctionsWithTensorsAndStructs) {
   TempDir dir;
   const std::string transport = GetParam();
   auto codes = run_ranks(2, [&](int rank) {
-    RpcAgent agent(options(dir, rank, 2, transport), register_all);
+    RpcAgent agent(rpc_options(dir, rank, 2, transport), register_all);
     if (rank == 0) {
       const std::string scheme = transport + "://";
       expect(agent.worker(1).endpoint.rfind(scheme, 0) == 0, "endpoint " + agent.worker(1).endpoint + " uses " + scheme);
@@ -146,7 +133,7 @@ INSTANTIATE_TEST_SUITE_P(Transports, RpcTransportTest, ::testing::Values("tcp", 
 TEST(RpcTest, RemoteObjectsAndRRefsAcrossThreeWorkers) {
   TempDir dir;
   auto codes = run_ranks(3, [&](int rank) {
-    RpcAgent agent(options(dir, rank, 3), register_all);
+    RpcAgent agent(rpc_options(dir, rank, 3), register_all);
     if (rank == 0) {
       {
         RRef<Counter> c = agent.remote<Counter>("worker1", "Counter", 10);
@@ -196,7 +183,7 @@ TEST(RpcTest, AsyncExecutionAnswersWhenTheFutureCompletes) {
     std::mutex mu;
     std::vector<Promise<int>> waiting;
     int total = 0;
-    auto o = options(dir, rank, 2);
+    auto o = rpc_options(dir, rank, 2);
     o.num_worker_threads = 1;  // a held handler thread would deadlock: async execution must not hold it
     RpcAgent agent(o, [&](RpcAgent& a) {
       a.register_function("gather", [&](int x) {
@@ -227,7 +214,7 @@ TEST(RpcTest, AsyncExecutionAnswersWhenTheFutureCompletes) {
 TEST(RpcTest, ErrorsAreTyped) {
   TempDir dir;
   auto codes = run_ranks(2, [&](int rank) {
-    RpcAgent agent(options(dir, rank, 2), register_all);
+    RpcAgent agent(rpc_options(dir, rank, 2), register_all);
     if (rank == 0) {
       try {
         agent.rpc_sync<int>(1, "fail", 3);
@@ -261,7 +248,7 @@ TEST(RpcTest, KilledPeerFailsPendingCallsNamingIt) {
   auto codes = run_ranks(
       2,
       [&](int rank) {
-        auto o = options(dir, rank, 2);
+        auto o = rpc_options(dir, rank, 2);
         o.rpc_timeout = 60s;  // longer than the test deadline: the failure must come from the disconnect
         RpcAgent agent(o, register_all);
         if (rank == 0) {
@@ -293,7 +280,7 @@ TEST(RpcTest, HeartbeatsNoticeAPeerThatStoppedAnswering) {
   auto codes = run_ranks(
       2,
       [&](int rank) {
-        auto o = options(dir, rank, 2);
+        auto o = rpc_options(dir, rank, 2);
         o.rpc_timeout = 60s;
         RpcAgent agent(o, register_all);
         if (rank == 1) {
@@ -324,7 +311,7 @@ TEST(RpcTest, HeartbeatsNoticeAPeerThatStoppedAnswering) {
 TEST(RpcTest, ShutdownWaitsForInFlightCallsOfEveryWorker) {
   TempDir dir;
   auto codes = run_ranks(2, [&](int rank) {
-    RpcAgent agent(options(dir, rank, 2), register_all);
+    RpcAgent agent(rpc_options(dir, rank, 2), register_all);
     if (rank == 1) {
       auto slow = agent.rpc_async<int>(0, "sleep_ms", 300);
       agent.shutdown();  // returns only after its own call completed
@@ -340,7 +327,7 @@ TEST(RpcTest, ShutdownWaitsForInFlightCallsOfEveryWorker) {
 TEST(RpcTest, RendezvousTimeoutNamesTheRankThatNeverCame) {
   TempDir dir;
   auto codes = run_ranks(1, [&](int rank) {  // rank 0 of a world of 3; ranks 1 and 2 never start
-    auto o = options(dir, rank, 3);
+    auto o = rpc_options(dir, rank, 3);
     o.rendezvous_timeout = 1s;
     auto msg = expect_throw<distrl::TimeoutError>([&] { RpcAgent agent(o, register_all); }, "rendezvous timeout");
     expect(msg.find("rank(s) 1, 2 of world size 3 did not join within 1000 ms") != std::string::npos, msg);
@@ -352,7 +339,7 @@ TEST(RpcTest, RendezvousTimeoutNamesTheRankThatNeverCame) {
 TEST(RpcTest, ShutdownTimeoutNamesThePeerThatNeverShutsDown) {
   TempDir dir;
   auto codes = run_ranks(2, [&](int rank) {
-    auto o = options(dir, rank, 2);
+    auto o = rpc_options(dir, rank, 2);
     o.shutdown_timeout = 1s;
     RpcAgent agent(o, register_all);
     if (rank == 1) {  // alive, connected, and never calls shutdown until rank 0 has given up
@@ -370,7 +357,7 @@ TEST(RpcTest, ShutdownTimeoutNamesThePeerThatNeverShutsDown) {
 TEST(RpcTest, CallsAfterShutdownFailClearly) {
   TempDir dir;
   auto codes = run_ranks(1, [&](int rank) {
-    RpcAgent agent(options(dir, rank, 1), register_all);
+    RpcAgent agent(rpc_options(dir, rank, 1), register_all);
     expect(agent.rpc_sync<int>(0, "add", 1, 2) == 3, "world of one calls itself");
     agent.shutdown();
     auto msg = expect_throw<distrl::TransportError>([&] { agent.rpc_sync<int>(0, "add", 1, 2); }, "after shutdown");
@@ -384,7 +371,7 @@ TEST(RpcTest, CallsAfterShutdownFailClearly) {
 TEST(RpcTest, ProcessGroupSharesTheAgentsStore) {
   TempDir dir;
   auto codes = run_ranks(2, [&](int rank) {
-    RpcAgent agent(options(dir, rank, 2));
+    RpcAgent agent(rpc_options(dir, rank, 2));
     auto pg = make_zmq_process_group(agent.store(), agent.rank(), agent.world_size(), ProcessGroupOptions{});
     auto t = torch::full({3}, float(rank + 1));
     pg->all_reduce(t);
