@@ -130,10 +130,21 @@ RnnTrainerModel::RnnTrainerModel(transport::RpcAgent& agent, const std::string& 
       layers_(layers) {
   torch::manual_seed(seed + 2);
   lstm_ = torch::nn::LSTM(torch::nn::LSTMOptions(embedding_dim, hidden).num_layers(layers).dropout(layers > 1 ? dropout : 0.0));
-  std::vector<transport::RRef<at::Tensor>> params = emb_.remote_parameters();
+  auto name_all = [this](const std::string& prefix, const std::vector<transport::RRef<at::Tensor>>& remote) {
+    for (std::size_t i = 0; i < remote.size(); ++i) ps_params_.emplace_back(prefix + std::to_string(i), remote[i]);
+  };
+  name_all("emb.", emb_.remote_parameters());
+  name_all("dec.", dec_.remote_parameters());
+  std::vector<transport::RRef<at::Tensor>> params;
+  for (auto& [name, p] : ps_params_) params.push_back(p);
   for (auto& p : lstm_->parameters()) params.push_back(agent.make_rref(std::make_shared<at::Tensor>(p)));
-  for (auto& p : dec_.remote_parameters()) params.push_back(p);
   opt_ = std::make_unique<autograd::DistributedOptimizer>(agent, spec, params);
+}
+
+void RnnTrainerModel::set_training(bool on) {
+  emb_.train(on);
+  dec_.train(on);
+  lstm_->train(on);
 }
 
 void RnnTrainerModel::reset_state(int batch) {
@@ -204,9 +215,11 @@ void run_rnn(const RnnConfig& cfg, const std::string& config_yaml, transport::Rp
   if (!resume.empty()) {
     std::map<std::string, torch::Tensor> extra;
     auto numbers = models::load_checkpoint(resume, *model.lstm(), nullptr, torch::kCPU, &extra);
-    auto emb = model.embedding().remote_parameters(), dec = model.decoder().remote_parameters();
-    for (std::size_t i = 0; i < emb.size(); ++i) agent.rpc_sync<void>(0, kAssign, emb[i], extra.at("emb." + std::to_string(i)));
-    for (std::size_t i = 0; i < dec.size(); ++i) agent.rpc_sync<void>(0, kAssign, dec[i], extra.at("dec." + std::to_string(i)));
+    for (const auto& [name, p] : model.ps_parameters()) {
+      auto it = extra.find(name);
+      if (it == extra.end()) throw ConfigError("checkpoint " + resume + " has no '" + name + "': it was not written by distrl-rnn");
+      agent.rpc_sync<void>(0, kAssign, p, it->second);
+    }
     first_step = static_cast<int>(numbers["step"]) + 1;
     std::cout << "trainer " << rank << ": resumed from " << resume << " at step " << first_step << std::endl;
   }
@@ -222,23 +235,17 @@ void run_rnn(const RnnConfig& cfg, const std::string& config_yaml, transport::Rp
   auto save = [&](int step) {
     if (!lead) return;
     std::map<std::string, torch::Tensor> extra;
-    auto emb = model.embedding().remote_parameters(), dec = model.decoder().remote_parameters();
-    for (std::size_t i = 0; i < emb.size(); ++i) extra["emb." + std::to_string(i)] = emb[i].to_here();
-    for (std::size_t i = 0; i < dec.size(); ++i) extra["dec." + std::to_string(i)] = dec[i].to_here();
+    for (const auto& [name, p] : model.ps_parameters()) extra[name] = p.to_here();
     models::save_checkpoint(ckpt, *model.lstm(), nullptr, {{"step", step}}, extra);
   };
   auto validate = [&] {
-    model.embedding().eval();
-    model.decoder().eval();
-    model.lstm()->eval();
+    model.set_training(false);
     model.reset_state(cfg.batch_size);
     double sum = 0;
     int n = 0;
     for (std::int64_t p = 0; p + cfg.bptt + 1 < val.size(0) && n < cfg.eval_batches; p += cfg.bptt, ++n)
       sum += model.evaluate(val.slice(0, p, p + cfg.bptt), val.slice(0, p + 1, p + 1 + cfg.bptt));
-    model.embedding().train();
-    model.decoder().train();
-    model.lstm()->train();
+    model.set_training(true);
     model.reset_state(cfg.batch_size);
     return sum / std::max(1, n);
   };
@@ -247,9 +254,8 @@ void run_rnn(const RnnConfig& cfg, const std::string& config_yaml, transport::Rp
   double loss_sum = 0;
   int loss_n = 0;
   auto window = Clock::now();
-  std::int64_t pos = 0;
   torch::manual_seed(cfg.seed + rank);
-  pos = (torch::randint(train.size(0) - cfg.bptt - 1, {1}).item<std::int64_t>() / cfg.bptt) * cfg.bptt;
+  std::int64_t pos = (torch::randint(train.size(0) - cfg.bptt - 1, {1}).item<std::int64_t>() / cfg.bptt) * cfg.bptt;
   model.reset_state(cfg.batch_size);
   double last_val = std::nan("");
   for (int step = first_step; step <= cfg.steps; ++step) {

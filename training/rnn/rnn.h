@@ -68,10 +68,11 @@ class RnnTrainerModel {
   // Mean cross-entropy without recording anything (no context; dropout off).
   double evaluate(const at::Tensor& input, const at::Tensor& target);
   void reset_state(int batch);  // zero hidden state
+  void set_training(bool on);   // all three parts (dropout)
 
   torch::nn::LSTM& lstm() { return lstm_; }
-  const autograd::RemoteModule<EmbeddingTableImpl>& embedding() const { return emb_; }
-  const autograd::RemoteModule<DecoderImpl>& decoder() const { return dec_; }
+  // The ps's parameters by checkpoint name ("emb.0", ..., "dec.1"), fetched once.
+  const std::vector<std::pair<std::string, transport::RRef<at::Tensor>>>& ps_parameters() const { return ps_params_; }
 
  private:
   at::Tensor logits(const at::Tensor& input, bool keep_state);
@@ -82,6 +83,7 @@ class RnnTrainerModel {
   torch::nn::LSTM lstm_{nullptr};
   int hidden_, layers_;
   std::tuple<at::Tensor, at::Tensor> state_;
+  std::vector<std::pair<std::string, transport::RRef<at::Tensor>>> ps_params_;
   std::unique_ptr<autograd::DistributedOptimizer> opt_;
 };
 
