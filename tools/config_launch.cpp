@@ -67,6 +67,13 @@ void check(const std::string& exe, const std::vector<std::string>& tail) {
   if (run_process(cmd) != 0) throw ConfigError("the configuration was refused (above); nothing started");
 }
 
+// One tool with the config on every rank, after it accepted the configuration.
+void on_every_rank(const std::string& exe, const std::vector<std::string>& tail, LaunchOptions* o) {
+  check(exe, tail);
+  o->command = {exe};
+  o->command.insert(o->command.end(), tail.begin(), tail.end());
+}
+
 }  // namespace
 
 std::string self_dir() {
@@ -85,19 +92,13 @@ void configure_config_launch(const std::string& config, const std::vector<std::s
     const std::string workload = root["workload"].IsScalar() ? root["workload"].as<std::string>() : "";
     if (workload != "rnn_dist_autograd")
       throw ConfigError(config + ": workload: '" + workload + "' is not known (known: rnn_dist_autograd)");
-    const std::string rnn = tool("distrl-rnn");
-    check(rnn, tail);
+    on_every_rank(tool("distrl-rnn"), tail, o);
     o->nproc = int_setting(config, root, overrides, "roles.trainers", 1) + 1;  // rank 0 is the ps
-    o->command = {rnn};
-    o->command.insert(o->command.end(), tail.begin(), tail.end());
     return;
   }
   if (root.IsMap() && root["dist"]) {  // supervised training: distrl-train on every rank
-    const std::string train = tool("distrl-train");
-    check(train, tail);
+    on_every_rank(tool("distrl-train"), tail, o);
     o->nproc = int_setting(config, root, overrides, "dist.world_size", 2);
-    o->command = {train};
-    o->command.insert(o->command.end(), tail.begin(), tail.end());
     return;
   }
   const std::string agent = tool("distrl-agent"), observer = tool("distrl-observer");
