@@ -12,7 +12,7 @@ namespace distrl::autograd {
 using detail::Engine;
 
 void enable(transport::RpcAgent& agent, AutogradOptions options) {
-  auto engine = std::make_shared<Engine>(agent, options.max_live_contexts);
+  auto engine = std::make_shared<Engine>(agent, options);
   agent.set_hooks(engine);
   std::weak_ptr<Engine> weak = engine;
   agent.register_function(detail::kGradsFn, [weak](std::int64_t ctx, std::int64_t msg, std::vector<std::uint32_t> frames,

@@ -53,6 +53,9 @@ struct AutogradOptions {
   // more context is refused with ProtocolError naming this option, so no peer can make a
   // worker hold unbounded state; contexts left normally are released and do not count.
   std::size_t max_live_contexts = 1 << 16;
+  // Messages with tensors that require grad that one context may bring to this worker (each
+  // keeps a node of the graph until the context is released); one more is refused the same way.
+  std::size_t max_received_per_context = 1 << 20;
 };
 
 // Installs distributed autograd on this worker: the message hooks, the gradient and release

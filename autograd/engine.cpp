@@ -67,8 +67,8 @@ variable_list RecvBackward::apply(variable_list&&) {
               " reached a local backward(): run dist_autograd::backward(ctx, roots) instead");
 }
 
-Engine::Engine(transport::RpcAgent& agent, std::size_t max_contexts)
-    : agent_(agent), rank_(agent.rank()), max_contexts_(max_contexts) {}
+Engine::Engine(transport::RpcAgent& agent, const AutogradOptions& options)
+    : agent_(agent), rank_(agent.rank()), options_(options) {}
 
 std::string Engine::describe(std::int64_t ctx) const {
   return "context " + ctx_name(ctx) + " on " + agent_.name();
@@ -77,7 +77,7 @@ std::string Engine::describe(std::int64_t ctx) const {
 // ---------------------------------------------------------------- contexts
 
 std::shared_ptr<ContextState> Engine::add_locked(std::int64_t id) {
-  if (contexts_.size() >= max_contexts_)
+  if (contexts_.size() >= options_.max_live_contexts)
     throw ProtocolError("distributed autograd on " + agent_.name() + " holds " + std::to_string(contexts_.size()) +
                         " live contexts, its max_live_contexts: refusing context " + ctx_name(id) +
                         " (are contexts left? raise AutogradOptions::max_live_contexts in dist_autograd::enable)");
@@ -223,6 +223,13 @@ at::Tensor Engine::on_receive(const transport::MessageTag& tag, int src, std::ui
   std::lock_guard<std::mutex> lock(s->mu);
   auto& node = s->recvs[tag.msg];
   if (!node) {
+    if (s->recvs.size() > options_.max_received_per_context) {
+      s->recvs.erase(tag.msg);
+      throw ProtocolError("context " + ctx_name(tag.ctx) + " already brought " +
+                          std::to_string(options_.max_received_per_context) + " messages that require grad to " +
+                          agent_.name() + ", its max_received_per_context: refusing one more from rank " +
+                          std::to_string(src) + " (raise AutogradOptions::max_received_per_context in dist_autograd::enable)");
+    }
     node = std::make_shared<RecvBackward>(tag.ctx, tag.msg, src);
     recvs_.fetch_add(1, std::memory_order_relaxed);
   }

@@ -16,6 +16,7 @@
 
 #include <torch/csrc/autograd/function.h>
 
+#include "autograd/context.h"
 #include "transport/future.h"
 #include "transport/message_hooks.h"
 
@@ -72,7 +73,7 @@ struct EngineStats {
 
 class Engine final : public transport::MessageHooks, public std::enable_shared_from_this<Engine> {
  public:
-  Engine(transport::RpcAgent& agent, std::size_t max_contexts);
+  Engine(transport::RpcAgent& agent, const AutogradOptions& options);
 
   // MessageHooks (see transport/message_hooks.h).
   std::int64_t current_context() override;
@@ -115,7 +116,7 @@ class Engine final : public transport::MessageHooks, public std::enable_shared_f
 
   transport::RpcAgent& agent_;
   const int rank_;
-  const std::size_t max_contexts_;
+  const AutogradOptions options_;
   std::atomic<std::int64_t> next_ctx_{1}, next_msg_{1};
   mutable std::mutex mu_;
   std::unordered_map<std::int64_t, std::shared_ptr<ContextState>> contexts_;

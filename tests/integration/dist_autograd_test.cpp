@@ -366,14 +366,16 @@ TEST(DistAutogradTest, MalformedGradientMessagesAreRefusedAndTheWorkerKeepsServi
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
 
-// A peer cannot make a worker hold more than max_live_contexts contexts: one more is refused
-// with ProtocolError naming the option; once contexts are left, new ones are served again.
+// A peer cannot make a worker hold more than max_live_contexts contexts, nor bring more than
+// max_received_per_context messages that require grad in one: one more is refused with
+// ProtocolError naming the option; once contexts are left, new ones are served again.
 TEST(DistAutogradTest, APeerCannotMakeAWorkerHoldMoreContextsThanTheLimit) {
   TempDir dir;
   auto codes = run_ranks(2, [&](int rank) {
     Worker me;
     autograd::AutogradOptions ao;
     ao.max_live_contexts = rank == 1 ? 3 : 1000;
+    ao.max_received_per_context = rank == 1 ? 2 : 1000;
     RpcAgent agent(rpc_options(dir, rank, 2), [&](RpcAgent& a) { setup(a, me, ao); });
     if (rank == 0) {
       at::Tensor x = input().requires_grad_(true);
@@ -400,6 +402,16 @@ TEST(DistAutogradTest, APeerCannotMakeAWorkerHoldMoreContextsThanTheLimit) {
              "the contexts left are released on worker1");
       dist_autograd::Context again(agent);
       expect(call().requires_grad(), "a new context is served again");
+      call();  // the second message of this context that requires grad: still within the limit
+      std::string too_many;
+      try {
+        call();
+      } catch (const distrl::ProtocolError& e) {
+        too_many = e.what();
+      }
+      expect(too_many.find("max_received_per_context") != std::string::npos,
+             "a third message requiring grad in one context is refused naming the limit: " + too_many);
+      expect(agent.rpc_sync<std::uint64_t>(1, "live") == 1, "and worker1 keeps serving");
     }
     agent.shutdown();
     return 0;
