@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "rl/cli.h"
+#include "agent/policy_actor.h"
 #include "agent/rl_agent.h"
 #include "common/log.h"
 #include "common/main_guard.h"

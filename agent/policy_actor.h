@@ -15,6 +15,7 @@
 #include <shared_mutex>
 #include <string>
 
+#include "agent/learner.h"
 #include "rl/protocol.h"
 #include "models/policy.h"
 
@@ -23,16 +24,17 @@ namespace distrl::agent {
 // "cpu" or "cuda[:N]". Throws ConfigError when CUDA is asked for but not built in or absent.
 torch::Device parse_device(const std::string& name);
 
-class PolicyActor {
+class PolicyActor : public Actor {
  public:
   PolicyActor(std::shared_ptr<models::PolicyNet> net, torch::Device device, int obs_dim, std::uint64_t seed);
 
   // One action per row of obs (rows x obs_dim floats). Thread-safe; concurrent calls share
   // the network.
-  rl::ActReply act(const float* obs, int rows);
+  rl::ActReply act(const float* obs, int rows) override;
+  rl::ActReply act_eval(const float* obs, int rows) override { return act(obs, rows); }
 
   // Held by a learner while it changes the weights; acting waits meanwhile.
-  std::unique_lock<std::shared_mutex> exclusive() { return std::unique_lock<std::shared_mutex>(mu_); }
+  std::unique_lock<std::shared_mutex> exclusive() override { return std::unique_lock<std::shared_mutex>(mu_); }
 
   models::PolicyNet& net() { return *net_; }
   const std::shared_ptr<models::PolicyNet>& net_ptr() const { return net_; }

@@ -8,7 +8,9 @@
 #include <map>
 #include <numeric>
 
+#include "agent/observer_pool.h"
 #include "common/error.h"
+#include "models/checkpoint.h"
 
 namespace distrl::agent {
 
@@ -211,8 +213,8 @@ std::vector<float> RewardScaler::scale(const rl::Fragment& f) {
   return rewards;
 }
 
-Ppo::Ppo(PpoActor& actor, rl::PpoOptions options)
-    : actor_(actor), o_(options),
+Ppo::Ppo(PpoActor& actor, rl::PpoOptions options, int fragment_steps, int solved_window)
+    : actor_(actor), o_(options), fragment_steps_(fragment_steps), solved_window_(solved_window),
       optimizer_(actor.net().parameters(), torch::optim::AdamOptions(options.lr).eps(1e-5)), scaler_(options.gamma),
       rng_(options.seed) {}
 
@@ -290,6 +292,63 @@ PpoStats Ppo::update(const std::vector<rl::Fragment>& fragments) {
     st.clip_fraction /= batches;
   }
   return st;
+}
+
+RoundData Ppo::round(ObserverPool& pool, bool learn) {
+  const int obs_dim = actor_.net().spec().obs_dim, act_dim = actor_.net().spec().action_dim;
+  auto frags = pool.call<rl::Fragment>("run_fragment", fragment_steps_, [&](const rl::Fragment& f) {
+    check_fragment(f, obs_dim, act_dim);
+  });
+  RoundData d;
+  for (auto& f : frags) {
+    d.returns.insert(d.returns.end(), f.episode_returns.begin(), f.episode_returns.end());
+    d.env_steps += static_cast<long long>(f.transitions());
+    d.latency_us.insert(d.latency_us.end(), f.latency_us.begin(), f.latency_us.end());
+  }
+  if (learn) d.loss = update(frags).policy_loss;
+  return d;
+}
+
+double Ppo::running_reward(const std::vector<double>& returns, double previous) {
+  for (double r : returns) {
+    recent_.push_back(r);
+    if (static_cast<int>(recent_.size()) > solved_window_) recent_.pop_front();
+  }
+  if (recent_.empty()) return previous;
+  return std::accumulate(recent_.begin(), recent_.end(), 0.0) / static_cast<double>(recent_.size());
+}
+
+bool Ppo::solved(double running_reward, double target) const {
+  return running_reward >= target && static_cast<int>(recent_.size()) >= solved_window_;
+}
+
+void Ppo::save(const std::string& path, const std::map<std::string, double>& numbers) {
+  auto lock = actor_.exclusive();
+  const std::vector<double> recent(recent_.begin(), recent_.end());
+  models::save_checkpoint(path, actor_.net(), &optimizer_, numbers,
+                          {{"obs_rms", actor_.obs_rms().state()},
+                           {"ret_rms", return_rms().state()},
+                           {"recent_returns", torch::tensor(recent, torch::kDouble)}});
+}
+
+std::map<std::string, double> Ppo::load(const std::string& path) {
+  auto lock = actor_.exclusive();
+  std::map<std::string, torch::Tensor> tensors;
+  auto numbers = models::load_checkpoint(path, actor_.net(), &optimizer_, actor_.device(), &tensors);
+  if (tensors.count("obs_rms")) actor_.obs_rms().load(tensors["obs_rms"]);
+  if (tensors.count("ret_rms")) return_rms().load(tensors["ret_rms"]);
+  if (tensors.count("recent_returns")) {
+    const auto r = tensors["recent_returns"].to(torch::kDouble).contiguous();
+    recent_.assign(r.data_ptr<double>(), r.data_ptr<double>() + r.numel());
+    while (static_cast<int>(recent_.size()) > solved_window_) recent_.pop_front();
+  }
+  actor_.net().eval();
+  return numbers;
+}
+
+std::string Ppo::resume_note() const {
+  return ", observation statistics over " + std::to_string(static_cast<long long>(actor_.obs_rms().count())) +
+         " samples";
 }
 
 }  // namespace distrl::agent

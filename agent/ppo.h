@@ -2,11 +2,15 @@
 // network (batched select_action answers carry the critic's value), GAE(lambda) over rollout
 // fragments, several epochs of shuffled minibatches, value loss (optionally clipped), entropy
 // bonus, gradient clipping, running observation normalisation and reward scaling.
+// A Learner (learner.h): each round every observer plays one fragment of `fragment_steps`
+// steps per env (run_fragment); the running reward is the mean return of the last
+// `solved_window` episodes, and a run counts as solved only once that many have ended.
 #pragma once
 
 #include <torch/optim/adam.h>
 #include <torch/types.h>
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -14,6 +18,7 @@
 #include <shared_mutex>
 #include <vector>
 
+#include "agent/learner.h"
 #include "rl/ppo_options.h"
 #include "rl/protocol.h"
 #include "models/actor_critic.h"
@@ -55,14 +60,15 @@ std::vector<float> gae(const rl::Fragment& f, const std::vector<float>& rewards,
 void check_fragment(const rl::Fragment& f, int obs_dim, int act_dim);
 
 // The acting side: thread-safe act() for the batcher; the learner takes exclusive().
-class PpoActor {
+class PpoActor : public Actor {
  public:
   PpoActor(std::shared_ptr<models::ActorCritic> net, torch::Device device, bool norm_obs, std::uint64_t seed);
   // One action per row of obs (rows x obs_dim), with log-probs and values.
-  rl::ActReply act(const float* obs, int rows);
+  rl::ActReply act(const float* obs, int rows) override;
   // The most likely action per row (evaluation).
   rl::ActReply act_greedy(const float* obs, int rows);
-  std::unique_lock<std::shared_mutex> exclusive() { return std::unique_lock<std::shared_mutex>(mu_); }
+  rl::ActReply act_eval(const float* obs, int rows) override { return act_greedy(obs, rows); }
+  std::unique_lock<std::shared_mutex> exclusive() override { return std::unique_lock<std::shared_mutex>(mu_); }
   models::ActorCritic& net() { return *net_; }
   torch::Device device() const { return device_; }
   RunningMeanStd& obs_rms() { return obs_rms_; }
@@ -109,17 +115,28 @@ struct PpoStats {
   std::size_t transitions = 0;
 };
 
-class Ppo {
+class Ppo : public Learner {
  public:
-  Ppo(PpoActor& actor, rl::PpoOptions options);
+  Ppo(PpoActor& actor, rl::PpoOptions options, int fragment_steps = 128, int solved_window = 100);
   // One PPO update over the fragments (checked first); takes the actor's exclusive lock.
   PpoStats update(const std::vector<rl::Fragment>& fragments);
   torch::optim::Adam& optimizer() { return optimizer_; }
   RunningMeanStd& return_rms() { return scaler_.return_rms(); }
 
+  bool fragments() const override { return true; }
+  RoundData round(ObserverPool& pool, bool learn) override;
+  double running_reward(const std::vector<double>& returns, double previous) override;
+  bool solved(double running_reward, double target) const override;
+  // Also the observation and return statistics and the recent returns.
+  void save(const std::string& path, const std::map<std::string, double>& numbers) override;
+  std::map<std::string, double> load(const std::string& path) override;
+  std::string resume_note() const override;
+
  private:
   PpoActor& actor_;
   rl::PpoOptions o_;
+  int fragment_steps_, solved_window_;
+  std::deque<double> recent_;  // the last solved_window episode returns
   torch::optim::Adam optimizer_;
   RewardScaler scaler_;
   std::mt19937_64 rng_;

@@ -2,7 +2,11 @@
 
 #include <torch/torch.h>
 
+#include <numeric>
+
+#include "agent/observer_pool.h"
 #include "common/error.h"
+#include "models/checkpoint.h"
 
 namespace distrl::agent {
 
@@ -78,6 +82,42 @@ double Reinforce::update(const std::vector<rl::Rollout>& rollouts) {
   optimizer_.step();
   actor_.net().eval();
   return loss.item<double>();
+}
+
+RoundData Reinforce::round(ObserverPool& pool, bool learn) {
+  const int dim = actor_.obs_dim();
+  auto rollouts = pool.call<rl::Rollout>("run_episode", options_.max_steps,
+                                         [dim](const rl::Rollout& r) { check_rollout(r, dim); });
+  RoundData d;
+  if (learn) d.loss = update(rollouts);
+  for (auto& r : rollouts) {
+    std::size_t at = 0;
+    for (auto len : r.lengths) {
+      d.returns.push_back(std::accumulate(r.rewards.begin() + at, r.rewards.begin() + at + len, 0.0));
+      at += len;
+    }
+    d.env_steps += static_cast<long long>(r.steps());
+    d.latency_us.insert(d.latency_us.end(), r.latency_us.begin(), r.latency_us.end());
+  }
+  return d;
+}
+
+double Reinforce::running_reward(const std::vector<double>& returns, double previous) {
+  if (returns.empty()) return previous;
+  const double mean = std::accumulate(returns.begin(), returns.end(), 0.0) / static_cast<double>(returns.size());
+  return 0.05 * mean + 0.95 * previous;
+}
+
+void Reinforce::save(const std::string& path, const std::map<std::string, double>& numbers) {
+  auto lock = actor_.exclusive();
+  models::save_checkpoint(path, actor_.net(), &optimizer_, numbers);
+}
+
+std::map<std::string, double> Reinforce::load(const std::string& path) {
+  auto lock = actor_.exclusive();
+  auto numbers = models::load_checkpoint(path, actor_.net(), &optimizer_, actor_.device());
+  actor_.net().eval();
+  return numbers;
 }
 
 }  // namespace distrl::agent

@@ -2,7 +2,8 @@
 // the agent creates one Observer object per observer process (remote), then every round
 // asks each of them to run an episode (REINFORCE) or a fixed-length fragment (PPO) with
 // rpc_async on its RRef, serves their select_action requests meanwhile (batched or not), and
-// learns from what they send back.
+// learns from what they send back. The algorithm sits behind learner.h (Actor + Learner); this
+// file is the round loop around it (observer_pool.h, round_log.h, run_checkpoint.h).
 //
 //   RlAgent rl(config);
 //   RpcAgent rpc(options, [&](RpcAgent& a) { rl.serve(a); });   // select_action is registered
@@ -11,17 +12,12 @@
 #pragma once
 
 #include <atomic>
-#include <deque>
-#include <fstream>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "agent/batcher.h"
-#include "agent/policy_actor.h"
-#include "agent/ppo.h"
-#include "agent/reinforce.h"
+#include "agent/learner.h"
 #include "rl/rl_config.h"
 #include "transport/rpc/rpc_agent.h"
 
@@ -44,7 +40,8 @@ struct RunSummary {
 
 class RlAgent {
  public:
-  // Builds the policy (and loads `resume` when not empty). Throws ConfigError for bad values.
+  // Builds the algorithm (learner.algo) and loads `resume` when not empty. Throws
+  // ConfigError for bad values.
   explicit RlAgent(rl::RlConfig config, const std::string& resume = "");
   ~RlAgent();
 
@@ -62,30 +59,17 @@ class RlAgent {
   void request_checkpoint() { checkpoint_requested_.store(true); }
   std::string checkpoint_path() const;
 
-  // Plays `episodes` episodes in this process (no observers) with the current policy — PPO:
-  // the most likely action; REINFORCE: sampled — and returns their returns. With gif_path,
-  // the first episode is also written there as an animated GIF.
+  // Plays `episodes` episodes in this process (no observers) with the current policy
+  // (Actor::act_eval) and returns their returns. With gif_path, the first episode is also
+  // written there as an animated GIF.
   std::vector<double> evaluate(int episodes, std::uint64_t seed, const std::string& gif_path = "");
 
  private:
-  void load(const std::string& path);
-  bool ppo() const { return static_cast<bool>(ppo_); }
-
   rl::RlConfig cfg_;
-  int obs_dim_ = 0, n_actions_ = 0, act_dim_ = 0;
-  std::function<rl::ActReply(const float*, int)> act_;  // what select_action runs
-  std::unique_ptr<PolicyActor> actor_;               // REINFORCE
-  std::unique_ptr<Reinforce> learner_;
-  std::unique_ptr<PpoActor> ppo_actor_;              // PPO
-  std::unique_ptr<Ppo> ppo_;
-  std::deque<double> recent_;                        // PPO: the last solved_window episode returns
+  int obs_dim_ = 0, act_dim_ = 0;
+  Algorithm algo_;
   std::unique_ptr<Batcher> batcher_;
-  // Progress, carried across --resume by the checkpoint: a resumed run continues at round
-  // rounds_done_ + 1 and appends to metrics.csv.
-  double running_reward_ = 0;
-  int rounds_done_ = 0;
-  long long episodes_done_ = 0, env_steps_done_ = 0;
-  double seconds_done_ = 0;
+  Progress progress_;  // carried across --resume by the checkpoint
   std::atomic<bool> checkpoint_requested_{false};
 };
 

@@ -1,0 +1,65 @@
+#include "agent/learner.h"
+
+#include <torch/torch.h>
+
+#include "agent/policy_actor.h"
+#include "agent/ppo.h"
+#include "agent/reinforce.h"
+#include "common/error.h"
+
+namespace distrl::agent {
+
+Algorithm make_algorithm(const rl::RlConfig& cfg, int obs_dim, int n_actions, int act_dim) {
+  torch::manual_seed(cfg.seed);
+  const auto device = parse_device(cfg.device);
+  const std::uint64_t seed = static_cast<std::uint64_t>(cfg.seed) * 0x9E3779B97F4A7C15ull + 1;
+  Algorithm a;
+  if (cfg.algo == "ppo") {
+    models::ActorCriticSpec spec;
+    spec.obs_dim = obs_dim;
+    spec.n_actions = n_actions;
+    spec.action_dim = act_dim;
+    spec.hidden = cfg.hidden;
+    spec.activation = cfg.activation;
+    spec.shared = cfg.shared;
+    spec.init_log_std = cfg.ppo_log_std_init;
+    std::shared_ptr<models::ActorCritic> net;
+    try {
+      net = std::make_shared<models::ActorCritic>(spec);
+    } catch (const ModelError& e) {
+      throw ConfigError(std::string("model: ") + e.what());
+    }
+    auto actor = std::make_unique<PpoActor>(net, device, cfg.ppo.norm_obs, seed);
+    rl::PpoOptions o = cfg.ppo;
+    o.gamma = cfg.gamma;
+    o.lr = cfg.lr;
+    o.seed = seed + 2;
+    a.learner = std::make_unique<Ppo>(*actor, o, cfg.ppo_steps, cfg.solved_window);
+    a.actor = std::move(actor);
+    return a;
+  }
+  if (act_dim > 0)
+    throw ConfigError("env.name: " + cfg.env + " has continuous actions; REINFORCE here needs a discrete env "
+                      "(use learner.algo=ppo)");
+  models::PolicySpec spec;
+  spec.obs_dim = obs_dim;
+  spec.n_actions = n_actions;
+  spec.hidden = cfg.hidden;
+  spec.dropout = cfg.dropout;
+  std::shared_ptr<models::PolicyNet> net;
+  try {
+    net = models::make_policy(cfg.model, spec);
+  } catch (const ModelError& e) {
+    throw ConfigError(std::string("model: ") + e.what());
+  }
+  auto actor = std::make_unique<PolicyActor>(net, device, obs_dim, seed);
+  ReinforceOptions o;
+  o.gamma = cfg.gamma;
+  o.lr = cfg.lr;
+  o.max_steps = cfg.max_steps;
+  a.learner = std::make_unique<Reinforce>(*actor, o);
+  a.actor = std::move(actor);
+  return a;
+}
+
+}  // namespace distrl::agent

@@ -1,0 +1,87 @@
+// The seam between the RL round loop (rl_agent.cpp) and an algorithm. An algorithm is an
+// Actor (what select_action runs, on the serving threads) and a Learner (what a round asks the
+// observers for and how it learns from it, on the agent's main thread). REINFORCE
+// (reinforce.h: PolicyActor + Reinforce) and PPO (ppo.h: PpoActor + Ppo) are the two
+// implementations; make_algorithm picks one from the config.
+//
+// Lifetime: the Learner holds a reference to its Actor; Algorithm owns both and destroys the
+// Learner first. Threads: Actor::act is called concurrently from the RPC I/O loop, pool
+// threads and the batcher's timer (docs/threads.md); everything else only from the thread
+// that runs the rounds. A Learner changes the weights only under Actor::exclusive(), so a
+// request never sees a half-updated network.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+#include "rl/protocol.h"
+#include "rl/rl_config.h"
+
+namespace distrl::agent {
+
+class ObserverPool;
+
+class Actor {
+ public:
+  virtual ~Actor() = default;
+  // One action per row of obs (rows x obs_dim floats). Thread-safe.
+  virtual rl::ActReply act(const float* obs, int rows) = 0;
+  // The action --eval plays: PPO the most likely one, REINFORCE a sampled one (as the
+  // tutorial evaluates its stochastic policy).
+  virtual rl::ActReply act_eval(const float* obs, int rows) = 0;
+  // Held while the weights change; acting waits meanwhile.
+  virtual std::unique_lock<std::shared_mutex> exclusive() = 0;
+};
+
+// A run's progress, carried across --resume by the checkpoint: a resumed run continues at
+// round rounds + 1, counts on and appends to metrics.csv.
+struct Progress {
+  int rounds = 0;
+  long long episodes = 0, env_steps = 0;
+  double seconds = 0;          // time spent in rounds, over every run of this output directory
+  double running_reward = 0;
+};
+
+// What one round brought in.
+struct RoundData {
+  std::vector<double> returns;    // one per episode that ended in this round
+  long long env_steps = 0;
+  std::vector<float> latency_us;  // the observers' select_action round trips
+  double loss = 0;                // 0 with learning off
+};
+
+class Learner {
+ public:
+  virtual ~Learner() = default;
+  // Observers run fixed-length fragments (PPO) rather than whole episodes (REINFORCE).
+  virtual bool fragments() const = 0;
+  // One round: every live observer plays (pool.call), then one update when `learn`.
+  // Throws TransportError when every observer is gone.
+  virtual RoundData round(ObserverPool& pool, bool learn) = 0;
+  // The running reward once this round's returns are in; and whether it counts as solved.
+  virtual double running_reward(const std::vector<double>& returns, double previous) = 0;
+  virtual bool solved(double running_reward, double target) const = 0;
+  // Weights, optimizer and the algorithm's own statistics, with `numbers` (the progress);
+  // atomically (temp file + rename). Takes the actor's exclusive lock.
+  virtual void save(const std::string& path, const std::map<std::string, double>& numbers) = 0;
+  // The inverse; returns the numbers. Throws ConfigError for a checkpoint of another shape.
+  virtual std::map<std::string, double> load(const std::string& path) = 0;
+  // Appended to the "resumed from" line, e.g. the observation statistics' sample count.
+  virtual std::string resume_note() const { return ""; }
+};
+
+struct Algorithm {
+  std::unique_ptr<Actor> actor;      // declared first: destroyed after the learner
+  std::unique_ptr<Learner> learner;
+};
+
+// learner.algo from the config (reinforce or ppo), its network built for the env's spaces
+// (act_dim > 0: continuous actions) on config.device. Throws ConfigError for a bad model or a
+// continuous env under REINFORCE.
+Algorithm make_algorithm(const rl::RlConfig& config, int obs_dim, int n_actions, int act_dim);
+
+}  // namespace distrl::agent

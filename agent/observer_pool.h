@@ -1,0 +1,77 @@
+// The agent's observers: one remote Observer object per observer process (created in the
+// constructor, as the tutorial's agent does with rpc.remote), called together every round,
+// and told to finish at the end. An observer whose call fails or whose answer is malformed is
+// dropped for the rest of the run (named in the log) and the others go on.
+//
+// Thread-safety: none; the agent's main thread owns the pool. call() blocks until every live
+// observer has answered or failed (each call has the RPC timeout).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "agent/batcher.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "rl/protocol.h"
+#include "rl/rl_config.h"
+#include "transport/rpc/rpc_agent.h"
+
+namespace distrl::agent {
+
+class ObserverPool {
+ public:
+  // Creates an Observer on every rank but this one, running config.env, and waits until each
+  // exists (a bad env name on an observer fails here, named). `batcher` (may be null) is told
+  // which observers are playing, so a batch never waits for one that is not.
+  ObserverPool(transport::RpcAgent& rpc, const rl::RlConfig& config, bool fragments, Batcher* batcher);
+
+  // Calls `method(arg)` on every live observer at once and returns the answers that pass
+  // `check` (which throws for a malformed one). Throws TransportError when none is left.
+  template <typename T, typename Check>
+  std::vector<T> call(const char* method, int arg, Check check);
+
+  // Tells every live observer the run is over (they then join the graceful shutdown).
+  void finish();
+  int lost() const { return lost_; }
+
+ private:
+  void drop(std::size_t i, const std::exception& e);
+
+  std::vector<transport::RRef<rl::ObserverObject>> obs_;
+  std::vector<bool> alive_;
+  Batcher* batcher_;
+  int lost_ = 0;
+};
+
+template <typename T, typename Check>
+std::vector<T> ObserverPool::call(const char* method, int arg, Check check) {
+  std::vector<transport::Future<T>> futs(obs_.size());
+  for (std::size_t i = 0; i < obs_.size(); ++i) {
+    if (!alive_[i]) continue;
+    const int id = static_cast<int>(i);  // the observer id the spec gave it
+    Batcher* b = batcher_;
+    if (b) b->set_active(id, true);
+    futs[i] = obs_[i].template rpc_async<T>(method, arg).then([b, id](const transport::Future<T>& f) {
+      if (b) b->set_active(id, false);
+      return f.value();
+    });
+  }
+  std::vector<T> out;
+  std::string last_error;
+  for (std::size_t i = 0; i < obs_.size(); ++i) {
+    if (!alive_[i]) continue;
+    try {
+      T r = futs[i].value();
+      check(r);  // before the statistics or the learner read it
+      out.push_back(std::move(r));
+    } catch (const std::exception& e) {
+      last_error = e.what();
+      drop(i, e);
+    }
+  }
+  if (out.empty()) throw TransportError("every observer is gone; the last error: " + last_error);
+  return out;
+}
+
+}  // namespace distrl::agent

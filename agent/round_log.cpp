@@ -1,0 +1,73 @@
+#include "agent/round_log.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iomanip>
+#include <sstream>
+
+namespace distrl::agent {
+namespace {
+
+std::string thousands(double v) {
+  std::string s = std::to_string(static_cast<long long>(v + 0.5));
+  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(i, ",");
+  return s;
+}
+
+}  // namespace
+
+double percentile(std::vector<float>& v, double q) {
+  if (v.empty()) return 0;
+  const std::size_t k = std::min(v.size() - 1, static_cast<std::size_t>(q * (v.size() - 1) + 0.5));
+  std::nth_element(v.begin(), v.begin() + k, v.end());
+  return v[k];
+}
+
+RoundLog::RoundLog(const std::string& out_dir, int log_interval, const Progress& start)
+    : log_interval_(log_interval), last_print_(std::chrono::steady_clock::now()), steps_at_print_(start.env_steps) {
+  std::filesystem::create_directories(out_dir);
+  const std::string path = out_dir + "/metrics.csv";
+  std::error_code ec;
+  const bool append = start.rounds > 0 && std::filesystem::file_size(path, ec) > 0 && !ec;
+  csv_.open(path, append ? std::ios::app : std::ios::trunc);
+  if (!append)
+    csv_ << "round,episodes,env_steps,seconds,mean_reward,min_reward,max_reward,running_reward,loss,mean_batch\n";
+}
+
+void RoundLog::round(const Progress& p, const std::vector<double>& returns, double loss, const BatchStats* batch,
+                     bool force_print) {
+  double total = 0, lo = std::nan(""), hi = std::nan("");
+  if (!returns.empty()) {
+    lo = *std::min_element(returns.begin(), returns.end());
+    hi = *std::max_element(returns.begin(), returns.end());
+    for (double r : returns) total += r;
+  }
+  const double mean = returns.empty() ? std::nan("") : total / static_cast<double>(returns.size());
+  const BatchStats bs = batch ? *batch : BatchStats{};
+  csv_ << p.rounds << ',' << p.episodes << ',' << p.env_steps << ',' << p.seconds << ',' << mean << ',' << lo << ','
+       << hi << ',' << p.running_reward << ',' << loss << ',' << (batch ? bs.mean_rows() : 1.0) << std::endl;
+
+  if (!force_print && p.rounds % log_interval_ != 0) return;
+  const auto now = std::chrono::steady_clock::now();
+  const double dt = std::chrono::duration<double>(now - last_print_).count();
+  const double rows = bs.batches > batch_at_print_.batches
+                          ? double(bs.rows - batch_at_print_.rows) / double(bs.batches - batch_at_print_.batches)
+                          : 1.0;
+  std::ostringstream line;
+  line << "round " << std::setw(5) << p.rounds << "  episodes " << std::setw(6) << p.episodes << "  reward "
+       << std::fixed << std::setprecision(1) << std::setw(6);
+  if (std::isnan(mean)) line << "-";  // PPO: no episode ended in this round's fragments
+  else line << mean;
+  line << "  running " << std::setw(6) << p.running_reward << "  env-steps/s " << std::setw(9)
+       << thousands((p.env_steps - steps_at_print_) / dt) << "  batch " << std::setprecision(2)
+       << (batch ? rows : 1.0) << "  " << std::setprecision(1) << p.seconds << " s";
+  std::printf("%s\n", line.str().c_str());
+  std::fflush(stdout);
+  last_print_ = now;
+  steps_at_print_ = p.env_steps;
+  batch_at_print_ = bs;
+}
+
+}  // namespace distrl::agent

@@ -1,0 +1,40 @@
+// What a run reports as it goes: OUT_DIR/metrics.csv, one row per round (flushed, so
+// `tail -f` follows it; a resumed run appends), and a progress line on stdout every
+// learner.log_interval rounds, at the last round and when solved. Not thread-safe: the
+// round loop's thread owns it.
+#pragma once
+
+#include <chrono>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "agent/batcher.h"
+#include "agent/learner.h"
+
+namespace distrl::agent {
+
+class RoundLog {
+ public:
+  // Opens OUT_DIR/metrics.csv (creating OUT_DIR): appended to when the run resumes (`start`
+  // has rounds) and the file is not empty, else written anew with its header.
+  RoundLog(const std::string& out_dir, int log_interval, const Progress& start);
+
+  // One round done: `progress` already counts it; `returns` are its episodes' returns (none
+  // when no episode ended, e.g. a PPO fragment); `batch` the batcher's totals (null:
+  // unbatched, one row per forward).
+  void round(const Progress& progress, const std::vector<double>& returns, double loss, const BatchStats* batch,
+             bool force_print);
+
+ private:
+  std::ofstream csv_;
+  int log_interval_;
+  std::chrono::steady_clock::time_point last_print_;
+  long long steps_at_print_;
+  BatchStats batch_at_print_;
+};
+
+// The q-quantile of v (reorders v); 0 for an empty v.
+double percentile(std::vector<float>& v, double q);
+
+}  // namespace distrl::agent
