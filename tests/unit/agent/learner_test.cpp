@@ -1,0 +1,93 @@
+// The Actor/Learner seam: make_algorithm builds either algorithm from the config, each keeps
+// its own running-reward rule and "solved" test, and a run's checkpoint carries the progress
+// and the algorithm's own statistics through save_run / load_run.
+#include "agent/learner.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "agent/run_checkpoint.h"
+#include "common/error.h"
+
+namespace distrl::agent {
+namespace {
+
+rl::RlConfig config(const std::string& algo) {
+  rl::RlConfig c;
+  c.algo = algo;
+  c.solved_window = 3;
+  return c;
+}
+
+TEST(LearnerTest, BothAlgorithmsActThroughTheSameSeam) {
+  for (const char* algo : {"reinforce", "ppo"}) {
+    Algorithm a = make_algorithm(config(algo), 4, 2, 0);
+    ASSERT_TRUE(a.actor && a.learner) << algo;
+    EXPECT_EQ(a.learner->fragments(), std::string(algo) == "ppo") << algo;
+    const std::vector<float> obs(3 * 4, 0.1f);
+    const auto r = a.actor->act(obs.data(), 3);
+    ASSERT_EQ(r.actions.size(), 3u) << algo;
+    for (int x : r.actions) EXPECT_TRUE(x == 0 || x == 1) << algo;
+    EXPECT_EQ(a.actor->act_eval(obs.data(), 1).actions.size(), 1u) << algo;
+  }
+  // A continuous env needs PPO, and the config's model must exist.
+  EXPECT_THROW(make_algorithm(config("reinforce"), 8, 0, 2), ConfigError);
+  auto bad = config("reinforce");
+  bad.model = "no-such-model";
+  EXPECT_THROW(make_algorithm(bad, 4, 2, 0), ConfigError);
+}
+
+TEST(LearnerTest, RunningRewardAndSolvedFollowEachAlgorithmsRule) {
+  Algorithm r = make_algorithm(config("reinforce"), 4, 2, 0);
+  // REINFORCE: the tutorial's exponential average of each round's mean return.
+  EXPECT_DOUBLE_EQ(r.learner->running_reward({10, 30}, 100), 0.05 * 20 + 0.95 * 100);
+  EXPECT_DOUBLE_EQ(r.learner->running_reward({}, 7), 7);  // no episode ended: unchanged
+  EXPECT_TRUE(r.learner->solved(475, 475));
+
+  Algorithm p = make_algorithm(config("ppo"), 4, 2, 0);
+  // PPO: the mean of the last solved_window (3) returns, solved only once that many ended.
+  EXPECT_DOUBLE_EQ(p.learner->running_reward({500, 500}, 0), 500);
+  EXPECT_FALSE(p.learner->solved(500, 475));  // two episodes of a window of three
+  EXPECT_DOUBLE_EQ(p.learner->running_reward({200, 500}, 0), 400);  // 500, 200, 500
+  EXPECT_TRUE(p.learner->solved(400, 400));
+}
+
+TEST(LearnerTest, ACheckpointCarriesTheProgressAndTheAlgorithmsOwnState) {
+  const auto dir = std::filesystem::temp_directory_path() / ("distrl_learner_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "policy.pt").string();
+  Algorithm p = make_algorithm(config("ppo"), 4, 2, 0);
+  p.learner->running_reward({100, 200, 300}, 0);
+  Progress before;
+  before.rounds = 12;
+  before.episodes = 34;
+  before.env_steps = 5678;
+  before.seconds = 9.5;
+  before.running_reward = 200;
+  save_run(*p.learner, before, path);
+
+  Algorithm q = make_algorithm(config("ppo"), 4, 2, 0);
+  const Progress after = load_run(*q.learner, path, config("ppo"));
+  EXPECT_EQ(after.rounds, 12);
+  EXPECT_EQ(after.episodes, 34);
+  EXPECT_EQ(after.env_steps, 5678);
+  EXPECT_DOUBLE_EQ(after.seconds, 9.5);
+  EXPECT_DOUBLE_EQ(after.running_reward, 200);
+  // The recent returns came along: one more return slides the window (200, 300, 400).
+  EXPECT_DOUBLE_EQ(q.learner->running_reward({400}, 0), 300);
+  EXPECT_TRUE(q.learner->solved(300, 300));
+
+  // A REINFORCE learner cannot load a PPO checkpoint: a ConfigError naming the algorithm.
+  Algorithm r = make_algorithm(config("reinforce"), 4, 2, 0);
+  try {
+    load_run(*r.learner, path, config("reinforce"));
+    ADD_FAILURE() << "a PPO checkpoint loaded into REINFORCE";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("learner.algo reinforce"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace distrl::agent
