@@ -1,5 +1,6 @@
 // distrl-bench rpc: the transport's round trip, throughput and bandwidth between two processes.
 #include <sched.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,6 +13,10 @@
 #include <iomanip>
 #include <iostream>
 #include <sstream>
+#include <thread>
+
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
 
 #include "tools/bench.h"
 #include "transport/rpc/rpc_agent.h"
@@ -25,7 +30,83 @@ using Clock = std::chrono::steady_clock;
 struct Result {
   std::string transport;
   double median_us = 0, p99_us = 0, calls_per_s = 0, big_gbps = 0;
+  double client_cpu_us = 0, server_cpu_us = 0;  // CPU time per rpc_sync call, each process
+  double floor_median_us = 0, floor_p99_us = 0;  // plain libzmq ping-pong, same sizes and placement
+  double floor_client_cpu_us = 0, floor_server_cpu_us = 0;
 };
+
+// CPU time (user + system) this process has used, in microseconds.
+double cpu_us() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return (u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1e6 + u.ru_utime.tv_usec + u.ru_stime.tv_usec;
+}
+
+// The floor: a libzmq DEALER/ROUTER ping-pong of two frames (an RPC header's size and the
+// [1,4] float32 tensor's 16 bytes), nothing else: libzmq's own I/O threads are the only hops.
+// The server answers "cpu" with its CPU time so far.
+constexpr std::size_t kFloorHeader = 64, kFloorBody = 16;
+
+void floor_server(const std::string& endpoint_file, const std::string& transport, const std::string& dir) {
+  zmq::context_t ctx(1);
+  zmq::socket_t router(ctx, zmq::socket_type::router);
+  router.set(zmq::sockopt::linger, 0);
+  router.bind(transport == "ipc" ? "ipc://" + dir + "/floor.ipc" : "tcp://127.0.0.1:*");
+  { std::ofstream(endpoint_file + ".tmp") << router.get(zmq::sockopt::last_endpoint); }
+  std::filesystem::rename(endpoint_file + ".tmp", endpoint_file);
+  for (;;) {
+    std::vector<zmq::message_t> parts;
+    if (!zmq::recv_multipart(router, std::back_inserter(parts))) continue;
+    if (parts.size() == 2) {  // [id, "cpu" | "bye"]
+      const std::string what = parts[1].to_string();
+      const std::string cpu = std::to_string(cpu_us());
+      router.send(parts[0], zmq::send_flags::sndmore);
+      router.send(zmq::buffer(cpu), zmq::send_flags::none);
+      if (what == "bye") return;
+      continue;
+    }
+    zmq::send_multipart(router, parts);
+  }
+}
+
+void floor_client(const std::string& endpoint_file, const RpcBenchOptions& o, Result* r) {
+  std::string endpoint;
+  for (int i = 0; i < 10000 && endpoint.empty(); ++i) {
+    std::ifstream f(endpoint_file);
+    std::getline(f, endpoint);
+    if (endpoint.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (endpoint.empty()) throw Error("rpc floor: the ping-pong server never published its endpoint");
+  zmq::context_t ctx(1);
+  zmq::socket_t dealer(ctx, zmq::socket_type::dealer);
+  dealer.set(zmq::sockopt::linger, 0);
+  dealer.connect(endpoint);
+  const std::string header(kFloorHeader, 'h'), body(kFloorBody, 'b');
+  auto ping = [&] {
+    dealer.send(zmq::buffer(header), zmq::send_flags::sndmore);
+    dealer.send(zmq::buffer(body), zmq::send_flags::none);
+    std::vector<zmq::message_t> reply;
+    (void)zmq::recv_multipart(dealer, std::back_inserter(reply));
+  };
+  auto server_cpu = [&](const char* what) {
+    dealer.send(zmq::buffer(std::string(what)), zmq::send_flags::none);
+    zmq::message_t m;
+    (void)dealer.recv(m);
+    return std::stod(m.to_string());
+  };
+  for (int i = 0; i < o.warmup; ++i) ping();
+  std::vector<double> us(o.calls);
+  const double s0 = server_cpu("cpu"), c0 = cpu_us();
+  for (int i = 0; i < o.calls; ++i) {
+    auto t0 = Clock::now();
+    ping();
+    us[i] = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+  }
+  r->floor_client_cpu_us = (cpu_us() - c0) / o.calls;
+  r->floor_server_cpu_us = (server_cpu("bye") - s0) / o.calls;
+  r->floor_median_us = percentile(us, 0.5);
+  r->floor_p99_us = percentile(us, 0.99);
+}
 
 void pin(const std::string& cpus, int rank) {
   if (cpus == "any") return;
@@ -40,11 +121,14 @@ Result client(RpcAgent& agent, const RpcBenchOptions& o) {
   const at::Tensor small = torch::rand({1, 4});
   for (int i = 0; i < o.warmup; ++i) agent.rpc_sync<at::Tensor>(1, "echo", small);
   std::vector<double> us(o.calls);
+  const double s0 = agent.rpc_sync<double>(1, "cpu_us"), c0 = cpu_us();
   for (int i = 0; i < o.calls; ++i) {
     auto t0 = Clock::now();
     agent.rpc_sync<at::Tensor>(1, "echo", small);
     us[i] = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
   }
+  r.client_cpu_us = (cpu_us() - c0) / o.calls;
+  r.server_cpu_us = (agent.rpc_sync<double>(1, "cpu_us") - s0) / o.calls;
   r.median_us = percentile(us, 0.5);
   r.p99_us = percentile(us, 0.99);
 
@@ -92,11 +176,22 @@ Result run_pair(const RpcBenchOptions& o, const std::string& transport) {
       ro.transport = transport;
       ro.num_worker_threads = 2;
       if (o.spin_us >= 0) ro.io_spin = std::chrono::microseconds(o.spin_us);
-      RpcAgent agent(ro, [](RpcAgent& a) { a.register_function("echo", [](at::Tensor t) { return t; }); });
+      const std::string floor_endpoint = (dir / "floor-endpoint").string();
+      if (rank == 1) {
+        floor_server(floor_endpoint, transport, dir.string());  // first the floor, same processes
+      }
+      Result r;
+      if (rank == 0) floor_client(floor_endpoint, o, &r);
+      RpcAgent agent(ro, [](RpcAgent& a) {
+        a.register_function("echo", [](at::Tensor t) { return t; });
+        a.register_function("cpu_us", [] { return cpu_us(); });
+      });
       if (rank == 0) {
-        Result r = client(agent, o);
+        Result rr = client(agent, o);
         std::ofstream f(out);
-        f << r.median_us << " " << r.p99_us << " " << r.calls_per_s << " " << r.big_gbps << "\n";
+        f << rr.median_us << " " << rr.p99_us << " " << rr.calls_per_s << " " << rr.big_gbps << " " << rr.client_cpu_us
+          << " " << rr.server_cpu_us << " " << r.floor_median_us << " " << r.floor_p99_us << " "
+          << r.floor_client_cpu_us << " " << r.floor_server_cpu_us << "\n";
       }
       agent.shutdown();
     } catch (const std::exception& e) {
@@ -114,7 +209,8 @@ Result run_pair(const RpcBenchOptions& o, const std::string& transport) {
   Result r;
   r.transport = transport;
   std::ifstream f(out);
-  if (!ok || !(f >> r.median_us >> r.p99_us >> r.calls_per_s >> r.big_gbps))
+  if (!ok || !(f >> r.median_us >> r.p99_us >> r.calls_per_s >> r.big_gbps >> r.client_cpu_us >> r.server_cpu_us >>
+                 r.floor_median_us >> r.floor_p99_us >> r.floor_client_cpu_us >> r.floor_server_cpu_us))
     throw Error("rpc: the " + transport + " run failed (see its output above)");
   std::filesystem::remove_all(dir);
   return r;
@@ -139,17 +235,31 @@ int run_rpc_bench(const RpcBenchOptions& o) {
   std::cout << "distrl-bench rpc on " << machine_description() << "; processes on cpus: " << o.cpus << "\n"
             << "  rpc_sync: " << o.calls << " calls with a [1,4] float32 tensor; rpc_async: " << o.throughput_calls
             << " calls, " << o.inflight << " in flight; " << o.big_mib << " MiB tensor echoed " << o.big_iters << " times\n\n";
-  std::cout << std::left << std::setw(10) << "transport" << std::right << std::setw(14) << "median us" << std::setw(12)
-            << "p99 us" << std::setw(16) << "async calls/s" << std::setw(16) << (std::to_string(o.big_mib) + "MiB GB/s") << "\n";
+  std::cout << std::left << std::setw(10) << "transport" << std::setw(10) << "path" << std::right << std::setw(11)
+            << "median us" << std::setw(10) << "p99 us" << std::setw(9) << "x floor" << std::setw(13) << "cpu us/call"
+            << std::setw(16) << "async calls/s" << std::setw(13) << (std::to_string(o.big_mib) + "MiB GB/s") << "\n";
   std::ofstream csv(o.csv);
-  csv << "transport,cpus,median_us,p99_us,async_calls_per_s,inflight,big_mib,big_gbps\n";
+  csv << "transport,path,cpus,median_us,p99_us,x_floor,client_cpu_us,server_cpu_us,async_calls_per_s,inflight,big_mib,"
+         "big_gbps\n";
   for (auto& r : results) {
-    std::cout << std::left << std::setw(10) << r.transport << std::right << std::fixed << std::setprecision(1)
-              << std::setw(14) << r.median_us << std::setw(12) << r.p99_us << std::setw(16) << std::setprecision(0)
-              << r.calls_per_s << std::setw(16) << std::setprecision(2) << r.big_gbps << "\n";
-    csv << r.transport << "," << o.cpus << "," << r.median_us << "," << r.p99_us << "," << r.calls_per_s << ","
-        << o.inflight << "," << o.big_mib << "," << r.big_gbps << "\n";
+    const auto row = [&](const char* path, double med, double p99, double ccpu, double scpu, double calls, double gbps) {
+      std::cout << std::left << std::setw(10) << r.transport << std::setw(10) << path << std::right << std::fixed
+                << std::setprecision(1) << std::setw(11) << med << std::setw(10) << p99 << std::setw(9)
+                << std::setprecision(2) << med / r.floor_median_us << std::setw(13) << std::setprecision(1)
+                << (std::to_string(static_cast<int>(ccpu + 0.5)) + "+" + std::to_string(static_cast<int>(scpu + 0.5)))
+                << std::setw(16) << std::setprecision(0);
+      if (calls > 0) std::cout << calls; else std::cout << "-";
+      std::cout << std::setw(13) << std::setprecision(2);
+      if (gbps > 0) std::cout << gbps; else std::cout << "-";
+      std::cout << "\n";
+      csv << r.transport << "," << path << "," << o.cpus << "," << med << "," << p99 << "," << med / r.floor_median_us
+          << "," << ccpu << "," << scpu << "," << calls << "," << o.inflight << "," << o.big_mib << "," << gbps << "\n";
+    };
+    row("libzmq", r.floor_median_us, r.floor_p99_us, r.floor_client_cpu_us, r.floor_server_cpu_us, 0, 0);
+    row("rpc_sync", r.median_us, r.p99_us, r.client_cpu_us, r.server_cpu_us, r.calls_per_s, r.big_gbps);
   }
+  std::cout << "\n  libzmq: the floor, a plain DEALER/ROUTER ping-pong of the same sizes between the same two processes;\n"
+               "  x floor: median / the floor's; cpu us/call: client + server CPU time (getrusage) per call.\n";
   std::cout << "\nwrote " << o.csv << "\n";
   return 0;
 }
