@@ -33,6 +33,8 @@ struct Result {
   double client_cpu_us = 0, server_cpu_us = 0;  // CPU time per rpc_sync call, each process
   double floor_median_us = 0, floor_p99_us = 0;  // plain libzmq ping-pong, same sizes and placement
   double floor_client_cpu_us = 0, floor_server_cpu_us = 0;
+  double loop_median_us = 0, loop_p99_us = 0;  // rpc_async(...).value(): through both I/O loops
+  double loop_client_cpu_us = 0, loop_server_cpu_us = 0;
 };
 
 // CPU time (user + system) this process has used, in microseconds.
@@ -132,6 +134,18 @@ Result client(RpcAgent& agent, const RpcBenchOptions& o) {
   r.median_us = percentile(us, 0.5);
   r.p99_us = percentile(us, 0.99);
 
+  // The same calls as a future waited on: what rpc_sync was before its fast path.
+  const double s1 = agent.rpc_sync<double>(1, "cpu_us"), c1 = cpu_us();
+  for (int i = 0; i < o.calls; ++i) {
+    auto t0 = Clock::now();
+    agent.rpc_async<at::Tensor>(1, "echo", small).value();
+    us[i] = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+  }
+  r.loop_client_cpu_us = (cpu_us() - c1) / o.calls;
+  r.loop_server_cpu_us = (agent.rpc_sync<double>(1, "cpu_us") - s1) / o.calls;
+  r.loop_median_us = percentile(us, 0.5);
+  r.loop_p99_us = percentile(us, 0.99);
+
   std::vector<Future<at::Tensor>> window(o.inflight);
   auto t0 = Clock::now();
   for (int i = 0; i < o.throughput_calls; ++i) {
@@ -183,7 +197,7 @@ Result run_pair(const RpcBenchOptions& o, const std::string& transport) {
       Result r;
       if (rank == 0) floor_client(floor_endpoint, o, &r);
       RpcAgent agent(ro, [](RpcAgent& a) {
-        a.register_function("echo", [](at::Tensor t) { return t; });
+        a.register_function("echo", [](at::Tensor t) { return t; }, RunOn::IoThread);  // returns at once
         a.register_function("cpu_us", [] { return cpu_us(); });
       });
       if (rank == 0) {
@@ -191,7 +205,8 @@ Result run_pair(const RpcBenchOptions& o, const std::string& transport) {
         std::ofstream f(out);
         f << rr.median_us << " " << rr.p99_us << " " << rr.calls_per_s << " " << rr.big_gbps << " " << rr.client_cpu_us
           << " " << rr.server_cpu_us << " " << r.floor_median_us << " " << r.floor_p99_us << " "
-          << r.floor_client_cpu_us << " " << r.floor_server_cpu_us << "\n";
+          << r.floor_client_cpu_us << " " << r.floor_server_cpu_us << " " << rr.loop_median_us << " "
+          << rr.loop_p99_us << " " << rr.loop_client_cpu_us << " " << rr.loop_server_cpu_us << "\n";
       }
       agent.shutdown();
     } catch (const std::exception& e) {
@@ -210,7 +225,8 @@ Result run_pair(const RpcBenchOptions& o, const std::string& transport) {
   r.transport = transport;
   std::ifstream f(out);
   if (!ok || !(f >> r.median_us >> r.p99_us >> r.calls_per_s >> r.big_gbps >> r.client_cpu_us >> r.server_cpu_us >>
-                 r.floor_median_us >> r.floor_p99_us >> r.floor_client_cpu_us >> r.floor_server_cpu_us))
+                 r.floor_median_us >> r.floor_p99_us >> r.floor_client_cpu_us >> r.floor_server_cpu_us >>
+                 r.loop_median_us >> r.loop_p99_us >> r.loop_client_cpu_us >> r.loop_server_cpu_us))
     throw Error("rpc: the " + transport + " run failed (see its output above)");
   std::filesystem::remove_all(dir);
   return r;
@@ -235,7 +251,7 @@ int run_rpc_bench(const RpcBenchOptions& o) {
   std::cout << "distrl-bench rpc on " << machine_description() << "; processes on cpus: " << o.cpus << "\n"
             << "  rpc_sync: " << o.calls << " calls with a [1,4] float32 tensor; rpc_async: " << o.throughput_calls
             << " calls, " << o.inflight << " in flight; " << o.big_mib << " MiB tensor echoed " << o.big_iters << " times\n\n";
-  std::cout << std::left << std::setw(10) << "transport" << std::setw(10) << "path" << std::right << std::setw(11)
+  std::cout << std::left << std::setw(10) << "transport" << std::setw(12) << "path" << std::right << std::setw(11)
             << "median us" << std::setw(10) << "p99 us" << std::setw(9) << "x floor" << std::setw(13) << "cpu us/call"
             << std::setw(16) << "async calls/s" << std::setw(13) << (std::to_string(o.big_mib) + "MiB GB/s") << "\n";
   std::ofstream csv(o.csv);
@@ -243,7 +259,7 @@ int run_rpc_bench(const RpcBenchOptions& o) {
          "big_gbps\n";
   for (auto& r : results) {
     const auto row = [&](const char* path, double med, double p99, double ccpu, double scpu, double calls, double gbps) {
-      std::cout << std::left << std::setw(10) << r.transport << std::setw(10) << path << std::right << std::fixed
+      std::cout << std::left << std::setw(10) << r.transport << std::setw(12) << path << std::right << std::fixed
                 << std::setprecision(1) << std::setw(11) << med << std::setw(10) << p99 << std::setw(9)
                 << std::setprecision(2) << med / r.floor_median_us << std::setw(13) << std::setprecision(1)
                 << (std::to_string(static_cast<int>(ccpu + 0.5)) + "+" + std::to_string(static_cast<int>(scpu + 0.5)))
@@ -256,9 +272,13 @@ int run_rpc_bench(const RpcBenchOptions& o) {
           << "," << ccpu << "," << scpu << "," << calls << "," << o.inflight << "," << o.big_mib << "," << gbps << "\n";
     };
     row("libzmq", r.floor_median_us, r.floor_p99_us, r.floor_client_cpu_us, r.floor_server_cpu_us, 0, 0);
+    row("async+wait", r.loop_median_us, r.loop_p99_us, r.loop_client_cpu_us, r.loop_server_cpu_us, 0, 0);
     row("rpc_sync", r.median_us, r.p99_us, r.client_cpu_us, r.server_cpu_us, r.calls_per_s, r.big_gbps);
   }
   std::cout << "\n  libzmq: the floor, a plain DEALER/ROUTER ping-pong of the same sizes between the same two processes;\n"
+               "  async+wait: rpc_async(...).value(), through the caller's I/O loop (rpc_sync before its fast path);\n"
+               "  rpc_sync: the fast path (the caller sends and waits on its own channel); the server answers on its\n"
+               "  I/O thread (RunOn::IoThread) in both;\n"
                "  x floor: median / the floor's; cpu us/call: client + server CPU time (getrusage) per call.\n";
   std::cout << "\nwrote " << o.csv << "\n";
   return 0;

@@ -107,6 +107,10 @@ IoLoop::Peer& IoLoop::connect_peer(int peer) {
   return *p;
 }
 
+void IoLoop::watch_peer(int peer) {
+  if (peer >= 0 && peer < static_cast<int>(peers_.size())) connect_peer(peer);
+}
+
 bool IoLoop::send_to_peer(int peer, Frames& frames, std::string* error) {
   if (peer < 0 || peer >= static_cast<int>(peers_.size())) {
     *error = "no such rank " + std::to_string(peer);

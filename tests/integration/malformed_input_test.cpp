@@ -261,8 +261,10 @@ Frames reply(std::uint64_t id, int kind, int nt, const std::function<void(msgpac
   return one_frame(std::string(b.data(), b.size()));
 }
 
-// Rank 0: a real agent calling rank 1 four times; every malformed answer must fail its call
-// with the right type, naming the peer. Exit codes: 0 all as expected.
+// Rank 0: a real agent calling rank 1 eight times, the four malformed answers once to
+// rpc_sync (its fast path: the caller's own channel) and once to rpc_async (the I/O loop);
+// every malformed answer must fail its call with the right type, naming the peer. Exit code:
+// the number of calls not answered as expected.
 int call_the_fake_peer(const TempDir& dir) {
   RpcOptions o;
   o.init_method = "file://" + dir.file("rendezvous");
@@ -285,15 +287,18 @@ int call_the_fake_peer(const TempDir& dir) {
   };
   const Target peer(1, 2s);
   int bad = 0;
-  // 1. announces a tensor frame it does not send
-  bad += !expect_error([&] { agent.rpc_sync<int>(peer, "f"); }, "malformed reply from fake: ", true);
-  // 2. a result of the wrong type
-  bad += !expect_error([&] { agent.rpc_sync<int>(peer, "f"); }, "expected int", true);
-  // 3. an error reply whose body is not [origin, type, message]
-  bad += !expect_error([&] { agent.rpc_sync<int>(peer, "f"); }, "malformed error reply from fake", true);
-  // 4. garbage that names no call: dropped, so the call runs into its timeout
-  bad += !expect_error([&] { agent.rpc_sync<int>(peer, "f"); }, "timed out", false);
-  std::cout << "calls answered as expected: " << 4 - bad << " of 4" << std::endl;
+  for (bool sync : {true, false}) {
+    auto call = [&] { return sync ? agent.rpc_sync<int>(peer, "f") : agent.rpc_async<int>(peer, "f").value(); };
+    // 1. announces a tensor frame it does not send
+    bad += !expect_error(call, "malformed reply from fake: ", true);
+    // 2. a result of the wrong type
+    bad += !expect_error(call, "expected int", true);
+    // 3. an error reply whose body is not [origin, type, message]
+    bad += !expect_error(call, "malformed error reply from fake", true);
+    // 4. garbage that names no call: dropped, so the call runs into its timeout
+    bad += !expect_error(call, "timed out", false);
+  }
+  std::cout << "calls answered as expected: " << 8 - bad << " of 8" << std::endl;
   return bad;  // no graceful shutdown: the peer is not a real agent
 }
 
@@ -330,7 +335,8 @@ TEST(MalformedReplyTest, BadRepliesFailTheCallTheyNameWithProtocolError) {
       [](std::uint64_t id) { return reply(id, 2, 0, [](auto& pk) { pk.pack(5); }); },
       [](std::uint64_t) { return one_frame("\xc1\xc1 no header"); },
   };
-  for (const auto& answer : answers) {
+  for (int k = 0; k < 8; ++k) {
+    const auto& answer = answers[k % 4];
     zmq::pollitem_t item{router.handle(), 0, ZMQ_POLLIN, 0};
     ASSERT_GT(zmq::poll(&item, 1, 30s), 0) << "no request from the agent";
     Frames in;
@@ -348,5 +354,5 @@ TEST(MalformedReplyTest, BadRepliesFailTheCallTheyNameWithProtocolError) {
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << WEXITSTATUS(status) << " of the 4 malformed replies were not handled as expected";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << WEXITSTATUS(status) << " of the 8 malformed replies were not handled as expected";
 }

@@ -354,6 +354,114 @@ TEST(RpcTest, ShutdownTimeoutNamesThePeerThatNeverShutsDown) {
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
 
+// rpc_sync's fast path (each calling thread sends and waits on a channel of its own) under
+// load: eight threads of rank 0 and four of rank 1 call both other ranks at once, by name and
+// through an RRef; every answer is the one for its own call.
+TEST(RpcTest, SyncCallsFromManyThreadsToSeveralPeersNeverCross) {
+  TempDir dir;
+  auto codes = run_ranks(3, [&](int rank) {
+    RpcAgent agent(rpc_options(dir, rank, 3), register_all);
+    if (rank < 2) {
+      auto counter = agent.remote<Counter>(2, "Counter", 0);
+      std::atomic<int> wrong{0};
+      std::vector<std::thread> threads;
+      const int n_threads = rank == 0 ? 8 : 4;
+      for (int t = 0; t < n_threads; ++t)
+        threads.emplace_back([&, t] {
+          for (int i = 0; i < 300; ++i) {
+            const int peer = rank == 0 ? 1 + (i + t) % 2 : (i % 2 == 0 ? 0 : 2);
+            const int x = 1000 * t + i, y = rank * 1000000;
+            if (agent.rpc_sync<int>(peer, "add", x, y) != x + y) ++wrong;
+            const auto v = agent.rpc_sync<at::Tensor>(peer, "scale", torch::full({3}, double(x)), 2.0);
+            if (!v.equal(torch::full({3}, 2.0 * x))) ++wrong;
+            if (i % 10 == 0) counter.rpc_sync<int>("increment", 1);
+          }
+        });
+      for (auto& th : threads) th.join();
+      expect(wrong.load() == 0, std::to_string(wrong.load()) + " answers were another call's");
+      agent.rpc_sync<void>(2, "sleep_ms", 0);
+    }
+    agent.shutdown();
+    return 0;
+  }, std::chrono::seconds(60));
+  EXPECT_EQ(codes, (std::vector<int>{0, 0, 0}));
+}
+
+// A peer killed while rpc_sync waits on it: the call fails with the lost connection, naming
+// the peer, long before its 60 s timeout (the I/O loop watches the peer for the fast path).
+TEST(RpcTest, ASyncCallWaitingOnAKilledPeerFailsNamingIt) {
+  TempDir dir;
+  auto codes = run_ranks(
+      2,
+      [&](int rank) {
+        auto o = rpc_options(dir, rank, 2);
+        o.rpc_timeout = 60s;
+        RpcAgent agent(o, register_all);
+        if (rank == 0) {
+          std::thread killer([&] {
+            std::this_thread::sleep_for(300ms);
+            agent.rpc_async<int>(1, "die", 0);
+          });
+          const auto start = std::chrono::steady_clock::now();
+          auto msg = expect_throw<distrl::TransportError>([&] { agent.rpc_sync<int>(1, "sleep_ms", 30000); },
+                                                          "the waiting call fails");
+          const auto took = std::chrono::steady_clock::now() - start;
+          killer.join();
+          expect(msg.find("worker1") != std::string::npos && msg.find("lost") != std::string::npos,
+                 "names the peer and the lost connection: " + msg);
+          expect(took < 10s, "took " + std::to_string(std::chrono::duration<double>(took).count()) + " s");
+          agent.shutdown();
+          return 0;
+        }
+        std::this_thread::sleep_for(60s);
+        return 3;
+      },
+      std::chrono::seconds(30));
+  EXPECT_EQ(codes[0], 0);
+  EXPECT_EQ(codes[1], 128 + SIGKILL);
+}
+
+// Threads calling rpc_sync in a loop while the agent shuts down: each call either answers or
+// fails with a TransportError saying the agent shut down; nothing hangs, nothing crashes.
+// (A graceful shutdown waits for in-flight calls; calls that keep coming can hold it up to
+// shutdown_timeout, 2 s here, after which it stops anyway.)
+TEST(RpcTest, SyncCallsRacingShutdownFailClearly) {
+  TempDir dir;
+  auto codes = run_ranks(1, [&](int rank) {
+    auto o = rpc_options(dir, rank, 1);
+    o.shutdown_timeout = 2s;
+    RpcAgent agent(o, register_all);
+    std::atomic<int> answered{0}, bad{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t)
+      threads.emplace_back([&] {
+        for (;;) {
+          try {
+            if (agent.rpc_sync<int>(0, "add", 1, 2) != 3) ++bad;
+            ++answered;
+          } catch (const distrl::TransportError& e) {
+            if (std::string(e.what()).find("shut down") == std::string::npos) {
+              std::cerr << "unexpected error: " << e.what() << std::endl;
+              ++bad;
+            }
+            return;
+          }
+        }
+      });
+    std::this_thread::sleep_for(200ms);
+    try {
+      agent.shutdown();
+    } catch (const distrl::TimeoutError&) {
+      // calls kept arriving while it waited for in-flight ones: allowed, it stops anyway
+    }
+    for (auto& th : threads) th.join();
+    expect(answered.load() > 0 && bad.load() == 0,
+           std::to_string(answered.load()) + " answered, " + std::to_string(bad.load()) + " wrong");
+    return 0;
+  }, std::chrono::seconds(60));
+  EXPECT_EQ(codes, (std::vector<int>{0}));
+}
+
 TEST(RpcTest, CallsAfterShutdownFailClearly) {
   TempDir dir;
   auto codes = run_ranks(1, [&](int rank) {

@@ -58,6 +58,9 @@ class IoLoop {
   // I/O thread only. False (and *error) when the message cannot be queued.
   bool send_to_peer(int peer, Frames& frames, std::string* error);
   bool send_reply(const zmq::message_t& routing_id, Frames& frames);
+  // I/O thread only: connects this loop's DEALER to `peer` (if not yet), so that its death is
+  // watched and reported (on_peer_down) even when every call to it takes another path.
+  void watch_peer(int peer);
 
  private:
   struct Peer;

@@ -82,9 +82,16 @@ class RpcAgent {
     return detail::call_async<R>(core_, core_->resolve(to), std::move(h), detail::args_writer(args...),
                                  core_->timeout_for(to));
   }
+  // Blocks the calling thread until the answer (or the error) and returns it. The calling thread
+  // sends and receives itself, on a channel of its own (docs/threads.md), so the call skips the
+  // I/O loop both ways; timeouts, a dead peer, malformed replies and shutdown fail it exactly
+  // as they fail rpc_async's future. Not from a RunOn::IoThread handler (use rpc_async there).
   template <typename R, typename... Args>
   R rpc_sync(const Target& to, const std::string& fn, const Args&... args) {
-    return rpc_async<R>(to, fn, args...).value();
+    detail::Header h;
+    h.fn = fn;
+    return detail::call_sync<R>(core_, core_->resolve(to), std::move(h), detail::args_writer(args...),
+                                core_->timeout_for(to));
   }
   // Runs fn (a registered function or class name) on `to` and keeps the result there.
   // Returns at once; the RRef is usable right away (calls queue behind the construction).

@@ -13,6 +13,8 @@
 #include "transport/detail/wire_codec.h"
 #include "transport/detail/zmq_context.h"
 
+#include <zmq_addon.hpp>
+
 namespace distrl::transport::detail {
 
 RpcCore::RpcCore(RpcOptions options) : s_(std::make_unique<State>()) { s_->opts = std::move(options); }
@@ -197,6 +199,141 @@ std::exception_ptr error_from_reply(RpcCore::State& s, const InMessage& m, const
 
 }  // namespace
 
+// ------------------------------------------------------------------ the synchronous fast path
+
+namespace {
+
+using ChannelPtr = std::unique_ptr<RpcCore::State::Channel>;
+
+// An idle channel to `dest`, or a new one (then the I/O loop is asked to connect its own
+// DEALER to dest too, so that it watches the connection and reports the peer's death).
+ChannelPtr acquire_channel(RpcCore::State& s, int dest) {
+  {
+    std::lock_guard<std::mutex> lock(s.chan_mu);
+    if (s.channels_closed) return nullptr;
+    auto& idle = s.idle_channels[dest];
+    if (!idle.empty()) {
+      ChannelPtr c = std::move(idle.back());
+      idle.pop_back();
+      return c;
+    }
+  }
+  auto c = std::make_unique<RpcCore::State::Channel>(RpcCore::State::Channel{zmq::socket_t(*s.ctx, zmq::socket_type::dealer)});
+  apply_common_options(c->socket, 0);
+  c->socket.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(s.opts.limits.max_message_bytes));
+  c->socket.connect(s.workers[dest].endpoint);
+  IoLoop* io = s.io.get();
+  io->post([io, dest] { io->watch_peer(dest); });
+  return c;
+}
+
+void release_channel(RpcCore::State& s, int dest, ChannelPtr c) {
+  std::lock_guard<std::mutex> lock(s.chan_mu);
+  if (!s.channels_closed) s.idle_channels[dest].push_back(std::move(c));
+  // else: closed here, under the lock that shutdown took to close the idle ones
+}
+
+std::string down_reason(RpcCore::State& s, int dest) {
+  std::lock_guard<std::mutex> lock(s.down_mu);
+  auto it = s.down_reasons.find(dest);
+  return it == s.down_reasons.end() ? std::string() : it->second;
+}
+
+}  // namespace
+
+void RpcCore::call_sync(int dest, Header h, const BodyWriter& body, const Completion& done,
+                        std::chrono::milliseconds timeout) {
+  State& s = *s_;
+  if (!s.running.load()) return done(nullptr, agent_shut_down(s, h.fn));
+  if (const std::string why = down_reason(s, dest); !why.empty())
+    return done(nullptr, call_failed(s, dest, h.fn, why));
+  h.kind = Kind::Request;
+  h.src = s.rank;
+  h.call_id = s.next_call_id.fetch_add(1);
+  MessageHooks* hooks = s.hooks.get();
+  if (hooks && h.ctx < 0) h.ctx = hooks->current_context();
+  std::vector<zmq::message_t> frames;
+  try {
+    frames = encode_message(build_message(h, this, dest, body, hooks));
+  } catch (...) {
+    return done(nullptr, std::current_exception());
+  }
+  {
+    std::lock_guard<std::mutex> lock(s.inflight_mu);
+    ++s.inflight;
+  }
+  s.calls_sent.fetch_add(1, std::memory_order_relaxed);
+  // Exactly one of these ends the call: done runs, the channel goes back, shutdown may go on.
+  ChannelPtr chan;
+  auto finish = [&](InMessage* m, std::exception_ptr err) {
+    if (chan) release_channel(s, dest, std::move(chan));
+    try {
+      done(m, err);
+    } catch (...) {
+      finish_inflight(s);
+      throw;
+    }
+    finish_inflight(s);
+  };
+  try {
+    chan = acquire_channel(s, dest);
+    if (!chan) return finish(nullptr, agent_shut_down(s, h.fn));
+    if (!zmq::send_multipart(chan->socket, frames, zmq::send_flags::dontwait))
+      return finish(nullptr, call_failed(s, dest, h.fn, "send queue full (peer not reading?)"));
+  } catch (const zmq::error_t& e) {
+    return finish(nullptr, call_failed(s, dest, h.fn, e.what()));
+  }
+
+  const auto deadline = Clock::now() + timeout;
+  const auto spin_until = Clock::now() + future_spin();
+  zmq::pollitem_t item{chan->socket.handle(), 0, ZMQ_POLLIN, 0};
+  for (;;) {
+    // Wait in slices: between them, see what the I/O loop saw (a dead peer) and shutdown.
+    const auto now = Clock::now();
+    long slice_ms = 0;
+    if (now >= spin_until)
+      slice_ms = std::clamp<long>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1, 0, 10);
+    int ready = 0;
+    try {
+      ready = zmq::poll(&item, 1, std::chrono::milliseconds(slice_ms));
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) return finish(nullptr, call_failed(s, dest, h.fn, e.what()));
+    }
+    if (ready > 0) {
+      std::vector<zmq::message_t> in;
+      const Received got = recv_bounded(chan->socket, in, s.opts.limits.max_frames + 1);
+      if (got == Received::TooManyParts) {
+        count_bad(s, "a reply of more than " + std::to_string(s.opts.limits.max_frames + 1) + " frames", false);
+        continue;
+      }
+      if (got == Received::Nothing) continue;
+      DecodeFailure why;
+      auto m = decode_message(std::move(in), s.opts.limits, &why);
+      if (!m) {
+        s.bad.fetch_add(1);
+        if (why.call_id && *why.call_id == h.call_id)
+          return finish(nullptr, std::make_exception_ptr(ProtocolError("rpc: malformed reply from " +
+                                                                       s.worker_name(dest) + ": " + why.what)));
+        continue;
+      }
+      if (m->header.call_id != h.call_id) continue;  // the late reply of an earlier call that timed out
+      attach_hooks(s, *m);
+      if (m->header.kind == Kind::Response) return finish(&*m, nullptr);
+      if (m->header.kind == Kind::Error) return finish(nullptr, error_from_reply(s, *m, h.fn));
+      continue;
+    }
+    if (!s.running.load())
+      return finish(nullptr, call_failed(s, dest, h.fn, "agent " + s.opts.name + " shut down"));
+    if (const std::string gone = down_reason(s, dest); !gone.empty())
+      return finish(nullptr, call_failed(s, dest, h.fn, gone));
+    if (Clock::now() >= deadline) {
+      s.timeouts.fetch_add(1);
+      return finish(nullptr, std::make_exception_ptr(TimeoutError(describe_call(s, dest, h.fn) + " timed out after " +
+                                                                  std::to_string(timeout.count()) + " ms")));
+    }
+  }
+}
+
 void on_reply(RpcCore::State& s, int peer, IoLoop::Frames&& frames) {
   DecodeFailure why;
   auto m = decode_message(std::move(frames), s.opts.limits, &why);
@@ -218,6 +355,7 @@ void on_peer_down(RpcCore::State& s, int peer, const std::string& why) {
   {
     std::lock_guard<std::mutex> lock(s.down_mu);
     s.down_peers.insert(peer);
+    s.down_reasons[peer] = why;
   }
   if (s.hooks) s.hooks->on_peer_down(peer, why);
   std::vector<std::uint64_t> ids;
@@ -308,6 +446,7 @@ void RpcCore::start(const std::function<void()>& before_publish) {
     s.workers.push_back(WorkerInfo{p.name, r, p.hostname, endpoints.back()});
   }
   s.io->set_peers(endpoints);
+  s.idle_channels.resize(s.world);
   s.io->start();
   s.running.store(true);
 }
@@ -385,6 +524,11 @@ void RpcCore::shutdown(bool graceful) {
   s.running.store(false);
   if (s.io) s.io->stop();
   if (s.pool) s.pool->stop();
+  {
+    std::lock_guard<std::mutex> lock(s.chan_mu);  // a channel in use is closed when given back
+    s.channels_closed = true;
+    s.idle_channels.clear();
+  }
   // The I/O thread is gone: its tables are ours now.
   std::vector<std::uint64_t> ids;
   for (auto& kv : s.pending) ids.push_back(kv.first);

@@ -80,7 +80,11 @@ class RRef {
   }
   template <typename R, typename... Args>
   R rpc_sync(const std::string& method, const Args&... args) const {
-    return rpc_async<R>(method, args...).value();
+    auto c = core();
+    detail::Header h;
+    h.fn = method;
+    h.obj = state_->id;
+    return detail::call_sync<R>(c, state_->owner, std::move(h), detail::args_writer(args...), c->options().rpc_timeout);
   }
   // Runs a method on the owner and keeps its result there, as a new RRef.
   template <typename U, typename... Args>

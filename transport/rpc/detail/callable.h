@@ -2,6 +2,7 @@
 // Private to transport/ (included by the public templates in rpc_agent.h and rref.h).
 #pragma once
 
+#include <optional>
 #include <functional>
 #include <tuple>
 #include <type_traits>
@@ -156,6 +157,33 @@ Future<R> call_async(const std::shared_ptr<RpcCore>& core, int dest, Header h, c
              },
              timeout);
   return out;
+}
+
+// Sends a request on the synchronous fast path (RpcCore::call_sync) and returns the decoded
+// result, or throws what the call failed with.
+template <typename R>
+R call_sync(const std::shared_ptr<RpcCore>& core, int dest, Header h, const BodyWriter& body,
+            std::chrono::milliseconds timeout) {
+  std::exception_ptr error;
+  std::optional<std::conditional_t<std::is_void_v<R>, char, R>> out;
+  const std::string what = "result of '" + h.fn + "'";
+  core->call_sync(dest, std::move(h), body,
+                  [&](InMessage* m, std::exception_ptr err) {
+                    if (err) {
+                      error = err;
+                      return;
+                    }
+                    if constexpr (!std::is_void_v<R>) {
+                      try {
+                        out.emplace(m->convert_object<R>(m->body(), core, what));
+                      } catch (...) {
+                        error = std::current_exception();
+                      }
+                    }
+                  },
+                  timeout);
+  if (error) std::rethrow_exception(error);
+  if constexpr (!std::is_void_v<R>) return std::move(*out);
 }
 
 }  // namespace distrl::transport::detail

@@ -82,6 +82,12 @@ class RpcCore : public std::enable_shared_from_this<RpcCore> {
 
   // Sends a request (kind Request, call id assigned here) and arranges for done to run once.
   void call(int dest, Header h, const BodyWriter& body, Completion done, std::chrono::milliseconds timeout);
+  // The synchronous fast path (rpc_sync): sends on a channel of its own (a DEALER the calling
+  // thread holds for this call) and waits on it itself, so neither the request nor the reply
+  // passes through the I/O loop. `done` runs once, on the calling thread, before this returns.
+  // Timeouts, a peer's death (seen by the I/O loop), malformed replies and shutdown fail the
+  // call as they fail call()'s. Must not run on the I/O thread (nothing may wait there).
+  void call_sync(int dest, Header h, const BodyWriter& body, const Completion& done, std::chrono::milliseconds timeout);
 
   // RRef support.
   std::uint64_t new_object_id();

@@ -70,10 +70,22 @@ struct RpcCore::State {
   std::unordered_map<std::uint64_t, std::shared_ptr<Object>> objects;
   std::atomic<std::uint64_t> next_object{1};
 
-  // Peers whose connection dropped (set on the I/O thread, read by shutdown): a dead peer
-  // cannot arrive at the shutdown barrier, so shutdown publishes it and counts it as arrived.
+  // Peers whose connection dropped (set on the I/O thread, read by shutdown and the fast
+  // path): a dead peer cannot arrive at the shutdown barrier, so shutdown publishes it and
+  // counts it as arrived; a synchronous call waiting on it fails with its reason.
   std::mutex down_mu;
   std::set<int> down_peers;
+  std::unordered_map<int, std::string> down_reasons;
+
+  // The synchronous fast path's channels (rpc_core.cpp, call_sync): a DEALER per peer and per
+  // concurrent synchronous caller, checked out for one call and put back; closed at shutdown
+  // (a channel in use then is closed when its call gives it back).
+  struct Channel {
+    zmq::socket_t socket;
+  };
+  std::mutex chan_mu;
+  std::vector<std::vector<std::unique_ptr<Channel>>> idle_channels;  // by peer rank
+  bool channels_closed = false;
 
   // Set once in setup, before any traffic (RpcAgent::set_hooks); read by every thread after.
   std::shared_ptr<MessageHooks> hooks;
