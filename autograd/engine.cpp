@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "transport/rpc/rpc_agent.h"
+#include "transport/tensor.h"
 
 namespace distrl::autograd::detail {
 namespace {
@@ -194,13 +195,15 @@ std::shared_ptr<void> Engine::enter(std::int64_t ctx, int src) {
   return make_current(ctx);
 }
 
-void Engine::on_send(std::int64_t ctx, int dest, const std::vector<at::Tensor>& tensors, transport::MessageTag* tag) {
+void Engine::on_send(std::int64_t ctx, int dest, const std::vector<transport::OutFrame>& frames,
+                     transport::MessageTag* tag) {
   auto s = get_or_create(ctx);
   if (!s) return;
   SendRecord rec;
   rec.dest = dest;
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    const at::Tensor& t = tensors[i];
+  for (std::size_t i = 0; i < frames.size(); ++i) {
+    if (!frames[i].tensor) continue;
+    const at::Tensor& t = *frames[i].tensor;
     if (!t.requires_grad()) continue;
     rec.frames.push_back(static_cast<std::uint32_t>(i + 1));
     rec.edges.push_back(torch::autograd::impl::gradient_edge(t));

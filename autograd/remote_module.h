@@ -24,6 +24,7 @@
 #include <torch/nn/module.h>
 
 #include "transport/rpc/rpc_agent.h"
+#include "transport/tensor.h"
 
 namespace distrl::autograd {
 

@@ -1,7 +1,7 @@
 # The layering check: every `#include "<folder>/..."` in the tree against cmake/layers.txt.
 #   cmake -DROOT=<source dir> [-DRULES=<file>] -P cmake/check_layers.cmake
 # Rule folders may be nested ("transport/rpc"): a file obeys the deepest rule it lies in; an
-# allowed entry covers the folders below it, "!folder" forbids one (checked first).
+# allowed entry covers the folders below it, "!folder" (or "!folder/file.h") forbids one.
 # Prints each forbidden include as "layering: FILE includes HEADER (FOLDER may include: ...)"
 # and fails; prints nothing when the tree keeps the rules. Runs on every build (check_layers).
 if(NOT RULES)
@@ -60,7 +60,7 @@ foreach(folder IN LISTS folders)
       set(ok FALSE)
       foreach(entry IN LISTS allow_${key})
         if(entry MATCHES "^!(.*)$")
-          if(top STREQUAL CMAKE_MATCH_1 OR top MATCHES "^${CMAKE_MATCH_1}/")
+          if(header STREQUAL CMAKE_MATCH_1 OR top STREQUAL CMAKE_MATCH_1 OR top MATCHES "^${CMAKE_MATCH_1}/")
             set(ok FALSE)
             break()
           endif()

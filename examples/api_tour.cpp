@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "transport/rpc/rpc_agent.h"
+#include "transport/tensor.h"
 
 using namespace distrl::transport;
 

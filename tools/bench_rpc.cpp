@@ -20,6 +20,7 @@
 
 #include "tools/bench.h"
 #include "transport/rpc/rpc_agent.h"
+#include "transport/tensor.h"
 
 namespace distrl::tools {
 namespace {

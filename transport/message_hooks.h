@@ -16,9 +16,14 @@
 #include <string>
 #include <vector>
 
-#include <ATen/core/Tensor.h>
+
+namespace at {
+class Tensor;
+}  // namespace at
 
 namespace distrl::transport {
+
+struct OutFrame;  // serialize.h
 
 // What a message carries for the hooks: header fields "ctx", "am" and "rg".
 struct MessageTag {
@@ -32,9 +37,10 @@ class MessageHooks {
   virtual ~MessageHooks() = default;
   // The context a request sent now from this thread carries (-1: none).
   virtual std::int64_t current_context() = 0;
-  // A message of context `ctx` to rank `dest` was packed with `tensors` (frame i + 1 holds
-  // tensors[i]): record what must be recorded and fill tag->msg and tag->grad_frames.
-  virtual void on_send(std::int64_t ctx, int dest, const std::vector<at::Tensor>& tensors, MessageTag* tag) = 0;
+  // A message of context `ctx` to rank `dest` was packed with `frames` (frame i + 1 is
+  // frames[i]; a tensor's frame has OutFrame::tensor set): record what must be recorded and
+  // fill tag->msg and tag->grad_frames.
+  virtual void on_send(std::int64_t ctx, int dest, const std::vector<OutFrame>& frames, MessageTag* tag) = 0;
   // Tensor `t` of frame `frame` of a message tagged `tag` from rank `src`, listed in
   // tag.grad_frames, is being handed to user code: returns the tensor to hand over. Called at
   // most once per frame of a message; may throw (the message's conversion fails with it).

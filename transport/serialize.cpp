@@ -5,9 +5,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include <ATen/ops/empty.h>
-#include <ATen/ops/from_blob.h>
-
 #include "transport/detail/le_bytes.h"
 #include "transport/detail/wire_codec.h"
 
@@ -17,32 +14,25 @@ namespace {
 thread_local PackScope* t_pack = nullptr;
 thread_local UnpackScope* t_unpack = nullptr;
 
-// Wire dtype codes are ours, stable across LibTorch versions.
+// Wire dtype codes are ours, stable across LibTorch versions (tensor.cpp maps them to
+// c10::ScalarType in the same order).
 struct DtypeInfo {
-  c10::ScalarType type;
+  const char* name;
   std::size_t size;
 };
-constexpr DtypeInfo kDtypes[] = {
-    {c10::ScalarType::Float, 4},  {c10::ScalarType::Double, 8},        {c10::ScalarType::Half, 2},
-    {c10::ScalarType::BFloat16, 2}, {c10::ScalarType::Char, 1},        {c10::ScalarType::Short, 2},
-    {c10::ScalarType::Int, 4},    {c10::ScalarType::Long, 8},          {c10::ScalarType::Byte, 1},
-    {c10::ScalarType::Bool, 1},   {c10::ScalarType::ComplexFloat, 8}, {c10::ScalarType::ComplexDouble, 16},
+constexpr DtypeInfo kDtypes[] = {  // names as c10::toString gives them
+    {"Float", 4}, {"Double", 8}, {"Half", 2}, {"BFloat16", 2}, {"Char", 1},         {"Short", 2},
+    {"Int", 4},   {"Long", 8},   {"Byte", 1}, {"Bool", 1},     {"ComplexFloat", 8}, {"ComplexDouble", 16},
 };
 constexpr std::size_t kDtypeCount = sizeof(kDtypes) / sizeof(kDtypes[0]);
 
 }  // namespace
 
-std::uint8_t dtype_code(c10::ScalarType t) {
-  for (std::size_t i = 0; i < kDtypeCount; ++i)
-    if (kDtypes[i].type == t) return static_cast<std::uint8_t>(i);
-  throw ProtocolError(std::string("transport: cannot send a tensor of dtype ") + c10::toString(t));
-}
-
 std::size_t dtype_size(std::uint8_t code) { return code < kDtypeCount ? kDtypes[code].size : 0; }
-const char* dtype_name(std::uint8_t code) { return code < kDtypeCount ? c10::toString(kDtypes[code].type) : "unknown"; }
+const char* dtype_name(std::uint8_t code) { return code < kDtypeCount ? kDtypes[code].name : "unknown"; }
 
-PackScope::PackScope(std::vector<at::Tensor>* t, RpcCore* a, int dest)
-    : tensors(t), agent(a), dest_rank(dest), previous_(t_pack) {
+PackScope::PackScope(std::vector<OutFrame>* f, RpcCore* a, int dest)
+    : frames(f), agent(a), dest_rank(dest), previous_(t_pack) {
   t_pack = this;
 }
 PackScope::~PackScope() { t_pack = previous_; }
@@ -53,32 +43,15 @@ UnpackScope::UnpackScope(const InFrames* f, std::shared_ptr<RpcCore> a)
 }
 UnpackScope::~UnpackScope() { t_unpack = previous_; }
 
+PackScope* current_pack_scope() { return t_pack; }
+const UnpackScope* current_unpack_scope() { return t_unpack; }
+
 RpcCore* current_pack_agent(int* dest_rank) {
   if (!t_pack) return nullptr;
   *dest_rank = t_pack->dest_rank;
   return t_pack->agent;
 }
 std::shared_ptr<RpcCore> current_unpack_agent() { return t_unpack ? t_unpack->agent : nullptr; }
-
-std::string pack_tensor_descriptor(const at::Tensor& t) {
-  if (!t_pack) throw ProtocolError("transport: a tensor can only be packed inside an RPC message");
-  if (!t.defined()) throw ProtocolError("transport: cannot send an undefined tensor");
-  if (!t.device().is_cpu())
-    throw ProtocolError("transport: RPC carries CPU tensors; move the tensor to CPU first (got device " +
-                        t.device().str() + ")");
-  at::Tensor c = t.is_contiguous() ? t : t.contiguous();
-  if (c.dim() > kMaxTensorDims)
-    throw ProtocolError("transport: tensor has " + std::to_string(c.dim()) + " dims, the wire allows " +
-                        std::to_string(kMaxTensorDims));
-  std::string d;
-  d.reserve(6 + 8 * c.dim());
-  d.push_back(static_cast<char>(dtype_code(c.scalar_type())));
-  d.push_back(static_cast<char>(c.dim()));
-  put_le(d, t_pack->tensors->size(), 4);
-  for (auto s : c.sizes()) put_le(d, static_cast<std::uint64_t>(s), 8);
-  t_pack->tensors->push_back(std::move(c));
-  return d;
-}
 
 TensorDesc parse_tensor_descriptor(const char* data, std::size_t size) {
   if (size < 6) throw ProtocolError("tensor descriptor of " + std::to_string(size) + " bytes is truncated");
@@ -105,39 +78,6 @@ TensorDesc parse_tensor_descriptor(const char* data, std::size_t size) {
   }
   d.nbytes = static_cast<std::size_t>(bytes);
   return d;
-}
-
-at::Tensor tensor_of_frame(const InFrames& in, const TensorDesc& d);
-
-at::Tensor unpack_tensor_descriptor(const msgpack::object& o) {
-  if (o.type != msgpack::type::EXT || o.via.ext.type() != kTensorExt) throw msgpack::type_error();
-  if (!t_unpack || !t_unpack->frames) throw ProtocolError("transport: tensor decoded outside a message");
-  TensorDesc d = parse_tensor_descriptor(o.via.ext.data(), o.via.ext.size);
-  const InFrames& in = *t_unpack->frames;
-  at::Tensor t = tensor_of_frame(in, d);
-  if (!in.hooks || !std::binary_search(in.tag.grad_frames.begin(), in.tag.grad_frames.end(), d.frame + 1)) return t;
-  // A tensor that required grad on the sender: the hooks decide what the user gets, once per frame.
-  auto& mut = const_cast<InFrames&>(in);
-  std::lock_guard<std::mutex> lock(mut.hooked_mu);
-  if (mut.hooked.empty()) mut.hooked.resize(in.frames.size());
-  at::Tensor& slot = mut.hooked.at(d.frame);
-  if (!slot.defined()) slot = in.hooks->on_receive(in.tag, in.src, d.frame + 1, std::move(t));
-  return slot;
-}
-
-at::Tensor tensor_of_frame(const InFrames& in, const TensorDesc& d) {
-  const zmq::message_t& f = tensor_frame(in, d);
-  const auto opts = at::TensorOptions().dtype(kDtypes[d.dtype].type);
-  const std::size_t elem = kDtypes[d.dtype].size;
-  auto* data = const_cast<void*>(f.data());
-  // Share the received buffer when it is large and aligned; copy small or misaligned ones.
-  if (d.nbytes >= 4096 && reinterpret_cast<std::uintptr_t>(data) % elem == 0) {
-    auto keep = const_cast<InFrames&>(in).shared_from_this();
-    return at::from_blob(data, d.dims, [keep](void*) {}, opts);
-  }
-  at::Tensor t = at::empty(d.dims, opts);
-  if (d.nbytes) std::memcpy(t.data_ptr(), data, d.nbytes);
-  return t;
 }
 
 std::string demangle(const char* mangled) {

@@ -1,7 +1,12 @@
-// What crosses the wire, and how: msgpack for every value, with torch tensors lifted out into
-// their own ZeroMQ frames. A tensor inside any value (an argument, a vector, a user struct) is
-// packed as a msgpack ext of type kTensorExt holding {dtype, shape, frame}; its bytes travel in
-// frame `frame` without copies. The wire layout is documented in transport/README.md.
+// What crosses the wire, and how: msgpack for every value, with raw byte frames beside it. A
+// tensor inside any value (an argument, a vector, a user struct) is packed as a msgpack ext of
+// type kTensorExt holding {dtype, shape, frame}; its bytes travel in frame `frame` without
+// copies. The wire layout is documented in transport/README.md.
+//
+// This header (and the whole RPC core) is LibTorch-free, so a process that never builds a
+// tensor (an RL observer) does not load LibTorch. Tensor support is transport/tensor.h, in the
+// distrl::transport library: include it wherever at::Tensor crosses the wire (without it, a
+// tensor argument does not compile).
 //
 // User structs cross the wire through msgpack's own adaptors (MSGPACK_DEFINE or
 // msgpack::adaptor specialisations); tensors and RRefs nested in them work too.
@@ -13,16 +18,29 @@
 #include <typeinfo>
 #include <vector>
 
-#include <ATen/core/Tensor.h>
 #include <msgpack.hpp>
 
 #include "common/error.h"
 #include "transport/message_hooks.h"
+
+namespace at {
+class Tensor;  // transport/tensor.h brings the definition and the wire adaptors
+}  // namespace at
 #include "transport/wire_limits.h"
 
 namespace distrl::transport {
 
 using Bytes = std::vector<std::uint8_t>;  // packed as msgpack bin
+
+// One frame after the header: `size` bytes at `data`, valid while `owner` lives (ZeroMQ keeps
+// a reference until it has sent them; small frames are copied). `tensor` points to the tensor
+// those bytes belong to (owner keeps it), for the hooks; null for other frames.
+struct OutFrame {
+  const void* data = nullptr;
+  std::size_t size = 0;
+  std::shared_ptr<const void> owner;
+  const at::Tensor* tensor = nullptr;
+};
 
 constexpr std::uint32_t kProtocolVersion = 2;  // 2: "am" and "rg" (distributed autograd)
 constexpr std::int8_t kTensorExt = 1;
@@ -52,21 +70,21 @@ struct Header {
   std::vector<std::uint32_t> rg;             // "rg"  tensor frames that require grad (with "ctx")
 };
 
-// A message ready to send: the packed header (with the body inside) plus tensors for frames 1..k.
+// A message ready to send: the packed header (with the body inside) plus frames 1..k.
 struct OutMessage {
   msgpack::sbuffer header;
-  std::vector<at::Tensor> tensors;
+  std::vector<OutFrame> frames;
 };
 
-// Collects tensors (and RRef forks) while a body is packed; one per thread at a time.
+// Collects frames (and RRef forks) while a body is packed; one per thread at a time.
 class PackScope {
  public:
-  PackScope(std::vector<at::Tensor>* tensors, RpcCore* agent, int dest_rank);
+  PackScope(std::vector<OutFrame>* frames, RpcCore* agent, int dest_rank);
   ~PackScope();
   PackScope(const PackScope&) = delete;
   PackScope& operator=(const PackScope&) = delete;
 
-  std::vector<at::Tensor>* const tensors;
+  std::vector<OutFrame>* const frames;
   RpcCore* const agent;
   const int dest_rank;
 
@@ -89,9 +107,9 @@ class UnpackScope {
   UnpackScope* previous_;
 };
 
-// Called by the adaptors below; the heavy lifting lives in serialize.cpp.
-std::string pack_tensor_descriptor(const at::Tensor& t);  // registers t for a frame
-at::Tensor unpack_tensor_descriptor(const msgpack::object& o);
+// The scopes of this thread (null outside one): for the ext adaptors (tensors, RRefs).
+PackScope* current_pack_scope();
+const UnpackScope* current_unpack_scope();
 RpcCore* current_pack_agent(int* dest_rank);
 std::shared_ptr<RpcCore> current_unpack_agent();
 
@@ -122,14 +140,14 @@ OutMessage build_message(const Header& h, RpcCore* agent, int dest_rank, Body&& 
   if (h.ctx >= 0) { pk.pack("ctx"); pk.pack(h.ctx); }
   pk.pack("a");
   {
-    PackScope scope(&m.tensors, agent, dest_rank);
+    PackScope scope(&m.frames, agent, dest_rank);
     write_body(pk);
   }
-  pk.pack("nt"); pk.pack(static_cast<std::uint32_t>(m.tensors.size()));
+  pk.pack("nt"); pk.pack(static_cast<std::uint32_t>(m.frames.size()));
   if (h.ctx >= 0) {  // what the hooks record about this message's tensors
     MessageTag tag;
     tag.ctx = h.ctx;
-    if (hooks) hooks->on_send(h.ctx, dest_rank, m.tensors, &tag);
+    if (hooks) hooks->on_send(h.ctx, dest_rank, m.frames, &tag);
     pk.pack("am"); pk.pack(tag.msg);
     pk.pack("rg"); pk.pack(tag.grad_frames);
   }
@@ -174,30 +192,3 @@ class InMessage {
 };
 
 }  // namespace distrl::transport
-
-namespace msgpack {
-MSGPACK_API_VERSION_NAMESPACE(MSGPACK_DEFAULT_API_NS) {
-namespace adaptor {
-
-template <>
-struct pack<at::Tensor> {
-  template <typename Stream>
-  packer<Stream>& operator()(packer<Stream>& o, const at::Tensor& t) const {
-    std::string desc = distrl::transport::detail::pack_tensor_descriptor(t);
-    o.pack_ext(desc.size(), distrl::transport::kTensorExt);
-    o.pack_ext_body(desc.data(), static_cast<uint32_t>(desc.size()));
-    return o;
-  }
-};
-
-template <>
-struct convert<at::Tensor> {
-  const msgpack::object& operator()(const msgpack::object& o, at::Tensor& t) const {
-    t = distrl::transport::detail::unpack_tensor_descriptor(o);
-    return o;
-  }
-};
-
-}  // namespace adaptor
-}  // MSGPACK_API_VERSION_NAMESPACE
-}  // namespace msgpack

@@ -6,7 +6,7 @@
 namespace distrl::transport::detail {
 namespace {
 
-constexpr std::size_t kCopyBelowBytes = 1024;  // a heap-held tensor ref costs more than a copy
+constexpr std::size_t kCopyBelowBytes = 1024;  // a heap-held owner reference costs more than a copy
 
 const msgpack::object* find_key(const msgpack::object& map, const char* key) {
   const std::size_t n = std::strlen(key);
@@ -153,19 +153,20 @@ const zmq::message_t& tensor_frame(const InFrames& in, const TensorDesc& d) {
 
 std::vector<zmq::message_t> encode_message(OutMessage&& m) {
   std::vector<zmq::message_t> out;
-  out.reserve(1 + m.tensors.size());
+  out.reserve(1 + m.frames.size());
   const std::size_t hsize = m.header.size();
   char* hdata = m.header.release();  // malloc'd by sbuffer; ZeroMQ frees it
   out.emplace_back(hdata, hsize, [](void* d, void*) { std::free(d); }, nullptr);
-  for (auto& t : m.tensors) {
-    const std::size_t n = t.nbytes();
+  for (auto& f : m.frames) {
+    const std::size_t n = f.size;
     if (n == 0) {
       out.emplace_back();
-    } else if (n < kCopyBelowBytes) {
-      out.emplace_back(t.data_ptr(), n);
+    } else if (n < kCopyBelowBytes || !f.owner) {
+      out.emplace_back(f.data, n);
     } else {
-      auto* keep = new at::Tensor(std::move(t));
-      out.emplace_back(keep->data_ptr(), n, [](void*, void* hint) { delete static_cast<at::Tensor*>(hint); }, keep);
+      auto* keep = new std::shared_ptr<const void>(std::move(f.owner));
+      out.emplace_back(const_cast<void*>(f.data), n,
+                       [](void*, void* hint) { delete static_cast<std::shared_ptr<const void>*>(hint); }, keep);
     }
   }
   return out;

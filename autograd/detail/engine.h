@@ -77,7 +77,7 @@ class Engine final : public transport::MessageHooks, public std::enable_shared_f
 
   // MessageHooks (see transport/message_hooks.h).
   std::int64_t current_context() override;
-  void on_send(std::int64_t ctx, int dest, const std::vector<at::Tensor>& tensors, transport::MessageTag* tag) override;
+  void on_send(std::int64_t ctx, int dest, const std::vector<transport::OutFrame>& frames, transport::MessageTag* tag) override;
   at::Tensor on_receive(const transport::MessageTag& tag, int src, std::uint32_t frame, at::Tensor t) override;
   std::shared_ptr<void> enter(std::int64_t ctx, int src) override;
   void on_peer_down(int rank, const std::string& why) override;

@@ -16,6 +16,7 @@
 #include "tests/support/multiproc.h"
 #include "tests/support/rpc_world.h"
 #include "transport/rpc/rpc_agent.h"
+#include "transport/tensor.h"
 
 using namespace distrl;
 using namespace distrl::transport;

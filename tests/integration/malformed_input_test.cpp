@@ -13,6 +13,7 @@
 #include "tests/support/wire_craft.h"
 #include "transport/detail/endpoints.h"
 #include "transport/rpc/rpc_agent.h"
+#include "transport/tensor.h"
 #include "transport/store.h"
 
 using namespace distrl::transport;

@@ -10,6 +10,7 @@
 #include "tests/support/rpc_world.h"
 #include "transport/collectives/process_group.h"
 #include "transport/rpc/rpc_agent.h"
+#include "transport/tensor.h"
 
 using namespace distrl::transport;
 using namespace std::chrono_literals;

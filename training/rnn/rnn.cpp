@@ -16,6 +16,7 @@
 #include "common/plot.h"
 #include "models/checkpoint.h"
 #include "transport/rpc/rpc_agent.h"
+#include "transport/tensor.h"
 
 namespace distrl::training {
 namespace {

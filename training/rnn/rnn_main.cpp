@@ -4,6 +4,7 @@
 #include "common/main_guard.h"
 #include "training/rnn/rnn.h"
 #include "transport/rpc/rpc_agent.h"
+#include "transport/tensor.h"
 
 int main(int argc, char** argv) {
   return distrl::guarded_main("distrl-rnn", [&] {

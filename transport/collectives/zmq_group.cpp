@@ -20,6 +20,7 @@
 #include "transport/collectives/detail/algorithms.h"
 #include "transport/collectives/detail/reduce_ops.h"
 #include "transport/collectives/detail/works.h"
+#include "transport/detail/tensor_wire.h"
 #include "transport/detail/wire_codec.h"
 
 namespace distrl::transport::detail {

@@ -23,7 +23,7 @@ struct InFrames : std::enable_shared_from_this<InFrames> {
   MessageTag tag;
   int src = -1;
   std::mutex hooked_mu;
-  std::vector<at::Tensor> hooked;  // by frame index - 1
+  std::vector<std::shared_ptr<void>> hooked;  // by frame index - 1: the at::Tensor the hooks gave
 };
 
 // A tensor descriptor as carried in a kTensorExt payload:
@@ -40,8 +40,7 @@ TensorDesc parse_tensor_descriptor(const char* data, std::size_t size);
 // The frame a descriptor names, checked for existence and size (throws ProtocolError).
 const zmq::message_t& tensor_frame(const InFrames& in, const TensorDesc& d);
 std::size_t dtype_size(std::uint8_t code);  // 0 for an unknown code
-std::uint8_t dtype_code(c10::ScalarType t);
-const char* dtype_name(std::uint8_t code);  // "float32"-style name, "unknown" for a bad code  // throws ProtocolError for a dtype the wire cannot carry
+const char* dtype_name(std::uint8_t code);   // LibTorch's name ("Float"), "unknown" for a bad code
 
 // Why a message was refused, with the call id and kind when the header got that far: a bad
 // request is answered with an error, a bad response fails the pending call it names.
@@ -56,8 +55,8 @@ struct DecodeFailure {
 std::optional<InMessage> decode_message(std::vector<zmq::message_t>&& frames, const WireLimits& limits,
                                         DecodeFailure* failure);
 
-// Message -> frames ready for zmq::send_multipart. Tensor bytes are not copied (each frame
-// holds a reference to its tensor until ZeroMQ is done with it), except tiny ones.
+// Message -> frames ready for zmq::send_multipart. Frame bytes are not copied (each ZeroMQ
+// message holds a reference to the frame's owner until ZeroMQ is done with it), except tiny ones.
 std::vector<zmq::message_t> encode_message(OutMessage&& m);
 
 }  // namespace distrl::transport::detail

@@ -8,6 +8,7 @@
 
 #include "tests/support/wire_craft.h"
 #include "transport/rpc/detail/callable.h"
+#include "transport/tensor.h"
 
 using namespace distrl::transport;
 using namespace distrl::transport::detail;

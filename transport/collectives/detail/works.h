@@ -8,6 +8,7 @@
 #include <string>
 
 #include "transport/collectives/detail/pg_mesh.h"
+#include "transport/detail/tensor_wire.h"
 #include "transport/detail/wire_codec.h"
 #include "transport/future.h"
 
