@@ -50,7 +50,8 @@ struct Progress {
 struct RoundData {
   std::vector<double> returns;    // one per episode that ended in this round
   long long env_steps = 0;
-  std::vector<float> latency_us;  // the observers' select_action round trips
+  std::vector<float> latency_us;  // the observers' select_action round trips (one per request)
+  double observer_cpu_us = 0;     // the observers' CPU time for this round, summed
   double loss = 0;                // 0 with learning off
 };
 

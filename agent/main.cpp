@@ -96,15 +96,19 @@ int main(int argc, char** argv) {
     std::ofstream(cfg.out_dir + "/config.yaml") << cmd.settings.to_yaml();
     std::ofstream sum(cfg.out_dir + "/summary.csv");
     sum << "observers,mode,envs_per_observer,rounds,episodes,env_steps,seconds,env_steps_per_s,latency_median_us,"
-           "latency_p99_us,mean_batch,running_reward,solved,observers_lost\n"
+           "latency_p99_us,mean_batch,running_reward,solved,observers_lost,agent_cpu_us_per_request,"
+           "observer_cpu_us_per_request\n"
         << rpc.world_size() - 1 << ',' << cfg.mode << ',' << cfg.envs_per_observer << ',' << s.rounds << ','
         << s.episodes << ',' << s.env_steps << ',' << s.seconds << ',' << s.steps_per_second() << ','
         << s.latency_median_us << ',' << s.latency_p99_us << ',' << s.mean_batch << ',' << s.running_reward << ','
-        << (s.solved ? 1 : 0) << ',' << s.observers_lost << '\n';
+        << (s.solved ? 1 : 0) << ',' << s.observers_lost << ',' << s.agent_cpu_us_per_request << ','
+        << s.observer_cpu_us_per_request << '\n';
     std::printf("%s after %d rounds (%lld episodes, %lld env steps) in %.1f s: %s\n",
                 s.solved ? "Solved" : "Stopped", s.rounds, s.episodes, s.env_steps, s.seconds, s.stop_reason.c_str());
     std::printf("  env-steps/s %.0f, select_action round trip median %.1f us, p99 %.1f us, mean batch %.2f rows\n",
                 s.steps_per_second(), s.latency_median_us, s.latency_p99_us, s.mean_batch);
+    std::printf("  CPU per select_action request: agent %.1f us (serving), observer %.1f us (env step included)\n",
+                s.agent_cpu_us_per_request, s.observer_cpu_us_per_request);
     const bool plotted = s.rounds > 1 && plot_csv(cfg.out_dir + "/metrics.csv", cfg.out_dir + "/learning_curve.png",
                                                    {{"episode reward", "round",
                                                      {{"round", "running_reward", "running reward"},

@@ -98,6 +98,7 @@ RoundData Reinforce::round(ObserverPool& pool, bool learn) {
     }
     d.env_steps += static_cast<long long>(r.steps());
     d.latency_us.insert(d.latency_us.end(), r.latency_us.begin(), r.latency_us.end());
+    d.observer_cpu_us += r.cpu_us;
   }
   return d;
 }

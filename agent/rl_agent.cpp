@@ -10,6 +10,7 @@
 #include "agent/observer_pool.h"
 #include "agent/round_log.h"
 #include "agent/run_checkpoint.h"
+#include "common/cpu_time.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "envs/env.h"
@@ -81,6 +82,8 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
                                                           << ": nothing to run (raise learner.episodes)");
   RunSummary sum;
   std::vector<float> latencies;
+  double observer_cpu = 0;
+  const double process_cpu0 = process_cpu_us(), main_cpu0 = thread_cpu_us();
   const auto start = std::chrono::steady_clock::now();
   const double seconds_before = progress_.seconds;  // earlier runs of a resumed one
   const auto seconds_now = [&] {
@@ -89,6 +92,7 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
   for (int round = progress_.rounds + 1; round <= cfg_.episodes; ++round) {
     RoundData d = learner.round(pool, cfg_.learn);
     latencies.insert(latencies.end(), d.latency_us.begin(), d.latency_us.end());
+    observer_cpu += d.observer_cpu_us;
     progress_.rounds = round;
     progress_.episodes += static_cast<long long>(d.returns.size());
     progress_.env_steps += d.env_steps;
@@ -108,6 +112,11 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
     }
   }
   progress_.seconds = seconds_now();
+  if (!latencies.empty()) {
+    const double serving_cpu = (process_cpu_us() - process_cpu0) - (thread_cpu_us() - main_cpu0);
+    sum.agent_cpu_us_per_request = serving_cpu / static_cast<double>(latencies.size());
+    sum.observer_cpu_us_per_request = observer_cpu / static_cast<double>(latencies.size());
+  }
   sum.rounds = progress_.rounds;
   sum.episodes = progress_.episodes;
   sum.env_steps = progress_.env_steps;

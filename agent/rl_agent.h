@@ -34,6 +34,10 @@ struct RunSummary {
   double last_reward = 0;
   double mean_batch = 0;       // rows per forward pass
   double latency_median_us = 0, latency_p99_us = 0;  // observers' select_action round trips
+  // CPU time per select_action request during the rounds: the agent's serving threads (the
+  // process's CPU minus the round loop's own thread, which starts episodes and learns) and the
+  // observers' processes (stepping envs included).
+  double agent_cpu_us_per_request = 0, observer_cpu_us_per_request = 0;
   int observers_lost = 0;
   double steps_per_second() const { return seconds > 0 ? env_steps / seconds : 0; }
 };

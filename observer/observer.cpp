@@ -1,6 +1,7 @@
 #include "observer/observer.h"
 
-#include "common/error.h"
+#include "common/cpu_time.h"
+#include "common//error.h"
 #include "common/log.h"
 
 namespace distrl::observer {
@@ -203,17 +204,23 @@ auto Observer::with_agent(Run&& run) {
 
 rl::Rollout Observer::run_episode(int max_steps) {
   if (spec_.fragments) throw Error("run_episode: this observer runs fragments (PPO); call run_fragment");
-  return with_agent([&](const ActFn& act) {
+  const double cpu0 = process_cpu_us();
+  auto r = with_agent([&](const ActFn& act) {
     return observer::run_episode(venv_, spec_.observer_id, max_steps, act, spec_.record_latency);
   });
+  r.cpu_us = process_cpu_us() - cpu0;
+  return r;
 }
 
 rl::Fragment Observer::run_fragment(int steps) {
   if (!spec_.fragments) throw Error("run_fragment: this observer runs whole episodes (REINFORCE)");
   if (steps < 1) throw Error("run_fragment: steps must be positive, got " + std::to_string(steps));
-  return with_agent([&](const ActFn& act) {
+  const double cpu0 = process_cpu_us();
+  auto f = with_agent([&](const ActFn& act) {
     return observer::run_fragment(venv_, fragment_state_, spec_.observer_id, steps, act, spec_.record_latency);
   });
+  f.cpu_us = process_cpu_us() - cpu0;
+  return f;
 }
 
 void Observer::finish() { host_.finish(); }

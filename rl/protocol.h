@@ -79,7 +79,8 @@ struct Rollout {
   std::vector<std::int32_t> lengths;     // steps per segment (one segment per env)
   std::vector<std::uint8_t> terminated;  // per segment: the MDP ended (not cut by a limit)
   std::vector<float> latency_us;         // per select_action round trip, when asked for
-  MSGPACK_DEFINE(observer_id, obs_dim, obs, actions, log_probs, rewards, lengths, terminated, latency_us);
+  double cpu_us = 0;                     // the observer process's CPU time (getrusage) for this episode
+  MSGPACK_DEFINE(observer_id, obs_dim, obs, actions, log_probs, rewards, lengths, terminated, latency_us, cpu_us);
 
   std::size_t steps() const { return rewards.size(); }
 };
@@ -105,8 +106,10 @@ struct Fragment {
   std::vector<float> episode_returns;    // episodes that ended inside this fragment
   std::vector<std::int32_t> episode_lengths;
   std::vector<float> latency_us;
+  double cpu_us = 0;                     // the observer process's CPU time (getrusage) for this fragment
   MSGPACK_DEFINE(observer_id, obs_dim, act_dim, num_envs, steps, obs, actions, cont_actions, log_probs, values, rewards,
-                 terminated, truncated, truncated_values, last_values, episode_returns, episode_lengths, latency_us);
+                 terminated, truncated, truncated_values, last_values, episode_returns, episode_lengths, latency_us,
+                 cpu_us);
 
   std::size_t transitions() const { return static_cast<std::size_t>(steps) * num_envs; }
 };

@@ -39,6 +39,9 @@ struct RlBenchOptions {
   int steps = 10;              // steps per episode
   int envs_per_observer = 1;
   std::string config = "configs/cartpole.yaml";
+  // Policy sizes to sweep: "tutorial" (Linear 128, Dropout, ReLU, Linear) or "mlp:W1xW2..."
+  // (hidden widths), e.g. mlp:256x256.
+  std::vector<std::string> models{"tutorial"};
   std::vector<std::string> overrides;  // more KEY=VALUE for every run
   std::string csv = "distrl-bench-rl.csv";
   std::string png = "distrl-bench-rl.png";  // empty: no plot

@@ -30,6 +30,10 @@ int main(int argc, char** argv) {
   l->add_option("--envs-per-observer", rl.envs_per_observer, "envs each observer steps together")
       ->check(CLI::Range(1, 4096));
   l->add_option("--config", rl.config, "base RL configuration");
+  l->add_option("--models", rl.models,
+                "policy sizes to sweep: tutorial (the tutorial's net) or mlp:WxW.. (hidden widths), e.g. "
+                "--models tutorial mlp:256x256 mlp:1024x1024")
+      ->delimiter(',');
   l->add_option("--set", rl.overrides, "extra KEY=VALUE for every run (repeatable), e.g. --set learner.learn=false");
   l->add_option("--csv", rl.csv, "CSV output path");
   l->add_option("--png", rl.png, "plot output path (needs gnuplot; empty: no plot)");

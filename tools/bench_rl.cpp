@@ -22,16 +22,33 @@ namespace {
 
 struct RlResult {
   double seconds = 0, env_steps = 0, steps_per_s = 0, median_us = 0, p99_us = 0, mean_batch = 0;
+  double agent_cpu_us = 0, observer_cpu_us = 0;  // per select_action request
 };
 
+// "tutorial" or "mlp:256x256" -> the config overrides; ConfigError for anything else.
+std::vector<std::string> model_overrides(const std::string& m) {
+  if (m == "tutorial") return {"model.name=tutorial"};
+  if (m.rfind("mlp:", 0) == 0 && m.size() > 4) {
+    std::string widths = m.substr(4);
+    for (char& c : widths) {
+      if (c == 'x') c = ',';
+      else if (c < '0' || c > '9') throw ConfigError("--models: '" + m + "' is not mlp:WxW.. (e.g. mlp:256x256)");
+    }
+    return {"model.name=mlp", "model.hidden=[" + widths + "]"};
+  }
+  throw ConfigError("--models: '" + m + "' is neither tutorial nor mlp:WxW.. (e.g. mlp:256x256)");
+}
+
 // Runs one configuration; its output goes to a log that is shown only when it fails.
-RlResult run_one(const RlBenchOptions& o, int observers, const std::string& mode, const std::string& dir) {
+RlResult run_one(const RlBenchOptions& o, const std::string& model, int observers, const std::string& mode,
+                 const std::string& dir) {
   std::filesystem::create_directories(dir);
   std::vector<std::string> cmd{self_dir() + "/distrl-launch", "--config", o.config,
                                "observers=" + std::to_string(observers), "agent.mode=" + mode,
                                "learner.episodes=" + std::to_string(o.episodes),
                                "learner.max_steps=" + std::to_string(o.steps), "learner.log_interval=1000000",
                                "run.out_dir=" + dir, "env.per_observer=" + std::to_string(o.envs_per_observer)};
+  for (const auto& m : model_overrides(model)) cmd.push_back(m);
   for (const auto& extra : o.overrides) cmd.push_back(extra);
   const std::string log = dir + "/log.txt";
   const int code = run_process(cmd, log);
@@ -46,7 +63,8 @@ RlResult run_one(const RlBenchOptions& o, int observers, const std::string& mode
   if (code != 0 || cells.empty()) {
     std::ifstream l(log);
     std::cerr << l.rdbuf();
-    throw Error("rl: the run with " + std::to_string(observers) + " observer(s), " + mode + ", failed (its log is above)");
+    throw Error("rl: the run with " + model + ", " + std::to_string(observers) + " observer(s), " + mode +
+                ", failed (its log is above)");
   }
   r.seconds = std::stod(cells["seconds"]);
   r.env_steps = std::stod(cells["env_steps"]);
@@ -54,6 +72,8 @@ RlResult run_one(const RlBenchOptions& o, int observers, const std::string& mode
   r.median_us = std::stod(cells["latency_median_us"]);
   r.p99_us = std::stod(cells["latency_p99_us"]);
   r.mean_batch = std::stod(cells["mean_batch"]);
+  r.agent_cpu_us = std::stod(cells["agent_cpu_us_per_request"]);
+  r.observer_cpu_us = std::stod(cells["observer_cpu_us_per_request"]);
   return r;
 }
 
@@ -65,33 +85,44 @@ int run_rl_bench(const RlBenchOptions& o) {
   const auto work = std::filesystem::temp_directory_path() / ("distrl-bench-rl-" + std::to_string(::getpid()));
   std::cout << "distrl-bench rl on " << machine_description() << "\n"
             << o.episodes << " rounds x " << o.steps << " steps, " << o.envs_per_observer
-            << " env(s) per observer; times taken inside the agent; latency = observers' select_action round trip\n\n";
+            << " env(s) per observer; times taken inside the agent; latency = observers' select_action round trip;\n"
+            << "cpu us/req = CPU time per select_action request (agent: its serving threads; observer: its process, env "
+               "steps included), batched / unbatched\n\n";
+  for (const auto& m : o.models) model_overrides(m);  // refuse a bad name before anything runs
   std::ofstream csv(o.csv);
-  csv << "observers,batched_s,unbatched_s,batched_median_us,batched_p99_us,unbatched_median_us,unbatched_p99_us,"
-         "batched_steps_per_s,unbatched_steps_per_s,mean_batch,speedup\n";
-  std::cout << std::setw(9) << "observers" << std::setw(11) << "batched s" << std::setw(13) << "unbatched s"
-            << std::setw(20) << "batched us p50/p99" << std::setw(22) << "unbatched us p50/p99" << std::setw(16)
-            << "batched steps/s" << std::setw(18) << "unbatched steps/s" << std::setw(7) << "batch" << std::setw(9)
-            << "speedup\n";
-  for (int n : o.observers) {
-    RlResult b = run_one(o, n, "batched", (work / ("b" + std::to_string(n))).string());
-    RlResult u = run_one(o, n, "unbatched", (work / ("u" + std::to_string(n))).string());
-    const double speedup = u.steps_per_s > 0 ? b.steps_per_s / u.steps_per_s : 0;
-    std::ostringstream bl, ul;
-    bl << std::fixed << std::setprecision(0) << b.median_us << " / " << b.p99_us;
-    ul << std::fixed << std::setprecision(0) << u.median_us << " / " << u.p99_us;
-    std::cout << std::fixed << std::setw(9) << n << std::setw(11) << std::setprecision(3) << b.seconds << std::setw(13)
-              << u.seconds << std::setw(20) << bl.str() << std::setw(22) << ul.str() << std::setw(16)
-              << std::setprecision(0) << b.steps_per_s << std::setw(18) << u.steps_per_s << std::setw(7)
-              << std::setprecision(2) << b.mean_batch << std::setw(8) << speedup << "x\n";
-    std::cout.flush();
-    csv << n << ',' << b.seconds << ',' << u.seconds << ',' << b.median_us << ',' << b.p99_us << ',' << u.median_us
-        << ',' << u.p99_us << ',' << b.steps_per_s << ',' << u.steps_per_s << ',' << b.mean_batch << ',' << speedup
-        << '\n';
+  csv << "model,observers,batched_s,unbatched_s,batched_median_us,batched_p99_us,unbatched_median_us,unbatched_p99_us,"
+         "batched_steps_per_s,unbatched_steps_per_s,mean_batch,speedup,batched_agent_cpu_us,unbatched_agent_cpu_us,"
+         "batched_observer_cpu_us,unbatched_observer_cpu_us\n";
+  std::cout << std::left << std::setw(16) << "model" << std::right << std::setw(9) << "observers" << std::setw(20)
+            << "batched us p50/p99" << std::setw(22) << "unbatched us p50/p99" << std::setw(16) << "batched steps/s"
+            << std::setw(18) << "unbatched steps/s" << std::setw(7) << "batch" << std::setw(9) << "speedup"
+            << std::setw(22) << "agent cpu us/req b/u" << std::setw(16) << "obs cpu us/req" << "\n";
+  for (const auto& model : o.models) {
+    for (int n : o.observers) {
+      const std::string tag = std::to_string(&model - o.models.data()) + "-" + std::to_string(n);
+      RlResult b = run_one(o, model, n, "batched", (work / ("b" + tag)).string());
+      RlResult u = run_one(o, model, n, "unbatched", (work / ("u" + tag)).string());
+      const double speedup = u.steps_per_s > 0 ? b.steps_per_s / u.steps_per_s : 0;
+      std::ostringstream bl, ul, cpu, ocpu;
+      bl << std::fixed << std::setprecision(0) << b.median_us << " / " << b.p99_us;
+      ul << std::fixed << std::setprecision(0) << u.median_us << " / " << u.p99_us;
+      cpu << std::fixed << std::setprecision(0) << b.agent_cpu_us << " / " << u.agent_cpu_us;
+      ocpu << std::fixed << std::setprecision(0) << b.observer_cpu_us << " / " << u.observer_cpu_us;
+      std::cout << std::left << std::setw(16) << model << std::right << std::fixed << std::setw(9) << n
+                << std::setw(20) << bl.str() << std::setw(22) << ul.str() << std::setw(16) << std::setprecision(0)
+                << b.steps_per_s << std::setw(18) << u.steps_per_s << std::setw(7) << std::setprecision(2)
+                << b.mean_batch << std::setw(8) << speedup << "x" << std::setw(22) << cpu.str() << std::setw(16)
+                << ocpu.str() << "\n";
+      std::cout.flush();
+      csv << model << ',' << n << ',' << b.seconds << ',' << u.seconds << ',' << b.median_us << ',' << b.p99_us << ','
+          << u.median_us << ',' << u.p99_us << ',' << b.steps_per_s << ',' << u.steps_per_s << ',' << b.mean_batch
+          << ',' << speedup << ',' << b.agent_cpu_us << ',' << u.agent_cpu_us << ',' << b.observer_cpu_us << ','
+          << u.observer_cpu_us << '\n';
+    }
   }
   csv.close();
   std::cout << "\nwrote " << o.csv << "\n";
-  if (!o.png.empty() &&
+  if (!o.png.empty() && o.models.size() == 1 &&  // one curve per mode: a sweep of models stays a table
       plot_csv(o.csv, o.png,
                {{"env-steps/s (higher is better)", "observers",
                  {{"observers", "batched_steps_per_s", "batched"}, {"observers", "unbatched_steps_per_s", "unbatched"}}},

@@ -1,6 +1,5 @@
 // distrl-bench rpc: the transport's round trip, throughput and bandwidth between two processes.
 #include <sched.h>
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,6 +17,7 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "common/cpu_time.h"
 #include "tools/bench.h"
 #include "transport/rpc/rpc_agent.h"
 #include "transport/tensor.h"
@@ -38,12 +38,7 @@ struct Result {
   double loop_client_cpu_us = 0, loop_server_cpu_us = 0;
 };
 
-// CPU time (user + system) this process has used, in microseconds.
-double cpu_us() {
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);
-  return (u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1e6 + u.ru_utime.tv_usec + u.ru_stime.tv_usec;
-}
+double cpu_us() { return process_cpu_us(); }
 
 // The floor: a libzmq DEALER/ROUTER ping-pong of two frames (an RPC header's size and the
 // [1,4] float32 tensor's 16 bytes), nothing else: libzmq's own I/O threads are the only hops.
