@@ -38,8 +38,6 @@ struct Result {
   double loop_client_cpu_us = 0, loop_server_cpu_us = 0;
 };
 
-double cpu_us() { return process_cpu_us(); }
-
 // The floor: a libzmq DEALER/ROUTER ping-pong of two frames (an RPC header's size and the
 // [1,4] float32 tensor's 16 bytes), nothing else: libzmq's own I/O threads are the only hops.
 // The server answers "cpu" with its CPU time so far.
@@ -57,7 +55,7 @@ void floor_server(const std::string& endpoint_file, const std::string& transport
     if (!zmq::recv_multipart(router, std::back_inserter(parts))) continue;
     if (parts.size() == 2) {  // [id, "cpu" | "bye"]
       const std::string what = parts[1].to_string();
-      const std::string cpu = std::to_string(cpu_us());
+      const std::string cpu = std::to_string(process_cpu_us());
       router.send(parts[0], zmq::send_flags::sndmore);
       router.send(zmq::buffer(cpu), zmq::send_flags::none);
       if (what == "bye") return;
@@ -94,13 +92,13 @@ void floor_client(const std::string& endpoint_file, const RpcBenchOptions& o, Re
   };
   for (int i = 0; i < o.warmup; ++i) ping();
   std::vector<double> us(o.calls);
-  const double s0 = server_cpu("cpu"), c0 = cpu_us();
+  const double s0 = server_cpu("cpu"), c0 = process_cpu_us();
   for (int i = 0; i < o.calls; ++i) {
     auto t0 = Clock::now();
     ping();
     us[i] = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
   }
-  r->floor_client_cpu_us = (cpu_us() - c0) / o.calls;
+  r->floor_client_cpu_us = (process_cpu_us() - c0) / o.calls;
   r->floor_server_cpu_us = (server_cpu("bye") - s0) / o.calls;
   r->floor_median_us = percentile(us, 0.5);
   r->floor_p99_us = percentile(us, 0.99);
@@ -119,25 +117,25 @@ Result client(RpcAgent& agent, const RpcBenchOptions& o) {
   const at::Tensor small = torch::rand({1, 4});
   for (int i = 0; i < o.warmup; ++i) agent.rpc_sync<at::Tensor>(1, "echo", small);
   std::vector<double> us(o.calls);
-  const double s0 = agent.rpc_sync<double>(1, "cpu_us"), c0 = cpu_us();
+  const double s0 = agent.rpc_sync<double>(1, "cpu_us"), c0 = process_cpu_us();
   for (int i = 0; i < o.calls; ++i) {
     auto t0 = Clock::now();
     agent.rpc_sync<at::Tensor>(1, "echo", small);
     us[i] = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
   }
-  r.client_cpu_us = (cpu_us() - c0) / o.calls;
+  r.client_cpu_us = (process_cpu_us() - c0) / o.calls;
   r.server_cpu_us = (agent.rpc_sync<double>(1, "cpu_us") - s0) / o.calls;
   r.median_us = percentile(us, 0.5);
   r.p99_us = percentile(us, 0.99);
 
   // The same calls as a future waited on: what rpc_sync was before its fast path.
-  const double s1 = agent.rpc_sync<double>(1, "cpu_us"), c1 = cpu_us();
+  const double s1 = agent.rpc_sync<double>(1, "cpu_us"), c1 = process_cpu_us();
   for (int i = 0; i < o.calls; ++i) {
     auto t0 = Clock::now();
     agent.rpc_async<at::Tensor>(1, "echo", small).value();
     us[i] = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
   }
-  r.loop_client_cpu_us = (cpu_us() - c1) / o.calls;
+  r.loop_client_cpu_us = (process_cpu_us() - c1) / o.calls;
   r.loop_server_cpu_us = (agent.rpc_sync<double>(1, "cpu_us") - s1) / o.calls;
   r.loop_median_us = percentile(us, 0.5);
   r.loop_p99_us = percentile(us, 0.99);
@@ -194,7 +192,7 @@ Result run_pair(const RpcBenchOptions& o, const std::string& transport) {
       if (rank == 0) floor_client(floor_endpoint, o, &r);
       RpcAgent agent(ro, [](RpcAgent& a) {
         a.register_function("echo", [](at::Tensor t) { return t; }, RunOn::IoThread);  // returns at once
-        a.register_function("cpu_us", [] { return cpu_us(); });
+        a.register_function("cpu_us", [] { return process_cpu_us(); });
       });
       if (rank == 0) {
         Result rr = client(agent, o);

@@ -113,9 +113,32 @@ std::exception_ptr agent_shut_down(const RpcCore::State& s, const std::string& f
   return std::make_exception_ptr(TransportError("rpc: agent " + s.opts.name + " is shut down; cannot call '" + fn + "'"));
 }
 
+// A request's header stamped (kind, source, a fresh call id, the hooks' context) and packed.
+// Throws what packing the body throws.
+OutMessage request_message(RpcCore& core, RpcCore::State& s, int dest, Header& h, const BodyWriter& body) {
+  h.kind = Kind::Request;
+  h.src = s.rank;
+  h.call_id = s.next_call_id.fetch_add(1);
+  MessageHooks* hooks = s.hooks.get();
+  if (hooks && h.ctx < 0) h.ctx = hooks->current_context();
+  return build_message(h, &core, dest, body, hooks);
+}
+
+// A call is in flight (shutdown waits for it) from start_inflight until finish_inflight.
+void start_inflight(RpcCore::State& s) {
+  {
+    std::lock_guard<std::mutex> lock(s.inflight_mu);
+    ++s.inflight;
+  }
+  s.calls_sent.fetch_add(1, std::memory_order_relaxed);
+}
 void finish_inflight(RpcCore::State& s) {
   std::lock_guard<std::mutex> lock(s.inflight_mu);
   if (--s.inflight == 0) s.inflight_cv.notify_all();
+}
+
+std::exception_ptr malformed_reply(const RpcCore::State& s, int peer, const std::string& what) {
+  return std::make_exception_ptr(ProtocolError("rpc: malformed reply from " + s.worker_name(peer) + ": " + what));
 }
 }  // namespace
 
@@ -124,23 +147,14 @@ void RpcCore::call(int dest, Header h, const BodyWriter& body, Completion done, 
     done(nullptr, agent_shut_down(*s_, h.fn));
     return;
   }
-  h.kind = Kind::Request;
-  h.src = s_->rank;
-  h.call_id = s_->next_call_id.fetch_add(1);
-  MessageHooks* hooks = s_->hooks.get();
-  if (hooks && h.ctx < 0) h.ctx = hooks->current_context();
   std::shared_ptr<OutMessage> msg;
   try {
-    msg = std::make_shared<OutMessage>(build_message(h, this, dest, body, hooks));
+    msg = std::make_shared<OutMessage>(request_message(*this, *s_, dest, h, body));
   } catch (...) {
     done(nullptr, std::current_exception());
     return;
   }
-  {
-    std::lock_guard<std::mutex> lock(s_->inflight_mu);
-    ++s_->inflight;
-  }
-  s_->calls_sent.fetch_add(1, std::memory_order_relaxed);
+  start_inflight(*s_);
   State* s = s_.get();
   auto shared_done = std::make_shared<Completion>(std::move(done));
   const bool queued = s->io->post([s, dest, id = h.call_id, fn = h.fn, msg, shared_done, timeout]() mutable {
@@ -235,8 +249,8 @@ void release_channel(RpcCore::State& s, int dest, ChannelPtr c) {
 
 std::string down_reason(RpcCore::State& s, int dest) {
   std::lock_guard<std::mutex> lock(s.down_mu);
-  auto it = s.down_reasons.find(dest);
-  return it == s.down_reasons.end() ? std::string() : it->second;
+  auto it = s.down_peers.find(dest);
+  return it == s.down_peers.end() ? std::string() : it->second;
 }
 
 }  // namespace
@@ -247,22 +261,13 @@ void RpcCore::call_sync(int dest, Header h, const BodyWriter& body, const Comple
   if (!s.running.load()) return done(nullptr, agent_shut_down(s, h.fn));
   if (const std::string why = down_reason(s, dest); !why.empty())
     return done(nullptr, call_failed(s, dest, h.fn, why));
-  h.kind = Kind::Request;
-  h.src = s.rank;
-  h.call_id = s.next_call_id.fetch_add(1);
-  MessageHooks* hooks = s.hooks.get();
-  if (hooks && h.ctx < 0) h.ctx = hooks->current_context();
   std::vector<zmq::message_t> frames;
   try {
-    frames = encode_message(build_message(h, this, dest, body, hooks));
+    frames = encode_message(request_message(*this, s, dest, h, body));
   } catch (...) {
     return done(nullptr, std::current_exception());
   }
-  {
-    std::lock_guard<std::mutex> lock(s.inflight_mu);
-    ++s.inflight;
-  }
-  s.calls_sent.fetch_add(1, std::memory_order_relaxed);
+  start_inflight(s);
   // Exactly one of these ends the call: done runs, the channel goes back, shutdown may go on.
   ChannelPtr chan;
   auto finish = [&](InMessage* m, std::exception_ptr err) {
@@ -311,9 +316,7 @@ void RpcCore::call_sync(int dest, Header h, const BodyWriter& body, const Comple
       auto m = decode_message(std::move(in), s.opts.limits, &why);
       if (!m) {
         s.bad.fetch_add(1);
-        if (why.call_id && *why.call_id == h.call_id)
-          return finish(nullptr, std::make_exception_ptr(ProtocolError("rpc: malformed reply from " +
-                                                                       s.worker_name(dest) + ": " + why.what)));
+        if (why.call_id && *why.call_id == h.call_id) return finish(nullptr, malformed_reply(s, dest, why.what));
         continue;
       }
       if (m->header.call_id != h.call_id) continue;  // the late reply of an earlier call that timed out
@@ -340,8 +343,7 @@ void on_reply(RpcCore::State& s, int peer, IoLoop::Frames&& frames) {
   if (!m) {
     s.bad.fetch_add(1);
     if (why.call_id)
-      complete(s, *why.call_id, nullptr,
-               std::make_exception_ptr(ProtocolError("rpc: malformed reply from " + s.worker_name(peer) + ": " + why.what)));
+      complete(s, *why.call_id, nullptr, malformed_reply(s, peer, why.what));
     return;
   }
   attach_hooks(s, *m);
@@ -354,8 +356,7 @@ void on_reply(RpcCore::State& s, int peer, IoLoop::Frames&& frames) {
 void on_peer_down(RpcCore::State& s, int peer, const std::string& why) {
   {
     std::lock_guard<std::mutex> lock(s.down_mu);
-    s.down_peers.insert(peer);
-    s.down_reasons[peer] = why;
+    s.down_peers.emplace(peer, why);
   }
   if (s.hooks) s.hooks->on_peer_down(peer, why);
   std::vector<std::uint64_t> ids;
@@ -466,10 +467,10 @@ void store_barrier(RpcCore::State& s, const std::string& stage, Clock::time_poin
     if (r != s.rank) missing.push_back(r);
   std::set<int> published;
   for (auto pause = std::chrono::milliseconds(1);; pause = std::min(pause * 2, std::chrono::milliseconds(50))) {
-    std::set<int> down;
+    std::vector<int> down;
     {
       std::lock_guard<std::mutex> lock(s.down_mu);
-      down = s.down_peers;
+      for (const auto& kv : s.down_peers) down.push_back(kv.first);
     }
     for (int peer : down)
       if (published.insert(peer).second) store.set("rpc/dead/" + std::to_string(peer), "1");

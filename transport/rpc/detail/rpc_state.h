@@ -74,8 +74,7 @@ struct RpcCore::State {
   // path): a dead peer cannot arrive at the shutdown barrier, so shutdown publishes it and
   // counts it as arrived; a synchronous call waiting on it fails with its reason.
   std::mutex down_mu;
-  std::set<int> down_peers;
-  std::unordered_map<int, std::string> down_reasons;
+  std::map<int, std::string> down_peers;  // rank -> why its connection was lost
 
   // The synchronous fast path's channels (rpc_core.cpp, call_sync): a DEALER per peer and per
   // concurrent synchronous caller, checked out for one call and put back; closed at shutdown
