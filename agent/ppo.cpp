@@ -98,6 +98,7 @@ void check_fragment(const rl::Fragment& f, int obs_dim, int act_dim) {
   if (f.obs_dim != obs_dim) bad("obs_dim " + std::to_string(f.obs_dim) + ", the env has " + std::to_string(obs_dim));
   if (f.act_dim != act_dim) bad("act_dim " + std::to_string(f.act_dim) + ", the env has " + std::to_string(act_dim));
   if (f.steps < 1 || f.num_envs < 1) bad("no steps");
+  if (!(f.cpu_us >= 0 && f.cpu_us < 1e15)) bad("cpu_us " + std::to_string(f.cpu_us) + " is not a CPU time");
   const std::size_t n = f.transitions();
   if (f.obs.size() != n * obs_dim) bad(std::to_string(f.obs.size()) + " observation floats for " + std::to_string(n) + " steps");
   if (act_dim == 0 ? f.actions.size() != n : f.cont_actions.size() != n * act_dim) bad("action count");

@@ -16,6 +16,7 @@ void check_rollout(const rl::Rollout& r, int obs_dim) {
     throw ProtocolError("rollout from observer " + std::to_string(r.observer_id) + ": " + what);
   };
   if (r.obs_dim != obs_dim) fail("obs_dim " + std::to_string(r.obs_dim) + ", expected " + std::to_string(obs_dim));
+  if (!(r.cpu_us >= 0 && r.cpu_us < 1e15)) fail("cpu_us " + std::to_string(r.cpu_us) + " is not a CPU time");
   if (r.obs.size() != n * static_cast<std::size_t>(obs_dim) || r.actions.size() != n || r.log_probs.size() != n)
     fail(std::to_string(n) + " rewards but " + std::to_string(r.actions.size()) + " actions, " +
          std::to_string(r.log_probs.size()) + " log-probs and " + std::to_string(r.obs.size()) +

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <deque>
+#include <limits>
 #include <numeric>
 
 #include "envs/vec_env.h"
@@ -187,6 +188,9 @@ TEST(PpoTest, MalformedAnswersAndFragmentsAreRefused) {
   EXPECT_THROW(check_fragment(f, 1, 0), ProtocolError);
   f = tiny_fragment();
   f.truncated_values = {0.0f};
+  EXPECT_THROW(check_fragment(f, 1, 0), ProtocolError);
+  f = tiny_fragment();
+  f.cpu_us = std::numeric_limits<double>::infinity();
   EXPECT_THROW(check_fragment(f, 1, 0), ProtocolError);
 }
 

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <atomic>
+#include <cmath>
 #include <thread>
 
 #include "agent/policy_actor.h"
@@ -50,6 +51,11 @@ TEST(ReinforceTest, MalformedRolloutsAndRequestsAreRefused) {
   EXPECT_THROW(check_rollout(bad, 2), ProtocolError);
   bad = good;
   bad.terminated = {1};
+  EXPECT_THROW(check_rollout(bad, 2), ProtocolError);
+  bad = good;
+  bad.cpu_us = -1;  // the observer's CPU time, summed into the run's per-request figure
+  EXPECT_THROW(check_rollout(bad, 2), ProtocolError);
+  bad.cpu_us = std::nan("");
   EXPECT_THROW(check_rollout(bad, 2), ProtocolError);
   // select_action bodies: whole observations only.
   EXPECT_EQ(rl::observation_rows({1, 2, 3, 4, 5, 6, 7, 8}, 4), 2);
