@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "common/thread_name.h"
 
 namespace distrl::agent {
 
@@ -14,7 +15,10 @@ Batcher::Batcher(int obs_dim, int num_observers, BatchOptions options, Forward f
     throw Error("Batcher: obs_dim, num_observers and max_batch must be positive and max_wait not negative");
   active_.assign(num_observers, 0);
   asked_.assign(num_observers, 0);
-  timer_ = std::thread([this] { timer_loop(); });
+  timer_ = std::thread([this] {
+    name_this_thread("distrl-batch");
+    timer_loop();
+  });
 }
 
 Batcher::~Batcher() { stop(); }

@@ -1,13 +1,17 @@
 #include "transport/detail/io_loop.h"
 
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <zmq_addon.hpp>
 
+#include <algorithm>
+
 #include "common/error.h"
 #include "common/log.h"
 #include "transport/detail/zmq_context.h"
+#include "common/thread_name.h"
 
 namespace distrl::transport::detail {
 
@@ -50,7 +54,12 @@ void IoLoop::set_peers(std::vector<std::string> endpoints) {
   peers_.resize(peer_endpoints_.size());
 }
 
-void IoLoop::start() { thread_ = std::thread([this] { run(); }); }
+void IoLoop::start() {
+  thread_ = std::thread([this] {
+    name_this_thread("distrl-io");
+    run();
+  });
+}
 
 void IoLoop::stop() {
   if (stopped_) return;
@@ -122,6 +131,7 @@ bool IoLoop::send_to_peer(int peer, Frames& frames, std::string* error) {
     return false;
   }
   try {
+    mark(p.dealer.handle());  // sending may take in the signal of a reply that already came
     if (zmq::send_multipart(p.dealer, frames, zmq::send_flags::dontwait)) return true;
     *error = "send queue full (peer not reading?)";
   } catch (const zmq::error_t& e) {
@@ -131,6 +141,7 @@ bool IoLoop::send_to_peer(int peer, Frames& frames, std::string* error) {
 }
 
 bool IoLoop::send_reply(const zmq::message_t& routing_id, Frames& frames) {
+  mark(router_.handle());  // sending may take in the signal of a request that already came
   try {
     router_.send(zmq::const_buffer(routing_id.data(), routing_id.size()), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
     return zmq::send_multipart(router_, frames, zmq::send_flags::dontwait).has_value();
@@ -140,20 +151,46 @@ bool IoLoop::send_reply(const zmq::message_t& routing_id, Frames& frames) {
 }
 
 void IoLoop::rebuild_poll_items() {
-  items_.clear();
-  item_peer_.clear();
-  items_.push_back({nullptr, wake_fd_, ZMQ_POLLIN, 0});
-  item_peer_.push_back(-1);
-  items_.push_back({router_.handle(), 0, ZMQ_POLLIN, 0});
-  item_peer_.push_back(-1);
+  watched_.clear();
+  watched_.push_back({router_.handle(), Source::Router, -1, true});
   for (std::size_t i = 0; i < peers_.size(); ++i) {
     if (!peers_[i]) continue;
-    items_.push_back({peers_[i]->dealer.handle(), 0, ZMQ_POLLIN, 0});
-    item_peer_.push_back(static_cast<int>(i));
-    items_.push_back({peers_[i]->monitor.handle(), 0, ZMQ_POLLIN, 0});
-    item_peer_.push_back(static_cast<int>(i) | (1 << 30));
+    watched_.push_back({peers_[i]->dealer.handle(), Source::Reply, static_cast<int>(i), true});
+    watched_.push_back({peers_[i]->monitor.handle(), Source::Monitor, static_cast<int>(i), true});
+  }
+  fds_.clear();
+  fds_.push_back({wake_fd_, POLLIN, 0});
+  for (auto& w : watched_) {
+    int fd = -1;
+    std::size_t len = sizeof(fd);
+    if (zmq_getsockopt(w.socket, ZMQ_FD, &fd, &len) != 0) throw TransportError("transport: cannot get a socket's ZMQ_FD");
+    fds_.push_back({fd, POLLIN, 0});
   }
   items_dirty_ = false;
+}
+
+void IoLoop::mark(void* socket) {
+  for (auto& w : watched_)
+    if (w.socket == socket) w.check = true;
+}
+
+bool IoLoop::serve_marked() {
+  bool any = false;
+  // Indexes, not iterators: a callback may connect a peer (items_dirty_, rebuilt next round).
+  for (std::size_t i = 0; i < watched_.size(); ++i) {
+    if (!watched_[i].check) continue;
+    watched_[i].check = false;
+    const Watched w = watched_[i];
+    bool more = false;
+    switch (w.source) {
+      case Source::Router: more = drain_router(); break;
+      case Source::Reply: more = drain_peer(w.peer); break;
+      case Source::Monitor: read_monitor(w.peer); break;
+    }
+    if (more && i < watched_.size()) watched_[i].check = true;  // hit the per-round cap: come back
+    any = true;
+  }
+  return any;
 }
 
 // Runs a callback at the I/O thread's boundary: whatever it throws is reported, never lets the
@@ -175,11 +212,11 @@ void IoLoop::report_dropped(const std::string& what) {
   });
 }
 
-void IoLoop::drain_router() {
-  for (int n = 0; n < 256; ++n) {
+bool IoLoop::drain_router() {
+  for (int n = 0; n < kDrainCap; ++n) {
     Frames frames;
     const Received got = recv_bounded(router_, frames, options_.max_parts);
-    if (got == Received::Nothing) return;
+    if (got == Received::Nothing) return false;
     if (got == Received::TooManyParts) {
       report_dropped("a message of more than " + std::to_string(options_.max_parts - 1) + " frames");
       continue;
@@ -189,19 +226,21 @@ void IoLoop::drain_router() {
     frames.erase(frames.begin());
     guarded("serving a request", [&] { cb_.on_request(std::move(id), std::move(frames)); });
   }
+  return true;
 }
 
-void IoLoop::drain_peer(int peer) {
-  for (int n = 0; n < 256; ++n) {
+bool IoLoop::drain_peer(int peer) {
+  for (int n = 0; n < kDrainCap; ++n) {
     Frames frames;
     const Received got = recv_bounded(peers_[peer]->dealer, frames, options_.max_parts - 1);
-    if (got == Received::Nothing) return;
+    if (got == Received::Nothing) return false;
     if (got == Received::TooManyParts) {
       report_dropped("a reply of more than " + std::to_string(options_.max_parts - 1) + " frames");
       continue;
     }
     guarded("reading a reply", [&] { cb_.on_reply(peer, std::move(frames)); });
   }
+  return true;
 }
 
 void IoLoop::read_monitor(int peer) {
@@ -223,9 +262,11 @@ void IoLoop::run() {
     bool active = run_posted();
     if (stopping_.load()) break;
     if (items_dirty_) rebuild_poll_items();
+    active |= serve_marked();
     auto now = Clock::now();
     long timeout_ms = 0;
-    if (now - last_activity >= options_.spin) {
+    const bool marked = std::any_of(watched_.begin(), watched_.end(), [](const Watched& w) { return w.check; });
+    if (!marked && now - last_activity >= options_.spin) {
       auto until = std::min(cb_.next_deadline(), now + std::chrono::milliseconds(100));
       timeout_ms = std::max<long>(0, std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count() + 1);
       sleeping_.store(true);
@@ -234,21 +275,15 @@ void IoLoop::run() {
         if (!posted_.empty() || stopping_.load()) timeout_ms = 0;
       }
     }
-    int ready = zmq::poll(items_.data(), items_.size(), std::chrono::milliseconds(timeout_ms));
+    const int ready = ::poll(fds_.data(), fds_.size(), static_cast<int>(timeout_ms));
     sleeping_.store(false);
     if (ready > 0) {
-      active = true;
-      if (items_[0].revents & ZMQ_POLLIN) {
+      if (fds_[0].revents & POLLIN) {
         std::uint64_t v;
         (void)!::read(wake_fd_, &v, sizeof(v));
       }
-      if (items_[1].revents & ZMQ_POLLIN) drain_router();
-      for (std::size_t i = 2; i < items_.size(); ++i) {
-        if (!(items_[i].revents & ZMQ_POLLIN)) continue;
-        const int tag = item_peer_[i];
-        if (tag & (1 << 30)) read_monitor(tag & ~(1 << 30));
-        else drain_peer(tag);
-      }
+      for (std::size_t i = 1; i < fds_.size(); ++i)
+        if (fds_[i].revents & (POLLIN | POLLERR | POLLHUP)) watched_[i - 1].check = true;
     }
     now = Clock::now();
     if (active) last_activity = now;

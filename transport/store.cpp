@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "transport/detail/zmq_context.h"
+#include "common/thread_name.h"
 
 namespace distrl::transport {
 namespace {
@@ -202,7 +203,10 @@ StoreServer::StoreServer(const std::string& endpoint) : impl_(std::make_unique<I
   std::string wake = "inproc://distrl-store-" + std::to_string(reinterpret_cast<std::uintptr_t>(this));
   impl_->wake_pull.bind(wake);
   impl_->wake_push.connect(wake);
-  impl_->thread = std::thread([this] { impl_->run(); });
+  impl_->thread = std::thread([this] {
+    name_this_thread("distrl-store");
+    impl_->run();
+  });
 }
 
 StoreServer::~StoreServer() {

@@ -3,6 +3,7 @@
 #include <exception>
 
 #include "common/log.h"
+#include "common/thread_name.h"
 
 namespace distrl::transport {
 
@@ -16,7 +17,10 @@ std::chrono::microseconds future_spin() { return std::chrono::microseconds(g_spi
 ThreadPool::ThreadPool(int threads, std::string name) : name_(std::move(name)) {
   if (threads < 1) threads = 1;
   workers_.reserve(threads);
-  for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { run(); });
+  for (int i = 0; i < threads; ++i) workers_.emplace_back([this] {
+      name_this_thread(name_.empty() ? "distrl-pool" : name_);
+      run();
+    });
 }
 
 ThreadPool::~ThreadPool() { stop(); }

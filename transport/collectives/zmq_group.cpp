@@ -26,6 +26,7 @@
 
 #include "transport/detail/tensor_wire.h"
 #include "transport/detail/wire_codec.h"
+#include "common/thread_name.h"
 
 namespace distrl::transport::detail {
 namespace {
@@ -120,7 +121,10 @@ class ZmqGroup final : public ProcessGroup {
       return nullptr;
     }
     Future<void> f = task.done.get_future();
-    if (!worker_.joinable()) worker_ = std::thread([this] { work(); });
+    if (!worker_.joinable()) worker_ = std::thread([this] {
+      name_this_thread("distrl-group");
+      work();
+    });
     queue_.push_back(std::move(task));
     cv_.notify_all();
     lock.unlock();
