@@ -45,7 +45,12 @@ bool Batcher::should_close_locked() const {
 
 Batcher::Batch Batcher::take_locked(Reason why) {
   Batch b = std::move(open_);
-  open_ = Batch{};
+  open_ = std::move(spare_);
+  open_.obs.clear();
+  open_.requests.clear();
+  open_.rows = 0;
+  open_.active_asked = 0;
+  spare_ = Batch{};
   std::fill(asked_.begin(), asked_.end(), 0);
   ++stats_.batches;
   stats_.rows += b.rows;
@@ -54,6 +59,7 @@ Batcher::Batch Batcher::take_locked(Reason why) {
     case Reason::Full: ++stats_.closed_full; break;
     case Reason::Timeout: ++stats_.closed_timeout; break;
     case Reason::Inactive: ++stats_.closed_inactive; break;
+    case Reason::Read: ++stats_.closed_read; break;
   }
   return b;
 }
@@ -90,7 +96,7 @@ transport::Future<rl::ActReply> Batcher::submit(int observer, std::vector<float>
       cv_.notify_all();
     }
   }
-  if (close) run(std::move(ready));
+  if (close) run(ready);
   return f;
 }
 
@@ -110,7 +116,7 @@ void Batcher::set_active(int observer, bool active) {
       close = true;
     }
   }
-  if (close) run(std::move(ready));
+  if (close) run(ready);
 }
 
 int Batcher::active_count() const {
@@ -123,7 +129,18 @@ BatchStats Batcher::stats() const {
   return stats_;
 }
 
-void Batcher::run(Batch batch) {
+void Batcher::flush() {
+  if (options_.close != BatchOptions::Close::WhenRead) return;
+  Batch ready;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (open_.requests.empty()) return;
+    ready = take_locked(Reason::Read);
+  }
+  run(ready);
+}
+
+void Batcher::run(Batch& batch) {
   rl::ActReply all;
   try {
     all = forward_(batch.obs.data(), batch.rows);
@@ -131,13 +148,25 @@ void Batcher::run(Batch batch) {
   } catch (...) {
     auto err = std::current_exception();
     for (auto& r : batch.requests) r.promise.set_error(err);
+    recycle(std::move(batch));
     return;
   }
-  std::size_t at = 0;
-  for (auto& r : batch.requests) {
-    r.promise.set_value(all.slice(static_cast<int>(at), r.rows));
-    at += r.rows;
+  if (batch.requests.size() == 1) {
+    batch.requests.front().promise.set_value(std::move(all));  // the whole answer: no copy
+  } else {
+    std::size_t at = 0;
+    for (auto& r : batch.requests) {
+      r.promise.set_value(all.slice(static_cast<int>(at), r.rows));
+      at += r.rows;
+    }
   }
+  recycle(std::move(batch));
+}
+
+void Batcher::recycle(Batch&& batch) {
+  batch.requests.clear();  // the promises are done with
+  std::lock_guard<std::mutex> lock(mu_);
+  if (spare_.obs.capacity() < batch.obs.capacity()) spare_ = std::move(batch);
 }
 
 void Batcher::timer_loop() {
@@ -155,7 +184,7 @@ void Batcher::timer_loop() {
     }
     Batch ready = take_locked(Reason::Timeout);
     lock.unlock();
-    run(std::move(ready));
+    run(ready);
     lock.lock();
   }
 }

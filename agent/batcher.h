@@ -1,13 +1,15 @@
 // Gathers select_action requests from many observers into one forward pass.
 //
 // A batch closes when (1) every active observer has a request in it, (2) it holds max_batch
-// rows, or (3) max_wait has passed since its first request, so a slow or dead observer
-// delays the others by at most max_wait (PyTorch's tutorial waits for all, forever). The
-// forward runs on the thread that closed the batch, one of four: the thread of the request that
-// completed it (the RPC I/O loop when served inline, else a pool thread), the batcher's timer
-// thread (max_wait), or the caller of set_active(..., false). Each request's future gets its
-// own rows of the answer, completed on that same thread. docs/threads.md says why the I/O loop
-// may run it.
+// rows, (3) max_wait has passed since its first request, so a slow or dead observer delays the
+// others by at most max_wait (PyTorch's tutorial waits for all, forever), or (4) flush() is
+// called: with Close::WhenRead the agent calls it once the RPC I/O thread has read every request
+// waiting for it, so a batch is whatever arrived together and nobody waits for the slowest.
+// The forward runs on the thread that closed the batch, one of five: the thread of the request
+// that completed it (the RPC I/O loop when served inline, else a pool thread), the batcher's
+// timer thread (max_wait), the caller of set_active(..., false) or of flush(). Each request's
+// future gets its own rows of the answer, completed on that same thread. docs/threads.md says
+// why the I/O loop may run it.
 #pragma once
 
 #include <chrono>
@@ -24,13 +26,17 @@
 namespace distrl::agent {
 
 struct BatchOptions {
+  // AllAsked: lock-step like the tutorial (every active observer, bounded by max_wait).
+  // WhenRead: also closes at flush(): the requests that arrived together, no waiting.
+  enum class Close { AllAsked, WhenRead };
   int max_batch = 256;                         // rows per forward pass
   std::chrono::microseconds max_wait{5000};    // since the batch's first request
+  Close close = Close::AllAsked;
 };
 
 struct BatchStats {
   std::uint64_t batches = 0, requests = 0, rows = 0;
-  std::uint64_t closed_all_asked = 0, closed_full = 0, closed_timeout = 0, closed_inactive = 0;
+  std::uint64_t closed_all_asked = 0, closed_full = 0, closed_timeout = 0, closed_inactive = 0, closed_read = 0;
   double mean_rows() const { return batches ? static_cast<double>(rows) / batches : 0.0; }
 };
 
@@ -52,6 +58,9 @@ class Batcher {
   // inactive one (finished, or dead).
   void set_active(int observer, bool active);
   int active_count() const;
+  // Closes the open batch now if it holds a request (Close::WhenRead; a no-op otherwise) and
+  // runs its forward on the calling thread.
+  void flush();
   BatchStats stats() const;
   // Fails pending requests and stops the timer thread. Idempotent.
   void stop();
@@ -68,12 +77,13 @@ class Batcher {
     int active_asked = 0;
     std::chrono::steady_clock::time_point first;
   };
-  enum class Reason { AllAsked, Full, Timeout, Inactive };
+  enum class Reason { AllAsked, Full, Timeout, Inactive, Read };
 
   // Closes the open batch if a condition holds; returns it (empty when it stays open).
   bool should_close_locked() const;
   Batch take_locked(Reason why);
-  void run(Batch batch);
+  void run(Batch& batch);  // then hands the batch's buffers back for the next one
+  void recycle(Batch&& batch);
   void timer_loop();
 
   const int obs_dim_;
@@ -85,6 +95,7 @@ class Batcher {
   std::vector<std::uint8_t> asked_;  // observer has a request in the open batch
   int active_count_ = 0;
   Batch open_;
+  Batch spare_;  // a finished batch's buffers (capacity kept): no allocations per batch
   BatchStats stats_;
   bool stopped_ = false;
   bool timer_idle_ = false;  // the timer waits with no deadline: the next open batch must wake it

@@ -58,12 +58,19 @@ void RlAgent::serve(transport::RpcAgent& rpc) {
     BatchOptions bo;
     bo.max_batch = cfg_.max_batch;
     bo.max_wait = std::chrono::microseconds(cfg_.max_wait_us);
+    if (cfg_.batch_close == "read") {
+      if (!cfg_.serve_inline)
+        throw ConfigError("agent.batch_close: read needs agent.serve_inline: true (the batch closes when the I/O "
+                          "thread has read every request, so the requests must be served there)");
+      bo.close = BatchOptions::Close::WhenRead;
+    }
     batcher_ = std::make_unique<Batcher>(obs_dim_, observers, bo,
                                          [actor](const float* obs, int rows) { return actor->act(obs, rows); });
     Batcher* b = batcher_.get();
     rpc.register_function(rl::kSelectAction, [b](int observer, std::vector<float> obs) {
       return b->submit(observer, std::move(obs));
     }, where);
+    if (bo.close == BatchOptions::Close::WhenRead) rpc.after_requests_read([b] { b->flush(); });
   } else {
     const int dim = obs_dim_;
     rpc.register_function(rl::kSelectAction, [actor, dim](int observer, std::vector<float> obs) {

@@ -17,6 +17,10 @@ void bind(Settings& s, RlConfig& c) {
   s.bind("agent.max_batch", &c.max_batch, "batched: rows that close a batch").range(1, 1 << 20);
   s.bind("agent.max_wait_us", &c.max_wait_us, "batched: longest wait after a batch's first request")
       .range(0, 60000000);
+  s.bind("agent.batch_close", &c.batch_close,
+         "batched: all = a batch waits for every active observer (the tutorial's lock-step, max_wait at most); "
+         "read = it closes once the I/O thread has read every waiting request (needs serve_inline)")
+      .choices({"all", "read"});
   s.bind("agent.torch_threads", &c.torch_threads, "LibTorch intra-op threads on the agent").range(1, 256);
   s.bind("agent.serve_inline", &c.serve_inline,
          "answer select_action on the RPC I/O thread: two thread hand-offs fewer per request");

@@ -27,6 +27,7 @@ struct RlConfig {
   std::string mode = "batched";
   int max_batch = 256;
   int max_wait_us = 5000;
+  std::string batch_close = "all";  // all: lock-step over the active observers; read: what arrived together
   int torch_threads = 1;
   bool serve_inline = true;  // select_action on the RPC I/O thread (no hand-off to the pool)
   // model

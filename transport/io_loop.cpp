@@ -262,7 +262,10 @@ void IoLoop::run() {
     bool active = run_posted();
     if (stopping_.load()) break;
     if (items_dirty_) rebuild_poll_items();
-    active |= serve_marked();
+    if (serve_marked()) {
+      active = true;
+      if (cb_.on_served) guarded("finishing a round of requests", [&] { cb_.on_served(); });
+    }
     auto now = Clock::now();
     long timeout_ms = 0;
     const bool marked = std::any_of(watched_.begin(), watched_.end(), [](const Watched& w) { return w.check; });

@@ -54,6 +54,18 @@ TEST_P(RlRunTest, AgentAndTwoObserversRunEpisodesAndShutDownCleanly) {
 
 INSTANTIATE_TEST_SUITE_P(Modes, RlRunTest, ::testing::Values("batched", "unbatched"));
 
+TEST(RlRunTest, BatchesClosedWhenTheRequestsAreReadAndThatModeNeedsInlineServing) {
+  distrl::testing::TempDir dir;
+  auto r = launch("--config " + kConfig + " observers=3 agent.batch_close=read learner.episodes=4 learner.max_steps=40 "
+                  "run.out_dir=" + dir.path());
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("Stopped after 4 rounds (12 episodes"), std::string::npos) << r.output;
+  r = launch("--config " + kConfig + " observers=2 agent.batch_close=read agent.serve_inline=false run.out_dir=" +
+             dir.path() + "/pool");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("agent.batch_close: read needs agent.serve_inline: true"), std::string::npos) << r.output;
+}
+
 // metrics.csv as rows of numbers (header dropped); columns as in the header below.
 std::vector<std::vector<double>> read_metrics(const std::string& path) {
   std::ifstream in(path);

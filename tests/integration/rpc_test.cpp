@@ -212,6 +212,46 @@ TEST(RpcTest, AsyncExecutionAnswersWhenTheFutureCompletes) {
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
 
+TEST(RpcTest, AfterRequestsReadAnswersInlineRequestsThatArrivedTogether) {
+  TempDir dir;
+  auto codes = run_ranks(2, [&](int rank) {
+    std::vector<Promise<int>> queued;  // touched by the I/O thread only
+    std::thread::id io_thread;
+    bool wrong_thread = false;
+    RpcAgent agent(rpc_options(dir, rank, 2), [&](RpcAgent& a) {
+      a.register_function("queue", [&](int) {
+        io_thread = std::this_thread::get_id();
+        queued.emplace_back();
+        return queued.back().get_future();
+      }, RunOn::IoThread);
+      a.after_requests_read([&] {
+        if (!queued.empty() && std::this_thread::get_id() != io_thread) wrong_thread = true;
+        const int n = static_cast<int>(queued.size());
+        for (auto& p : queued) p.set_value(n);  // each learns the size of its batch
+        queued.clear();
+      });
+      a.register_function("wrong_thread", [&] { return wrong_thread; }, RunOn::IoThread);
+    });
+    if (rank == 0) {
+      expect(agent.rpc_sync<int>(1, "queue", 0) == 1, "a lone request is answered at once");
+      std::vector<Future<int>> fs;
+      for (int i = 0; i < 64; ++i) fs.push_back(agent.rpc_async<int>(1, "queue", i));
+      int batches_total = 0;
+      for (auto& f : fs) {
+        const int n = f.value();
+        expect(n >= 1 && n <= 64, "a batch size in [1, 64]");
+        batches_total += 1;
+      }
+      expect(batches_total == 64, "every request answered");
+      expect(!agent.rpc_sync<bool>(1, "wrong_thread"), "the hook runs on the I/O thread");
+      expect_throw<distrl::Error>([&] { agent.after_requests_read([] {}); }, "set after start");
+    }
+    agent.shutdown();
+    return 0;
+  });
+  EXPECT_EQ(codes, (std::vector<int>{0, 0}));
+}
+
 TEST(RpcTest, ErrorsAreTyped) {
   TempDir dir;
   auto codes = run_ranks(2, [&](int rank) {

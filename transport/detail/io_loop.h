@@ -35,6 +35,9 @@ class IoLoop {
     std::function<void(int peer, Frames&& frames)> on_reply;                       // at a DEALER
     std::function<void(int peer, const std::string& why)> on_peer_down;
     std::function<void(Clock::time_point now)> on_tick;                            // after each round
+    // After a round that read messages: every request that had arrived by then has been served
+    // (optional; the RL batcher closes a batch here).
+    std::function<void()> on_served;
     std::function<Clock::time_point()> next_deadline;
     // A message refused before any callback saw it (too many frames), or a callback that threw:
     // counted and reported by the owner; the loop goes on.

@@ -121,6 +121,12 @@ class RpcAgent {
   // transport/message_hooks.h. Call in the setup callback; one set of hooks per agent.
   void set_hooks(std::shared_ptr<MessageHooks> hooks) { core_->set_hooks(std::move(hooks)); }
   MessageHooks* hooks() const { return core_->hooks(); }
+  // fn runs on the I/O thread after each round in which it read messages: by then every request
+  // that had arrived has been handed to its handler (RunOn::IoThread ones have run). For a
+  // RunOn::IoThread handler that queues its requests: answer the queue here, and requests that
+  // arrived together are answered together without waiting for more. Must return at once;
+  // what it throws is counted and logged. Call in the setup callback; one per agent.
+  void after_requests_read(std::function<void()> fn) { core_->after_requests_read(std::move(fn)); }
 
   // Graceful: waits until every worker has called shutdown() and all their calls are done
   // (like torch's rpc.shutdown()), then stops. Throws TimeoutError if peers never arrive

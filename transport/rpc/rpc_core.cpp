@@ -87,6 +87,12 @@ void RpcCore::set_hooks(std::shared_ptr<MessageHooks> hooks) {
 
 MessageHooks* RpcCore::hooks() const { return s_->hooks.get(); }
 
+void RpcCore::after_requests_read(std::function<void()> fn) {
+  if (s_->running.load())
+    throw Error("rpc: after_requests_read must be called in the agent's setup callback, before any peer can send");
+  s_->after_requests_read = std::move(fn);
+}
+
 void attach_hooks(RpcCore::State& s, InMessage& m) {
   if (!s.hooks || m.header.ctx < 0 || m.header.rg.empty()) return;
   m.frames->hooks = s.hooks;
@@ -421,6 +427,9 @@ void RpcCore::start(const std::function<void()>& before_publish) {
   cb.on_reply = [sp](int peer, IoLoop::Frames&& f) { on_reply(*sp, peer, std::move(f)); };
   cb.on_peer_down = [sp](int peer, const std::string& why) { on_peer_down(*sp, peer, why); };
   cb.on_tick = [sp](Clock::time_point now) { expire(*sp, now); };
+  cb.on_served = [sp] {  // set by the setup callback, which runs below, before the loop starts
+    if (sp->after_requests_read) sp->after_requests_read();
+  };
   cb.on_dropped = [sp](const std::string& what) { count_bad(*sp, what, false); };
   cb.next_deadline = [sp] { return sp->deadlines.empty() ? Clock::time_point::max() : sp->deadlines.begin()->first; };
   s.io = std::make_unique<IoLoop>(s.ctx, IoLoop::Options{s.opts.limits.max_message_bytes, s.opts.limits.max_frames + 2, s.opts.io_spin}, std::move(cb));

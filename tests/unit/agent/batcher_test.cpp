@@ -111,6 +111,41 @@ TEST(BatcherTest, FullBatchClosesAtMaxRows) {
   EXPECT_EQ(b.stats().closed_full, 1u);
 }
 
+TEST(BatcherTest, WhenReadAFlushAnswersWhatArrivedTogetherWithoutWaitingForTheOthers) {
+  FakeForward fwd;
+  Batcher b(2, 8, BatchOptions{256, 60s, BatchOptions::Close::WhenRead}, fwd.fn());
+  for (int i = 0; i < 8; ++i) b.set_active(i, true);
+  b.flush();  // nothing open: no forward
+  EXPECT_EQ(fwd.calls.load(), 0);
+  for (int round = 0; round < 3; ++round) {  // buffers of a finished batch serve the next one
+    auto f0 = b.submit(0, {1, 0, 2, 0});
+    auto f3 = b.submit(3, {7, 5});
+    EXPECT_FALSE(f0.done());
+    b.flush();  // 2 of 8 observers asked: answered now, in one forward
+    ASSERT_TRUE(f0.done());
+    ASSERT_TRUE(f3.done());
+    EXPECT_EQ(f0.value().actions, (std::vector<std::int32_t>{1, 2}));
+    EXPECT_EQ(f3.value().actions, (std::vector<std::int32_t>{7}));
+    EXPECT_EQ(f3.value().log_probs, (std::vector<float>{-5}));
+  }
+  EXPECT_EQ(fwd.calls.load(), 3);
+  EXPECT_EQ(b.stats().closed_read, 3u);
+  EXPECT_EQ(b.stats().rows, 9u);
+}
+
+TEST(BatcherTest, FlushIsANoOpInLockStep) {
+  FakeForward fwd;
+  Batcher b(2, 2, BatchOptions{256, 60s}, fwd.fn());
+  b.set_active(0, true);
+  b.set_active(1, true);
+  auto f0 = b.submit(0, {1, 0});
+  b.flush();
+  EXPECT_FALSE(f0.done());
+  auto f1 = b.submit(1, {2, 0});
+  ASSERT_TRUE(f0.wait_for(5s));
+  EXPECT_EQ(fwd.calls.load(), 1);
+}
+
 TEST(BatcherTest, ForwardErrorsReachEveryRequester) {
   Batcher b(2, 2, BatchOptions{256, 60s}, [](const float*, int) -> rl::ActReply { throw ModelError("boom"); });
   b.set_active(0, true);

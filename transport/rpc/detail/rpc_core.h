@@ -75,6 +75,7 @@ class RpcCore : public std::enable_shared_from_this<RpcCore> {
   void add_callable(const std::string& name, Callable c);
   void set_hooks(std::shared_ptr<MessageHooks> hooks);  // see RpcAgent::set_hooks
   MessageHooks* hooks() const;
+  void after_requests_read(std::function<void()> fn);  // see RpcAgent::after_requests_read
   // An owner reference to a local object (see RpcAgent::make_rref).
   std::uint64_t adopt_object(std::shared_ptr<void> value, std::type_index type,
                              std::function<void(const void*, Packer&)> pack);

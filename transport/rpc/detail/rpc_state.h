@@ -88,6 +88,8 @@ struct RpcCore::State {
 
   // Set once in setup, before any traffic (RpcAgent::set_hooks); read by every thread after.
   std::shared_ptr<MessageHooks> hooks;
+  // Set once in setup (RpcAgent::after_requests_read); run by the I/O thread only.
+  std::function<void()> after_requests_read;
 
   std::atomic<std::uint64_t> calls_sent{0}, calls_served{0}, bad{0}, dropped{0}, timeouts{0};
   RateLimiter bad_log{std::chrono::milliseconds(1000)};
