@@ -29,10 +29,10 @@ int int_setting(const std::string& config, const YAML::Node& root, const std::ve
     const auto dot = key.find('.', start);
     const std::string part = key.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     if (!n.IsMap() || !n[part]) {
-      n = YAML::Node();
+      n.reset();
       break;
     }
-    n = n[part];
+    n.reset(n[part]);  // rebinds; `n = n[part]` would overwrite the node n shares with root
     if (dot == std::string::npos) break;
     start = dot + 1;
   }
@@ -90,11 +90,18 @@ void configure_config_launch(const std::string& config, const std::vector<std::s
   tail.insert(tail.end(), overrides.begin(), overrides.end());
   if (root.IsMap() && root["workload"]) {  // a workload with roles: its own tool on every rank
     const std::string workload = root["workload"].IsScalar() ? root["workload"].as<std::string>() : "";
-    if (workload != "rnn_dist_autograd")
-      throw ConfigError(config + ": workload: '" + workload + "' is not known (known: rnn_dist_autograd)");
-    on_every_rank(tool("distrl-rnn"), tail, o);
-    o->nproc = int_setting(config, root, overrides, "roles.trainers", 1) + 1;  // rank 0 is the ps
-    return;
+    if (workload == "rnn_dist_autograd") {
+      on_every_rank(tool("distrl-rnn"), tail, o);
+      o->nproc = int_setting(config, root, overrides, "roles.trainers", 1) + 1;  // rank 0 is the ps
+      return;
+    }
+    if (workload == "ps_batch_update") {
+      on_every_rank(tool("distrl-ps"), tail, o);
+      o->nproc = int_setting(config, root, overrides, "roles.servers", 1) +
+                 int_setting(config, root, overrides, "roles.trainers", 2);
+      return;
+    }
+    throw ConfigError(config + ": workload: '" + workload + "' is not known (known: rnn_dist_autograd, ps_batch_update)");
   }
   if (root.IsMap() && root["dist"]) {  // supervised training: distrl-train on every rank
     on_every_rank(tool("distrl-train"), tail, o);

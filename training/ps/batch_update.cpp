@@ -1,0 +1,160 @@
+#include "training/ps/batch_update.h"
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <thread>
+
+#include "common/error.h"
+#include "common/plot.h"
+#include "models/nets.h"
+#include "models/resnet.h"
+#include "training/ps/client.h"
+
+namespace distrl::training::ps {
+
+using Clock = std::chrono::steady_clock;
+
+std::shared_ptr<models::PolicyNet> build_model(const PsConfig& cfg) {
+  torch::manual_seed(cfg.seed);
+  if (cfg.model == "resnet50") {
+    if (cfg.channels != 3) throw ConfigError("model.channels: resnet50 takes 3-channel images");
+    return models::make_resnet50(cfg.classes);
+  }
+  models::NetSpec spec;
+  spec.name = "mlp";
+  spec.inputs = cfg.channels * cfg.image_size * cfg.image_size;
+  spec.outputs = cfg.classes;
+  spec.hidden = cfg.hidden;
+  return models::make_net(spec);
+}
+
+Batch synthetic_batch(const PsConfig& cfg, int trainer, int round) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(
+      static_cast<std::uint64_t>(cfg.seed) * 1000003ull + static_cast<std::uint64_t>(trainer) * 7919ull + round);
+  Batch b;
+  b.images = torch::randn({cfg.batch_size, cfg.channels, cfg.image_size, cfg.image_size}, gen);
+  b.labels = torch::randint(0, cfg.classes, {cfg.batch_size}, gen, torch::kLong);
+  return b;
+}
+
+std::shared_ptr<ShardServer> setup_rank(transport::RpcAgent& agent, const PsConfig& cfg) {
+  if (agent.rank() >= cfg.servers) return nullptr;
+  auto server = std::make_shared<ShardServer>(agent.rank(), cfg.servers, cfg.trainers, cfg.servers, cfg.server_options());
+  ShardServer::register_on(agent, server);
+  return server;
+}
+
+namespace {
+
+void write_stats_csv(const std::string& path, const std::vector<ShardStats>& shards) {
+  std::ofstream out(path);
+  out << "shard,key,table,pushes,pulls,bytes_in,bytes_out,updates,hot_rows\n";
+  for (const auto& s : shards)
+    for (const auto& k : s.keys) {
+      out << s.shard << "," << k.name << "," << k.table << "," << k.pushes << "," << k.pulls << "," << k.bytes_in << ","
+          << k.bytes_out << "," << k.updates << ",";
+      for (std::size_t i = 0; i < k.hot_rows.size(); ++i) out << (i ? " " : "") << k.hot_rows[i] << ":" << k.hot_row_pushes[i];
+      out << "\n";
+    }
+  out << "\nshard,trainer,pushes,late,clock,max_staleness,gone\n";
+  for (const auto& s : shards)
+    for (const auto& t : s.trainers)
+      out << s.shard << "," << t.trainer << "," << t.pushes << "," << t.late << "," << t.clock << "," << t.max_staleness
+          << "," << t.gone << "\n";
+  if (!out) throw Error("cannot write " + path + " (is the disk full?)");
+}
+
+void serve(const PsConfig& cfg, transport::RpcAgent& agent, ShardServer& server) {
+  server.start(agent);
+  std::cout << "ps shard " << agent.rank() << "/" << cfg.servers << ": serving " << cfg.trainers << " trainer(s), "
+            << cfg.consistency << (cfg.consistency == "sync" ? " quorum " + std::to_string(cfg.quorum) : "") << ", "
+            << cfg.optimizer << " lr " << cfg.lr << std::endl;
+  server.wait_for_trainers();
+  const ShardStats s = server.stats();
+  std::cout << "ps shard " << agent.rank() << ": " << s.rounds << " round(s) (" << s.closed_quorum << " at quorum, "
+            << s.closed_timeout << " at max_wait, " << s.closed_departure << " when a trainer left); every trainer done"
+            << std::endl;
+  server.stop();
+}
+
+}  // namespace
+
+void run_batch_update(const PsConfig& cfg, const std::string& config_yaml, transport::RpcAgent& agent,
+                      const std::shared_ptr<ShardServer>& server) {
+  torch::set_num_threads(cfg.torch_threads);
+  if (agent.world_size() != cfg.servers + cfg.trainers)
+    throw ConfigError("roles: " + std::to_string(cfg.servers) + " server(s) + " + std::to_string(cfg.trainers) +
+                      " trainer(s) need a world of " + std::to_string(cfg.servers + cfg.trainers) + ", not " +
+                      std::to_string(agent.world_size()));
+  if (server) return serve(cfg, agent, *server);
+
+  const int trainer = agent.rank() - cfg.servers;
+  const bool lead = trainer == 0;
+  auto model = build_model(cfg);
+  model->train();
+  std::vector<std::string> names;
+  std::vector<torch::Tensor> params;
+  for (auto& kv : model->named_parameters()) {
+    names.push_back(kv.key());
+    params.push_back(kv.value());
+  }
+  PsClient ps(agent, ClientOptions{trainer, cfg.servers, 0});
+  for (std::size_t i = 0; i < names.size(); ++i) ps.declare(names[i], params[i]);
+  auto load = [&](const std::vector<torch::Tensor>& values) {
+    torch::NoGradGuard no_grad;
+    for (std::size_t i = 0; i < params.size(); ++i) params[i].copy_(values[i]);
+  };
+  load(ps.pull(names));  // the tutorial's get_model()
+
+  std::ofstream metrics;
+  if (lead) {
+    std::filesystem::create_directories(cfg.out_dir);
+    std::ofstream(cfg.out_dir + "/config.yaml") << config_yaml;
+    metrics.open(cfg.out_dir + "/metrics.csv");
+    if (!metrics) throw Error("cannot write " + cfg.out_dir + "/metrics.csv (check run.out_dir)");
+    metrics << "round,loss,round_ms,compute_ms,dropped\n";
+    std::cout << "trainer 0: " << cfg.trainers << " trainer(s), " << cfg.servers << " server(s), model " << cfg.model
+              << " (" << names.size() << " tensors), " << cfg.rounds << " rounds of batch " << cfg.batch_size << std::endl;
+  }
+  const auto start = Clock::now();
+  int dropped = 0;
+  for (int r = 0; r < cfg.rounds; ++r) {
+    const auto t0 = Clock::now();
+    const Batch b = synthetic_batch(cfg, trainer, r);
+    model->zero_grad();
+    torch::Tensor loss = torch::nn::functional::cross_entropy(model->forward(b.images), b.labels);
+    loss.backward();
+    if (trainer == cfg.slow_trainer && cfg.slow_ms > 0)
+      std::this_thread::sleep_for(std::chrono::microseconds(static_cast<long long>(cfg.slow_ms * 1000)));
+    std::vector<torch::Tensor> grads;
+    for (auto& p : params) grads.push_back(p.grad().defined() ? p.grad() : torch::zeros_like(p));
+    const auto t1 = Clock::now();
+    PushResult res = ps.push(names, grads, /*fetch=*/true);  // the tutorial's update_and_fetch_model
+    load(res.values);
+    dropped += res.dropped;
+    const auto t2 = Clock::now();
+    if (lead) {
+      const double round_ms = std::chrono::duration<double, std::milli>(t2 - t0).count();
+      const double compute_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
+      metrics << r + 1 << "," << loss.item<double>() << "," << round_ms << "," << compute_ms << "," << res.dropped << "\n";
+      if ((r + 1) % cfg.log_interval == 0 || r + 1 == cfg.rounds)
+        std::cout << "round " << std::setw(5) << r + 1 << "/" << cfg.rounds << "  loss " << std::fixed
+                  << std::setprecision(4) << loss.item<double>() << "  round " << std::setprecision(1) << round_ms
+                  << " ms (compute " << compute_ms << " ms)" << std::defaultfloat << std::endl;
+    }
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (lead) {
+    metrics.close();
+    torch::save(ps.pull(names), cfg.out_dir + "/params.pt");
+    write_stats_csv(cfg.out_dir + "/ps_stats.csv", ps.stats());
+    std::cout << "trainer 0: " << cfg.rounds << " rounds in " << std::setprecision(3) << seconds << " s ("
+              << cfg.rounds / seconds << " rounds/s); " << dropped << " late push(es) dropped; wrote " << cfg.out_dir
+              << "/{metrics.csv,ps_stats.csv,params.pt,config.yaml}" << std::endl;
+  }
+  ps.bye();
+}
+
+}  // namespace distrl::training::ps

@@ -1,0 +1,192 @@
+#include "training/ps/client.h"
+
+#include <torch/torch.h>
+
+#include "common/error.h"
+
+namespace distrl::training::ps {
+
+namespace {
+
+std::uint64_t fnv1a(const std::string& s) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+}  // namespace
+
+PsClient::PsClient(transport::RpcAgent& agent, ClientOptions options) : agent_(agent), opt_(options) {
+  if (opt_.shards < 1) throw ConfigError("ps: at least one server shard is needed");
+  rounds_.assign(opt_.shards, 0);
+}
+
+int PsClient::shard_of(const std::string& key) const {
+  return opt_.shards == 1 ? 0 : static_cast<int>(fnv1a(key) % static_cast<std::uint64_t>(opt_.shards));
+}
+
+void PsClient::declare(const std::string& name, const at::Tensor& init) {
+  DeclareRequest r;
+  r.name = name;
+  r.init = init.detach().contiguous();
+  agent_.rpc_sync<std::int64_t>(rank_of(shard_of(name)), kDeclare, r);
+}
+
+void PsClient::declare_table(const std::string& name, const at::Tensor& init) {
+  if (init.dim() != 2) throw ArgumentError("ps: table '" + name + "' must be [rows, dim]");
+  const std::int64_t rows = init.size(0), S = opt_.shards;
+  std::vector<transport::Future<std::int64_t>> fs;
+  for (int k = 0; k < opt_.shards; ++k) {
+    DeclareRequest r;
+    r.name = name;
+    r.table = true;
+    r.global_rows = rows;
+    // Local row j of shard k is global row j * S + k.
+    r.init = init.detach().slice(0, k, rows, S).contiguous();
+    fs.push_back(agent_.rpc_async<std::int64_t>(rank_of(k), kDeclare, r));
+  }
+  for (auto& f : fs) f.value();
+  table_rows_[name] = rows;
+  table_dim_[name] = init.size(1);
+}
+
+std::vector<at::Tensor> PsClient::pull(const std::vector<std::string>& names) {
+  std::vector<std::vector<std::size_t>> where(opt_.shards);
+  std::vector<PullRequest> reqs(opt_.shards);
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const int k = shard_of(names[i]);
+    where[k].push_back(i);
+    reqs[k].names.push_back(names[i]);
+  }
+  std::vector<transport::Future<PullReply>> fs(opt_.shards);
+  for (int k = 0; k < opt_.shards; ++k)
+    if (!reqs[k].names.empty()) fs[k] = agent_.rpc_async<PullReply>(rank_of(k), kPull, reqs[k]);
+  std::vector<at::Tensor> out(names.size());
+  for (int k = 0; k < opt_.shards; ++k) {
+    if (reqs[k].names.empty()) continue;
+    PullReply r = fs[k].value();
+    if (r.values.size() != where[k].size())
+      throw ProtocolError("ps shard " + std::to_string(k) + " answered a pull of " + std::to_string(where[k].size()) +
+                          " keys with " + std::to_string(r.values.size()));
+    rounds_[k] = std::max(rounds_[k], r.round);
+    for (std::size_t j = 0; j < where[k].size(); ++j) out[where[k][j]] = std::move(r.values[j]);
+  }
+  return out;
+}
+
+PushResult PsClient::push(const std::vector<std::string>& names, const std::vector<at::Tensor>& grads, bool fetch) {
+  if (names.size() != grads.size())
+    throw ArgumentError("ps: push of " + std::to_string(names.size()) + " keys with " + std::to_string(grads.size()) +
+                        " gradients");
+  std::vector<std::vector<std::size_t>> where(opt_.shards);
+  std::vector<PushRequest> reqs(opt_.shards);
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const int k = shard_of(names[i]);
+    where[k].push_back(i);
+    reqs[k].names.push_back(names[i]);
+    reqs[k].grads.push_back(grads[i].detach().contiguous());
+  }
+  std::vector<transport::Future<PushReply>> fs(opt_.shards);
+  for (int k = 0; k < opt_.shards; ++k) {
+    if (reqs[k].names.empty()) continue;
+    reqs[k].trainer = opt_.trainer;
+    reqs[k].round = rounds_[k];
+    reqs[k].fetch = fetch;
+    fs[k] = agent_.rpc_async<PushReply>(rank_of(k), kPush, reqs[k]);
+  }
+  PushResult out;
+  if (fetch) out.values.resize(names.size());
+  for (int k = 0; k < opt_.shards; ++k) {
+    if (reqs[k].names.empty()) continue;
+    PushReply r = fs[k].value();
+    rounds_[k] = std::max(rounds_[k], r.round);
+    out.dropped += r.dropped ? 1 : 0;
+    if (!fetch) continue;
+    if (r.values.size() != where[k].size())
+      throw ProtocolError("ps shard " + std::to_string(k) + " answered a push of " + std::to_string(where[k].size()) +
+                          " keys with " + std::to_string(r.values.size()) + " values");
+    for (std::size_t j = 0; j < where[k].size(); ++j) out.values[where[k][j]] = std::move(r.values[j]);
+  }
+  return out;
+}
+
+PsClient::Split PsClient::split_rows(const std::string& table, const at::Tensor& rows) const {
+  auto it = table_rows_.find(table);
+  if (it == table_rows_.end())
+    throw ArgumentError("ps: table '" + table + "' was not declared by this trainer (declare_table it first)");
+  if (!rows.defined() || rows.dim() != 1 || rows.scalar_type() != at::kLong)
+    throw ArgumentError("ps: rows of table '" + table + "' must be an int64 vector");
+  if (rows.numel() > 0) {
+    const std::int64_t lo = rows.min().item<std::int64_t>(), hi = rows.max().item<std::int64_t>();
+    if (lo < 0 || hi >= it->second)
+      throw ArgumentError("ps: row " + std::to_string(lo < 0 ? lo : hi) + " of table '" + table +
+                          "' is out of range [0, " + std::to_string(it->second) + ")");
+  }
+  Split s;
+  const at::Tensor shard = rows.remainder(opt_.shards);
+  for (int k = 0; k < opt_.shards; ++k) {
+    at::Tensor pos = opt_.shards == 1 ? at::arange(rows.numel(), at::kLong) : (shard == k).nonzero().squeeze(1);
+    s.positions.push_back(pos);
+    s.local_rows.push_back(rows.index_select(0, pos).div(opt_.shards, "floor"));
+  }
+  return s;
+}
+
+at::Tensor PsClient::pull_rows(const std::string& table, const at::Tensor& rows) {
+  const Split s = split_rows(table, rows);
+  std::vector<transport::Future<at::Tensor>> fs(opt_.shards);
+  for (int k = 0; k < opt_.shards; ++k)
+    if (s.positions[k].numel() > 0)
+      fs[k] = agent_.rpc_async<at::Tensor>(rank_of(k), kPullRows, RowsRequest{table, s.local_rows[k]});
+  at::Tensor out = at::empty({rows.numel(), table_dim_.at(table)});
+  for (int k = 0; k < opt_.shards; ++k) {
+    if (s.positions[k].numel() == 0) continue;
+    at::Tensor part = fs[k].value();
+    if (part.dim() != 2 || part.size(0) != s.positions[k].numel() || part.size(1) != out.size(1))
+      throw ProtocolError("ps shard " + std::to_string(k) + " answered pull_rows of table '" + table +
+                          "' with a tensor of the wrong shape");
+    if (out.scalar_type() != part.scalar_type()) out = out.to(part.scalar_type());
+    out.index_copy_(0, s.positions[k], part);
+  }
+  return out;
+}
+
+void PsClient::push_rows(const std::string& table, const at::Tensor& rows, const at::Tensor& grads) {
+  const Split s = split_rows(table, rows);
+  if (grads.dim() != 2 || grads.size(0) != rows.numel())
+    throw ArgumentError("ps: push_rows of table '" + table + "' needs one gradient row per row id");
+  const at::Tensor g = grads.detach();
+  std::vector<transport::Future<PushReply>> fs(opt_.shards);
+  for (int k = 0; k < opt_.shards; ++k) {
+    if (s.positions[k].numel() == 0) continue;
+    RowsPush p;
+    p.trainer = opt_.trainer;
+    p.round = rounds_[k];
+    p.table = table;
+    p.rows = s.local_rows[k];
+    p.grads = g.index_select(0, s.positions[k]).contiguous();
+    fs[k] = agent_.rpc_async<PushReply>(rank_of(k), kPushRows, p);
+  }
+  for (int k = 0; k < opt_.shards; ++k)
+    if (fs[k].valid()) rounds_[k] = std::max(rounds_[k], fs[k].value().round);
+}
+
+std::vector<ShardStats> PsClient::stats() {
+  std::vector<ShardStats> out;
+  for (int k = 0; k < opt_.shards; ++k) out.push_back(agent_.rpc_sync<ShardStats>(rank_of(k), kStats));
+  return out;
+}
+
+void PsClient::bye() {
+  for (int k = 0; k < opt_.shards; ++k) {
+    try {
+      agent_.rpc_sync<bool>(rank_of(k), kBye, opt_.trainer);
+    } catch (const std::exception&) {
+    }
+  }
+}
+
+}  // namespace distrl::training::ps

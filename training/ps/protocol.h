@@ -1,0 +1,102 @@
+// The parameter server's wire: the functions every server process registers and the messages
+// they take. Keys are named tensors: dense ones live whole on one shard (chosen by a hash of
+// the name), tables ([rows, dim], embeddings) are split by row over all shards (row r on shard
+// r % S, as its local row r / S). Only touched rows of a table travel (`pull_rows`,
+// `push_rows`), as raw tensor frames.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <msgpack.hpp>
+
+#include "transport/tensor.h"
+
+namespace distrl::training::ps {
+
+inline constexpr const char* kDeclare = "ps.declare";
+inline constexpr const char* kPull = "ps.pull";
+inline constexpr const char* kPush = "ps.push";
+inline constexpr const char* kPullRows = "ps.pull_rows";
+inline constexpr const char* kPushRows = "ps.push_rows";
+inline constexpr const char* kStats = "ps.stats";
+inline constexpr const char* kBye = "ps.bye";
+
+// Declares a key with its initial value (this shard's part of it). The first declaration
+// wins; a later one of the same shape is accepted and changes nothing (every trainer may
+// declare the model it built from the same seed); another shape is refused, naming the key.
+struct DeclareRequest {
+  std::string name;
+  at::Tensor init;   // dense: the whole tensor; table: this shard's rows
+  bool table = false;
+  std::int64_t global_rows = 0;  // table: rows over all shards (for range errors)
+  MSGPACK_DEFINE(name, init, table, global_rows);
+};
+
+struct PullRequest {
+  std::vector<std::string> names;
+  MSGPACK_DEFINE(names);
+};
+struct PullReply {
+  std::vector<at::Tensor> values;
+  std::int64_t round = 0;  // the shard's round (sync) or update count
+  MSGPACK_DEFINE(values, round);
+};
+
+// Gradients for dense keys. round: the last round this trainer saw from this shard (sync: a
+// push for a closed round is late). fetch: answer with the keys' new values.
+struct PushRequest {
+  int trainer = 0;
+  std::int64_t round = 0;
+  std::vector<std::string> names;
+  std::vector<at::Tensor> grads;
+  bool fetch = true;
+  MSGPACK_DEFINE(trainer, round, names, grads, fetch);
+};
+struct PushReply {
+  std::int64_t round = 0;  // the round the push was applied in (sync), else the update count
+  bool dropped = false;    // sync, late pushes dropped: this push was not applied
+  std::vector<at::Tensor> values;  // fetch: the new values, in the order of names
+  MSGPACK_DEFINE(round, dropped, values);
+};
+
+// Rows of a table, as this shard's local row numbers (the client maps global ones).
+struct RowsRequest {
+  std::string table;
+  at::Tensor rows;  // int64 [n]
+  MSGPACK_DEFINE(table, rows);
+};
+struct RowsPush {
+  int trainer = 0;
+  std::int64_t round = 0;
+  std::string table;
+  at::Tensor rows;   // int64 [n]; a row named twice gets both gradients (summed)
+  at::Tensor grads;  // [n, dim]
+  MSGPACK_DEFINE(trainer, round, table, rows, grads);
+};
+
+struct KeyStats {
+  std::string name;
+  bool table = false;
+  std::int64_t pushes = 0, pulls = 0, bytes_in = 0, bytes_out = 0, updates = 0;
+  std::vector<std::int64_t> hot_rows;        // table: the most pushed rows (global ids), hottest first
+  std::vector<std::int64_t> hot_row_pushes;  // their push counts
+  MSGPACK_DEFINE(name, table, pushes, pulls, bytes_in, bytes_out, updates, hot_rows, hot_row_pushes);
+};
+struct TrainerStats {
+  int trainer = 0;
+  std::int64_t pushes = 0, late = 0, clock = 0, max_staleness = 0;
+  bool gone = false;
+  MSGPACK_DEFINE(trainer, pushes, late, clock, max_staleness, gone);
+};
+struct ShardStats {
+  int shard = 0;
+  std::int64_t rounds = 0, closed_quorum = 0, closed_timeout = 0, closed_departure = 0;
+  std::vector<KeyStats> keys;
+  std::vector<TrainerStats> trainers;
+  MSGPACK_DEFINE(shard, rounds, closed_quorum, closed_timeout, closed_departure, keys, trainers);
+};
+
+}  // namespace distrl::training::ps

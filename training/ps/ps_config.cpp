@@ -1,0 +1,55 @@
+#include "training/ps/ps_config.h"
+
+namespace distrl::training::ps {
+
+void bind(Settings& s, PsConfig& c) {
+  s.bind("workload", &c.workload, "what distrl-launch runs for this file").choices({"ps_batch_update"});
+  s.bind("roles.servers", &c.servers, "server shards (ranks 0..servers-1)").range(1, 64);
+  s.bind("roles.trainers", &c.trainers, "trainer processes (the ranks after the servers)").range(1, 256);
+  s.bind("run.out_dir", &c.out_dir, "directory for metrics.csv, ps_stats.csv, params.pt and config.yaml");
+  s.bind("run.seed", &c.seed, "seed of the model and of every trainer's data").range(0, 2147483647);
+  s.bind("run.log_interval", &c.log_interval, "rounds between progress lines").range(1, 1000000000);
+  s.bind("run.torch_threads", &c.torch_threads, "LibTorch intra-op threads per process").range(1, 256);
+  s.bind("model.name", &c.model, "resnet50 (the tutorial's) or mlp").choices({"resnet50", "mlp"});
+  s.bind("model.classes", &c.classes, "output classes").range(1, 100000);
+  s.bind("model.image_size", &c.image_size, "square image side of the random images").range(1, 4096);
+  s.bind("model.channels", &c.channels, "image channels").range(1, 64);
+  s.bind("model.hidden", &c.hidden, "mlp: hidden widths").range(1, 65536);
+  s.bind("train.rounds", &c.rounds, "pushes per trainer").range(1, 1000000000);
+  s.bind("train.batch_size", &c.batch_size, "images per trainer and round").range(1, 100000);
+  s.bind("train.slow_trainer", &c.slow_trainer, "a straggler's trainer id (-1: none)").range(-1, 255);
+  s.bind("train.slow_ms", &c.slow_ms, "extra milliseconds the straggler spends per round").range(0, 3600000);
+  s.bind("ps.consistency", &c.consistency, "sync: rounds; async: apply on arrival; ssp: bounded staleness")
+      .choices({"sync", "async", "ssp"});
+  s.bind("ps.quorum", &c.quorum, "sync: distinct trainers that close a round (0: every trainer present)")
+      .range(0, 256);
+  s.bind("ps.max_wait_ms", &c.max_wait_ms, "sync: a round closes this long after its first push (0: no deadline)")
+      .range(0, 3600000);
+  s.bind("ps.late", &c.late, "sync: a push for a round that closed without it is dropped or folded into the next")
+      .choices({"drop", "fold"});
+  s.bind("ps.staleness", &c.staleness, "ssp: pushes a trainer may run ahead of the slowest").range(0, 1000000);
+  s.bind("optimizer.name", &c.optimizer, "the servers' optimizer").choices({"sgd", "adagrad", "adam"});
+  s.bind("optimizer.lr", &c.lr, "learning rate").range(1e-12, 100);
+  s.bind("optimizer.momentum", &c.momentum, "sgd: momentum").range(0, 1);
+  s.bind("optimizer.weight_decay", &c.weight_decay, "L2 penalty").range(0, 10);
+  s.bind("dist.timeout_s", &c.timeout_s, "deadline of every RPC and of rendezvous").range(0.1, 86400);
+  s.bind("dist.transport", &c.transport, "auto: ipc between processes on one host, else tcp")
+      .choices({"auto", "tcp", "ipc"});
+}
+
+ServerOptions PsConfig::server_options() const {
+  ServerOptions o;
+  o.mode = parse_mode(consistency);
+  o.quorum = quorum;
+  o.max_wait = std::chrono::milliseconds(max_wait_ms);
+  o.fold_late = late == "fold";
+  o.staleness = staleness;
+  o.optimizer.kind = optimizer;
+  o.optimizer.lr = lr;
+  o.optimizer.momentum = momentum;
+  o.optimizer.weight_decay = weight_decay;
+  if (optimizer == "adagrad") o.optimizer.eps = 1e-10;
+  return o;
+}
+
+}  // namespace distrl::training::ps

@@ -1,0 +1,52 @@
+// The parameter-server workloads' configuration (configs/ps_*.yaml). Roles: ranks
+// 0..servers-1 are the server shards, the next `trainers` ranks the trainers.
+#pragma once
+
+#include <string>
+
+#include "common/settings.h"
+#include "training/ps/server.h"
+
+namespace distrl::training::ps {
+
+struct PsConfig {
+  std::string workload = "ps_batch_update";
+  int servers = 1;                   // roles.servers
+  int trainers = 2;                  // roles.trainers
+  // run
+  std::string out_dir = "runs/ps";
+  int seed = 1;
+  int log_interval = 1;              // rounds between progress lines
+  int torch_threads = 1;
+  // model (batch update: the tutorial's ResNet-50, or small ones for tests)
+  std::string model = "resnet50";    // resnet50 | mlp
+  int classes = 30;
+  int image_size = 64;
+  int channels = 3;
+  std::vector<int> hidden{64};       // mlp
+  // train
+  int rounds = 10;                   // pushes per trainer
+  int batch_size = 20;               // per trainer and round
+  double slow_ms = 0;                // a straggler: this trainer sleeps this long per round
+  int slow_trainer = -1;             // which one (-1: none)
+  // ps engine
+  std::string consistency = "sync";  // sync | async | ssp
+  int quorum = 0;                    // sync: pushes that close a round; 0 = every trainer present
+  int max_wait_ms = 0;               // sync: a round closes this long after its first push; 0 = never
+  std::string late = "drop";         // sync: drop | fold late pushes
+  int staleness = 2;                 // ssp bound
+  // optimizer (applied on the servers)
+  std::string optimizer = "sgd";
+  double lr = 0.001;
+  double momentum = 0.9;
+  double weight_decay = 0.0;
+  // dist
+  double timeout_s = 120;
+  std::string transport = "auto";
+
+  ServerOptions server_options() const;
+};
+
+void bind(Settings& s, PsConfig& c);
+
+}  // namespace distrl::training::ps
