@@ -67,7 +67,7 @@ void write_stats_csv(const std::string& path, const std::vector<ShardStats>& sha
 }
 
 void serve(const PsConfig& cfg, transport::RpcAgent& agent, ShardServer& server) {
-  server.start(agent);
+  server.watch_trainers(agent);
   std::cout << "ps shard " << agent.rank() << "/" << cfg.servers << ": serving " << cfg.trainers << " trainer(s), "
             << cfg.consistency << (cfg.consistency == "sync" ? " quorum " + std::to_string(cfg.quorum) : "") << ", "
             << cfg.optimizer << " lr " << cfg.lr << std::endl;

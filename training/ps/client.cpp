@@ -89,9 +89,11 @@ PushResult PsClient::push(const std::vector<std::string>& names, const std::vect
     reqs[k].names.push_back(names[i]);
     reqs[k].grads.push_back(grads[i].detach().contiguous());
   }
+  // Every shard hears from every push, with no keys where this push has none: a push is one
+  // tick of this trainer's clock everywhere (sync rounds and ssp clocks stay aligned across
+  // shards even when a push touches only some of them).
   std::vector<transport::Future<PushReply>> fs(opt_.shards);
   for (int k = 0; k < opt_.shards; ++k) {
-    if (reqs[k].names.empty()) continue;
     reqs[k].trainer = opt_.trainer;
     reqs[k].round = rounds_[k];
     reqs[k].fetch = fetch;
@@ -100,11 +102,10 @@ PushResult PsClient::push(const std::vector<std::string>& names, const std::vect
   PushResult out;
   if (fetch) out.values.resize(names.size());
   for (int k = 0; k < opt_.shards; ++k) {
-    if (reqs[k].names.empty()) continue;
     PushReply r = fs[k].value();
     rounds_[k] = std::max(rounds_[k], r.round);
     out.dropped += r.dropped ? 1 : 0;
-    if (!fetch) continue;
+    if (!fetch || where[k].empty()) continue;
     if (r.values.size() != where[k].size())
       throw ProtocolError("ps shard " + std::to_string(k) + " answered a push of " + std::to_string(where[k].size()) +
                           " keys with " + std::to_string(r.values.size()) + " values");
@@ -160,8 +161,7 @@ void PsClient::push_rows(const std::string& table, const at::Tensor& rows, const
     throw ArgumentError("ps: push_rows of table '" + table + "' needs one gradient row per row id");
   const at::Tensor g = grads.detach();
   std::vector<transport::Future<PushReply>> fs(opt_.shards);
-  for (int k = 0; k < opt_.shards; ++k) {
-    if (s.positions[k].numel() == 0) continue;
+  for (int k = 0; k < opt_.shards; ++k) {  // every shard, as in push(): one clock tick each
     RowsPush p;
     p.trainer = opt_.trainer;
     p.round = rounds_[k];
@@ -170,8 +170,7 @@ void PsClient::push_rows(const std::string& table, const at::Tensor& rows, const
     p.grads = g.index_select(0, s.positions[k]).contiguous();
     fs[k] = agent_.rpc_async<PushReply>(rank_of(k), kPushRows, p);
   }
-  for (int k = 0; k < opt_.shards; ++k)
-    if (fs[k].valid()) rounds_[k] = std::max(rounds_[k], fs[k].value().round);
+  for (int k = 0; k < opt_.shards; ++k) rounds_[k] = std::max(rounds_[k], fs[k].value().round);
 }
 
 std::vector<ShardStats> PsClient::stats() {

@@ -40,6 +40,8 @@ class PsClient {
   void declare(const std::string& name, const at::Tensor& init);
   void declare_table(const std::string& name, const at::Tensor& init);  // [rows, dim]
   std::vector<at::Tensor> pull(const std::vector<std::string>& names);
+  // Every shard hears from every push (an empty one where it holds none of the keys or rows),
+  // so a push is one tick of this trainer's clock on all shards.
   PushResult push(const std::vector<std::string>& names, const std::vector<at::Tensor>& grads, bool fetch = true);
   // rows: int64 [n] of global row ids (repeats allowed); returns [n, dim].
   at::Tensor pull_rows(const std::string& table, const at::Tensor& rows);

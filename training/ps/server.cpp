@@ -66,6 +66,10 @@ ShardServer::ShardServer(int shard, int num_shards, int num_trainers, int first_
   trainers_.resize(num_trainers);
   for (int t = 0; t < num_trainers; ++t) trainers_[t].trainer = t;
   counters_.shard = shard;
+  timer_ = std::thread([this] {
+    name_this_thread("ps-timer");
+    timer_loop();
+  });
 }
 
 ShardServer::~ShardServer() { stop(); }
@@ -84,14 +88,10 @@ void ShardServer::register_on(transport::RpcAgent& agent, const std::shared_ptr<
   });
 }
 
-void ShardServer::start(transport::RpcAgent& agent) {
+void ShardServer::watch_trainers(transport::RpcAgent& agent) {
+  for (int t = 0; t < num_trainers_; ++t) agent.watch(first_trainer_rank_ + t);
   std::lock_guard<std::mutex> lock(mu_);
-  if (timer_.joinable()) return;
   agent_ = &agent;
-  timer_ = std::thread([this] {
-    name_this_thread("ps-timer");
-    timer_loop();
-  });
 }
 
 void ShardServer::stop() {
@@ -268,6 +268,7 @@ transport::Future<PushReply> ShardServer::submit(int trainer, std::int64_t round
       }
       for (auto& u : ups) {
         Entry& e = *u.entry;
+        if (u.rows.defined() && u.rows.numel() == 0) continue;  // a clock tick only
         if (u.rows.defined()) {
           e.acc_rows.push_back(u.rows);
           e.acc_grads.push_back(u.grad);
@@ -291,7 +292,8 @@ transport::Future<PushReply> ShardServer::submit(int trainer, std::int64_t round
     } else {
       const std::int64_t slowest = min_clock_locked();
       ts.max_staleness = std::max(ts.max_staleness, ts.clock - slowest);
-      for (auto& u : ups) apply_locked(*u.entry, u.rows, u.grad);
+      for (auto& u : ups)
+        if (!u.rows.defined() || u.rows.numel() > 0) apply_locked(*u.entry, u.rows, u.grad);
       ts.clock++;
       PushReply r;
       r.round = ts.clock;

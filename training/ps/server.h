@@ -15,10 +15,11 @@
 //          `staleness` pushes ahead of the slowest trainer still present (bounded staleness).
 //
 // Thread-safety: every method may be called from any thread (the RPC handler pool); one lock
-// guards the shard. A timer thread (`ps-timer`) closes sync rounds at max_wait and notices
-// departed trainers every 100 ms. Answers complete on the thread that closed the round (a
-// handler thread or the timer). Lifetime: create in the RpcAgent's setup callback
-// (register_on), start() once the agent runs, stop() before the agent shuts down.
+// guards the shard. A timer thread (`ps-timer`, from construction to stop()) closes sync rounds
+// at max_wait and notices departed trainers every 100 ms. Answers complete on the thread that
+// closed the round (a handler thread or the timer). Lifetime: create in the RpcAgent's setup
+// callback (register_on), watch_trainers() once the agent runs, stop() before the agent shuts
+// down.
 #pragma once
 
 #include <chrono>
@@ -60,10 +61,10 @@ class ShardServer {
   ShardServer(const ShardServer&) = delete;
   ShardServer& operator=(const ShardServer&) = delete;
 
-  // Registers the ps.* functions on agent (in its setup callback); keeps a pointer to agent
-  // for noticing departed trainers once start() runs.
+  // Registers the ps.* functions on agent (in its setup callback).
   static void register_on(transport::RpcAgent& agent, const std::shared_ptr<ShardServer>& server);
-  void start(transport::RpcAgent& agent);
+  // Once agent runs: a trainer whose connection drops leaves the quorum (checked every 100 ms).
+  void watch_trainers(transport::RpcAgent& agent);
   // Blocks until every trainer has said goodbye or is gone (no bound: trainers are watched).
   void wait_for_trainers();
   // Fails held answers and stops the timer. Idempotent.

@@ -26,6 +26,7 @@ Store& RpcAgent::store() { return core_->store(); }
 const WorkerInfo& RpcAgent::worker(const Target& t) const { return core_->workers().at(core_->resolve(t)); }
 RpcStats RpcAgent::stats() const { return core_->stats(); }
 bool RpcAgent::connection_lost(const Target& t) const { return core_->connection_lost(core_->resolve(t)); }
+void RpcAgent::watch(const Target& t) { core_->watch(core_->resolve(t)); }
 void RpcAgent::shutdown() { core_->shutdown(true); }
 
 }  // namespace distrl::transport

@@ -57,6 +57,10 @@ class RpcAgent {
   // True once this worker saw its connection to t drop (the process exited or crashed); calls
   // to it then fail at once. For a process that waits for requests from a peer that may die.
   bool connection_lost(const Target& t) const;
+  // Connects to t now (connections are otherwise made on the first call), so that
+  // connection_lost(t) turns true when t dies even if this worker never calls it: for a
+  // server that only answers.
+  void watch(const Target& t);
   // The rendezvous store (hosted by rank 0), e.g. for a process group beside this agent:
   //   auto pg = make_zmq_process_group(agent.store(), agent.rank(), agent.world_size(), {});
   // Valid until shutdown().

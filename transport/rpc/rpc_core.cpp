@@ -49,6 +49,12 @@ bool RpcCore::connection_lost(int rank) const {
   return s_->down_peers.count(rank) > 0;
 }
 
+void RpcCore::watch(int rank) {
+  IoLoop* io = s_->io.get();
+  if (!io) throw Error("rpc: watch() needs a started agent");
+  io->post([io, rank] { io->watch_peer(rank); });
+}
+
 int RpcCore::resolve(const Target& to) const {
   if (to.name.empty()) {
     if (to.rank < 0 || to.rank >= s_->world)

@@ -67,6 +67,7 @@ class RpcCore : public std::enable_shared_from_this<RpcCore> {
   const std::vector<WorkerInfo>& workers() const;
   int resolve(const Target& to) const;                 // throws Error for an unknown worker
   bool connection_lost(int rank) const;                // see RpcAgent::connection_lost
+  void watch(int rank);                                // see RpcAgent::watch
   std::chrono::milliseconds timeout_for(const Target& to) const;
   Executor* callback_executor();
   RpcStats stats() const;

@@ -1,0 +1,177 @@
+// The parameter server across real processes: the tutorial's batch-update form under
+// distrl-launch equals one process on the summed batch; sharded dense keys and tables over
+// two servers; a SIGKILLed trainer leaves the quorum while the others carry on; a SIGSTOPped
+// trainer does not stall a quorum round, and its late pushes are dropped when it resumes.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <csignal>
+#include <fstream>
+
+#include "tests/support/command.h"
+#include "tests/support/multiproc.h"
+#include "tests/support/rpc_world.h"
+#include "training/ps/batch_update.h"
+#include "training/ps/client.h"
+#include "training/ps/server.h"
+
+using namespace distrl;
+using namespace distrl::training::ps;
+using namespace std::chrono_literals;
+using distrl::testing::expect;
+using distrl::testing::launch;
+using distrl::testing::run_ranks;
+using distrl::testing::TempDir;
+
+namespace {
+
+const std::string kConfig = std::string(DISTRL_SOURCE_DIR) + "/configs/ps_batch_update.yaml";
+
+TEST(PsBatchUpdateTest, EqualsOneProcessOnTheSummedBatch) {
+  TempDir dir;
+  PsConfig cfg;
+  cfg.servers = 2;
+  cfg.trainers = 3;
+  cfg.model = "mlp";
+  cfg.image_size = 6;
+  cfg.hidden = {16};
+  cfg.classes = 5;
+  cfg.rounds = 4;
+  cfg.batch_size = 8;
+  cfg.lr = 0.05;
+  auto r = launch("--config " + kConfig + " roles.servers=2 roles.trainers=3 model.name=mlp model.image_size=6 "
+                  "model.hidden=[16] model.classes=5 train.rounds=4 train.batch_size=8 optimizer.lr=0.05 "
+                  "run.out_dir=" + dir.path());
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("4 round(s) (4 at quorum"), std::string::npos) << r.output;
+
+  // The same model in one process: each round the mean of the three trainers' gradients, one
+  // SGD-with-momentum step.
+  auto model = build_model(cfg);
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(cfg.lr).momentum(cfg.momentum));
+  for (int round = 0; round < cfg.rounds; ++round) {
+    opt.zero_grad();
+    for (int t = 0; t < cfg.trainers; ++t) {
+      const Batch b = synthetic_batch(cfg, t, round);
+      torch::nn::functional::cross_entropy(model->forward(b.images), b.labels).backward();
+    }
+    for (auto& p : model->parameters()) p.mutable_grad().div_(cfg.trainers);
+    opt.step();
+  }
+  std::vector<torch::Tensor> served;
+  torch::load(served, dir.path() + "/params.pt");
+  const auto params = model->parameters();
+  ASSERT_EQ(served.size(), params.size());
+  for (std::size_t i = 0; i < params.size(); ++i)
+    EXPECT_LE((served[i] - params[i].detach()).abs().max().item<double>(), 1e-5) << "parameter " << i;
+  // Both shards held keys (sharded by name), and the stats file names every key.
+  const std::string stats = distrl::testing::read_file(dir.path() + "/ps_stats.csv");
+  EXPECT_NE(stats.find("\n0,"), std::string::npos) << stats;
+  EXPECT_NE(stats.find("\n1,"), std::string::npos) << stats;
+}
+
+// Ranks: 0 and 1 servers (a table split by row over both), 2..4 trainers.
+struct World {
+  static constexpr int kServers = 2, kTrainers = 3;
+  static ServerOptions options(int quorum) {
+    ServerOptions o;
+    o.quorum = quorum;
+    o.optimizer.lr = 0.1;
+    return o;
+  }
+};
+
+int serve(const TempDir& dir, int rank, ServerOptions o, const std::function<void(const ShardStats&)>& check) {
+  std::shared_ptr<ShardServer> server;
+  auto opts = distrl::testing::rpc_options(dir, rank, World::kServers + World::kTrainers);
+  opts.shutdown_timeout = 5s;  // a killed trainer never reaches the shutdown barrier
+  transport::RpcAgent agent(opts, [&](transport::RpcAgent& a) {
+    server = std::make_shared<ShardServer>(rank, World::kServers, World::kTrainers, World::kServers, o);
+    ShardServer::register_on(a, server);
+  });
+  server->watch_trainers(agent);
+  server->wait_for_trainers();
+  check(server->stats());
+  server->stop();
+  try {
+    agent.shutdown();
+  } catch (const TimeoutError&) {  // only where a trainer was killed
+  }
+  return 0;
+}
+
+TEST(PsFaultTest, AKilledTrainerLeavesTheQuorumAndTheOthersCarryOn) {
+  TempDir dir;
+  const int rounds = 12;
+  auto codes = run_ranks(World::kServers + World::kTrainers, [&](int rank) {
+    if (rank < World::kServers)
+      return serve(dir, rank, World::options(0), [&](const ShardStats& s) {
+        expect(s.trainers.at(1).gone, "the killed trainer is gone");
+        expect(s.closed_departure >= 1, "a round closed when it left");
+        expect(s.trainers.at(0).pushes == 2 * rounds, "the others pushed every round (dense, then rows)");
+      });
+    const int trainer = rank - World::kServers;
+    auto o = distrl::testing::rpc_options(dir, rank, World::kServers + World::kTrainers);
+    o.shutdown_timeout = 5s;
+    transport::RpcAgent agent(o);
+    PsClient ps(agent, ClientOptions{trainer, World::kServers, 0});
+    ps.declare("w", torch::zeros({3}));
+    ps.declare("b", torch::zeros({1}));
+    ps.declare_table("emb", torch::zeros({10, 2}));
+    for (int r = 0; r < rounds; ++r) {
+      if (trainer == 1 && r == 3) std::raise(SIGKILL);
+      auto res = ps.push({"w", "b"}, {torch::ones({3}), torch::ones({1})});
+      expect(res.values.size() == 2 && res.values[0].size(0) == 3, "the new values come back");
+      ps.push_rows("emb", torch::tensor({trainer, 9}), torch::ones({2, 2}));
+    }
+    at::Tensor rows = ps.pull_rows("emb", torch::tensor({9, 0, 9}));
+    expect(rows.size(0) == 3 && rows[0].equal(rows[2]) && !rows[1].equal(torch::zeros({2})),
+           "rows come back in request order, pushed rows changed");
+    ps.bye();
+    try {
+      agent.shutdown();  // the killed trainer never arrives at the barrier
+    } catch (const std::exception&) {
+    }
+    return 0;
+  }, 40s);
+  EXPECT_EQ(codes, (std::vector<int>{0, 0, 0, 128 + SIGKILL, 0}));
+}
+
+TEST(PsFaultTest, AStoppedTrainerDoesNotStallAQuorumRoundAndItsLatePushesAreDropped) {
+  TempDir dir;
+  const int rounds = 10;
+  const std::string pid_file = dir.file("stopped.pid");
+  auto codes = run_ranks(World::kServers + World::kTrainers, [&](int rank) {
+    if (rank < World::kServers)
+      return serve(dir, rank, World::options(2), [&](const ShardStats& s) {
+        if (s.keys.empty()) return;  // "w" lives on the other shard
+        expect(s.trainers.at(0).pushes == rounds && s.trainers.at(1).pushes == rounds, "the others pushed every round");
+        expect(s.trainers.at(2).late >= 1, "the resumed trainer's first push was late");
+      });
+    const int trainer = rank - World::kServers;
+    transport::RpcAgent agent(distrl::testing::rpc_options(dir, rank, World::kServers + World::kTrainers));
+    PsClient ps(agent, ClientOptions{trainer, World::kServers, 0});
+    ps.declare("w", torch::zeros({3}));
+    ps.pull({"w"});
+    int dropped = 0;
+    for (int r = 0; r < rounds; ++r) {
+      if (trainer == 2 && r == 1) {
+        std::ofstream(pid_file) << ::getpid();
+        std::raise(SIGSTOP);  // trainer 0 sends SIGCONT once it is done
+      }
+      dropped += ps.push({"w"}, {torch::ones({3})}).dropped;
+    }
+    if (trainer == 0) {
+      expect(distrl::testing::wait_for_file(pid_file, 30s), "the stopped trainer's pid");
+      std::this_thread::sleep_for(100ms);
+      ::kill(std::stoi(distrl::testing::read_file(pid_file)), SIGCONT);
+    }
+    if (trainer == 2) expect(dropped >= 1, "a late push is answered as dropped");
+    ps.bye();
+    agent.shutdown();
+    return 0;
+  }, 40s);
+  EXPECT_EQ(codes, (std::vector<int>{0, 0, 0, 0, 0}));
+}
+
+}  // namespace

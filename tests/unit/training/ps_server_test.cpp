@@ -1,0 +1,232 @@
+// One parameter-server shard, called directly (no RPC): the server optimizers against
+// LibTorch's, sync rounds (quorum, max_wait, late pushes dropped or folded, departures), async,
+// the SSP staleness bound, sparse rows and every refused request.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <atomic>
+#include <thread>
+
+#include "common/error.h"
+#include "training/ps/server.h"
+
+namespace distrl::training::ps {
+namespace {
+
+using namespace std::chrono_literals;
+using Mode = ServerOptions::Mode;
+
+ServerOptions options(Mode mode, std::string opt = "sgd") {
+  ServerOptions o;
+  o.mode = mode;
+  o.optimizer.kind = std::move(opt);
+  o.optimizer.lr = 0.1;
+  o.optimizer.momentum = 0.9;
+  return o;
+}
+
+DeclareRequest dense(const std::string& name, at::Tensor v) { return DeclareRequest{name, v, false, 0}; }
+
+PushRequest push_of(int trainer, std::int64_t round, const std::string& name, at::Tensor g) {
+  PushRequest p;
+  p.trainer = trainer;
+  p.round = round;
+  p.names = {name};
+  p.grads = {g};
+  return p;
+}
+
+at::Tensor value_of(ShardServer& s, const std::string& name) { return s.pull(PullRequest{{name}}).values.at(0); }
+
+// The server's optimizers step exactly as LibTorch's on the same gradients.
+TEST(PsServerTest, OptimizersMatchLibTorch) {
+  for (const std::string kind : {"sgd", "adagrad", "adam"}) {
+    ServerOptions o = options(Mode::Async, kind);
+    if (kind == "adagrad") o.optimizer.eps = 1e-10;
+    ShardServer s(0, 1, 1, 1, o);
+    torch::manual_seed(3);
+    at::Tensor w0 = torch::randn({4, 3});
+    s.declare(dense("w", w0));
+    at::Tensor ref = w0.clone().requires_grad_(true);
+    std::unique_ptr<torch::optim::Optimizer> opt;
+    if (kind == "sgd") opt = std::make_unique<torch::optim::SGD>(std::vector<at::Tensor>{ref}, torch::optim::SGDOptions(0.1).momentum(0.9));
+    if (kind == "adagrad") opt = std::make_unique<torch::optim::Adagrad>(std::vector<at::Tensor>{ref}, torch::optim::AdagradOptions(0.1));
+    if (kind == "adam") opt = std::make_unique<torch::optim::Adam>(std::vector<at::Tensor>{ref}, torch::optim::AdamOptions(0.1));
+    for (int i = 0; i < 5; ++i) {
+      at::Tensor g = torch::randn({4, 3});
+      s.push(push_of(0, 0, "w", g)).value();
+      ref.mutable_grad() = g.clone();
+      opt->step();
+    }
+    EXPECT_TRUE(torch::allclose(value_of(s, "w"), ref.detach(), 1e-5, 1e-6)) << kind;
+  }
+}
+
+// Rows of a table follow the same rules: a row's Adam/Adagrad steps count its own updates, so a
+// table stepped through rows equals the dense step for the rows that were touched.
+TEST(PsServerTest, TableRowsStepLikeDenseRowsAndUntouchedRowsStay) {
+  for (const std::string kind : {"sgd", "adagrad", "adam"}) {
+    ShardServer s(0, 1, 1, 1, options(Mode::Async, kind));
+    ShardServer d(0, 1, 1, 1, options(Mode::Async, kind));
+    at::Tensor t0 = torch::randn({6, 2});
+    s.declare(DeclareRequest{"emb", t0, true, 6});
+    d.declare(dense("rows", t0.index_select(0, torch::tensor({1, 4}))));
+    for (int i = 0; i < 3; ++i) {
+      at::Tensor g = torch::randn({2, 2});
+      RowsPush p;
+      p.table = "emb";
+      p.rows = torch::tensor({4, 1});
+      p.grads = g;
+      s.push_rows(p).value();
+      d.push(push_of(0, 0, "rows", g.index_select(0, torch::tensor({1, 0})))).value();
+    }
+    at::Tensor rows = s.pull_rows(RowsRequest{"emb", torch::tensor({1, 4, 0})});
+    EXPECT_TRUE(torch::allclose(rows.slice(0, 0, 2), value_of(d, "rows"), 1e-5, 1e-6)) << kind;
+    EXPECT_TRUE(torch::equal(rows[2], t0[0])) << kind;
+  }
+}
+
+TEST(PsServerTest, SyncRoundAveragesAtQuorumAndAnswersEveryPushWithTheNewValues) {
+  ServerOptions o = options(Mode::Sync);
+  o.optimizer.momentum = 0;
+  ShardServer s(0, 1, 3, 1, o);
+  s.declare(dense("w", torch::zeros({2})));
+  auto f0 = s.push(push_of(0, 0, "w", torch::tensor({1.0f, 2.0f})));
+  auto f1 = s.push(push_of(1, 0, "w", torch::tensor({3.0f, 4.0f})));
+  EXPECT_FALSE(f0.done());
+  auto f2 = s.push(push_of(2, 0, "w", torch::tensor({5.0f, 6.0f})));
+  for (auto* f : {&f0, &f1, &f2}) {
+    ASSERT_TRUE(f->wait_for(5s));
+    PushReply r = f->value();
+    EXPECT_EQ(r.round, 1);
+    EXPECT_TRUE(torch::allclose(r.values.at(0), torch::tensor({-0.3f, -0.4f})));  // -lr * mean
+  }
+  EXPECT_EQ(s.stats().closed_quorum, 1);
+}
+
+TEST(PsServerTest, QuorumAndMaxWaitCloseARoundWithoutTheSlowTrainer) {
+  ServerOptions o = options(Mode::Sync);
+  o.quorum = 2;
+  ShardServer s(0, 1, 3, 1, o);
+  s.declare(dense("w", torch::zeros({1})));
+  auto f0 = s.push(push_of(0, 0, "w", torch::ones({1})));
+  auto f1 = s.push(push_of(1, 0, "w", torch::ones({1})));
+  ASSERT_TRUE(f0.wait_for(5s));  // 2 of 3: closed without trainer 2
+  // Trainer 2 pushes for round 0, which closed: late, dropped, answered at once.
+  PushReply late = s.push(push_of(2, 0, "w", torch::ones({1}) * 100)).value();
+  EXPECT_TRUE(late.dropped);
+  EXPECT_EQ(late.round, 1);
+  EXPECT_EQ(s.stats().trainers.at(2).late, 1);
+
+  ServerOptions w = options(Mode::Sync);
+  w.max_wait = 50ms;
+  ShardServer t(0, 1, 3, 1, w);
+  t.declare(dense("w", torch::zeros({1})));
+  const auto start = std::chrono::steady_clock::now();
+  auto only = t.push(push_of(0, 0, "w", torch::ones({1})));
+  ASSERT_TRUE(only.wait_for(5s));  // nobody else came: max_wait closes it
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 45ms);
+  EXPECT_EQ(t.stats().closed_timeout, 1);
+}
+
+TEST(PsServerTest, FoldedLatePushJoinsTheOpenRound) {
+  ServerOptions o = options(Mode::Sync);
+  o.quorum = 1;
+  o.fold_late = true;
+  o.optimizer.momentum = 0;
+  ShardServer s(0, 1, 2, 1, o);
+  s.declare(dense("w", torch::zeros({1})));
+  s.push(push_of(0, 0, "w", torch::ones({1}))).value();           // round 1 closes (quorum 1)
+  PushReply r = s.push(push_of(1, 0, "w", torch::ones({1}) * 3)).value();  // late: folded into round 2
+  EXPECT_FALSE(r.dropped);
+  EXPECT_EQ(r.round, 2);
+  EXPECT_TRUE(torch::allclose(value_of(s, "w"), torch::tensor({-0.4f})));
+}
+
+TEST(PsServerTest, ADepartingTrainerLeavesTheQuorumAndTheRoundCloses) {
+  ShardServer s(0, 1, 2, 1, options(Mode::Sync));
+  s.declare(dense("w", torch::zeros({1})));
+  auto f0 = s.push(push_of(0, 0, "w", torch::ones({1})));
+  EXPECT_FALSE(f0.wait_for(20ms));
+  s.bye(1);
+  ASSERT_TRUE(f0.wait_for(5s));
+  EXPECT_EQ(s.stats().closed_departure, 1);
+  EXPECT_TRUE(s.stats().trainers.at(1).gone);
+}
+
+// SSP: with 3 trainers and bound s, the fastest is held while it is more than s pushes ahead of
+// the slowest; the measured staleness never exceeds s.
+TEST(PsServerTest, SspHoldsTheFastestTrainerWithinTheBound) {
+  ServerOptions o = options(Mode::Ssp);
+  o.staleness = 2;
+  ShardServer s(0, 1, 3, 1, o);
+  s.declare(dense("w", torch::zeros({1})));
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> ts;
+  std::atomic<int> slow_pushes{0};
+  for (int t = 0; t < 3; ++t)
+    ts.emplace_back([&, t] {
+      for (int i = 0; i < 30 && !stop; ++i) {
+        if (t == 2) {
+          std::this_thread::sleep_for(5ms);
+          ++slow_pushes;
+        }
+        s.push(push_of(t, 0, "w", torch::ones({1}))).value();
+      }
+      if (t != 2) return;
+      s.bye(2);
+    });
+  for (auto& t : ts) t.join();
+  const ShardStats st = s.stats();
+  for (const auto& t : st.trainers) EXPECT_LE(t.max_staleness, 2) << "trainer " << t.trainer;
+  EXPECT_EQ(st.trainers.at(0).pushes, 30);
+  EXPECT_GE(st.trainers.at(0).max_staleness, 1);  // the bound was actually reached
+}
+
+TEST(PsServerTest, RefusesBadKeysRowsAndShapesByName) {
+  ShardServer s(1, 2, 2, 2, options(Mode::Async));
+  s.declare(dense("w", torch::zeros({2, 2})));
+  s.declare(DeclareRequest{"emb", torch::zeros({3, 4}), true, 6});  // global rows 1, 3, 5
+  auto message = [](auto fn) {
+    try {
+      fn();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message([&] { s.pull(PullRequest{{"nope"}}); }).find("'nope', which is not declared"), std::string::npos);
+  EXPECT_NE(message([&] { s.push(push_of(0, 0, "w", torch::zeros({3}))); }).find("gradient pushed for 'w'"), std::string::npos);
+  EXPECT_NE(message([&] { s.push(push_of(7, 0, "w", torch::zeros({2, 2}))); }).find("trainer id 7"), std::string::npos);
+  EXPECT_NE(message([&] { s.declare(dense("w", torch::zeros({5}))); }).find("key 'w' is declared as"), std::string::npos);
+  EXPECT_NE(message([&] { s.pull_rows(RowsRequest{"emb", torch::tensor({0, 3})}); }).find("row 7 of table 'emb' is out of range [0, 6)"),
+            std::string::npos);
+  EXPECT_NE(message([&] { s.pull_rows(RowsRequest{"emb", torch::tensor({-1})}); }).find("out of range"), std::string::npos);
+  EXPECT_NE(message([&] { s.pull_rows(RowsRequest{"emb", torch::tensor({0.5})}); }).find("int64 vector"), std::string::npos);
+  EXPECT_NE(message([&] { s.pull_rows(RowsRequest{"w", torch::tensor({0})}); }).find("dense key, not a table"), std::string::npos);
+  RowsPush bad;
+  bad.table = "emb";
+  bad.rows = torch::tensor({0, 1});
+  bad.grads = torch::zeros({2, 5});
+  EXPECT_NE(message([&] { s.push_rows(bad); }).find("gradient rows pushed for table 'emb'"), std::string::npos);
+  // Duplicate rows: both gradients count (summed), absent rows are untouched.
+  RowsPush dup;
+  dup.table = "emb";
+  dup.rows = torch::tensor({2, 2});
+  dup.grads = torch::ones({2, 4});
+  ServerOptions plain = options(Mode::Sync);
+  plain.optimizer.momentum = 0;
+  ShardServer t(0, 1, 1, 1, plain);
+  t.declare(DeclareRequest{"emb", torch::zeros({3, 4}), true, 3});
+  t.push_rows(dup).value();
+  at::Tensor v = t.pull_rows(RowsRequest{"emb", torch::tensor({2, 0})});
+  EXPECT_TRUE(torch::allclose(v[0], torch::full({4}, -0.2f)));  // lr 0.1 * (1 + 1)
+  EXPECT_TRUE(torch::equal(v[1], torch::zeros({4})));
+  const ShardStats st = t.stats();
+  ASSERT_EQ(st.keys.size(), 1u);
+  EXPECT_EQ(st.keys[0].hot_rows, (std::vector<std::int64_t>{2}));
+  EXPECT_EQ(st.keys[0].hot_row_pushes, (std::vector<std::int64_t>{2}));
+}
+
+}  // namespace
+}  // namespace distrl::training::ps
