@@ -156,15 +156,21 @@ TEST(PsFaultTest, AStoppedTrainerDoesNotStallAQuorumRoundAndItsLatePushesAreDrop
     int dropped = 0;
     for (int r = 0; r < rounds; ++r) {
       if (trainer == 2 && r == 1) {
-        std::ofstream(pid_file) << ::getpid();
-        std::raise(SIGSTOP);  // trainer 0 sends SIGCONT once it is done
+        std::ofstream(pid_file + ".tmp") << ::getpid();
+        std::rename((pid_file + ".tmp").c_str(), pid_file.c_str());
+        std::raise(SIGSTOP);  // trainer 0 sends SIGCONT after rounds closed without this one
+      }
+      if (trainer == 0 && r == 4) {  // rounds went on with 2 of 3 while trainer 2 was stopped
+        expect(distrl::testing::wait_for_file(pid_file, 30s), "the stopped trainer's pid");
+        const std::string pid = distrl::testing::read_file(pid_file);
+        expect(distrl::testing::wait_until([&] {  // state 'T' in /proc/PID/stat: stopped
+          const std::string stat = distrl::testing::read_file("/proc/" + pid + "/stat");
+          const auto paren = stat.rfind(')');
+          return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'T';
+        }, 30s), "trainer 2 stopped");
+        ::kill(std::stoi(pid), SIGCONT);
       }
       dropped += ps.push({"w"}, {torch::ones({3})}).dropped;
-    }
-    if (trainer == 0) {
-      expect(distrl::testing::wait_for_file(pid_file, 30s), "the stopped trainer's pid");
-      std::this_thread::sleep_for(100ms);
-      ::kill(std::stoi(distrl::testing::read_file(pid_file)), SIGCONT);
     }
     if (trainer == 2) expect(dropped >= 1, "a late push is answered as dropped");
     ps.bye();
