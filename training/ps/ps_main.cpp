@@ -3,6 +3,7 @@
 #include "common/command_line.h"
 #include "common/main_guard.h"
 #include "training/ps/batch_update.h"
+#include "training/rpc_world.h"
 #include "transport/rpc/rpc_agent.h"
 
 int main(int argc, char** argv) {
@@ -22,13 +23,7 @@ int main(int argc, char** argv) {
     const training::ps::PsConfig& cfg = cmd.config;
     (void)cfg.server_options();  // refuses a bad combination before anything starts
     if (cmd.flags.check_only) return 0;
-    transport::RpcOptions o;
-    o.init_method = cmd.flags.world.resolved_init_method();
-    o.rank = cmd.flags.world.rank;
-    o.world_size = cmd.flags.world.world_size;
-    o.rpc_timeout = std::chrono::milliseconds(static_cast<long long>(cfg.timeout_s * 1000));
-    o.rendezvous_timeout = o.rpc_timeout;
-    o.transport = cfg.transport;
+    transport::RpcOptions o = training::rpc_options_for(cmd.flags.world, cfg.timeout_s, cfg.transport);
     o.name = (o.rank >= 0 && o.rank < cfg.servers) ? "ps" + std::to_string(o.rank) : "";
     std::shared_ptr<training::ps::ShardServer> server;
     transport::RpcAgent agent(o, [&](transport::RpcAgent& a) { server = training::ps::setup_rank(a, cfg); });

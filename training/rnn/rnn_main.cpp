@@ -3,6 +3,7 @@
 #include "common/command_line.h"
 #include "common/main_guard.h"
 #include "training/rnn/rnn.h"
+#include "training/rpc_world.h"
 #include "transport/rpc/rpc_agent.h"
 #include "transport/tensor.h"
 
@@ -20,14 +21,7 @@ int main(int argc, char** argv) {
     if (!cmd.parse(argc, argv)) return 0;
     const training::RnnConfig& cfg = cmd.config;
     if (cmd.flags.check_only) return 0;
-    transport::RpcOptions o;
-    o.init_method = cmd.flags.world.resolved_init_method();
-    o.rank = cmd.flags.world.rank;
-    o.world_size = cmd.flags.world.world_size;
-    o.rpc_timeout = std::chrono::milliseconds(static_cast<long long>(cfg.timeout_s * 1000));
-    o.rendezvous_timeout = o.rpc_timeout;
-    o.transport = cfg.transport;
-    transport::RpcAgent agent(o, [](transport::RpcAgent& a) { training::register_rnn(a); });
+    transport::RpcAgent agent(training::rpc_options_for(cmd.flags.world, cfg.timeout_s, cfg.transport), [](transport::RpcAgent& a) { training::register_rnn(a); });
     if (agent.world_size() != cfg.trainers + 1)
       throw ConfigError("roles.trainers is " + std::to_string(cfg.trainers) + " but the world has " +
                         std::to_string(agent.world_size()) + " processes (1 ps + trainers)");

@@ -1,0 +1,25 @@
+// The RPC options of a training tool's rank, from its world flags (--rank, --world-size,
+// --init-method, ...) and the config's deadline and transport: one deadline for every call
+// and for rendezvous.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include "common/command_line.h"
+#include "transport/rpc/options.h"
+
+namespace distrl::training {
+
+inline transport::RpcOptions rpc_options_for(const WorldFlags& world, double timeout_s, const std::string& transport) {
+  transport::RpcOptions o;
+  o.init_method = world.resolved_init_method();
+  o.rank = world.rank;
+  o.world_size = world.world_size;
+  o.rpc_timeout = std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
+  o.rendezvous_timeout = o.rpc_timeout;
+  o.transport = transport;
+  return o;
+}
+
+}  // namespace distrl::training
