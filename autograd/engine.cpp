@@ -144,6 +144,7 @@ transport::Future<void> Engine::release(std::int64_t id) {
     std::lock_guard<std::mutex> lock(mu_);
     s = drop_locked(id);
   }
+  notify_released({id});
   if (!s) return transport::Future<void>::ready();
   std::set<int> peers;
   {
@@ -178,8 +179,43 @@ void Engine::on_peer_down(int rank, const std::string& why) {
   if (reap.empty()) return;
   DISTRL_LOG(Info, "dist_autograd: " << agent_.name() << " reaps " << reap.size() << " context(s) of rank " << rank
                                      << " (" << why << ")");
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto id : reap) drop_locked(id);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto id : reap) drop_locked(id);
+  }
+  notify_released(reap);
+}
+
+void Engine::add_guard(const std::shared_ptr<ParameterGuard>& guard) {
+  std::lock_guard<std::mutex> lock(guards_mu_);
+  guards_.erase(std::remove_if(guards_.begin(), guards_.end(), [](auto& w) { return w.expired(); }), guards_.end());
+  guards_.push_back(guard);
+}
+
+std::vector<std::shared_ptr<ParameterGuard>> Engine::guards_for(const std::vector<at::Tensor>& params) {
+  std::vector<std::shared_ptr<ParameterGuard>> out;
+  std::lock_guard<std::mutex> lock(guards_mu_);
+  for (auto& w : guards_) {
+    auto g = w.lock();
+    if (!g) continue;
+    for (auto& p : params)
+      if (g->guards(p)) {
+        out.push_back(g);
+        break;
+      }
+  }
+  return out;
+}
+
+void Engine::notify_released(const std::vector<std::int64_t>& ids) {
+  std::vector<std::shared_ptr<ParameterGuard>> live;
+  {
+    std::lock_guard<std::mutex> lock(guards_mu_);
+    for (auto& w : guards_)
+      if (auto g = w.lock()) live.push_back(std::move(g));
+  }
+  for (auto& g : live)
+    for (auto id : ids) g->released(id);
 }
 
 // ---------------------------------------------------------------- hooks

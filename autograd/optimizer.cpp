@@ -31,32 +31,43 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerSpec& s, 
 }
 
 OptimizerHost::OptimizerHost(std::shared_ptr<Engine> engine, const OptimizerSpec& spec, std::vector<at::Tensor> params)
-    : engine_(std::move(engine)), params_(params), opt_(make_optimizer(spec, std::move(params))) {}
+    : engine_(std::move(engine)), params_(std::move(params)), guards_(engine_->guards_for(params_)) {
+  bool alias = false;
+  for (auto& g : guards_) alias = alias || g->policy() != StepPolicy::Serialize;
+  for (auto& p : params_) targets_.push_back(alias ? at::Tensor(p.variable_data()) : p);
+  opt_ = make_optimizer(spec, targets_);
+}
 
 void OptimizerHost::step(std::int64_t ctx) {
   std::lock_guard<std::mutex> lock(engine_->optimizer_mutex());
+  for (auto& g : guards_) g->before_step(ctx);
   auto state = engine_->find(ctx);
   std::vector<at::Tensor> saved;
-  saved.reserve(params_.size());
+  saved.reserve(targets_.size());
   std::size_t with_grad = 0;
-  for (auto& p : params_) {
-    saved.push_back(p.grad());
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    at::Tensor& t = targets_[i];
+    saved.push_back(t.grad());
     at::Tensor g;
     if (state) {
       std::lock_guard<std::mutex> l(state->mu);
-      auto it = state->grads.find(p.unsafeGetTensorImpl());
+      auto it = state->grads.find(params_[i].unsafeGetTensorImpl());
       if (it != state->grads.end()) g = it->second.second;
     }
     if (g.defined()) ++with_grad;
-    p.mutable_grad() = g;
+    t.mutable_grad() = g;
   }
+  auto restore = [&] {
+    for (std::size_t i = 0; i < targets_.size(); ++i) targets_[i].mutable_grad() = saved[i];
+  };
   try {
     if (with_grad) opt_->step();
   } catch (...) {
-    for (std::size_t i = 0; i < params_.size(); ++i) params_[i].mutable_grad() = saved[i];
+    restore();
     throw;
   }
-  for (std::size_t i = 0; i < params_.size(); ++i) params_[i].mutable_grad() = saved[i];
+  restore();
+  for (auto& g : guards_) g->after_step(ctx, with_grad > 0);
 }
 
 void register_optimizer_host(transport::RpcAgent& agent, const std::shared_ptr<Engine>& engine) {
@@ -104,22 +115,34 @@ void DistributedOptimizer::step(std::int64_t ctx) {
       if (!owners_[i].is_owner()) steps[i] = owners_[i].rpc_async<void>("step", ctx);
   }
   std::string failed;
+  bool all_stale = true;  // every failure a refused stale step: the caller may retry
+  auto note = [&](std::size_t i, const std::exception& e, bool stale) {
+    failed += (failed.empty() ? "" : "; ") + owners_[i].owner_name() + ": " + e.what();
+    all_stale = all_stale && stale;
+  };
   for (std::size_t i = 0; i < owners_.size(); ++i) {
     try {
       if (owners_[i].is_owner()) owners_[i].local_value()->step(ctx);
+    } catch (const StaleStepError& e) {
+      note(i, e, true);
     } catch (const std::exception& e) {
-      failed += (failed.empty() ? "" : "; ") + owners_[i].owner_name() + ": " + e.what();
+      note(i, e, false);
     }
   }
   for (std::size_t i = 0; i < owners_.size(); ++i) {
     if (owners_[i].is_owner()) continue;
     try {
       steps[i].value();
+    } catch (const RemoteError& e) {
+      note(i, e, e.type() == "distrl::autograd::StaleStepError");
     } catch (const std::exception& e) {
-      failed += (failed.empty() ? "" : "; ") + owners_[i].owner_name() + ": " + e.what();
+      note(i, e, false);
     }
   }
-  if (!failed.empty()) throw Error("DistributedOptimizer::step of context " + std::to_string(ctx) + " failed on " + failed);
+  if (failed.empty()) return;
+  const std::string what = "DistributedOptimizer::step of context " + std::to_string(ctx) + " failed on " + failed;
+  if (all_stale) throw StaleStepError(what);
+  throw Error(what);
 }
 
 }  // namespace distrl::autograd

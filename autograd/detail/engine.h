@@ -17,6 +17,7 @@
 #include <torch/csrc/autograd/function.h>
 
 #include "autograd/context.h"
+#include "autograd/step_guard.h"
 #include "transport/future.h"
 #include "transport/message_hooks.h"
 
@@ -107,12 +108,19 @@ class Engine final : public transport::MessageHooks, public std::enable_shared_f
   std::mutex& optimizer_mutex() { return optimizer_mu_; }
   std::string describe(std::int64_t ctx) const;  // "context 3:17 on worker1"
 
+  // Parameter guards (step_guard.h): the engine tells them when a context is released or
+  // reaped; optimizer hosts look up the guards of their parameters.
+  void add_guard(const std::shared_ptr<ParameterGuard>& guard);
+  std::vector<std::shared_ptr<ParameterGuard>> guards_for(const std::vector<at::Tensor>& params);
+
  private:
   std::shared_ptr<ContextState> get_or_create(std::int64_t id);
   // Registers a new context (mu_ held); ProtocolError once max_contexts_ are live.
   std::shared_ptr<ContextState> add_locked(std::int64_t id);
   // Forgets a context and remembers its id among the last kReleasedMemory (mu_ held).
   std::shared_ptr<ContextState> drop_locked(std::int64_t id);
+  // Tells the guards that these contexts are gone (mu_ not held).
+  void notify_released(const std::vector<std::int64_t>& ids);
 
   transport::RpcAgent& agent_;
   const int rank_;
@@ -123,6 +131,8 @@ class Engine final : public transport::MessageHooks, public std::enable_shared_f
   std::unordered_set<std::int64_t> released_;  // the last kReleasedMemory releases, so a late
   std::deque<std::int64_t> released_order_;    // message cannot bring a context back
   std::mutex optimizer_mu_;                    // all local optimizers of this worker
+  std::mutex guards_mu_;
+  std::vector<std::weak_ptr<ParameterGuard>> guards_;
   std::atomic<std::uint64_t> parts_{0}, failed_parts_{0}, sends_{0}, recvs_{0};
 };
 

@@ -17,12 +17,17 @@ class OptimizerHost {
  public:
   OptimizerHost(std::shared_ptr<Engine> engine, const OptimizerSpec& spec, std::vector<at::Tensor> params);
   // Sets each parameter's .grad to ctx's gradient for it (none: undefined), steps, restores
-  // the .grad values it found; under the engine's optimizer lock.
+  // the .grad values it found; under the engine's optimizer lock. The parameters' guards
+  // (step_guard.h) may refuse the step (StaleStepError) and are told when it happened.
   void step(std::int64_t ctx);
 
  private:
   std::shared_ptr<Engine> engine_;
   std::vector<at::Tensor> params_;
+  std::vector<std::shared_ptr<ParameterGuard>> guards_;  // found when created
+  // What the torch optimizer steps: the parameters, or (guarded by hogwild or versioned)
+  // aliases of their storage with their own autograd version counters.
+  std::vector<at::Tensor> targets_;
   std::unique_ptr<torch::optim::Optimizer> opt_;
 };
 

@@ -6,13 +6,17 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <condition_variable>
 #include <csignal>
+#include <deque>
+#include <future>
 #include <unistd.h>
 
 #include "autograd/context.h"
 #include "autograd/detail/engine.h"
 #include "autograd/optimizer.h"
 #include "autograd/remote_module.h"
+#include "autograd/step_guard.h"
 #include "tests/support/multiproc.h"
 #include "tests/support/rpc_world.h"
 #include "transport/rpc/rpc_agent.h"
@@ -471,3 +475,153 @@ TEST(DistAutogradTest, RemoteModuleForwardsTrainsAndSwitchesMode) {
   });
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
+
+// ParameterGuard: two contexts of one trainer run the owner's forward before either steps
+// (the tutorial's model-on-server crash with two trainers). Without a guard the second step
+// is computed against parameters the first changed; serialize makes the second forward wait
+// for the first step (the result equals two steps in a row); versioned refuses the second step
+// by name; hogwild lets both step.
+namespace {
+
+// A thread of its own (where a dist_autograd::Context can be current) that runs posted tasks.
+class Lane {
+ public:
+  Lane() : t_([this] { run(); }) {}
+  ~Lane() {
+    post(nullptr);
+    t_.join();
+  }
+  std::future<void> post(std::function<void()> fn) {
+    const bool last = !fn;
+    std::packaged_task<void()> task(last ? [] {} : std::move(fn));
+    auto f = task.get_future();
+    std::lock_guard<std::mutex> lock(mu_);
+    q_.push_back({std::move(task), last});
+    cv_.notify_one();
+    return f;
+  }
+
+ private:
+  void run() {
+    for (;;) {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return !q_.empty(); });
+      auto item = std::move(q_.front());
+      q_.pop_front();
+      lock.unlock();
+      item.first();
+      if (item.second) return;
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<std::packaged_task<void()>, bool>> q_;
+  std::thread t_;
+};
+
+at::Tensor guarded_forward(const at::Tensor& x, const at::Tensor& w) { return torch::tanh(x.matmul(w.pow(2))); }
+
+// Runs the two-context interleaving under policy ("none": no guard); returns on rank 1.
+void interleave_two_contexts(const std::string& policy) {
+  TempDir dir;
+  auto codes = run_ranks(2, [&](int rank) {
+    auto w = std::make_shared<at::Tensor>(weight_of(0).requires_grad_(true));
+    std::shared_ptr<autograd::ParameterGuard> guard;
+    RpcAgent agent(rpc_options(dir, rank, 2), [&](RpcAgent& a) {
+      dist_autograd::enable(a);
+      if (policy != "none") guard = autograd::ParameterGuard::create(a, {*w}, autograd::parse_step_policy(policy), 5s);
+      a.register_function("forward", [w, &guard](at::Tensor x) {
+        if (guard) guard->enter();
+        return guarded_forward(x, *w);
+      });
+      a.register_function("param", [w, &a]() { return a.make_rref(w); });
+      a.register_function("weight", [w]() { return w->detach().clone(); });
+      a.register_function("guard", [&guard]() {
+        auto s = guard->stats();
+        return std::vector<std::uint64_t>{s.version, s.stale_refused, s.waits};
+      });
+    });
+    if (rank == 1) {
+      autograd::DistributedOptimizer opt(agent, autograd::OptimizerSpec{"sgd", 0.1},
+                                         {agent.rpc_sync<RRef<at::Tensor>>(0, "param")});
+      const at::Tensor x = input();
+      Lane la, lb;
+      std::unique_ptr<dist_autograd::Context> ca, cb;
+      at::Tensor ya, yb;
+      std::string b_backward, b_step;
+      la.post([&] {
+        ca = std::make_unique<dist_autograd::Context>(agent);
+        ya = agent.rpc_sync<at::Tensor>(0, "forward", x);
+      }).get();
+      auto fb = lb.post([&] {
+        cb = std::make_unique<dist_autograd::Context>(agent);
+        yb = agent.rpc_sync<at::Tensor>(0, "forward", x);
+      });
+      if (policy == "serialize")
+        expect(fb.wait_for(300ms) == std::future_status::timeout, "serialize: the second forward waits for the first step");
+      else
+        fb.wait();
+      la.post([&] {
+        dist_autograd::backward(*ca, {ya.sum()});
+        opt.step(*ca);
+        ca.reset();
+      }).get();
+      fb.get();
+      lb.post([&] {
+        try {
+          dist_autograd::backward(*cb, {yb.sum()});
+        } catch (const dist_autograd::BackwardError& e) {
+          b_backward = e.what();
+        }
+        if (b_backward.empty()) {
+          try {
+            opt.step(*cb);
+          } catch (const autograd::StaleStepError& e) {
+            b_step = e.what();
+          }
+        }
+        cb.reset();
+      }).get();
+      // The reference: one or two plain SGD steps in this process.
+      at::Tensor w0 = weight_of(0).requires_grad_(true);
+      guarded_forward(x, w0).sum().backward();
+      at::Tensor w1 = (w0 - 0.1 * w0.grad()).detach().requires_grad_(true);
+      guarded_forward(x, w1).sum().backward();
+      at::Tensor w2 = (w1 - 0.1 * w1.grad()).detach();
+      const at::Tensor now = agent.rpc_sync<at::Tensor>(0, "weight");
+      if (policy == "none") {
+        // PyTorch's Python optimizers bump the version counter and the second backward fails
+        // (the tutorial's crash); LibTorch's do not: the second step is silently computed
+        // against parameters that changed under it.
+        expect(b_backward.empty() && b_step.empty(), "unguarded: both contexts step: " + b_backward + b_step);
+        expect(rel_err(now, w2) > 1e-6, "unguarded: the second step differs from one on fresh parameters");
+      } else {
+        const auto st = agent.rpc_sync<std::vector<std::uint64_t>>(0, "guard");
+        expect(b_backward.empty(), policy + ": the second backward completes: " + b_backward);
+        if (policy == "serialize") {
+          expect(b_step.empty() && rel_err(now, w2) < 1e-9, "serialize: two steps in a row, each on fresh parameters");
+          expect(st[0] == 2 && st[2] == 1, "serialize: version 2, one wait");
+        } else if (policy == "versioned") {
+          expect(b_step.find("stale step refused") != std::string::npos &&
+                     b_step.find("version 0") != std::string::npos && b_step.find("version 1") != std::string::npos,
+                 "versioned: the stale step is refused naming both versions: " + b_step);
+          expect(rel_err(now, w1.detach()) < 1e-9, "versioned: only the first step applied");
+          expect(st[0] == 1 && st[1] == 1, "versioned: version 1, one refusal");
+        } else {
+          expect(b_step.empty() && st[0] == 2, "hogwild: both steps applied");
+          expect(rel_err(now, w1.detach()) > 1e-6, "hogwild: the second step changed the parameters");
+        }
+      }
+    }
+    agent.shutdown();
+    return 0;
+  });
+  EXPECT_EQ(codes, (std::vector<int>{0, 0}));
+}
+
+}  // namespace
+
+TEST(DistAutogradTest, WithoutAGuardASecondContextStepsOnStaleParameters) { interleave_two_contexts("none"); }
+TEST(DistAutogradTest, SerializeGuardMakesTheSecondForwardWaitForTheFirstStep) { interleave_two_contexts("serialize"); }
+TEST(DistAutogradTest, VersionedGuardRefusesAStaleStepByName) { interleave_two_contexts("versioned"); }
+TEST(DistAutogradTest, HogwildGuardLetsEveryContextStep) { interleave_two_contexts("hogwild"); }

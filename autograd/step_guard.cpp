@@ -1,0 +1,105 @@
+#include "autograd/step_guard.h"
+
+#include "autograd/detail/engine.h"
+#include "transport/rpc/rpc_agent.h"
+
+namespace distrl::autograd {
+
+StepPolicy parse_step_policy(const std::string& name) {
+  if (name == "serialize") return StepPolicy::Serialize;
+  if (name == "hogwild") return StepPolicy::Hogwild;
+  if (name == "versioned") return StepPolicy::Versioned;
+  throw ConfigError("step policy '" + name + "' is not known (known: serialize, hogwild, versioned)");
+}
+
+const char* to_string(StepPolicy p) {
+  switch (p) {
+    case StepPolicy::Serialize: return "serialize";
+    case StepPolicy::Hogwild: return "hogwild";
+    case StepPolicy::Versioned: return "versioned";
+  }
+  return "?";
+}
+
+std::shared_ptr<ParameterGuard> ParameterGuard::create(transport::RpcAgent& agent, std::vector<at::Tensor> params,
+                                                       StepPolicy policy, std::chrono::milliseconds wait_timeout) {
+  auto engine = detail::engine_of(agent);
+  auto g = std::make_shared<ParameterGuard>(engine, std::move(params), policy, wait_timeout);
+  engine->add_guard(g);
+  return g;
+}
+
+ParameterGuard::ParameterGuard(std::shared_ptr<detail::Engine> engine, std::vector<at::Tensor> params,
+                               StepPolicy policy, std::chrono::milliseconds wait_timeout)
+    : engine_(std::move(engine)), policy_(policy), wait_timeout_(wait_timeout) {
+  for (auto& p : params) impls_.insert(p.unsafeGetTensorImpl());
+}
+
+bool ParameterGuard::guards(const at::Tensor& t) const { return impls_.count(t.unsafeGetTensorImpl()) > 0; }
+
+ParameterGuard::Stats ParameterGuard::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void ParameterGuard::enter() {
+  const std::int64_t ctx = engine_->current_context();
+  if (ctx < 0 || policy_ == StepPolicy::Hogwild) return;
+  std::unique_lock<std::mutex> lock(mu_);
+  if (policy_ == StepPolicy::Versioned) {
+    seen_.emplace(ctx, stats_.version);
+    return;
+  }
+  if (holder_ == ctx) return;
+  if (holder_ >= 0) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (!cv_.wait_for(lock, wait_timeout_, [&] { return holder_ < 0; })) {
+      const double held = std::chrono::duration<double>(std::chrono::steady_clock::now() - held_since_).count();
+      throw TimeoutError("ParameterGuard (serialize) on " + engine_->agent().name() + ": " + engine_->describe(ctx) +
+                         " waited " + std::to_string(wait_timeout_.count()) + " ms for the parameters; " +
+                         engine_->describe(holder_) + " has held them for " + std::to_string(held) +
+                         " s without stepping or leaving its context");
+    }
+    ++stats_.waits;
+    stats_.wait_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
+  holder_ = ctx;
+  held_since_ = std::chrono::steady_clock::now();
+}
+
+void ParameterGuard::before_step(std::int64_t ctx) {
+  if (policy_ != StepPolicy::Versioned) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = seen_.find(ctx);
+  if (it == seen_.end() || it->second == stats_.version) return;
+  const std::uint64_t saw = it->second;
+  seen_.erase(it);
+  ++stats_.stale_refused;
+  throw StaleStepError("stale step refused on " + engine_->agent().name() + ": " + engine_->describe(ctx) +
+                       " computed its gradients against parameter version " + std::to_string(saw) +
+                       ", the parameters are at version " + std::to_string(stats_.version) +
+                       " (policy versioned: run the forward again and retry)");
+}
+
+void ParameterGuard::after_step(std::int64_t ctx, bool stepped) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stepped) ++stats_.version;
+    seen_.erase(ctx);
+    if (holder_ != ctx) return;
+    holder_ = -1;
+  }
+  cv_.notify_all();
+}
+
+void ParameterGuard::released(std::int64_t ctx) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    seen_.erase(ctx);
+    if (holder_ != ctx) return;
+    holder_ = -1;
+  }
+  cv_.notify_all();
+}
+
+}  // namespace distrl::autograd
