@@ -1,16 +1,22 @@
 // The parameter server across real processes: the tutorial's batch-update form under
 // distrl-launch equals one process on the summed batch; sharded dense keys and tables over
 // two servers; a SIGKILLed trainer leaves the quorum while the others carry on; a SIGSTOPped
-// trainer does not stall a quorum round, and its late pushes are dropped when it resumes.
+// trainer does not stall a quorum round, and its late pushes are dropped when it resumes; the
+// model-on-server form with one trainer equals one process, and runs with 2 and 4 trainers
+// under every step policy.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <csignal>
 #include <fstream>
+#include <map>
+#include <sstream>
 
 #include "tests/support/command.h"
 #include "tests/support/multiproc.h"
 #include "tests/support/rpc_world.h"
+#include "models/nets.h"
+#include "training/data.h"
 #include "training/ps/batch_update.h"
 #include "training/ps/client.h"
 #include "training/ps/server.h"
@@ -179,5 +185,98 @@ TEST(PsFaultTest, AStoppedTrainerDoesNotStallAQuorumRoundAndItsLatePushesAreDrop
   }, 40s);
   EXPECT_EQ(codes, (std::vector<int>{0, 0, 0, 0, 0}));
 }
+
+}  // namespace
+
+namespace {
+
+// The model-on-server form (the tutorial's ParameterServer + TrainerNet) on Fashion-MNIST.
+const std::string kModelConfig = std::string(DISTRL_SOURCE_DIR) + "/configs/ps_model_on_server.yaml";
+const std::string kSmallModel =
+    "model.name=mlp model.hidden=[32] data.limit=384 data.test_limit=200 train.epochs=2 train.batch_size=32 "
+    "run.log_interval=1000 optimizer.lr=0.05 ";
+
+// One line of server.csv as column -> value.
+std::map<std::string, std::string> server_csv(const std::string& dir) {
+  std::istringstream in(distrl::testing::read_file(dir + "/server.csv"));
+  std::string head, row;
+  std::getline(in, head);
+  std::getline(in, row);
+  std::map<std::string, std::string> out;
+  std::istringstream h(head), r(row);
+  for (std::string k, v; std::getline(h, k, ',') && std::getline(r, v, ',');) out[k] = v;
+  return out;
+}
+
+TEST(PsModelOnServerTest, OneTrainerEqualsOneProcess) {
+  TempDir dir;
+  auto r = launch("--config " + kModelConfig + " roles.trainers=1 " + kSmallModel + "run.out_dir=" + dir.path());
+  ASSERT_EQ(r.code, 0) << r.output;
+  // The same MLP trained here on the same batches in the same order (no dropout: exact).
+  torch::manual_seed(1);
+  models::NetSpec spec;
+  spec.name = "mlp";
+  spec.inputs = 784;
+  spec.outputs = 10;
+  spec.hidden = {32};
+  auto net = models::make_net(spec);
+  torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+  training::Dataset d = training::load_idx_dir("/usr/share/datasets/fashion-mnist", true);
+  d.inputs = d.inputs.narrow(0, 0, 384);
+  d.targets = d.targets.narrow(0, 0, 384);
+  training::DistributedSampler sampler(d.size(), 0, 1, true, 1);
+  for (int epoch = 1; epoch <= 2; ++epoch) {
+    sampler.set_epoch(epoch);
+    auto idx = torch::tensor(sampler.indices(), torch::kLong);
+    for (std::int64_t off = 0; off < idx.numel(); off += 32) {
+      auto b = idx.narrow(0, off, std::min<std::int64_t>(32, idx.numel() - off));
+      opt.zero_grad();
+      torch::nn::functional::cross_entropy(net->forward(d.inputs.index_select(0, b)), d.targets.index_select(0, b))
+          .backward();
+      opt.step();
+    }
+  }
+  std::vector<torch::Tensor> served;
+  torch::load(served, dir.path() + "/params.pt");
+  const auto params = net->parameters();
+  ASSERT_EQ(served.size(), params.size());
+  for (std::size_t i = 0; i < params.size(); ++i)
+    EXPECT_LE((served[i] - params[i].detach()).abs().max().item<double>(), 1e-5) << "parameter " << i;
+  EXPECT_EQ(server_csv(dir.path())["steps"], "24");
+  EXPECT_NE(distrl::testing::read_file(dir.path() + "/epochs.csv").find("\n2,"), std::string::npos);
+}
+
+// 2 and 4 trainers in each mode: every batch is stepped exactly once (versioned: after its
+// retries), the run learns, and the counters are consistent.
+void run_every_trainer_count(const std::string& policy) {
+  for (int trainers : {2, 4}) {
+    TempDir dir;
+    auto r = launch("--config " + kModelConfig + " roles.trainers=" + std::to_string(trainers) +
+                    " ps.step_policy=" + policy + " " + kSmallModel + "run.out_dir=" + dir.path());
+    ASSERT_EQ(r.code, 0) << r.output;
+    auto s = server_csv(dir.path());
+    // 384 images over T trainers, batches of 32, 2 epochs.
+    const int per_trainer = 384 / trainers, batches = (per_trainer + 31) / 32;
+    EXPECT_EQ(s["steps"], std::to_string(2 * trainers * batches)) << policy << " with " << trainers << "\n" << r.output;
+    EXPECT_EQ(s["stale_refused"], s["retries"]);
+    if (policy != "versioned") EXPECT_EQ(s["stale_refused"], "0");
+    if (policy != "serialize") EXPECT_EQ(s["waits"], "0");
+    const std::string epochs = distrl::testing::read_file(dir.path() + "/epochs.csv");
+    std::istringstream lines(epochs);
+    std::string line, last;
+    while (std::getline(lines, line))
+      if (!line.empty()) last = line;
+    std::vector<std::string> f;
+    std::istringstream fields(last);
+    for (std::string v; std::getline(fields, v, ',');) f.push_back(v);
+    ASSERT_EQ(f.size(), 4u) << epochs;
+    const double acc = std::stod(f[2]);
+    EXPECT_GT(acc, 0.4) << policy << " with " << trainers << " trainers learns: " << epochs;
+  }
+}
+
+TEST(PsModelOnServerTest, SerializeWithTwoAndFourTrainers) { run_every_trainer_count("serialize"); }
+TEST(PsModelOnServerTest, HogwildWithTwoAndFourTrainers) { run_every_trainer_count("hogwild"); }
+TEST(PsModelOnServerTest, VersionedWithTwoAndFourTrainers) { run_every_trainer_count("versioned"); }
 
 }  // namespace

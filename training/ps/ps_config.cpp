@@ -3,19 +3,27 @@
 namespace distrl::training::ps {
 
 void bind(Settings& s, PsConfig& c) {
-  s.bind("workload", &c.workload, "what distrl-launch runs for this file").choices({"ps_batch_update"});
+  s.bind("workload", &c.workload, "what distrl-launch runs for this file").choices({"ps_batch_update", "ps_model_on_server"});
   s.bind("roles.servers", &c.servers, "server shards (ranks 0..servers-1)").range(1, 64);
   s.bind("roles.trainers", &c.trainers, "trainer processes (the ranks after the servers)").range(1, 256);
   s.bind("run.out_dir", &c.out_dir, "directory for metrics.csv, ps_stats.csv, params.pt and config.yaml");
   s.bind("run.seed", &c.seed, "seed of the model and of every trainer's data").range(0, 2147483647);
   s.bind("run.log_interval", &c.log_interval, "rounds between progress lines").range(1, 1000000000);
   s.bind("run.torch_threads", &c.torch_threads, "LibTorch intra-op threads per process").range(1, 256);
-  s.bind("model.name", &c.model, "resnet50 (the tutorial's) or mlp").choices({"resnet50", "mlp"});
+  s.bind("model.name", &c.model, "batch update: resnet50 (the tutorial's) or mlp; model on server: mnist_cnn")
+      .choices({"resnet50", "mlp", "mnist_cnn"});
   s.bind("model.classes", &c.classes, "output classes").range(1, 100000);
   s.bind("model.image_size", &c.image_size, "square image side of the random images").range(1, 4096);
   s.bind("model.channels", &c.channels, "image channels").range(1, 64);
   s.bind("model.hidden", &c.hidden, "mlp: hidden widths").range(1, 65536);
-  s.bind("train.rounds", &c.rounds, "pushes per trainer").range(1, 1000000000);
+  s.bind("data.path", &c.data_path, "model on server: an MNIST-layout directory (Fashion-MNIST by default)");
+  s.bind("data.limit", &c.data_limit, "training images used (0: all)").range(0, 1000000000);
+  s.bind("data.test_limit", &c.test_limit, "test images used (0: all)").range(0, 1000000000);
+  s.bind("train.rounds", &c.rounds, "batch update: pushes per trainer").range(1, 1000000000);
+  s.bind("train.epochs", &c.epochs, "model on server: passes over each trainer's share").range(1, 1000000);
+  s.bind("train.test_batch_size", &c.test_batch_size, "images per evaluation forward").range(1, 1000000);
+  s.bind("train.retries", &c.retries, "versioned: stale refusals of one batch before the trainer gives up")
+      .range(0, 1000000);
   s.bind("train.batch_size", &c.batch_size, "images per trainer and round").range(1, 100000);
   s.bind("train.slow_trainer", &c.slow_trainer, "a straggler's trainer id (-1: none)").range(-1, 255);
   s.bind("train.slow_ms", &c.slow_ms, "extra milliseconds the straggler spends per round").range(0, 3600000);
@@ -28,6 +36,10 @@ void bind(Settings& s, PsConfig& c) {
   s.bind("ps.late", &c.late, "sync: a push for a round that closed without it is dropped or folded into the next")
       .choices({"drop", "fold"});
   s.bind("ps.staleness", &c.staleness, "ssp: pushes a trainer may run ahead of the slowest").range(0, 1000000);
+  s.bind("ps.step_policy", &c.step_policy,
+         "model on server: how trainers' steps interleave (serialize: one forward-to-step at a time; hogwild: no "
+         "lock; versioned: a step against stale parameters is refused and retried)")
+      .choices({"serialize", "hogwild", "versioned"});
   s.bind("optimizer.name", &c.optimizer, "the servers' optimizer").choices({"sgd", "adagrad", "adam"});
   s.bind("optimizer.lr", &c.lr, "learning rate").range(1e-12, 100);
   s.bind("optimizer.momentum", &c.momentum, "sgd: momentum").range(0, 1);

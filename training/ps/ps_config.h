@@ -19,13 +19,20 @@ struct PsConfig {
   int log_interval = 1;              // rounds between progress lines
   int torch_threads = 1;
   // model (batch update: the tutorial's ResNet-50, or small ones for tests)
-  std::string model = "resnet50";    // resnet50 | mlp
+  std::string model = "resnet50";    // resnet50 | mlp (batch update); mnist_cnn | mlp (model on server)
   int classes = 30;
   int image_size = 64;
   int channels = 3;
   std::vector<int> hidden{64};       // mlp
+  // data (model on server)
+  std::string data_path = "/usr/share/datasets/fashion-mnist";
+  int data_limit = 0;                // training images used (0: all)
+  int test_limit = 0;                // test images used (0: all)
   // train
-  int rounds = 10;                   // pushes per trainer
+  int rounds = 10;                   // pushes per trainer (batch update)
+  int epochs = 1;                    // model on server
+  int test_batch_size = 1000;
+  int retries = 100;                 // versioned: stale refusals of one batch before giving up
   int batch_size = 20;               // per trainer and round
   double slow_ms = 0;                // a straggler: this trainer sleeps this long per round
   int slow_trainer = -1;             // which one (-1: none)
@@ -35,6 +42,7 @@ struct PsConfig {
   int max_wait_ms = 0;               // sync: a round closes this long after its first push; 0 = never
   std::string late = "drop";         // sync: drop | fold late pushes
   int staleness = 2;                 // ssp bound
+  std::string step_policy = "serialize";  // model on server: serialize | hogwild | versioned
   // optimizer (applied on the servers)
   std::string optimizer = "sgd";
   double lr = 0.001;

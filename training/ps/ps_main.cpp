@@ -1,8 +1,11 @@
 // distrl-ps: the parameter-server workloads, one process per rank (ranks 0..servers-1 the
 // server shards, the rest trainers). Usually started by: distrl-launch --config configs/ps_batch_update.yaml
+#include <algorithm>
+
 #include "common/command_line.h"
 #include "common/main_guard.h"
 #include "training/ps/batch_update.h"
+#include "training/ps/model_on_server.h"
 #include "training/rpc_world.h"
 #include "transport/rpc/rpc_agent.h"
 
@@ -15,16 +18,31 @@ int main(int argc, char** argv) {
         "sharded by name, tables by row) and step them with a server-side optimizer; the other ranks\n"
         "train and push gradients. ps_batch_update is the tutorial's BatchUpdateParameterServer: a\n"
         "round closes when the quorum has pushed (or at max_wait), averages, steps and answers\n"
-        "every push with the new weights. Trainer 0 prints progress and writes OUT_DIR/metrics.csv,\n"
-        "ps_stats.csv, params.pt and config.yaml.\n"
-        "Usually started by: distrl-launch --config configs/ps_batch_update.yaml",
+        "every push with the new weights. ps_model_on_server is the tutorial's ParameterServer +\n"
+        "TrainerNet: the CNN lives on ps0, trainers run its forward over RPC inside distributed-\n"
+        "autograd contexts and step it with DistributedOptimizer (ps.step_policy: serialize,\n"
+        "hogwild or versioned). Trainer 0 prints progress and writes its results under OUT_DIR.\n"
+        "Usually started by: distrl-launch --config configs/ps_batch_update.yaml (or\n"
+        "configs/ps_model_on_server.yaml)",
         "configs/ps_batch_update.yaml", "(not used by this workload)");
     if (!cmd.parse(argc, argv)) return 0;
     const training::ps::PsConfig& cfg = cmd.config;
     (void)cfg.server_options();  // refuses a bad combination before anything starts
     if (cmd.flags.check_only) return 0;
     transport::RpcOptions o = training::rpc_options_for(cmd.flags.world, cfg.timeout_s, cfg.transport);
-    o.name = (o.rank >= 0 && o.rank < cfg.servers) ? "ps" + std::to_string(o.rank) : "";
+    const bool serves = o.rank >= 0 && o.rank < cfg.servers;
+    o.name = serves ? "ps" + std::to_string(o.rank) : "";
+    if (cfg.workload == "ps_model_on_server") {
+      if (cfg.servers != 1) throw ConfigError("roles.servers: the model-on-server form has one server, not " + std::to_string(cfg.servers));
+      if (cfg.model == "resnet50") throw ConfigError("model.name: the model-on-server form trains mnist_cnn or mlp on 28x28 images");
+      // serialize parks a forward per waiting trainer on a handler thread: one each, plus room
+      if (serves) o.num_worker_threads = std::max(o.num_worker_threads, cfg.trainers + 2);
+      std::shared_ptr<training::ps::ModelServer> server;
+      transport::RpcAgent agent(o, [&](transport::RpcAgent& a) { server = training::ps::setup_model_on_server(a, cfg); });
+      training::ps::run_model_on_server(cfg, cmd.settings.to_yaml(), agent, server);
+      agent.shutdown();
+      return 0;
+    }
     std::shared_ptr<training::ps::ShardServer> server;
     transport::RpcAgent agent(o, [&](transport::RpcAgent& a) { server = training::ps::setup_rank(a, cfg); });
     training::ps::run_batch_update(cfg, cmd.settings.to_yaml(), agent, server);

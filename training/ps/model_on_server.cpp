@@ -1,0 +1,258 @@
+#include "training/ps/model_on_server.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <map>
+#include <mutex>
+
+#include <torch/torch.h>
+
+#include "autograd/context.h"
+#include "autograd/optimizer.h"
+#include "autograd/step_guard.h"
+#include "common/error.h"
+#include "common/plot.h"
+#include "models/nets.h"
+#include "training/data.h"
+#include "training/ps/client.h"
+#include "training/ps/server.h"
+
+namespace distrl::training::ps {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr int kServerRank = 0;
+
+std::shared_ptr<models::Net> build_cnn(const PsConfig& cfg) {
+  torch::manual_seed(cfg.seed);
+  models::NetSpec spec;
+  spec.name = cfg.model;
+  spec.inputs = 784;
+  spec.outputs = cfg.classes;
+  spec.hidden = cfg.hidden;
+  return models::make_net(spec);
+}
+
+// What a trainer tells the server when it is done.
+struct Report {
+  std::int64_t samples = 0, steps = 0, retries = 0;
+  double seconds = 0;
+  MSGPACK_DEFINE(samples, steps, retries, seconds);
+};
+
+// Test loss and accuracy of net on the (first test_limit of the) test split.
+std::pair<double, double> evaluate(models::Net& net, const Dataset& test, int batch) {
+  torch::NoGradGuard no_grad;
+  net.eval();
+  double loss = 0, correct = 0;
+  for (std::int64_t off = 0; off < test.size(); off += batch) {
+    const std::int64_t n = std::min<std::int64_t>(batch, test.size() - off);
+    auto x = test.inputs.narrow(0, off, n), y = test.targets.narrow(0, off, n);
+    auto out = net.forward(x);
+    loss += torch::nn::functional::cross_entropy(out, y).item<double>() * n;
+    correct += out.argmax(1).eq(y).sum().item<double>();
+  }
+  net.train();
+  return {loss / std::max<std::int64_t>(1, test.size()), correct / std::max<std::int64_t>(1, test.size())};
+}
+
+Dataset limited(Dataset d, int limit) {
+  if (limit > 0 && limit < d.size()) {
+    d.inputs = d.inputs.narrow(0, 0, limit);
+    d.targets = d.targets.narrow(0, 0, limit);
+  }
+  return d;
+}
+
+}  // namespace
+
+struct ModelServer {
+  std::shared_ptr<models::Net> net;
+  std::shared_ptr<autograd::ParameterGuard> guard;
+  std::vector<transport::RRef<at::Tensor>> params;
+  std::shared_ptr<ShardServer> tracker;  // the trainers' goodbyes and departures
+  std::mutex mu;
+  std::map<int, Report> reports;
+};
+
+std::shared_ptr<ModelServer> setup_model_on_server(transport::RpcAgent& agent, const PsConfig& cfg) {
+  autograd::enable(agent);
+  if (agent.rank() != kServerRank) return nullptr;
+  auto s = std::make_shared<ModelServer>();
+  s->net = build_cnn(cfg);
+  s->net->train();
+  s->guard = autograd::ParameterGuard::create(agent, s->net->parameters(), autograd::parse_step_policy(cfg.step_policy),
+                                              std::chrono::milliseconds(static_cast<long long>(cfg.timeout_s * 1000)));
+  for (auto& p : s->net->parameters()) s->params.push_back(agent.make_rref(std::make_shared<at::Tensor>(p)));
+  s->tracker = std::make_shared<ShardServer>(0, 1, cfg.trainers, cfg.servers, cfg.server_options());
+  ShardServer::register_on(agent, s->tracker);
+  ModelServer* m = s.get();
+  agent.register_function("ps.model.forward", [m](at::Tensor x) {
+    if (x.dim() != 4 || x.size(1) != 1 || x.size(2) != 28 || x.size(3) != 28 || x.scalar_type() != at::kFloat)
+      throw ArgumentError("ps.model.forward: expects float32 images [batch, 1, 28, 28], got " +
+                          std::string(x.toString()) + " " + c10::str(x.sizes()));
+    m->guard->enter();
+    return m->net->forward(x);
+  });
+  agent.register_function("ps.model.parameters", [m]() { return m->params; });
+  agent.register_function("ps.model.state", [m]() {
+    std::vector<at::Tensor> out;
+    torch::NoGradGuard no_grad;
+    for (auto& p : m->net->parameters()) out.push_back(p.detach().clone());
+    return out;
+  });
+  agent.register_function("ps.model.report", [m](int trainer, Report r) {
+    std::lock_guard<std::mutex> lock(m->mu);
+    m->reports[trainer] = r;
+  });
+  return s;
+}
+
+namespace {
+
+void serve(const PsConfig& cfg, transport::RpcAgent& agent, ModelServer& s) {
+  s.tracker->watch_trainers(agent);
+  std::cout << "ps0: the model (" << cfg.model << ") lives here; " << cfg.trainers << " trainer(s), step policy "
+            << cfg.step_policy << ", " << cfg.optimizer << " lr " << cfg.lr << std::endl;
+  const auto t0 = Clock::now();
+  s.tracker->wait_for_trainers();
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  s.tracker->stop();
+  const auto g = s.guard->stats();
+  std::int64_t samples = 0, retries = 0;
+  double slowest = 0;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    for (auto& [t, r] : s.reports) {
+      samples += r.samples;
+      retries += r.retries;
+      slowest = std::max(slowest, r.seconds);
+    }
+  }
+  const double rate = slowest > 0 ? samples / slowest : 0;
+  std::cout << "ps0: every trainer done after " << std::setprecision(3) << seconds << " s; " << samples
+            << " samples, " << std::setprecision(4) << rate << " samples/s; " << g.version << " steps applied, "
+            << g.stale_refused << " stale refused (" << retries << " retries), " << g.waits << " forwards waited "
+            << std::setprecision(3) << g.wait_ms / 1000 << " s in all" << std::endl;
+  std::filesystem::create_directories(cfg.out_dir);
+  std::ofstream out(cfg.out_dir + "/server.csv");
+  out << "trainers,step_policy,samples,seconds,samples_per_s,steps,stale_refused,retries,waits,wait_s\n"
+      << cfg.trainers << "," << cfg.step_policy << "," << samples << "," << slowest << "," << rate << "," << g.version
+      << "," << g.stale_refused << "," << retries << "," << g.waits << "," << g.wait_ms / 1000 << "\n";
+}
+
+}  // namespace
+
+void run_model_on_server(const PsConfig& cfg, const std::string& config_yaml, transport::RpcAgent& agent,
+                         const std::shared_ptr<ModelServer>& server) {
+  torch::set_num_threads(cfg.torch_threads);
+  if (server) return serve(cfg, agent, *server);
+
+  const int trainer = agent.rank() - cfg.servers;
+  const bool lead = trainer == 0;
+  const Dataset train = limited(load_idx_dir(cfg.data_path, true), cfg.data_limit);
+  const Dataset test = lead ? limited(load_idx_dir(cfg.data_path, false), cfg.test_limit) : Dataset{};
+  DistributedSampler sampler(train.size(), trainer, cfg.trainers, true, cfg.seed);
+
+  autograd::OptimizerSpec spec;
+  spec.kind = cfg.optimizer;
+  spec.lr = cfg.lr;
+  spec.momentum = cfg.optimizer == "sgd" ? cfg.momentum : 0.0;
+  spec.weight_decay = cfg.weight_decay;
+  if (cfg.optimizer == "adagrad") spec.eps = 1e-10;
+  auto params = agent.rpc_sync<std::vector<transport::RRef<at::Tensor>>>(kServerRank, "ps.model.parameters");
+  autograd::DistributedOptimizer opt(agent, spec, params);  // the tutorial's TrainerNet
+  auto local = lead ? build_cnn(cfg) : nullptr;            // for evaluation only
+
+  std::ofstream metrics, epochs_csv;
+  if (lead) {
+    std::filesystem::create_directories(cfg.out_dir);
+    std::ofstream(cfg.out_dir + "/config.yaml") << config_yaml;
+    metrics.open(cfg.out_dir + "/metrics.csv");
+    epochs_csv.open(cfg.out_dir + "/epochs.csv");
+    if (!metrics || !epochs_csv) throw Error("cannot write under " + cfg.out_dir + " (check run.out_dir)");
+    metrics << "epoch,step,loss,samples_per_s,retries\n";
+    epochs_csv << "epoch,test_loss,test_accuracy,seconds\n";
+    std::cout << "trainer 0: " << cfg.trainers << " trainer(s), the model on ps0, step policy " << cfg.step_policy
+              << "; " << train.size() << " training images (" << sampler.per_rank() << " per trainer), " << cfg.epochs
+              << " epoch(s) of batch " << cfg.batch_size << std::endl;
+  }
+  Report me;
+  const auto start = Clock::now();
+  for (int epoch = 1; epoch <= cfg.epochs; ++epoch) {
+    sampler.set_epoch(epoch);
+    const auto idx = torch::tensor(sampler.indices(), torch::kLong);
+    double loss_sum = 0;
+    int loss_n = 0;
+    for (std::int64_t off = 0; off < idx.numel(); off += cfg.batch_size) {
+      const auto b = idx.narrow(0, off, std::min<std::int64_t>(cfg.batch_size, idx.numel() - off));
+      const auto x = train.inputs.index_select(0, b), y = train.targets.index_select(0, b);
+      double loss = 0;
+      for (int attempt = 0;; ++attempt) {
+        autograd::Context ctx(agent);
+        auto out = agent.rpc_sync<at::Tensor>(kServerRank, "ps.model.forward", x);
+        auto l = torch::nn::functional::cross_entropy(out, y);
+        autograd::backward(ctx, {l});
+        try {
+          opt.step(ctx);
+          loss = l.item<double>();
+          break;
+        } catch (const autograd::StaleStepError& e) {
+          ++me.retries;
+          if (attempt >= cfg.retries)
+            throw Error("trainer " + std::to_string(trainer) + ": a batch was refused as stale " +
+                        std::to_string(attempt + 1) + " times (train.retries " + std::to_string(cfg.retries) +
+                        "): " + e.what());
+        }
+      }
+      me.samples += b.numel();
+      ++me.steps;
+      loss_sum += loss;
+      ++loss_n;
+      if (lead && me.steps % cfg.log_interval == 0) {
+        const double rate = me.samples / std::chrono::duration<double>(Clock::now() - start).count();
+        metrics << epoch << "," << me.steps << "," << loss_sum / loss_n << "," << rate << "," << me.retries << "\n";
+        std::cout << "epoch " << epoch << "/" << cfg.epochs << "  step " << std::setw(6) << me.steps << "  loss "
+                  << std::fixed << std::setprecision(4) << loss_sum / loss_n << "  " << std::setprecision(0) << rate
+                  << " samples/s (this trainer)  " << me.retries << " stale retries" << std::defaultfloat << std::endl;
+        loss_sum = 0;
+        loss_n = 0;
+      }
+    }
+    if (lead) {  // the server's parameters as they are now, on the test set
+      auto state = agent.rpc_sync<std::vector<at::Tensor>>(kServerRank, "ps.model.state");
+      {
+        torch::NoGradGuard no_grad;
+        auto ps = local->parameters();
+        for (std::size_t i = 0; i < ps.size(); ++i) ps[i].copy_(state[i]);
+      }
+      auto [test_loss, acc] = evaluate(*local, test, cfg.test_batch_size);
+      const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+      epochs_csv << epoch << "," << test_loss << "," << acc << "," << secs << std::endl;
+      std::cout << "epoch " << epoch << "/" << cfg.epochs << ": test loss " << std::setprecision(4) << test_loss
+                << ", test accuracy " << std::setprecision(2) << std::fixed << 100 * acc << "% (" << test.size()
+                << " images)" << std::defaultfloat << std::endl;
+    }
+  }
+  me.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  agent.rpc_sync<void>(kServerRank, "ps.model.report", trainer, me);
+  if (lead) {
+    metrics.close();
+    epochs_csv.close();
+    torch::save(agent.rpc_sync<std::vector<at::Tensor>>(kServerRank, "ps.model.state"), cfg.out_dir + "/params.pt");
+    plot_csv(cfg.out_dir + "/epochs.csv", cfg.out_dir + "/learning_curve.png",
+             {{"test accuracy", "epoch", {{"epoch", "test_accuracy", "test accuracy"}}},
+              {"test loss", "epoch", {{"epoch", "test_loss", "test loss"}}}});
+    std::cout << "trainer 0: " << me.steps << " steps in " << std::setprecision(3) << me.seconds << " s, "
+              << me.retries << " stale retries; wrote " << cfg.out_dir
+              << "/{metrics.csv,epochs.csv,learning_curve.png,params.pt,config.yaml}" << std::endl;
+  }
+  PsClient(agent, ClientOptions{trainer, cfg.servers, 0}).bye();
+}
+
+}  // namespace distrl::training::ps
