@@ -29,6 +29,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -101,6 +102,16 @@ std::vector<std::pair<at::Tensor, at::Tensor>> get_gradients(const Context& ctx)
 // The same on a worker that serves the context (an owner stepping its parameters, say):
 // empty when this worker has not seen context `ctx`.
 std::vector<std::pair<at::Tensor, at::Tensor>> get_gradients(transport::RpcAgent& agent, std::int64_t ctx);
+
+// For gradient hooks that must see a distributed backward as the local engine shows a local
+// one (DDP's reducer): while a backward part runs its leaves' hooks on this thread, the
+// context's accumulated gradient of a leaf (undefined: none yet), a way to replace it, and
+// callbacks run on this thread after the part's last leaf (the local engine's queue_callback).
+// Outside a part, in_backward_part() is false and the others throw Error.
+bool in_backward_part();
+at::Tensor part_gradient(const at::Tensor& leaf);
+void set_part_gradient(const at::Tensor& leaf, const at::Tensor& grad);
+void queue_part_callback(std::function<void()> fn);
 
 // Contexts this worker holds now: created here and not yet left, or seen from a peer and not
 // yet released. Returns to 0 once every context is left and released.

@@ -1,6 +1,8 @@
 #include "autograd/detail/engine.h"
 
 #include <algorithm>
+#include <functional>
+#include <utility>
 #include <sstream>
 
 #include <torch/csrc/autograd/engine.h>
@@ -29,6 +31,13 @@ struct Current {
   std::int64_t ctx;
 };
 thread_local std::vector<Current> t_current;
+
+// The backward part running its leaves' hooks on this thread (see context.h: part_gradient).
+struct PartScope {
+  ContextState* state;
+  std::vector<std::function<void()>> callbacks;
+};
+thread_local PartScope* t_part = nullptr;
 
 std::string ctx_name(std::int64_t id) {
   return std::to_string(id >> 48) + ":" + std::to_string(id & ((std::int64_t{1} << 48) - 1));
@@ -335,6 +344,12 @@ transport::Future<void> Engine::run_part(const std::shared_ptr<ContextState>& st
       throw Error("the local backward of " + describe(state->id) + " failed: " + e.what());
     }
     std::map<RecvBackward*, std::size_t> back_of;
+    PartScope scope{state.get(), {}};
+    PartScope* outer = std::exchange(t_part, &scope);
+    struct Restore {
+      PartScope* outer;
+      ~Restore() { t_part = outer; }
+    } restore{outer};
     for (std::size_t k = 0; k < outs.size(); ++k) {
       at::Tensor g = got[k];
       if (!g.defined()) continue;
@@ -359,6 +374,16 @@ transport::Future<void> Engine::run_part(const std::shared_ptr<ContextState>& st
         if (fresh) back.push_back(Back{o.recv, {}, {}});
         back[it->second].frames.push_back(o.recv->frames.at(o.input));
         back[it->second].grads.push_back(g.detach());
+      }
+    }
+    // The callbacks hooks queued (DDP's end of backward), as the local engine runs its final
+    // callbacks: after every leaf of this part.
+    for (std::size_t i = 0; i < scope.callbacks.size(); ++i) {
+      try {
+        scope.callbacks[i]();
+      } catch (const std::exception& e) {
+        failed_parts_.fetch_add(1);
+        throw Error("a gradient callback of " + describe(state->id) + " failed: " + e.what());
       }
     }
   }
@@ -426,3 +451,30 @@ std::shared_ptr<Engine> engine_of(transport::RpcAgent& agent) {
 }
 
 }  // namespace distrl::autograd::detail
+
+namespace distrl::autograd {
+
+bool in_backward_part() { return detail::t_part != nullptr; }
+
+at::Tensor part_gradient(const at::Tensor& leaf) {
+  auto* part = detail::t_part;
+  if (!part) throw Error("dist_autograd::part_gradient: no backward part runs on this thread (call it from a gradient hook)");
+  std::lock_guard<std::mutex> lock(part->state->mu);
+  auto it = part->state->grads.find(leaf.unsafeGetTensorImpl());
+  return it == part->state->grads.end() ? at::Tensor() : it->second.second;
+}
+
+void set_part_gradient(const at::Tensor& leaf, const at::Tensor& grad) {
+  auto* part = detail::t_part;
+  if (!part) throw Error("dist_autograd::set_part_gradient: no backward part runs on this thread (call it from a gradient hook)");
+  std::lock_guard<std::mutex> lock(part->state->mu);
+  part->state->grads[leaf.unsafeGetTensorImpl()] = {leaf, grad};
+}
+
+void queue_part_callback(std::function<void()> fn) {
+  auto* part = detail::t_part;
+  if (!part) throw Error("dist_autograd::queue_part_callback: no backward part runs on this thread (call it from a gradient hook)");
+  part->callbacks.push_back(std::move(fn));
+}
+
+}  // namespace distrl::autograd

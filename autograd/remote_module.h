@@ -10,7 +10,9 @@
 //   RemoteModule<EmbeddingImpl> emb(agent, "ps", "Embedding", EmbeddingConfig{100, 32});
 //   at::Tensor y = emb.forward(tokens);
 //
-// M must have `at::Tensor forward(at::Tensor)`; Config must be msgpack-serializable. The
+// M must have `at::Tensor forward(at::Tensor)`, or the signature given as the third template
+// argument: register_remote_module<EmbeddingBagImpl, BagConfig, at::Tensor(at::Tensor, at::Tensor)>
+// serves emb.forward(indices, offsets). Config must be msgpack-serializable. The
 // module lives until every RemoteModule and RRef to it is gone. Thread-safe as RRef is; calls
 // to one module run concurrently on the owner's handler pool unless M guards itself.
 #pragma once
@@ -45,7 +47,17 @@ struct ModuleHost {
   }
 };
 
-template <typename M, typename Config>
+// The forward method of a signature at::Tensor(Args...).
+template <typename M, typename Signature>
+struct ForwardOf;
+template <typename M, typename... Args>
+struct ForwardOf<M, at::Tensor(Args...)> {
+  static auto method() {
+    return [](ModuleHost<M>& h, Args... x) -> at::Tensor { return h.module->forward(x...); };
+  }
+};
+
+template <typename M, typename Config, typename Signature = at::Tensor(at::Tensor)>
 void register_remote_module(transport::RpcAgent& agent, const std::string& name,
                             std::function<std::shared_ptr<M>(const Config&)> make) {
   transport::RpcAgent* a = &agent;
@@ -56,7 +68,7 @@ void register_remote_module(transport::RpcAgent& agent, const std::string& name,
         h->agent = a;
         return h;
       })
-      .method("forward", [](ModuleHost<M>& h, at::Tensor x) -> at::Tensor { return h.module->forward(x); })
+      .method("forward", ForwardOf<M, Signature>::method())
       .method("parameters", [](ModuleHost<M>& h) { return h.parameters(); })
       .method("train", [](ModuleHost<M>& h, bool on) { h.module->train(on); })
       .method("is_training", [](ModuleHost<M>& h) { return h.module->is_training(); });
@@ -70,11 +82,18 @@ class RemoteModule {
   template <typename Config>
   RemoteModule(transport::RpcAgent& agent, const transport::Target& owner, const std::string& name, const Config& config)
       : rref_(agent.remote<ModuleHost<M>>(owner, name, config)) {}
+  // The module another worker created, from its RRef (sent here in an RPC, say).
+  explicit RemoteModule(transport::RRef<ModuleHost<M>> rref) : rref_(std::move(rref)) {}
 
-  transport::Future<at::Tensor> forward_async(const at::Tensor& x) const {
-    return rref_.template rpc_async<at::Tensor>("forward", x);
+  // x...: the tensors of the registered forward signature (one by default).
+  template <typename... X>
+  transport::Future<at::Tensor> forward_async(const X&... x) const {
+    return rref_.template rpc_async<at::Tensor>("forward", x...);
   }
-  at::Tensor forward(const at::Tensor& x) const { return forward_async(x).value(); }
+  template <typename... X>
+  at::Tensor forward(const X&... x) const {
+    return forward_async(x...).value();
+  }
   // RRefs to the module's parameters, owned by the module's worker.
   std::vector<transport::RRef<at::Tensor>> remote_parameters() const {
     return rref_.template rpc_sync<std::vector<transport::RRef<at::Tensor>>>("parameters");

@@ -19,6 +19,7 @@
 #include "training/data.h"
 #include "training/ps/batch_update.h"
 #include "training/ps/client.h"
+#include "training/ps/hybrid.h"
 #include "training/ps/server.h"
 
 using namespace distrl;
@@ -278,5 +279,50 @@ void run_every_trainer_count(const std::string& policy) {
 TEST(PsModelOnServerTest, SerializeWithTwoAndFourTrainers) { run_every_trainer_count("serialize"); }
 TEST(PsModelOnServerTest, HogwildWithTwoAndFourTrainers) { run_every_trainer_count("hogwild"); }
 TEST(PsModelOnServerTest, VersionedWithTwoAndFourTrainers) { run_every_trainer_count("versioned"); }
+
+}  // namespace
+
+namespace {
+
+// The hybrid form (EmbeddingBag on the ps by RPC + Linear DDP'd over the trainers) equals one
+// process: per step, the Linear's gradients averaged over the trainers, the embedding's summed
+// (each trainer's DistributedOptimizer steps it with its own context's gradients).
+TEST(PsHybridTest, EqualsOneProcessAfterKSteps) {
+  TempDir dir;
+  const std::string config = std::string(DISTRL_SOURCE_DIR) + "/configs/ps_hybrid.yaml";
+  auto r = launch("--config " + config + " train.epochs=3 train.batches=4 optimizer.momentum=0.9 run.out_dir=" +
+                  dir.path());
+  ASSERT_EQ(r.code, 0) << r.output;
+  PsConfig cfg;
+  cfg.classes = 8;
+  cfg.batches = 4;
+  torch::manual_seed(1);
+  torch::nn::EmbeddingBag emb(torch::nn::EmbeddingBagOptions(100, 16).mode(torch::kSum));
+  torch::manual_seed(1);
+  models::NetSpec spec;
+  spec.name = "mlp";
+  spec.inputs = 16;
+  spec.outputs = 8;
+  spec.hidden = {};
+  auto fc = models::make_net(spec);
+  std::vector<torch::Tensor> params{emb->weight};
+  for (auto& p : fc->parameters()) params.push_back(p);
+  torch::optim::SGD opt(params, torch::optim::SGDOptions(0.05).momentum(0.9));
+  for (int epoch = 0; epoch < 3; ++epoch)
+    for (int b = 0; b < cfg.batches; ++b) {
+      opt.zero_grad();
+      for (int t = 0; t < 2; ++t) {
+        const HybridBatch hb = hybrid_batch(cfg, t, b);
+        torch::nn::functional::cross_entropy(fc->forward(emb->forward(hb.indices, hb.offsets)), hb.targets).backward();
+      }
+      for (auto& p : fc->parameters()) p.mutable_grad().div_(2);
+      opt.step();
+    }
+  std::vector<torch::Tensor> served;
+  torch::load(served, dir.path() + "/params.pt");
+  ASSERT_EQ(served.size(), params.size());
+  for (std::size_t i = 0; i < params.size(); ++i)
+    EXPECT_LE((served[i] - params[i].detach()).abs().max().item<double>(), 1e-5) << "parameter " << i;
+}
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <unordered_set>
 
+#include "autograd/context.h"
 #include "common/error.h"
 
 namespace distrl::training {
@@ -63,6 +64,7 @@ struct DistributedDataParallel::Reducer {
   std::vector<bool> ready;
   std::vector<bool> unused;  // find_unused_parameters: not reached from the last forward's output
   bool in_backward = false;
+  bool distributed = false;  // this backward is a distributed-autograd part: gradients live in its context
   int next_launch = 0;
   Clock::time_point backward_start;
   DdpStats stats;
@@ -125,11 +127,13 @@ struct DistributedDataParallel::Reducer {
 
   void start_iteration() {  // mu held; first hook of a synchronised backward
     in_backward = true;
+    distributed = autograd::in_backward_part();
     backward_start = Clock::now();
     next_launch = 0;
     std::fill(ready.begin(), ready.end(), false);
     for (auto& b : buckets) b.pending = static_cast<int>(b.params.size());
-    torch::autograd::Engine::get_default_engine().queue_callback([this] { finish(); });
+    if (distributed) autograd::queue_part_callback([this] { finish(); });
+    else torch::autograd::Engine::get_default_engine().queue_callback([this] { finish(); });
     for (std::size_t i = 0; i < params.size(); ++i)
       if (unused[i]) mark_ready(static_cast<int>(i));
   }
@@ -146,7 +150,7 @@ struct DistributedDataParallel::Reducer {
     const Slot s = slots[i];
     auto& b = buckets[s.bucket];
     auto view = b.flat.narrow(0, b.offsets[s.index], params[i].numel());
-    const auto& g = params[i].grad();
+    const at::Tensor g = distributed ? autograd::part_gradient(params[i]) : params[i].grad();
     torch::NoGradGuard no_grad;
     if (g.defined()) view.copy_(g.reshape(-1));
     else view.zero_();
@@ -187,6 +191,10 @@ struct DistributedDataParallel::Reducer {
       for (std::size_t k = 0; k < b.params.size(); ++k) {
         auto& p = params[b.params[k]];
         auto view = b.flat.narrow(0, b.offsets[k], p.numel()).view(p.sizes());
+        if (distributed) {
+          autograd::set_part_gradient(p, view.clone());
+          continue;
+        }
         auto& g = p.mutable_grad();
         if (g.defined()) g.copy_(view);
         else g = view.clone();

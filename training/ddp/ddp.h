@@ -19,6 +19,11 @@
 // the end of backward (an autograd engine callback) every bucket is waited for and the averaged
 // gradients are written back into .grad. Inside no_sync() nothing is communicated and
 // gradients accumulate locally; the next synchronised backward averages the sum.
+//
+// Inside distributed autograd (dist_autograd::backward through a DDP'd module, the hybrid
+// parameter-server form) the same buckets are filled from the context's gradients and the
+// averages are written back into the context, not .grad, at the end of this worker's backward
+// part; a DistributedOptimizer then steps them.
 #pragma once
 
 #include <cstdint>

@@ -3,7 +3,7 @@
 namespace distrl::training::ps {
 
 void bind(Settings& s, PsConfig& c) {
-  s.bind("workload", &c.workload, "what distrl-launch runs for this file").choices({"ps_batch_update", "ps_model_on_server"});
+  s.bind("workload", &c.workload, "what distrl-launch runs for this file").choices({"ps_batch_update", "ps_model_on_server", "ps_hybrid"});
   s.bind("roles.servers", &c.servers, "server shards (ranks 0..servers-1)").range(1, 64);
   s.bind("roles.trainers", &c.trainers, "trainer processes (the ranks after the servers)").range(1, 256);
   s.bind("run.out_dir", &c.out_dir, "directory for metrics.csv, ps_stats.csv, params.pt and config.yaml");
@@ -16,11 +16,14 @@ void bind(Settings& s, PsConfig& c) {
   s.bind("model.image_size", &c.image_size, "square image side of the random images").range(1, 4096);
   s.bind("model.channels", &c.channels, "image channels").range(1, 64);
   s.bind("model.hidden", &c.hidden, "mlp: hidden widths").range(1, 65536);
+  s.bind("model.embeddings", &c.embeddings, "hybrid: rows of the EmbeddingBag on the ps").range(1, 100000000);
+  s.bind("model.embedding_dim", &c.embedding_dim, "hybrid: its width (the DDP'd Linear's input)").range(1, 65536);
   s.bind("data.path", &c.data_path, "model on server: an MNIST-layout directory (Fashion-MNIST by default)");
   s.bind("data.limit", &c.data_limit, "training images used (0: all)").range(0, 1000000000);
   s.bind("data.test_limit", &c.test_limit, "test images used (0: all)").range(0, 1000000000);
   s.bind("train.rounds", &c.rounds, "batch update: pushes per trainer").range(1, 1000000000);
-  s.bind("train.epochs", &c.epochs, "model on server: passes over each trainer's share").range(1, 1000000);
+  s.bind("train.epochs", &c.epochs, "model on server: passes over each trainer's share; hybrid: passes over its batches").range(1, 1000000);
+  s.bind("train.batches", &c.batches, "hybrid: batches per trainer, repeated every epoch").range(1, 1000000);
   s.bind("train.test_batch_size", &c.test_batch_size, "images per evaluation forward").range(1, 1000000);
   s.bind("train.retries", &c.retries, "versioned: stale refusals of one batch before the trainer gives up")
       .range(0, 1000000);

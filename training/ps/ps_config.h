@@ -24,6 +24,8 @@ struct PsConfig {
   int image_size = 64;
   int channels = 3;
   std::vector<int> hidden{64};       // mlp
+  int embeddings = 100;              // hybrid: EmbeddingBag rows
+  int embedding_dim = 16;            // hybrid: EmbeddingBag width (the DDP'd Linear's input)
   // data (model on server)
   std::string data_path = "/usr/share/datasets/fashion-mnist";
   int data_limit = 0;                // training images used (0: all)
@@ -32,7 +34,8 @@ struct PsConfig {
   int rounds = 10;                   // pushes per trainer (batch update)
   int epochs = 1;                    // model on server
   int test_batch_size = 1000;
-  int retries = 100;                 // versioned: stale refusals of one batch before giving up
+  int retries = 100;
+  int batches = 10;                  // hybrid: batches per trainer and epoch                 // versioned: stale refusals of one batch before giving up
   int batch_size = 20;               // per trainer and round
   double slow_ms = 0;                // a straggler: this trainer sleeps this long per round
   int slow_trainer = -1;             // which one (-1: none)

@@ -5,6 +5,7 @@
 #include "common/command_line.h"
 #include "common/main_guard.h"
 #include "training/ps/batch_update.h"
+#include "training/ps/hybrid.h"
 #include "training/ps/model_on_server.h"
 #include "training/rpc_world.h"
 #include "transport/rpc/rpc_agent.h"
@@ -21,9 +22,11 @@ int main(int argc, char** argv) {
         "every push with the new weights. ps_model_on_server is the tutorial's ParameterServer +\n"
         "TrainerNet: the CNN lives on ps0, trainers run its forward over RPC inside distributed-\n"
         "autograd contexts and step it with DistributedOptimizer (ps.step_policy: serialize,\n"
-        "hogwild or versioned). Trainer 0 prints progress and writes its results under OUT_DIR.\n"
+        "hogwild or versioned). ps_hybrid is the tutorial's HybridModel: an EmbeddingBag on ps0 used\n"
+        "by RPC, a Linear DDP'd over the trainers, a master that starts them. Trainer 0 prints\n"
+        "progress and writes its results under OUT_DIR.\n"
         "Usually started by: distrl-launch --config configs/ps_batch_update.yaml (or\n"
-        "configs/ps_model_on_server.yaml)",
+        "configs/ps_model_on_server.yaml, configs/ps_hybrid.yaml)",
         "configs/ps_batch_update.yaml", "(not used by this workload)");
     if (!cmd.parse(argc, argv)) return 0;
     const training::ps::PsConfig& cfg = cmd.config;
@@ -32,6 +35,15 @@ int main(int argc, char** argv) {
     transport::RpcOptions o = training::rpc_options_for(cmd.flags.world, cfg.timeout_s, cfg.transport);
     const bool serves = o.rank >= 0 && o.rank < cfg.servers;
     o.name = serves ? "ps" + std::to_string(o.rank) : "";
+    if (cfg.workload == "ps_hybrid") {
+      if (cfg.servers != 1) throw ConfigError("roles.servers: the hybrid form has one ps, not " + std::to_string(cfg.servers));
+      if (o.rank == cfg.servers + cfg.trainers) o.name = "master";
+      std::shared_ptr<training::ps::HybridRank> rank;
+      transport::RpcAgent agent(o, [&](transport::RpcAgent& a) { rank = training::ps::setup_hybrid(a, cfg); });
+      training::ps::run_hybrid(cfg, cmd.settings.to_yaml(), agent, rank);
+      agent.shutdown();
+      return 0;
+    }
     if (cfg.workload == "ps_model_on_server") {
       if (cfg.servers != 1) throw ConfigError("roles.servers: the model-on-server form has one server, not " + std::to_string(cfg.servers));
       if (cfg.model == "resnet50") throw ConfigError("model.name: the model-on-server form trains mnist_cnn or mlp on 28x28 images");

@@ -1,0 +1,213 @@
+#include "training/ps/hybrid.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <thread>
+
+#include <torch/torch.h>
+
+#include "autograd/context.h"
+#include "autograd/optimizer.h"
+#include "autograd/remote_module.h"
+#include "common/error.h"
+#include "common/plot.h"
+#include "models/nets.h"
+#include "training/ddp/ddp.h"
+#include "transport/collectives/process_group.h"
+
+namespace distrl::training::ps {
+
+using Clock = std::chrono::steady_clock;
+using BagHost = autograd::ModuleHost<torch::nn::EmbeddingBagImpl>;
+
+namespace {
+
+constexpr const char* kBagClass = "ps.hybrid.EmbeddingBag";
+
+struct BagConfig {
+  std::int64_t rows = 100, dim = 16;
+  int seed = 1;
+  MSGPACK_DEFINE(rows, dim, seed);
+};
+
+int master_rank(const PsConfig& cfg) { return cfg.servers + cfg.trainers; }
+
+}  // namespace
+
+HybridBatch hybrid_batch(const PsConfig& cfg, int trainer, int batch) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<std::uint64_t>(cfg.seed) * 1000003ull +
+                                                      static_cast<std::uint64_t>(trainer) * 7919ull + batch);
+  const std::int64_t n = torch::randint(20, 51, {1}, gen, torch::kLong).item<std::int64_t>();
+  HybridBatch b;
+  b.indices = torch::randint(0, cfg.embeddings, {n}, gen, torch::kLong);
+  std::vector<std::int64_t> offsets;
+  for (std::int64_t start = 0; start < n; start += torch::randint(1, 11, {1}, gen, torch::kLong).item<std::int64_t>())
+    offsets.push_back(start);
+  b.offsets = torch::tensor(offsets, torch::kLong);
+  b.targets = torch::randint(0, cfg.classes, {static_cast<std::int64_t>(offsets.size())}, gen, torch::kLong);
+  return b;
+}
+
+// Every rank waits for one event from another: the trainers for the master's start, the
+// master for the trainers' done, the ps for the master's finish.
+struct HybridRank {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<transport::RRef<BagHost>> bag;  // trainers: sent by the master
+  std::set<int> done;                           // master: trainers that finished
+  bool finished = false;                        // ps: the master says the run is over
+
+  // Waits until ready() or a worker in watch dies (TransportError naming it).
+  template <typename Ready>
+  void wait(transport::RpcAgent& agent, const std::vector<int>& watch, const std::string& what, Ready ready) {
+    std::unique_lock<std::mutex> lock(mu);
+    while (!cv.wait_for(lock, std::chrono::milliseconds(100), ready))
+      for (int r : watch)
+        if (agent.connection_lost(r))
+          throw TransportError(agent.name() + ": rank " + std::to_string(r) + " died while waiting for " + what);
+  }
+};
+
+std::shared_ptr<HybridRank> setup_hybrid(transport::RpcAgent& agent, const PsConfig& cfg) {
+  autograd::enable(agent);
+  auto me = std::make_shared<HybridRank>();
+  HybridRank* m = me.get();
+  if (agent.rank() == 0)
+    autograd::register_remote_module<torch::nn::EmbeddingBagImpl, BagConfig, at::Tensor(at::Tensor, at::Tensor)>(
+        agent, kBagClass, [](const BagConfig& c) {
+          torch::manual_seed(c.seed);
+          return std::make_shared<torch::nn::EmbeddingBagImpl>(
+              torch::nn::EmbeddingBagOptions(c.rows, c.dim).mode(torch::kSum));
+        });
+  agent.register_function("ps.hybrid.start", [m](transport::RRef<BagHost> bag) {
+    std::lock_guard<std::mutex> lock(m->mu);
+    m->bag = std::move(bag);
+    m->cv.notify_all();
+  });
+  agent.register_function("ps.hybrid.done", [m](int trainer) {
+    std::lock_guard<std::mutex> lock(m->mu);
+    m->done.insert(trainer);
+    m->cv.notify_all();
+  });
+  agent.register_function("ps.hybrid.finish", [m]() {
+    std::lock_guard<std::mutex> lock(m->mu);
+    m->finished = true;
+    m->cv.notify_all();
+  });
+  return me;
+}
+
+namespace {
+
+void run_master(const PsConfig& cfg, transport::RpcAgent& agent, HybridRank& me) {
+  std::cout << "master: creating EmbeddingBag(" << cfg.embeddings << ", " << cfg.embedding_dim
+            << ", sum) on ps0 and starting " << cfg.trainers << " trainer(s)" << std::endl;
+  auto bag = agent.remote<BagHost>(0, kBagClass, BagConfig{cfg.embeddings, cfg.embedding_dim, cfg.seed});
+  bag.created().value();
+  std::vector<int> trainers;
+  for (int t = 0; t < cfg.trainers; ++t) trainers.push_back(cfg.servers + t);
+  for (int r : trainers) agent.rpc_sync<void>(r, "ps.hybrid.start", bag);
+  me.wait(agent, trainers, "the trainers to finish", [&] { return static_cast<int>(me.done.size()) == cfg.trainers; });
+  agent.rpc_sync<void>(0, "ps.hybrid.finish");
+  std::cout << "master: every trainer done" << std::endl;
+}
+
+void run_trainer(const PsConfig& cfg, const std::string& config_yaml, transport::RpcAgent& agent, HybridRank& me) {
+  const int trainer = agent.rank() - cfg.servers;
+  const bool lead = trainer == 0;
+  me.wait(agent, {master_rank(cfg)}, "the master's start", [&] { return me.bag.has_value(); });
+  autograd::RemoteModule<torch::nn::EmbeddingBagImpl> emb(*me.bag);
+
+  // The trainers' own process group, on the RPC world's store.
+  transport::ProcessGroupOptions po;
+  po.timeout = std::chrono::milliseconds(static_cast<long long>(cfg.timeout_s * 1000));
+  auto pg = transport::make_zmq_process_group(agent.store(), trainer, cfg.trainers, po, "hybrid-trainers");
+  torch::manual_seed(cfg.seed);
+  models::NetSpec spec;
+  spec.name = "mlp";
+  spec.inputs = static_cast<int>(cfg.embedding_dim);
+  spec.outputs = cfg.classes;
+  spec.hidden = {};
+  auto fc = models::make_net(spec);  // Linear(embedding_dim, classes)
+  DistributedDataParallel ddp(fc, pg);
+
+  auto params = emb.remote_parameters();
+  for (auto& p : fc->parameters()) params.push_back(agent.make_rref(std::make_shared<at::Tensor>(p)));
+  autograd::OptimizerSpec os;
+  os.kind = cfg.optimizer;
+  os.lr = cfg.lr;
+  os.momentum = cfg.optimizer == "sgd" ? cfg.momentum : 0.0;
+  os.weight_decay = cfg.weight_decay;
+  autograd::DistributedOptimizer opt(agent, os, params);
+
+  std::vector<HybridBatch> batches;
+  for (int b = 0; b < cfg.batches; ++b) batches.push_back(hybrid_batch(cfg, trainer, b));
+  std::ofstream metrics;
+  if (lead) {
+    std::filesystem::create_directories(cfg.out_dir);
+    std::ofstream(cfg.out_dir + "/config.yaml") << config_yaml;
+    metrics.open(cfg.out_dir + "/metrics.csv");
+    if (!metrics) throw Error("cannot write " + cfg.out_dir + "/metrics.csv (check run.out_dir)");
+    metrics << "epoch,loss,seconds\n";
+    std::cout << "trainer 0: EmbeddingBag on ps0 by RPC, Linear(" << cfg.embedding_dim << ", " << cfg.classes
+              << ") DDP'd over " << cfg.trainers << " trainer(s); " << cfg.epochs << " epoch(s) of " << cfg.batches
+              << " batches" << std::endl;
+  }
+  const auto start = Clock::now();
+  for (int epoch = 1; epoch <= cfg.epochs; ++epoch) {
+    double sum = 0;
+    for (const auto& b : batches) {
+      autograd::Context ctx(agent);
+      at::Tensor out = ddp.forward(emb.forward(b.indices, b.offsets));
+      at::Tensor loss = torch::nn::functional::cross_entropy(out, b.targets);
+      autograd::backward(ctx, {loss});
+      opt.step(ctx);
+      pg->barrier();  // every trainer's embedding update is in before the next forward
+      sum += loss.item<double>();
+    }
+    if (lead) {
+      const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+      metrics << epoch << "," << sum / cfg.batches << "," << secs << "\n";
+      if (epoch % cfg.log_interval == 0 || epoch == cfg.epochs)
+        std::cout << "epoch " << std::setw(4) << epoch << "/" << cfg.epochs << "  loss " << std::fixed
+                  << std::setprecision(4) << sum / cfg.batches << "  " << std::setprecision(1)
+                  << epoch * cfg.batches / secs << " steps/s" << std::defaultfloat << std::endl;
+    }
+  }
+  if (lead) {
+    metrics.close();
+    std::vector<at::Tensor> state;
+    for (auto& p : emb.remote_parameters()) state.push_back(p.to_here());
+    for (auto& p : fc->parameters()) state.push_back(p.detach().clone());
+    torch::save(state, cfg.out_dir + "/params.pt");
+    plot_csv(cfg.out_dir + "/metrics.csv", cfg.out_dir + "/learning_curve.png",
+             {{"training loss", "epoch", {{"epoch", "loss", "loss"}}}});
+    std::cout << "trainer 0: wrote " << cfg.out_dir << "/{metrics.csv,learning_curve.png,params.pt,config.yaml}"
+              << std::endl;
+  }
+  pg.reset();
+  agent.rpc_sync<void>(master_rank(cfg), "ps.hybrid.done", trainer);
+}
+
+}  // namespace
+
+void run_hybrid(const PsConfig& cfg, const std::string& config_yaml, transport::RpcAgent& agent,
+                const std::shared_ptr<HybridRank>& rank) {
+  torch::set_num_threads(cfg.torch_threads);
+  if (agent.world_size() != cfg.servers + cfg.trainers + 1)
+    throw ConfigError("roles: the hybrid form needs 1 ps + " + std::to_string(cfg.trainers) +
+                      " trainer(s) + 1 master = " + std::to_string(cfg.trainers + 2) + " ranks, not " +
+                      std::to_string(agent.world_size()));
+  if (agent.rank() == master_rank(cfg)) return run_master(cfg, agent, *rank);
+  if (agent.rank() > 0) return run_trainer(cfg, config_yaml, agent, *rank);
+  std::cout << "ps0: holds the EmbeddingBag; serving until the master says the run is over" << std::endl;
+  rank->wait(agent, {master_rank(cfg)}, "the master's finish", [&] { return rank->finished; });
+}
+
+}  // namespace distrl::training::ps
