@@ -183,6 +183,7 @@ void run_model_on_server(const PsConfig& cfg, const std::string& config_yaml, tr
               << " epoch(s) of batch " << cfg.batch_size << std::endl;
   }
   Report me;
+  double fwd_s = 0, bwd_s = 0, step_s = 0;  // this trainer's time in each phase
   const auto start = Clock::now();
   for (int epoch = 1; epoch <= cfg.epochs; ++epoch) {
     sampler.set_epoch(epoch);
@@ -195,11 +196,17 @@ void run_model_on_server(const PsConfig& cfg, const std::string& config_yaml, tr
       double loss = 0;
       for (int attempt = 0;; ++attempt) {
         autograd::Context ctx(agent);
+        const auto t0 = Clock::now();
         auto out = agent.rpc_sync<at::Tensor>(kServerRank, "ps.model.forward", x);
         auto l = torch::nn::functional::cross_entropy(out, y);
+        const auto t1 = Clock::now();
         autograd::backward(ctx, {l});
+        const auto t2 = Clock::now();
+        fwd_s += std::chrono::duration<double>(t1 - t0).count();
+        bwd_s += std::chrono::duration<double>(t2 - t1).count();
         try {
           opt.step(ctx);
+          step_s += std::chrono::duration<double>(Clock::now() - t2).count();
           loss = l.item<double>();
           break;
         } catch (const autograd::StaleStepError& e) {
@@ -248,8 +255,10 @@ void run_model_on_server(const PsConfig& cfg, const std::string& config_yaml, tr
     plot_csv(cfg.out_dir + "/epochs.csv", cfg.out_dir + "/learning_curve.png",
              {{"test accuracy", "epoch", {{"epoch", "test_accuracy", "test accuracy"}}},
               {"test loss", "epoch", {{"epoch", "test_loss", "test loss"}}}});
-    std::cout << "trainer 0: " << me.steps << " steps in " << std::setprecision(3) << me.seconds << " s, "
-              << me.retries << " stale retries; wrote " << cfg.out_dir
+    const double per = 1000.0 / std::max<std::int64_t>(1, me.steps);
+    std::cout << "trainer 0: " << me.steps << " steps in " << std::setprecision(3) << me.seconds << " s ("
+              << "forward " << fwd_s * per << " ms, backward " << bwd_s * per << " ms, step " << step_s * per
+              << " ms per step), " << me.retries << " stale retries; wrote " << cfg.out_dir
               << "/{metrics.csv,epochs.csv,learning_curve.png,params.pt,config.yaml}" << std::endl;
   }
   PsClient(agent, ClientOptions{trainer, cfg.servers, 0}).bye();

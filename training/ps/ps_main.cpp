@@ -4,6 +4,7 @@
 
 #include "common/command_line.h"
 #include "common/main_guard.h"
+#include "common/malloc_tuning.h"
 #include "training/ps/batch_update.h"
 #include "training/ps/hybrid.h"
 #include "training/ps/model_on_server.h"
@@ -32,6 +33,7 @@ int main(int argc, char** argv) {
     const training::ps::PsConfig& cfg = cmd.config;
     (void)cfg.server_options();  // refuses a bad combination before anything starts
     if (cmd.flags.check_only) return 0;
+    keep_large_blocks_on_heap();  // tensors of a few MB each step: no mmap + page faults each time
     transport::RpcOptions o = training::rpc_options_for(cmd.flags.world, cfg.timeout_s, cfg.transport);
     const bool serves = o.rank >= 0 && o.rank < cfg.servers;
     o.name = serves ? "ps" + std::to_string(o.rank) : "";

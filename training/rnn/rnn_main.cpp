@@ -2,6 +2,7 @@
 // ranks 1.. trainers). Usually started by: distrl-launch --config configs/rnn_dist_autograd.yaml
 #include "common/command_line.h"
 #include "common/main_guard.h"
+#include "common/malloc_tuning.h"
 #include "training/rnn/rnn.h"
 #include "training/rpc_world.h"
 #include "transport/rpc/rpc_agent.h"
@@ -21,6 +22,7 @@ int main(int argc, char** argv) {
     if (!cmd.parse(argc, argv)) return 0;
     const training::RnnConfig& cfg = cmd.config;
     if (cmd.flags.check_only) return 0;
+    keep_large_blocks_on_heap();
     transport::RpcAgent agent(training::rpc_options_for(cmd.flags.world, cfg.timeout_s, cfg.transport), [](transport::RpcAgent& a) { training::register_rnn(a); });
     if (agent.world_size() != cfg.trainers + 1)
       throw ConfigError("roles.trainers is " + std::to_string(cfg.trainers) + " but the world has " +

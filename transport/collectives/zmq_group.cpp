@@ -17,10 +17,10 @@
 #include <thread>
 
 #include "common/log.h"
+#include "common/malloc_tuning.h"
 #include "transport/collectives/detail/algorithms.h"
 #include "transport/collectives/detail/reduce_ops.h"
 #include "transport/collectives/detail/works.h"
-#include <malloc.h>
 
 #include <mutex>
 
@@ -350,13 +350,7 @@ std::shared_ptr<ProcessGroup> make_zmq_process_group(Store& store, int rank, int
   if (options.chunk_bytes < 1024) throw ConfigError("process group: chunk_bytes must be at least 1024");
   if (options.max_message_bytes < std::max(options.chunk_bytes, options.small_bytes))
     throw ConfigError("process group: max_message_bytes must be at least chunk_bytes and small_bytes");
-  if (options.tune_malloc) {
-    static std::once_flag once;  // see ProcessGroupOptions::tune_malloc
-    std::call_once(once, [] {
-      ::mallopt(M_MMAP_THRESHOLD, 256 << 20);
-      ::mallopt(M_TRIM_THRESHOLD, 1 << 30);
-    });
-  }
+  if (options.tune_malloc) keep_large_blocks_on_heap();
   auto mesh = std::make_shared<Mesh>(store, prefix, rank, world_size, options);
   std::vector<int> members(world_size);
   for (int r = 0; r < world_size; ++r) members[r] = r;
