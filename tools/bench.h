@@ -86,4 +86,16 @@ struct AutogradBenchOptions {
 int run_autograd_bench(const AutogradBenchOptions& options);
 int run_autograd_worker(const std::string& out, int iterations, int contexts);
 
+struct PsBenchOptions {
+  int rows = 10000;         // sparse: rows per pull and per push
+  int iterations = 200;     // sparse: timed pull + push pairs
+  int images = 3000;        // model on server: Fashion-MNIST images per run (0: skip)
+  int rounds = 40;          // straggler runs: rounds per trainer
+  int resnet_rounds = 4;    // ResNet-50 batch update rounds (0: skip)
+  std::string configs = "configs";
+  std::string out_dir = "runs/bench_ps";
+};
+int run_ps_bench(const PsBenchOptions& options);
+int run_ps_worker(const std::string& out, int rows, int iterations);
+
 }  // namespace distrl::tools

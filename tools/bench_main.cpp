@@ -64,10 +64,28 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 100000000));
   g->add_option("--csv", ag.csv, "CSV output path");
   int ag_iterations = 0, ag_contexts = 0;
+  distrl::tools::PsBenchOptions pso;
+  auto* p = app.add_subcommand("ps", "the parameter server: sparse pull/push on 2 shards, idle server CPU, "
+                                     "model-on-server samples/s per step policy, a straggler against quorum, "
+                                     "the ResNet-50 batch-update round");
+  p->add_option("--rows", pso.rows, "sparse: rows per pull and per push")->check(CLI::Range(1, 10000000));
+  p->add_option("--iterations", pso.iterations, "sparse: timed pull + push pairs")->check(CLI::Range(1, 10000000));
+  p->add_option("--images", pso.images, "model on server: Fashion-MNIST images per run (0: skip)")
+      ->check(CLI::Range(0, 60000));
+  p->add_option("--rounds", pso.rounds, "straggler: rounds per trainer")->check(CLI::Range(5, 1000000));
+  p->add_option("--resnet-rounds", pso.resnet_rounds, "ResNet-50 batch-update rounds (0: skip)")
+      ->check(CLI::Range(0, 100000));
+  p->add_option("--configs", pso.configs, "the directory of the ps_*.yaml configs");
+  p->add_option("--out-dir", pso.out_dir, "where ps.csv and every run's outputs go");
+  int ps_rows = 0, ps_iterations = 0;
+  auto* pw = app.add_subcommand("ps-worker")->group("");
+  pw->add_option("--rows", ps_rows)->required();
+  pw->add_option("--iterations", ps_iterations)->required();
   // Hidden: what each rank of the two suites above runs.
   std::string out, model;
   std::vector<std::int64_t> sizes;
   int steps = 0, batch = 0;
+  pw->add_option("--out", out)->required();
   auto* aw = app.add_subcommand("allreduce-worker")->group("");
   aw->add_option("--out", out)->required();
   aw->add_option("sizes", sizes)->required();
@@ -95,6 +113,8 @@ int main(int argc, char** argv) {
     if (aw->parsed()) return distrl::tools::run_allreduce_worker(out, sizes);
     if (g->parsed()) return distrl::tools::run_autograd_bench(ag);
     if (gw->parsed()) return distrl::tools::run_autograd_worker(out, ag_iterations, ag_contexts);
+    if (p->parsed()) return distrl::tools::run_ps_bench(pso);
+    if (pw->parsed()) return distrl::tools::run_ps_worker(out, ps_rows, ps_iterations);
     if (dw->parsed()) return distrl::tools::run_ddp_worker(out, model, steps, batch, bucket_mb);
     return distrl::tools::run_rl_bench(rl);
   });

@@ -1,0 +1,207 @@
+// distrl-bench ps: the parameter server.
+//   1. sparse engine: pull + push of R rows x 16 floats of a table split over 2 server
+//      processes, from a third (median, p99, rows/s per server CPU second), then the servers'
+//      CPU while idle (% of a core);
+//   2. model on the server (configs/ps_model_on_server.yaml on a slice of Fashion-MNIST):
+//      samples/s with 1, 2 and 4 trainers under every step policy;
+//   3. straggler: the batch-update form with a small MLP, one of 5 trainers 3x slower: the
+//      round rate waiting for everyone against quorum 4 of 5, both against no straggler;
+//   4. the tutorial's ResNet-50 batch update (5 trainers): round time and the share of it a
+//      trainer does not spend computing (communication and waiting for the round to close).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include <torch/torch.h>
+
+#include "common/cpu_time.h"
+#include "common/error.h"
+#include "tools/bench.h"
+#include "tools/config_launch.h"
+#include "tools/launcher.h"
+#include "training/ps/client.h"
+#include "training/ps/server.h"
+#include "transport/rpc/rpc_agent.h"
+
+namespace distrl::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace ps = training::ps;
+
+// A config run's CSV: one map per data row (until a blank line).
+std::vector<std::map<std::string, std::string>> read_csv(const std::string& path) {
+  std::ifstream f(path);
+  std::string header;
+  std::getline(f, header);
+  std::vector<std::string> cols;
+  std::stringstream hs(header);
+  for (std::string c; std::getline(hs, c, ',');) cols.push_back(c);
+  std::vector<std::map<std::string, std::string>> rows;
+  for (std::string line; std::getline(f, line) && !line.empty();) {
+    std::stringstream rs(line);
+    std::map<std::string, std::string> row;
+    std::string v;
+    for (std::size_t i = 0; i < cols.size() && std::getline(rs, v, ','); ++i) row[cols[i]] = v;
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+// distrl-launch --config CONFIG ARGS, its output in DIR/log.txt (shown when it fails).
+void run_config(const std::string& config, std::vector<std::string> args, const std::string& dir) {
+  std::filesystem::create_directories(dir);
+  std::vector<std::string> cmd{self_dir() + "/distrl-launch", "--config", config, "run.out_dir=" + dir};
+  cmd.insert(cmd.end(), args.begin(), args.end());
+  if (run_process(cmd, dir + "/log.txt") != 0) {
+    std::ifstream l(dir + "/log.txt");
+    std::cerr << l.rdbuf();
+    throw Error("ps: the run of " + config + " failed (its log is above)");
+  }
+}
+
+std::vector<double> column(const std::vector<std::map<std::string, std::string>>& rows, const std::string& c,
+                           std::size_t skip = 0) {
+  std::vector<double> out;
+  for (std::size_t i = skip; i < rows.size(); ++i) out.push_back(std::stod(rows[i].at(c)));
+  return out;
+}
+
+}  // namespace
+
+int run_ps_worker(const std::string& out, int rows, int iterations) {
+  transport::RpcOptions o;  // env:// from distrl-launch
+  o.shutdown_timeout = std::chrono::hours(1);
+  ps::ServerOptions so;
+  so.mode = ps::ServerOptions::Mode::Async;
+  so.optimizer.kind = "adagrad";
+  so.optimizer.lr = 0.01;
+  std::shared_ptr<ps::ShardServer> server;
+  transport::RpcAgent agent(o, [&](transport::RpcAgent& a) {
+    if (a.rank() < 2) {
+      server = std::make_shared<ps::ShardServer>(a.rank(), 2, 1, 2, so);
+      ps::ShardServer::register_on(a, server);
+    }
+    a.register_function("bench.cpu_us", [] { return process_cpu_us(); });
+  });
+  torch::set_num_threads(1);
+  if (agent.rank() == 2) {
+    const std::int64_t table_rows = 1000000, dim = 16;
+    ps::PsClient c(agent, ps::ClientOptions{0, 2, 0});
+    c.declare_table("emb", torch::zeros({table_rows, dim}));
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(1);
+    std::vector<double> ms;
+    auto server_cpu = [&] { return agent.rpc_sync<double>(0, "bench.cpu_us") + agent.rpc_sync<double>(1, "bench.cpu_us"); };
+    const double cpu0 = server_cpu();
+    for (int i = 0; i < iterations + 5; ++i) {
+      auto ids = torch::randint(0, table_rows, {rows}, gen, torch::kLong);
+      auto grads = torch::randn({rows, dim}, gen);
+      const auto t0 = Clock::now();
+      at::Tensor got = c.pull_rows("emb", ids);
+      c.push_rows("emb", ids, grads);
+      if (i >= 5) ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    }
+    const double busy_cpu_s = (server_cpu() - cpu0) / 1e6;
+    const double idle0 = server_cpu();
+    const auto i0 = Clock::now();
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    const double idle_pct = (server_cpu() - idle0) / 1e6 / std::chrono::duration<double>(Clock::now() - i0).count() / 2 * 100;
+    const double rows_moved = 2.0 * rows * (iterations + 5);  // pulled and pushed
+    std::ofstream(out) << "sparse," << percentile(ms, 0.5) << "," << percentile(ms, 0.99) << ","
+                       << rows_moved / busy_cpu_s << "," << idle_pct << "\n";
+    c.bye();
+  } else {
+    server->watch_trainers(agent);
+    server->wait_for_trainers();
+    server->stop();
+  }
+  agent.shutdown();
+  return 0;
+}
+
+int run_ps_bench(const PsBenchOptions& opt) {
+  const std::string root = opt.out_dir;
+  std::filesystem::create_directories(root);
+  std::ofstream csv(root + "/ps.csv");
+  csv << "part,setting,value,unit\n";
+  std::cout << "distrl-bench ps on " << machine_description() << "\n";
+
+  // 1. the sparse engine
+  auto c = fields(run_workers(3, "ps-worker", {"--rows", std::to_string(opt.rows), "--iterations",
+                                                std::to_string(opt.iterations)})
+                      .at(0),
+                  5, "ps-worker");
+  std::printf("\nsparse: pull + push of %d rows x 16 floats on 2 shards: median %.3f ms, p99 %.3f ms; %.3g rows/s "
+              "per server CPU second; idle servers %.2f%% of a core each\n",
+              opt.rows, std::stod(c[1]), std::stod(c[2]), std::stod(c[3]), std::stod(c[4]));
+  csv << "sparse,median," << c[1] << ",ms\nsparse,p99," << c[2] << ",ms\nsparse,rows_per_cpu_s," << c[3]
+      << ",rows/s\nsparse,idle_cpu," << c[4] << ",% of a core\n";
+
+  // 2. model on the server
+  if (opt.images > 0) {
+    std::printf("\nmodel on server (mnist_cnn, %d Fashion-MNIST images, batch 64): samples/s\n", opt.images);
+    std::printf("%-10s %10s %10s %10s   (stale refusals / waits with 4)\n", "policy", "1", "2", "4");
+    for (const std::string policy : {"serialize", "hogwild", "versioned"}) {
+      std::printf("%-10s", policy.c_str());
+      std::string extra;
+      for (int t : {1, 2, 4}) {
+        const std::string dir = root + "/mos_" + policy + "_" + std::to_string(t);
+        run_config(opt.configs + "/ps_model_on_server.yaml",
+                   {"roles.trainers=" + std::to_string(t), "ps.step_policy=" + policy,
+                    "data.limit=" + std::to_string(opt.images), "data.test_limit=500", "run.log_interval=1000000"},
+                   dir);
+        auto s = read_csv(dir + "/server.csv").at(0);
+        std::printf(" %10.0f", std::stod(s["samples_per_s"]));
+        csv << "model_on_server," << policy << "_" << t << "," << s["samples_per_s"] << ",samples/s\n";
+        if (t == 4) extra = s["stale_refused"] + " / " + s["waits"];
+      }
+      std::printf("   (%s)\n", extra.c_str());
+    }
+  }
+
+  // 3. straggler
+  const std::string bu = opt.configs + "/ps_batch_update.yaml";
+  const std::vector<std::string> small{"model.name=mlp", "model.hidden=[256,256]", "model.image_size=32",
+                                       "train.rounds=" + std::to_string(opt.rounds), "train.batch_size=64",
+                                       "run.log_interval=1000000"};
+  auto rate = [&](const std::string& tag, std::vector<std::string> extra) {
+    extra.insert(extra.end(), small.begin(), small.end());
+    run_config(bu, extra, root + "/" + tag);
+    auto rows = read_csv(root + "/" + tag + "/metrics.csv");
+    return std::make_pair(1000.0 / percentile(column(rows, "round_ms", 2), 0.5),
+                          percentile(column(rows, "compute_ms", 2), 0.5));
+  };
+  auto [base, compute_ms] = rate("straggler_none", {});
+  const std::string slow = "train.slow_ms=" + std::to_string(2 * compute_ms);
+  auto [all, unused1] = rate("straggler_all", {"train.slow_trainer=4", slow});
+  auto [quorum, unused2] = rate("straggler_quorum4", {"train.slow_trainer=4", slow, "ps.quorum=4"});
+  (void)unused1;
+  (void)unused2;
+  std::printf("\nstraggler (mlp 256x256, 5 trainers, trainer 4 sleeps 2x its %.1f ms compute): rounds/s at trainer 0\n"
+              "  no straggler %.1f | waiting for all %.1f (%.2fx) | quorum 4 of 5 %.1f (%.2fx)\n",
+              compute_ms, base, all, all / base, quorum, quorum / base);
+  csv << "straggler,none," << base << ",rounds/s\nstraggler,all," << all << ",rounds/s\nstraggler,quorum4," << quorum
+      << ",rounds/s\n";
+
+  // 4. ResNet-50
+  if (opt.resnet_rounds > 0) {
+    run_config(bu, {"train.rounds=" + std::to_string(opt.resnet_rounds), "run.log_interval=1000000"}, root + "/resnet50");
+    auto rows = read_csv(root + "/resnet50/metrics.csv");
+    const auto round = column(rows, "round_ms", 1), comp = column(rows, "compute_ms", 1);
+    const double r = percentile(round, 0.5), k = percentile(comp, 0.5);
+    std::printf("\nResNet-50 batch update (5 trainers, batch 20 @ 64x64, 30 classes): round %.0f ms, compute %.0f ms "
+                "at trainer 0; not computing %.0f%% of the round (communication + waiting for the slowest)\n",
+                r, k, 100 * (r - k) / r);
+    csv << "resnet50,round," << r << ",ms\nresnet50,compute," << k << ",ms\n";
+  }
+  std::cout << "\nwrote " << root << "/ps.csv (runs' own outputs beside it)" << std::endl;
+  return 0;
+}
+
+}  // namespace distrl::tools
