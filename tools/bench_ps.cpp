@@ -162,6 +162,7 @@ int run_ps_bench(const PsBenchOptions& opt) {
         if (t == 4) extra = s["stale_refused"] + " / " + s["waits"];
       }
       std::printf("   (%s)\n", extra.c_str());
+      std::fflush(stdout);
     }
   }
 
