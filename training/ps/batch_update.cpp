@@ -110,11 +110,7 @@ void run_batch_update(const PsConfig& cfg, const std::string& config_yaml, trans
 
   std::ofstream metrics;
   if (lead) {
-    std::filesystem::create_directories(cfg.out_dir);
-    std::ofstream(cfg.out_dir + "/config.yaml") << config_yaml;
-    metrics.open(cfg.out_dir + "/metrics.csv");
-    if (!metrics) throw Error("cannot write " + cfg.out_dir + "/metrics.csv (check run.out_dir)");
-    metrics << "round,loss,round_ms,compute_ms,dropped\n";
+    metrics = open_run_outputs(cfg, config_yaml, "round,loss,round_ms,compute_ms,dropped");
     std::cout << "trainer 0: " << cfg.trainers << " trainer(s), " << cfg.servers << " server(s), model " << cfg.model
               << " (" << names.size() << " tensors), " << cfg.rounds << " rounds of batch " << cfg.batch_size << std::endl;
   }

@@ -150,11 +150,7 @@ void run_trainer(const PsConfig& cfg, const std::string& config_yaml, transport:
   for (int b = 0; b < cfg.batches; ++b) batches.push_back(hybrid_batch(cfg, trainer, b));
   std::ofstream metrics;
   if (lead) {
-    std::filesystem::create_directories(cfg.out_dir);
-    std::ofstream(cfg.out_dir + "/config.yaml") << config_yaml;
-    metrics.open(cfg.out_dir + "/metrics.csv");
-    if (!metrics) throw Error("cannot write " + cfg.out_dir + "/metrics.csv (check run.out_dir)");
-    metrics << "epoch,loss,seconds\n";
+    metrics = open_run_outputs(cfg, config_yaml, "epoch,loss,seconds");
     std::cout << "trainer 0: EmbeddingBag on ps0 by RPC, Linear(" << cfg.embedding_dim << ", " << cfg.classes
               << ") DDP'd over " << cfg.trainers << " trainer(s); " << cfg.epochs << " epoch(s) of " << cfg.batches
               << " batches" << std::endl;

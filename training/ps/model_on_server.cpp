@@ -171,12 +171,9 @@ void run_model_on_server(const PsConfig& cfg, const std::string& config_yaml, tr
 
   std::ofstream metrics, epochs_csv;
   if (lead) {
-    std::filesystem::create_directories(cfg.out_dir);
-    std::ofstream(cfg.out_dir + "/config.yaml") << config_yaml;
-    metrics.open(cfg.out_dir + "/metrics.csv");
+    metrics = open_run_outputs(cfg, config_yaml, "epoch,step,loss,samples_per_s,retries");
     epochs_csv.open(cfg.out_dir + "/epochs.csv");
-    if (!metrics || !epochs_csv) throw Error("cannot write under " + cfg.out_dir + " (check run.out_dir)");
-    metrics << "epoch,step,loss,samples_per_s,retries\n";
+    if (!epochs_csv) throw Error("cannot write " + cfg.out_dir + "/epochs.csv (check run.out_dir)");
     epochs_csv << "epoch,test_loss,test_accuracy,seconds\n";
     std::cout << "trainer 0: " << cfg.trainers << " trainer(s), the model on ps0, step policy " << cfg.step_policy
               << "; " << train.size() << " training images (" << sampler.per_rank() << " per trainer), " << cfg.epochs

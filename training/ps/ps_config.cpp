@@ -1,5 +1,9 @@
 #include "training/ps/ps_config.h"
 
+#include <filesystem>
+
+#include "common/error.h"
+
 namespace distrl::training::ps {
 
 void bind(Settings& s, PsConfig& c) {
@@ -50,6 +54,16 @@ void bind(Settings& s, PsConfig& c) {
   s.bind("dist.timeout_s", &c.timeout_s, "deadline of every RPC and of rendezvous").range(0.1, 86400);
   s.bind("dist.transport", &c.transport, "auto: ipc between processes on one host, else tcp")
       .choices({"auto", "tcp", "ipc"});
+}
+
+std::ofstream open_run_outputs(const PsConfig& c, const std::string& config_yaml, const std::string& csv_header) {
+  std::error_code ec;
+  std::filesystem::create_directories(c.out_dir, ec);
+  std::ofstream(c.out_dir + "/config.yaml") << config_yaml;
+  std::ofstream metrics(c.out_dir + "/metrics.csv");
+  if (ec || !metrics) throw Error("cannot write " + c.out_dir + "/metrics.csv (check run.out_dir)");
+  metrics << csv_header << "\n";
+  return metrics;
 }
 
 ServerOptions PsConfig::server_options() const {

@@ -2,6 +2,7 @@
 // 0..servers-1 are the server shards, the next `trainers` ranks the trainers.
 #pragma once
 
+#include <fstream>
 #include <string>
 
 #include "common/settings.h"
@@ -59,5 +60,9 @@ struct PsConfig {
 };
 
 void bind(Settings& s, PsConfig& c);
+
+// The lead trainer's outputs: creates run.out_dir, writes config.yaml there and opens
+// metrics.csv with its header line (Error naming the directory when it cannot).
+std::ofstream open_run_outputs(const PsConfig& c, const std::string& config_yaml, const std::string& csv_header);
 
 }  // namespace distrl::training::ps
