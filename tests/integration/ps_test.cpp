@@ -260,8 +260,12 @@ void run_every_trainer_count(const std::string& policy) {
     const int per_trainer = 384 / trainers, batches = (per_trainer + 31) / 32;
     EXPECT_EQ(s["steps"], std::to_string(2 * trainers * batches)) << policy << " with " << trainers << "\n" << r.output;
     EXPECT_EQ(s["stale_refused"], s["retries"]);
-    if (policy != "versioned") EXPECT_EQ(s["stale_refused"], "0");
-    if (policy != "serialize") EXPECT_EQ(s["waits"], "0");
+    if (policy != "versioned") {
+      EXPECT_EQ(s["stale_refused"], "0");
+    }
+    if (policy != "serialize") {
+      EXPECT_EQ(s["waits"], "0");
+    }
     const std::string epochs = distrl::testing::read_file(dir.path() + "/epochs.csv");
     std::istringstream lines(epochs);
     std::string line, last;
