@@ -81,7 +81,9 @@ TEST(PsServerTest, TableRowsStepLikeDenseRowsAndUntouchedRowsStay) {
       d.push(push_of(0, 0, "rows", g.index_select(0, torch::tensor({1, 0})))).value();
     }
     at::Tensor rows = s.pull_rows(RowsRequest{"emb", torch::tensor({1, 4, 0})});
-    EXPECT_TRUE(torch::allclose(rows.slice(0, 0, 2), value_of(d, "rows"), 1e-5, 1e-6)) << kind;
+    // float32 rounding of the per-row and the dense paths differs (once in CI: above 1e-6 absolute)
+    EXPECT_TRUE(torch::allclose(rows.slice(0, 0, 2), value_of(d, "rows"), 1e-4, 1e-5))
+        << kind << ": max difference " << (rows.slice(0, 0, 2) - value_of(d, "rows")).abs().max().item<double>();
     EXPECT_TRUE(torch::equal(rows[2], t0[0])) << kind;
   }
 }
