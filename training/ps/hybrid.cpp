@@ -66,6 +66,7 @@ struct HybridRank {
   // Waits until ready() or a worker in watch dies (TransportError naming it).
   template <typename Ready>
   void wait(transport::RpcAgent& agent, const std::vector<int>& watch, const std::string& what, Ready ready) {
+    for (int r : watch) agent.watch(r);  // a death is seen even if this rank never called r
     std::unique_lock<std::mutex> lock(mu);
     while (!cv.wait_for(lock, std::chrono::milliseconds(100), ready))
       for (int r : watch)
