@@ -456,25 +456,28 @@ namespace distrl::autograd {
 
 bool in_backward_part() { return detail::t_part != nullptr; }
 
+namespace {
+detail::PartScope& current_part(const char* fn) {
+  if (!detail::t_part)
+    throw Error(std::string("dist_autograd::") + fn +
+                ": no backward part runs on this thread (call it from a gradient hook)");
+  return *detail::t_part;
+}
+}  // namespace
+
 at::Tensor part_gradient(const at::Tensor& leaf) {
-  auto* part = detail::t_part;
-  if (!part) throw Error("dist_autograd::part_gradient: no backward part runs on this thread (call it from a gradient hook)");
-  std::lock_guard<std::mutex> lock(part->state->mu);
-  auto it = part->state->grads.find(leaf.unsafeGetTensorImpl());
-  return it == part->state->grads.end() ? at::Tensor() : it->second.second;
+  auto& part = current_part("part_gradient");
+  std::lock_guard<std::mutex> lock(part.state->mu);
+  auto it = part.state->grads.find(leaf.unsafeGetTensorImpl());
+  return it == part.state->grads.end() ? at::Tensor() : it->second.second;
 }
 
 void set_part_gradient(const at::Tensor& leaf, const at::Tensor& grad) {
-  auto* part = detail::t_part;
-  if (!part) throw Error("dist_autograd::set_part_gradient: no backward part runs on this thread (call it from a gradient hook)");
-  std::lock_guard<std::mutex> lock(part->state->mu);
-  part->state->grads[leaf.unsafeGetTensorImpl()] = {leaf, grad};
+  auto& part = current_part("set_part_gradient");
+  std::lock_guard<std::mutex> lock(part.state->mu);
+  part.state->grads[leaf.unsafeGetTensorImpl()] = {leaf, grad};
 }
 
-void queue_part_callback(std::function<void()> fn) {
-  auto* part = detail::t_part;
-  if (!part) throw Error("dist_autograd::queue_part_callback: no backward part runs on this thread (call it from a gradient hook)");
-  part->callbacks.push_back(std::move(fn));
-}
+void queue_part_callback(std::function<void()> fn) { current_part("queue_part_callback").callbacks.push_back(std::move(fn)); }
 
 }  // namespace distrl::autograd

@@ -92,14 +92,6 @@ void ParameterGuard::after_step(std::int64_t ctx, bool stepped) {
   cv_.notify_all();
 }
 
-void ParameterGuard::released(std::int64_t ctx) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    seen_.erase(ctx);
-    if (holder_ != ctx) return;
-    holder_ = -1;
-  }
-  cv_.notify_all();
-}
+void ParameterGuard::released(std::int64_t ctx) { after_step(ctx, false); }
 
 }  // namespace distrl::autograd

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,12 @@ std::vector<std::string> run_workers(int ranks, const std::string& worker, const
 std::vector<std::string> fields(const std::string& line, std::size_t n, const std::string& worker);
 // The q-quantile (0..1) of v, nearest rank; 0 for an empty v.
 double percentile(std::vector<double> v, double q);
+// Runs argv with its output in log; when it exits non-zero, prints the log to stderr and throws
+// Error("<what> failed (its log is above)").
+void run_or_show_log(const std::vector<std::string>& argv, const std::string& log, const std::string& what);
+// A CSV file's rows (header line first), up to the first blank line, as column -> cell; empty
+// when the file is missing or has no rows.
+std::vector<std::map<std::string, std::string>> read_csv(const std::string& path);
 
 struct RpcBenchOptions {
   int calls = 20000;                       // timed rpc_sync calls

@@ -35,35 +35,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 namespace ps = training::ps;
 
-// A config run's CSV: one map per data row (until a blank line).
-std::vector<std::map<std::string, std::string>> read_csv(const std::string& path) {
-  std::ifstream f(path);
-  std::string header;
-  std::getline(f, header);
-  std::vector<std::string> cols;
-  std::stringstream hs(header);
-  for (std::string c; std::getline(hs, c, ',');) cols.push_back(c);
-  std::vector<std::map<std::string, std::string>> rows;
-  for (std::string line; std::getline(f, line) && !line.empty();) {
-    std::stringstream rs(line);
-    std::map<std::string, std::string> row;
-    std::string v;
-    for (std::size_t i = 0; i < cols.size() && std::getline(rs, v, ','); ++i) row[cols[i]] = v;
-    rows.push_back(std::move(row));
-  }
-  return rows;
-}
-
 // distrl-launch --config CONFIG ARGS, its output in DIR/log.txt (shown when it fails).
 void run_config(const std::string& config, std::vector<std::string> args, const std::string& dir) {
   std::filesystem::create_directories(dir);
   std::vector<std::string> cmd{self_dir() + "/distrl-launch", "--config", config, "run.out_dir=" + dir};
   cmd.insert(cmd.end(), args.begin(), args.end());
-  if (run_process(cmd, dir + "/log.txt") != 0) {
-    std::ifstream l(dir + "/log.txt");
-    std::cerr << l.rdbuf();
-    throw Error("ps: the run of " + config + " failed (its log is above)");
-  }
+  run_or_show_log(cmd, dir + "/log.txt", "ps: the run of " + config);
 }
 
 std::vector<double> column(const std::vector<std::map<std::string, std::string>>& rows, const std::string& c,

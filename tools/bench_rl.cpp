@@ -50,22 +50,12 @@ RlResult run_one(const RlBenchOptions& o, const std::string& model, int observer
                                "run.out_dir=" + dir, "env.per_observer=" + std::to_string(o.envs_per_observer)};
   for (const auto& m : model_overrides(model)) cmd.push_back(m);
   for (const auto& extra : o.overrides) cmd.push_back(extra);
-  const std::string log = dir + "/log.txt";
-  const int code = run_process(cmd, log);
+  const std::string what = "rl: the run with " + model + ", " + std::to_string(observers) + " observer(s), " + mode;
+  run_or_show_log(cmd, dir + "/log.txt", what);
+  auto rows = read_csv(dir + "/summary.csv");
+  if (rows.empty()) throw Error(what + " wrote no " + dir + "/summary.csv (its log: " + dir + "/log.txt)");
+  auto& cells = rows.front();
   RlResult r;
-  std::ifstream f(dir + "/summary.csv");
-  std::string header, row;
-  std::getline(f, header);
-  std::getline(f, row);
-  std::map<std::string, std::string> cells;
-  std::stringstream hs(header), rs(row);
-  for (std::string h, v; std::getline(hs, h, ',') && std::getline(rs, v, ',');) cells[h] = v;
-  if (code != 0 || cells.empty()) {
-    std::ifstream l(log);
-    std::cerr << l.rdbuf();
-    throw Error("rl: the run with " + model + ", " + std::to_string(observers) + " observer(s), " + mode +
-                ", failed (its log is above)");
-  }
   r.seconds = std::stod(cells["seconds"]);
   r.env_steps = std::stod(cells["env_steps"]);
   r.steps_per_s = std::stod(cells["env_steps_per_s"]);

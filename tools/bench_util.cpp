@@ -27,11 +27,7 @@ std::vector<std::string> run_workers(int ranks, const std::string& worker, const
                                self_dir() + "/distrl-bench", worker, "--out", out};
   cmd.insert(cmd.end(), args.begin(), args.end());
   const std::string log = out + ".log";
-  if (run_process(cmd, log) != 0) {
-    std::ifstream f(log);
-    std::cerr << f.rdbuf();
-    throw Error(worker + " with " + std::to_string(ranks) + " ranks failed (output above)");
-  }
+  run_or_show_log(cmd, log, worker + " with " + std::to_string(ranks) + " ranks");
   std::ifstream f(out);
   std::vector<std::string> lines;
   for (std::string line; std::getline(f, line);) lines.push_back(line);
@@ -57,6 +53,31 @@ double percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   return v[std::min(v.size() - 1, static_cast<std::size_t>(q * (v.size() - 1) + 0.5))];
+}
+
+void run_or_show_log(const std::vector<std::string>& argv, const std::string& log, const std::string& what) {
+  if (run_process(argv, log) == 0) return;
+  std::ifstream l(log);
+  std::cerr << l.rdbuf();
+  throw Error(what + " failed (its log is above)");
+}
+
+std::vector<std::map<std::string, std::string>> read_csv(const std::string& path) {
+  std::ifstream f(path);
+  std::string header;
+  std::getline(f, header);
+  std::vector<std::string> cols;
+  std::stringstream hs(header);
+  for (std::string c; std::getline(hs, c, ',');) cols.push_back(c);
+  std::vector<std::map<std::string, std::string>> rows;
+  for (std::string line; std::getline(f, line) && !line.empty();) {
+    std::stringstream rs(line);
+    std::map<std::string, std::string> row;
+    std::string v;
+    for (std::size_t i = 0; i < cols.size() && std::getline(rs, v, ','); ++i) row[cols[i]] = v;
+    rows.push_back(std::move(row));
+  }
+  return rows;
 }
 
 }  // namespace distrl::tools

@@ -115,6 +115,14 @@ void write_idx(const std::string& images_path, const std::string& labels_path, c
   write_file(labels_path, b);
 }
 
+Dataset first_items(Dataset d, std::int64_t n) {
+  if (n > 0 && n < d.size()) {
+    d.inputs = d.inputs.narrow(0, 0, n);
+    d.targets = d.targets.narrow(0, 0, n);
+  }
+  return d;
+}
+
 Dataset make_toy(std::int64_t n, int in, int out, std::uint64_t seed) {
   auto gen = at::detail::createCPUGenerator(seed);
   Dataset d;

@@ -27,6 +27,8 @@ Dataset load_idx_dir(const std::string& dir, bool train);
 // Writes IDX files (gzipped when the name ends in .gz): images uint8 [N, H, W], labels uint8 [N].
 void write_idx(const std::string& images_path, const std::string& labels_path, const at::Tensor& images,
                const at::Tensor& labels);
+// The first n items of d (all of them when n <= 0 or n >= d.size()).
+Dataset first_items(Dataset d, std::int64_t n);
 // The DDP tutorial's toy regression: x ~ N(0, 1)^in, y = W x + 0.1 noise with a fixed W [out, in].
 Dataset make_toy(std::int64_t n, int in, int out, std::uint64_t seed);
 

@@ -44,10 +44,7 @@ Data load_data(const TrainConfig& cfg) {
     d.inputs = static_cast<int>(d.train.inputs[0].numel());
     d.outputs = static_cast<int>(d.train.targets.max().item<std::int64_t>()) + 1;
   }
-  if (cfg.limit > 0 && cfg.limit < d.train.size()) {
-    d.train.inputs = d.train.inputs.narrow(0, 0, cfg.limit);
-    d.train.targets = d.train.targets.narrow(0, 0, cfg.limit);
-  }
+  d.train = first_items(std::move(d.train), cfg.limit);
   return d;
 }
 

@@ -34,6 +34,15 @@ namespace {
 
 const std::string kConfig = std::string(DISTRL_SOURCE_DIR) + "/configs/ps_batch_update.yaml";
 
+// The run's params.pt (what trainer 0 saved) equals params, tensor by tensor, to 1e-5.
+void expect_saved_params_equal(const std::string& dir, const std::vector<torch::Tensor>& params) {
+  std::vector<torch::Tensor> served;
+  torch::load(served, dir + "/params.pt");
+  ASSERT_EQ(served.size(), params.size());
+  for (std::size_t i = 0; i < params.size(); ++i)
+    EXPECT_LE((served[i] - params[i].detach()).abs().max().item<double>(), 1e-5) << "parameter " << i;
+}
+
 TEST(PsBatchUpdateTest, EqualsOneProcessOnTheSummedBatch) {
   TempDir dir;
   PsConfig cfg;
@@ -65,12 +74,7 @@ TEST(PsBatchUpdateTest, EqualsOneProcessOnTheSummedBatch) {
     for (auto& p : model->parameters()) p.mutable_grad().div_(cfg.trainers);
     opt.step();
   }
-  std::vector<torch::Tensor> served;
-  torch::load(served, dir.path() + "/params.pt");
-  const auto params = model->parameters();
-  ASSERT_EQ(served.size(), params.size());
-  for (std::size_t i = 0; i < params.size(); ++i)
-    EXPECT_LE((served[i] - params[i].detach()).abs().max().item<double>(), 1e-5) << "parameter " << i;
+  expect_saved_params_equal(dir.path(), model->parameters());
   // Both shards held keys (sharded by name), and the stats file names every key.
   const std::string stats = distrl::testing::read_file(dir.path() + "/ps_stats.csv");
   EXPECT_NE(stats.find("\n0,"), std::string::npos) << stats;
@@ -237,12 +241,7 @@ TEST(PsModelOnServerTest, OneTrainerEqualsOneProcess) {
       opt.step();
     }
   }
-  std::vector<torch::Tensor> served;
-  torch::load(served, dir.path() + "/params.pt");
-  const auto params = net->parameters();
-  ASSERT_EQ(served.size(), params.size());
-  for (std::size_t i = 0; i < params.size(); ++i)
-    EXPECT_LE((served[i] - params[i].detach()).abs().max().item<double>(), 1e-5) << "parameter " << i;
+  expect_saved_params_equal(dir.path(), net->parameters());
   EXPECT_EQ(server_csv(dir.path())["steps"], "24");
   EXPECT_NE(distrl::testing::read_file(dir.path() + "/epochs.csv").find("\n2,"), std::string::npos);
 }
@@ -323,11 +322,7 @@ TEST(PsHybridTest, EqualsOneProcessAfterKSteps) {
       for (auto& p : fc->parameters()) p.mutable_grad().div_(2);
       opt.step();
     }
-  std::vector<torch::Tensor> served;
-  torch::load(served, dir.path() + "/params.pt");
-  ASSERT_EQ(served.size(), params.size());
-  for (std::size_t i = 0; i < params.size(); ++i)
-    EXPECT_LE((served[i] - params[i].detach()).abs().max().item<double>(), 1e-5) << "parameter " << i;
+  expect_saved_params_equal(dir.path(), params);
 }
 
 }  // namespace

@@ -140,12 +140,7 @@ void run_trainer(const PsConfig& cfg, const std::string& config_yaml, transport:
 
   auto params = emb.remote_parameters();
   for (auto& p : fc->parameters()) params.push_back(agent.make_rref(std::make_shared<at::Tensor>(p)));
-  autograd::OptimizerSpec os;
-  os.kind = cfg.optimizer;
-  os.lr = cfg.lr;
-  os.momentum = cfg.optimizer == "sgd" ? cfg.momentum : 0.0;
-  os.weight_decay = cfg.weight_decay;
-  autograd::DistributedOptimizer opt(agent, os, params);
+  autograd::DistributedOptimizer opt(agent, cfg.optimizer_spec(), params);
 
   std::vector<HybridBatch> batches;
   for (int b = 0; b < cfg.batches; ++b) batches.push_back(hybrid_batch(cfg, trainer, b));

@@ -61,14 +61,6 @@ std::pair<double, double> evaluate(models::Net& net, const Dataset& test, int ba
   return {loss / std::max<std::int64_t>(1, test.size()), correct / std::max<std::int64_t>(1, test.size())};
 }
 
-Dataset limited(Dataset d, int limit) {
-  if (limit > 0 && limit < d.size()) {
-    d.inputs = d.inputs.narrow(0, 0, limit);
-    d.targets = d.targets.narrow(0, 0, limit);
-  }
-  return d;
-}
-
 }  // namespace
 
 struct ModelServer {
@@ -155,18 +147,12 @@ void run_model_on_server(const PsConfig& cfg, const std::string& config_yaml, tr
 
   const int trainer = agent.rank() - cfg.servers;
   const bool lead = trainer == 0;
-  const Dataset train = limited(load_idx_dir(cfg.data_path, true), cfg.data_limit);
-  const Dataset test = lead ? limited(load_idx_dir(cfg.data_path, false), cfg.test_limit) : Dataset{};
+  const Dataset train = first_items(load_idx_dir(cfg.data_path, true), cfg.data_limit);
+  const Dataset test = lead ? first_items(load_idx_dir(cfg.data_path, false), cfg.test_limit) : Dataset{};
   DistributedSampler sampler(train.size(), trainer, cfg.trainers, true, cfg.seed);
 
-  autograd::OptimizerSpec spec;
-  spec.kind = cfg.optimizer;
-  spec.lr = cfg.lr;
-  spec.momentum = cfg.optimizer == "sgd" ? cfg.momentum : 0.0;
-  spec.weight_decay = cfg.weight_decay;
-  if (cfg.optimizer == "adagrad") spec.eps = 1e-10;
   auto params = agent.rpc_sync<std::vector<transport::RRef<at::Tensor>>>(kServerRank, "ps.model.parameters");
-  autograd::DistributedOptimizer opt(agent, spec, params);  // the tutorial's TrainerNet
+  autograd::DistributedOptimizer opt(agent, cfg.optimizer_spec(), params);  // the tutorial's TrainerNet
   auto local = lead ? build_cnn(cfg) : nullptr;            // for evaluation only
 
   std::ofstream metrics, epochs_csv;

@@ -66,6 +66,16 @@ std::ofstream open_run_outputs(const PsConfig& c, const std::string& config_yaml
   return metrics;
 }
 
+autograd::OptimizerSpec PsConfig::optimizer_spec() const {
+  autograd::OptimizerSpec o;
+  o.kind = optimizer;
+  o.lr = lr;
+  o.momentum = optimizer == "sgd" ? momentum : 0.0;
+  o.weight_decay = weight_decay;
+  if (optimizer == "adagrad") o.eps = 1e-10;
+  return o;
+}
+
 ServerOptions PsConfig::server_options() const {
   ServerOptions o;
   o.mode = parse_mode(consistency);
@@ -73,11 +83,7 @@ ServerOptions PsConfig::server_options() const {
   o.max_wait = std::chrono::milliseconds(max_wait_ms);
   o.fold_late = late == "fold";
   o.staleness = staleness;
-  o.optimizer.kind = optimizer;
-  o.optimizer.lr = lr;
-  o.optimizer.momentum = momentum;
-  o.optimizer.weight_decay = weight_decay;
-  if (optimizer == "adagrad") o.optimizer.eps = 1e-10;
+  o.optimizer = optimizer_spec();
   return o;
 }
 

@@ -57,6 +57,9 @@ struct PsConfig {
   std::string transport = "auto";
 
   ServerOptions server_options() const;
+  // optimizer.* as the spec servers and DistributedOptimizers step with (momentum: sgd only;
+  // adagrad's eps LibTorch's 1e-10).
+  autograd::OptimizerSpec optimizer_spec() const;
 };
 
 void bind(Settings& s, PsConfig& c);
