@@ -9,6 +9,7 @@
 
 #include <csignal>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
 
@@ -20,6 +21,7 @@
 #include "training/ps/batch_update.h"
 #include "training/ps/client.h"
 #include "training/ps/hybrid.h"
+#include "training/ps/model_on_server.h"
 #include "training/ps/server.h"
 
 using namespace distrl;
@@ -323,6 +325,72 @@ TEST(PsHybridTest, EqualsOneProcessAfterKSteps) {
       opt.step();
     }
   expect_saved_params_equal(dir.path(), params);
+}
+
+}  // namespace
+
+namespace {
+
+// Runs call and expects it refused (a handler's RemoteError, or the callee's argument check)
+// with a message that holds words.
+void expect_refused(const std::function<void()>& call, const std::string& words) {
+  try {
+    call();
+  } catch (const Error& e) {
+    expect(std::string(e.what()).find(words) != std::string::npos, "the error names the fault: " + std::string(e.what()));
+    return;
+  }
+  expect(false, "refused: " + words);
+}
+
+// The model server's calls refuse what does not fit, by name, and it keeps serving.
+TEST(PsModelOnServerTest, MalformedCallsAreRefusedByNameAndTheServerKeepsServing) {
+  TempDir dir;
+  PsConfig cfg;
+  cfg.model = "mlp";
+  cfg.hidden = {8};
+  cfg.classes = 10;
+  cfg.trainers = 1;
+  auto codes = run_ranks(2, [&](int rank) {
+    std::shared_ptr<ModelServer> server;
+    transport::RpcAgent agent(distrl::testing::rpc_options(dir, rank, 2), [&](transport::RpcAgent& a) { server = setup_model_on_server(a, cfg); });
+    if (rank == 1) {
+      expect_refused([&] { agent.rpc_sync<at::Tensor>(0, "ps.model.forward", torch::zeros({2, 3, 28, 28})); },
+                     "expects float32 images [batch, 1, 28, 28]");
+      expect_refused([&] { agent.rpc_sync<at::Tensor>(0, "ps.model.forward", torch::zeros({2, 1, 28, 28}, torch::kLong)); },
+                     "expects float32 images");
+      expect_refused([&] { agent.rpc_sync<at::Tensor>(0, "ps.model.forward", torch::zeros({28, 28})); }, "expects float32");
+      const auto report = std::make_tuple(std::int64_t{10}, std::int64_t{1}, std::int64_t{0}, 1.0);
+      expect_refused([&] { agent.rpc_sync<void>(0, "ps.model.report", 7, report); }, "trainer 7 is not one of 0..0");
+      expect_refused([&] { agent.rpc_sync<void>(0, "ps.model.report", 0, std::string("x")); },
+                     "argument 2 of 'ps.model.report'");
+      agent.rpc_sync<void>(0, "ps.model.report", 0, report);
+      at::Tensor y = agent.rpc_sync<at::Tensor>(0, "ps.model.forward", torch::zeros({3, 1, 28, 28}));
+      expect(y.size(0) == 3 && y.size(1) == 10, "a good forward is still served");
+    }
+    agent.shutdown();
+    return 0;
+  });
+  EXPECT_EQ(codes, (std::vector<int>{0, 0}));
+}
+
+// A bogus trainer id cannot count towards the hybrid master's "every trainer done".
+TEST(PsHybridTest, ADoneFromAnUnknownTrainerIsRefused) {
+  TempDir dir;
+  PsConfig cfg;
+  cfg.trainers = 2;
+  auto codes = run_ranks(2, [&](int rank) {
+    std::shared_ptr<HybridRank> me;
+    transport::RpcAgent agent(distrl::testing::rpc_options(dir, rank, 2), [&](transport::RpcAgent& a) { me = setup_hybrid(a, cfg); });
+    if (rank == 1) {
+      expect_refused([&] { agent.rpc_sync<void>(0, "ps.hybrid.done", 2); }, "trainer 2 is not one of 0..1");
+      expect_refused([&] { agent.rpc_sync<void>(0, "ps.hybrid.done", -5); }, "trainer -5 is not one of 0..1");
+      agent.rpc_sync<void>(0, "ps.hybrid.done", 1);
+    }
+    agent.shutdown();
+    return 0;
+  });
+  EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
 
 }  // namespace

@@ -91,7 +91,10 @@ std::shared_ptr<HybridRank> setup_hybrid(transport::RpcAgent& agent, const PsCon
     m->bag = std::move(bag);
     m->cv.notify_all();
   });
-  agent.register_function("ps.hybrid.done", [m](int trainer) {
+  agent.register_function("ps.hybrid.done", [m, trainers = cfg.trainers](int trainer) {
+    if (trainer < 0 || trainer >= trainers)  // a bogus id must not count towards "every trainer done"
+      throw ArgumentError("ps.hybrid.done: trainer " + std::to_string(trainer) + " is not one of 0.." +
+                          std::to_string(trainers - 1));
     std::lock_guard<std::mutex> lock(m->mu);
     m->done.insert(trainer);
     m->cv.notify_all();

@@ -98,7 +98,10 @@ std::shared_ptr<ModelServer> setup_model_on_server(transport::RpcAgent& agent, c
     for (auto& p : m->net->parameters()) out.push_back(p.detach().clone());
     return out;
   });
-  agent.register_function("ps.model.report", [m](int trainer, Report r) {
+  agent.register_function("ps.model.report", [m, trainers = cfg.trainers](int trainer, Report r) {
+    if (trainer < 0 || trainer >= trainers)
+      throw ArgumentError("ps.model.report: trainer " + std::to_string(trainer) + " is not one of 0.." +
+                          std::to_string(trainers - 1));
     std::lock_guard<std::mutex> lock(m->mu);
     m->reports[trainer] = r;
   });
