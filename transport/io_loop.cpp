@@ -110,7 +110,8 @@ IoLoop::Peer& IoLoop::connect_peer(int peer) {
   apply_common_options(p->dealer);
   p->dealer.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.max_frame_bytes));
   watch_connection(*ctx_, p->dealer, p->monitor,
-                   "rpc-" + std::to_string(reinterpret_cast<std::uintptr_t>(this)) + "-" + std::to_string(peer));
+                   "rpc-" + std::to_string(reinterpret_cast<std::uintptr_t>(this)) + "-" + std::to_string(peer) + "-" +
+                       std::to_string(++connections_made_));
   p->dealer.connect(peer_endpoints_.at(peer));
   items_dirty_ = true;
   return *p;
@@ -118,6 +119,18 @@ IoLoop::Peer& IoLoop::connect_peer(int peer) {
 
 void IoLoop::watch_peer(int peer) {
   if (peer >= 0 && peer < static_cast<int>(peers_.size())) connect_peer(peer);
+}
+
+void IoLoop::replace_peer(int peer, const std::string& endpoint) {
+  if (peer < 0 || peer >= static_cast<int>(peers_.size())) return;
+  const bool was_connected = peers_[peer] != nullptr;
+  if (was_connected) {
+    unwatch_connection(peers_[peer]->dealer, peers_[peer]->monitor);
+    peers_[peer].reset();
+    items_dirty_ = true;  // rebuilt before the next poll: the closed sockets leave the set
+  }
+  peer_endpoints_[peer] = endpoint;
+  if (was_connected) connect_peer(peer);
 }
 
 bool IoLoop::send_to_peer(int peer, Frames& frames, std::string* error) {
@@ -266,6 +279,7 @@ void IoLoop::run() {
       active = true;
       if (cb_.on_served) guarded("finishing a round of requests", [&] { cb_.on_served(); });
     }
+    if (items_dirty_) rebuild_poll_items();  // a callback connected or replaced a peer
     auto now = Clock::now();
     long timeout_ms = 0;
     const bool marked = std::any_of(watched_.begin(), watched_.end(), [](const Watched& w) { return w.check; });

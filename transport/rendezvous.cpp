@@ -107,6 +107,10 @@ WorldSpec resolve_world(const std::string& init_method, int rank, int world_size
     if (w.master_addr.size() > 2 && w.master_addr.front() == '[' && w.master_addr.back() == ']')
       w.master_addr = w.master_addr.substr(1, w.master_addr.size() - 2);
     w.master_port = parse_int(rest.substr(colon + 1), "port of " + init_method, 1, 65535);
+  }
+  if (w.method == "env" || w.method == "tcp") {
+    const char* hosted = std::getenv("DISTRL_STORE_HOSTED");
+    w.store_hosted = hosted && std::string(hosted) == "1";
   } else if (init_method.rfind("file://", 0) == 0) {
     w.method = "file";
     w.file_path = init_method.substr(7);
@@ -154,7 +158,7 @@ Rendezvous::Rendezvous(const WorldSpec& world, std::chrono::milliseconds timeout
                        std::to_string(timeout.count()) + " ms (is rank 0 running with the same file?)");
   }
   const std::string port = std::to_string(world.master_port);
-  if (world.rank == 0) {
+  if (world.rank == 0 && !world.store_hosted) {
     const std::string host = is_loopback(world.master_addr) ? "127.0.0.1" : "*";
     server_ = std::make_unique<StoreServer>("tcp://" + host + ":" + port);
   }

@@ -1,6 +1,9 @@
 // Init methods, like torch.distributed: env:// (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE,
 // LOCAL_RANK, or the SLURM / Open MPI equivalents), tcp://host:port and file:///path.
-// Rank 0 hosts the key-value store; every rank gets a client to it.
+// Rank 0 hosts the key-value store, unless DISTRL_STORE_HOSTED=1 says another process already
+// serves it at MASTER_ADDR:MASTER_PORT (distrl-launch does, so that any rank, rank 0 too, can
+// die and be restarted: the store and what the world wrote there outlive it). Every rank gets a
+// client to the store.
 #pragma once
 
 #include <chrono>
@@ -19,6 +22,7 @@ struct WorldSpec {
   std::string master_addr;   // env/tcp
   int master_port = 0;       // env/tcp
   std::string file_path;     // file
+  bool store_hosted = false; // env/tcp: DISTRL_STORE_HOSTED=1, the store already runs elsewhere
 };
 
 // Resolves an init method with explicit rank/world_size (-1: from the environment).

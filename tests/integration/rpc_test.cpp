@@ -10,6 +10,7 @@
 #include "tests/support/rpc_world.h"
 #include "transport/collectives/process_group.h"
 #include "transport/rpc/rpc_agent.h"
+#include "transport/store.h"
 #include "transport/tensor.h"
 
 using namespace distrl::transport;
@@ -322,6 +323,85 @@ TEST(RpcTest, KilledPeerFailsPendingCallsNamingIt) {  // rpc_async and rpc_sync 
       std::chrono::seconds(30));
   EXPECT_EQ(codes[0], 0);
   EXPECT_EQ(codes[1], 128 + SIGKILL);
+}
+
+// A rank whose process died comes back under the same rank and name: its new process
+// rendezvouses again (the store, hosted outside the world as distrl-launch hosts it, outlived
+// the death), tells every peer its new address, and their calls reach it; the peers never
+// restarted. Rank 1 is killed while answering a call, then restarted by its supervisor.
+TEST(RpcTest, AKilledRankRestartsUnderItsRankAndPeersCallItAgain) {
+  TempDir dir;
+  const std::string store_file = dir.file("store"), done = dir.file("done");
+  auto options = [&](int rank) {
+    ::setenv("DISTRL_STORE_HOSTED", "1", 1);  // rank 0 must not host a store of its own
+    auto o = rpc_options(dir, rank, 3);
+    expect(distrl::testing::wait_for_file(store_file, 10s), "the store's endpoint");
+    o.init_method = distrl::testing::read_file(store_file);  // tcp://127.0.0.1:PORT
+    o.shutdown_timeout = 20s;
+    return o;
+  };
+  auto setup = [](RpcAgent& a) {
+    register_all(a);
+    a.register_function("whoami", [] { return static_cast<int>(::getpid()); });
+  };
+  auto codes = run_ranks(
+      4,
+      [&](int rank) {
+        if (rank == 3) {  // not in the RPC world: hosts the store, as distrl-launch does
+          StoreServer store("tcp://127.0.0.1:*");
+          std::ofstream(store_file + ".tmp") << store.endpoint();
+          std::rename((store_file + ".tmp").c_str(), store_file.c_str());
+          distrl::testing::wait_until([&] { return distrl::testing::read_file(done).size() >= 3; }, 60s);
+          return 0;
+        }
+        auto finished = [&] { std::ofstream(done, std::ios::app) << rank; };
+        if (rank == 1) {  // the supervisor: the first process dies, the second rejoins
+          const pid_t first = ::fork();
+          if (first == 0) {
+            RpcAgent agent(options(1), setup);
+            std::this_thread::sleep_for(30s);  // killed by rank 0's call to "die" long before
+            ::_exit(3);
+          }
+          int status = 0;
+          ::waitpid(first, &status, 0);
+          expect(distrl::testing::exit_code(status) == 128 + SIGKILL, "the first process was killed");
+          RpcAgent agent(options(1), setup);
+          expect(agent.name() == "worker1" && agent.rank() == 1, "same rank, same name");
+          expect(agent.rpc_sync<int>(0, "add", 2, 3) == 5, "the restarted rank calls its peers");
+          agent.shutdown();
+          finished();
+          return 0;
+        }
+        RpcAgent agent(options(rank), setup);
+        agent.watch(1);
+        const int first_pid = agent.rpc_sync<int>(1, "whoami");
+        if (rank == 0) {
+          std::this_thread::sleep_for(200ms);  // rank 2 has asked too
+          const auto msg = expect_throw<distrl::TransportError>([&] { agent.rpc_sync<int>(1, "die", 0); },
+                                                                "the call the process died in fails");
+          expect(msg.find("worker1") != std::string::npos, "and names the peer: " + msg);
+        }
+        // Calls fail at once while it is down (or reach the old process's last breath); retry.
+        int pid = first_pid;
+        const auto until = std::chrono::steady_clock::now() + 20s;
+        while (pid == first_pid && std::chrono::steady_clock::now() < until) {
+          try {
+            pid = agent.rpc_sync<int>(1, "whoami");
+          } catch (const distrl::TransportError&) {
+          }
+          if (pid == first_pid) std::this_thread::sleep_for(20ms);
+        }
+        expect(pid != first_pid, "a new process answers under rank 1");
+        expect(!agent.connection_lost(1), "rank 1 counts as alive again");
+        expect(agent.rpc_async<int>(1, "add", 1, 2).value() == 3, "rpc_async reaches it too");
+        RRef<Counter> c = agent.remote<Counter>("worker1", "Counter", 10);
+        expect(c.rpc_sync<int>("increment", 5) == 15, "remote objects live on the new process");
+        agent.shutdown();
+        finished();
+        return 0;
+      },
+      std::chrono::seconds(60));
+  EXPECT_EQ(codes, (std::vector<int>{0, 0, 0, 0}));
 }
 
 // A peer whose process is stopped keeps its connections open; ZeroMQ's heartbeats (2 s

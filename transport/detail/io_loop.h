@@ -72,6 +72,10 @@ class IoLoop {
   // I/O thread only: connects this loop's DEALER to `peer` (if not yet), so that its death is
   // watched and reported (on_peer_down) even when every call to it takes another path.
   void watch_peer(int peer);
+  // I/O thread only: `peer` restarted and now listens at `endpoint` (a rank that rejoined).
+  // Closes the connection to the earlier process (dropping what was queued for it) and, if it
+  // was connected, connects to the new one at once so that it is watched again.
+  void replace_peer(int peer, const std::string& endpoint);
 
  private:
   struct Peer;
@@ -95,6 +99,7 @@ class IoLoop {
   zmq::socket_t router_;
   std::vector<std::string> peer_endpoints_;
   std::vector<std::unique_ptr<Peer>> peers_;
+  std::uint64_t connections_made_ = 0;  // names each connection's monitor uniquely
   enum class Source { Router, Reply, Monitor };
   struct Watched {
     void* socket;

@@ -41,6 +41,11 @@ class RpcAgent {
   // Rendezvous with the other workers (options.init_method), then serve. setup (optional)
   // runs before any peer can reach this worker: register functions and classes there.
   // Throws ConfigError for bad options, TimeoutError when peers miss rendezvous_timeout.
+  // Restart: a process started under a rank whose earlier process died rejoins the running
+  // world (the store counts incarnations): it tells every peer its new address, and their calls
+  // to the earlier process fail ("restarted"), connection_lost() turns false again and new calls
+  // reach it. It starts empty: objects and RRefs of the earlier process are gone. Rank 0 can
+  // rejoin only when the store outlives it (DISTRL_STORE_HOSTED=1: distrl-launch hosts it).
   explicit RpcAgent(RpcOptions options, const std::function<void(RpcAgent&)>& setup = {});
   // Not graceful: fails pending calls. Call shutdown() first for a clean exit.
   ~RpcAgent();
@@ -55,7 +60,8 @@ class RpcAgent {
   const WorkerInfo& worker(const Target& t) const;
   RpcStats stats() const;
   // True once this worker saw its connection to t drop (the process exited or crashed); calls
-  // to it then fail at once. For a process that waits for requests from a peer that may die.
+  // to it then fail at once, until a new process rejoins under t's rank. For a process that
+  // waits for requests from a peer that may die.
   bool connection_lost(const Target& t) const;
   // Connects to t now (connections are otherwise made on the first call), so that
   // connection_lost(t) turns true when t dies even if this worker never calls it: for a

@@ -244,10 +244,16 @@ ChannelPtr acquire_channel(RpcCore::State& s, int dest) {
       return c;
     }
   }
-  auto c = std::make_unique<RpcCore::State::Channel>(RpcCore::State::Channel{zmq::socket_t(*s.ctx, zmq::socket_type::dealer)});
+  auto c = std::make_unique<RpcCore::State::Channel>(RpcCore::State::Channel{zmq::socket_t(*s.ctx, zmq::socket_type::dealer), 0});
   apply_common_options(c->socket, 0);
   c->socket.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(s.opts.limits.max_message_bytes));
-  c->socket.connect(s.workers[dest].endpoint);
+  std::string endpoint;
+  {
+    std::lock_guard<std::mutex> lock(s.chan_mu);  // a rejoin changes both together
+    endpoint = s.endpoints[dest];
+    c->epoch = s.peer_epoch[dest].load();
+  }
+  c->socket.connect(endpoint);
   IoLoop* io = s.io.get();
   io->post([io, dest] { io->watch_peer(dest); });
   return c;
@@ -255,8 +261,8 @@ ChannelPtr acquire_channel(RpcCore::State& s, int dest) {
 
 void release_channel(RpcCore::State& s, int dest, ChannelPtr c) {
   std::lock_guard<std::mutex> lock(s.chan_mu);
-  if (!s.channels_closed) s.idle_channels[dest].push_back(std::move(c));
-  // else: closed here, under the lock that shutdown took to close the idle ones
+  if (!s.channels_closed && c->epoch == s.peer_epoch[dest].load()) s.idle_channels[dest].push_back(std::move(c));
+  // else: closed here, under the lock that shutdown (or the peer's rejoin) took to close the idle ones
 }
 
 std::string down_reason(RpcCore::State& s, int dest) {
@@ -341,6 +347,8 @@ void RpcCore::call_sync(int dest, Header h, const BodyWriter& body, const Comple
       return finish(nullptr, call_failed(s, dest, h.fn, "agent " + s.opts.name + " shut down"));
     if (const std::string gone = down_reason(s, dest); !gone.empty())
       return finish(nullptr, call_failed(s, dest, h.fn, gone));
+    if (s.peer_epoch[dest].load() != chan->epoch)
+      return finish(nullptr, call_failed(s, dest, h.fn, "the process restarted (its rank rejoined) before answering"));
     if (Clock::now() >= deadline) {
       s.timeouts.fetch_add(1);
       return finish(nullptr, std::make_exception_ptr(TimeoutError(describe_call(s, dest, h.fn) + " timed out after " +
@@ -382,6 +390,43 @@ void on_peer_down(RpcCore::State& s, int peer, const std::string& why) {
   }
 }
 
+void on_rejoin(RpcCore::State& s, int peer, const InMessage& m) {
+  if (peer < 0 || peer >= s.world || peer == s.rank)
+    return count_bad(s, "a rejoin notice from rank " + std::to_string(peer) + ", which is not a peer", false);
+  std::tuple<std::int64_t, Address> notice;
+  std::string endpoint;
+  try {
+    notice = m.body_as<std::tuple<std::int64_t, Address>>(nullptr, "rejoin notice");
+    endpoint = endpoint_for(s.me, std::get<1>(notice), s.opts.transport);
+  } catch (const Error& e) {
+    return count_bad(s, "from rank " + std::to_string(peer) + ": " + e.what(), false);
+  }
+  const std::int64_t incarnation = std::get<0>(notice);
+  if (incarnation <= s.peer_incarnation[peer]) return;  // an older or repeated notice
+  s.peer_incarnation[peer] = incarnation;
+  bool was_down;
+  {
+    std::lock_guard<std::mutex> lock(s.down_mu);
+    was_down = s.down_peers.count(peer) > 0;
+  }
+  // Calls to the earlier process will never be answered: fail them now, as its death would
+  // have (this worker may not have noticed the death yet).
+  if (!was_down) on_peer_down(s, peer, s.worker_name(peer) + " restarted (incarnation " + std::to_string(incarnation) + ")");
+  {
+    std::lock_guard<std::mutex> lock(s.chan_mu);
+    s.peer_epoch[peer].fetch_add(1);
+    s.endpoints[peer] = endpoint;
+    if (!s.channels_closed) s.idle_channels[peer].clear();
+  }
+  s.io->replace_peer(peer, endpoint);
+  {
+    std::lock_guard<std::mutex> lock(s.down_mu);
+    s.down_peers.erase(peer);
+  }
+  DISTRL_LOG(Info, "rpc: " << s.worker_name(peer) << " (rank " << peer << ") rejoined (incarnation " << incarnation
+                           << ") at " << endpoint);
+}
+
 void expire(RpcCore::State& s, Clock::time_point now) {
   while (!s.deadlines.empty() && s.deadlines.begin()->first <= now) {
     auto id = s.deadlines.begin()->second;
@@ -412,6 +457,27 @@ void validate(const RpcOptions& o) {
   if (o.rpc_timeout.count() <= 0) bad("rpc_timeout must be positive");
   if (o.rendezvous_timeout.count() <= 0) bad("rendezvous_timeout must be positive");
   if (o.shutdown_timeout.count() <= 0) bad("shutdown_timeout must be positive");
+}
+
+// Tells every peer where this restarted rank listens now (one-way notices; a peer that is
+// gone too is skipped).
+void announce_rejoin(RpcCore::State& s) {
+  DISTRL_LOG(Info, "rpc: " << s.opts.name << " (rank " << s.rank << ") rejoins the group (incarnation " << s.incarnation << ")");
+  for (int r = 0; r < s.world; ++r) {
+    if (r == s.rank) continue;
+    Header h;
+    h.kind = Kind::Control;
+    h.src = s.rank;
+    h.fn = kRejoinFn;
+    auto notice = std::make_tuple(s.incarnation, s.me);
+    auto m = std::make_shared<OutMessage>(build_message(h, nullptr, r, [&](Packer& pk) { pk.pack(notice); }, nullptr));
+    RpcCore::State* sp = &s;
+    s.io->post([sp, r, m] {
+      auto frames = encode_message(std::move(*m));
+      std::string err;
+      sp->io->send_to_peer(r, frames, &err);
+    });
+  }
 }
 
 }  // namespace
@@ -446,7 +512,16 @@ void RpcCore::start(const std::function<void()>& before_publish) {
   const Address me = make_address(s.opts.name, s.opts.transport, bound);
   if (before_publish) before_publish();  // registrations land before any peer can reach us
 
-  const auto peers = exchange_addresses(s.rdv->store(), "rpc/worker/", s.rank, s.world, me, s.opts.rendezvous_timeout);
+  // A rank that has been here before (its process died) rejoins: same rank and name, a new
+  // address, peers told below. Its object ids carry the incarnation so they never repeat.
+  auto& store = s.rdv->store();
+  s.incarnation = store.add("rpc/incarnation/" + std::to_string(s.rank), 1);
+  s.next_object.store((static_cast<std::uint64_t>(s.incarnation - 1) << 40) + 1);
+  s.me = me;
+  const auto peers = exchange_addresses(store, "rpc/worker/", s.rank, s.world, me, s.opts.rendezvous_timeout);
+  s.peer_incarnation.assign(s.world, 1);
+  if (s.incarnation > 1)
+    for (int r = 0; r < s.world; ++r) s.peer_incarnation[r] = std::max<std::int64_t>(1, store.add("rpc/incarnation/" + std::to_string(r), 0));
   std::vector<std::string> endpoints;
   for (int r = 0; r < s.world; ++r) {
     const Address& p = peers[r];
@@ -462,9 +537,12 @@ void RpcCore::start(const std::function<void()>& before_publish) {
     s.workers.push_back(WorkerInfo{p.name, r, p.hostname, endpoints.back()});
   }
   s.io->set_peers(endpoints);
+  s.endpoints = endpoints;
   s.idle_channels.resize(s.world);
+  s.peer_epoch = std::make_unique<std::atomic<std::uint64_t>[]>(s.world);
   s.io->start();
   s.running.store(true);
+  if (s.incarnation > 1) announce_rejoin(s);
 }
 
 namespace {

@@ -246,6 +246,10 @@ void on_request(RpcCore& core, RpcCore::State& s, zmq::message_t&& routing, IoLo
     }
     return;
   }
+  if (h.kind == Kind::Control && h.fn == kRejoinFn) {  // a rank restarted at a new address
+    on_rejoin(s, h.src, *m);
+    return;
+  }
   if (h.kind != Kind::Request) {
     count_bad(s, "from " + from + ": unexpected message kind " + std::to_string(static_cast<int>(h.kind)), false);
     return;

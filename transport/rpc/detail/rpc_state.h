@@ -10,6 +10,7 @@
 
 #include "common/log.h"
 #include "transport/rpc/detail/rpc_core.h"
+#include "transport/detail/endpoints.h"
 #include "transport/detail/io_loop.h"
 #include "transport/message_hooks.h"
 #include "transport/rendezvous.h"
@@ -22,6 +23,7 @@ using Clock = std::chrono::steady_clock;
 constexpr const char* kFetchMethod = "__rref_fetch";
 constexpr const char* kForkFn = "__rref_fork";
 constexpr const char* kReleaseFn = "__rref_del";
+constexpr const char* kRejoinFn = "__rejoin";  // a restarted rank's new address (Control)
 
 struct RpcCore::State {
   RpcOptions opts;
@@ -34,6 +36,12 @@ struct RpcCore::State {
   std::unique_ptr<ThreadPool> pool;
   std::unique_ptr<IoLoop> io;
   std::string ipc_path;
+  Address me;                     // as published at rendezvous
+  std::int64_t incarnation = 1;   // this process's: 1, or more for a rank that rejoined
+  std::vector<std::int64_t> peer_incarnation;  // I/O thread only: the latest heard of each rank
+  // Bumped (under chan_mu) each time a rank rejoins: a synchronous call to the earlier process
+  // fails, and a channel connected to it is not reused.
+  std::unique_ptr<std::atomic<std::uint64_t>[]> peer_epoch;
   std::atomic<bool> running{false};
   std::atomic<bool> stopped{false};
 
@@ -81,9 +89,11 @@ struct RpcCore::State {
   // (a channel in use then is closed when its call gives it back).
   struct Channel {
     zmq::socket_t socket;
+    std::uint64_t epoch = 0;  // peer_epoch[dest] when it connected
   };
   std::mutex chan_mu;
   std::vector<std::vector<std::unique_ptr<Channel>>> idle_channels;  // by peer rank
+  std::vector<std::string> endpoints;  // by peer rank, where channels connect (changes on rejoin)
   bool channels_closed = false;
 
   // Set once in setup, before any traffic (RpcAgent::set_hooks); read by every thread after.
@@ -127,6 +137,9 @@ struct RpcCore::State {
 // I/O thread entry points (rpc/rpc_core.cpp).
 void on_reply(RpcCore::State& s, int peer, IoLoop::Frames&& frames);
 void on_peer_down(RpcCore::State& s, int peer, const std::string& why);
+// A rank announced it restarted (kRejoinFn): calls to the earlier process fail, the connection
+// moves to the new one and the rank counts as alive again.
+void on_rejoin(RpcCore::State& s, int peer, const InMessage& m);
 void expire(RpcCore::State& s, Clock::time_point now);
 // Lets the hooks see the message's tensors that require grad (when it has any).
 void attach_hooks(RpcCore::State& s, InMessage& m);
