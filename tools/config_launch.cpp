@@ -21,7 +21,7 @@ YAML::Node load(const std::string& config) {
 
 // A positive integer setting (dotted key) from the file, or its last override.
 int int_setting(const std::string& config, const YAML::Node& root, const std::vector<std::string>& overrides,
-                const std::string& key, int fallback) {
+                const std::string& key, int fallback, int min = 1) {
   std::string value;
   YAML::Node n = root;
   std::size_t start = 0;
@@ -47,10 +47,10 @@ int int_setting(const std::string& config, const YAML::Node& root, const std::ve
   try {
     std::size_t used = 0;
     int v = std::stoi(value, &used);
-    if (used == value.size() && v >= 1) return v;
+    if (used == value.size() && v >= min) return v;
   } catch (const std::exception&) {
   }
-  throw ConfigError(config + ": " + key + ": '" + value + "' is not a positive integer");
+  throw ConfigError(config + ": " + key + ": '" + value + "' is not an integer of at least " + std::to_string(min));
 }
 
 std::string tool(const std::string& name) {
@@ -88,6 +88,8 @@ void configure_config_launch(const std::string& config, const std::vector<std::s
   const YAML::Node root = load(config);
   std::vector<std::string> tail{"--config", config};
   tail.insert(tail.end(), overrides.begin(), overrides.end());
+  // The file may ask for restarts (the tool documents and checks the key); --max-restarts wins.
+  if (o->max_restarts == 0) o->max_restarts = int_setting(config, root, overrides, "launch.max_restarts", 0, 0);
   if (root.IsMap() && root["workload"]) {  // a workload with roles: its own tool on every rank
     const std::string workload = root["workload"].IsScalar() ? root["workload"].as<std::string>() : "";
     if (workload == "rnn_dist_autograd") {

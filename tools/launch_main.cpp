@@ -32,6 +32,10 @@ int main(int argc, char** argv) {
   app.add_option("--master-port", o.master_port, "rendezvous port (default: a free port; required with --nnodes > 1)")
       ->check(CLI::Range(0, 65535));
   app.add_flag("!--no-prefix", o.prefix, "do not prefix output lines with the rank");
+  app.add_option("--max-restarts", o.max_restarts,
+                 "restart a rank that fails or is killed up to N times; it rejoins the running world under\n"
+                 "its rank (a config's launch.max_restarts sets it too)")
+      ->check(CLI::Range(0, 1000));
   double grace_s = std::chrono::duration<double>(o.grace).count();
   app.add_option("--grace", grace_s, "seconds between SIGTERM and SIGKILL when stopping ranks")
       ->capture_default_str()

@@ -13,6 +13,7 @@
 #include <iostream>
 
 #include "common/error.h"
+#include "transport/store.h"
 
 namespace distrl::tools {
 namespace {
@@ -26,6 +27,7 @@ struct Rank {
   std::string partial;  // an unfinished output line
   bool exited = false;
   int code = 0;
+  int restarts = 0;
 };
 
 volatile sig_atomic_t g_signal = 0;
@@ -53,6 +55,7 @@ pid_t spawn(const LaunchOptions& o, int local, int global, int world, int port, 
     set("GROUP_RANK", std::to_string(o.node_rank));
     set("MASTER_ADDR", o.master_addr);
     set("MASTER_PORT", std::to_string(port));
+    set("DISTRL_STORE_HOSTED", "1");  // node 0's launcher serves the store
     const auto& cmd = global == 0 && !o.rank0_command.empty() ? o.rank0_command : o.command;
     std::vector<char*> argv;
     for (auto& a : cmd) argv.push_back(const_cast<char*>(a.c_str()));
@@ -140,8 +143,22 @@ int launch(const LaunchOptions& o) {
     throw ConfigError("--node-rank " + std::to_string(o.node_rank) + " is not in [0, " + std::to_string(o.nnodes) + ")");
   if (o.nnodes > 1 && o.master_port == 0)
     throw ConfigError("with --nnodes > 1 every node needs the same --master-port");
+  if (o.max_restarts < 0) throw ConfigError("--max-restarts must not be negative");
   const int port = o.master_port ? o.master_port : free_port(o.master_addr);
   const int world = o.nproc * o.nnodes;
+  // The rendezvous store lives here, not in rank 0: it outlives any rank, so every rank (rank 0
+  // too) can die and be restarted into the running world.
+  std::unique_ptr<transport::StoreServer> store;
+  if (o.node_rank == 0) {
+    const bool loopback = o.master_addr == "127.0.0.1" || o.master_addr == "localhost" || o.master_addr == "::1";
+    try {
+      store = std::make_unique<transport::StoreServer>("tcp://" + std::string(loopback ? "127.0.0.1" : "*") + ":" +
+                                                       std::to_string(port));
+    } catch (const std::exception& e) {
+      throw Error("cannot serve the rendezvous store on port " + std::to_string(port) + " (" + e.what() +
+                  "); pass another --master-port");
+    }
+  }
 
   struct sigaction sa{};
   sa.sa_handler = on_signal;
@@ -179,8 +196,18 @@ int launch(const LaunchOptions& o) {
       if (r.exited) continue;
       int status = 0;
       if (::waitpid(r.pid, &status, WNOHANG) != r.pid) continue;
-      r.exited = true;
       r.code = exit_code(status);
+      if (r.code != 0 && !stopping && r.restarts < o.max_restarts) {
+        ++r.restarts;
+        while (r.out_fd >= 0 && pump(r, o.prefix)) {  // its last words first
+        }
+        if (r.out_fd >= 0) ::close(r.out_fd);
+        std::cerr << "distrl-launch: rank " << r.global << " exited with code " << r.code << "; restarting it (restart "
+                  << r.restarts << " of " << o.max_restarts << ")\n";
+        r.pid = spawn(o, static_cast<int>(&r - ranks.data()), r.global, world, port, &r.out_fd);
+        continue;
+      }
+      r.exited = true;
       --running;
       if (r.code != 0 && first_failure == 0 && !stopping) {
         first_failure = r.code;

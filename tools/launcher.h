@@ -1,6 +1,8 @@
 // distrl-launch's engine: starts N local ranks of a command with the rendezvous variables set
 // (like torchrun on one node), prefixes each output line with the rank, and stops every rank
-// when one fails. Single-threaded; blocks until all ranks have exited.
+// when one fails (or restarts it, with max_restarts). The launcher of node 0 hosts the
+// rendezvous store itself (DISTRL_STORE_HOSTED=1 tells the ranks), so the store outlives any
+// rank. Single-threaded apart from the store's thread; blocks until all ranks have exited.
 #pragma once
 
 #include <chrono>
@@ -19,6 +21,10 @@ struct LaunchOptions {
   std::chrono::milliseconds grace{5000};  // SIGTERM -> SIGKILL delay when stopping ranks
   std::vector<std::string> command;
   std::vector<std::string> rank0_command;  // when set, global rank 0 runs this instead (agent + observers)
+  // A rank that exits with an error or is killed is started again, up to this many times per
+  // rank (0: the first failure stops the job). The new process rejoins the running world under
+  // the same rank (RpcAgent); the others are not restarted.
+  int max_restarts = 0;
 };
 
 // Returns 0 when every rank exited 0, else the first failure's exit code (128 + signal for a

@@ -113,6 +113,44 @@ int serve(const TempDir& dir, int rank, ServerOptions o, const std::function<voi
   return 0;
 }
 
+// A shard SIGKILLed mid-run (rank 0, so the store must outlive it: distrl-launch hosts it) is
+// restarted by distrl-launch, rejoins under its rank, reloads its last snapshot; the trainers'
+// calls fail while it is down, they retry and carry on to the last round. (That the restored
+// state equals the snapshot is PsServerTest.ARestoredSnapshotEqualsTheShardAndStepsLikeIt.)
+TEST(PsFaultTest, AKilledServerIsRestartedFromItsSnapshotAndTrainersResume) {
+  TempDir dir;
+  const int rounds = 40;
+  bool killed = false;
+  std::string pid;
+  auto r = launch("--config " + kConfig + " roles.servers=2 roles.trainers=3 model.name=mlp model.image_size=8 "
+                  "model.hidden=[16] train.rounds=" + std::to_string(rounds) + " train.slow_trainer=1 train.slow_ms=30 "
+                  "run.log_interval=5 ps.snapshot_rounds=5 ps.retry_s=30 launch.max_restarts=1 run.out_dir=" + dir.path(),
+                  [&](const std::string& line) {
+                    if (line.rfind("[0] ps shard 0/2 (pid ", 0) == 0 && pid.empty())
+                      pid = line.substr(22, line.find(')') - 22);
+                    if (!killed && !pid.empty() && line.find("round    15/") != std::string::npos) {
+                      killed = true;
+                      ::kill(std::stoi(pid), SIGKILL);
+                    }
+                  });
+  ASSERT_EQ(r.code, 0) << r.output;
+  ASSERT_TRUE(killed) << r.output;
+  EXPECT_NE(r.output.find("rank 0 exited with code 137; restarting it (restart 1 of 1)"), std::string::npos) << r.output;
+  const auto at = r.output.find("resuming from the snapshot of round ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const int restored = std::stoi(r.output.substr(at + 36));
+  EXPECT_GE(restored, 5) << "a snapshot every 5 rounds, killed after round 15";
+  EXPECT_LE(restored, 17);
+  // (ctest runs at DISTRL_LOG_LEVEL=warn: the "answers again" lines are info)
+  EXPECT_NE(r.output.find("ps shard 0 (rank 0) is unreachable"), std::string::npos) << "a trainer's call failed\n"
+                                                                                     << r.output;
+  EXPECT_NE(r.output.find("trainer 0: " + std::to_string(rounds) + " rounds in"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[1] ps shard 1: " + std::to_string(rounds) + " round(s)"), std::string::npos) << r.output;
+  std::vector<torch::Tensor> params;
+  torch::load(params, dir.file("params.pt"));
+  for (auto& p : params) EXPECT_TRUE(torch::isfinite(p).all().item<bool>());
+}
+
 TEST(PsFaultTest, AKilledTrainerLeavesTheQuorumAndTheOthersCarryOn) {
   TempDir dir;
   const int rounds = 12;

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <string>
 
 namespace distrl::testing {
@@ -16,11 +17,17 @@ struct CommandResult {
   std::string output;  // stdout and stderr
 };
 
-inline CommandResult run_command(const std::string& cmd) {
+// on_line (optional) sees each output line as it comes, e.g. to act on a running job.
+inline CommandResult run_command(const std::string& cmd,
+                                 const std::function<void(const std::string& line)>& on_line = {}) {
   FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
   std::string out;
   std::array<char, 4096> buf;
-  for (std::size_t n; (n = std::fread(buf.data(), 1, buf.size(), p)) > 0;) out.append(buf.data(), n);
+  while (std::fgets(buf.data(), static_cast<int>(buf.size()), p)) {
+    const std::string line = buf.data();
+    out += line;
+    if (on_line) on_line(line);
+  }
   int status = ::pclose(p);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
@@ -29,6 +36,8 @@ inline CommandResult run_command(const std::string& cmd) {
 inline std::string bin_path(const std::string& tool) { return std::string(DISTRL_BIN_DIR) + "/" + tool; }
 
 // distrl-launch ARGS.
-inline CommandResult launch(const std::string& args) { return run_command(bin_path("distrl-launch") + " " + args); }
+inline CommandResult launch(const std::string& args, const std::function<void(const std::string&)>& on_line = {}) {
+  return run_command(bin_path("distrl-launch") + " " + args, on_line);
+}
 
 }  // namespace distrl::testing

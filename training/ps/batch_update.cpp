@@ -1,5 +1,7 @@
 #include "training/ps/batch_update.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +13,7 @@
 #include "models/nets.h"
 #include "models/resnet.h"
 #include "training/ps/client.h"
+#include "transport/store.h"
 
 namespace distrl::training::ps {
 
@@ -41,7 +44,15 @@ Batch synthetic_batch(const PsConfig& cfg, int trainer, int round) {
 
 std::shared_ptr<ShardServer> setup_rank(transport::RpcAgent& agent, const PsConfig& cfg) {
   if (agent.rank() >= cfg.servers) return nullptr;
-  auto server = std::make_shared<ShardServer>(agent.rank(), cfg.servers, cfg.trainers, cfg.servers, cfg.server_options());
+  auto server = std::make_shared<ShardServer>(agent.rank(), cfg.servers, cfg.trainers, cfg.servers,
+                                              cfg.server_options(agent.rank()));
+  if (agent.incarnation() > 1) {  // this shard's earlier process died: resume from its snapshot
+    const std::int64_t round = server->restore(cfg.snapshot_path(agent.rank()));
+    for (int t = 0; t < cfg.trainers; ++t)  // trainers that finished meanwhile are not waited for
+      if (agent.store().check({done_key(t)})) server->bye(t);
+    std::cout << "ps shard " << agent.rank() << ": restarted (incarnation " << agent.incarnation()
+              << "), resuming from the snapshot of round " << round << std::endl;
+  }
   ShardServer::register_on(agent, server);
   return server;
 }
@@ -68,13 +79,15 @@ void write_stats_csv(const std::string& path, const std::vector<ShardStats>& sha
 
 void serve(const PsConfig& cfg, transport::RpcAgent& agent, ShardServer& server) {
   server.watch_trainers(agent);
-  std::cout << "ps shard " << agent.rank() << "/" << cfg.servers << ": serving " << cfg.trainers << " trainer(s), "
+  std::cout << "ps shard " << agent.rank() << "/" << cfg.servers << " (pid " << ::getpid() << "): serving "
+            << cfg.trainers << " trainer(s), "
             << cfg.consistency << (cfg.consistency == "sync" ? " quorum " + std::to_string(cfg.quorum) : "") << ", "
             << cfg.optimizer << " lr " << cfg.lr << std::endl;
   server.wait_for_trainers();
   const ShardStats s = server.stats();
   std::cout << "ps shard " << agent.rank() << ": " << s.rounds << " round(s) (" << s.closed_quorum << " at quorum, "
-            << s.closed_timeout << " at max_wait, " << s.closed_departure << " when a trainer left); every trainer done"
+            << s.closed_timeout << " at max_wait, " << s.closed_departure << " when a trainer left)"
+            << (s.snapshots ? ", " + std::to_string(s.snapshots) + " snapshot(s)" : "") << "; every trainer done"
             << std::endl;
   server.stop();
 }
@@ -100,7 +113,8 @@ void run_batch_update(const PsConfig& cfg, const std::string& config_yaml, trans
     names.push_back(kv.key());
     params.push_back(kv.value());
   }
-  PsClient ps(agent, ClientOptions{trainer, cfg.servers, 0});
+  PsClient ps(agent, ClientOptions{trainer, cfg.servers, 0,
+                                   std::chrono::milliseconds(static_cast<long long>(cfg.retry_s * 1000))});
   for (std::size_t i = 0; i < names.size(); ++i) ps.declare(names[i], params[i]);
   auto load = [&](const std::vector<torch::Tensor>& values) {
     torch::NoGradGuard no_grad;

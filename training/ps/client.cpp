@@ -2,7 +2,11 @@
 
 #include <torch/torch.h>
 
+#include <thread>
+
 #include "common/error.h"
+#include "common/log.h"
+#include "transport/store.h"
 
 namespace distrl::training::ps {
 
@@ -22,6 +26,63 @@ std::uint64_t fnv1a(const std::string& s) {
 PsClient::PsClient(transport::RpcAgent& agent, ClientOptions options) : agent_(agent), opt_(options) {
   if (opt_.shards < 1) throw ConfigError("ps: at least one server shard is needed");
   rounds_.assign(opt_.shards, 0);
+  restarted_.assign(opt_.shards, 0);
+}
+
+DeclareRequest PsClient::declare_request(const Declared& d, int k) const {
+  DeclareRequest r;
+  r.name = d.name;
+  r.table = d.table;
+  if (!d.table) {
+    r.init = d.value.contiguous();
+    return r;
+  }
+  // Local row j of shard k is global row j * S + k.
+  r.global_rows = d.value.size(0);
+  r.init = d.value.slice(0, k, d.value.size(0), opt_.shards).contiguous();
+  return r;
+}
+
+template <typename T, typename Send>
+T PsClient::await(int k, transport::Future<T> f, const Send& send) {
+  for (;;) {
+    try {
+      return f.value();
+    } catch (const TimeoutError&) {
+      throw;  // a live shard that is slow: sending again could apply a push twice
+    } catch (const TransportError& e) {
+      if (opt_.retry_for.count() == 0) throw;
+      wait_for_shard(k, e);
+      f = send();
+    }
+  }
+}
+
+void PsClient::wait_for_shard(int k, const TransportError& why) {
+  using Clock = std::chrono::steady_clock;
+  const int rank = rank_of(k);
+  const auto until = Clock::now() + opt_.retry_for;
+  const std::string who = "ps shard " + std::to_string(k) + " (rank " + std::to_string(rank) + ")";
+  DISTRL_LOG(Warn, "ps trainer " << opt_.trainer << ": " << who << " is unreachable (" << why.what()
+                                 << "); retrying for up to " << opt_.retry_for.count() / 1000.0 << " s");
+  for (auto pause = std::chrono::milliseconds(50);; pause = std::min(pause * 2, std::chrono::milliseconds(1000))) {
+    if (Clock::now() + pause > until)
+      throw TransportError(who + " did not come back within " + std::to_string(opt_.retry_for.count()) +
+                           " ms (ps retry_for): " + why.what());
+    std::this_thread::sleep_for(pause);
+    if (agent_.connection_lost(rank)) continue;  // no new process has rejoined under its rank yet
+    try {
+      for (const Declared& d : declared_)
+        if (d.table || shard_of(d.name) == k) agent_.rpc_sync<std::int64_t>(rank, kDeclare, declare_request(d, k));
+    } catch (const TimeoutError&) {
+      throw;
+    } catch (const TransportError&) {
+      continue;
+    }
+    restarted_[k] = 1;
+    DISTRL_LOG(Info, "ps trainer " << opt_.trainer << ": " << who << " answers again; carrying on");
+    return;
+  }
 }
 
 int PsClient::shard_of(const std::string& key) const {
@@ -29,28 +90,21 @@ int PsClient::shard_of(const std::string& key) const {
 }
 
 void PsClient::declare(const std::string& name, const at::Tensor& init) {
-  DeclareRequest r;
-  r.name = name;
-  r.init = init.detach().contiguous();
-  agent_.rpc_sync<std::int64_t>(rank_of(shard_of(name)), kDeclare, r);
+  Declared d{name, init.detach(), false};
+  agent_.rpc_sync<std::int64_t>(rank_of(shard_of(name)), kDeclare, declare_request(d, shard_of(name)));
+  declared_.push_back(std::move(d));
 }
 
 void PsClient::declare_table(const std::string& name, const at::Tensor& init) {
   if (init.dim() != 2) throw ArgumentError("ps: table '" + name + "' must be [rows, dim]");
-  const std::int64_t rows = init.size(0), S = opt_.shards;
+  Declared d{name, init.detach(), true};
   std::vector<transport::Future<std::int64_t>> fs;
-  for (int k = 0; k < opt_.shards; ++k) {
-    DeclareRequest r;
-    r.name = name;
-    r.table = true;
-    r.global_rows = rows;
-    // Local row j of shard k is global row j * S + k.
-    r.init = init.detach().slice(0, k, rows, S).contiguous();
-    fs.push_back(agent_.rpc_async<std::int64_t>(rank_of(k), kDeclare, r));
-  }
+  for (int k = 0; k < opt_.shards; ++k)
+    fs.push_back(agent_.rpc_async<std::int64_t>(rank_of(k), kDeclare, declare_request(d, k)));
   for (auto& f : fs) f.value();
-  table_rows_[name] = rows;
+  table_rows_[name] = init.size(0);
   table_dim_[name] = init.size(1);
+  declared_.push_back(std::move(d));
 }
 
 std::vector<at::Tensor> PsClient::pull(const std::vector<std::string>& names) {
@@ -67,11 +121,11 @@ std::vector<at::Tensor> PsClient::pull(const std::vector<std::string>& names) {
   std::vector<at::Tensor> out(names.size());
   for (int k = 0; k < opt_.shards; ++k) {
     if (reqs[k].names.empty()) continue;
-    PullReply r = fs[k].value();
+    PullReply r = await(k, fs[k], [&] { return agent_.rpc_async<PullReply>(rank_of(k), kPull, reqs[k]); });
     if (r.values.size() != where[k].size())
       throw ProtocolError("ps shard " + std::to_string(k) + " answered a pull of " + std::to_string(where[k].size()) +
                           " keys with " + std::to_string(r.values.size()));
-    rounds_[k] = std::max(rounds_[k], r.round);
+    note_round(k, r.round);
     for (std::size_t j = 0; j < where[k].size(); ++j) out[where[k][j]] = std::move(r.values[j]);
   }
   return out;
@@ -102,8 +156,8 @@ PushResult PsClient::push(const std::vector<std::string>& names, const std::vect
   PushResult out;
   if (fetch) out.values.resize(names.size());
   for (int k = 0; k < opt_.shards; ++k) {
-    PushReply r = fs[k].value();
-    rounds_[k] = std::max(rounds_[k], r.round);
+    PushReply r = await(k, fs[k], [&] { return agent_.rpc_async<PushReply>(rank_of(k), kPush, reqs[k]); });
+    note_round(k, r.round);
     out.dropped += r.dropped ? 1 : 0;
     if (!fetch || where[k].empty()) continue;
     if (r.values.size() != where[k].size())
@@ -145,7 +199,9 @@ at::Tensor PsClient::pull_rows(const std::string& table, const at::Tensor& rows)
   at::Tensor out = at::empty({rows.numel(), table_dim_.at(table)});
   for (int k = 0; k < opt_.shards; ++k) {
     if (s.positions[k].numel() == 0) continue;
-    at::Tensor part = fs[k].value();
+    at::Tensor part = await(k, fs[k], [&] {
+      return agent_.rpc_async<at::Tensor>(rank_of(k), kPullRows, RowsRequest{table, s.local_rows[k]});
+    });
     if (part.dim() != 2 || part.size(0) != s.positions[k].numel() || part.size(1) != out.size(1))
       throw ProtocolError("ps shard " + std::to_string(k) + " answered pull_rows of table '" + table +
                           "' with a tensor of the wrong shape");
@@ -161,8 +217,9 @@ void PsClient::push_rows(const std::string& table, const at::Tensor& rows, const
     throw ArgumentError("ps: push_rows of table '" + table + "' needs one gradient row per row id");
   const at::Tensor g = grads.detach();
   std::vector<transport::Future<PushReply>> fs(opt_.shards);
+  std::vector<RowsPush> ps(opt_.shards);
   for (int k = 0; k < opt_.shards; ++k) {  // every shard, as in push(): one clock tick each
-    RowsPush p;
+    RowsPush& p = ps[k];
     p.trainer = opt_.trainer;
     p.round = rounds_[k];
     p.table = table;
@@ -170,7 +227,14 @@ void PsClient::push_rows(const std::string& table, const at::Tensor& rows, const
     p.grads = g.index_select(0, s.positions[k]).contiguous();
     fs[k] = agent_.rpc_async<PushReply>(rank_of(k), kPushRows, p);
   }
-  for (int k = 0; k < opt_.shards; ++k) rounds_[k] = std::max(rounds_[k], fs[k].value().round);
+  for (int k = 0; k < opt_.shards; ++k)
+    note_round(k, await(k, fs[k], [&] { return agent_.rpc_async<PushReply>(rank_of(k), kPushRows, ps[k]); }).round);
+}
+
+void PsClient::note_round(int k, std::int64_t round) {
+  // A restarted shard went back to its snapshot's round: follow it down once.
+  rounds_[k] = restarted_[k] ? round : std::max(rounds_[k], round);
+  restarted_[k] = 0;
 }
 
 std::vector<ShardStats> PsClient::stats() {
@@ -180,6 +244,10 @@ std::vector<ShardStats> PsClient::stats() {
 }
 
 void PsClient::bye() {
+  try {  // a shard restarted later reads this: the trainer is not waited for
+    agent_.store().set(done_key(opt_.trainer), "1");
+  } catch (const std::exception&) {
+  }
   for (int k = 0; k < opt_.shards; ++k) {
     try {
       agent_.rpc_sync<bool>(rank_of(k), kBye, opt_.trainer);

@@ -9,14 +9,18 @@
 //
 // Errors are typed: an undeclared key, a row out of range or a wrong shape is refused before
 // anything is sent (or by the server, with the same words); a server that is down fails the
-// call with TransportError naming it. Thread-safety: one client per trainer thread.
+// call with TransportError naming it (after ClientOptions::retry_for). A push retried on a
+// restarted shard is applied to the snapshot's state it restored (what it held after the
+// snapshot is lost). Thread-safety: one client per trainer thread.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "training/ps/protocol.h"
+#include "common/error.h"
 #include "transport/rpc/rpc_agent.h"
 
 namespace distrl::training::ps {
@@ -25,6 +29,11 @@ struct ClientOptions {
   int trainer = 0;       // this trainer's id, 0..N-1
   int shards = 1;        // server processes, ranks first_server..first_server+shards-1
   int first_server = 0;
+  // How long a call waits for a shard whose process is gone (it may be restarting) before it
+  // fails: the call is retried with backoff (50 ms doubling to 1 s); once the shard answers
+  // again this client re-declares its keys there (a no-op where the shard restored a snapshot)
+  // and sends the call again. 0: fail at once. Timeouts of a live shard are never retried.
+  std::chrono::milliseconds retry_for{0};
 };
 
 struct PushResult {
@@ -57,6 +66,20 @@ class PsClient {
   };
   Split split_rows(const std::string& table, const at::Tensor& rows) const;
   int rank_of(int shard) const { return opt_.first_server + shard; }
+  // f's value; when shard k's process is gone and retry_for allows, waits for it to come back,
+  // re-declares there and takes the value of send() (a fresh call) instead.
+  template <typename T, typename Send>
+  T await(int k, transport::Future<T> f, const Send& send);
+  void wait_for_shard(int k, const TransportError& why);
+  struct Declared {
+    std::string name;
+    at::Tensor value;  // aliases what the trainer declared (its current values re-declare)
+    bool table = false;
+  };
+  std::vector<Declared> declared_;
+  DeclareRequest declare_request(const Declared& d, int k) const;  // k's part of d
+  void note_round(int k, std::int64_t round);
+  std::vector<std::uint8_t> restarted_;  // per shard: came back since its last answer
 
   transport::RpcAgent& agent_;
   ClientOptions opt_;

@@ -81,7 +81,9 @@ std::shared_ptr<ModelServer> setup_model_on_server(transport::RpcAgent& agent, c
   s->guard = autograd::ParameterGuard::create(agent, s->net->parameters(), autograd::parse_step_policy(cfg.step_policy),
                                               std::chrono::milliseconds(static_cast<long long>(cfg.timeout_s * 1000)));
   for (auto& p : s->net->parameters()) s->params.push_back(agent.make_rref(std::make_shared<at::Tensor>(p)));
-  s->tracker = std::make_shared<ShardServer>(0, 1, cfg.trainers, cfg.servers, cfg.server_options());
+  ServerOptions tracking = cfg.server_options();
+  tracking.snapshot_path.clear();  // it holds no parameters: the model lives in this process
+  s->tracker = std::make_shared<ShardServer>(0, 1, cfg.trainers, cfg.servers, tracking);
   ShardServer::register_on(agent, s->tracker);
   ModelServer* m = s.get();
   agent.register_function("ps.model.forward", [m](at::Tensor x) {

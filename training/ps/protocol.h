@@ -23,6 +23,8 @@ inline constexpr const char* kPullRows = "ps.pull_rows";
 inline constexpr const char* kPushRows = "ps.push_rows";
 inline constexpr const char* kStats = "ps.stats";
 inline constexpr const char* kBye = "ps.bye";
+// The store key a trainer sets when it is done (a restarted shard does not wait for it).
+inline std::string done_key(int trainer) { return "ps/done/" + std::to_string(trainer); }
 
 // Declares a key with its initial value (this shard's part of it). The first declaration
 // wins; a later one of the same shape is accepted and changes nothing (every trainer may
@@ -94,9 +96,12 @@ struct TrainerStats {
 struct ShardStats {
   int shard = 0;
   std::int64_t rounds = 0, closed_quorum = 0, closed_timeout = 0, closed_departure = 0;
+  std::int64_t snapshots = 0;        // written by this process
+  std::int64_t restored_round = -1;  // the snapshot's round this process started from (-1: none)
   std::vector<KeyStats> keys;
   std::vector<TrainerStats> trainers;
-  MSGPACK_DEFINE(shard, rounds, closed_quorum, closed_timeout, closed_departure, keys, trainers);
+  MSGPACK_DEFINE(shard, rounds, closed_quorum, closed_timeout, closed_departure, snapshots, restored_round, keys,
+                 trainers);
 };
 
 }  // namespace distrl::training::ps

@@ -47,6 +47,19 @@ void bind(Settings& s, PsConfig& c) {
          "model on server: how trainers' steps interleave (serialize: one forward-to-step at a time; hogwild: no "
          "lock; versioned: a step against stale parameters is refused and retried)")
       .choices({"serialize", "hogwild", "versioned"});
+  s.bind("ps.snapshot_rounds", &c.snapshot_rounds,
+         "batch update: each shard snapshots every N rounds (sync) or pushes (async, ssp) to "
+         "run.out_dir/snapshots/ (0: not by rounds); a restarted shard resumes from its snapshot")
+      .range(0, 1000000000);
+  s.bind("ps.snapshot_s", &c.snapshot_s, "batch update: each shard snapshots every N seconds (0: not by time)")
+      .range(0, 86400);
+  s.bind("ps.retry_s", &c.retry_s,
+         "batch update: how long a trainer waits for a shard that is down (restarting) before it fails")
+      .range(0, 86400);
+  s.bind("launch.max_restarts", &c.max_restarts,
+         "distrl-launch restarts a rank that dies up to N times (it rejoins under its rank; a shard "
+         "reloads its snapshot)")
+      .range(0, 1000);
   s.bind("optimizer.name", &c.optimizer, "the servers' optimizer").choices({"sgd", "adagrad", "adam"});
   s.bind("optimizer.lr", &c.lr, "learning rate").range(1e-12, 100);
   s.bind("optimizer.momentum", &c.momentum, "sgd: momentum").range(0, 1);
@@ -76,8 +89,15 @@ autograd::OptimizerSpec PsConfig::optimizer_spec() const {
   return o;
 }
 
-ServerOptions PsConfig::server_options() const {
+std::string PsConfig::snapshot_path(int shard) const {
+  return out_dir + "/snapshots/shard" + std::to_string(shard) + ".pt";
+}
+
+ServerOptions PsConfig::server_options(int shard) const {
   ServerOptions o;
+  if (snapshot_rounds > 0 || snapshot_s > 0) o.snapshot_path = snapshot_path(shard);
+  o.snapshot_rounds = snapshot_rounds;
+  o.snapshot_every = std::chrono::milliseconds(static_cast<long long>(snapshot_s * 1000));
   o.mode = parse_mode(consistency);
   o.quorum = quorum;
   o.max_wait = std::chrono::milliseconds(max_wait_ms);

@@ -47,6 +47,10 @@ struct PsConfig {
   std::string late = "drop";         // sync: drop | fold late pushes
   int staleness = 2;                 // ssp bound
   std::string step_policy = "serialize";  // model on server: serialize | hogwild | versioned
+  int snapshot_rounds = 0;           // every N rounds (sync) / pushes (async, ssp); 0: not by rounds
+  double snapshot_s = 0;             // every N seconds; 0: not by time
+  double retry_s = 60;               // trainers wait this long for a shard that is down
+  int max_restarts = 0;              // launch.max_restarts: distrl-launch restarts a dead rank
   // optimizer (applied on the servers)
   std::string optimizer = "sgd";
   double lr = 0.001;
@@ -56,7 +60,9 @@ struct PsConfig {
   double timeout_s = 120;
   std::string transport = "auto";
 
-  ServerOptions server_options() const;
+  // The server engine's options; snapshots (when on) go to snapshot_path(shard).
+  ServerOptions server_options(int shard = 0) const;
+  std::string snapshot_path(int shard) const;
   // optimizer.* as the spec servers and DistributedOptimizers step with (momentum: sgd only;
   // adagrad's eps LibTorch's 1e-10).
   autograd::OptimizerSpec optimizer_spec() const;

@@ -2,7 +2,13 @@
 
 #include <torch/torch.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include "common/error.h"
@@ -48,6 +54,20 @@ std::string shape_of(const at::Tensor& t) {
 
 std::int64_t bytes_of(const at::Tensor& t) { return t.defined() ? static_cast<std::int64_t>(t.nbytes()) : 0; }
 
+// Seconds since this process started (/proc/self/stat's start time against /proc/uptime).
+double process_age_s() {
+  std::ifstream stat("/proc/self/stat"), uptime("/proc/uptime");
+  std::string line;
+  double up = 0;
+  if (!std::getline(stat, line) || !(uptime >> up)) return -1;
+  std::istringstream rest(line.substr(line.rfind(')') + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && rest >> field; ++i) {
+    if (i == 22) return up - std::stod(field) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  }
+  return -1;
+}
+
 }  // namespace
 
 ShardServer::ShardServer(int shard, int num_shards, int num_trainers, int first_trainer_rank, ServerOptions options)
@@ -66,6 +86,7 @@ ShardServer::ShardServer(int shard, int num_shards, int num_trainers, int first_
   trainers_.resize(num_trainers);
   for (int t = 0; t < num_trainers; ++t) trainers_[t].trainer = t;
   counters_.shard = shard;
+  snapshot_time_ = Clock::now();
   timer_ = std::thread([this] {
     name_this_thread("ps-timer");
     timer_loop();
@@ -106,6 +127,168 @@ void ShardServer::stop() {
   if (timer_.joinable()) timer_.join();
   for (auto& h : left)
     h.promise.set_error(std::make_exception_ptr(TransportError("ps shard " + std::to_string(shard_) + " is stopping")));
+  if (!opt_.snapshot_path.empty()) {
+    try {
+      snapshot();
+    } catch (const std::exception& e) {
+      DISTRL_LOG(Error, "ps shard " << shard_ << ": the last snapshot failed: " << e.what());
+    }
+  }
+}
+
+// ------------------------------------------------------------------ snapshots
+
+struct ShardServer::Saved {
+  struct Key {
+    std::string name;
+    bool table = false;
+    std::int64_t global_rows = 0;
+    at::Tensor value, m1, m2, steps;
+  };
+  std::vector<Key> keys;
+  std::int64_t round = 0, progress = 0;
+  at::Tensor clocks;  // int64 [trainers]
+};
+
+ShardServer::Saved ShardServer::save_locked() const {
+  Saved out;
+  out.round = round_;
+  out.progress = progress_;
+  std::vector<std::int64_t> clocks;
+  for (const auto& t : trainers_) clocks.push_back(t.clock);
+  out.clocks = at::tensor(clocks, at::kLong);
+  auto copy = [](const at::Tensor& t) { return t.defined() ? t.clone() : t; };
+  for (const auto& kv : entries_) {
+    const Entry& e = *kv.second;
+    out.keys.push_back(Saved::Key{e.name, e.table, e.global_rows, e.value.clone(), copy(e.m1), copy(e.m2), copy(e.steps)});
+  }
+  return out;
+}
+
+void ShardServer::write_snapshot(const Saved& saved) {
+  namespace fs = std::filesystem;
+  const std::string& path = opt_.snapshot_path;
+  std::error_code ec;
+  if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path(), ec);
+  torch::serialize::OutputArchive ar;
+  ar.write("shard", c10::IValue(static_cast<std::int64_t>(shard_)));
+  ar.write("shards", c10::IValue(static_cast<std::int64_t>(num_shards_)));
+  ar.write("round", c10::IValue(saved.round));
+  ar.write("progress", c10::IValue(saved.progress));
+  ar.write("clocks", saved.clocks, /*is_buffer=*/true);
+  ar.write("keys", c10::IValue(static_cast<std::int64_t>(saved.keys.size())));
+  for (std::size_t i = 0; i < saved.keys.size(); ++i) {
+    const auto& k = saved.keys[i];
+    torch::serialize::OutputArchive a;
+    a.write("name", c10::IValue(k.name));
+    a.write("table", c10::IValue(k.table));
+    a.write("global_rows", c10::IValue(k.global_rows));
+    a.write("value", k.value, true);
+    if (k.m1.defined()) a.write("m1", k.m1, true);
+    if (k.m2.defined()) a.write("m2", k.m2, true);
+    if (k.steps.defined()) a.write("steps", k.steps, true);
+    ar.write("key" + std::to_string(i), a);
+  }
+  const std::string tmp = path + ".tmp";
+  try {
+    ar.save_to(tmp);
+  } catch (const std::exception& e) {
+    std::remove(tmp.c_str());
+    throw Error("ps shard " + std::to_string(shard_) + ": cannot write the snapshot " + tmp + " (is the disk full?): " +
+                e.what());
+  }
+  // On disk before it replaces the last good one: a crash now leaves one or the other whole.
+  const int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
+  const bool synced = fd >= 0 && ::fsync(fd) == 0;
+  if (fd >= 0) ::close(fd);
+  if (!synced || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw Error("ps shard " + std::to_string(shard_) + ": cannot put the snapshot in place at " + path);
+  }
+}
+
+void ShardServer::snapshot() {
+  if (opt_.snapshot_path.empty()) throw ConfigError("ps: snapshots need a path (ServerOptions::snapshot_path)");
+  std::lock_guard<std::mutex> writing(snapshot_mu_);
+  Saved saved;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    saved = save_locked();
+    snapshot_progress_ = progress_;
+    snapshot_time_ = Clock::now();
+  }
+  write_snapshot(saved);
+  std::lock_guard<std::mutex> lock(mu_);
+  ++counters_.snapshots;
+}
+
+bool ShardServer::snapshot_due_locked() const {
+  if (opt_.snapshot_path.empty() || progress_ == snapshot_progress_) return false;
+  if (opt_.snapshot_rounds > 0 && progress_ - snapshot_progress_ >= opt_.snapshot_rounds) return true;
+  return opt_.snapshot_every.count() > 0 && Clock::now() - snapshot_time_ >= opt_.snapshot_every;
+}
+
+std::int64_t ShardServer::restore(const std::string& path) {
+  const std::string where = "ps shard " + std::to_string(shard_) + ": snapshot " + path;
+  if (!std::filesystem::exists(path))
+    throw Error(where + " does not exist (a restarted server needs one: set ps.snapshot_rounds or ps.snapshot_s)");
+  torch::serialize::InputArchive ar;
+  std::vector<std::unique_ptr<Entry>> loaded;
+  std::int64_t round = 0, progress = 0;
+  at::Tensor clocks;
+  try {
+    ar.load_from(path);
+    c10::IValue v;
+    ar.read("shard", v);
+    const auto shard = v.toInt();
+    ar.read("shards", v);
+    if (shard != shard_ || v.toInt() != num_shards_)
+      throw Error("it is shard " + std::to_string(shard) + " of " + std::to_string(v.toInt()) + ", this is shard " +
+                  std::to_string(shard_) + " of " + std::to_string(num_shards_));
+    ar.read("round", v);
+    round = v.toInt();
+    ar.read("progress", v);
+    progress = v.toInt();
+    ar.read("clocks", clocks, true);
+    ar.read("keys", v);
+    const auto n = v.toInt();
+    for (std::int64_t i = 0; i < n; ++i) {
+      torch::serialize::InputArchive a;
+      ar.read("key" + std::to_string(i), a);
+      auto e = std::make_unique<Entry>();
+      a.read("name", v);
+      e->name = v.toStringRef();
+      a.read("table", v);
+      e->table = v.toBool();
+      a.read("global_rows", v);
+      e->global_rows = v.toInt();
+      a.read("value", e->value, true);
+      a.try_read("m1", e->m1, true);
+      a.try_read("m2", e->m2, true);
+      a.try_read("steps", e->steps, true);
+      e->stats.name = e->name;
+      e->stats.table = e->table;
+      if (e->table) e->row_pushes = at::zeros({e->value.size(0)}, at::kLong);
+      loaded.push_back(std::move(e));
+    }
+  } catch (const Error& e) {
+    throw Error(where + ": " + e.what());
+  } catch (const std::exception& e) {
+    throw Error(where + " cannot be read (" + e.what() + ")");
+  }
+  if (clocks.numel() != num_trainers_)
+    throw Error(where + " has " + std::to_string(clocks.numel()) + " trainers' clocks, this run has " +
+                std::to_string(num_trainers_) + " trainers");
+  std::lock_guard<std::mutex> lock(mu_);
+  entries_.clear();
+  for (auto& e : loaded) entries_[e->name] = std::move(e);
+  round_ = round;
+  progress_ = snapshot_progress_ = progress;
+  snapshot_time_ = Clock::now();
+  for (int t = 0; t < num_trainers_; ++t) trainers_[t].clock = clocks[t].item<std::int64_t>();
+  counters_.restored_round = round;
+  first_push_reported_ = false;
+  return round;
 }
 
 void ShardServer::check_trainer(int trainer) const {
@@ -248,6 +431,11 @@ transport::Future<PushReply> ShardServer::submit(int trainer, std::int64_t round
     if (stopped_) throw TransportError("ps shard " + std::to_string(shard_) + " is stopping");
     TrainerStats& ts = trainers_[trainer];
     ts.pushes++;
+    if (!first_push_reported_) {
+      first_push_reported_ = true;
+      DISTRL_LOG(Info, "ps shard " << shard_ << ": first push since the restart from round " << counters_.restored_round
+                                   << " arrived " << process_age_s() << " s after this process started");
+    }
     if (ts.gone) ts.gone = false;  // a trainer that came back rejoins
     for (auto& u : ups) {
       u.entry->stats.pushes++;
@@ -295,6 +483,7 @@ transport::Future<PushReply> ShardServer::submit(int trainer, std::int64_t round
       for (auto& u : ups)
         if (!u.rows.defined() || u.rows.numel() > 0) apply_locked(*u.entry, u.rows, u.grad);
       ts.clock++;
+      ++progress_;
       PushReply r;
       r.round = ts.clock;
       r.values = values_locked(fetch);
@@ -408,6 +597,7 @@ std::vector<ShardServer::Held> ShardServer::close_round_locked(Close why) {
     e.acc_pushes = 0;
   }
   ++round_;
+  ++progress_;
   ++counters_.rounds;
   switch (why) {
     case Close::Quorum: ++counters_.closed_quorum; break;
@@ -530,6 +720,15 @@ void ShardServer::timer_loop() {
     if (!done.empty()) {
       lock.unlock();
       answer(done);
+      lock.lock();
+    }
+    if (snapshot_due_locked()) {
+      lock.unlock();
+      try {
+        snapshot();
+      } catch (const std::exception& e) {  // the shard keeps serving; the last good snapshot stays
+        DISTRL_LOG(Error, e.what());
+      }
       lock.lock();
     }
   }

@@ -48,6 +48,13 @@ struct ServerOptions {
   int staleness = 0;                      // ssp: pushes a trainer may run ahead of the slowest
   autograd::OptimizerSpec optimizer;      // sgd (momentum, nesterov), adagrad, adam
   int hot_rows = 5;                       // stats: rows listed per table
+  // Snapshots (off when snapshot_path is empty): the shard's keys with their optimizer state,
+  // its round and its trainers' clocks, written atomically (a temporary file renamed over the
+  // last snapshot) by the timer thread every snapshot_rounds rounds (sync; pushes for async
+  // and ssp) and/or every snapshot_every, whichever comes first, and once more at stop().
+  std::string snapshot_path;
+  int snapshot_rounds = 0;                        // 0: not by rounds
+  std::chrono::milliseconds snapshot_every{0};    // 0: not by time
 };
 
 // "sync" | "async" | "ssp"; ConfigError otherwise.
@@ -67,8 +74,16 @@ class ShardServer {
   void watch_trainers(transport::RpcAgent& agent);
   // Blocks until every trainer has said goodbye or is gone (no bound: trainers are watched).
   void wait_for_trainers();
-  // Fails held answers and stops the timer. Idempotent.
+  // Fails held answers, stops the timer and writes a last snapshot (when snapshots are on).
+  // Idempotent.
   void stop();
+
+  // Writes a snapshot to options.snapshot_path now (Error naming the file when it cannot).
+  void snapshot();
+  // Before any trainer can reach the shard (the agent's setup callback of a restarted server):
+  // loads the snapshot at path — keys, optimizer state, round, clocks — and returns its round.
+  // Throws Error naming the file when it is missing or unreadable.
+  std::int64_t restore(const std::string& path);
 
   std::int64_t declare(DeclareRequest req);
   PullReply pull(const PullRequest& req);
@@ -108,6 +123,11 @@ class ShardServer {
   void leave_locked(int trainer, const std::string& why, std::vector<Held>* done);
   static void answer(std::vector<Held>& done);
   void timer_loop();
+  bool snapshot_due_locked() const;
+  // The state a snapshot holds, copied under the lock (written to disk outside it).
+  struct Saved;
+  Saved save_locked() const;
+  void write_snapshot(const Saved& saved);
 
   const int shard_, num_shards_, num_trainers_, first_trainer_rank_;
   const ServerOptions opt_;
@@ -125,6 +145,12 @@ class ShardServer {
   std::vector<TrainerStats> trainers_;
   ShardStats counters_;
   bool stopped_ = false;
+  // snapshots
+  std::int64_t progress_ = 0;  // rounds (sync) or pushes (async, ssp) so far
+  std::int64_t snapshot_progress_ = 0;  // progress_ at the last snapshot
+  std::chrono::steady_clock::time_point snapshot_time_;
+  std::mutex snapshot_mu_;  // one writer at a time (the timer, stop(), snapshot())
+  bool first_push_reported_ = true;  // restore() clears it: the first push after it is logged
   std::thread timer_;
 };
 

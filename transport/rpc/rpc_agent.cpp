@@ -21,6 +21,7 @@ const std::string& RpcAgent::name() const { return core_->options().name; }
 const RpcOptions& RpcAgent::options() const { return core_->options(); }
 int RpcAgent::rank() const { return core_->rank(); }
 int RpcAgent::world_size() const { return core_->world_size(); }
+std::int64_t RpcAgent::incarnation() const { return core_->incarnation(); }
 const std::vector<WorkerInfo>& RpcAgent::workers() const { return core_->workers(); }
 Store& RpcAgent::store() { return core_->store(); }
 const WorkerInfo& RpcAgent::worker(const Target& t) const { return core_->workers().at(core_->resolve(t)); }

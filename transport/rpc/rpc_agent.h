@@ -56,6 +56,9 @@ class RpcAgent {
   const RpcOptions& options() const;
   int rank() const;
   int world_size() const;
+  // 1 for the first process of this rank; n for the n-th (a rank that rejoined after its earlier
+  // process died). Known from the setup callback on: restore saved state there when > 1.
+  std::int64_t incarnation() const;
   const std::vector<WorkerInfo>& workers() const;
   const WorkerInfo& worker(const Target& t) const;
   RpcStats stats() const;

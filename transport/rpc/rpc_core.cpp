@@ -25,6 +25,7 @@ bool RpcCore::running() const { return s_->running.load(); }
 const RpcOptions& RpcCore::options() const { return s_->opts; }
 int RpcCore::rank() const { return s_->rank; }
 int RpcCore::world_size() const { return s_->world; }
+std::int64_t RpcCore::incarnation() const { return s_->incarnation; }
 const std::vector<WorkerInfo>& RpcCore::workers() const { return s_->workers; }
 Store& RpcCore::store() {
   if (!s_->rdv) throw TransportError("rpc: the agent is shut down; its store is gone");
@@ -490,6 +491,10 @@ void RpcCore::start(const std::function<void()>& before_publish) {
   s.world = w.world_size;
   if (s.opts.name.empty()) s.opts.name = "worker" + std::to_string(s.rank);
   s.rdv = std::make_unique<Rendezvous>(w, s.opts.rendezvous_timeout);
+  // A rank that has been here before (its process died) rejoins: same rank and name, a new
+  // address, peers told once it runs. Its object ids carry the incarnation so they never repeat.
+  s.incarnation = s.rdv->store().add("rpc/incarnation/" + std::to_string(s.rank), 1);
+  s.next_object.store((static_cast<std::uint64_t>(s.incarnation - 1) << 40) + 1);
   s.ctx = shared_zmq_context();
   s.pool = std::make_unique<ThreadPool>(s.opts.num_worker_threads, "rpc-handlers");
 
@@ -512,11 +517,7 @@ void RpcCore::start(const std::function<void()>& before_publish) {
   const Address me = make_address(s.opts.name, s.opts.transport, bound);
   if (before_publish) before_publish();  // registrations land before any peer can reach us
 
-  // A rank that has been here before (its process died) rejoins: same rank and name, a new
-  // address, peers told below. Its object ids carry the incarnation so they never repeat.
   auto& store = s.rdv->store();
-  s.incarnation = store.add("rpc/incarnation/" + std::to_string(s.rank), 1);
-  s.next_object.store((static_cast<std::uint64_t>(s.incarnation - 1) << 40) + 1);
   s.me = me;
   const auto peers = exchange_addresses(store, "rpc/worker/", s.rank, s.world, me, s.opts.rendezvous_timeout);
   s.peer_incarnation.assign(s.world, 1);

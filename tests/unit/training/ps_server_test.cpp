@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <unistd.h>
+
 #include <atomic>
+#include <filesystem>
 #include <thread>
 
 #include "common/error.h"
@@ -86,6 +89,61 @@ TEST(PsServerTest, TableRowsStepLikeDenseRowsAndUntouchedRowsStay) {
         << kind << ": max difference " << (rows.slice(0, 0, 2) - value_of(d, "rows")).abs().max().item<double>();
     EXPECT_TRUE(torch::equal(rows[2], t0[0])) << kind;
   }
+}
+
+// A snapshot holds values, optimizer state (Adam's moments and per-row steps), the round and the
+// clocks: a shard restored from it equals the one that wrote it, and both step identically on.
+TEST(PsServerTest, ARestoredSnapshotEqualsTheShardAndStepsLikeIt) {
+  const std::string dir = ::testing::TempDir() + "/ps_snapshot_" + std::to_string(::getpid());
+  ServerOptions o = options(Mode::Sync, "adam");
+  o.snapshot_path = dir + "/shard0.pt";
+  ShardServer a(0, 1, 2, 1, o);
+  torch::manual_seed(5);
+  a.declare(dense("w", torch::randn({3, 2})));
+  a.declare(DeclareRequest{"emb", torch::randn({5, 2}), true, 5});
+  const std::int64_t now = 1 << 20;  // never a closed round: no push is late
+  auto rounds = [&](ShardServer& s, int seed) {  // a round of dense pushes, then one of rows
+    torch::manual_seed(seed);
+    std::vector<transport::Future<PushReply>> fs;
+    for (int t = 0; t < 2; ++t) fs.push_back(s.push(push_of(t, now, "w", torch::randn({3, 2}))));
+    for (int t = 0; t < 2; ++t) {
+      RowsPush p;
+      p.trainer = t;
+      p.round = now;
+      p.table = "emb";
+      p.rows = torch::tensor({t, 3});
+      p.grads = torch::randn({2, 2});
+      fs.push_back(s.push_rows(p));
+    }
+    for (auto& f : fs) ASSERT_TRUE(f.wait_for(5s));
+  };
+  for (int r = 0; r < 3; ++r) rounds(a, r);
+  a.snapshot();
+  EXPECT_TRUE(std::filesystem::exists(o.snapshot_path));
+  EXPECT_FALSE(std::filesystem::exists(o.snapshot_path + ".tmp"));
+
+  ServerOptions ob = o;
+  ob.snapshot_path.clear();
+  ShardServer b(0, 1, 2, 1, ob);
+  EXPECT_EQ(b.restore(o.snapshot_path), a.stats().rounds);
+  EXPECT_TRUE(torch::equal(value_of(a, "w"), value_of(b, "w")));
+  const at::Tensor all = torch::arange(5);
+  EXPECT_TRUE(torch::equal(a.pull_rows(RowsRequest{"emb", all}), b.pull_rows(RowsRequest{"emb", all})));
+  EXPECT_EQ(b.stats().restored_round, 6);
+  rounds(a, 7);
+  rounds(b, 7);  // the same gradients: Adam's moments and step counts came back too
+  EXPECT_TRUE(torch::allclose(value_of(a, "w"), value_of(b, "w"), 1e-6, 1e-7));
+  EXPECT_TRUE(torch::allclose(a.pull_rows(RowsRequest{"emb", all}), b.pull_rows(RowsRequest{"emb", all}), 1e-6, 1e-7));
+
+  ShardServer wrong(0, 1, 3, 1, ob);  // a snapshot of another world is refused by name
+  try {
+    wrong.restore(o.snapshot_path);
+    ADD_FAILURE() << "a snapshot of 2 trainers restored into 3";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("trainers"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(b.restore(dir + "/missing.pt"), Error);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(PsServerTest, SyncRoundAveragesAtQuorumAndAnswersEveryPushWithTheNewValues) {

@@ -64,6 +64,7 @@ class RpcCore : public std::enable_shared_from_this<RpcCore> {
   const RpcOptions& options() const;
   int rank() const;
   int world_size() const;
+  std::int64_t incarnation() const;                    // see RpcAgent::incarnation
   const std::vector<WorkerInfo>& workers() const;
   int resolve(const Target& to) const;                 // throws Error for an unknown worker
   bool connection_lost(int rank) const;                // see RpcAgent::connection_lost
