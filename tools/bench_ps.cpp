@@ -9,7 +9,9 @@
 //   4. the tutorial's ResNet-50 batch update (5 trainers): round time and the share of it a
 //      trainer does not spend computing (communication and waiting for the round to close).
 #include <algorithm>
+#include <array>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -177,6 +179,41 @@ int run_ps_bench(const PsBenchOptions& opt) {
                 "at trainer 0; not computing %.0f%% of the round (communication + waiting for the slowest)\n",
                 r, k, 100 * (r - k) / r);
     csv << "resnet50,round," << r << ",ms\nresnet50,compute," << k << ",ms\n";
+  }
+  // 5. a shard killed and restarted by distrl-launch
+  {
+    const std::string dir = root + "/restart";
+    std::filesystem::create_directories(dir);
+    std::string cmd = self_dir() + "/distrl-launch --config " + bu +
+                      " roles.servers=2 roles.trainers=3 train.rounds=400 ps.snapshot_rounds=20 launch.max_restarts=1 "
+                      "run.log_interval=10 run.out_dir=" + dir;
+    for (const auto& a : small)
+      if (a.rfind("train.rounds=", 0) != 0 && a.rfind("run.log_interval=", 0) != 0) cmd += " " + a;
+    FILE* p = ::popen(("DISTRL_LOG_LEVEL=info " + cmd + " 2>&1").c_str(), "r");
+    std::ofstream log(dir + "/log.txt");
+    std::string pid;
+    Clock::time_point killed{};
+    double first_push_s = -1, back_s = -1;
+    std::array<char, 4096> buf;
+    while (std::fgets(buf.data(), static_cast<int>(buf.size()), p)) {
+      const std::string line = buf.data();
+      log << line;
+      if (pid.empty() && line.rfind("[0] ps shard 0/2 (pid ", 0) == 0) pid = line.substr(22, line.find(')') - 22);
+      if (killed == Clock::time_point{} && !pid.empty() && line.find("round    50/") != std::string::npos) {
+        killed = Clock::now();
+        ::kill(std::stoi(pid), SIGKILL);
+      }
+      if (const auto at = line.find(" arrived "); at != std::string::npos && line.find("first push since") != std::string::npos)
+        first_push_s = std::stod(line.substr(at + 9));
+      if (back_s < 0 && killed != Clock::time_point{} && line.find("answers again") != std::string::npos)
+        back_s = std::chrono::duration<double>(Clock::now() - killed).count();
+    }
+    const int status = ::pclose(p);
+    if (status != 0 || first_push_s < 0) throw Error("ps: the restart run failed; see " + dir + "/log.txt");
+    std::printf("\nrestart (mlp 256x256, 2 shards, 3 trainers, shard 0 SIGKILLed at round 50, restarted by distrl-launch):\n"
+                "  first push served %.2f s after the new process started; trainers blocked %.2f s from the kill\n",
+                first_push_s, back_s);
+    csv << "restart,first_push_after_start," << first_push_s << ",s\nrestart,trainers_blocked," << back_s << ",s\n";
   }
   std::cout << "\nwrote " << root << "/ps.csv (runs' own outputs beside it)" << std::endl;
   return 0;
