@@ -97,13 +97,14 @@ void configure_config_launch(const std::string& config, const std::vector<std::s
       o->nproc = int_setting(config, root, overrides, "roles.trainers", 1) + 1;  // rank 0 is the ps
       return;
     }
-    if (workload == "ps_batch_update" || workload == "ps_model_on_server" || workload == "ps_hybrid") {
+    if (workload == "ps_batch_update" || workload == "ps_model_on_server" || workload == "ps_hybrid" ||
+        workload == "ps_skipgram") {
       on_every_rank(tool("distrl-ps"), tail, o);
       o->nproc = int_setting(config, root, overrides, "roles.servers", 1) +
                  int_setting(config, root, overrides, "roles.trainers", 2) + (workload == "ps_hybrid" ? 1 : 0);
       return;
     }
-    throw ConfigError(config + ": workload: '" + workload + "' is not known (known: rnn_dist_autograd, ps_batch_update, ps_model_on_server, ps_hybrid)");
+    throw ConfigError(config + ": workload: '" + workload + "' is not known (known: rnn_dist_autograd, ps_batch_update, ps_model_on_server, ps_hybrid, ps_skipgram)");
   }
   if (root.IsMap() && root["dist"]) {  // supervised training: distrl-train on every rank
     on_every_rank(tool("distrl-train"), tail, o);

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <numeric>
+#include <sstream>
+#include <fstream>
 #include <random>
 
 #include "common/error.h"
@@ -155,6 +157,34 @@ std::vector<std::int64_t> DistributedSampler::indices() const {
   mine.reserve(per_rank_);
   for (std::int64_t k = 0; k < per_rank_; ++k) mine.push_back(all[(rank_ + k * world_) % size_]);
   return mine;
+}
+
+std::string read_text(const std::string& path, long long max_chars) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> files;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    for (auto& e : fs::recursive_directory_iterator(path, fs::directory_options::skip_permission_denied, ec))
+      if (e.is_regular_file(ec)) files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+  } else if (fs::is_regular_file(path, ec)) {
+    files.push_back(path);
+  }
+  if (files.empty())
+    throw ConfigError("data.path: no text files at '" + path + "' (on Debian, /usr/share/common-licenses has plenty)");
+  std::string text;
+  for (auto& f : files) {
+    std::ifstream in(f, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    text += ss.str();
+    if (max_chars > 0 && static_cast<long long>(text.size()) >= max_chars) {
+      text.resize(static_cast<std::size_t>(max_chars));
+      break;
+    }
+  }
+  if (text.size() < 1000) throw ConfigError("data.path: only " + std::to_string(text.size()) + " characters at '" + path + "'; need at least 1000");
+  return text;
 }
 
 }  // namespace distrl::training

@@ -27,6 +27,10 @@ Dataset load_idx_dir(const std::string& dir, bool train);
 // Writes IDX files (gzipped when the name ends in .gz): images uint8 [N, H, W], labels uint8 [N].
 void write_idx(const std::string& images_path, const std::string& labels_path, const at::Tensor& images,
                const at::Tensor& labels);
+// Every regular file under path (or path itself), in name order, concatenated, cut at
+// max_chars (0: all): the text corpora (Debian's /usr/share/common-licenses by default).
+// Throws ConfigError (key data.path) when there is no text or under 1000 characters.
+std::string read_text(const std::string& path, long long max_chars = 0);
 // The first n items of d (all of them when n <= 0 or n >= d.size()).
 Dataset first_items(Dataset d, std::int64_t n);
 // The DDP tutorial's toy regression: x ~ N(0, 1)^in, y = W x + 0.1 noise with a fixed W [out, in].

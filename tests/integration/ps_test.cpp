@@ -431,4 +431,36 @@ TEST(PsHybridTest, ADoneFromAnUnknownTrainerIsRefused) {
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
 
+// The sparse workload: skip-gram over the licence texts, both tables split over 2 shards, 4
+// trainers. The loss falls, neighbours are printed, and only touched rows travel.
+TEST(PsSkipgramTest, LossFallsNeighboursArePrintedAndOnlyTouchedRowsTravel) {
+  TempDir dir;
+  const std::string config = std::string(DISTRL_SOURCE_DIR) + "/configs/ps_skipgram.yaml";
+  auto r = launch("--config " + config + " train.steps=300 run.log_interval=50 run.out_dir=" + dir.path());
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::istringstream in(distrl::testing::read_file(dir.file("metrics.csv")));
+  std::string line;
+  std::getline(in, line);
+  std::vector<double> loss;
+  while (std::getline(in, line)) loss.push_back(std::stod(line.substr(line.find(',') + 1)));
+  ASSERT_EQ(loss.size(), 6u);
+  EXPECT_LT(loss.back(), 0.9 * loss.front()) << r.output;
+  const std::string near = distrl::testing::read_file(dir.file("neighbours.txt"));
+  EXPECT_NE(near.find("  source: "), std::string::npos) << near;
+  EXPECT_EQ(near.find("not in the vocabulary"), std::string::npos) << near;
+  // ps_stats.csv: each table on both shards; a push carries a batch's rows, far fewer than the table's.
+  std::istringstream stats(distrl::testing::read_file(dir.file("ps_stats.csv")));
+  std::getline(stats, line);
+  int parts = 0;
+  while (std::getline(stats, line) && !line.empty()) {
+    std::vector<std::string> f;
+    std::istringstream cells(line);
+    for (std::string c; std::getline(cells, c, ',');) f.push_back(c);
+    ++parts;
+    const double bytes_per_push = std::stod(f.at(5)) / std::stod(f.at(3));
+    EXPECT_LT(bytes_per_push, 1000 * 32 * 4 / 2.0) << line;  // ~1000 rows of 32 floats per shard
+  }
+  EXPECT_EQ(parts, 4);
+}
+
 }  // namespace

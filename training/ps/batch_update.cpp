@@ -57,8 +57,6 @@ std::shared_ptr<ShardServer> setup_rank(transport::RpcAgent& agent, const PsConf
   return server;
 }
 
-namespace {
-
 void write_stats_csv(const std::string& path, const std::vector<ShardStats>& shards) {
   std::ofstream out(path);
   out << "shard,key,table,pushes,pulls,bytes_in,bytes_out,updates,hot_rows\n";
@@ -77,7 +75,7 @@ void write_stats_csv(const std::string& path, const std::vector<ShardStats>& sha
   if (!out) throw Error("cannot write " + path + " (is the disk full?)");
 }
 
-void serve(const PsConfig& cfg, transport::RpcAgent& agent, ShardServer& server) {
+void serve_shard(const PsConfig& cfg, transport::RpcAgent& agent, ShardServer& server) {
   server.watch_trainers(agent);
   std::cout << "ps shard " << agent.rank() << "/" << cfg.servers << " (pid " << ::getpid() << "): serving "
             << cfg.trainers << " trainer(s), "
@@ -85,14 +83,18 @@ void serve(const PsConfig& cfg, transport::RpcAgent& agent, ShardServer& server)
             << cfg.optimizer << " lr " << cfg.lr << std::endl;
   server.wait_for_trainers();
   const ShardStats s = server.stats();
-  std::cout << "ps shard " << agent.rank() << ": " << s.rounds << " round(s) (" << s.closed_quorum << " at quorum, "
-            << s.closed_timeout << " at max_wait, " << s.closed_departure << " when a trainer left)"
-            << (s.snapshots ? ", " + std::to_string(s.snapshots) + " snapshot(s)" : "") << "; every trainer done"
+  std::int64_t pushes = 0;
+  for (const auto& t : s.trainers) pushes += t.pushes;
+  std::cout << "ps shard " << agent.rank() << ": ";
+  if (cfg.consistency == "sync")
+    std::cout << s.rounds << " round(s) (" << s.closed_quorum << " at quorum, " << s.closed_timeout << " at max_wait, "
+              << s.closed_departure << " when a trainer left)";
+  else
+    std::cout << pushes << " push(es) applied on arrival (" << cfg.consistency << ")";
+  std::cout << (s.snapshots ? ", " + std::to_string(s.snapshots) + " snapshot(s)" : "") << "; every trainer done"
             << std::endl;
   server.stop();
 }
-
-}  // namespace
 
 void run_batch_update(const PsConfig& cfg, const std::string& config_yaml, transport::RpcAgent& agent,
                       const std::shared_ptr<ShardServer>& server) {
@@ -101,7 +103,7 @@ void run_batch_update(const PsConfig& cfg, const std::string& config_yaml, trans
     throw ConfigError("roles: " + std::to_string(cfg.servers) + " server(s) + " + std::to_string(cfg.trainers) +
                       " trainer(s) need a world of " + std::to_string(cfg.servers + cfg.trainers) + ", not " +
                       std::to_string(agent.world_size()));
-  if (server) return serve(cfg, agent, *server);
+  if (server) return serve_shard(cfg, agent, *server);
 
   const int trainer = agent.rank() - cfg.servers;
   const bool lead = trainer == 0;

@@ -29,6 +29,11 @@ Batch synthetic_batch(const PsConfig& cfg, int trainer, int round);
 
 // In the agent's setup callback on every rank: a server rank registers its shard.
 std::shared_ptr<ShardServer> setup_rank(transport::RpcAgent& agent, const PsConfig& cfg);
+// Every shard's per-key and per-trainer statistics as one CSV (two tables).
+void write_stats_csv(const std::string& path, const std::vector<ShardStats>& shards);
+// A server rank's life after setup: watches the trainers, serves until every one is done (or
+// gone), prints the shard's summary and stops it (a last snapshot when snapshots are on).
+void serve_shard(const PsConfig& cfg, transport::RpcAgent& agent, ShardServer& server);
 // Then: serves until every trainer is done (servers) or trains (trainers).
 void run_batch_update(const PsConfig& cfg, const std::string& config_yaml, transport::RpcAgent& agent,
                       const std::shared_ptr<ShardServer>& server);

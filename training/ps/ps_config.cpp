@@ -7,14 +7,15 @@
 namespace distrl::training::ps {
 
 void bind(Settings& s, PsConfig& c) {
-  s.bind("workload", &c.workload, "what distrl-launch runs for this file").choices({"ps_batch_update", "ps_model_on_server", "ps_hybrid"});
+  s.bind("workload", &c.workload, "what distrl-launch runs for this file")
+      .choices({"ps_batch_update", "ps_model_on_server", "ps_hybrid", "ps_skipgram"});
   s.bind("roles.servers", &c.servers, "server shards (ranks 0..servers-1)").range(1, 64);
   s.bind("roles.trainers", &c.trainers, "trainer processes (the ranks after the servers)").range(1, 256);
   s.bind("run.out_dir", &c.out_dir, "directory for metrics.csv, ps_stats.csv, params.pt and config.yaml");
   s.bind("run.seed", &c.seed, "seed of the model and of every trainer's data").range(0, 2147483647);
   s.bind("run.log_interval", &c.log_interval, "rounds between progress lines").range(1, 1000000000);
   s.bind("run.torch_threads", &c.torch_threads, "LibTorch intra-op threads per process").range(1, 256);
-  s.bind("model.name", &c.model, "batch update: resnet50 (the tutorial's) or mlp; model on server: mnist_cnn")
+  s.bind("model.name", &c.model, "batch update: resnet50 (the tutorial's) or mlp; model on server: mnist_cnn (skip-gram: not used)")
       .choices({"resnet50", "mlp", "mnist_cnn"});
   s.bind("model.classes", &c.classes, "output classes").range(1, 100000);
   s.bind("model.image_size", &c.image_size, "square image side of the random images").range(1, 4096);
@@ -47,6 +48,12 @@ void bind(Settings& s, PsConfig& c) {
          "model on server: how trainers' steps interleave (serialize: one forward-to-step at a time; hogwild: no "
          "lock; versioned: a step against stale parameters is refused and retried)")
       .choices({"serialize", "hogwild", "versioned"});
+  s.bind("data.vocab", &c.vocab, "skip-gram: the most frequent words kept").range(10, 10000000);
+  s.bind("data.min_count", &c.min_count, "skip-gram: words seen fewer times are dropped").range(1, 1000000);
+  s.bind("model.window", &c.window, "skip-gram: context words on each side of a centre word").range(1, 100);
+  s.bind("train.negatives", &c.negatives, "skip-gram: noise words per (centre, context) pair").range(1, 100);
+  s.bind("train.steps", &c.steps, "skip-gram: batches (pull, push) per trainer").range(1, 1000000000);
+  s.bind("report.words", &c.words, "skip-gram: comma-separated words whose nearest neighbours are printed at the end");
   s.bind("ps.snapshot_rounds", &c.snapshot_rounds,
          "batch update: each shard snapshots every N rounds (sync) or pushes (async, ssp) to "
          "run.out_dir/snapshots/ (0: not by rounds); a restarted shard resumes from its snapshot")

@@ -47,6 +47,13 @@ struct PsConfig {
   std::string late = "drop";         // sync: drop | fold late pushes
   int staleness = 2;                 // ssp bound
   std::string step_policy = "serialize";  // model on server: serialize | hogwild | versioned
+  // skip-gram (ps_skipgram)
+  int vocab = 2000;                  // data.vocab: most frequent words kept
+  int min_count = 3;                 // data.min_count
+  int window = 5;                    // model.window: context words each side
+  int negatives = 5;                 // train.negatives: noise words per pair
+  int steps = 1500;                  // train.steps: pushes per trainer
+  std::string words = "license,software,copyright,warranty,distribute,source";  // report.words
   int snapshot_rounds = 0;           // every N rounds (sync) / pushes (async, ssp); 0: not by rounds
   double snapshot_s = 0;             // every N seconds; 0: not by time
   double retry_s = 60;               // trainers wait this long for a shard that is down

@@ -8,6 +8,7 @@
 #include "training/ps/batch_update.h"
 #include "training/ps/hybrid.h"
 #include "training/ps/model_on_server.h"
+#include "training/ps/skipgram.h"
 #include "training/rpc_world.h"
 #include "transport/rpc/rpc_agent.h"
 
@@ -24,7 +25,9 @@ int main(int argc, char** argv) {
         "TrainerNet: the CNN lives on ps0, trainers run its forward over RPC inside distributed-\n"
         "autograd contexts and step it with DistributedOptimizer (ps.step_policy: serialize,\n"
         "hogwild or versioned). ps_hybrid is the tutorial's HybridModel: an EmbeddingBag on ps0 used\n"
-        "by RPC, a Linear DDP'd over the trainers, a master that starts them. Trainer 0 prints\n"
+        "by RPC, a Linear DDP'd over the trainers, a master that starts them. ps_skipgram learns word\n"
+        "embeddings (skip-gram, negative sampling) with both tables split by row over the servers and\n"
+        "only touched rows pulled and pushed. Trainer 0 prints\n"
         "progress and writes its results under OUT_DIR.\n"
         "Usually started by: distrl-launch --config configs/ps_batch_update.yaml (or\n"
         "configs/ps_model_on_server.yaml, configs/ps_hybrid.yaml)",
@@ -59,7 +62,8 @@ int main(int argc, char** argv) {
     }
     std::shared_ptr<training::ps::ShardServer> server;
     transport::RpcAgent agent(o, [&](transport::RpcAgent& a) { server = training::ps::setup_rank(a, cfg); });
-    training::ps::run_batch_update(cfg, cmd.settings.to_yaml(), agent, server);
+    if (cfg.workload == "ps_skipgram") training::ps::run_skipgram(cfg, cmd.settings.to_yaml(), agent, server);
+    else training::ps::run_batch_update(cfg, cmd.settings.to_yaml(), agent, server);
     agent.shutdown();
     return 0;
   });

@@ -17,6 +17,7 @@
 #include "models/checkpoint.h"
 #include "transport/rpc/rpc_agent.h"
 #include "transport/tensor.h"
+#include "training/data.h"
 
 namespace distrl::training {
 namespace {
@@ -27,35 +28,6 @@ double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 constexpr const char* kEmbedding = "rnn.Embedding";
 constexpr const char* kDecoder = "rnn.Decoder";
 constexpr const char* kAssign = "rnn.assign";
-
-// Every regular file under path (or path itself), in name order, concatenated.
-std::string read_text(const std::string& path, long long max_chars) {
-  namespace fs = std::filesystem;
-  std::vector<fs::path> files;
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) {
-    for (auto& e : fs::recursive_directory_iterator(path, fs::directory_options::skip_permission_denied, ec))
-      if (e.is_regular_file(ec)) files.push_back(e.path());
-    std::sort(files.begin(), files.end());
-  } else if (fs::is_regular_file(path, ec)) {
-    files.push_back(path);
-  }
-  if (files.empty())
-    throw ConfigError("data.path: no text files at '" + path + "' (on Debian, /usr/share/common-licenses has plenty)");
-  std::string text;
-  for (auto& f : files) {
-    std::ifstream in(f, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    text += ss.str();
-    if (max_chars > 0 && static_cast<long long>(text.size()) >= max_chars) {
-      text.resize(static_cast<std::size_t>(max_chars));
-      break;
-    }
-  }
-  if (text.size() < 1000) throw ConfigError("data.path: only " + std::to_string(text.size()) + " characters at '" + path + "'; need at least 1000");
-  return text;
-}
 
 // Characters -> ids over the text's own alphabet (sorted bytes), same on every trainer.
 struct Corpus {
