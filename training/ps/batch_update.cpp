@@ -96,14 +96,24 @@ void serve_shard(const PsConfig& cfg, transport::RpcAgent& agent, ShardServer& s
   server.stop();
 }
 
-void run_batch_update(const PsConfig& cfg, const std::string& config_yaml, transport::RpcAgent& agent,
-                      const std::shared_ptr<ShardServer>& server) {
+bool serve_if_server(const PsConfig& cfg, transport::RpcAgent& agent, const std::shared_ptr<ShardServer>& server) {
   torch::set_num_threads(cfg.torch_threads);
   if (agent.world_size() != cfg.servers + cfg.trainers)
     throw ConfigError("roles: " + std::to_string(cfg.servers) + " server(s) + " + std::to_string(cfg.trainers) +
                       " trainer(s) need a world of " + std::to_string(cfg.servers + cfg.trainers) + ", not " +
                       std::to_string(agent.world_size()));
-  if (server) return serve_shard(cfg, agent, *server);
+  if (!server) return false;
+  serve_shard(cfg, agent, *server);
+  return true;
+}
+
+ClientOptions client_options(const PsConfig& cfg, int trainer) {
+  return ClientOptions{trainer, cfg.servers, 0, std::chrono::milliseconds(static_cast<long long>(cfg.retry_s * 1000))};
+}
+
+void run_batch_update(const PsConfig& cfg, const std::string& config_yaml, transport::RpcAgent& agent,
+                      const std::shared_ptr<ShardServer>& server) {
+  if (serve_if_server(cfg, agent, server)) return;
 
   const int trainer = agent.rank() - cfg.servers;
   const bool lead = trainer == 0;
@@ -115,8 +125,7 @@ void run_batch_update(const PsConfig& cfg, const std::string& config_yaml, trans
     names.push_back(kv.key());
     params.push_back(kv.value());
   }
-  PsClient ps(agent, ClientOptions{trainer, cfg.servers, 0,
-                                   std::chrono::milliseconds(static_cast<long long>(cfg.retry_s * 1000))});
+  PsClient ps(agent, client_options(cfg, trainer));
   for (std::size_t i = 0; i < names.size(); ++i) ps.declare(names[i], params[i]);
   auto load = [&](const std::vector<torch::Tensor>& values) {
     torch::NoGradGuard no_grad;

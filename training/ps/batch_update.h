@@ -13,6 +13,7 @@
 #include <torch/torch.h>
 
 #include "models/policy.h"
+#include "training/ps/client.h"
 #include "training/ps/ps_config.h"
 #include "transport/rpc/rpc_agent.h"
 
@@ -34,6 +35,11 @@ void write_stats_csv(const std::string& path, const std::vector<ShardStats>& sha
 // A server rank's life after setup: watches the trainers, serves until every one is done (or
 // gone), prints the shard's summary and stops it (a last snapshot when snapshots are on).
 void serve_shard(const PsConfig& cfg, transport::RpcAgent& agent, ShardServer& server);
+// The start of every engine workload: sets LibTorch's threads, checks the world against the
+// roles and, on a server rank, serves to the end (serve_shard) and returns true.
+bool serve_if_server(const PsConfig& cfg, transport::RpcAgent& agent, const std::shared_ptr<ShardServer>& server);
+// A trainer's client: its id, the shards, ps.retry_s.
+ClientOptions client_options(const PsConfig& cfg, int trainer);
 // Then: serves until every trainer is done (servers) or trains (trainers).
 void run_batch_update(const PsConfig& cfg, const std::string& config_yaml, transport::RpcAgent& agent,
                       const std::shared_ptr<ShardServer>& server);

@@ -22,8 +22,8 @@ void bind(Settings& s, PsConfig& c) {
   s.bind("model.channels", &c.channels, "image channels").range(1, 64);
   s.bind("model.hidden", &c.hidden, "mlp: hidden widths").range(1, 65536);
   s.bind("model.embeddings", &c.embeddings, "hybrid: rows of the EmbeddingBag on the ps").range(1, 100000000);
-  s.bind("model.embedding_dim", &c.embedding_dim, "hybrid: its width (the DDP'd Linear's input)").range(1, 65536);
-  s.bind("data.path", &c.data_path, "model on server: an MNIST-layout directory (Fashion-MNIST by default)");
+  s.bind("model.embedding_dim", &c.embedding_dim, "hybrid: its width (the DDP'd Linear's input); skip-gram: the word vectors' width").range(1, 65536);
+  s.bind("data.path", &c.data_path, "model on server: an MNIST-layout directory (Fashion-MNIST by default); skip-gram: a text file or a directory of them");
   s.bind("data.limit", &c.data_limit, "training images used (0: all)").range(0, 1000000000);
   s.bind("data.test_limit", &c.test_limit, "test images used (0: all)").range(0, 1000000000);
   s.bind("train.rounds", &c.rounds, "batch update: pushes per trainer").range(1, 1000000000);

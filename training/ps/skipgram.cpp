@@ -105,12 +105,7 @@ void wait_for_other_trainers(const PsConfig& cfg, transport::RpcAgent& agent) {
 
 void run_skipgram(const PsConfig& cfg, const std::string& config_yaml, transport::RpcAgent& agent,
                   const std::shared_ptr<ShardServer>& server) {
-  torch::set_num_threads(cfg.torch_threads);
-  if (agent.world_size() != cfg.servers + cfg.trainers)
-    throw ConfigError("roles: " + std::to_string(cfg.servers) + " server(s) + " + std::to_string(cfg.trainers) +
-                      " trainer(s) need a world of " + std::to_string(cfg.servers + cfg.trainers) + ", not " +
-                      std::to_string(agent.world_size()));
-  if (server) return serve_shard(cfg, agent, *server);
+  if (serve_if_server(cfg, agent, server)) return;
 
   const int trainer = agent.rank() - cfg.servers;
   const bool lead = trainer == 0;
@@ -120,8 +115,7 @@ void run_skipgram(const PsConfig& cfg, const std::string& config_yaml, transport
   const std::int64_t lo = n * trainer / cfg.trainers, hi = n * (trainer + 1) / cfg.trainers;  // this trainer's share
 
   torch::manual_seed(cfg.seed);  // the same initial tables on every trainer (the first declaration wins)
-  PsClient ps(agent, ClientOptions{trainer, cfg.servers, 0,
-                                   std::chrono::milliseconds(static_cast<long long>(cfg.retry_s * 1000))});
+  PsClient ps(agent, client_options(cfg, trainer));
   ps.declare_table(kIn, (torch::rand({V, D}) - 0.5) / static_cast<double>(D));
   ps.declare_table(kOut, torch::zeros({V, D}));
 
