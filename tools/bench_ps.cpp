@@ -175,10 +175,18 @@ int run_ps_bench(const PsBenchOptions& opt) {
     auto rows = read_csv(root + "/resnet50/metrics.csv");
     const auto round = column(rows, "round_ms", 1), comp = column(rows, "compute_ms", 1);
     const double r = percentile(round, 0.5), k = percentile(comp, 0.5);
+    // trainer 0's "X MB on the wire per round for Y MB of gradients and values (Zx)"
+    std::ostringstream text;
+    text << std::ifstream(root + "/resnet50/log.txt").rdbuf();
+    const std::string log = text.str();
+    const auto at = log.find("MB of gradients and values (");
+    const double ratio = at == std::string::npos ? -1 : std::stod(log.substr(at + 28));
     std::printf("\nResNet-50 batch update (5 trainers, batch 20 @ 64x64, 30 classes): round %.0f ms, compute %.0f ms "
-                "at trainer 0; not computing %.0f%% of the round (communication + waiting for the slowest)\n",
-                r, k, 100 * (r - k) / r);
-    csv << "resnet50,round," << r << ",ms\nresnet50,compute," << k << ",ms\n";
+                "at trainer 0; not computing %.0f%% of the round (communication + waiting for the slowest); "
+                "wire bytes %.4fx the gradients and values\n",
+                r, k, 100 * (r - k) / r, ratio);
+    csv << "resnet50,round," << r << ",ms\nresnet50,compute," << k << ",ms\nresnet50,wire_over_tensor_bytes," << ratio
+        << ",x\n";
   }
   // 5. a shard killed and restarted by distrl-launch
   {

@@ -145,7 +145,11 @@ bool IoLoop::send_to_peer(int peer, Frames& frames, std::string* error) {
   }
   try {
     mark(p.dealer.handle());  // sending may take in the signal of a reply that already came
-    if (zmq::send_multipart(p.dealer, frames, zmq::send_flags::dontwait)) return true;
+    const std::size_t bytes = frames_bytes(frames);
+    if (zmq::send_multipart(p.dealer, frames, zmq::send_flags::dontwait)) {
+      bytes_sent_.fetch_add(bytes, std::memory_order_relaxed);
+      return true;
+    }
     *error = "send queue full (peer not reading?)";
   } catch (const zmq::error_t& e) {
     *error = e.what();
@@ -157,7 +161,10 @@ bool IoLoop::send_reply(const zmq::message_t& routing_id, Frames& frames) {
   mark(router_.handle());  // sending may take in the signal of a request that already came
   try {
     router_.send(zmq::const_buffer(routing_id.data(), routing_id.size()), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
-    return zmq::send_multipart(router_, frames, zmq::send_flags::dontwait).has_value();
+    const std::size_t bytes = frames_bytes(frames);
+    if (!zmq::send_multipart(router_, frames, zmq::send_flags::dontwait)) return false;
+    bytes_sent_.fetch_add(bytes, std::memory_order_relaxed);
+    return true;
   } catch (const zmq::error_t&) {
     return false;  // EHOSTUNREACH: the caller is gone
   }
@@ -237,6 +244,7 @@ bool IoLoop::drain_router() {
     if (frames.size() < 2) continue;  // a routing id alone: nothing to answer
     zmq::message_t id = std::move(frames.front());
     frames.erase(frames.begin());
+    bytes_received_.fetch_add(frames_bytes(frames), std::memory_order_relaxed);
     guarded("serving a request", [&] { cb_.on_request(std::move(id), std::move(frames)); });
   }
   return true;
@@ -251,6 +259,7 @@ bool IoLoop::drain_peer(int peer) {
       report_dropped("a reply of more than " + std::to_string(options_.max_parts - 1) + " frames");
       continue;
     }
+    bytes_received_.fetch_add(frames_bytes(frames), std::memory_order_relaxed);
     guarded("reading a reply", [&] { cb_.on_reply(peer, std::move(frames)); });
   }
   return true;

@@ -118,7 +118,15 @@ TEST_P(RpcTransportTest, CallsFunctionsWithTensorsAndStructs) {
       auto sums = when_all(futures).value();
       for (int i = 0; i < 100; ++i) expect(sums[i] == 2 * i, "async sums in order");
       at::Tensor big = torch::rand({512, 1024});
-      expect(torch::allclose(agent.rpc_sync<at::Tensor>(1, "scale", big, 2.0), big * 2), "4 MiB tensor scaled");
+      const RpcStats before = agent.stats();
+      expect(torch::allclose(agent.rpc_sync<at::Tensor>(1, "scale", big, 2.0), big * 2), "2 MiB tensor scaled");
+      const RpcStats after = agent.stats();  // the tensor's 2 MiB each way, plus a few header bytes
+      const auto sent = after.bytes_sent - before.bytes_sent, received = after.bytes_received - before.bytes_received;
+      expect(sent >= big.nbytes() && sent < big.nbytes() + 512, "bytes sent " + std::to_string(sent));
+      expect(received >= big.nbytes() && received < big.nbytes() + 512, "bytes received " + std::to_string(received));
+      const std::uint64_t async_before = agent.stats().bytes_sent;
+      agent.rpc_async<at::Tensor>(1, "scale", big, 2.0).value();  // through the I/O loop
+      expect(agent.stats().bytes_sent - async_before >= big.nbytes(), "the I/O loop counts its bytes too");
       Sample s{"obs", torch::arange(6).reshape({2, 3}), {7, 8}};
       Sample back = agent.rpc_sync<Sample>(1, "describe", s);
       expect(back.name == "obs!" && torch::equal(back.obs, s.obs + 1) && back.ids.size() == 3, "struct with a tensor inside");

@@ -140,6 +140,7 @@ void run_batch_update(const PsConfig& cfg, const std::string& config_yaml, trans
               << " (" << names.size() << " tensors), " << cfg.rounds << " rounds of batch " << cfg.batch_size << std::endl;
   }
   const auto start = Clock::now();
+  const transport::RpcStats wire0 = agent.stats();
   int dropped = 0;
   for (int r = 0; r < cfg.rounds; ++r) {
     const auto t0 = Clock::now();
@@ -167,7 +168,16 @@ void run_batch_update(const PsConfig& cfg, const std::string& config_yaml, trans
     }
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const transport::RpcStats wire1 = agent.stats();
   if (lead) {
+    // Each round a trainer sends its gradients and receives the new values: twice the tensors.
+    double tensor_bytes = 0;
+    for (auto& p : params) tensor_bytes += 2.0 * static_cast<double>(p.nbytes());
+    const double wire = static_cast<double>(wire1.bytes_sent - wire0.bytes_sent + wire1.bytes_received -
+                                            wire0.bytes_received) / cfg.rounds;
+    std::cout << "trainer 0: " << std::setprecision(4) << wire / 1e6 << " MB on the wire per round for "
+              << tensor_bytes / 1e6 << " MB of gradients and values (" << std::fixed << std::setprecision(4)
+              << wire / tensor_bytes << "x)" << std::defaultfloat << std::endl;
     metrics.close();
     torch::save(ps.pull(names), cfg.out_dir + "/params.pt");
     write_stats_csv(cfg.out_dir + "/ps_stats.csv", ps.stats());

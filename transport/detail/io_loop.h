@@ -26,6 +26,13 @@
 
 namespace distrl::transport::detail {
 
+// The bytes of a message's frames.
+inline std::size_t frames_bytes(const std::vector<zmq::message_t>& frames) {
+  std::size_t n = 0;
+  for (const auto& f : frames) n += f.size();
+  return n;
+}
+
 class IoLoop {
  public:
   using Clock = std::chrono::steady_clock;
@@ -65,6 +72,9 @@ class IoLoop {
   // Any thread: run fn on the I/O thread. False (fn dropped) once stop() has begun.
   bool post(std::function<void()> fn);
   bool on_io_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
+  // Message bytes this loop sent and read (frames, routing ids not counted). Any thread.
+  std::uint64_t bytes_sent() const { return bytes_sent_.load(std::memory_order_relaxed); }
+  std::uint64_t bytes_received() const { return bytes_received_.load(std::memory_order_relaxed); }
 
   // I/O thread only. False (and *error) when the message cannot be queued.
   bool send_to_peer(int peer, Frames& frames, std::string* error);
@@ -113,6 +123,7 @@ class IoLoop {
   int wake_fd_ = -1;
   std::mutex mu_;
   std::vector<std::function<void()>> posted_;
+  std::atomic<std::uint64_t> bytes_sent_{0}, bytes_received_{0};
   std::atomic<bool> sleeping_{false};
   std::atomic<bool> stopping_{false};
   bool stopped_ = false;

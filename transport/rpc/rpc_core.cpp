@@ -40,6 +40,8 @@ RpcStats RpcCore::stats() const {
   st.bad_messages = s_->bad.load();
   st.dropped_messages = s_->dropped.load();
   st.timeouts = s_->timeouts.load();
+  st.bytes_sent = s_->sync_bytes_sent.load() + (s_->io ? s_->io->bytes_sent() : 0);
+  st.bytes_received = s_->sync_bytes_received.load() + (s_->io ? s_->io->bytes_received() : 0);
   std::lock_guard<std::mutex> lock(s_->obj_mu);
   st.live_objects = s_->objects.size();
   return st;
@@ -302,8 +304,10 @@ void RpcCore::call_sync(int dest, Header h, const BodyWriter& body, const Comple
   try {
     chan = acquire_channel(s, dest);
     if (!chan) return finish(nullptr, agent_shut_down(s, h.fn));
+    const std::size_t bytes = frames_bytes(frames);
     if (!zmq::send_multipart(chan->socket, frames, zmq::send_flags::dontwait))
       return finish(nullptr, call_failed(s, dest, h.fn, "send queue full (peer not reading?)"));
+    s.sync_bytes_sent.fetch_add(bytes, std::memory_order_relaxed);
   } catch (const zmq::error_t& e) {
     return finish(nullptr, call_failed(s, dest, h.fn, e.what()));
   }
@@ -331,6 +335,7 @@ void RpcCore::call_sync(int dest, Header h, const BodyWriter& body, const Comple
         continue;
       }
       if (got == Received::Nothing) continue;
+      s.sync_bytes_received.fetch_add(frames_bytes(in), std::memory_order_relaxed);
       DecodeFailure why;
       auto m = decode_message(std::move(in), s.opts.limits, &why);
       if (!m) {

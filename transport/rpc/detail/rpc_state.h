@@ -102,6 +102,7 @@ struct RpcCore::State {
   std::function<void()> after_requests_read;
 
   std::atomic<std::uint64_t> calls_sent{0}, calls_served{0}, bad{0}, dropped{0}, timeouts{0};
+  std::atomic<std::uint64_t> sync_bytes_sent{0}, sync_bytes_received{0};  // the fast path's (the I/O loop counts its own)
   RateLimiter bad_log{std::chrono::milliseconds(1000)};
 
   const std::string& worker_name(int r) const {
