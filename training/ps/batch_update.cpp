@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/log.h"
 #include "common/plot.h"
 #include "models/nets.h"
 #include "models/resnet.h"
@@ -47,11 +48,19 @@ std::shared_ptr<ShardServer> setup_rank(transport::RpcAgent& agent, const PsConf
   auto server = std::make_shared<ShardServer>(agent.rank(), cfg.servers, cfg.trainers, cfg.servers,
                                               cfg.server_options(agent.rank()));
   if (agent.incarnation() > 1) {  // this shard's earlier process died: resume from its snapshot
-    const std::int64_t round = server->restore(cfg.snapshot_path(agent.rank()));
+    const std::string path = cfg.snapshot_path(agent.rank());
+    if (std::filesystem::exists(path)) {
+      const std::int64_t round = server->restore(path);
+      std::cout << "ps shard " << agent.rank() << ": restarted (incarnation " << agent.incarnation()
+                << "), resuming from the snapshot of round " << round << std::endl;
+    } else {
+      DISTRL_LOG(Warn, "ps shard " << agent.rank() << ": restarted (incarnation " << agent.incarnation()
+                                   << ") with no snapshot at " << path
+                                   << ": it starts empty and each trainer re-declares its keys with its own current "
+                                      "values (set ps.snapshot_rounds or ps.snapshot_s to resume exactly)");
+    }
     for (int t = 0; t < cfg.trainers; ++t)  // trainers that finished meanwhile are not waited for
       if (agent.store().check({done_key(t)})) server->bye(t);
-    std::cout << "ps shard " << agent.rank() << ": restarted (incarnation " << agent.incarnation()
-              << "), resuming from the snapshot of round " << round << std::endl;
   }
   ShardServer::register_on(agent, server);
   return server;
