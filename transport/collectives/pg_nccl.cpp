@@ -19,6 +19,7 @@
 #include <cstring>
 #include <thread>
 
+#include "common/log.h"
 #include "transport/store.h"
 
 namespace distrl::transport::detail {
@@ -112,6 +113,14 @@ class NcclGroup final : public ProcessGroup {
       : ProcessGroup(rank, size), c_(std::move(c)), keepalive_(std::move(keepalive)) {}
 
   std::string backend() const override { return "nccl"; }
+
+  // NCCL tells the peers itself: their pending operations fail once this communicator is gone.
+  void abort(const std::string& reason) override {
+    if (!c_->comm) return;
+    DISTRL_LOG(Warn, "nccl backend: aborting the communicator: " << reason);
+    ncclCommAbort(c_->comm);
+    c_->comm = nullptr;
+  }
 
   WorkPtr isend(const at::Tensor& t, int dst, int tag) override {
     check_p2p(t, dst);

@@ -133,6 +133,12 @@ class ProcessGroup {
   }
   void barrier() { issue(Call::barrier(), false); }
 
+  // Fails this group on every member: their waiting and later operations (point-to-point too)
+  // throw an error naming this rank and `reason`; this rank's later collectives refuse. For a
+  // failure the others cannot see (a pipeline stage whose neighbour died, say). Best effort,
+  // never blocks.
+  virtual void abort(const std::string& reason) = 0;
+
   // Collectives this rank has issued on this group so far (all kinds, sync and async; not
   // point-to-point), like torch's sequence number: a cheap check that something communicated.
   std::uint64_t collectives_issued() const { return issued_.load(); }

@@ -80,6 +80,14 @@ class ZmqGroup final : public ProcessGroup {
                                       "recv from rank " + std::to_string(src) + " (tag " + std::to_string(tag) + ")");
   }
 
+  void abort(const std::string& reason) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (broken_.empty()) broken_ = "aborted here: " + reason;
+    }
+    mesh_->send_abort(id_, members_, "TransportError", reason);
+  }
+
   std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks) override {
     std::vector<bool> seen(size(), false);
     if (ranks.empty()) throw ArgumentError("new_group: the rank list is empty");
