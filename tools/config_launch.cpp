@@ -104,7 +104,12 @@ void configure_config_launch(const std::string& config, const std::vector<std::s
                  int_setting(config, root, overrides, "roles.trainers", 2) + (workload == "ps_hybrid" ? 1 : 0);
       return;
     }
-    throw ConfigError(config + ": workload: '" + workload + "' is not known (known: rnn_dist_autograd, ps_batch_update, ps_model_on_server, ps_hybrid, ps_skipgram)");
+    if (workload == "pipeline_fashion_mnist" || workload == "pipeline_resnet50") {
+      on_every_rank(tool("distrl-pipeline"), tail, o);
+      o->nproc = workload == "pipeline_resnet50" ? 3 : int_setting(config, root, overrides, "roles.stages", 2);
+      return;
+    }
+    throw ConfigError(config + ": workload: '" + workload + "' is not known (known: rnn_dist_autograd, ps_batch_update, ps_model_on_server, ps_hybrid, ps_skipgram, pipeline_fashion_mnist, pipeline_resnet50)");
   }
   if (root.IsMap() && root["dist"]) {  // supervised training: distrl-train on every rank
     on_every_rank(tool("distrl-train"), tail, o);

@@ -1,0 +1,48 @@
+// distrl-pipeline: pipeline-parallel training, one process per rank. Usually started by:
+// distrl-launch --config configs/pipeline_fashion_mnist.yaml (or configs/pipeline_resnet50.yaml)
+#include "common/command_line.h"
+#include "common/main_guard.h"
+#include "training/pipeline/schedule.h"
+#include "training/pipeline/workloads.h"
+
+int main(int argc, char** argv) {
+  return distrl::guarded_main("distrl-pipeline", [&] {
+    using namespace distrl;
+    CommandLine<training::pipeline::PipelineConfig> cmd(
+        "distrl-pipeline",
+        "distrl-pipeline: pipeline-parallel training. pipeline_fashion_mnist cuts a CNN into\n"
+        "roles.stages stages (one process each) that pass activations forward and gradients back\n"
+        "directly, in the order of pipeline.schedule (gpipe, 1f1b, interleaved, zb-h1 or a file),\n"
+        "checked for deadlocks and memory before anything is sent; the last stage prints progress\n"
+        "and test accuracy, stage 0 writes timeline.json/png of one step with the measured bubble.\n"
+        "pipeline_resnet50 is PyTorch's RPC pipeline tutorial: ResNet-50 in two shards held by\n"
+        "worker1 and worker2 through remote references, the master chaining micro-batches through\n"
+        "them with distributed autograd; a list of pipeline.microbatch_size values runs its sweep.\n"
+        "Usually started by: distrl-launch --config configs/pipeline_fashion_mnist.yaml",
+        "configs/pipeline_fashion_mnist.yaml", "fashion-mnist: continue from a checkpoints directory (OUT_DIR/checkpoints)");
+    if (!cmd.parse(argc, argv)) return 0;
+    training::pipeline::PipelineConfig cfg = cmd.config;
+    try {
+      training::pipeline::finish(cfg);
+      if (cfg.workload == "pipeline_fashion_mnist") {
+        // The schedule is built and verified here too, so --check-config refuses a bad one.
+        const bool file = cfg.schedule.find('/') != std::string::npos;
+        auto s = file ? training::pipeline::load_schedule_file(cfg.schedule)
+                      : training::pipeline::make_schedule(cfg.schedule, cfg.stages, cfg.microbatches, cfg.chunks);
+        training::pipeline::VerifyOptions vo;
+        vo.max_activations = cfg.max_activations;
+        training::pipeline::verify(s, vo);
+      }
+    } catch (const ArgumentError& e) {
+      throw ConfigError(e.what());
+    } catch (const training::pipeline::ScheduleError& e) {
+      throw ConfigError(std::string("pipeline.schedule: ") + e.what());
+    }
+    if (cmd.flags.check_only) return 0;
+    if (cfg.workload == "pipeline_resnet50")
+      training::pipeline::run_resnet_tutorial(cfg, cmd.settings.to_yaml(), cmd.flags.world);
+    else
+      training::pipeline::run_fashion_mnist(cfg, cmd.settings.to_yaml(), cmd.flags.world, cmd.flags.resume);
+    return 0;
+  });
+}

@@ -1,0 +1,392 @@
+#include "training/pipeline/workloads.h"
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <mutex>
+#include <sstream>
+
+#include "autograd/context.h"
+#include "autograd/optimizer.h"
+#include "autograd/remote_module.h"
+#include "common/error.h"
+#include "common/plot.h"
+#include "models/checkpoint.h"
+#include "models/resnet.h"
+#include "training/data.h"
+#include "training/pipeline/stage.h"
+#include "training/rpc_world.h"
+#include "transport/collectives/process_group.h"
+#include "transport/rpc/rpc_agent.h"
+
+namespace distrl::training::pipeline {
+
+namespace nn = torch::nn;
+using Clock = std::chrono::steady_clock;
+
+void bind(Settings& s, PipelineConfig& c) {
+  s.bind("workload", &c.workload, "what distrl-launch runs for this file")
+      .choices({"pipeline_fashion_mnist", "pipeline_resnet50"});
+  s.bind("preset", &c.preset, "resnet: full (the tutorial's batch 120 of 128x128 images) or small (24 of 64x64, for tests)")
+      .choices({"full", "small"});
+  s.bind("roles.stages", &c.stages, "fashion-mnist: pipeline stages, one process each (resnet: 2 workers + the master)")
+      .range(1, 8);
+  s.bind("run.out_dir", &c.out_dir, "directory for metrics.csv, timeline.json/png, sweep.csv, checkpoints/ and config.yaml");
+  s.bind("run.seed", &c.seed, "seed of the model and of the data order").range(0, 2147483647);
+  s.bind("run.log_interval", &c.log_interval, "steps between progress lines").range(1, 1000000000);
+  s.bind("run.torch_threads", &c.torch_threads, "LibTorch intra-op threads per process").range(1, 256);
+  s.bind("model.classes", &c.classes, "output classes (the tutorial's ResNet-50: 1000)").range(1, 100000);
+  s.bind("model.image_size", &c.image_size, "resnet: side of the random square images").range(32, 4096);
+  s.bind("data.path", &c.data_path, "fashion-mnist: an MNIST-layout directory");
+  s.bind("data.limit", &c.data_limit, "training images used (0: all)").range(0, 1000000000);
+  s.bind("data.test_limit", &c.test_limit, "test images used (0: all)").range(0, 1000000000);
+  s.bind("train.epochs", &c.epochs, "fashion-mnist: passes over the training images").range(1, 1000000);
+  s.bind("train.batch_size", &c.batch_size, "rows per step, split into micro-batches").range(1, 1000000);
+  s.bind("train.test_batch_size", &c.test_batch_size, "rows per evaluation forward").range(1, 1000000);
+  s.bind("train.batches", &c.batches, "resnet: batches timed per micro-batch size (the tutorial's num_batches)")
+      .range(1, 1000000);
+  s.bind("pipeline.schedule", &c.schedule, "gpipe | 1f1b | interleaved | zb-h1, or a schedule file (see README)");
+  s.bind("pipeline.microbatches", &c.microbatches, "fashion-mnist: micro-batches per batch").range(1, 100000);
+  s.bind("pipeline.chunks", &c.chunks, "model pieces per stage (interleaved: 2 or more)").range(1, 64);
+  s.bind("pipeline.recompute", &c.recompute, "keep only each micro-batch's input and run the forward again at backward");
+  s.bind("pipeline.cuts", &c.cuts,
+         "comma-separated child names where pieces start (conv2,fc1); empty: balanced by measured per-layer time");
+  s.bind("pipeline.max_activations", &c.max_activations,
+         "refuse a schedule that makes a stage hold more micro-batches' activations (0: no bound)")
+      .range(0, 1000000);
+  s.bind("pipeline.timeline_step", &c.timeline_step, "which step of the first epoch writes timeline.json/png")
+      .range(1, 1000000000);
+  s.bind("pipeline.microbatch_size", &c.microbatch_sizes,
+         "resnet: rows per micro-batch (the tutorial's split_size); a list runs the sweep")
+      .range(1, 100000);
+  s.bind("optimizer.lr", &c.lr, "SGD learning rate").range(1e-12, 100);
+  s.bind("optimizer.momentum", &c.momentum, "SGD momentum (fashion-mnist)").range(0, 1);
+  s.bind("dist.timeout_s", &c.timeout_s, "deadline of every receive, RPC and of rendezvous").range(0.1, 86400);
+  s.bind("dist.transport", &c.transport, "auto: ipc between processes on one host, else tcp").choices({"auto", "tcp", "ipc"});
+}
+
+void finish(PipelineConfig& c) {
+  if (c.workload == "pipeline_resnet50") {
+    if (c.preset == "small") {
+      c.batch_size = 24;
+      c.image_size = 64;
+    }
+    for (int s : c.microbatch_sizes)
+      if (s > c.batch_size)
+        throw ConfigError("pipeline.microbatch_size: " + std::to_string(s) + " is larger than the batch (" +
+                          std::to_string(c.batch_size) + ")");
+    return;
+  }
+  if (c.chunks > 1 && c.schedule != "interleaved" && c.schedule.find('/') == std::string::npos)
+    throw ConfigError("pipeline.chunks: " + std::to_string(c.chunks) + " pieces per stage need pipeline.schedule: interleaved");
+  if (c.microbatches > c.batch_size)
+    throw ConfigError("pipeline.microbatches: " + std::to_string(c.microbatches) + " is more than train.batch_size (" +
+                      std::to_string(c.batch_size) + ")");
+  if (c.stages * c.chunks > 9)
+    throw ConfigError("roles.stages x pipeline.chunks: the CNN has 9 layers, so at most 9 pieces, not " +
+                      std::to_string(c.stages * c.chunks));
+  microbatch_sizes(c.batch_size, c.microbatches);  // throws ArgumentError with the fix
+}
+
+nn::Sequential make_fashion_cnn(int classes) {
+  nn::Sequential s;
+  s->push_back("conv1", nn::Conv2d(nn::Conv2dOptions(1, 32, 3)));
+  s->push_back("relu1", nn::ReLU());
+  s->push_back("conv2", nn::Conv2d(nn::Conv2dOptions(32, 64, 3)));
+  s->push_back("relu2", nn::ReLU());
+  s->push_back("pool", nn::MaxPool2d(nn::MaxPool2dOptions(2)));
+  s->push_back("flatten", nn::Flatten());
+  s->push_back("fc1", nn::Linear(9216, 128));
+  s->push_back("relu3", nn::ReLU());
+  s->push_back("fc2", nn::Linear(128, classes));
+  return s;
+}
+
+namespace {
+
+std::vector<std::string> split_names(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string w; std::getline(ss, w, ',');)
+    if (!w.empty()) out.push_back(w);
+  return out;
+}
+
+Schedule schedule_for(const PipelineConfig& c) {
+  const bool file = c.schedule.find('/') != std::string::npos || std::filesystem::exists(c.schedule);
+  Schedule s = file ? load_schedule_file(c.schedule) : make_schedule(c.schedule, c.stages, c.microbatches, c.chunks);
+  if (s.stages != c.stages || s.chunks != c.chunks)
+    throw ConfigError("pipeline.schedule " + c.schedule + ": written for " + std::to_string(s.stages) + " stages x " +
+                      std::to_string(s.chunks) + " chunks, the run has roles.stages " + std::to_string(c.stages) +
+                      " x pipeline.chunks " + std::to_string(c.chunks));
+  if (s.microbatches != c.microbatches)
+    throw ConfigError("pipeline.schedule " + c.schedule + ": written for " + std::to_string(s.microbatches) +
+                      " micro-batches, pipeline.microbatches is " + std::to_string(c.microbatches));
+  return s;
+}
+
+at::Tensor cross_entropy(const at::Tensor& out, const at::Tensor& y) { return torch::nn::functional::cross_entropy(out, y); }
+
+void write_timeline(const PipelineConfig& c, transport::ProcessGroup& pg, const PipelineStage& stage) {
+  const auto all = gather_timelines(pg, stage.timeline());
+  if (pg.rank() != 0) return;
+  write_chrome_trace(stage.schedule(), all, c.out_dir + "/timeline.json");
+  plot_timeline(all, c.out_dir + "/timeline.csv", c.out_dir + "/timeline.png");
+  const auto measured = measured_bubbles(all);
+  std::cout << "bubble of step " << c.timeline_step << " (" << stage.schedule().name << ", " << c.stages << " stages, "
+            << c.microbatches << " micro-batches; (p-1)/(m+p-1) = " << std::fixed << std::setprecision(3)
+            << theory_bubble(c.stages, c.microbatches) << "):";
+  for (std::size_t s = 0; s < measured.size(); ++s)
+    std::cout << "  stage " << s << " " << measured[s] << " (plan " << stage.plan().bubble[s] << ")";
+  std::cout << std::defaultfloat << "\n  timeline: " << c.out_dir << "/timeline.json (chrome://tracing, Perfetto), "
+            << c.out_dir << "/timeline.png" << std::endl;
+}
+
+}  // namespace
+
+void run_fashion_mnist(const PipelineConfig& c, const std::string& config_yaml, const WorldFlags& world,
+                       const std::string& resume) {
+  torch::set_num_threads(c.torch_threads);
+  transport::ProcessGroupOptions po;
+  po.init_method = world.resolved_init_method();
+  po.rank = world.rank;
+  po.world_size = world.world_size;
+  po.timeout = std::chrono::milliseconds(static_cast<long long>(c.timeout_s * 1000));
+  po.transport = c.transport;
+  auto pg = transport::init_process_group(po);
+  if (pg->size() != c.stages)
+    throw ConfigError("roles.stages is " + std::to_string(c.stages) + " but the world has " + std::to_string(pg->size()) +
+                      " processes (distrl-launch starts roles.stages)");
+  const int rank = pg->rank();
+  const Schedule sched = schedule_for(c);
+  const bool first = rank == 0, last = sched.stage_of(sched.virtual_stages() - 1) == rank;
+
+  const Dataset train = first_items(load_idx_dir(c.data_path, true), c.data_limit);
+  const Dataset test = first_items(load_idx_dir(c.data_path, false), c.test_limit);
+  torch::manual_seed(c.seed);
+  nn::Sequential model = make_fashion_cnn(c.classes);
+  std::vector<std::string> cuts = split_names(c.cuts);
+  const int pieces_total = sched.virtual_stages();
+  if (cuts.empty() && pieces_total > 1) {  // balanced by stage 0's measurement, the same everywhere
+    at::Tensor cost = at::zeros({static_cast<std::int64_t>(model->size())}, at::kDouble);
+    if (first) {
+      const auto t = measure_child_costs(model, train.inputs.narrow(0, 0, std::min<std::int64_t>(c.batch_size, train.size())));
+      for (std::size_t i = 0; i < t.size(); ++i) cost[i] = t[i];
+    }
+    pg->broadcast(cost, 0);
+    std::vector<double> v(cost.data_ptr<double>(), cost.data_ptr<double>() + cost.numel());
+    cuts = balanced_cuts(model, v, pieces_total);
+  }
+  const auto pieces = split_sequential(model, cuts);
+  if (static_cast<int>(pieces.size()) != pieces_total)
+    throw ConfigError("pipeline.cuts: " + std::to_string(cuts.size()) + " cuts make " + std::to_string(pieces.size()) +
+                      " pieces; roles.stages x pipeline.chunks needs " + std::to_string(pieces_total));
+  std::vector<nn::Sequential> mine;
+  auto holder = std::make_shared<nn::Module>();
+  for (int ch = 0; ch < c.chunks; ++ch) {
+    mine.push_back(pieces[sched.virtual_stage(rank, ch)]);
+    holder->register_module("chunk" + std::to_string(ch), mine.back());
+  }
+  StageOptions so;
+  so.recompute = c.recompute;
+  so.max_activations = c.max_activations;
+  PipelineStage stage(pg, mine, sched, so);
+  torch::optim::SGD opt(holder->parameters(), torch::optim::SGDOptions(c.lr).momentum(c.momentum));
+
+  const std::string ckpt_dir = c.out_dir + "/checkpoints";
+  const std::string my_ckpt = "/stage" + std::to_string(rank) + ".pt";
+  int start_epoch = 1;
+  if (!resume.empty()) {
+    auto numbers = models::load_checkpoint(resume + my_ckpt, *holder, &opt, torch::kCPU);
+    start_epoch = static_cast<int>(numbers["epoch"]) + 1;
+    if (last) std::cout << "resumed from " << resume << " after epoch " << start_epoch - 1 << std::endl;
+  }
+  std::ofstream metrics;
+  if (rank == 0 || last) {
+    std::error_code ec;
+    std::filesystem::create_directories(ckpt_dir, ec);
+    if (ec) throw Error("cannot create " + ckpt_dir + ": " + ec.message() + " (check run.out_dir)");
+  }
+  if (last) {
+    std::ofstream(c.out_dir + "/config.yaml") << config_yaml;
+    metrics.open(c.out_dir + "/metrics.csv", resume.empty() ? std::ios::trunc : std::ios::app);
+    if (!metrics) throw Error("cannot write " + c.out_dir + "/metrics.csv (check run.out_dir)");
+    if (resume.empty()) metrics << "epoch,train_loss,test_loss,test_accuracy,seconds,images_per_s\n";
+    std::string where;
+    for (std::size_t i = 0; i < pieces.size(); ++i) {
+      where += (i ? " | " : "");
+      for (auto& kv : pieces[i]->named_children()) where += kv.key() + " ";
+    }
+    std::cout << "pipeline: " << c.stages << " stage(s), schedule " << sched.name << ", " << c.microbatches
+              << " micro-batches of a batch of " << c.batch_size << (c.recompute ? ", recompute" : "") << "; pieces: " << where
+              << "\n  ideal bubble " << std::setprecision(3) << stage.plan().mean_bubble() << ", peak activations per stage";
+    for (int a : stage.plan().peak_activations) std::cout << " " << a;
+    std::cout << std::endl;
+  }
+  const std::int64_t n = train.size();
+  for (int epoch = start_epoch; epoch <= c.epochs; ++epoch) {
+    const auto t0 = Clock::now();
+    at::Generator gen = at::detail::createCPUGenerator(static_cast<std::uint64_t>(c.seed) * 1000 + epoch);
+    const at::Tensor order = at::randperm(n, gen, at::kLong);
+    double loss_sum = 0;
+    std::int64_t steps = 0;
+    for (std::int64_t off = 0; off + c.batch_size <= n; off += c.batch_size) {  // full batches
+      const at::Tensor idx = order.narrow(0, off, c.batch_size);
+      opt.zero_grad();
+      const StepStats st = stage.step(first ? train.inputs.index_select(0, idx) : at::Tensor(),
+                                      last ? train.targets.index_select(0, idx) : at::Tensor(), cross_entropy);
+      opt.step();
+      ++steps;
+      if (epoch == start_epoch && steps == c.timeline_step) write_timeline(c, *pg, stage);
+      if (last) {
+        loss_sum += st.loss;
+        if (steps % c.log_interval == 0) {
+          const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+          std::cout << "epoch " << epoch << "/" << c.epochs << "  step " << std::setw(6) << steps << "/"
+                    << n / c.batch_size << "  loss " << std::fixed << std::setprecision(4) << loss_sum / steps << "  "
+                    << std::setprecision(0) << steps * c.batch_size / secs << " img/s" << std::defaultfloat << std::endl;
+        }
+      }
+    }
+    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    // Evaluation through the pipeline.
+    double test_loss = 0, correct = 0;
+    holder->eval();
+    for (std::int64_t off = 0; off < test.size(); off += c.test_batch_size) {
+      const std::int64_t b = std::min<std::int64_t>(c.test_batch_size, test.size() - off);
+      const at::Tensor out = stage.forward(first ? test.inputs.narrow(0, off, b) : at::Tensor());
+      if (last) {
+        const at::Tensor y = test.targets.narrow(0, off, b);
+        test_loss += torch::nn::functional::cross_entropy(out, y).item<double>() * b;
+        correct += out.argmax(1).eq(y).sum().item<double>();
+      }
+    }
+    holder->train();
+    models::save_checkpoint(ckpt_dir + my_ckpt, *holder, &opt, {{"epoch", epoch}});
+    pg->barrier();  // every stage's checkpoint of this epoch exists
+    if (last) {
+      const double acc = 100.0 * correct / static_cast<double>(test.size());
+      metrics << epoch << "," << loss_sum / steps << "," << test_loss / test.size() << "," << acc << "," << secs << ","
+              << steps * c.batch_size / secs << std::endl;
+      std::cout << "epoch " << epoch << "/" << c.epochs << " done in " << std::setprecision(3) << secs
+                << " s: train loss " << loss_sum / steps << ", test loss " << test_loss / test.size() << ", test accuracy "
+                << std::setprecision(4) << acc << "%" << std::defaultfloat << std::endl;
+    }
+  }
+  if (last) {
+    metrics.close();
+    plot_csv(c.out_dir + "/metrics.csv", c.out_dir + "/learning_curve.png",
+             {{"loss", "epoch", {{"epoch", "train_loss", "train"}, {"epoch", "test_loss", "test"}}},
+              {"test accuracy (%)", "epoch", {{"epoch", "test_accuracy", "test"}}}});
+    std::cout << "wrote " << c.out_dir << "/metrics.csv, learning_curve.png, checkpoints/ (resume: --resume "
+              << ckpt_dir << ")" << std::endl;
+  }
+}
+
+// ---- the RPC tutorial -------------------------------------------------------------------
+
+namespace {
+
+struct ShardSpec {
+  int part = 1, classes = 1000, seed = 0;
+  MSGPACK_DEFINE(part, classes, seed);
+};
+
+// The tutorial's ResNetShard1/2: a part of ResNet-50 whose forward fetches its input from an
+// RRef and runs under the shard's lock (concurrent micro-batches queue here).
+class TutorialShardImpl : public nn::Module {
+ public:
+  explicit TutorialShardImpl(const ShardSpec& s) {
+    torch::manual_seed(s.seed);
+    net_ = register_module(
+        "net", std::make_shared<models::ResNet50>(s.classes, s.part == 1 ? models::ResNet50::Part::Shard1
+                                                                           : models::ResNet50::Part::Shard2));
+  }
+  at::Tensor forward(transport::RRef<at::Tensor> x) {
+    const at::Tensor in = x.to_here();
+    std::lock_guard<std::mutex> lock(mu_);
+    return net_->forward(in);
+  }
+
+ private:
+  std::shared_ptr<models::ResNet50> net_;
+  std::mutex mu_;
+};
+
+using Shard = autograd::RemoteModule<TutorialShardImpl>;
+
+}  // namespace
+
+void run_resnet_tutorial(const PipelineConfig& c, const std::string& config_yaml, const WorldFlags& world) {
+  torch::set_num_threads(c.torch_threads);
+  transport::RpcOptions o = rpc_options_for(world, c.timeout_s, c.transport);
+  // Default names: worker0 (the master), worker1 and worker2 (the shards' owners), as in the tutorial.
+  o.num_worker_threads = std::max(o.num_worker_threads, 8);  // queued micro-batches wait on the shard lock
+  transport::RpcAgent agent(o, [](transport::RpcAgent& a) {
+    autograd::enable(a);
+    autograd::register_remote_module<TutorialShardImpl, ShardSpec, at::Tensor(transport::RRef<at::Tensor>)>(
+        a, "ResNetShard", [](const ShardSpec& s) { return std::make_shared<TutorialShardImpl>(s); });
+  });
+  if (agent.world_size() != 3) throw ConfigError("pipeline_resnet50 runs on 3 processes (master, worker1, worker2)");
+  if (agent.rank() != 0) {
+    agent.shutdown();  // serves until the master is done
+    return;
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(c.out_dir, ec);
+  std::ofstream(c.out_dir + "/config.yaml") << config_yaml;
+  std::ofstream sweep(c.out_dir + "/sweep.csv");
+  if (ec || !sweep) throw Error("cannot write " + c.out_dir + "/sweep.csv (check run.out_dir)");
+  sweep << "microbatch_size,microbatches,batch,seconds_per_batch,first_loss,last_loss\n";
+  std::cout << "pipeline_resnet50: ResNet-50 (" << c.classes << " classes) in two shards on worker1 and worker2, batch "
+            << c.batch_size << " of " << c.image_size << "x" << c.image_size << ", " << c.batches << " batches per setting"
+            << std::endl;
+  for (int size : c.microbatch_sizes) {
+    Shard s1(agent, "worker1", "ResNetShard", ShardSpec{1, c.classes, c.seed});
+    Shard s2(agent, "worker2", "ResNetShard", ShardSpec{2, c.classes, c.seed + 1});
+    auto params = s1.remote_parameters();
+    for (auto& p : s2.remote_parameters()) params.push_back(p);
+    autograd::OptimizerSpec spec;
+    spec.lr = c.lr;
+    autograd::DistributedOptimizer opt(agent, spec, params);
+    torch::manual_seed(c.seed);
+    double first_loss = 0, last_loss = 0, total = 0;
+    for (int b = 0; b < c.batches; ++b) {
+      const at::Tensor inputs = torch::randn({c.batch_size, 3, c.image_size, c.image_size});
+      const at::Tensor labels = torch::zeros({c.batch_size, c.classes})
+                                    .scatter_(1, torch::randint(c.classes, {c.batch_size, 1}, torch::kLong), 1);
+      const auto t0 = Clock::now();
+      autograd::Context ctx(agent);
+      std::vector<transport::Future<at::Tensor>> outs;
+      for (const at::Tensor& x : inputs.split(size)) {
+        auto x_rref = agent.make_rref(std::make_shared<at::Tensor>(x));
+        auto y_rref = s1.module_rref().remote<at::Tensor>("forward", x_rref);
+        outs.push_back(s2.module_rref().rpc_async<at::Tensor>("forward", y_rref));
+      }
+      std::vector<at::Tensor> ys;
+      for (auto& f : outs) ys.push_back(f.value());
+      const at::Tensor loss = torch::mse_loss(torch::cat(ys), labels);
+      autograd::backward(ctx, {loss});
+      opt.step(ctx);
+      const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+      total += secs;
+      (b == 0 ? first_loss : last_loss) = loss.item<double>();
+      if (b == 0) last_loss = first_loss;
+    }
+    const int mbs = (c.batch_size + size - 1) / size;
+    sweep << size << "," << mbs << "," << c.batch_size << "," << total / c.batches << "," << first_loss << ","
+          << last_loss << std::endl;
+    std::cout << "micro-batch size " << std::setw(4) << size << " (" << std::setw(3) << mbs
+              << " micro-batches): " << std::fixed << std::setprecision(3) << total / c.batches
+              << " s per batch, loss " << std::setprecision(5) << first_loss << " -> " << last_loss << std::defaultfloat
+              << std::endl;
+  }
+  std::cout << "wrote " << c.out_dir << "/sweep.csv" << std::endl;
+  agent.shutdown();
+}
+
+}  // namespace distrl::training::pipeline

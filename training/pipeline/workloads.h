@@ -1,0 +1,70 @@
+// The pipeline workloads behind distrl-pipeline (configs/pipeline_*.yaml):
+//
+// - pipeline_fashion_mnist: the MNIST example's CNN (no dropout) on Fashion-MNIST, cut into
+//   roles.stages stages (x pipeline.chunks pieces each) run by the stage runtime with
+//   pipeline.schedule; the last stage prints progress and test accuracy per epoch and writes
+//   metrics.csv + learning_curve.png; stage 0 writes timeline.json / timeline.png of one step
+//   and prints the measured bubble per stage next to the verifier's and (p-1)/(m+p-1); every
+//   stage checkpoints its pieces each epoch (checkpoints/stage<k>.pt; --resume DIR continues).
+// - pipeline_resnet50: PyTorch's RPC pipeline tutorial: ResNet-50 in two shards owned by
+//   worker1 and worker2 through remote references; the master (rank 0) splits each batch into
+//   micro-batches of pipeline.microbatch_size rows and chains shard1.remote().forward(x) ->
+//   shard2.rpc_async().forward(y) for all of them at once, then runs distributed autograd and a
+//   DistributedOptimizer. A list of micro-batch sizes runs the tutorial's sweep (sweep.csv).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/command_line.h"
+#include "common/settings.h"
+#include <torch/nn/modules/container/sequential.h>
+
+namespace distrl::training::pipeline {
+
+struct PipelineConfig {
+  std::string workload = "pipeline_fashion_mnist";
+  std::string preset = "full";        // resnet: full (the tutorial's 120 @ 128x128) | small (24 @ 64x64)
+  int stages = 2;                     // roles.stages
+  std::string out_dir = "runs/pipeline";
+  int seed = 1;
+  int log_interval = 100;
+  int torch_threads = 1;
+  int classes = 10;                   // model.classes (resnet: 1000)
+  int image_size = 128;               // resnet: square side of the random images
+  std::string data_path = "/usr/share/datasets/fashion-mnist";
+  int data_limit = 0;
+  int test_limit = 0;
+  int epochs = 1;
+  int batch_size = 64;
+  int test_batch_size = 1000;
+  int batches = 3;                    // resnet: batches timed per micro-batch size
+  std::string schedule = "1f1b";      // gpipe | 1f1b | interleaved | zb-h1 | a schedule file
+  int microbatches = 4;
+  int chunks = 1;
+  bool recompute = false;
+  std::string cuts;                   // comma-separated child names; empty: balanced by measured time
+  int max_activations = 0;
+  int timeline_step = 20;             // which step's timeline is written (of the first epoch)
+  std::vector<int> microbatch_sizes{30};  // resnet
+  double lr = 0.05;
+  double momentum = 0.0;
+  double timeout_s = 120;
+  std::string transport = "auto";
+};
+
+void bind(Settings& s, PipelineConfig& c);
+// Applies the preset and checks combinations (ConfigError naming the key).
+void finish(PipelineConfig& c);
+
+// The stage runtime on Fashion-MNIST; every rank calls it. resume: a checkpoints directory or "".
+void run_fashion_mnist(const PipelineConfig& c, const std::string& config_yaml, const WorldFlags& world,
+                       const std::string& resume);
+// The RPC tutorial; every rank calls it (rank 0 the master, 1 and 2 the shards' workers).
+void run_resnet_tutorial(const PipelineConfig& c, const std::string& config_yaml, const WorldFlags& world);
+
+// The MNIST example's CNN as a Sequential (dropout left out: pipeline recomputation needs a
+// deterministic forward): conv1, relu1, conv2, relu2, pool, flatten, fc1, relu3, fc2.
+torch::nn::Sequential make_fashion_cnn(int classes);
+
+}  // namespace distrl::training::pipeline
