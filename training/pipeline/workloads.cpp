@@ -63,6 +63,9 @@ void bind(Settings& s, PipelineConfig& c) {
   s.bind("pipeline.microbatch_size", &c.microbatch_sizes,
          "resnet: rows per micro-batch (the tutorial's split_size); a list runs the sweep")
       .range(1, 100000);
+  s.bind("pipeline.check_one_process", &c.check_one_process,
+         "resnet: the master also runs the same micro-batches through a local copy of the model and fails unless "
+         "losses and parameters agree (1e-4)");
   s.bind("optimizer.lr", &c.lr, "SGD learning rate").range(1e-12, 100);
   s.bind("optimizer.momentum", &c.momentum, "SGD momentum (fashion-mnist)").range(0, 1);
   s.bind("dist.timeout_s", &c.timeout_s, "deadline of every receive, RPC and of rendezvous").range(0.1, 86400);
@@ -311,6 +314,7 @@ class TutorialShardImpl : public nn::Module {
     std::lock_guard<std::mutex> lock(mu_);
     return net_->forward(in);
   }
+  at::Tensor forward_local(const at::Tensor& x) { return net_->forward(x); }
 
  private:
   std::shared_ptr<models::ResNet50> net_;
@@ -353,6 +357,17 @@ void run_resnet_tutorial(const PipelineConfig& c, const std::string& config_yaml
     autograd::OptimizerSpec spec;
     spec.lr = c.lr;
     autograd::DistributedOptimizer opt(agent, spec, params);
+    // The one-process reference: the same shards (same seeds), micro-batches and optimizer.
+    std::shared_ptr<TutorialShardImpl> ref1, ref2;
+    std::unique_ptr<torch::optim::SGD> ref_opt;
+    double loss_gap = 0;
+    if (c.check_one_process) {
+      ref1 = std::make_shared<TutorialShardImpl>(ShardSpec{1, c.classes, c.seed});
+      ref2 = std::make_shared<TutorialShardImpl>(ShardSpec{2, c.classes, c.seed + 1});
+      auto p = ref1->parameters();
+      for (auto& q : ref2->parameters()) p.push_back(q);
+      ref_opt = std::make_unique<torch::optim::SGD>(p, c.lr);
+    }
     torch::manual_seed(c.seed);
     double first_loss = 0, last_loss = 0, total = 0;
     for (int b = 0; b < c.batches; ++b) {
@@ -376,6 +391,27 @@ void run_resnet_tutorial(const PipelineConfig& c, const std::string& config_yaml
       total += secs;
       (b == 0 ? first_loss : last_loss) = loss.item<double>();
       if (b == 0) last_loss = first_loss;
+      if (ref1) {
+        ref_opt->zero_grad();
+        std::vector<at::Tensor> rs;
+        for (const at::Tensor& x : inputs.split(size)) rs.push_back(ref2->forward_local(ref1->forward_local(x)));
+        const at::Tensor ref_loss = torch::mse_loss(torch::cat(rs), labels);
+        ref_loss.backward();
+        ref_opt->step();
+        loss_gap = std::max(loss_gap, std::abs(ref_loss.item<double>() - loss.item<double>()));
+      }
+    }
+    if (ref1) {
+      double param_gap = 0;
+      auto refs = ref1->parameters();
+      for (auto& q : ref2->parameters()) refs.push_back(q);
+      for (std::size_t i = 0; i < params.size(); ++i)
+        param_gap = std::max(param_gap, (params[i].to_here() - refs[i]).abs().max().item<double>());
+      std::cout << "one-process check (micro-batch size " << size << "): losses differ by at most " << loss_gap
+                << ", parameters by " << param_gap << std::endl;
+      if (loss_gap > 1e-4 || param_gap > 1e-4)
+        throw Error("the pipeline does not train like one process (micro-batch size " + std::to_string(size) +
+                    "): loss gap " + std::to_string(loss_gap) + ", parameter gap " + std::to_string(param_gap));
     }
     const int mbs = (c.batch_size + size - 1) / size;
     sweep << size << "," << mbs << "," << c.batch_size << "," << total / c.batches << "," << first_loss << ","

@@ -47,6 +47,7 @@ struct PipelineConfig {
   int max_activations = 0;
   int timeline_step = 20;             // which step's timeline is written (of the first epoch)
   std::vector<int> microbatch_sizes{30};  // resnet
+  bool check_one_process = false;     // resnet: the master also trains the model in-process and compares
   double lr = 0.05;
   double momentum = 0.0;
   double timeout_s = 120;

@@ -1,0 +1,88 @@
+// distrl-pipeline under distrl-launch --config, as a user runs it: the Fashion-MNIST pipeline
+// learns like the same model in one process, writes its timeline and resumes; the RPC
+// tutorial's ResNet-50 pipeline trains like one process; bad settings are refused by name
+// before anything starts.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "tests/support/command.h"
+#include "tests/support/multiproc.h"
+
+namespace {
+
+using distrl::testing::launch;
+using distrl::testing::TempDir;
+
+const std::string kFashion = std::string(DISTRL_SOURCE_DIR) + "/configs/pipeline_fashion_mnist.yaml";
+const std::string kResnet = std::string(DISTRL_SOURCE_DIR) + "/configs/pipeline_resnet50.yaml";
+
+// The last epoch's test accuracy from metrics.csv (epoch,train_loss,test_loss,test_accuracy,...).
+double last_accuracy(const std::string& csv) {
+  std::ifstream f(csv);
+  std::string line, last;
+  while (std::getline(f, line)) last = line;
+  std::vector<std::string> cols;
+  std::stringstream ss(last);
+  for (std::string c; std::getline(ss, c, ',');) cols.push_back(c);
+  return cols.size() > 3 ? std::stod(cols[3]) : -1;
+}
+
+TEST(PipelineWorkloadTest, ThreeStagesLearnFashionMnistLikeOneProcessWriteATimelineAndResume) {
+  TempDir one, three;
+  const std::string common = " data.limit=2560 data.test_limit=1000 run.log_interval=20 pipeline.timeline_step=5";
+  auto a = launch("--config " + kFashion + common + " roles.stages=1 run.out_dir=" + one.path());
+  ASSERT_EQ(a.code, 0) << a.output;
+  auto b = launch("--config " + kFashion + common + " roles.stages=3 pipeline.schedule=zb-h1 run.out_dir=" + three.path());
+  ASSERT_EQ(b.code, 0) << b.output;
+  const double acc1 = last_accuracy(one.file("metrics.csv")), acc3 = last_accuracy(three.file("metrics.csv"));
+  EXPECT_GT(acc1, 60.0) << a.output;
+  EXPECT_NEAR(acc3, acc1, 0.5) << b.output;
+  EXPECT_NE(b.output.find("bubble of step 5 (zb-h1, 3 stages"), std::string::npos) << b.output;
+  const std::string trace = distrl::testing::read_file(three.file("timeline.json"));
+  EXPECT_NE(trace.find("\"traceEvents\""), std::string::npos);
+  EXPECT_NE(trace.find("\"name\":\"stage 2\""), std::string::npos);
+  EXPECT_NE(trace.find("\"ph\":\"s\""), std::string::npos) << "arrows from sends to receives";
+  EXPECT_NE(trace.find("\"name\":\"W3\""), std::string::npos) << "zb-h1's weight-gradient actions";
+  EXPECT_TRUE(std::filesystem::exists(three.file("timeline.png")));
+  EXPECT_TRUE(std::filesystem::exists(three.file("learning_curve.png")));
+  // Continue for a second epoch from the checkpoints.
+  auto c = launch("--config " + kFashion + common + " roles.stages=3 pipeline.schedule=zb-h1 train.epochs=2 run.out_dir=" +
+                  three.path() + " --resume " + three.file("checkpoints"));
+  ASSERT_EQ(c.code, 0) << c.output;
+  EXPECT_NE(c.output.find("resumed from"), std::string::npos) << c.output;
+  EXPECT_EQ(c.output.find("epoch 1/2 done"), std::string::npos) << c.output;
+  EXPECT_NE(c.output.find("epoch 2/2 done"), std::string::npos) << c.output;
+}
+
+TEST(PipelineWorkloadTest, TheTutorialsResNetPipelineTrainsLikeOneProcess) {
+  TempDir out;
+  auto r = launch("--config " + kResnet + " preset=small train.batches=2 pipeline.microbatch_size=[6,24]"
+                  " pipeline.check_one_process=true run.out_dir=" + out.path());
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("one-process check (micro-batch size 6)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("micro-batch size    6 (  4 micro-batches)"), std::string::npos) << r.output;
+  EXPECT_EQ(distrl::testing::read_file(out.file("sweep.csv")).find("6,4,24,"), 
+            distrl::testing::read_file(out.file("sweep.csv")).find('\n') + 1);
+}
+
+TEST(PipelineWorkloadTest, BadSettingsAreRefusedByNameBeforeAnythingStarts) {
+  TempDir out;
+  auto r = launch("--config " + kFashion + " pipeline.schedule=interleaved roles.stages=2 pipeline.chunks=2 "
+                  "pipeline.microbatches=3 run.out_dir=" + out.path());
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("multiple of the stages (2), given 3"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("nothing started"), std::string::npos) << r.output;
+  r = launch("--config " + kFashion + " pipeline.schedule=gpipe pipeline.microbatches=16 pipeline.max_activations=8 "
+             "run.out_dir=" + out.path());
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("the bound (max_activations) is 8"), std::string::npos) << r.output;
+  r = launch("--config " + kFashion + " train.batch_size=9 pipeline.microbatches=4 run.out_dir=" + out.path());
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("use 3 micro-batches"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(out.file("metrics.csv")));
+}
+
+}  // namespace
