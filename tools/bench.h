@@ -105,4 +105,17 @@ struct PsBenchOptions {
 int run_ps_bench(const PsBenchOptions& options);
 int run_ps_worker(const std::string& out, int rows, int iterations);
 
+struct PipelineBenchOptions {
+  std::vector<int> stages{2, 4, 8};
+  int microbatches = 8;
+  double f_ms = 20, b_ms = 40;   // per stage and micro-batch (sleeps)
+  std::vector<int> resnet_sizes{1, 2, 4, 8, 20, 40, 120};  // empty: skip the tutorial
+  int resnet_batches = 3;
+  std::string configs = "configs";
+  std::string out_dir = "runs/bench_pipeline";
+};
+int run_pipeline_bench(const PipelineBenchOptions& options);
+int run_pipeline_worker(const std::string& out, const std::string& schedule, int microbatches, int chunks, double f_ms,
+                        double b_ms, int steps);
+
 }  // namespace distrl::tools

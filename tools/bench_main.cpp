@@ -77,6 +77,28 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 100000));
   p->add_option("--configs", pso.configs, "the directory of the ps_*.yaml configs");
   p->add_option("--out-dir", pso.out_dir, "where ps.csv and every run's outputs go");
+  distrl::tools::PipelineBenchOptions plo;
+  auto* pl = app.add_subcommand("pipeline", "pipeline schedules' bubbles on sleeping stages against theory, peak "
+                                            "activations, waiting CPU; the RPC tutorial's ResNet-50 pipeline by "
+                                            "micro-batch size against one process");
+  pl->add_option("--stages", plo.stages, "stage counts")->check(CLI::Range(2, 16));
+  pl->add_option("--microbatches", plo.microbatches, "micro-batches per step")->check(CLI::Range(1, 1000));
+  pl->add_option("--f-ms", plo.f_ms, "forward milliseconds per stage and micro-batch")->check(CLI::Range(0.1, 10000.0));
+  pl->add_option("--b-ms", plo.b_ms, "backward milliseconds (I and W half each)")->check(CLI::Range(0.1, 10000.0));
+  pl->add_option("--resnet-sizes", plo.resnet_sizes, "ResNet-50 micro-batch sizes (none: skip)");
+  pl->add_option("--resnet-batches", plo.resnet_batches, "ResNet-50 batches per setting")->check(CLI::Range(1, 1000));
+  pl->add_option("--configs", plo.configs, "the directory of pipeline_resnet50.yaml");
+  pl->add_option("--out-dir", plo.out_dir, "where bubble.csv, resnet/ and one_process.csv go");
+  std::string pl_schedule;
+  int pl_mb = 0, pl_chunks = 1, pl_steps = 3;
+  double pl_f = 0, pl_b = 0;
+  auto* plw = app.add_subcommand("pipeline-worker")->group("");
+  plw->add_option("--schedule", pl_schedule)->required();
+  plw->add_option("--microbatches", pl_mb)->required();
+  plw->add_option("--chunks", pl_chunks)->required();
+  plw->add_option("--f-ms", pl_f)->required();
+  plw->add_option("--b-ms", pl_b)->required();
+  plw->add_option("--steps", pl_steps)->required();
   int ps_rows = 0, ps_iterations = 0;
   auto* pw = app.add_subcommand("ps-worker")->group("");
   pw->add_option("--rows", ps_rows)->required();
@@ -86,6 +108,7 @@ int main(int argc, char** argv) {
   std::vector<std::int64_t> sizes;
   int steps = 0, batch = 0;
   pw->add_option("--out", out)->required();
+  plw->add_option("--out", out)->required();
   auto* aw = app.add_subcommand("allreduce-worker")->group("");
   aw->add_option("--out", out)->required();
   aw->add_option("sizes", sizes)->required();
@@ -114,6 +137,8 @@ int main(int argc, char** argv) {
     if (g->parsed()) return distrl::tools::run_autograd_bench(ag);
     if (gw->parsed()) return distrl::tools::run_autograd_worker(out, ag_iterations, ag_contexts);
     if (p->parsed()) return distrl::tools::run_ps_bench(pso);
+    if (pl->parsed()) return distrl::tools::run_pipeline_bench(plo);
+    if (plw->parsed()) return distrl::tools::run_pipeline_worker(out, pl_schedule, pl_mb, pl_chunks, pl_f, pl_b, pl_steps);
     if (pw->parsed()) return distrl::tools::run_ps_worker(out, ps_rows, ps_iterations);
     if (dw->parsed()) return distrl::tools::run_ddp_worker(out, model, steps, batch, bucket_mb);
     return distrl::tools::run_rl_bench(rl);

@@ -202,7 +202,8 @@ void PipelineStage::run(const Action& a) {
       graph();
       // Gradients of the piece's input and of every child's output, weights left for W.
       std::vector<at::Tensor> wrt;
-      if (vs > 0) wrt.push_back(s.input);
+      const bool input_grad = vs > 0 || s.input.requires_grad();  // stage 0: only if the data asks for it
+      if (input_grad) wrt.push_back(s.input);
       const std::size_t n = s.outs.size();
       std::vector<int> index(n, -1);
       for (std::size_t k = 0; k + 1 < n || (last && k < n); ++k)
