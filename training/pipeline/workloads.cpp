@@ -174,6 +174,12 @@ void run_fashion_mnist(const PipelineConfig& c, const std::string& config_yaml, 
   nn::Sequential model = make_fashion_cnn(c.classes);
   std::vector<std::string> cuts = split_names(c.cuts);
   const int pieces_total = sched.virtual_stages();
+  // A resumed run cuts where the checkpointed one did (a new measurement could cut elsewhere).
+  if (cuts.empty() && !resume.empty()) {
+    std::ifstream saved(resume + "/cuts.txt");
+    std::string line;
+    if (saved && std::getline(saved, line)) cuts = split_names(line);
+  }
   if (cuts.empty() && pieces_total > 1) {  // balanced by stage 0's measurement, the same everywhere
     at::Tensor cost = at::zeros({static_cast<std::int64_t>(model->size())}, at::kDouble);
     if (first) {
@@ -209,10 +215,15 @@ void run_fashion_mnist(const PipelineConfig& c, const std::string& config_yaml, 
     if (last) std::cout << "resumed from " << resume << " after epoch " << start_epoch - 1 << std::endl;
   }
   std::ofstream metrics;
-  if (rank == 0 || last) {
+  {
     std::error_code ec;
     std::filesystem::create_directories(ckpt_dir, ec);
     if (ec) throw Error("cannot create " + ckpt_dir + ": " + ec.message() + " (check run.out_dir)");
+    if (rank == 0) {
+      std::string line;
+      for (const auto& n : cuts) line += (line.empty() ? "" : ",") + n;
+      std::ofstream(ckpt_dir + "/cuts.txt") << line << "\n";
+    }
   }
   if (last) {
     std::ofstream(c.out_dir + "/config.yaml") << config_yaml;
