@@ -20,6 +20,7 @@
 #include "training/data.h"
 #include "training/pipeline/stage.h"
 #include "training/rpc_world.h"
+#include "training/run_outputs.h"
 #include "transport/collectives/process_group.h"
 #include "transport/rpc/rpc_agent.h"
 
@@ -226,10 +227,8 @@ void run_fashion_mnist(const PipelineConfig& c, const std::string& config_yaml, 
     }
   }
   if (last) {
-    std::ofstream(c.out_dir + "/config.yaml") << config_yaml;
-    metrics.open(c.out_dir + "/metrics.csv", resume.empty() ? std::ios::trunc : std::ios::app);
-    if (!metrics) throw Error("cannot write " + c.out_dir + "/metrics.csv (check run.out_dir)");
-    if (resume.empty()) metrics << "epoch,train_loss,test_loss,test_accuracy,seconds,images_per_s\n";
+    metrics = open_run_outputs(c.out_dir, config_yaml, "metrics.csv",
+                               "epoch,train_loss,test_loss,test_accuracy,seconds,images_per_s", !resume.empty());
     std::string where;
     for (std::size_t i = 0; i < pieces.size(); ++i) {
       where += (i ? " | " : "");
@@ -351,12 +350,8 @@ void run_resnet_tutorial(const PipelineConfig& c, const std::string& config_yaml
     agent.shutdown();  // serves until the master is done
     return;
   }
-  std::error_code ec;
-  std::filesystem::create_directories(c.out_dir, ec);
-  std::ofstream(c.out_dir + "/config.yaml") << config_yaml;
-  std::ofstream sweep(c.out_dir + "/sweep.csv");
-  if (ec || !sweep) throw Error("cannot write " + c.out_dir + "/sweep.csv (check run.out_dir)");
-  sweep << "microbatch_size,microbatches,batch,seconds_per_batch,first_loss,last_loss\n";
+  std::ofstream sweep = open_run_outputs(c.out_dir, config_yaml, "sweep.csv",
+                                        "microbatch_size,microbatches,batch,seconds_per_batch,first_loss,last_loss");
   std::cout << "pipeline_resnet50: ResNet-50 (" << c.classes << " classes) in two shards on worker1 and worker2, batch "
             << c.batch_size << " of " << c.image_size << "x" << c.image_size << ", " << c.batches << " batches per setting"
             << std::endl;

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "common/error.h"
+#include "training/run_outputs.h"
 
 namespace distrl::training::ps {
 
@@ -77,13 +78,7 @@ void bind(Settings& s, PsConfig& c) {
 }
 
 std::ofstream open_run_outputs(const PsConfig& c, const std::string& config_yaml, const std::string& csv_header) {
-  std::error_code ec;
-  std::filesystem::create_directories(c.out_dir, ec);
-  std::ofstream(c.out_dir + "/config.yaml") << config_yaml;
-  std::ofstream metrics(c.out_dir + "/metrics.csv");
-  if (ec || !metrics) throw Error("cannot write " + c.out_dir + "/metrics.csv (check run.out_dir)");
-  metrics << csv_header << "\n";
-  return metrics;
+  return training::open_run_outputs(c.out_dir, config_yaml, "metrics.csv", csv_header);
 }
 
 autograd::OptimizerSpec PsConfig::optimizer_spec() const {
