@@ -109,7 +109,7 @@ struct PipelineBenchOptions {
   std::vector<int> stages{2, 4, 8};
   int microbatches = 8;
   double f_ms = 20, b_ms = 40;   // per stage and micro-batch (sleeps)
-  std::vector<int> resnet_sizes{1, 2, 4, 8, 20, 40, 120};  // empty: skip the tutorial
+  std::vector<int> resnet_sizes{1, 2, 4, 8, 20, 40, 120};  // empty or {0}: skip the tutorial
   int resnet_batches = 3;
   std::string configs = "configs";
   std::string out_dir = "runs/bench_pipeline";

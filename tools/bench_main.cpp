@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
   pl->add_option("--microbatches", plo.microbatches, "micro-batches per step")->check(CLI::Range(1, 1000));
   pl->add_option("--f-ms", plo.f_ms, "forward milliseconds per stage and micro-batch")->check(CLI::Range(0.1, 10000.0));
   pl->add_option("--b-ms", plo.b_ms, "backward milliseconds (I and W half each)")->check(CLI::Range(0.1, 10000.0));
-  pl->add_option("--resnet-sizes", plo.resnet_sizes, "ResNet-50 micro-batch sizes (none: skip)");
+  pl->add_option("--resnet-sizes", plo.resnet_sizes, "ResNet-50 micro-batch sizes (0: skip the tutorial)");
   pl->add_option("--resnet-batches", plo.resnet_batches, "ResNet-50 batches per setting")->check(CLI::Range(1, 1000));
   pl->add_option("--configs", plo.configs, "the directory of pipeline_resnet50.yaml");
   pl->add_option("--out-dir", plo.out_dir, "where bubble.csv, resnet/ and one_process.csv go");

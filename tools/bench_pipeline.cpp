@@ -110,14 +110,9 @@ int run_pipeline_worker(const std::string& out, const std::string& schedule, int
   pg->all_gather(gathered, mine_stats);
   if (pg->rank() != 0) return 0;
   const auto bubbles = pl::measured_bubbles(all);
-  double measured = 0, plan = 0, peak = 0, cpu_share = 0, idle_ms = 0, span_ms = 0;
-  double lo = 1e300, hi = -1e300;
-  for (const auto& tl : all)
-    for (const auto& a : tl) {
-      lo = std::min(lo, a.start_us);
-      hi = std::max(hi, a.end_us);
-    }
-  span_ms = (hi - lo) / 1000;
+  double measured = 0, plan = 0, peak = 0, cpu_share = 0, idle_ms = 0;
+  const auto [lo, hi] = pl::timeline_span(all);
+  const double span_ms = (hi - lo) / 1000;
   for (int r = 0; r < p; ++r) {
     measured += bubbles[r] / p;
     plan += stage.plan().bubble[r] / p;
@@ -162,7 +157,7 @@ int run_pipeline_bench(const PipelineBenchOptions& o) {
                 << std::stod(v[9]) << std::setprecision(2) << std::setw(11) << 100 * std::stod(v[11]) << "%"
                 << std::defaultfloat << std::endl;
     }
-  if (o.resnet_sizes.empty()) return 0;
+  if (o.resnet_sizes.empty() || o.resnet_sizes == std::vector<int>{0}) return 0;
   // The tutorial at full size through distrl-launch, then one process.
   std::string sizes = "[";
   for (std::size_t i = 0; i < o.resnet_sizes.size(); ++i) sizes += (i ? "," : "") + std::to_string(o.resnet_sizes[i]);

@@ -2,7 +2,6 @@
 // distrl-launch --config configs/pipeline_fashion_mnist.yaml (or configs/pipeline_resnet50.yaml)
 #include "common/command_line.h"
 #include "common/main_guard.h"
-#include "training/pipeline/schedule.h"
 #include "training/pipeline/workloads.h"
 
 int main(int argc, char** argv) {
@@ -24,15 +23,8 @@ int main(int argc, char** argv) {
     training::pipeline::PipelineConfig cfg = cmd.config;
     try {
       training::pipeline::finish(cfg);
-      if (cfg.workload == "pipeline_fashion_mnist") {
-        // The schedule is built and verified here too, so --check-config refuses a bad one.
-        const bool file = cfg.schedule.find('/') != std::string::npos;
-        auto s = file ? training::pipeline::load_schedule_file(cfg.schedule)
-                      : training::pipeline::make_schedule(cfg.schedule, cfg.stages, cfg.microbatches, cfg.chunks);
-        training::pipeline::VerifyOptions vo;
-        vo.max_activations = cfg.max_activations;
-        training::pipeline::verify(s, vo);
-      }
+      // The schedule is built and verified here too, so --check-config refuses a bad one.
+      if (cfg.workload == "pipeline_fashion_mnist") training::pipeline::schedule_for(cfg);
     } catch (const ArgumentError& e) {
       throw ConfigError(e.what());
     } catch (const training::pipeline::ScheduleError& e) {

@@ -260,8 +260,7 @@ StepStats PipelineStage::step(const at::Tensor& inputs, const at::Tensor& target
   slots_.clear();
   slots_.resize(static_cast<std::size_t>(m) * schedule_.chunks);
   const Action* current = nullptr;
-  static thread_local int step_counter = 0;
-  const int step_no = ++step_counter;
+  const int step_no = ++steps_;
   try {
     if (holds_first()) {
       if (!inputs.defined()) throw ArgumentError("the first stage needs the batch's inputs");
@@ -306,11 +305,12 @@ StepStats PipelineStage::step(const at::Tensor& inputs, const at::Tensor& target
 
 at::Tensor PipelineStage::forward(const at::Tensor& inputs) {
   torch::NoGradGuard no_grad;
-  const int V = schedule_.virtual_stages(), m = schedule_.microbatches;
+  const int V = schedule_.virtual_stages();
   std::vector<at::Tensor> mbs;
   if (holds_first()) {
     if (!inputs.defined()) throw ArgumentError("the first stage needs the inputs");
-    mbs = inputs.split_with_sizes(microbatch_sizes(inputs.size(0), std::min<std::int64_t>(m, inputs.size(0))));
+    const std::int64_t rows = inputs.size(0);
+    mbs = inputs.split_with_sizes(microbatch_sizes(rows, static_cast<int>(std::min<std::int64_t>(schedule_.microbatches, rows))));
   }
   // Micro-batch counts can differ from the schedule's (a test set's last batch): the first
   // stage tells the others how many follow.
@@ -346,7 +346,6 @@ at::Tensor PipelineStage::forward(const at::Tensor& inputs) {
     sends_.clear();
     throw PipelineError(where);
   }
-  (void)m;
   return outs.empty() ? at::Tensor() : at::cat(outs);
 }
 
@@ -415,10 +414,8 @@ std::vector<double> measure_child_costs(torch::nn::Sequential model, const at::T
       at::Tensor in = x.detach().requires_grad_(x.is_floating_point());
       const double t0 = now_us();
       at::Tensor y = child.forward(in);
-      const double t1 = now_us();
       if (y.requires_grad()) y.backward(at::ones_like(y));
       times[i++].push_back(now_us() - t0);
-      (void)t1;
       x = y.detach();
     }
   }
@@ -474,13 +471,18 @@ std::vector<std::vector<TimedAction>> gather_timelines(transport::ProcessGroup& 
   return all;
 }
 
-std::vector<double> measured_bubbles(const std::vector<std::vector<TimedAction>>& tls) {
+std::pair<double, double> timeline_span(const std::vector<std::vector<TimedAction>>& tls) {
   double lo = std::numeric_limits<double>::infinity(), hi = -lo;
   for (const auto& tl : tls)
     for (const auto& a : tl) {
       lo = std::min(lo, a.start_us);
       hi = std::max(hi, a.end_us);
     }
+  return {lo, hi};
+}
+
+std::vector<double> measured_bubbles(const std::vector<std::vector<TimedAction>>& tls) {
+  const auto [lo, hi] = timeline_span(tls);
   std::vector<double> out;
   for (const auto& tl : tls) {
     double busy = 0;
@@ -492,9 +494,7 @@ std::vector<double> measured_bubbles(const std::vector<std::vector<TimedAction>>
 }
 
 void write_chrome_trace(const Schedule& s, const std::vector<std::vector<TimedAction>>& tls, const std::string& path) {
-  double t0 = std::numeric_limits<double>::infinity();
-  for (const auto& tl : tls)
-    for (const auto& a : tl) t0 = std::min(t0, a.start_us);
+  const double t0 = timeline_span(tls).first;
   std::ofstream out(path);
   if (!out) throw Error("cannot write " + path);
   out << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
@@ -540,9 +540,7 @@ void write_chrome_trace(const Schedule& s, const std::vector<std::vector<TimedAc
 }
 
 bool plot_timeline(const std::vector<std::vector<TimedAction>>& tls, const std::string& csv, const std::string& png) {
-  double t0 = std::numeric_limits<double>::infinity();
-  for (const auto& tl : tls)
-    for (const auto& a : tl) t0 = std::min(t0, a.start_us);
+  const double t0 = timeline_span(tls).first;
   {
     std::ofstream out(csv);
     if (!out) {

@@ -33,6 +33,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <torch/nn/modules/container/sequential.h>
@@ -116,6 +117,7 @@ class PipelineStage {
   const LossFn* loss_ = nullptr;
   double loss_sum_ = 0;
   int held_ = 0, peak_ = 0;
+  int steps_ = 0;  // steps started, for error messages
   std::vector<std::unique_ptr<Slot>> slots_;  // [mb * chunks + chunk]
   std::vector<std::pair<transport::WorkPtr, at::Tensor>> sends_;
   std::vector<TimedAction> timeline_;
@@ -142,6 +144,9 @@ std::vector<double> measure_child_costs(torch::nn::Sequential model, const at::T
 // Every stage's timeline of the last step, gathered on stage 0 (others get an empty list).
 // Collective over the group.
 std::vector<std::vector<TimedAction>> gather_timelines(transport::ProcessGroup& pg, const std::vector<TimedAction>& mine);
+
+// The earliest start and the latest end over all stages' actions (microseconds).
+std::pair<double, double> timeline_span(const std::vector<std::vector<TimedAction>>& timelines);
 
 // Measured per-stage bubble of gathered timelines: idle share of the span from the earliest
 // action to the latest, across all stages.

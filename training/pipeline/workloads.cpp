@@ -120,6 +120,8 @@ std::vector<std::string> split_names(const std::string& s) {
   return out;
 }
 
+}  // namespace
+
 Schedule schedule_for(const PipelineConfig& c) {
   const bool file = c.schedule.find('/') != std::string::npos || std::filesystem::exists(c.schedule);
   Schedule s = file ? load_schedule_file(c.schedule) : make_schedule(c.schedule, c.stages, c.microbatches, c.chunks);
@@ -130,8 +132,13 @@ Schedule schedule_for(const PipelineConfig& c) {
   if (s.microbatches != c.microbatches)
     throw ConfigError("pipeline.schedule " + c.schedule + ": written for " + std::to_string(s.microbatches) +
                       " micro-batches, pipeline.microbatches is " + std::to_string(c.microbatches));
+  VerifyOptions vo;
+  vo.max_activations = c.max_activations;
+  verify(s, vo);
   return s;
 }
+
+namespace {
 
 at::Tensor cross_entropy(const at::Tensor& out, const at::Tensor& y) { return torch::nn::functional::cross_entropy(out, y); }
 

@@ -18,6 +18,7 @@
 
 #include "common/command_line.h"
 #include "common/settings.h"
+#include "training/pipeline/schedule.h"
 #include <torch/nn/modules/container/sequential.h>
 
 namespace distrl::training::pipeline {
@@ -57,6 +58,11 @@ struct PipelineConfig {
 void bind(Settings& s, PipelineConfig& c);
 // Applies the preset and checks combinations (ConfigError naming the key).
 void finish(PipelineConfig& c);
+
+// pipeline.schedule built (by name) or read (a path, or a file that exists), checked against
+// roles.stages, pipeline.chunks and pipeline.microbatches and verified with max_activations.
+// Throws ConfigError / ScheduleError naming the key.
+Schedule schedule_for(const PipelineConfig& c);
 
 // The stage runtime on Fashion-MNIST; every rank calls it. resume: a checkpoints directory or "".
 void run_fashion_mnist(const PipelineConfig& c, const std::string& config_yaml, const WorldFlags& world,
