@@ -18,11 +18,28 @@ std::string quote(const std::string& s) {  // gnuplot single-quoted string
 
 }  // namespace
 
-bool plot_csv(const std::string& csv, const std::string& png, const std::vector<Chart>& charts) {
+bool run_gnuplot(const std::string& script_text, const std::string& png) {
   if (std::system("command -v gnuplot > /dev/null 2>&1") != 0) {
     std::cerr << "(gnuplot is not installed: no " << png << "; make deps installs gnuplot-nox)\n";
     return false;
   }
+  const std::string script = png + ".gp";
+  {
+    std::ofstream g(script);
+    g << "set output '" << png << "'\n" << script_text;
+    if (!g.flush()) {
+      std::cerr << "(no plot: cannot write " << script << ")\n";
+      return false;
+    }
+  }
+  const bool ok = std::system(("gnuplot '" + script + "' 2>/dev/null").c_str()) == 0;
+  std::error_code ec;
+  std::filesystem::remove(script, ec);
+  if (!ok) std::cerr << "(gnuplot failed: no " << png << ")\n";
+  return ok;
+}
+
+bool plot_csv(const std::string& csv, const std::string& png, const std::vector<Chart>& charts) {
   std::ifstream in(csv);
   std::string header;
   if (!std::getline(in, header)) {
@@ -43,11 +60,10 @@ bool plot_csv(const std::string& csv, const std::string& png, const std::vector<
         std::cerr << "(no plot: " << csv << " has no column '" << (column(s.x) ? s.y : s.x) << "')\n";
         return false;
       }
-  const std::string script = png + ".gp";
+  std::ostringstream g;
   {
-    std::ofstream g(script);
     g << "set terminal png size " << 500 * charts.size() << ",420\n"
-      << "set output '" << png << "'\nset datafile separator ','\nset key top left\nset grid\n"
+      << "set datafile separator ','\nset key top left\nset grid\n"
       << "set multiplot layout 1," << charts.size() << "\n";
     for (const auto& chart : charts) {
       g << "set title " << quote(chart.title) << "\nset xlabel " << quote(chart.xlabel) << "\nplot ";
@@ -60,11 +76,7 @@ bool plot_csv(const std::string& csv, const std::string& png, const std::vector<
     }
     g << "unset multiplot\n";
   }
-  const bool ok = std::system(("gnuplot '" + script + "' 2>/dev/null").c_str()) == 0;
-  std::error_code ec;
-  std::filesystem::remove(script, ec);
-  if (!ok) std::cerr << "(gnuplot failed: no " << png << ")\n";
-  return ok;
+  return run_gnuplot(g.str(), png);
 }
 
 }  // namespace distrl

@@ -29,4 +29,9 @@ struct Chart {
 // fails; never throws (a missing plot must not fail a run).
 bool plot_csv(const std::string& csv, const std::string& png, const std::vector<Chart>& charts);
 
+// Runs a gnuplot script (terminal and plot commands; the output is set to png first) from a file
+// beside png, removed afterwards. Returns false, saying why on stderr, when gnuplot is missing or
+// fails; never throws. For pictures plot_csv does not draw (a pipeline timeline, say).
+bool run_gnuplot(const std::string& script, const std::string& png);
+
 }  // namespace distrl

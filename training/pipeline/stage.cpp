@@ -4,13 +4,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <sstream>
 
 #include "common/log.h"
+#include "common/plot.h"
 
 namespace distrl::training::pipeline {
 
@@ -556,30 +556,16 @@ bool plot_timeline(const std::vector<std::vector<TimedAction>>& tls, const std::
             << (a.end_us - t0) / 1000 << "\n";
       }
   }
-  if (std::system("command -v gnuplot > /dev/null 2>&1") != 0) {
-    std::cerr << "(gnuplot is not installed: no " << png << "; make deps installs gnuplot-nox)\n";
-    return false;
-  }
-  const std::string script = png + ".gp";
-  {
-    std::ofstream g(script);
-    const std::size_t p = tls.size();
-    g << "set terminal png size 1200," << 120 + 50 * p << "\nset output '" << png << "'\n"
-      << "set datafile separator ','\nset xlabel 'ms'\nset yrange [" << p - 0.5 << ":-0.5]\nset ytics (";
-    for (std::size_t st = 0; st < p; ++st) g << (st ? ", " : "") << "'stage " << st << "' " << st;
-    g << ")\nset key outside right\nset style fill solid 0.85 noborder\n"
-      << "plot '" << csv << "' skip 1 using (($4+$5)/2):1:(($5-$4)/2):(0.38):3 with boxxyerror lc variable notitle, "
-      << "NaN with boxes lc 1 title 'forward', NaN with boxes lc 2 title 'backward (B / I)', "
-      << "NaN with boxes lc 3 title 'weight gradient (W)'\n";
-  }
-  const int rc = std::system(("gnuplot '" + script + "' 2>&1").c_str());
-  std::error_code ec;
-  std::filesystem::remove(script, ec);
-  if (rc != 0) {
-    std::cerr << "(gnuplot failed: no " << png << ")\n";
-    return false;
-  }
-  return true;
+  std::ostringstream g;
+  const std::size_t p = tls.size();
+  g << "set terminal png size 1200," << 120 + 50 * p << "\n"
+    << "set datafile separator ','\nset xlabel 'ms'\nset yrange [" << p - 0.5 << ":-0.5]\nset ytics (";
+  for (std::size_t st = 0; st < p; ++st) g << (st ? ", " : "") << "'stage " << st << "' " << st;
+  g << ")\nset key outside right\nset style fill solid 0.85 noborder\n"
+    << "plot '" << csv << "' skip 1 using (($4+$5)/2):1:(($5-$4)/2):(0.38):3 with boxxyerror lc variable notitle, "
+    << "NaN with boxes lc 1 title 'forward', NaN with boxes lc 2 title 'backward (B / I)', "
+    << "NaN with boxes lc 3 title 'weight gradient (W)'\n";
+  return run_gnuplot(g.str(), png);
 }
 
 }  // namespace distrl::training::pipeline
