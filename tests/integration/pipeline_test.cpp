@@ -152,6 +152,42 @@ TEST(PipelineTest, AScheduleFileRunsAndABadOneIsRefusedBeforeAnythingIsSent) {
   });
 }
 
+// A neighbour whose header announces a tensor too big (or malformed) is refused before anything
+// is allocated, and the error names the stage and the cap; the group is aborted so the sender
+// fails too instead of waiting for a gradient that never comes.
+TEST(PipelineTest, AnOversizeOrMalformedHeaderIsRefusedByName) {
+  for (const bool oversize : {true, false}) {
+    SCOPED_TRACE(oversize ? "oversize" : "malformed");
+    distrl::testing::run_group(2, [&](int rank, const std::shared_ptr<transport::ProcessGroup>& pg) {
+      nn::Sequential model = make_model();
+      auto pieces = pl::split_sequential(model, {"fc2"});
+      pl::StageOptions so;
+      so.max_tensor_bytes = 1 << 20;
+      pl::PipelineStage stage(pg, {pieces[rank]}, pl::make_schedule("1f1b", 2, 2), so);
+      if (rank == 0) {
+        // Stage 1's first receive: micro-batch 0's activation into virtual stage 1 (tag 2).
+        at::Tensor h = at::zeros({10}, at::kLong);
+        auto* p = h.data_ptr<std::int64_t>();
+        p[0] = oversize ? 3 : 9;  // ndim (at most 8)
+        p[1] = p[2] = p[3] = std::int64_t{1} << 21;  // 2^63 elements: overflow if multiplied
+        p[9] = static_cast<std::int64_t>(at::kFloat);
+        pg->send(h, 1, 2);
+        return 0;
+      }
+      try {
+        stage.step(at::Tensor(), torch::randn({4, 4}), mse);
+        expect(false, "stage 1 accepted a forged header");
+      } catch (const pl::PipelineError& e) {
+        const std::string what = e.what();
+        expect(what.find(oversize ? "above max_tensor_bytes (1048576)" : "malformed tensor header") !=
+                   std::string::npos, what);
+        expect(what.find("stage 0") != std::string::npos, what);
+      }
+      return 0;
+    });
+  }
+}
+
 TEST(PipelineTest, AKilledStageFailsEveryOtherStageNamingIt) {
   TempDir dir;
   const int world = 4;

@@ -106,14 +106,21 @@ at::Tensor PipelineStage::recv(int src, int tag) {
   const auto* p = h.data_ptr<std::int64_t>();
   const std::int64_t ndim = p[0];
   if (ndim < 0 || ndim > kMaxDims) throw PipelineError("stage " + std::to_string(src) + " sent a malformed tensor header");
-  std::vector<std::int64_t> dims(p + 1, p + 1 + ndim);
-  for (auto d : dims)
-    if (d < 0) throw PipelineError("stage " + std::to_string(src) + " sent a negative dimension");
   const std::int64_t dtype = p[kHeader - 1];
   if (dtype != static_cast<std::int64_t>(at::kFloat) && dtype != static_cast<std::int64_t>(at::kDouble) &&
       dtype != static_cast<std::int64_t>(at::kHalf) && dtype != static_cast<std::int64_t>(at::kBFloat16))
     throw PipelineError("stage " + std::to_string(src) + " sent a tensor of dtype code " + std::to_string(dtype) +
                         " (activations and gradients are floating point)");
+  std::vector<std::int64_t> dims(p + 1, p + 1 + ndim);
+  // Bytes so far, checked against the cap before each multiply so no product can overflow.
+  std::int64_t bytes = static_cast<std::int64_t>(c10::elementSize(static_cast<at::ScalarType>(dtype)));
+  for (auto d : dims) {
+    if (d < 0) throw PipelineError("stage " + std::to_string(src) + " sent a negative dimension");
+    if (d > 0 && bytes > options_.max_tensor_bytes / d)
+      throw PipelineError("stage " + std::to_string(src) + " announced a tensor above max_tensor_bytes (" +
+                          std::to_string(options_.max_tensor_bytes) + ")");
+    bytes *= d;
+  }
   at::Tensor t = at::empty(dims, at::TensorOptions().dtype(static_cast<at::ScalarType>(dtype)));
   pg_->irecv(t, src, tag)->wait();
   return t;

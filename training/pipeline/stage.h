@@ -52,6 +52,9 @@ struct StageOptions {
   bool recompute = false;   // keep only inputs; forward again at backward
   int max_activations = 0;  // refuse schedules above this (verify's bound; 0: none)
   Costs costs;              // the verifier's cost model (for the ideal bubble it reports)
+  // Largest activation or gradient a neighbour may announce; a header above it (or whose
+  // dimensions overflow) is refused before anything is allocated.
+  std::int64_t max_tensor_bytes = std::int64_t{1} << 32;
 };
 
 // One executed action; times in microseconds of the host's monotonic clock (comparable across
