@@ -72,4 +72,47 @@ torch::Tensor ResNet50::forward(torch::Tensor x) { return body_->forward(x); }
 
 std::shared_ptr<ResNet50> make_resnet50(int classes) { return std::make_shared<ResNet50>(classes); }
 
+ModelParallelResNet50::ModelParallelResNet50(int classes, torch::Device d0, torch::Device d1, int split_size)
+    : d0_(d0), d1_(d1), split_size_(split_size),
+      shard1_(register_module("shard1", std::make_shared<ResNet50>(classes, ResNet50::Part::Shard1))),
+      shard2_(register_module("shard2", std::make_shared<ResNet50>(classes, ResNet50::Part::Shard2))) {
+  shard1_->to(d0);
+  shard2_->to(d1);
+}
+
+torch::Tensor ModelParallelResNet50::forward(torch::Tensor x) {
+  x = x.to(d0_);
+  if (split_size_ <= 0 || split_size_ >= x.size(0)) return shard2_->forward(shard1_->forward(x).to(d1_));
+  // As the tutorial: start micro-batch i+1 on shard 1 before micro-batch i enters shard 2, so
+  // on two GPUs the kernels of both queue up and run at the same time.
+  const auto splits = x.split(split_size_);
+  std::vector<torch::Tensor> out;
+  out.reserve(splits.size());
+  torch::Tensor prev = shard1_->forward(splits[0]).to(d1_);
+  for (std::size_t i = 1; i < splits.size(); ++i) {
+    torch::Tensor next = shard1_->forward(splits[i]).to(d1_);
+    out.push_back(shard2_->forward(prev));
+    prev = std::move(next);
+  }
+  out.push_back(shard2_->forward(prev));
+  return torch::cat(out);
+}
+
+void ModelParallelResNet50::load_from(ResNet50& whole) {
+  torch::NoGradGuard none;
+  auto from_params = whole.named_parameters(), from_buffers = whole.named_buffers();
+  for (auto* shard : {shard1_.get(), shard2_.get()}) {
+    for (auto& p : shard->named_parameters()) {
+      const auto* src = from_params.find(p.key());
+      if (!src) throw ModelError("resnet50: the whole model has no parameter " + p.key());
+      p.value().copy_(*src);
+    }
+    for (auto& b : shard->named_buffers()) {
+      const auto* src = from_buffers.find(b.key());
+      if (!src) throw ModelError("resnet50: the whole model has no buffer " + b.key());
+      b.value().copy_(*src);
+    }
+  }
+}
+
 }  // namespace distrl::models

@@ -50,4 +50,27 @@ class ResNet50 final : public PolicyNet {
 
 std::shared_ptr<ResNet50> make_resnet50(int classes);
 
+// PyTorch's single-machine model-parallel tutorial (ModelParallelResNet50 and, with
+// split_size > 0, PipelineParallelResNet50): shard 1 (stem..layer2) on d0, shard 2 (layer3..fc)
+// on d1, the activation copied between them. With split_size > 0 the batch goes through in
+// micro-batches of split_size rows, shard 1 taking micro-batch i+1 before shard 2 takes i; on
+// two GPUs (asynchronous kernels on each device) the two shards then overlap. On the CPU both
+// devices are the CPU: the same code path, one shard after the other.
+//
+// Thread-safety: a torch module; one forward at a time.
+class ModelParallelResNet50 final : public PolicyNet {
+ public:
+  ModelParallelResNet50(int classes, torch::Device d0, torch::Device d1, int split_size = 0);
+  // [B, 3, H, W] on any device -> [B, classes] on d1.
+  torch::Tensor forward(torch::Tensor x) override;
+  void set_split_size(int rows) { split_size_ = rows; }
+  // Copies the parameters and buffers of a whole ResNet50 (same classes) into the two shards.
+  void load_from(ResNet50& whole);
+
+ private:
+  torch::Device d0_, d1_;
+  int split_size_;
+  std::shared_ptr<ResNet50> shard1_, shard2_;
+};
+
 }  // namespace distrl::models

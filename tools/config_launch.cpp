@@ -104,12 +104,15 @@ void configure_config_launch(const std::string& config, const std::vector<std::s
                  int_setting(config, root, overrides, "roles.trainers", 2) + (workload == "ps_hybrid" ? 1 : 0);
       return;
     }
-    if (workload == "pipeline_fashion_mnist" || workload == "pipeline_resnet50") {
+    if (workload == "pipeline_fashion_mnist" || workload == "pipeline_resnet50" ||
+        workload == "pipeline_resnet50_model_parallel") {
       on_every_rank(tool("distrl-pipeline"), tail, o);
-      o->nproc = workload == "pipeline_resnet50" ? 3 : int_setting(config, root, overrides, "roles.stages", 2);
+      o->nproc = workload == "pipeline_resnet50" ? 3
+                 : workload == "pipeline_resnet50_model_parallel" ? 1
+                                                                   : int_setting(config, root, overrides, "roles.stages", 2);
       return;
     }
-    throw ConfigError(config + ": workload: '" + workload + "' is not known (known: rnn_dist_autograd, ps_batch_update, ps_model_on_server, ps_hybrid, ps_skipgram, pipeline_fashion_mnist, pipeline_resnet50)");
+    throw ConfigError(config + ": workload: '" + workload + "' is not known (known: rnn_dist_autograd, ps_batch_update, ps_model_on_server, ps_hybrid, ps_skipgram, pipeline_fashion_mnist, pipeline_resnet50, pipeline_resnet50_model_parallel)");
   }
   if (root.IsMap() && root["dist"]) {  // supervised training: distrl-train on every rank
     on_every_rank(tool("distrl-train"), tail, o);

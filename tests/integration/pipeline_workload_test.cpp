@@ -68,6 +68,32 @@ TEST(PipelineWorkloadTest, TheTutorialsResNetPipelineTrainsLikeOneProcess) {
             distrl::testing::read_file(out.file("sweep.csv")).find('\n') + 1);
 }
 
+// The single-machine model-parallel tutorial (one process; both devices the CPU here): the
+// whole model and the two shards start from the same weights, so without micro-batches their
+// losses agree; the pipelined rows run each split size.
+TEST(PipelineWorkloadTest, TheModelParallelTutorialRunsItsTable) {
+  TempDir out;
+  auto r = launch("--config " + std::string(DISTRL_SOURCE_DIR) + "/configs/pipeline_resnet50_model_parallel.yaml"
+                  " preset=small train.batches=2 run.torch_threads=1 pipeline.microbatch_size=[8] run.out_dir=" + out.path());
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::istringstream csv(distrl::testing::read_file(out.file("sweep.csv")));
+  std::string header, line;
+  std::getline(csv, header);
+  std::vector<std::vector<std::string>> rows;
+  while (std::getline(csv, line)) {
+    std::vector<std::string> f;
+    std::stringstream ls(line);
+    for (std::string x; std::getline(ls, x, ',');) f.push_back(x);
+    rows.push_back(f);
+  }
+  ASSERT_EQ(rows.size(), 3u) << r.output;
+  EXPECT_EQ(rows[0][0], "single_device");
+  EXPECT_EQ(rows[1][0], "model_parallel");
+  EXPECT_EQ(rows[2][0] + "," + rows[2][1] + "," + rows[2][2], "pipelined,8,3");
+  EXPECT_NEAR(std::stod(rows[0][5]), std::stod(rows[1][5]), 1e-4) << "first losses differ";
+  EXPECT_NEAR(std::stod(rows[0][6]), std::stod(rows[1][6]), 1e-4) << "last losses differ";
+}
+
 TEST(PipelineWorkloadTest, BadSettingsAreRefusedByNameBeforeAnythingStarts) {
   TempDir out;
   auto r = launch("--config " + kFashion + " pipeline.schedule=interleaved roles.stages=2 pipeline.chunks=2 "

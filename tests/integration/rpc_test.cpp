@@ -494,6 +494,45 @@ TEST(RpcTest, ShutdownTimeoutNamesThePeerThatNeverShutsDown) {
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
 
+// A serving worker waits for the master's whole run, however much longer than shutdown_timeout
+// it takes, and learns at once when the master dies instead (rank 0 hosts the store, so the
+// dying master here is rank 2).
+TEST(RpcTest, ServeUntilShutdownOutlastsTheShutdownTimeoutAndSeesTheMasterDie) {
+  TempDir dir;
+  auto codes = run_ranks(2, [&](int rank) {
+    auto o = rpc_options(dir, rank, 2);
+    o.shutdown_timeout = 1s;
+    RpcAgent agent(o, register_all);
+    if (rank == 0) std::this_thread::sleep_for(2500ms);  // the "run": longer than shutdown_timeout
+    else agent.serve_until_shutdown(0);
+    agent.shutdown();
+    return 0;
+  }, std::chrono::seconds(60));
+  EXPECT_EQ(codes, (std::vector<int>{0, 0}));
+
+  TempDir dir2;
+  codes = run_ranks(3, [&](int rank) {
+    auto o = rpc_options(dir2, rank, 3);
+    o.shutdown_timeout = 2s;
+    RpcAgent agent(o, register_all);
+    if (rank == 2) {
+      std::this_thread::sleep_for(500ms);
+      std::raise(SIGKILL);
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    auto msg = expect_throw<distrl::TransportError>([&] { agent.serve_until_shutdown(2); }, "a dead master");
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    expect(msg.find("worker2 (rank 2) is gone") != std::string::npos, msg);
+    expect(secs < 10, "took " + std::to_string(secs) + " s to see the master die");
+    try {
+      agent.shutdown();
+    } catch (const distrl::Error&) {
+    }
+    return 0;
+  }, std::chrono::seconds(60));
+  EXPECT_EQ(codes, (std::vector<int>{0, 0, 128 + SIGKILL}));
+}
+
 // rpc_sync's fast path (each calling thread sends and waits on a channel of its own) under
 // load: eight threads of rank 0 and four of rank 1 call both other ranks at once, by name and
 // through an RRef; every answer is the one for its own call.

@@ -17,6 +17,8 @@ int main(int argc, char** argv) {
         "pipeline_resnet50 is PyTorch's RPC pipeline tutorial: ResNet-50 in two shards held by\n"
         "worker1 and worker2 through remote references, the master chaining micro-batches through\n"
         "them with distributed autograd; a list of pipeline.microbatch_size values runs its sweep.\n"
+        "pipeline_resnet50_model_parallel is the single-machine model-parallel tutorial: the two\n"
+        "shards on two devices in one process, without and with micro-batches.\n"
         "Usually started by: distrl-launch --config configs/pipeline_fashion_mnist.yaml",
         "configs/pipeline_fashion_mnist.yaml", "fashion-mnist: continue from a checkpoints directory (OUT_DIR/checkpoints)");
     if (!cmd.parse(argc, argv)) return 0;
@@ -33,6 +35,8 @@ int main(int argc, char** argv) {
     if (cmd.flags.check_only) return 0;
     if (cfg.workload == "pipeline_resnet50")
       training::pipeline::run_resnet_tutorial(cfg, cmd.settings.to_yaml(), cmd.flags.world);
+    else if (cfg.workload == "pipeline_resnet50_model_parallel")
+      training::pipeline::run_model_parallel(cfg, cmd.settings.to_yaml());
     else
       training::pipeline::run_fashion_mnist(cfg, cmd.settings.to_yaml(), cmd.flags.world, cmd.flags.resume);
     return 0;

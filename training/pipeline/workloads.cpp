@@ -31,7 +31,7 @@ using Clock = std::chrono::steady_clock;
 
 void bind(Settings& s, PipelineConfig& c) {
   s.bind("workload", &c.workload, "what distrl-launch runs for this file")
-      .choices({"pipeline_fashion_mnist", "pipeline_resnet50"});
+      .choices({"pipeline_fashion_mnist", "pipeline_resnet50", "pipeline_resnet50_model_parallel"});
   s.bind("preset", &c.preset, "resnet: full (the tutorial's batch 120 of 128x128 images) or small (24 of 64x64, for tests)")
       .choices({"full", "small"});
   s.bind("roles.stages", &c.stages, "fashion-mnist: pipeline stages, one process each (resnet: 2 workers + the master)")
@@ -64,6 +64,9 @@ void bind(Settings& s, PipelineConfig& c) {
   s.bind("pipeline.microbatch_size", &c.microbatch_sizes,
          "resnet: rows per micro-batch (the tutorial's split_size); a list runs the sweep")
       .range(1, 100000);
+  s.bind("pipeline.devices", &c.devices,
+         "model_parallel: the two shards' devices, 'cuda:0,cuda:1' or 'cpu,cpu'; auto: two GPUs when there are, "
+         "else the CPU twice");
   s.bind("pipeline.check_one_process", &c.check_one_process,
          "resnet: the master also runs the same micro-batches through a local copy of the model and fails unless "
          "losses and parameters agree (1e-4)");
@@ -73,8 +76,31 @@ void bind(Settings& s, PipelineConfig& c) {
   s.bind("dist.transport", &c.transport, "auto: ipc between processes on one host, else tcp").choices({"auto", "tcp", "ipc"});
 }
 
+namespace {
+
+std::pair<torch::Device, torch::Device> model_parallel_devices(const std::string& spec) {
+  if (spec == "auto") {
+    const auto gpus = torch::cuda::device_count();
+    if (gpus >= 2) return {torch::Device(torch::kCUDA, 0), torch::Device(torch::kCUDA, 1)};
+    if (gpus == 1) return {torch::Device(torch::kCUDA, 0), torch::Device(torch::kCUDA, 0)};
+    return {torch::Device(torch::kCPU), torch::Device(torch::kCPU)};
+  }
+  const auto comma = spec.find(',');
+  if (comma == std::string::npos)
+    throw ConfigError("pipeline.devices: '" + spec + "' is not two devices (write cuda:0,cuda:1 or cpu,cpu or auto)");
+  try {
+    return {torch::Device(spec.substr(0, comma)), torch::Device(spec.substr(comma + 1))};
+  } catch (const std::exception& e) {
+    throw ConfigError("pipeline.devices: '" + spec + "' is not two devices (write cuda:0,cuda:1 or cpu,cpu or auto): " +
+                      e.what());
+  }
+}
+
+}  // namespace
+
 void finish(PipelineConfig& c) {
-  if (c.workload == "pipeline_resnet50") {
+  if (c.workload == "pipeline_resnet50_model_parallel") model_parallel_devices(c.devices);  // refuses a bad spelling
+  if (c.workload != "pipeline_fashion_mnist") {
     if (c.preset == "small") {
       c.batch_size = 24;
       c.image_size = 64;
@@ -354,7 +380,8 @@ void run_resnet_tutorial(const PipelineConfig& c, const std::string& config_yaml
   });
   if (agent.world_size() != 3) throw ConfigError("pipeline_resnet50 runs on 3 processes (master, worker1, worker2)");
   if (agent.rank() != 0) {
-    agent.shutdown();  // serves until the master is done
+    agent.serve_until_shutdown(0);  // the master's sweep may take many minutes
+    agent.shutdown();
     return;
   }
   std::ofstream sweep = open_run_outputs(c.out_dir, config_yaml, "sweep.csv",
@@ -436,6 +463,89 @@ void run_resnet_tutorial(const PipelineConfig& c, const std::string& config_yaml
   }
   std::cout << "wrote " << c.out_dir << "/sweep.csv" << std::endl;
   agent.shutdown();
+}
+
+
+void run_model_parallel(const PipelineConfig& c, const std::string& config_yaml) {
+  torch::set_num_threads(c.torch_threads);
+  const auto [d0, d1] = model_parallel_devices(c.devices);
+  for (const auto& d : {d0, d1})
+    if (d.is_cuda() && d.index() >= static_cast<int>(torch::cuda::device_count()))
+      throw ConfigError("pipeline.devices: " + d.str() + " is not here (" + std::to_string(torch::cuda::device_count()) +
+                        " GPUs)");
+  std::ofstream sweep = open_run_outputs(c.out_dir, config_yaml, "sweep.csv",
+                                        "form,split_size,microbatches,batch,seconds_per_batch,first_loss,last_loss");
+  std::cout << "pipeline_resnet50_model_parallel: ResNet-50 (" << c.classes << " classes), shard 1 on " << d0.str()
+            << ", shard 2 on " << d1.str() << ", batch " << c.batch_size << " of " << c.image_size << "x" << c.image_size
+            << ", " << c.batches << " batches per setting" << std::endl;
+  // The tutorial's table: the whole model on one device, the two shards without and with
+  // micro-batches (split_size rows each).
+  struct Setting {
+    std::string form;
+    int split;
+  };
+  std::vector<Setting> settings{{"single_device", 0}, {"model_parallel", 0}};
+  for (int s : c.microbatch_sizes)
+    if (s < c.batch_size) settings.push_back({"pipelined", s});
+  for (const Setting& st : settings) {
+    // Every form starts from the same weights (the whole model's, seeded) and sees the same
+    // batches, after one untimed warm-up batch (allocator, kernels) of its own.
+    torch::manual_seed(c.seed);
+    auto whole = models::make_resnet50(c.classes);
+    std::shared_ptr<models::PolicyNet> net = whole;
+    torch::Device out_device = d0;
+    if (st.form == "single_device") {
+      whole->to(d0);
+    } else {
+      auto mp = std::make_shared<models::ModelParallelResNet50>(c.classes, d0, d1, st.split);
+      mp->load_from(*whole);
+      net = mp;
+      out_device = d1;
+    }
+    torch::optim::SGD opt(net->parameters(), c.lr);
+    auto train_batch = [&](const at::Tensor& inputs, const at::Tensor& labels) {
+      opt.zero_grad();
+      const at::Tensor loss = torch::mse_loss(net->forward(inputs.to(d0)), labels.to(out_device));
+      loss.backward();
+      opt.step();
+      return loss.item<double>();  // waits for the devices
+    };
+    torch::manual_seed(c.seed + 1);
+    auto batch = [&] {
+      at::Tensor inputs = torch::randn({c.batch_size, 3, c.image_size, c.image_size});
+      at::Tensor labels = torch::zeros({c.batch_size, c.classes})
+                              .scatter_(1, torch::randint(c.classes, {c.batch_size, 1}, torch::kLong), 1);
+      return std::make_pair(inputs, labels);
+    };
+    {
+      auto [wx, wy] = batch();
+      std::vector<at::Tensor> saved;  // the warm-up must not move the weights
+      for (auto& p : net->parameters()) saved.push_back(p.detach().clone());
+      train_batch(wx, wy);
+      torch::NoGradGuard none;
+      auto ps = net->parameters();
+      for (std::size_t i = 0; i < ps.size(); ++i) ps[i].copy_(saved[i]);
+    }
+    torch::manual_seed(c.seed + 2);
+    double first_loss = 0, last_loss = 0, total = 0;
+    for (int b = 0; b < c.batches; ++b) {
+      auto [inputs, labels] = batch();
+      const auto t0 = Clock::now();
+      const double l = train_batch(inputs, labels);
+      total += std::chrono::duration<double>(Clock::now() - t0).count();
+      if (b == 0) first_loss = l;
+      last_loss = l;
+    }
+    const int mbs = st.split > 0 ? (c.batch_size + st.split - 1) / st.split : 1;
+    sweep << st.form << "," << st.split << "," << mbs << "," << c.batch_size << "," << total / c.batches << ","
+          << first_loss << "," << last_loss << std::endl;
+    std::cout << std::left << std::setw(15) << st.form << std::right;
+    if (st.split > 0) std::cout << " split " << std::setw(4) << st.split << " (" << std::setw(3) << mbs << " micro-batches)";
+    else std::cout << std::string(30, ' ');
+    std::cout << ": " << std::fixed << std::setprecision(3) << total / c.batches << " s per batch, loss "
+              << std::setprecision(5) << first_loss << " -> " << last_loss << std::defaultfloat << std::endl;
+  }
+  std::cout << "wrote " << c.out_dir << "/sweep.csv" << std::endl;
 }
 
 }  // namespace distrl::training::pipeline

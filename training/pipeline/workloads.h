@@ -11,6 +11,9 @@
 //   micro-batches of pipeline.microbatch_size rows and chains shard1.remote().forward(x) ->
 //   shard2.rpc_async().forward(y) for all of them at once, then runs distributed autograd and a
 //   DistributedOptimizer. A list of micro-batch sizes runs the tutorial's sweep (sweep.csv).
+// - pipeline_resnet50_model_parallel: PyTorch's single-machine model-parallel tutorial in one
+//   process: the same two shards on two devices (two GPUs, or the CPU twice), with and without
+//   micro-batches, beside the whole model on one device (sweep.csv).
 #pragma once
 
 #include <string>
@@ -48,6 +51,7 @@ struct PipelineConfig {
   int max_activations = 0;
   int timeline_step = 20;             // which step's timeline is written (of the first epoch)
   std::vector<int> microbatch_sizes{30};  // resnet
+  std::string devices = "auto";       // model parallel: "cuda:0,cuda:1", "cpu,cpu" or auto
   bool check_one_process = false;     // resnet: the master also trains the model in-process and compares
   double lr = 0.05;
   double momentum = 0.0;
@@ -69,6 +73,11 @@ void run_fashion_mnist(const PipelineConfig& c, const std::string& config_yaml, 
                        const std::string& resume);
 // The RPC tutorial; every rank calls it (rank 0 the master, 1 and 2 the shards' workers).
 void run_resnet_tutorial(const PipelineConfig& c, const std::string& config_yaml, const WorldFlags& world);
+
+// PyTorch's single-machine model-parallel tutorial, one process: the whole ResNet-50 on one
+// device, then the two shards on pipeline.devices without and with micro-batches of each
+// pipeline.microbatch_size rows (its PipelineParallelResNet50 split_size); sweep.csv.
+void run_model_parallel(const PipelineConfig& c, const std::string& config_yaml);
 
 // The MNIST example's CNN as a Sequential (dropout left out: pipeline recomputation needs a
 // deterministic forward): conv1, relu1, conv2, relu2, pool, flatten, fc1, relu3, fc2.

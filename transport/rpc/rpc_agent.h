@@ -141,6 +141,12 @@ class RpcAgent {
   // what it throws is counted and logged. Call in the setup callback; one per agent.
   void after_requests_read(std::function<void()> fn) { core_->after_requests_read(std::move(fn)); }
 
+  // For a worker that only serves (a shard's owner, a parameter server): returns once `who`
+  // has called shutdown() -- however long its run takes -- and throws TransportError naming it
+  // as soon as its connection drops. Then call shutdown(), whose own bound (shutdown_timeout)
+  // is for the last calls, not for the length of the run.
+  void serve_until_shutdown(const Target& who);
+
   // Graceful: waits until every worker has called shutdown() and all their calls are done
   // (like torch's rpc.shutdown()), then stops. Throws TimeoutError if peers never arrive
   // (after stopping anyway). Idempotent.

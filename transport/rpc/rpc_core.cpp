@@ -58,6 +58,18 @@ void RpcCore::watch(int rank) {
   io->post([io, rank] { io->watch_peer(rank); });
 }
 
+void RpcCore::serve_until_shutdown(int rank) {
+  if (rank == s_->rank) throw Error("rpc: serve_until_shutdown: " + s_->opts.name + " would wait for itself");
+  watch(rank);
+  const std::string key = "rpc/shutdown/arrived/" + std::to_string(rank);
+  while (!store().check({key})) {
+    if (connection_lost(rank))
+      throw TransportError("rpc: " + s_->worker_name(rank) + " (rank " + std::to_string(rank) + ") is gone; " +
+                           s_->opts.name + " was serving until it finished");
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
 int RpcCore::resolve(const Target& to) const {
   if (to.name.empty()) {
     if (to.rank < 0 || to.rank >= s_->world)
