@@ -77,6 +77,7 @@ class CommandLine {
     }
     if (!flags.config.empty()) settings.load_file(flags.config);
     settings.apply_overrides(app.remaining());
+    settings.check();
     return true;
   }
 

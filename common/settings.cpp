@@ -2,7 +2,11 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <unistd.h>
+
 #include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -61,9 +65,11 @@ std::vector<std::string> split_list(const std::string& text) {
   return items;
 }
 
+// Whole numbers as integers (100000000, not 1e+08); others as the shortest usual form.
 std::string format_number(double v) {
   std::ostringstream os;
-  os << v;
+  if (v == std::floor(v) && std::abs(v) < 1e18) os << static_cast<long long>(v);
+  else os << v;
   return os.str();
 }
 
@@ -102,6 +108,32 @@ Settings::Field& Settings::Field::range(double lo, double hi) {
 Settings::Field& Settings::Field::choices(std::vector<std::string> allowed) {
   choices_ = std::move(allowed);
   return *this;
+}
+
+Settings::Field& Settings::Field::output_dir() {
+  output_dir_ = true;
+  return *this;
+}
+
+void Settings::check() const {
+  namespace fs = std::filesystem;
+  for (const auto& f : fields_) {
+    if (!f->output_dir_) continue;
+    const std::string dir = f->show_();
+    const std::string where = f->origin_ + ": " + f->key_;
+    if (dir.empty()) throw ConfigError(where + " is empty: give the directory the run writes its outputs into");
+    std::error_code ec;
+    fs::path p = fs::absolute(dir, ec);
+    if (ec) throw ConfigError(where + ": '" + dir + "': " + ec.message());
+    if (fs::exists(p, ec) && !fs::is_directory(p, ec))
+      throw ConfigError(where + ": '" + dir + "' is a file, not a directory (choose another " + f->key_ + ")");
+    while (!p.empty() && !fs::exists(p, ec) && p != p.parent_path()) p = p.parent_path();
+    if (!fs::is_directory(p, ec))
+      throw ConfigError(where + ": '" + dir + "' cannot be created: " + p.string() + " is not a directory");
+    if (::access(p.c_str(), W_OK | X_OK) != 0)
+      throw ConfigError(where + ": '" + dir + "' cannot be written: " + p.string() + ": " + std::strerror(errno) +
+                        " (choose another " + f->key_ + ")");
+  }
 }
 
 Settings::Settings(std::string tool) : tool_(std::move(tool)) {}
@@ -263,6 +295,8 @@ void Settings::apply_overrides(const std::vector<std::string>& args) {
       value = a.substr(eq + 1);
     } else if (dashed && has(key) && i + 1 < args.size()) {
       value = args[++i];
+    } else if (dashed && has(key)) {
+      throw ConfigError("command line: '" + args[i] + "' needs a value (--" + key + " VALUE or " + key + "=VALUE)");
     } else {
       throw ConfigError("command line: '" + args[i] + "' is not a known option or KEY=VALUE override (known keys: " +
                         known_keys() + "; see " + tool_ + " --help)");

@@ -26,6 +26,9 @@ class Settings {
    public:
     Field& range(double lo, double hi);                       // numbers (and list items)
     Field& choices(std::vector<std::string> allowed);         // strings
+    // strings: a directory the run writes into; check() refuses an empty one, one that is a
+    // file, or one under a directory this process cannot write (nothing is created here).
+    Field& output_dir();
     const std::string& key() const { return key_; }
 
    private:
@@ -36,6 +39,7 @@ class Settings {
     double lo_ = 0, hi_ = 0;
     bool ranged_ = false;
     std::vector<std::string> choices_;
+    bool output_dir_ = false;
     std::string origin_ = "default";
   };
 
@@ -58,6 +62,8 @@ class Settings {
   void apply_overrides(const std::vector<std::string>& args);
   void set(const std::string& key, const std::string& value, const std::string& source);
   bool has(const std::string& key) const;
+  // The checks that need the final values (output_dir()); after the file and overrides.
+  void check() const;
 
   // Every key with its current value, type, origin and help (for --help and logs).
   std::string describe() const;

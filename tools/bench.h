@@ -35,7 +35,7 @@ struct RpcBenchOptions {
   std::vector<std::string> transports{"ipc", "tcp"};
   std::string cpus = "any";                // any | same | split: where the two processes run
   int spin_us = -1;                        // -1: defaults; else both the I/O loop and future spin
-  std::string csv = "distrl-bench-rpc.csv";
+  std::string csv = "runs/bench/rpc.csv";
 };
 
 int run_rpc_bench(const RpcBenchOptions& options);
@@ -50,8 +50,8 @@ struct RlBenchOptions {
   // (hidden widths), e.g. mlp:256x256.
   std::vector<std::string> models{"tutorial"};
   std::vector<std::string> overrides;  // more KEY=VALUE for every run
-  std::string csv = "distrl-bench-rl.csv";
-  std::string png = "distrl-bench-rl.png";  // empty: no plot
+  std::string csv = "runs/bench/rl.csv";
+  std::string png = "runs/bench/rl.png";  // empty: no plot
 };
 
 int run_rl_bench(const RlBenchOptions& options);
@@ -59,7 +59,7 @@ int run_rl_bench(const RlBenchOptions& options);
 struct AllreduceBenchOptions {
   std::vector<int> ranks{2, 4};
   std::vector<std::int64_t> sizes{4 << 10, 1 << 20, 16 << 20, 64 << 20};  // bytes
-  std::string csv = "distrl-bench-allreduce.csv";
+  std::string csv = "runs/bench/allreduce.csv";
 };
 int run_allreduce_bench(const AllreduceBenchOptions& options);
 int run_allreduce_worker(const std::string& out, const std::vector<std::int64_t>& sizes);
@@ -70,7 +70,7 @@ struct DdpBenchOptions {
   int steps = 30;
   int batch = 64;  // per rank
   double bucket_mb = 25;
-  std::string csv = "distrl-bench-ddp.csv";
+  std::string csv = "runs/bench/ddp.csv";
 };
 int run_ddp_bench(const DdpBenchOptions& options);
 int run_ddp_worker(const std::string& out, const std::string& model, int steps, int batch, double bucket_mb);
@@ -78,7 +78,7 @@ int run_ddp_worker(const std::string& out, const std::string& model, int steps, 
 struct EnvBenchOptions {
   std::vector<std::string> envs{"CartPole-v1", "LunarLander-v2", "LunarLanderContinuous-v2"};
   long long steps = 1000000;  // per env
-  std::string csv = "distrl-bench-env.csv";
+  std::string csv = "runs/bench/env.csv";
 };
 int run_env_bench(const EnvBenchOptions& options);
 
@@ -88,7 +88,7 @@ std::string machine_description();
 struct AutogradBenchOptions {
   int iterations = 50;    // the tutorial's 10 epochs x 5 batches
   int contexts = 0;       // then a loop of this many contexts (0: skip)
-  std::string csv = "distrl-bench-autograd.csv";
+  std::string csv = "runs/bench/autograd.csv";
 };
 int run_autograd_bench(const AutogradBenchOptions& options);
 int run_autograd_worker(const std::string& out, int iterations, int contexts);

@@ -24,7 +24,8 @@ int main(int argc, char** argv) {
 
   CLI::App app{"distrl-launch: run N ranks of CMD with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and\n"
                "MASTER_PORT set, prefix their output with the rank, and stop all when one fails.\n"
-               "Usage: distrl-launch --nproc N [options] -- CMD ARGS..."};
+               "Two forms: distrl-launch --nproc N [options] -- CMD ARGS...\n"
+               "           distrl-launch --config FILE [KEY=VALUE ...]"};
   app.add_option("--nproc,--nproc-per-node", o.nproc, "ranks to start on this node")->check(CLI::Range(1, 4096));
   app.add_option("--nnodes", o.nnodes, "nodes in the job")->check(CLI::Range(1, 4096));
   app.add_option("--node-rank", o.node_rank, "index of this node (0-based)");
@@ -49,8 +50,11 @@ int main(int argc, char** argv) {
   app.allow_extras();
   try {
     app.parse(split, argv);
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
+  } catch (const CLI::ParseError& e) {  // exit 2, as every tool for a bad configuration
+    std::cerr << "distrl-launch: command line: " << e.what() << " (see --help)\n";
+    return 2;
   }
   o.grace = std::chrono::milliseconds(static_cast<long long>(grace_s * 1000));
   return distrl::guarded_main("distrl-launch", [&] {

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <filesystem>
 #include <vector>
 
 #include "common/error.h"
@@ -12,18 +13,19 @@
 #include "envs/render.h"
 
 int main(int argc, char** argv) {
-  std::string env_name = "LunarLander-v2", policy = "heuristic", out = "episode.gif";
+  std::string env_name = "LunarLander-v2", policy = "auto", out;
   std::uint64_t seed = 1;
   int max_steps = 1000, every = 2;
   CLI::App app{"distrl-render: play one episode and write it as an animated GIF (600x400).\n"
-               "Policies: heuristic (Gym's scripted lander; LunarLander only), random, noop."};
+               "Policies: heuristic (Gym's scripted lander; LunarLander only), random, noop; auto (the\n"
+               "default): heuristic for LunarLander, random otherwise."};
   app.add_option("--env", env_name, "environment (CartPole-v1, LunarLander-v2, LunarLanderContinuous-v2)");
-  app.add_option("--policy", policy, "who acts")->check(CLI::IsMember({"heuristic", "random", "noop"}));
+  app.add_option("--policy", policy, "who acts")->check(CLI::IsMember({"auto", "heuristic", "random", "noop"}));
   app.add_option("--seed", seed, "episode seed");
   app.add_option("--max-steps", max_steps, "stop after this many steps")->check(CLI::Range(1, 100000));
   app.add_option("--every", every, "keep every N-th frame (the GIF plays in real time either way)")
       ->check(CLI::Range(1, 100));
-  app.add_option("--out", out, "GIF file to write");
+  app.add_option("--out", out, "GIF file to write (default: runs/render/ENV-seedN.gif)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -33,6 +35,12 @@ int main(int argc, char** argv) {
     using namespace distrl::envs;
     auto env = make_env(env_name);
     const bool lander = env_name.rfind("LunarLander", 0) == 0;
+    if (policy == "auto") policy = lander ? "heuristic" : "random";
+    if (out.empty()) out = "runs/render/" + env_name + "-seed" + std::to_string(seed) + ".gif";
+    const auto dir = std::filesystem::path(out).parent_path();
+    std::error_code ec;
+    if (!dir.empty() && !std::filesystem::is_directory(dir) && !std::filesystem::create_directories(dir, ec) && ec)
+      throw distrl::ConfigError("--out: cannot create " + dir.string() + ": " + ec.message());
     if (policy == "heuristic" && !lander)
       throw distrl::ConfigError("--policy heuristic drives LunarLander only; use random or noop for " + env_name);
     const Space act = env->action_space();

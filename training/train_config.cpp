@@ -5,7 +5,8 @@
 namespace distrl::training {
 
 void bind(Settings& s, TrainConfig& c) {
-  s.bind("run.out_dir", &c.out_dir, "directory for metrics.csv, config.yaml and the checkpoint");
+  s.bind("run.out_dir", &c.out_dir, "directory for metrics.csv, config.yaml and the checkpoint")
+      .output_dir();
   s.bind("run.seed", &c.seed, "seed for the model, the data order and the toy data").range(0, 2147483647);
   s.bind("run.log_interval", &c.log_interval, "steps between progress updates").range(1, 1000000000);
   s.bind("run.torch_threads", &c.torch_threads, "LibTorch intra-op threads per rank").range(1, 256);

@@ -1,6 +1,8 @@
 #include "transport/store.h"
 
 #include <atomic>
+#include <climits>
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -76,8 +78,36 @@ struct StoreServer::Impl {
     Request req;
     Clock::time_point deadline;
   };
+  StoreLimits limits;
   std::map<std::string, std::string> data;
+  std::size_t bytes = 0;  // keys + values in data
   std::vector<Waiter> waiters;
+  RateLimiter log_limit{std::chrono::milliseconds(1000)};
+  std::uint64_t refused = 0;
+
+  void warn(const std::string& what) {
+    ++refused;
+    long held = 0;
+    if (log_limit.allow(&held))
+      DISTRL_LOG(Warn, "store: " << what << (held ? " (and " + std::to_string(held) + " more not shown)" : "")
+                                 << "; " << refused << " request(s) refused so far");
+  }
+
+  // Makes room for key = value within the limits, or throws Error naming the bound.
+  void store_value(const std::string& key, std::string value) {
+    if (value.size() > limits.max_value_bytes)
+      throw Error("a value of " + std::to_string(value.size()) + " bytes for key '" + key.substr(0, 64) +
+                  "' is above the store's max_value_bytes (" + std::to_string(limits.max_value_bytes) + ")");
+    auto it = data.find(key);
+    const std::size_t old = it == data.end() ? 0 : key.size() + it->second.size();
+    if (it == data.end() && data.size() >= limits.max_keys)
+      throw Error("the store holds max_keys (" + std::to_string(limits.max_keys) + ") keys");
+    if (bytes - old + key.size() + value.size() > limits.max_bytes)
+      throw Error("the store would hold more than max_bytes (" + std::to_string(limits.max_bytes) + ")");
+    bytes = bytes - old + key.size() + value.size();
+    if (it == data.end()) data.emplace(key, std::move(value));
+    else it->second = std::move(value);
+  }
 
   bool has_all(const std::vector<std::string>& keys) const {
     for (auto& k : keys)
@@ -100,13 +130,14 @@ struct StoreServer::Impl {
     return true;
   }
 
+  // Answers q, or throws Error saying why it cannot (the caller answers that).
   void handle(const std::string& peer, const Request& q) {
     Reply r;
     r.id = q.id;
     switch (q.op) {
       case kSet:
         if (q.keys.size() != 1) break;
-        data[q.keys[0]] = q.value;
+        store_value(q.keys[0], q.value);
         send(peer, r);
         // A new key may satisfy waiters.
         for (auto it = waiters.begin(); it != waiters.end();)
@@ -114,10 +145,24 @@ struct StoreServer::Impl {
         return;
       case kAdd: {
         if (q.keys.size() != 1) break;
-        auto& v = data[q.keys[0]];
-        std::int64_t n = v.empty() ? 0 : std::stoll(v);
+        auto it = data.find(q.keys[0]);
+        std::int64_t n = 0;
+        if (it != data.end() && !it->second.empty()) {
+          const std::string& v = it->second;
+          std::size_t used = 0;
+          try {
+            n = std::stoll(v, &used);
+          } catch (const std::exception&) {
+            used = 0;
+          }
+          if (used != v.size())
+            throw Error("add(" + q.keys[0].substr(0, 64) + "): the key holds '" + v.substr(0, 32) +
+                        "', not a counter (set() it to a number, or use another key)");
+        }
+        if ((q.delta > 0 && n > INT64_MAX - q.delta) || (q.delta < 0 && n < INT64_MIN - q.delta))
+          throw Error("add(" + q.keys[0].substr(0, 64) + "): the counter would overflow");
         n += q.delta;
-        v = std::to_string(n);
+        store_value(q.keys[0], std::to_string(n));
         r.number = n;
         send(peer, r);
         for (auto it = waiters.begin(); it != waiters.end();)
@@ -127,8 +172,10 @@ struct StoreServer::Impl {
       case kGet:
       case kWait:
         if (q.keys.empty() || (q.op == kGet && q.keys.size() != 1)) break;
-        if (!try_answer(peer, q))
-          waiters.push_back({peer, q, Clock::now() + std::chrono::milliseconds(std::max<std::int64_t>(q.timeout_ms, 0))});
+        if (try_answer(peer, q)) return;
+        if (waiters.size() >= limits.max_waiters)
+          throw Error("the store already holds max_waiters (" + std::to_string(limits.max_waiters) + ") waiting requests");
+        waiters.push_back({peer, q, Clock::now() + std::chrono::milliseconds(std::max<std::int64_t>(q.timeout_ms, 0))});
         return;
       case kCheck:
         r.number = has_all(q.keys) ? 1 : 0;
@@ -176,10 +223,20 @@ struct StoreServer::Impl {
             if (!zmq::recv_multipart(router, std::back_inserter(frames), zmq::recv_flags::dontwait)) break;
             Request q;
             if (frames.size() != 2 || !unpack_message(frames[1], &q)) {
-              DISTRL_LOG(Warn, "store: dropped a malformed request (" << frames.size() << " frames)");
+              warn("dropped a malformed request (" + std::to_string(frames.size()) + " frames)");
               continue;
             }
-            handle(frames[0].to_string(), q);
+            const std::string peer = frames[0].to_string();
+            try {
+              handle(peer, q);
+            } catch (const std::exception& e) {
+              warn(e.what());
+              Reply r;
+              r.id = q.id;
+              r.status = kBad;
+              r.value = e.what();
+              send(peer, r);
+            }
           }
         }
         expire(Clock::now());
@@ -190,9 +247,11 @@ struct StoreServer::Impl {
   }
 };
 
-StoreServer::StoreServer(const std::string& endpoint) : impl_(std::make_unique<Impl>()) {
+StoreServer::StoreServer(const std::string& endpoint, StoreLimits limits) : impl_(std::make_unique<Impl>()) {
+  impl_->limits = limits;
   detail::apply_common_options(impl_->router, 0);
-  impl_->router.set(zmq::sockopt::maxmsgsize, int64_t{8 << 20});
+  // A request carries at most one value plus its keys; anything far bigger is refused by ZeroMQ.
+  impl_->router.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(limits.max_value_bytes + (64 << 10)));
   try {
     impl_->router.bind(endpoint);
   } catch (const zmq::error_t& e) {

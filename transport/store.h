@@ -11,11 +11,22 @@
 
 namespace distrl::transport {
 
-// Serves the store on its own thread until destroyed. Thread-safe.
+// What one store may hold; a request past a bound is answered with an error naming it (the
+// caller's Store call throws TransportError), never by growing.
+struct StoreLimits {
+  std::size_t max_keys = 1 << 20;
+  std::size_t max_bytes = std::size_t{64} << 20;  // keys + values, all together
+  std::size_t max_value_bytes = std::size_t{1} << 20;
+  std::size_t max_waiters = 1 << 16;             // get/wait requests parked at once
+};
+
+// Serves the store on its own thread until destroyed. Thread-safe. A malformed or impossible
+// request (bad frames, add() on a non-number, a bound passed) is answered with an error and
+// logged at most once a second; it never stops the server.
 class StoreServer {
  public:
   // endpoint: a ZeroMQ endpoint to bind, e.g. "tcp://0.0.0.0:29500" or "tcp://127.0.0.1:*".
-  explicit StoreServer(const std::string& endpoint);
+  explicit StoreServer(const std::string& endpoint, StoreLimits limits = {});
   ~StoreServer();
   StoreServer(const StoreServer&) = delete;
   StoreServer& operator=(const StoreServer&) = delete;

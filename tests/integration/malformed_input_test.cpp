@@ -160,6 +160,61 @@ class MalformedInputTest : public ::testing::Test {
 
 }  // namespace
 
+// Hostile-peer case 1: calls to objects that do not exist, each with a large argument, used to
+// wait forever and keep their bytes (253 -> 861 MB after 600). Now each waits at most
+// unknown_object_wait (5 s) for a creation that never comes, then is answered "no object", and
+// the placeholders are gone; past max_unknown_objects waiting names a call is refused at once.
+TEST_F(MalformedInputTest, CallsToUnknownObjectsAreAnsweredAndFreed) {
+  const auto before = stats().live_objects;
+  const std::string big(256 << 10, 'x');
+  const std::uint64_t first = next_id_;
+  for (int i = 0; i < 40; ++i) send(method_request(next_id_++, 0x5eed0000ull + i, "echo", big));
+  expect_still_serving();  // they wait; others are served meanwhile
+  EXPECT_EQ(stats().live_objects, before + 40);
+  int answered = 0;
+  const auto until = std::chrono::steady_clock::now() + 20s;
+  while (answered < 40 && std::chrono::steady_clock::now() < until) {
+    zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
+    if (zmq::poll(&item, 1, 1s) <= 0) continue;
+    Frames frames;
+    (void)zmq::recv_multipart(socket_, std::back_inserter(frames));
+    distrl::transport::detail::DecodeFailure why;
+    auto m = distrl::transport::detail::decode_message(std::move(frames), WireLimits{}, &why);
+    ASSERT_TRUE(m.has_value()) << why.what;
+    ASSERT_EQ(m->header.kind, Kind::Error);
+    EXPECT_GE(m->header.call_id, first);
+    auto t = m->body_as<std::tuple<std::string, std::string, std::string>>(nullptr, "error");
+    EXPECT_NE(std::get<2>(t).find("nothing created it within 5000 ms"), std::string::npos) << std::get<2>(t);
+    ++answered;
+  }
+  EXPECT_EQ(answered, 40);
+  EXPECT_EQ(stats().live_objects, before);
+
+  // A flood of names: at most max_unknown_objects (1024) wait; the rest are refused at once.
+  for (int i = 0; i < 1100; ++i) send(method_request(next_id_++, 0x7eed0000ull + i, "echo", std::string("x")));
+  int refused = 0, expired = 0;
+  const auto flood_until = std::chrono::steady_clock::now() + 30s;
+  while (refused + expired < 1100 && std::chrono::steady_clock::now() < flood_until) {
+    zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
+    if (zmq::poll(&item, 1, 1s) <= 0) continue;
+    Frames frames;
+    (void)zmq::recv_multipart(socket_, std::back_inserter(frames));
+    distrl::transport::detail::DecodeFailure why;
+    auto m = distrl::transport::detail::decode_message(std::move(frames), WireLimits{}, &why);
+    ASSERT_TRUE(m.has_value());
+    auto t = m->body_as<std::tuple<std::string, std::string, std::string>>(nullptr, "error");
+    if (std::get<2>(t).find("max_unknown_objects") != std::string::npos) {
+      EXPECT_EQ(expired, 0) << "a refusal came after the expiries";
+      ++refused;
+    } else if (std::get<2>(t).find("nothing created it") != std::string::npos) {
+      ++expired;
+    }
+  }
+  EXPECT_EQ(refused, 1100 - 1024);
+  EXPECT_EQ(expired, 1024);
+  EXPECT_EQ(stats().live_objects, before);
+}
+
 // An RRef as transport/README.md documents it, written out by hand: ext type 2, 20 bytes,
 // i32 owner | u64 object id | u64 fork id (little-endian). The agent reads the owner and id.
 TEST_F(MalformedInputTest, AHandWrittenRRefIsReadAsDocumented) {

@@ -36,7 +36,8 @@ void bind(Settings& s, PipelineConfig& c) {
       .choices({"full", "small"});
   s.bind("roles.stages", &c.stages, "fashion-mnist: pipeline stages, one process each (resnet: 2 workers + the master)")
       .range(1, 8);
-  s.bind("run.out_dir", &c.out_dir, "directory for metrics.csv, timeline.json/png, sweep.csv, checkpoints/ and config.yaml");
+  s.bind("run.out_dir", &c.out_dir, "directory for metrics.csv, timeline.json/png, sweep.csv, checkpoints/ and config.yaml")
+      .output_dir();
   s.bind("run.seed", &c.seed, "seed of the model and of the data order").range(0, 2147483647);
   s.bind("run.log_interval", &c.log_interval, "steps between progress lines").range(1, 1000000000);
   s.bind("run.torch_threads", &c.torch_threads, "LibTorch intra-op threads per process").range(1, 256);

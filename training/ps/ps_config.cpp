@@ -12,7 +12,8 @@ void bind(Settings& s, PsConfig& c) {
       .choices({"ps_batch_update", "ps_model_on_server", "ps_hybrid", "ps_skipgram"});
   s.bind("roles.servers", &c.servers, "server shards (ranks 0..servers-1)").range(1, 64);
   s.bind("roles.trainers", &c.trainers, "trainer processes (the ranks after the servers)").range(1, 256);
-  s.bind("run.out_dir", &c.out_dir, "directory for metrics.csv, ps_stats.csv, params.pt and config.yaml");
+  s.bind("run.out_dir", &c.out_dir, "directory for metrics.csv, ps_stats.csv, params.pt and config.yaml")
+      .output_dir();
   s.bind("run.seed", &c.seed, "seed of the model and of every trainer's data").range(0, 2147483647);
   s.bind("run.log_interval", &c.log_interval, "rounds between progress lines").range(1, 1000000000);
   s.bind("run.torch_threads", &c.torch_threads, "LibTorch intra-op threads per process").range(1, 256);

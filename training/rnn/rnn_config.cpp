@@ -5,7 +5,8 @@ namespace distrl::training {
 void bind(Settings& s, RnnConfig& c) {
   s.bind("workload", &c.workload, "what distrl-launch runs for this file").choices({"rnn_dist_autograd"});
   s.bind("roles.trainers", &c.trainers, "trainer processes (ranks 1..N); rank 0 is the ps").range(1, 64);
-  s.bind("run.out_dir", &c.out_dir, "directory for metrics.csv, learning_curve.png, config.yaml and the checkpoint");
+  s.bind("run.out_dir", &c.out_dir, "directory for metrics.csv, learning_curve.png, config.yaml and the checkpoint")
+      .output_dir();
   s.bind("run.seed", &c.seed, "seed of the model and the batch order").range(0, 2147483647);
   s.bind("run.log_interval", &c.log_interval, "steps between progress lines").range(1, 1000000000);
   s.bind("run.torch_threads", &c.torch_threads, "LibTorch intra-op threads per process").range(1, 256);

@@ -27,6 +27,12 @@ struct RpcOptions {
   // 2 vCPUs, 50 us spin doubles the round trip). Try 20-50 us where cores are plentiful.
   std::chrono::microseconds io_spin{0};
   WireLimits limits;
+  // A call (or fork notice) naming an object this worker has not seen created waits for the
+  // creating request -- an RRef passed on can overtake it -- for at most unknown_object_wait,
+  // and at most max_unknown_objects such names wait at once; past either the call fails with
+  // "no object" (a forged or stale id costs a bounded amount of memory, never growth).
+  std::chrono::milliseconds unknown_object_wait{5000};
+  std::size_t max_unknown_objects = 1024;
 };
 
 struct WorkerInfo {

@@ -446,6 +446,26 @@ void on_rejoin(RpcCore::State& s, int peer, const InMessage& m) {
 }
 
 void expire(RpcCore::State& s, Clock::time_point now) {
+  // Objects named by calls or notices whose creation never came (a forged or stale id, or an
+  // object already released): their queued calls fail, their memory goes.
+  std::vector<std::pair<std::uint64_t, std::shared_ptr<RpcCore::State::Object>>> unknown;
+  if (now >= s.next_unknown_sweep) {
+    s.next_unknown_sweep = now + std::chrono::milliseconds(100);
+    std::lock_guard<std::mutex> lock(s.obj_mu);
+    while (!s.unknown_objects.empty() && s.unknown_objects.front().first + s.opts.unknown_object_wait <= now) {
+      const std::uint64_t id = s.unknown_objects.front().second;
+      s.unknown_objects.pop_front();
+      auto it = s.objects.find(id);
+      if (it == s.objects.end() || it->second->constructed_seen) continue;
+      unknown.emplace_back(id, std::move(it->second));
+      s.objects.erase(it);
+    }
+  }
+  for (auto& [id, o] : unknown)  // callbacks answer the queued calls: outside obj_mu
+    o->promise.set_error(std::make_exception_ptr(BadCallError(
+        "no object " + std::to_string(id) + " on " + s.opts.name + ": nothing created it within " +
+        std::to_string(s.opts.unknown_object_wait.count()) + " ms (never created, or already released)")));
+  unknown.clear();
   while (!s.deadlines.empty() && s.deadlines.begin()->first <= now) {
     auto id = s.deadlines.begin()->second;
     auto it = s.pending.find(id);
@@ -475,6 +495,8 @@ void validate(const RpcOptions& o) {
   if (o.rpc_timeout.count() <= 0) bad("rpc_timeout must be positive");
   if (o.rendezvous_timeout.count() <= 0) bad("rendezvous_timeout must be positive");
   if (o.shutdown_timeout.count() <= 0) bad("shutdown_timeout must be positive");
+  if (o.unknown_object_wait.count() <= 0) bad("unknown_object_wait must be positive");
+  if (o.max_unknown_objects < 1) bad("max_unknown_objects must be at least 1");
 }
 
 // Tells every peer where this restarted rank listens now (one-way notices; a peer that is

@@ -109,6 +109,10 @@ Future<Outcome> invoke(RpcCore& core, RpcCore::State& s, const std::shared_ptr<I
     std::lock_guard<std::mutex> lock(s.obj_mu);
     obj = s.object_locked(h.obj);
   }
+  if (!obj)
+    throw BadCallError("no object " + std::to_string(h.obj) + " on " + s.opts.name + " (and " +
+                       std::to_string(s.opts.max_unknown_objects) +
+                       " other unknown objects are already waiting for their creation: max_unknown_objects)");
   // The object may still be under construction: chain on it instead of blocking a worker.
   Promise<Outcome> p;
   obj->value.then([&s, m, self, obj, p](const Future<std::shared_ptr<void>>& f) {
@@ -256,7 +260,7 @@ void on_request(RpcCore& core, RpcCore::State& s, zmq::message_t&& routing, IoLo
   }
   if (h.new_obj) {  // remote(): the object exists (pending) from now on, so calls can queue on it
     std::lock_guard<std::mutex> lock(s.obj_mu);
-    s.object_locked(h.new_obj)->constructed_seen = true;
+    s.object_locked(h.new_obj, /*creating=*/true)->constructed_seen = true;
     s.add_fork_locked(h.new_obj, h.new_obj);
   }
   if (!h.obj && !h.new_obj && runs_inline(s, h.fn)) {

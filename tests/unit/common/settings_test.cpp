@@ -1,6 +1,7 @@
 // Settings: YAML + overrides onto typed fields, with errors that name the source and key.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 
 #include "common/error.h"
@@ -84,6 +85,39 @@ TEST(SettingsTest, ErrorsNameFileKeyAndWhatIsAllowed) {
   EXPECT_NE(e.find("not valid YAML"), std::string::npos) << e;
   e = error_of([&] { b.s.load_file(dir.path() + "/missing.yaml"); });
   EXPECT_NE(e.find("cannot open"), std::string::npos) << e;
+}
+
+// Hostile-user friction (issue 14, item 8): a flag without its value says so; whole-number
+// bounds print as integers; an empty, file-shaped or unwritable output directory is refused
+// when the configuration is checked, before any process starts.
+TEST(SettingsTest, MissingValuesRangesAndOutputDirectoriesAreExplained) {
+  testing::TempDir dir;
+  Bound b;
+  std::string e = error_of([&] { b.s.apply_overrides({"--learner.lr"}); });
+  EXPECT_NE(e.find("'--learner.lr' needs a value (--learner.lr VALUE or learner.lr=VALUE)"), std::string::npos) << e;
+
+  long long big = 5;
+  Settings s("tool");
+  s.bind("run.steps", &big, "steps").range(1, 1e8);
+  e = error_of([&] { s.apply_overrides({"run.steps=0"}); });
+  EXPECT_NE(e.find("out of range [1, 100000000]"), std::string::npos) << e;
+
+  std::string out = dir.path() + "/runs/a";
+  s.bind("run.out_dir", &out, "outputs").output_dir();
+  s.check();  // does not exist yet, but its parent is writable
+  EXPECT_FALSE(std::filesystem::exists(out)) << "check() created it";
+  s.apply_overrides({"run.out_dir="});
+  e = error_of([&] { s.check(); });
+  EXPECT_NE(e.find("command line: run.out_dir is empty"), std::string::npos) << e;
+  std::ofstream(dir.path() + "/file") << "x";
+  s.apply_overrides({"run.out_dir=" + dir.path() + "/file"});
+  e = error_of([&] { s.check(); });
+  EXPECT_NE(e.find("is a file, not a directory"), std::string::npos) << e;
+  s.apply_overrides({"run.out_dir=" + dir.path() + "/file/sub"});
+  e = error_of([&] { s.check(); });
+  EXPECT_NE(e.find("cannot be created"), std::string::npos) << e;
+  // (An unwritable parent is refused with "cannot be written"; not testable as root, who may
+  // write anywhere that is mounted read-write.)
 }
 
 }  // namespace

@@ -23,6 +23,66 @@ TEST(StoreTest, SetGetAddCheck) {
   EXPECT_TRUE(store.ping(1s));
 }
 
+// Hostile-peer case 2: add() on a key holding text used to kill the server thread (stoll);
+// now the caller gets an error naming the key and the server keeps serving everyone.
+TEST(StoreTest, AddOnTextIsRefusedAndTheServerKeepsServing) {
+  StoreServer server("tcp://127.0.0.1:*");
+  Store store(server.endpoint(), 5s);
+  store.set("k", "abc");
+  try {
+    store.add("k", 1);
+    FAIL() << "add on text was accepted";
+  } catch (const distrl::TransportError& e) {
+    EXPECT_NE(std::string(e.what()).find("add(k): the key holds 'abc', not a counter"), std::string::npos) << e.what();
+  }
+  store.set("m", "12x");
+  EXPECT_THROW(store.add("m", 1), distrl::TransportError);
+  store.set("big", "9223372036854775807");
+  EXPECT_THROW(store.add("big", 1), distrl::TransportError);  // overflow
+  EXPECT_EQ(store.add("n", 3), 3);
+  EXPECT_EQ(store.get("k"), "abc");
+  EXPECT_TRUE(store.ping(1s));
+}
+
+// Values, keys and parked waits are bounded: past a bound the request is refused by name and
+// the store stays usable (what is already there is kept).
+TEST(StoreTest, EveryBoundIsATypedErrorNotGrowth) {
+  StoreLimits limits;
+  limits.max_keys = 4;
+  limits.max_bytes = 3000;
+  limits.max_value_bytes = 1000;
+  limits.max_waiters = 2;
+  StoreServer server("tcp://127.0.0.1:*", limits);
+  Store store(server.endpoint(), 5s);
+  auto refused = [&](auto call, const std::string& why) {
+    try {
+      call();
+      ADD_FAILURE() << "accepted past " << why;
+    } catch (const distrl::TransportError& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  refused([&] { store.set("v", std::string(1001, 'x')); }, "max_value_bytes (1000)");
+  store.set("a", std::string(1000, 'a'));
+  store.set("b", std::string(1000, 'b'));
+  refused([&] { store.set("c", std::string(1000, 'c')); }, "max_bytes (3000)");
+  store.set("a", "small");  // replacing frees its bytes
+  store.set("c", std::string(1000, 'c'));
+  store.set("d", "1");
+  refused([&] { store.set("e", "1"); }, "max_keys (4)");
+  refused([&] { store.add("f", 1); }, "max_keys (4)");
+  // Two clients park a wait each; a third wait is refused at once, not parked.
+  Store w1(server.endpoint(), 5s), w2(server.endpoint(), 5s);
+  std::thread t1([&] { EXPECT_THROW(w1.wait({"never"}, 1500ms), distrl::TimeoutError); });
+  std::thread t2([&] { EXPECT_THROW(w2.wait({"never"}, 1500ms), distrl::TimeoutError); });
+  std::this_thread::sleep_for(300ms);
+  refused([&] { store.wait({"never"}, 1000ms); }, "max_waiters (2)");
+  t1.join();
+  t2.join();
+  EXPECT_EQ(store.get("a"), "small");
+  EXPECT_EQ(store.get("d"), "1");
+}
+
 TEST(StoreTest, GetWaitsForTheKey) {
   StoreServer server("tcp://127.0.0.1:*");
   Store a(server.endpoint(), 5s), b(server.endpoint(), 5s);

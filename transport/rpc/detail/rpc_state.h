@@ -3,6 +3,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <deque>
 #include <map>
 #include <set>
 #include <shared_mutex>
@@ -111,19 +112,35 @@ struct RpcCore::State {
   }
 
   // Object table helpers (obj_mu held by caller).
-  std::shared_ptr<Object> object_locked(std::uint64_t id) {
-    auto& o = objects[id];
-    if (!o) o = std::make_shared<Object>();
-    return o;
+  // Objects named before their creating request arrived, oldest first: expire() fails the ones
+  // still not created after opts.unknown_object_wait.
+  std::deque<std::pair<Clock::time_point, std::uint64_t>> unknown_objects;
+  std::uint64_t unknown_refused = 0;  // names refused because max_unknown_objects were waiting
+  Clock::time_point next_unknown_sweep{};  // I/O thread only: expire() looks every 100 ms
+
+  // The object with this id; a new placeholder when there is none (null when max_unknown_objects
+  // placeholders wait already). creating: the creating request itself (never refused).
+  std::shared_ptr<Object> object_locked(std::uint64_t id, bool creating = false) {
+    auto it = objects.find(id);
+    if (it != objects.end()) return it->second;
+    if (!creating) {
+      if (unknown_objects.size() >= opts.max_unknown_objects) {
+        ++unknown_refused;
+        return nullptr;
+      }
+      unknown_objects.emplace_back(Clock::now(), id);
+    }
+    return objects.emplace(id, std::make_shared<Object>()).first->second;
   }
   void add_fork_locked(std::uint64_t id, std::uint64_t fork) {
     auto o = object_locked(id);
-    if (!o->released_early.erase(fork)) o->forks.insert(fork);
+    if (o && !o->released_early.erase(fork)) o->forks.insert(fork);
   }
   // Returns the object when this was its last reference: the caller lets it go after
   // unlocking, since its destructor may release RRefs and so take obj_mu again.
   [[nodiscard]] std::shared_ptr<Object> release_fork_locked(std::uint64_t id, std::uint64_t fork) {
     auto o = object_locked(id);
+    if (!o) return nullptr;
     if (!o->forks.erase(fork)) {
       o->released_early.insert(fork);  // its fork notice is still on the way
       return nullptr;
