@@ -38,17 +38,24 @@ Schedule gpipe(int p, int m) {
   return s;
 }
 
+// The 1F1B order over n forwards and n backwards: `warm` forwards, then one forward and one
+// backward at a time, then the backwards left. fwd(k) / bwd(k) append the k-th of each.
+template <typename Fwd, typename Bwd>
+void one_f_one_b_order(int warm, int n, Fwd fwd, Bwd bwd) {
+  for (int k = 0; k < warm; ++k) fwd(k);
+  for (int k = 0; k < n - warm; ++k) {
+    fwd(warm + k);
+    bwd(k);
+  }
+  for (int k = n - warm; k < n; ++k) bwd(k);
+}
+
 Schedule one_f_one_b(int p, int m) {
   Schedule s = empty("1f1b", p, m, 1);
   for (int st = 0; st < p; ++st) {
     auto& a = s.actions[st];
-    const int warm = std::min(p - st - 1, m);
-    for (int j = 0; j < warm; ++j) a.push_back({Op::F, j, 0});
-    for (int j = 0; j < m - warm; ++j) {
-      a.push_back({Op::F, warm + j, 0});
-      a.push_back({Op::B, j, 0});
-    }
-    for (int j = m - warm; j < m; ++j) a.push_back({Op::B, j, 0});
+    one_f_one_b_order(
+        std::min(p - st - 1, m), m, [&](int j) { a.push_back({Op::F, j, 0}); }, [&](int j) { a.push_back({Op::B, j, 0}); });
   }
   return s;
 }
@@ -72,12 +79,7 @@ Schedule interleaved(int p, int m, int v) {
     const int warm = m == p ? total : std::min((p - st - 1) * 2 + (v - 1) * p, total);
     auto fwd = [&](int k) { auto [mb, c] = at(k, true); a.push_back({Op::F, mb, c}); };
     auto bwd = [&](int k) { auto [mb, c] = at(k, false); a.push_back({Op::B, mb, c}); };
-    for (int k = 0; k < warm; ++k) fwd(k);
-    for (int k = 0; k < total - warm; ++k) {
-      fwd(warm + k);
-      bwd(k);
-    }
-    for (int k = total - warm; k < total; ++k) bwd(k);
+    one_f_one_b_order(warm, total, fwd, bwd);
   }
   return s;
 }
@@ -96,16 +98,12 @@ Schedule zb_h1(int p, int m) {
     auto weight = [&](int j) {
       if (j - st >= 0) a.push_back({Op::W, nw++, 0});
     };
-    for (int j = 0; j < warm; ++j) a.push_back({Op::F, j, 0});
-    for (int j = 0; j < m - warm; ++j) {
-      a.push_back({Op::F, warm + j, 0});
-      a.push_back({Op::I, j, 0});
-      weight(j);
-    }
-    for (int j = m - warm; j < m; ++j) {
-      a.push_back({Op::I, j, 0});
-      weight(j);
-    }
+    one_f_one_b_order(
+        warm, m, [&](int j) { a.push_back({Op::F, j, 0}); },
+        [&](int j) {
+          a.push_back({Op::I, j, 0});
+          weight(j);
+        });
     while (nw < m) a.push_back({Op::W, nw++, 0});
   }
   return s;
