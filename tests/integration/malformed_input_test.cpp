@@ -88,7 +88,9 @@ class MalformedInputTest : public ::testing::Test {
 
   void send(Frames frames) { ASSERT_TRUE(zmq::send_multipart(socket_, frames)); }
 
-  std::optional<Reply> receive(std::chrono::milliseconds timeout) {
+  // The agent's next message, decoded; nullopt when none came within timeout (or it was
+  // malformed, which fails the test).
+  std::optional<InMessage> next_message(std::chrono::milliseconds timeout) {
     zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
     if (zmq::poll(&item, 1, timeout) <= 0) return std::nullopt;
     Frames frames;
@@ -96,6 +98,11 @@ class MalformedInputTest : public ::testing::Test {
     distrl::transport::detail::DecodeFailure why;
     auto m = distrl::transport::detail::decode_message(std::move(frames), WireLimits{}, &why);
     EXPECT_TRUE(m.has_value()) << "the agent's reply itself is malformed: " << why.what;
+    return m;
+  }
+
+  std::optional<Reply> receive(std::chrono::milliseconds timeout) {
+    auto m = next_message(timeout);
     if (!m) return std::nullopt;
     Reply r{m->header.kind, m->header.call_id, {}};
     if (r.kind == Kind::Error) {
@@ -143,13 +150,7 @@ class MalformedInputTest : public ::testing::Test {
   // The next message, which must be an error reply of any error type (receive() expects
   // ProtocolError ones); nullopt when none came within timeout.
   std::optional<Reply> next_error(std::chrono::milliseconds timeout) {
-    zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
-    if (zmq::poll(&item, 1, timeout) <= 0) return std::nullopt;
-    Frames frames;
-    (void)zmq::recv_multipart(socket_, std::back_inserter(frames));
-    distrl::transport::detail::DecodeFailure why;
-    auto m = distrl::transport::detail::decode_message(std::move(frames), WireLimits{}, &why);
-    EXPECT_TRUE(m.has_value()) << why.what;
+    auto m = next_message(timeout);
     if (!m) return std::nullopt;
     EXPECT_EQ(m->header.kind, Kind::Error);
     if (m->header.kind != Kind::Error) return std::nullopt;
@@ -159,12 +160,8 @@ class MalformedInputTest : public ::testing::Test {
 
   RpcStats stats() {
     send(request(next_id_++, "stats"));
-    zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
-    EXPECT_GT(zmq::poll(&item, 1, 10s), 0);
-    Frames frames;
-    (void)zmq::recv_multipart(socket_, std::back_inserter(frames));
-    distrl::transport::detail::DecodeFailure why;
-    auto m = distrl::transport::detail::decode_message(std::move(frames), WireLimits{}, &why);
+    auto m = next_message(10s);
+    EXPECT_TRUE(m.has_value()) << "no stats reply within 10 s";
     return m ? m->body_as<RpcStats>(nullptr, "stats") : RpcStats{};
   }
 
