@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -9,6 +10,9 @@
 namespace distrl::tools {
 
 // Shared by the suites (bench_util.cpp).
+// A suite's CSV opened for writing, its directory made first (the defaults live under
+// runs/bench/); ConfigError naming the path when it cannot be written.
+std::ofstream open_csv(const std::string& path);
 // A path for a worker's results in the temp directory, unique to this process.
 std::string temp_file(const std::string& tag);
 // distrl-launch --nproc N -- distrl-bench WORKER --out FILE ARGS: FILE's lines. Throws Error

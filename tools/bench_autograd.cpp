@@ -141,7 +141,7 @@ int run_autograd_bench(const AutogradBenchOptions& opt) {
   for (double t : total) sum += t;
   std::printf("distrl-bench autograd: the RNN tutorial (ps + trainer processes), %d iterations\n\n", opt.iterations);
   std::printf("%-12s %10s %10s\n", "phase", "median ms", "p99 ms");
-  std::ofstream csv(opt.csv);
+  std::ofstream csv = open_csv(opt.csv);
   csv << "phase,median_ms,p99_ms\n";
   for (const auto& [name, v] : {std::pair<const char*, const std::vector<double>&>{"forward", fwd}, {"backward", bwd},
                                 {"step", stp}, {"iteration", total}}) {

@@ -77,7 +77,7 @@ int run_allreduce_worker(const std::string& out, const std::vector<std::int64_t>
 }
 
 int run_allreduce_bench(const AllreduceBenchOptions& o) {
-  std::ofstream csv(o.csv);
+  std::ofstream csv = open_csv(o.csv);
   csv << "ranks,bytes,iters,median_us,algbw_GBps,busbw_GBps,min_us,max_us\n";
   std::cout << "all_reduce(SUM, float32), ZeroMQ process group; time per call: median of the timed calls, with the\n"
                "fastest and slowest (min / max), each the slowest rank's; sizes run in the order given\n"
@@ -165,7 +165,7 @@ int run_ddp_worker(const std::string& out, const std::string& model, int steps, 
 }
 
 int run_ddp_bench(const DdpBenchOptions& o) {
-  std::ofstream csv(o.csv);
+  std::ofstream csv = open_csv(o.csv);
   csv << "model,ranks,batch_per_rank,steps_per_s,samples_per_s,backward_ms,comm_ms,exposed_comm_ms,hidden_fraction,"
          "buckets\n";
   std::cout << "DDP training steps (SGD, batch " << o.batch << " per rank, bucket cap " << o.bucket_mb

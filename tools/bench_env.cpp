@@ -13,7 +13,7 @@
 namespace distrl::tools {
 
 int run_env_bench(const EnvBenchOptions& o) {
-  std::ofstream csv(o.csv);
+  std::ofstream csv = open_csv(o.csv);
   csv << "env,steps,episodes,seconds,steps_per_s,us_per_step\n";
   std::cout << "environment steps, one thread, random actions\n" << machine_description() << "\n\n"
             << "| env | steps | episodes | steps/s | µs per step |\n|---|---:|---:|---:|---:|\n";

@@ -1,8 +1,6 @@
 // distrl-bench: benchmarks as tools (speed is measured here, never asserted in tests).
 #include <CLI/CLI.hpp>
 
-#include <filesystem>
-
 #include <iostream>
 
 #include "common/main_guard.h"
@@ -131,16 +129,6 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   return distrl::guarded_main("distrl-bench", [&] {
-    // Outputs go under runs/bench/ by default (never the current directory by surprise); the
-    // directory of whichever file a run writes is made here.
-    for (const std::string* f : {&rpc.csv, &rl.csv, &rl.png, &ar.csv, &dd.csv, &ev.csv, &ag.csv}) {
-      const auto dir = std::filesystem::path(*f).parent_path();
-      std::error_code ec;
-      if (!f->empty() && !dir.empty() && !std::filesystem::is_directory(dir))
-        if (!std::filesystem::create_directories(dir, ec) && ec)
-          throw distrl::ConfigError("cannot create " + dir.string() + " for " + *f + ": " + ec.message() +
-                                    " (pass --csv PATH somewhere writable)");
-    }
     if (r->parsed()) return distrl::tools::run_rpc_bench(rpc);
     if (a->parsed()) return distrl::tools::run_allreduce_bench(ar);
     if (e->parsed()) return distrl::tools::run_env_bench(ev);

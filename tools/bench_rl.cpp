@@ -79,7 +79,7 @@ int run_rl_bench(const RlBenchOptions& o) {
             << "cpu us/req = CPU time per select_action request (agent: its serving threads; observer: its process, env "
                "steps included), batched / unbatched\n\n";
   for (const auto& m : o.models) model_overrides(m);  // refuse a bad name before anything runs
-  std::ofstream csv(o.csv);
+  std::ofstream csv = open_csv(o.csv);
   csv << "model,observers,batched_s,unbatched_s,batched_median_us,batched_p99_us,unbatched_median_us,unbatched_p99_us,"
          "batched_steps_per_s,unbatched_steps_per_s,mean_batch,speedup,batched_agent_cpu_us,unbatched_agent_cpu_us,"
          "batched_observer_cpu_us,unbatched_observer_cpu_us\n";

@@ -248,7 +248,7 @@ int run_rpc_bench(const RpcBenchOptions& o) {
   std::cout << std::left << std::setw(10) << "transport" << std::setw(12) << "path" << std::right << std::setw(11)
             << "median us" << std::setw(10) << "p99 us" << std::setw(9) << "x floor" << std::setw(13) << "cpu us/call"
             << std::setw(16) << "async calls/s" << std::setw(13) << (std::to_string(o.big_mib) + "MiB GB/s") << "\n";
-  std::ofstream csv(o.csv);
+  std::ofstream csv = open_csv(o.csv);
   csv << "transport,path,cpus,median_us,p99_us,x_floor,client_cpu_us,server_cpu_us,async_calls_per_s,inflight,big_mib,"
          "big_gbps\n";
   for (auto& r : results) {

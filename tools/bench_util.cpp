@@ -16,6 +16,17 @@
 
 namespace distrl::tools {
 
+std::ofstream open_csv(const std::string& path) {
+  const auto dir = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!dir.empty()) std::filesystem::create_directories(dir, ec);
+  std::ofstream f(path);
+  if (!f)
+    throw ConfigError("cannot write " + path + (ec ? ": " + ec.message() : std::string()) +
+                      " (pass --csv PATH somewhere writable)");
+  return f;
+}
+
 std::string temp_file(const std::string& tag) {
   return (std::filesystem::temp_directory_path() / ("distrl-bench-" + tag + "-" + std::to_string(::getpid()))).string();
 }
