@@ -465,7 +465,6 @@ void expire(RpcCore::State& s, Clock::time_point now) {
     o->promise.set_error(std::make_exception_ptr(BadCallError(
         "no object " + std::to_string(id) + " on " + s.opts.name + ": nothing created it within " +
         std::to_string(s.opts.unknown_object_wait.count()) + " ms (never created, or already released)")));
-  unknown.clear();
   while (!s.deadlines.empty() && s.deadlines.begin()->first <= now) {
     auto id = s.deadlines.begin()->second;
     auto it = s.pending.find(id);
