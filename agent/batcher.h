@@ -32,6 +32,9 @@ struct BatchOptions {
   int max_batch = 256;                         // rows per forward pass
   std::chrono::microseconds max_wait{5000};    // since the batch's first request
   Close close = Close::AllAsked;
+  // Rows one request may carry (an observer sends one per env); more is refused with a
+  // ProtocolError, so that one request cannot stall every observer's batch. 0: no cap.
+  int max_request_rows = 0;
 };
 
 struct BatchStats {

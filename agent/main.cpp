@@ -8,12 +8,15 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <sstream>
 
 #include "rl/cli.h"
 #include "agent/policy_actor.h"
 #include "agent/rl_agent.h"
 #include "common/log.h"
 #include "common/main_guard.h"
+#include "common/output_file.h"
+#include "common/stop_signal.h"
 #include "envs/env.h"
 #include "common/plot.h"
 
@@ -33,7 +36,8 @@ int main(int argc, char** argv) {
         "the observers (batched into one forward pass, or one by one), learns with REINFORCE\n"
         "(episodes) or PPO (rollout fragments), and prints progress until the running reward reaches\n"
         "learner.target_reward. Writes OUT_DIR/metrics.csv, OUT_DIR/summary.csv, OUT_DIR/config.yaml,\n"
-        "OUT_DIR/learning_curve.png and OUT_DIR/policy.pt (also on SIGUSR1).\n"
+        "OUT_DIR/learning_curve.png and OUT_DIR/policy.pt (also on SIGUSR1). SIGINT/SIGTERM: finishes the\n"
+        "round, saves and writes all of these, then exits 130/143 (a second signal ends it at once).\n"
         "Usually started by: distrl-launch --config configs/cartpole.yaml\n"
         "Evaluation, alone: distrl-agent --config F --eval --checkpoint OUT_DIR/policy.pt --episodes 100");
     bool eval = false;
@@ -88,13 +92,14 @@ int main(int argc, char** argv) {
       std::printf("distrl-agent: %d observer(s) joined; running up to %d rounds of episodes of at most %d steps\n",
                   rpc.world_size() - 1, cfg.episodes, cfg.max_steps);
     std::fflush(stdout);
+    // SIGINT/SIGTERM from here on: finish the round, save, write every output, exit 130/143.
+    install_stop_handlers();
     agent::RunSummary s = rl.run(rpc);
     g_agent = nullptr;
     rpc.shutdown();
 
-    std::filesystem::create_directories(cfg.out_dir);
-    std::ofstream(cfg.out_dir + "/config.yaml") << cmd.settings.to_yaml();
-    std::ofstream sum(cfg.out_dir + "/summary.csv");
+    write_file_atomically(cfg.out_dir + "/config.yaml", cmd.settings.to_yaml());
+    std::ostringstream sum;
     sum << "observers,mode,envs_per_observer,rounds,episodes,env_steps,seconds,env_steps_per_s,latency_median_us,"
            "latency_p99_us,mean_batch,running_reward,solved,observers_lost,agent_cpu_us_per_request,"
            "observer_cpu_us_per_request\n"
@@ -103,6 +108,7 @@ int main(int argc, char** argv) {
         << s.latency_median_us << ',' << s.latency_p99_us << ',' << s.mean_batch << ',' << s.running_reward << ','
         << (s.solved ? 1 : 0) << ',' << s.observers_lost << ',' << s.agent_cpu_us_per_request << ','
         << s.observer_cpu_us_per_request << '\n';
+    write_file_atomically(cfg.out_dir + "/summary.csv", sum.str());
     std::printf("%s after %d rounds (%lld episodes, %lld env steps) in %.1f s: %s\n",
                 s.solved ? "Solved" : "Stopped", s.rounds, s.episodes, s.env_steps, s.seconds, s.stop_reason.c_str());
     std::printf("  env-steps/s %.0f, select_action round trip median %.1f us, p99 %.1f us, mean batch %.2f rows\n",
@@ -115,6 +121,6 @@ int main(int argc, char** argv) {
                                                       {"round", "mean_reward", "mean of the round"}}}});
     std::printf("  outputs: %s/{metrics.csv,summary.csv,config.yaml%s%s}\n", cfg.out_dir.c_str(),
                 cfg.learn ? ",policy.pt" : "", plotted ? ",learning_curve.png" : "");
-    return 0;
+    return stop_exit_code();  // 0, or 128 + the signal that stopped the run
   });
 }

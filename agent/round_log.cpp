@@ -7,6 +7,9 @@
 #include <iomanip>
 #include <sstream>
 
+#include "common/error.h"
+#include "common/output_file.h"
+
 namespace distrl::agent {
 namespace {
 
@@ -18,13 +21,6 @@ std::string thousands(double v) {
 
 }  // namespace
 
-double percentile(std::vector<float>& v, double q) {
-  if (v.empty()) return 0;
-  const std::size_t k = std::min(v.size() - 1, static_cast<std::size_t>(q * (v.size() - 1) + 0.5));
-  std::nth_element(v.begin(), v.begin() + k, v.end());
-  return v[k];
-}
-
 RoundLog::RoundLog(const std::string& out_dir, int log_interval, const Progress& start)
     : log_interval_(log_interval), last_print_(std::chrono::steady_clock::now()), steps_at_print_(start.env_steps) {
   std::filesystem::create_directories(out_dir);
@@ -32,8 +28,11 @@ RoundLog::RoundLog(const std::string& out_dir, int log_interval, const Progress&
   std::error_code ec;
   const bool append = start.rounds > 0 && std::filesystem::file_size(path, ec) > 0 && !ec;
   csv_.open(path, append ? std::ios::app : std::ios::trunc);
+  if (!csv_) throw OutputError("cannot open '" + path + "' for writing (choose a writable run.out_dir)");
   if (!append)
     csv_ << "round,episodes,env_steps,seconds,mean_reward,min_reward,max_reward,running_reward,loss,mean_batch\n";
+  path_ = path;
+  check_written(csv_, path_);
 }
 
 void RoundLog::round(const Progress& p, const std::vector<double>& returns, double loss, const BatchStats* batch,
@@ -47,7 +46,8 @@ void RoundLog::round(const Progress& p, const std::vector<double>& returns, doub
   const double mean = returns.empty() ? std::nan("") : total / static_cast<double>(returns.size());
   const BatchStats bs = batch ? *batch : BatchStats{};
   csv_ << p.rounds << ',' << p.episodes << ',' << p.env_steps << ',' << p.seconds << ',' << mean << ',' << lo << ','
-       << hi << ',' << p.running_reward << ',' << loss << ',' << (batch ? bs.mean_rows() : 1.0) << std::endl;
+       << hi << ',' << p.running_reward << ',' << loss << ',' << (batch ? bs.mean_rows() : 1.0) << '\n';
+  check_written(csv_, path_);  // a full disk stops the run here, by name, not at the end
 
   if (!force_print && p.rounds % log_interval_ != 0) return;
   const auto now = std::chrono::steady_clock::now();

@@ -17,7 +17,8 @@ namespace distrl::agent {
 class RoundLog {
  public:
   // Opens OUT_DIR/metrics.csv (creating OUT_DIR): appended to when the run resumes (`start`
-  // has rounds) and the file is not empty, else written anew with its header.
+  // has rounds) and the file is not empty, else written anew with its header. Every row is
+  // flushed and checked: OutputError (naming the file and the reason) when a write fails.
   RoundLog(const std::string& out_dir, int log_interval, const Progress& start);
 
   // One round done: `progress` already counts it; `returns` are its episodes' returns (none
@@ -28,13 +29,11 @@ class RoundLog {
 
  private:
   std::ofstream csv_;
+  std::string path_;
   int log_interval_;
   std::chrono::steady_clock::time_point last_print_;
   long long steps_at_print_;
   BatchStats batch_at_print_;
 };
-
-// The q-quantile of v (reorders v); 0 for an empty v.
-double percentile(std::vector<float>& v, double q);
 
 }  // namespace distrl::agent

@@ -66,6 +66,13 @@ class ModelError : public Error {
   using Error::Error;
 };
 
+// A run's output (checkpoint, metrics, summary) could not be written: the disk is full, a
+// quota or the permissions refuse it. The message names the file, the reason and a fix.
+class OutputError : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace detail {
 [[noreturn]] void check_failed(const char* expr, const char* file, int line, const std::string& msg);
 }  // namespace detail

@@ -133,6 +133,13 @@ void Settings::check() const {
     if (::access(p.c_str(), W_OK | X_OK) != 0)
       throw ConfigError(where + ": '" + dir + "' cannot be written: " + p.string() + ": " + std::strerror(errno) +
                         " (choose another " + f->key_ + ")");
+    // A full disk is an error now, not after every process has started and trained a while.
+    constexpr std::uintmax_t kMinFree = 16u << 20;
+    const auto space = fs::space(p, ec);
+    if (!ec && space.available < kMinFree)
+      throw ConfigError(where + ": '" + dir + "': only " + std::to_string(space.available >> 10) + " KiB free on " +
+                        p.string() + " (a run needs at least " + std::to_string(kMinFree >> 20) +
+                        " MiB for its checkpoints and metrics; free some space or choose another " + f->key_ + ")");
   }
 }
 

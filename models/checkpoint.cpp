@@ -20,11 +20,16 @@ void save_checkpoint(const std::string& path, const torch::nn::Module& module, c
   }
   for (const auto& [k, v] : numbers) ar.write("number." + k, torch::tensor(v, torch::kFloat64));
   for (const auto& [k, t] : tensors) ar.write("tensor." + k, t);
-  const std::filesystem::path p(path);
-  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
-  const std::string tmp = path + ".tmp";
-  ar.save_to(tmp);
-  std::filesystem::rename(tmp, path);
+  save_archive(ar, path);
+}
+
+void save_archive(torch::serialize::OutputArchive& archive, const std::string& path) {
+  std::string bytes;
+  archive.save_to([&bytes](const void* data, std::size_t n) {
+    bytes.append(static_cast<const char*>(data), n);
+    return n;
+  });
+  write_file_atomically(path, bytes);
 }
 
 namespace {

@@ -8,8 +8,26 @@
 
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
+#include <torch/serialize.h>
+
+#include "common/output_file.h"
 
 namespace distrl::models {
+
+// Every torch file distrl writes goes through here: serialised in memory first (LibTorch's
+// file writer throws from a destructor when the disk fills: std::terminate), then
+// write_file_atomically: OutputError naming the file and the reason, and the previous file
+// stays whole. The bytes are held in memory once while written.
+void save_archive(torch::serialize::OutputArchive& archive, const std::string& path);
+template <typename Value>  // what torch::save takes: a tensor, a vector of tensors
+void save_file(const Value& value, const std::string& path) {
+  std::string bytes;
+  torch::save(value, [&bytes](const void* data, std::size_t n) {
+    bytes.append(static_cast<const char*>(data), n);
+    return n;
+  });
+  write_file_atomically(path, bytes);
+}
 
 // tensors: extra named state (e.g. normalisation statistics).
 void save_checkpoint(const std::string& path, const torch::nn::Module& module, const torch::optim::Optimizer* optimizer,

@@ -6,6 +6,7 @@
 #include "rl/cli.h"
 #include "common/log.h"
 #include "common/main_guard.h"
+#include "common/stop_signal.h"
 #include "observer/observer.h"
 #include "transport/rendezvous.h"
 
@@ -30,9 +31,16 @@ int main(int argc, char** argv) {
     observer::ObserverHost host;
     transport::RpcAgent rpc(opts, [&](transport::RpcAgent& a) { observer::Observer::register_class(a, host); });
     host.touch();
+    // SIGINT/SIGTERM: keep serving while the agent (stopped too, by distrl-launch or the
+    // terminal) finishes its round and ends the run; leave without it after the grace.
+    install_stop_handlers();
     // Throws with the reason when the agent is gone (connection dropped) or silent too long.
-    host.wait(opts.rpc_timeout, [&] { return rpc.connection_lost(rl::kAgentName); });
+    if (!host.wait(opts.rpc_timeout, [&] { return rpc.connection_lost(rl::kAgentName); })) {
+      std::cerr << "distrl-observer: " << stop_signal_name()
+                << ": the agent did not end the run within 20 s of the signal; leaving without it\n";
+      return stop_exit_code();
+    }
     rpc.shutdown();
-    return 0;
+    return stop_exit_code();  // 0, or 128 + the signal that stopped the run
   });
 }

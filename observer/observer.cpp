@@ -1,8 +1,11 @@
 #include "observer/observer.h"
 
+#include <optional>
+
 #include "common/cpu_time.h"
-#include "common//error.h"
+#include "common/error.h"
 #include "common/log.h"
+#include "common/stop_signal.h"
 
 namespace distrl::observer {
 
@@ -160,10 +163,14 @@ void ObserverHost::fail(const std::string& why) {
   cv_.notify_all();
 }
 
-bool ObserverHost::wait(std::chrono::milliseconds idle_limit, const std::function<bool()>& agent_lost) {
+bool ObserverHost::wait(std::chrono::milliseconds idle_limit, const std::function<bool()>& agent_lost,
+                        std::chrono::milliseconds stop_grace) {
   std::unique_lock<std::mutex> lock(mu_);
+  std::optional<Clock::time_point> leave_at;  // set by a stop signal
   for (;;) {
     if (finished_) return true;
+    if (!leave_at && stop_signal()) leave_at = Clock::now() + stop_grace;
+    if (leave_at && Clock::now() >= *leave_at) return false;
     if (!failure_.empty()) throw TransportError(failure_);
     if (agent_lost && agent_lost())
       throw TransportError("lost the agent: its connection dropped (the process exited or crashed)");

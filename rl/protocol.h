@@ -120,11 +120,16 @@ namespace distrl::rl {
 
 // Rows in a select_action request: obs must hold whole observations of obs_dim floats.
 // Throws ProtocolError (the caller sees it as a RemoteError) otherwise.
-inline int observation_rows(const std::vector<float>& obs, int obs_dim) {
+// max_rows > 0: at most that many rows (an observer asks for one row per env it steps).
+inline int observation_rows(const std::vector<float>& obs, int obs_dim, int max_rows = 0) {
   if (obs.empty() || obs.size() % static_cast<std::size_t>(obs_dim) != 0)
     throw ProtocolError("select_action: " + std::to_string(obs.size()) +
                                 " floats are not whole observations of " + std::to_string(obs_dim));
-  return static_cast<int>(obs.size() / static_cast<std::size_t>(obs_dim));
+  const std::size_t rows = obs.size() / static_cast<std::size_t>(obs_dim);
+  if (max_rows > 0 && rows > static_cast<std::size_t>(max_rows))
+    throw ProtocolError("select_action: " + std::to_string(rows) + " observation rows in one request; at most " +
+                        std::to_string(max_rows) + " (env.per_observer) are accepted");
+  return static_cast<int>(rows);
 }
 
 // The observer's object as the agent's RRefs see it (only its methods are called remotely).

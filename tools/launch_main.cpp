@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
                  "its rank (a config's launch.max_restarts sets it too)")
       ->check(CLI::Range(0, 1000));
   double grace_s = std::chrono::duration<double>(o.grace).count();
-  app.add_option("--grace", grace_s, "seconds between SIGTERM and SIGKILL when stopping ranks")
+  app.add_option("--grace", grace_s, "seconds between SIGTERM and SIGKILL when stopping ranks (they finish their step, save and write their outputs in between)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 3600.0));
   std::string config;

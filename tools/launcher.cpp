@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 
 #include "common/error.h"
@@ -31,7 +32,22 @@ struct Rank {
 };
 
 volatile sig_atomic_t g_signal = 0;
-void on_signal(int sig) { g_signal = sig; }
+volatile sig_atomic_t g_signals = 0;  // how many: the second one kills the ranks at once
+void on_signal(int sig) {
+  g_signal = sig;
+  g_signals = g_signals + 1;
+}
+
+// A rank's ipc endpoints are /tmp/distrl-<its pid>-*.ipc (transport/endpoints.cpp); a rank that
+// was killed could not remove them, so the launcher does once the rank has exited.
+void remove_ipc_files(pid_t pid) {
+  const std::string prefix = "distrl-" + std::to_string(pid) + "-";
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/tmp", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) == 0 && e.path().extension() == ".ipc") std::filesystem::remove(e.path(), ec);
+  }
+}
 
 void emit(const Rank& r, const std::string& line, bool prefix) {
   std::string s = prefix ? "[" + std::to_string(r.global) + "] " + line + "\n" : line + "\n";
@@ -197,6 +213,7 @@ int launch(const LaunchOptions& o) {
       int status = 0;
       if (::waitpid(r.pid, &status, WNOHANG) != r.pid) continue;
       r.code = exit_code(status);
+      remove_ipc_files(r.pid);
       if (r.code != 0 && !stopping && r.restarts < o.max_restarts) {
         ++r.restarts;
         while (r.out_fd >= 0 && pump(r, o.prefix)) {  // its last words first
@@ -218,11 +235,17 @@ int launch(const LaunchOptions& o) {
       }
     }
     if (g_signal && !stopping) {
-      std::cerr << "distrl-launch: got signal " << g_signal << "; stopping all ranks\n";
+      std::cerr << "distrl-launch: " << (g_signal == SIGINT ? "SIGINT" : "SIGTERM")
+                << ": stopping every rank (SIGTERM: they finish their step, save and write their outputs; SIGKILL "
+                   "after --grace "
+                << std::chrono::duration<double>(o.grace).count() << " s). Press Ctrl-C again to kill them now.\n";
       first_failure = 128 + g_signal;
       stopping = true;
       stop_all(SIGTERM);
       kill_at = Clock::now() + o.grace;
+    } else if (g_signals > 1 && kill_at != Clock::time_point::max()) {
+      std::cerr << "distrl-launch: second signal: killing every rank now\n";
+      kill_at = Clock::now();
     }
     if (stopping && Clock::now() >= kill_at) {
       stop_all(SIGKILL);

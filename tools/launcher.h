@@ -18,7 +18,7 @@ struct LaunchOptions {
   std::string master_addr = "127.0.0.1";
   int master_port = 0;        // 0: pick a free port (single node only)
   bool prefix = true;         // "[rank] " before each line
-  std::chrono::milliseconds grace{5000};  // SIGTERM -> SIGKILL delay when stopping ranks
+  std::chrono::milliseconds grace{30000};  // SIGTERM -> SIGKILL delay when stopping ranks
   std::vector<std::string> command;
   std::vector<std::string> rank0_command;  // when set, global rank 0 runs this instead (agent + observers)
   // A rank that exits with an error or is killed is started again, up to this many times per

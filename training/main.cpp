@@ -4,6 +4,7 @@
 
 #include "common/command_line.h"
 #include "common/main_guard.h"
+#include "common/stop_signal.h"
 #include "training/train_config.h"
 #include "training/trainer.h"
 #include "transport/collectives/process_group.h"
@@ -16,6 +17,7 @@ int main(int argc, char** argv) {
         "distrl-train: trains a model from a YAML configuration with DistributedDataParallel over a\n"
         "process group (one process per rank). Prints a progress bar per epoch, the test loss and\n"
         "accuracy, and writes OUT_DIR/metrics.csv, OUT_DIR/config.yaml and the checkpoint.\n"
+        "SIGINT/SIGTERM: every rank stops after the same step, saves the checkpoint and exits 130/143.\n"
         "Usually started by: distrl-launch --config configs/ddp_fashion_mnist.yaml",
         "configs/ddp_fashion_mnist.yaml", "continue from a checkpoint of an earlier run (OUT_DIR/checkpoint.pt)");
     if (!cmd.parse(argc, argv)) return 0;
@@ -30,6 +32,6 @@ int main(int argc, char** argv) {
     o.transport = cfg.transport;
     auto pg = transport::init_process_group(o);
     training::train(cfg, cmd.settings.to_yaml(), pg, cmd.flags.resume);
-    return 0;
+    return stop_exit_code();  // 0, or 128 + a SIGINT/SIGTERM that stopped the run after a checkpoint
   });
 }

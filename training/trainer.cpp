@@ -10,11 +10,14 @@
 #include <fstream>
 
 #include "common/error.h"
+#include "common/output_file.h"
 #include "common/plot.h"
+#include "common/stop_signal.h"
 #include "models/nets.h"
 #include "training/checkpoint.h"
 #include "training/data.h"
 #include "training/ddp/ddp.h"
+#include "training/run_outputs.h"
 
 namespace distrl::training {
 namespace {
@@ -124,13 +127,10 @@ std::vector<EpochResult> train(const TrainConfig& cfg, const std::string& config
     if (lead) std::printf("distrl-train: resumed from %s after epoch %d (%lld steps)\n", resume.c_str(), first_epoch - 1, steps);
   }
   std::ofstream csv;
+  const std::string csv_path = cfg.out_dir + "/metrics.csv";
   if (lead) {
-    std::filesystem::create_directories(cfg.out_dir);
-    std::ofstream(cfg.out_dir + "/config.yaml") << config_yaml;
-    const std::string path = cfg.out_dir + "/metrics.csv";
-    const bool fresh = resume.empty() || !std::filesystem::exists(path);
-    csv.open(path, fresh ? std::ios::trunc : std::ios::app);
-    if (fresh) csv << "epoch,steps,train_loss,test_loss,test_accuracy,samples_per_s,seconds\n";
+    csv = open_run_outputs(cfg.out_dir, config_yaml, "metrics.csv",
+                           "epoch,steps,train_loss,test_loss,test_accuracy,samples_per_s,seconds", !resume.empty());
     std::printf("distrl-train: %s on %s (%lld train / %lld test samples), %d rank(s) x batch %d, %s lr %g, "
                 "%zu gradient bucket(s)\n",
                 cfg.model.c_str(), data.train.name.c_str(), static_cast<long long>(data.train.size()),
@@ -139,6 +139,17 @@ std::vector<EpochResult> train(const TrainConfig& cfg, const std::string& config
     std::fflush(stdout);
   }
 
+  // SIGINT/SIGTERM: every rank must stop after the same step (each step all-reduces the
+  // gradients), so the ranks agree on it every kStopCheckSteps steps with one 8-byte all-reduce.
+  install_stop_handlers();
+  constexpr long long kStopCheckSteps = 10;
+  const auto stop_agreed = [&] {
+    if (world == 1) return stop_signal() != 0;
+    auto flag = torch::tensor({stop_signal() != 0 ? 1.0 : 0.0}, torch::kDouble);
+    pg->all_reduce(flag);
+    return flag.item<double>() > 0;
+  };
+  bool stopped = false;
   DistributedSampler sampler(data.train.size(), rank, world, true, static_cast<std::uint64_t>(cfg.seed));
   const long long per_epoch = (sampler.per_rank() + cfg.batch_size - 1) / cfg.batch_size;
   std::vector<EpochResult> results;
@@ -163,6 +174,20 @@ std::vector<EpochResult> train(const TrainConfig& cfg, const std::string& config
       samples += b.numel();
       if (lead && done % cfg.log_interval == 0)
         progress(epoch, cfg.epochs, done, per_epoch, loss_sum / done, samples * world / since(start), false);
+      if (steps % kStopCheckSteps == 0 && stop_agreed()) {
+        stopped = true;
+        break;
+      }
+    }
+    if (stopped) {  // the model is saved as it is; the epoch counts as not done, so a resume repeats it
+      save_checkpoint(ckpt, *net, opt.get(), {{"epoch", double(epoch - 1)}, {"steps", double(steps)}}, *pg);
+      if (lead)
+        std::printf("\ndistrl-train: stopped by %s in epoch %d after step %lld; checkpoint %s (go on with --resume "
+                    "%s; epoch %d starts again)\n",
+                    stop_signal() ? stop_signal_name() : "a signal on another rank", epoch, steps, ckpt.c_str(),
+                    ckpt.c_str(), epoch);
+      std::fflush(stdout);
+      break;
     }
     EpochResult r;
     r.epoch = epoch;
@@ -185,7 +210,7 @@ std::vector<EpochResult> train(const TrainConfig& cfg, const std::string& config
       std::fflush(stdout);
       csv << epoch << ',' << steps << ',' << r.train_loss << ',' << r.test_loss << ',' << r.test_accuracy << ','
           << r.samples_per_s << ',' << r.seconds << '\n';
-      csv.flush();
+      check_written(csv, csv_path);
     }
     const bool last = epoch == cfg.epochs || (cfg.max_steps > 0 && steps >= cfg.max_steps);
     if (last || (cfg.checkpoint_every > 0 && epoch % cfg.checkpoint_every == 0)) {

@@ -309,7 +309,7 @@ struct Store::Impl {
       if (r.status != kOk) throw TransportError("store " + endpoint + ": " + what + ": " + r.value);
       return r;
     }
-    throw TimeoutError("store " + endpoint + ": " + what + " timed out after " + std::to_string(wait.count()) +
+    throw TimeoutError("store " + endpoint + ": " + what + " timed out after " + std::to_string((wait + slack).count()) +
                        " ms (are all ranks started, and MASTER_ADDR/MASTER_PORT the same everywhere?)");
   }
 };
@@ -333,22 +333,29 @@ std::string join_keys(const std::vector<std::string>& keys) {
 }
 }  // namespace
 
-void Store::set(const std::string& key, const std::string& value) {
-  impl_->request({kSet, 0, {key}, value, 0, 0}, impl_->timeout, "set(" + key + ")");
+// set, add and check are answered at once: the whole timeout is the answer's slack.
+void Store::set(const std::string& key, const std::string& value) { set(key, value, impl_->timeout); }
+void Store::set(const std::string& key, const std::string& value, std::chrono::milliseconds timeout) {
+  impl_->request({kSet, 0, {key}, value, 0, 0}, std::chrono::milliseconds(0), "set(" + key + ")", timeout);
 }
 std::string Store::get(const std::string& key) { return get(key, impl_->timeout); }
 std::string Store::get(const std::string& key, std::chrono::milliseconds timeout) {
   return impl_->request({kGet, 0, {key}, {}, 0, 0}, timeout, "get(" + key + ")").value;
 }
 std::int64_t Store::add(const std::string& key, std::int64_t delta) {
-  return impl_->request({kAdd, 0, {key}, {}, delta, 0}, impl_->timeout, "add(" + key + ")").number;
+  return impl_->request({kAdd, 0, {key}, {}, delta, 0}, std::chrono::milliseconds(0), "add(" + key + ")",
+                        impl_->timeout)
+      .number;
 }
 void Store::wait(const std::vector<std::string>& keys) { wait(keys, impl_->timeout); }
 void Store::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   impl_->request({kWait, 0, keys, {}, 0, 0}, timeout, "wait(" + join_keys(keys) + ")");
 }
-bool Store::check(const std::vector<std::string>& keys) {
-  return impl_->request({kCheck, 0, keys, {}, 0, 0}, impl_->timeout, "check(" + join_keys(keys) + ")").number != 0;
+bool Store::check(const std::vector<std::string>& keys) { return check(keys, impl_->timeout); }
+bool Store::check(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  return impl_->request({kCheck, 0, keys, {}, 0, 0}, std::chrono::milliseconds(0), "check(" + join_keys(keys) + ")",
+                        timeout)
+             .number != 0;
 }
 bool Store::ping(std::chrono::milliseconds timeout) {
   try {

@@ -46,7 +46,10 @@ class Store {
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
+  // Every call without a timeout argument is bounded by the client's timeout(); one with a
+  // timeout by that instead (a caller with a deadline of its own, e.g. a shutdown, passes the rest).
   void set(const std::string& key, const std::string& value);
+  void set(const std::string& key, const std::string& value, std::chrono::milliseconds timeout);
   // Waits until key exists, then returns its value.
   std::string get(const std::string& key);
   std::string get(const std::string& key, std::chrono::milliseconds timeout);
@@ -57,6 +60,7 @@ class Store {
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
   // True when every key exists (does not wait).
   bool check(const std::vector<std::string>& keys);
+  bool check(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
   // True when the server answers within timeout.
   bool ping(std::chrono::milliseconds timeout);
   const std::string& endpoint() const;

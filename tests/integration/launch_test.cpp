@@ -120,7 +120,24 @@ TEST(LaunchTest, ItsOwnSignalStopsEveryRankAndSetsTheExitCode) {
     EXPECT_EQ(WEXITSTATUS(status), 128 + sig);
     for (int rank : {0, 1}) EXPECT_FALSE(alive(read_pid(dir.file("pid." + std::to_string(rank))))) << rank;
     const std::string out = distrl::testing::read_file(dir.file("out"));
-    EXPECT_NE(out.find("got signal " + std::to_string(sig) + "; stopping all ranks"), std::string::npos) << out;
+    EXPECT_NE(out.find(std::string(sig == SIGINT ? "SIGINT" : "SIGTERM") + ": stopping every rank"), std::string::npos)
+        << out;
+  }
+}
+
+// A rank killed before it could remove its ipc endpoints (/tmp/distrl-<pid>-*.ipc): the
+// launcher removes them once the rank has exited. Before, every signal exit left them behind.
+TEST(LaunchTest, AKilledRanksIpcFilesAreRemoved) {
+  TempDir dir;
+  // exec keeps the shell's pid, so the file is named as a rank's own endpoint would be.
+  auto r = launch("--nproc 2 -- sh -c 'touch /tmp/distrl-$$-test.ipc; echo $$ > " + dir.path() +
+                  "/pid.$RANK; if [ $RANK = 1 ]; then while [ ! -e " + dir.path() + "/pid.0 ]; do sleep 0.05; done; exit 3; fi; "
+                  "exec sleep 600'");
+  EXPECT_EQ(r.code, 3) << r.output;
+  for (int rank : {0, 1}) {
+    const pid_t pid = read_pid(dir.file("pid." + std::to_string(rank)));
+    ASSERT_GT(pid, 0);
+    EXPECT_FALSE(std::filesystem::exists("/tmp/distrl-" + std::to_string(pid) + "-test.ipc")) << rank;
   }
 }
 

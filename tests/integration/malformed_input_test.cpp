@@ -28,6 +28,8 @@ constexpr std::size_t kMaxFrames = 64;  // and its max_frames
 // Child: serve until "stop" is called.
 int serve(const TempDir& dir) {
   std::atomic<bool> stop{false};
+  std::weak_ptr<std::string> kept;  // the object of the RRef below: gone once its last fork is released
+  std::atomic<std::uint64_t> kept_id{0};
   RpcOptions o;
   o.init_method = "file://" + dir.file("rendezvous");
   o.rank = 0;
@@ -39,10 +41,16 @@ int serve(const TempDir& dir) {
     a.register_function("echo", [](std::string s) { return s; });
     a.register_function("stats", [&a]() { return a.stats(); });
     a.register_function("stop", [&]() { stop = true; });
+    a.register_function("kept", [&]() { return std::string(kept.expired() ? "gone" : "alive"); });
+    a.register_function("kept_id", [&]() { return std::to_string(kept_id.load()); });
     a.register_function("rref_of", [](RRef<std::string> r) {
       return "owner " + std::to_string(r.owner_rank()) + " id " + std::to_string(r.id());
     });
   });
+  auto value = std::make_shared<std::string>("an object held through an RRef");
+  kept = value;
+  const RRef<std::string> held = agent.make_rref(std::move(value));
+  kept_id = held.id();
   {
     std::ofstream f(dir.file("endpoint.tmp"));
     f << agent.worker(0).endpoint;
@@ -214,6 +222,34 @@ TEST_F(MalformedInputTest, CallsToUnknownObjectsAreAnsweredAndFreed) {
   EXPECT_EQ(refused, 1100 - 1024);
   EXPECT_EQ(expired, 1024);
   EXPECT_EQ(stats().live_objects, before);
+}
+
+// Hostile-peer case 4: object ids were sequential ((creator rank + 1) << 48 | n), so 64 one-way
+// release notices (id, id) for n = 1..64 freed an observer's Observer object under the run.
+// Ids are random 64-bit now: releases naming ids nobody handed out free nothing; and a release
+// of a real fork from a rank that does not hold it is refused and counted.
+TEST_F(MalformedInputTest, GuessedReleasesFreeNothing) {
+  auto r = call(request(next_id_++, "kept"));
+  ASSERT_TRUE(r.has_value());
+  ASSERT_EQ(r->text, "alive");
+  for (std::uint64_t creator : {1, 2})
+    for (std::uint64_t n = 1; n <= 64; ++n) send(release_notice((creator << 48) | n, (creator << 48) | n));
+  expect_still_serving();
+  r = call(request(next_id_++, "kept"));
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->text, "alive");
+
+  // Knowing the real id is not enough either: only the rank holding a fork may release it.
+  r = call(request(next_id_++, "kept_id"));
+  ASSERT_TRUE(r.has_value());
+  const std::uint64_t id = std::stoull(r->text);  // the owner's own fork id is the object id
+  const auto refused = stats().releases_refused;
+  send(release_notice(id, id));
+  expect_still_serving();
+  EXPECT_EQ(stats().releases_refused, refused + 1);
+  r = call(request(next_id_++, "kept"));
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->text, "alive");
 }
 
 // An RRef as transport/README.md documents it, written out by hand: ext type 2, 20 bytes,

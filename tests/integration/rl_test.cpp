@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -340,6 +341,71 @@ TEST(PpoRunTest, FragmentsFlowForDiscreteAndContinuousEnvsAndEvalReadsTheCheckpo
   r = launch("--config " + cont + " learner.algo=reinforce run.out_dir=" + dir2.path());
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.output.find("learner.algo=ppo"), std::string::npos) << r.output;
+}
+
+// Ctrl-C on a long run loses nothing (issue 14, case 6). distrl-launch passes SIGTERM on; the
+// agent finishes its round, saves policy.pt and writes metrics, summary, config and plot; the
+// observers serve until it has; the launcher exits 130. Before, the run was lost: exit 130 with
+// an empty metrics.csv and no policy.pt.
+TEST(RlSignalTest, CtrlCFinishesTheRoundSavesAndWritesEveryOutput) {
+  TempDir dir;
+  pid_t launcher = 0;
+  int rounds = 0;
+  auto r = distrl::testing::run_command(
+      "echo PID $$; exec " + distrl::testing::bin_path("distrl-launch") + " --config " + kConfig +
+          " observers=2 learner.episodes=100000 learner.max_steps=30 learner.log_interval=1 run.out_dir=" + dir.path(),
+      [&](const std::string& line) {
+        if (line.rfind("PID ", 0) == 0) launcher = std::stoi(line.substr(4));
+        if (line.find("] round ") != std::string::npos && ++rounds == 5) ::kill(launcher, SIGINT);
+      });
+  EXPECT_EQ(r.code, 130) << r.output;
+  EXPECT_NE(r.output.find("Stopped after"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("stopped by SIGTERM after round"), std::string::npos) << r.output;
+  const int rows = count_lines(dir.file("metrics.csv")) - 1;
+  EXPECT_GE(rows, 5);
+  EXPECT_TRUE(std::filesystem::exists(dir.file("policy.pt")));
+  EXPECT_TRUE(std::filesystem::exists(dir.file("config.yaml")));
+  const std::string summary = read_file(dir.file("summary.csv"));
+  EXPECT_NE(summary.find("\n2,batched,1," + std::to_string(rows) + ","), std::string::npos) << summary;
+
+  // The checkpoint is whole: a resumed run starts after the last saved round.
+  auto again = launch("--config " + kConfig + " observers=2 learner.episodes=" + std::to_string(rows + 2) +
+                      " learner.max_steps=30 run.out_dir=" + dir.path() + " --resume " + dir.file("policy.pt"));
+  ASSERT_EQ(again.code, 0) << again.output;
+  EXPECT_NE(again.output.find("at round " + std::to_string(rows) + " ("), std::string::npos) << again.output;
+}
+
+// A full disk while the agent saves (issue 14, case 5): before, LibTorch's writer threw from a
+// destructor and the agent aborted (exit 134). Files here may grow to 6 KiB (RLIMIT_FSIZE,
+// inherited by every process of the run): metrics.csv fits, policy.pt (~12 KiB) does not. The
+// agent exits 1 naming the file and the reason, and the checkpoint from before stays loadable.
+TEST(RlFailureTest, AFullDiskWhileSavingIsANamedErrorAndKeepsTheLastCheckpoint) {
+  TempDir dir;
+  const std::string run = "--config " + kConfig + " observers=1 learner.max_steps=20 run.out_dir=" + dir.path();
+  auto first = launch(run + " learner.episodes=2");
+  ASSERT_EQ(first.code, 0) << first.output;
+  const std::string before = read_file(dir.file("policy.pt"));
+  ASSERT_GT(before.size(), 6u << 10) << "the limit below must be smaller than a checkpoint";
+
+  rlimit old{};
+  ::getrlimit(RLIMIT_FSIZE, &old);
+  rlimit small = old;
+  small.rlim_cur = 6 << 10;
+  ::signal(SIGXFSZ, SIG_IGN);  // inherited: a write past the limit fails with EFBIG instead of killing
+  ::setrlimit(RLIMIT_FSIZE, &small);
+  auto full = launch(run + " learner.episodes=4 --resume " + dir.file("policy.pt"));
+  ::setrlimit(RLIMIT_FSIZE, &old);
+  ::signal(SIGXFSZ, SIG_DFL);
+  EXPECT_EQ(full.code, 1) << full.output;
+  EXPECT_NE(full.output.find("distrl-agent: cannot write '" + dir.file("policy.pt") + "': File too large"),
+            std::string::npos) << full.output;
+  EXPECT_NE(full.output.find("the file there before is unchanged"), std::string::npos) << full.output;
+  EXPECT_EQ(full.output.find("terminate called"), std::string::npos) << full.output;
+  EXPECT_EQ(read_file(dir.file("policy.pt")), before);
+  EXPECT_FALSE(std::filesystem::exists(dir.file("policy.pt.tmp")));
+  auto eval = distrl::testing::run_command(distrl::testing::bin_path("distrl-agent") + " --config " + kConfig +
+                                           " --eval --episodes 2 --checkpoint " + dir.file("policy.pt"));
+  EXPECT_EQ(eval.code, 0) << eval.output;
 }
 
 }  // namespace

@@ -533,6 +533,42 @@ TEST(RpcTest, ServeUntilShutdownOutlastsTheShutdownTimeoutAndSeesTheMasterDie) {
   EXPECT_EQ(codes, (std::vector<int>{0, 0, 128 + SIGKILL}));
 }
 
+// One bound for all of a shutdown, even when the rank that hosts the store hangs (SIGSTOP: its
+// connections stay open, nothing answers): the shutdown's store calls get what is left of
+// shutdown_timeout, not the store's own (rendezvous) timeout. Before, each one waited 30 s here
+// (120 s in an RL run) and a hung store host held a shutdown for minutes.
+TEST(RpcTest, ShutdownKeepsItsBoundWhenTheStoreHostHangs) {
+  TempDir dir;
+  auto codes = run_ranks(2, [&](int rank) {
+    auto o = rpc_options(dir, rank, 2);
+    o.shutdown_timeout = 1s;
+    RpcAgent agent(o, register_all);
+    if (rank == 0) {
+      std::ofstream(dir.file("pid0")) << ::getpid();
+      std::this_thread::sleep_for(60s);  // stopped, then killed, by rank 1
+      return 0;
+    }
+    expect(distrl::testing::wait_for_file(dir.file("pid0"), 10s), "rank 0 wrote its pid");
+    std::this_thread::sleep_for(100ms);
+    const pid_t pid0 = std::stoi(distrl::testing::read_file(dir.file("pid0")));
+    ::kill(pid0, SIGSTOP);
+    const auto t0 = std::chrono::steady_clock::now();
+    bool threw = false;
+    try {
+      agent.shutdown();
+    } catch (const distrl::Error& e) {
+      threw = true;
+      std::cerr << "rank 1 shutdown: " << e.what() << std::endl;
+    }
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ::kill(pid0, SIGKILL);
+    expect(threw, "the shutdown reported the hung store host");
+    expect(secs < 4, "shutdown took " + std::to_string(secs) + " s with shutdown_timeout 1 s");
+    return 0;
+  }, std::chrono::seconds(60));
+  EXPECT_EQ(codes, (std::vector<int>{128 + SIGKILL, 0}));
+}
+
 // rpc_sync's fast path (each calling thread sends and waits on a channel of its own) under
 // load: eight threads of rank 0 and four of rank 1 call both other ranks at once, by name and
 // through an RRef; every answer is the one for its own call.

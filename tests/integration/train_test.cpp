@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -84,6 +85,39 @@ TEST(TrainTest, BadConfigsAreRefusedByNameBeforeAnythingStarts) {
   r = launch("--config " + kConfig + " data.path=" + empty.path() + " dist.world_size=1");
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.output.find("train-images-idx3-ubyte"), std::string::npos) << r.output;
+}
+
+// SIGINT to distrl-launch mid-epoch (issue 14, case 6): both ranks stop after the same step,
+// the checkpoint is saved, the launcher exits 130, and --resume goes on from it. Before, the
+// ranks died at once and the run was lost.
+TEST(TrainTest, CtrlCStopsEveryRankAtTheSameStepAndSaves) {
+  TempDir data, out;
+  write_dataset(data);
+  const std::string common = " data.path=" + data.path() + " run.out_dir=" + out.path() + " model.name=mlp model.hidden=[64]";
+  pid_t launcher = 0;
+  int lines = 0;
+  auto r = distrl::testing::run_command(
+      "echo PID $$; exec " + distrl::testing::bin_path("distrl-launch") + " --config " + kConfig + common +
+          " train.batch_size=2 train.epochs=200 run.log_interval=5",
+      [&](const std::string& line) {
+        if (line.rfind("PID ", 0) == 0) launcher = std::stoi(line.substr(4));
+        if (line.find("] epoch 1/200 [") != std::string::npos && ++lines == 3) ::kill(launcher, SIGINT);
+      });
+  EXPECT_EQ(r.code, 130) << r.output;
+  const std::string said = "distrl-train: stopped by SIGTERM in epoch ";
+  const auto at = r.output.find(said);
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const int epoch = std::stoi(r.output.substr(at + said.size()));
+  ASSERT_TRUE(std::filesystem::exists(out.file("checkpoint.pt"))) << r.output;
+  EXPECT_EQ(count_lines(out.file("metrics.csv")), epoch);  // the header and every finished epoch
+
+  // The stopped epoch counts as not done: a resume runs it again.
+  auto resumed = launch("--config " + kConfig + common + " train.batch_size=32 train.epochs=" + std::to_string(epoch) +
+                        " --resume " + out.file("checkpoint.pt"));
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << resumed.output;
+  const std::string last = "epoch " + std::to_string(epoch) + "/" + std::to_string(epoch) + ": train loss";
+  EXPECT_NE(resumed.output.find(last), std::string::npos) << resumed.output;
 }
 
 }  // namespace

@@ -68,6 +68,16 @@ Frames method_request(std::uint64_t id, std::uint64_t obj, const std::string& fn
       transport::detail::build_message(h, nullptr, 0, transport::detail::args_writer(args...)));
 }
 
+// A one-way RRef release notice (object id, fork id), as a holder sends it to the owner.
+inline Frames release_notice(std::uint64_t obj, std::uint64_t fork) {
+  transport::detail::Header h;
+  h.kind = transport::Kind::Control;
+  h.fn = "__rref_del";  // rpc_state.h kReleaseFn
+  const std::tuple<std::uint64_t, std::uint64_t> ids{obj, fork};
+  return transport::detail::encode_message(
+      transport::detail::build_message(h, nullptr, 0, [&](transport::detail::Packer& pk) { pk.pack(ids); }));
+}
+
 inline Frames one_frame(const std::string& bytes) {
   Frames f;
   f.emplace_back(bytes.data(), bytes.size());

@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/plot.h"
+#include "models/checkpoint.h"
 #include "models/nets.h"
 #include "models/resnet.h"
 #include "training/ps/client.h"
@@ -188,7 +189,7 @@ void run_batch_update(const PsConfig& cfg, const std::string& config_yaml, trans
               << tensor_bytes / 1e6 << " MB of gradients and values (" << std::fixed << std::setprecision(4)
               << wire / tensor_bytes << "x)" << std::defaultfloat << std::endl;
     metrics.close();
-    torch::save(ps.pull(names), cfg.out_dir + "/params.pt");
+    models::save_file(ps.pull(names), cfg.out_dir + "/params.pt");
     write_stats_csv(cfg.out_dir + "/ps_stats.csv", ps.stats());
     std::cout << "trainer 0: " << cfg.rounds << " rounds in " << std::setprecision(3) << seconds << " s ("
               << cfg.rounds / seconds << " rounds/s); " << dropped << " late push(es) dropped; wrote " << cfg.out_dir

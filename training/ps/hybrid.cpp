@@ -17,6 +17,7 @@
 #include "autograd/remote_module.h"
 #include "common/error.h"
 #include "common/plot.h"
+#include "models/checkpoint.h"
 #include "models/nets.h"
 #include "training/ddp/ddp.h"
 #include "transport/collectives/process_group.h"
@@ -180,7 +181,7 @@ void run_trainer(const PsConfig& cfg, const std::string& config_yaml, transport:
     std::vector<at::Tensor> state;
     for (auto& p : emb.remote_parameters()) state.push_back(p.to_here());
     for (auto& p : fc->parameters()) state.push_back(p.detach().clone());
-    torch::save(state, cfg.out_dir + "/params.pt");
+    models::save_file(state, cfg.out_dir + "/params.pt");
     plot_csv(cfg.out_dir + "/metrics.csv", cfg.out_dir + "/learning_curve.png",
              {{"training loss", "epoch", {{"epoch", "loss", "loss"}}}});
     std::cout << "trainer 0: wrote " << cfg.out_dir << "/{metrics.csv,learning_curve.png,params.pt,config.yaml}"

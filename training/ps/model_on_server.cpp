@@ -15,6 +15,7 @@
 #include "autograd/step_guard.h"
 #include "common/error.h"
 #include "common/plot.h"
+#include "models/checkpoint.h"
 #include "models/nets.h"
 #include "training/data.h"
 #include "training/ps/client.h"
@@ -239,7 +240,7 @@ void run_model_on_server(const PsConfig& cfg, const std::string& config_yaml, tr
   if (lead) {
     metrics.close();
     epochs_csv.close();
-    torch::save(agent.rpc_sync<std::vector<at::Tensor>>(kServerRank, "ps.model.state"), cfg.out_dir + "/params.pt");
+    models::save_file(agent.rpc_sync<std::vector<at::Tensor>>(kServerRank, "ps.model.state"), cfg.out_dir + "/params.pt");
     plot_csv(cfg.out_dir + "/epochs.csv", cfg.out_dir + "/learning_curve.png",
              {{"test accuracy", "epoch", {{"epoch", "test_accuracy", "test accuracy"}}},
               {"test loss", "epoch", {{"epoch", "test_loss", "test loss"}}}});

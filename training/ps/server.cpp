@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/thread_name.h"
+#include "models/checkpoint.h"
 
 namespace distrl::training::ps {
 
@@ -168,8 +169,6 @@ ShardServer::Saved ShardServer::save_locked() const {
 void ShardServer::write_snapshot(const Saved& saved) {
   namespace fs = std::filesystem;
   const std::string& path = opt_.snapshot_path;
-  std::error_code ec;
-  if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path(), ec);
   torch::serialize::OutputArchive ar;
   ar.write("shard", c10::IValue(static_cast<std::int64_t>(shard_)));
   ar.write("shards", c10::IValue(static_cast<std::int64_t>(num_shards_)));
@@ -189,21 +188,10 @@ void ShardServer::write_snapshot(const Saved& saved) {
     if (k.steps.defined()) a.write("steps", k.steps, true);
     ar.write("key" + std::to_string(i), a);
   }
-  const std::string tmp = path + ".tmp";
   try {
-    ar.save_to(tmp);
-  } catch (const std::exception& e) {
-    std::remove(tmp.c_str());
-    throw Error("ps shard " + std::to_string(shard_) + ": cannot write the snapshot " + tmp + " (is the disk full?): " +
-                e.what());
-  }
-  // On disk before it replaces the last good one: a crash now leaves one or the other whole.
-  const int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
-  const bool synced = fd >= 0 && ::fsync(fd) == 0;
-  if (fd >= 0) ::close(fd);
-  if (!synced || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw Error("ps shard " + std::to_string(shard_) + ": cannot put the snapshot in place at " + path);
+    models::save_archive(ar, path);  // the last good snapshot stays whole when this fails
+  } catch (const OutputError& e) {
+    throw OutputError("ps shard " + std::to_string(shard_) + ": snapshot: " + e.what());
   }
 }
 

@@ -14,6 +14,7 @@
 
 #include "common/error.h"
 #include "common/plot.h"
+#include "models/checkpoint.h"
 #include "training/data.h"
 #include "training/ps/batch_update.h"
 #include "training/ps/client.h"
@@ -196,7 +197,7 @@ void run_skipgram(const PsConfig& cfg, const std::string& config_yaml, transport
       std::cout << line.str() << std::endl;
       out << line.str() << "\n";
     }
-    torch::save(table, cfg.out_dir + "/embeddings.pt");
+    models::save_file(table, cfg.out_dir + "/embeddings.pt");
     write_stats_csv(cfg.out_dir + "/ps_stats.csv", ps.stats());
     plot_csv(cfg.out_dir + "/metrics.csv", cfg.out_dir + "/learning_curve.png",
              {{"skip-gram loss", "step", {{"step", "loss", "loss"}}}});

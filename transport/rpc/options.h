@@ -63,12 +63,13 @@ struct RpcStats {
   std::uint64_t dropped_messages = 0;  // refused with no one to answer
   std::uint64_t timeouts = 0;
   std::uint64_t live_objects = 0;      // RRef-owned objects held here
+  std::uint64_t releases_refused = 0;  // RRef releases from a rank that does not hold the fork
   // Message bytes (every frame: header, body, tensor frames; not ZeroMQ's framing or TCP/IP's)
   // this worker sent and received: requests, replies and notices, both paths.
   std::uint64_t bytes_sent = 0;
   std::uint64_t bytes_received = 0;
-  MSGPACK_DEFINE(calls_sent, calls_served, bad_messages, dropped_messages, timeouts, live_objects, bytes_sent,
-                 bytes_received);
+  MSGPACK_DEFINE(calls_sent, calls_served, bad_messages, dropped_messages, timeouts, live_objects, releases_refused,
+                 bytes_sent, bytes_received);
 };
 
 }  // namespace distrl::transport

@@ -3,9 +3,12 @@
 // only on the I/O thread; the registry and the object table have their own locks.
 #include "transport/rpc/detail/rpc_core.h"
 
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <thread>
 
 #include "transport/rpc/detail/rpc_state.h"
@@ -44,6 +47,7 @@ RpcStats RpcCore::stats() const {
   st.bytes_received = s_->sync_bytes_received.load() + (s_->io ? s_->io->bytes_received() : 0);
   std::lock_guard<std::mutex> lock(s_->obj_mu);
   st.live_objects = s_->objects.size();
+  st.releases_refused = s_->releases_refused;
   return st;
 }
 
@@ -122,8 +126,17 @@ void attach_hooks(RpcCore::State& s, InMessage& m) {
 }
 
 std::uint64_t RpcCore::new_object_id() {
-  // Globally unique: the creator's rank in the high 16 bits.
-  return (static_cast<std::uint64_t>(s_->rank + 1) << 48) | s_->next_object.fetch_add(1);
+  // Random 64 bits from the kernel: unique in practice (a repeat among 10^6 live ids is a
+  // 1-in-10^7 event) and unguessable, so that nobody who has not been handed an RRef can call
+  // or release its object (sequential ids let a peer release others' objects: issue 14, case 4).
+  std::uint64_t id = 0;
+  while (id == 0) {
+    if (::getrandom(&id, sizeof(id), 0) != static_cast<ssize_t>(sizeof(id))) {
+      if (errno == EINTR) continue;
+      throw Error(std::string("rpc: getrandom failed: ") + std::strerror(errno));
+    }
+  }
+  return id;
 }
 
 // ------------------------------------------------------------------ outgoing calls
@@ -530,9 +543,8 @@ void RpcCore::start(const std::function<void()>& before_publish) {
   if (s.opts.name.empty()) s.opts.name = "worker" + std::to_string(s.rank);
   s.rdv = std::make_unique<Rendezvous>(w, s.opts.rendezvous_timeout);
   // A rank that has been here before (its process died) rejoins: same rank and name, a new
-  // address, peers told once it runs. Its object ids carry the incarnation so they never repeat.
+  // address, peers told once it runs.
   s.incarnation = s.rdv->store().add("rpc/incarnation/" + std::to_string(s.rank), 1);
-  s.next_object.store((static_cast<std::uint64_t>(s.incarnation - 1) << 40) + 1);
   s.ctx = shared_zmq_context();
   s.pool = std::make_unique<ThreadPool>(s.opts.num_worker_threads, "rpc-handlers");
 
@@ -590,10 +602,18 @@ namespace {
 // rank to be marked or dead: a peer whose connection dropped cannot arrive, so every rank publishes the
 // peers it saw die (rpc/dead/<rank>) and nobody waits for them. Throws TimeoutError naming
 // the ranks still missing at the deadline.
+// What is left of a shutdown's one bound, for a store call (a store host that hangs must not
+// stretch the shutdown to the store's own, longer timeout); never below 100 ms, so that the
+// last calls of a shutdown that is out of time still get a fair chance to be answered.
+std::chrono::milliseconds time_left(Clock::time_point until) {
+  return std::max(std::chrono::milliseconds(100),
+                  std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()));
+}
+
 void store_barrier(RpcCore::State& s, const std::string& stage, Clock::time_point until) {
   auto& store = s.rdv->store();
   const std::string prefix = "rpc/shutdown/" + stage + "/";
-  store.set(prefix + std::to_string(s.rank), "1");
+  store.set(prefix + std::to_string(s.rank), "1", time_left(until));
   std::vector<int> missing;
   for (int r = 0; r < s.world; ++r)
     if (r != s.rank) missing.push_back(r);
@@ -605,10 +625,11 @@ void store_barrier(RpcCore::State& s, const std::string& stage, Clock::time_poin
       for (const auto& kv : s.down_peers) down.push_back(kv.first);
     }
     for (int peer : down)
-      if (published.insert(peer).second) store.set("rpc/dead/" + std::to_string(peer), "1");
+      if (published.insert(peer).second) store.set("rpc/dead/" + std::to_string(peer), "1", time_left(until));
     std::vector<int> still;
     for (int r : missing)
-      if (!store.check({prefix + std::to_string(r)}) && !store.check({"rpc/dead/" + std::to_string(r)}))
+      if (!store.check({prefix + std::to_string(r)}, time_left(until)) &&
+          !store.check({"rpc/dead/" + std::to_string(r)}, time_left(until)))
         still.push_back(r);
     missing.swap(still);
     if (missing.empty()) return;
@@ -649,7 +670,7 @@ void RpcCore::shutdown(bool graceful) {
   if (graceful && s.rdv) {
     try {
       if (s.rank == 0) store_barrier(s, "left", until);
-      else s.rdv->store().set("rpc/shutdown/left/" + std::to_string(s.rank), "1");
+      else s.rdv->store().set("rpc/shutdown/left/" + std::to_string(s.rank), "1", time_left(until));
     } catch (const Error& e) {
       failure += (failure.empty() ? "" : "; ") + std::string(e.what());
     }

@@ -228,9 +228,9 @@ void on_request(RpcCore& core, RpcCore::State& s, zmq::message_t&& routing, IoLo
   const Header& h = m->header;
   if (h.kind == Kind::Request && h.fn == kForkFn) {  // a holder passes an RRef on
     try {
-      auto ids = m->body_as<std::tuple<std::uint64_t, std::uint64_t>>(nullptr, "RRef fork notice");
+      auto ids = m->body_as<std::tuple<std::uint64_t, std::uint64_t, std::int32_t>>(nullptr, "RRef fork notice");
       std::lock_guard<std::mutex> lock(s.obj_mu);
-      s.add_fork_locked(std::get<0>(ids), std::get<1>(ids));
+      s.add_fork_locked(std::get<0>(ids), std::get<1>(ids), std::get<2>(ids));
     } catch (const ProtocolError& e) {
       count_bad(s, e.what(), true);
       reply_error(core, s, to, h, std::make_exception_ptr(BadCallError(e.what())));
@@ -244,7 +244,7 @@ void on_request(RpcCore& core, RpcCore::State& s, zmq::message_t&& routing, IoLo
       auto ids = m->body_as<std::tuple<std::uint64_t, std::uint64_t>>(nullptr, "RRef release");
       std::shared_ptr<RpcCore::State::Object> last;
       std::lock_guard<std::mutex> lock(s.obj_mu);
-      last = s.release_fork_locked(std::get<0>(ids), std::get<1>(ids));
+      last = s.release_fork_locked(std::get<0>(ids), std::get<1>(ids), h.src);
     } catch (const ProtocolError& e) {
       count_bad(s, e.what(), false);
     }
@@ -261,7 +261,7 @@ void on_request(RpcCore& core, RpcCore::State& s, zmq::message_t&& routing, IoLo
   if (h.new_obj) {  // remote(): the object exists (pending) from now on, so calls can queue on it
     std::lock_guard<std::mutex> lock(s.obj_mu);
     s.object_locked(h.new_obj, /*creating=*/true)->constructed_seen = true;
-    s.add_fork_locked(h.new_obj, h.new_obj);
+    s.add_fork_locked(h.new_obj, h.new_obj, h.src);  // the creator holds the first reference
   }
   if (!h.obj && !h.new_obj && runs_inline(s, h.fn)) {
     serve(core, s, to, m);

@@ -31,7 +31,7 @@ std::string pack_rref_descriptor(const std::shared_ptr<RRefState>& s) {
   int dest = -1;
   RpcCore* agent = current_pack_agent(&dest);
   if (!agent) throw ProtocolError("rref: an RRef can only be packed inside an RPC message");
-  const std::uint64_t fork = agent->fork_rref(s->owner, s->id, s);
+  const std::uint64_t fork = agent->fork_rref(s->owner, s->id, s, dest);  // dest will hold it
   std::string d;
   put_le(d, static_cast<std::uint32_t>(s->owner), 4);
   put_le(d, s->id, 8);
@@ -59,16 +59,16 @@ std::shared_ptr<RRefState> unpack_rref_descriptor(const msgpack::object& o) {
   return s;
 }
 
-std::uint64_t RpcCore::fork_rref(int owner, std::uint64_t id, std::shared_ptr<const void> keep) {
+std::uint64_t RpcCore::fork_rref(int owner, std::uint64_t id, std::shared_ptr<const void> keep, int holder) {
   const std::uint64_t fork = new_object_id();
   if (owner == s_->rank) {
     std::lock_guard<std::mutex> lock(s_->obj_mu);
-    s_->add_fork_locked(id, fork);
+    s_->add_fork_locked(id, fork, holder);
     return fork;
   }
   Header h;
   h.fn = kForkFn;
-  std::tuple<std::uint64_t, std::uint64_t> ids{id, fork};
+  std::tuple<std::uint64_t, std::uint64_t, std::int32_t> ids{id, fork, holder};
   // keep (the parent reference) lives in the completion until the owner has recorded the fork.
   call(owner, std::move(h), [&](Packer& pk) { pk.pack(ids); },
        [keep](InMessage*, std::exception_ptr err) {
@@ -87,7 +87,7 @@ std::uint64_t RpcCore::adopt_object(std::shared_ptr<void> value, std::type_index
   o->pack = std::move(pack);
   o->constructed_seen = true;
   o->promise.set_value(std::move(value));
-  s_->add_fork_locked(id, id);  // the owner's own reference, released like any other
+  s_->add_fork_locked(id, id, s_->rank);  // the owner's own reference, released like any other
   return id;
 }
 
@@ -97,7 +97,7 @@ void RpcCore::release_rref(int owner, std::uint64_t id, std::uint64_t fork) {
   if (owner == s.rank) {
     std::shared_ptr<State::Object> last;  // declared first: destroyed after the unlock
     std::lock_guard<std::mutex> lock(s.obj_mu);
-    last = s.release_fork_locked(id, fork);
+    last = s.release_fork_locked(id, fork, s.rank);
     return;
   }
   Header h;

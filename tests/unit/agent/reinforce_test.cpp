@@ -61,6 +61,15 @@ TEST(ReinforceTest, MalformedRolloutsAndRequestsAreRefused) {
   EXPECT_EQ(rl::observation_rows({1, 2, 3, 4, 5, 6, 7, 8}, 4), 2);
   EXPECT_THROW(rl::observation_rows({}, 4), ProtocolError);
   EXPECT_THROW(rl::observation_rows({1, 2, 3}, 4), ProtocolError);
+  // One request carries one row per env: a flood of rows is refused by name (issue 14, case 7).
+  EXPECT_EQ(rl::observation_rows(std::vector<float>(8, 0.f), 4, 2), 2);
+  try {
+    rl::observation_rows(std::vector<float>(4 << 20, 0.f), 4, 2);
+    ADD_FAILURE() << "2^20 rows passed a cap of 2";
+  } catch (const ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find("1048576 observation rows in one request; at most 2"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(ReinforceTest, ActorAnswersEveryRowWithAValidAction) {

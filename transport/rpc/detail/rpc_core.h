@@ -96,9 +96,10 @@ class RpcCore : public std::enable_shared_from_this<RpcCore> {
   // RRef support.
   std::uint64_t new_object_id();
   std::shared_ptr<void> local_object(std::uint64_t id, std::type_index type, std::chrono::milliseconds timeout);
-  // Registers a new fork of (owner, id) for a message to dest; keep stays alive until the
+  // Registers a new fork of (owner, id) for a message to `holder` (the rank that will hold
+  // it, and the only one whose release of it the owner accepts); keep stays alive until the
   // owner has recorded it. Returns the fork id to put on the wire.
-  std::uint64_t fork_rref(int owner, std::uint64_t id, std::shared_ptr<const void> keep);
+  std::uint64_t fork_rref(int owner, std::uint64_t id, std::shared_ptr<const void> keep, int holder);
   void release_rref(int owner, std::uint64_t id, std::uint64_t fork);
 
   struct State;

@@ -73,11 +73,14 @@ struct RpcCore::State {
     std::type_index type = typeid(void);
     std::function<void(const void*, Packer&)> pack;
     bool constructed_seen = false;  // the creating request has arrived
-    std::set<std::uint64_t> forks, released_early;
+    // Live forks -> the rank holding each (only it may release it); releases that overtook
+    // their fork notice -> the rank that sent them (at most kMaxEarlyReleases per object).
+    std::map<std::uint64_t, int> forks, released_early;
   };
+  static constexpr std::size_t kMaxEarlyReleases = 64;
+  std::uint64_t releases_refused = 0;  // by a rank that does not hold the fork, or past the cap
   std::mutex obj_mu;
   std::unordered_map<std::uint64_t, std::shared_ptr<Object>> objects;
-  std::atomic<std::uint64_t> next_object{1};
 
   // Peers whose connection dropped (set on the I/O thread, read by shutdown and the fast
   // path): a dead peer cannot arrive at the shutdown barrier, so shutdown publishes it and
@@ -132,19 +135,32 @@ struct RpcCore::State {
     }
     return objects.emplace(id, std::make_shared<Object>()).first->second;
   }
-  void add_fork_locked(std::uint64_t id, std::uint64_t fork) {
+  // A new fork of object id, held by rank holder.
+  void add_fork_locked(std::uint64_t id, std::uint64_t fork, int holder) {
     auto o = object_locked(id);
-    if (o && !o->released_early.erase(fork)) o->forks.insert(fork);
+    if (!o) return;
+    auto early = o->released_early.find(fork);
+    if (early != o->released_early.end() && early->second == holder) o->released_early.erase(early);
+    else o->forks[fork] = holder;
   }
-  // Returns the object when this was its last reference: the caller lets it go after
-  // unlocking, since its destructor may release RRefs and so take obj_mu again.
-  [[nodiscard]] std::shared_ptr<Object> release_fork_locked(std::uint64_t id, std::uint64_t fork) {
+  // Rank `from` lets go of a fork. Only the fork's holder can: a release from any other rank
+  // is refused (counted) and frees nothing. Returns the object when this was its last
+  // reference: the caller lets it go after unlocking, since its destructor may release RRefs
+  // and so take obj_mu again.
+  [[nodiscard]] std::shared_ptr<Object> release_fork_locked(std::uint64_t id, std::uint64_t fork, int from) {
     auto o = object_locked(id);
     if (!o) return nullptr;
-    if (!o->forks.erase(fork)) {
-      o->released_early.insert(fork);  // its fork notice is still on the way
+    auto it = o->forks.find(fork);
+    if (it == o->forks.end()) {  // its fork notice is still on the way (or the fork never was)
+      if (o->released_early.size() < kMaxEarlyReleases) o->released_early.emplace(fork, from);
+      else ++releases_refused;
       return nullptr;
     }
+    if (it->second != from) {
+      ++releases_refused;
+      return nullptr;
+    }
+    o->forks.erase(it);
     if (!o->forks.empty() || !o->released_early.empty() || !o->constructed_seen) return nullptr;
     objects.erase(id);
     return o;

@@ -1,0 +1,64 @@
+#include "common/output_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "common/error.h"
+
+namespace distrl {
+namespace {
+
+std::string reason(int err) {
+  std::string r = std::strerror(err);
+  if (err == ENOSPC || err == EDQUOT || err == EFBIG) r += " (free some space, or point run.out_dir elsewhere)";
+  if (err == EACCES || err == EPERM || err == EROFS) r += " (choose a writable run.out_dir)";
+  return r;
+}
+
+}  // namespace
+
+void write_file_atomically(const std::string& path, const std::string& bytes) {
+  const std::filesystem::path p(path);
+  std::error_code ec;
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
+  if (ec) throw OutputError("cannot create the directory of '" + path + "': " + reason(ec.value()));
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw OutputError("cannot write '" + path + "': " + reason(errno));
+  int err = 0;
+  for (std::size_t off = 0; off < bytes.size() && err == 0;) {
+    const ssize_t n = ::write(fd, bytes.data() + off, bytes.size() - off);
+    if (n > 0) off += static_cast<std::size_t>(n);
+    else if (n < 0 && errno != EINTR) err = errno;
+    else if (n == 0) err = EIO;
+  }
+  if (err == 0 && ::fsync(fd) != 0) err = errno;
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
+  if (err != 0) {
+    ::unlink(tmp.c_str());
+    throw OutputError("cannot write '" + path + "': " + reason(err) + "; the file there before is unchanged");
+  }
+  const std::string dir = p.has_parent_path() ? p.parent_path().string() : ".";
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {  // the rename itself survives a crash
+    (void)::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+void check_written(std::ostream& s, const std::string& path) {
+  const bool failed_before = !s;  // a write that filled the buffer failed already; errno may be stale
+  errno = 0;
+  s.flush();
+  if (s) return;
+  const int err = errno;
+  throw OutputError("cannot write '" + path + "': " +
+                    (err && !failed_before ? reason(err) : std::string("a write failed (is the disk full?)")));
+}
+
+}  // namespace distrl
