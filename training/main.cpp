@@ -30,6 +30,8 @@ int main(int argc, char** argv) {
     o.world_size = cmd.flags.world.world_size;
     o.timeout = std::chrono::milliseconds(static_cast<long long>(cfg.timeout_s * 1000));
     o.transport = cfg.transport;
+    o.max_message_bytes = static_cast<std::size_t>(cfg.max_message_mb * (1 << 20));
+    o.max_queued_bytes = static_cast<std::size_t>(cfg.max_queued_mb * (1 << 20));
     auto pg = transport::init_process_group(o);
     training::train(cfg, cmd.settings.to_yaml(), pg, cmd.flags.resume);
     return stop_exit_code();  // 0, or 128 + a SIGINT/SIGTERM that stopped the run after a checkpoint

@@ -34,6 +34,10 @@ void bind(Settings& s, TrainConfig& c) {
   s.bind("dist.world_size", &c.world_size, "ranks (distrl-launch starts this many)").range(1, 4096);
   s.bind("dist.timeout_s", &c.timeout_s, "deadline of every collective and of rendezvous").range(0.1, 86400);
   s.bind("dist.transport", &c.transport, "auto: ipc between ranks on one host, else tcp").choices({"auto", "tcp", "ipc"});
+  s.bind("dist.max_message_mb", &c.max_message_mb, "largest message a rank sends or accepts (a larger frame closes "
+                                                   "that connection unread)").range(1, 65536);
+  s.bind("dist.max_queued_mb", &c.max_queued_mb, "data that may wait unread in a rank's mailboxes; more is dropped "
+                                                 "and counted").range(1, 1048576);
   s.bind("checkpoint.path", &c.checkpoint, "checkpoint file; default OUT_DIR/checkpoint.pt");
   s.bind("checkpoint.every", &c.checkpoint_every, "epochs between checkpoints; 0: at the end only").range(0, 100000);
 }

@@ -42,6 +42,8 @@ struct TrainConfig {
   int world_size = 2;           // ranks distrl-launch starts
   double timeout_s = 120;
   std::string transport = "auto";
+  double max_message_mb = 1024;  // ProcessGroupOptions::max_message_bytes
+  double max_queued_mb = 2048;   // ProcessGroupOptions::max_queued_bytes
   // checkpoint
   std::string checkpoint;       // default OUT_DIR/checkpoint.pt
   int checkpoint_every = 1;     // epochs; 0: only at the end

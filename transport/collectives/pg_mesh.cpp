@@ -30,6 +30,17 @@ void release_held(void*, void* hint) {
 }
 
 std::string rank_name(int r) { return "rank " + std::to_string(r); }
+
+// The routing id a member's DEALER connects under: a message's src must match it.
+std::string identity(int rank) { return "pg-r" + std::to_string(rank); }
+
+void report_drop(std::atomic<std::uint64_t>& counter, const std::string& what) {
+  ++counter;
+  static RateLimiter limit(std::chrono::seconds(5));
+  long held = 0;
+  if (limit.allow(&held))
+    DISTRL_LOG(Warn, "process group: dropped " << what << " (" << held << " more since the last notice)");
+}
 }  // namespace
 
 void SendTracker::add() {
@@ -94,6 +105,7 @@ Mesh::Mesh(Store& store, const std::string& prefix, int rank, int world, const P
     p->dealer = zmq::socket_t(*ctx_, zmq::socket_type::dealer);
     apply_common_options(p->dealer, 2000);
     p->dealer.set(zmq::sockopt::sndhwm, 0);
+    p->dealer.set(zmq::sockopt::routing_id, identity(rank));
     watch_connection(*ctx_, p->dealer, p->monitor,
                      "pg-" + std::to_string(reinterpret_cast<std::uintptr_t>(this)) + "-" + std::to_string(r));
     p->dealer.connect(endpoints_[r]);
@@ -163,6 +175,8 @@ std::optional<PgMessage> Mesh::take(const Key& k) {
   if (it == mailboxes_.end() || it->second.empty()) return std::nullopt;
   PgMessage m = std::move(it->second.front());
   it->second.pop_front();
+  if (it->second.empty()) mailboxes_.erase(it);  // keys a sender made up do not stay either
+  queued_bytes_ -= m.payload.size();
   return m;
 }
 
@@ -237,13 +251,13 @@ void Mesh::read_sockets(Clock::time_point until) {
       if (framed) std::memcpy(&m.h, frames[1].data(), sizeof(PgHeader));
       if (!framed || m.h.magic != kPgMagic || m.h.src < 0 || m.h.src >= world_ || m.h.src == rank_ ||
           m.h.kind > static_cast<std::uint8_t>(PgKind::Abort)) {
-        ++bad_messages_;
-        static RateLimiter limit(std::chrono::seconds(5));
-        long held = 0;
-        if (limit.allow(&held))
-          DISTRL_LOG(Warn, "process group: dropped a malformed message (" << frames.size() << " frames"
-                                                                            << (framed ? ", bad header" : "") << "; "
-                                                                            << held << " more since the last notice)");
+        report_drop(bad_messages_, "a malformed message (" + std::to_string(frames.size()) + " frames" +
+                                       (framed ? ", bad header" : "") + ")");
+        continue;
+      }
+      if (frames[0].to_string_view() != identity(m.h.src)) {  // a stranger, or a member posing as another
+        report_drop(bad_messages_, "a message claiming to come from rank " + std::to_string(m.h.src) +
+                                       " on a connection that is not rank " + std::to_string(m.h.src) + "'s");
         continue;
       }
       m.payload = std::move(frames[2]);
@@ -263,7 +277,12 @@ void Mesh::read_sockets(Clock::time_point until) {
       const std::string text(static_cast<const char*>(m.payload.data()), m.payload.size());
       const auto nl = text.find('\n');
       aborts_.emplace(m.h.group, Abort{m.h.src, text.substr(0, nl), nl == std::string::npos ? text : text.substr(nl + 1)});
+    } else if (queued_bytes_ + m.payload.size() > options_.max_queued_bytes) {
+      report_drop(bad_messages_, "a message of " + std::to_string(m.payload.size()) + " bytes from rank " +
+                                     std::to_string(m.h.src) + ": " + std::to_string(queued_bytes_) +
+                                     " bytes wait unread already (ProcessGroupOptions::max_queued_bytes)");
     } else {
+      queued_bytes_ += m.payload.size();
       mailboxes_[Key{m.h.group, m.h.src, m.h.tag}].push_back(std::move(m));
     }
   }

@@ -70,6 +70,10 @@ struct ProcessGroupOptions {
   // sends (a larger point-to-point send, gather or scatter slot is refused with an error that
   // names this option). Collectives above small_bytes travel in chunk_bytes pieces.
   std::size_t max_message_bytes = 1ull << 30;
+  // zmq: payload bytes that may wait in a rank's mailboxes, unread; a message past it is
+  // dropped and counted (a peer cannot grow a rank's memory without bound). Senders run at
+  // most a collective ahead, so real runs stay far below it.
+  std::size_t max_queued_bytes = 2ull << 30;
   // zmq: keep large blocks on glibc's heap (mallopt: mmap threshold 256 MiB, trim threshold
   // 1 GiB, process-wide, once). Otherwise every received chunk above 128 KiB is a fresh mmap
   // whose pages fault in again, and a large all_reduce after small ones runs 2-3x slower

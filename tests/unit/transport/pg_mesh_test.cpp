@@ -28,9 +28,10 @@ struct TwoMeshes {
   StoreServer server{"tcp://127.0.0.1:*"};
   Store s0{server.endpoint(), 5s}, s1{server.endpoint(), 5s};
   std::unique_ptr<Mesh> m0, m1;
-  explicit TwoMeshes(std::size_t max_message_bytes = 1ull << 30) {
+  explicit TwoMeshes(std::size_t max_message_bytes = 1ull << 30, std::size_t max_queued_bytes = 2ull << 30) {
     ProcessGroupOptions o;
     o.max_message_bytes = max_message_bytes;
+    o.max_queued_bytes = max_queued_bytes;
     o.transport = "tcp";
     o.timeout = 5s;
     auto f = std::async(std::launch::async, [&] { return std::make_unique<Mesh>(s1, "t", 1, 2, o); });
@@ -57,11 +58,12 @@ namespace {
 struct Stranger {
   zmq::context_t ctx;
   zmq::socket_t bad{ctx, zmq::socket_type::dealer};
-  explicit Stranger(Store& store) {
+  explicit Stranger(Store& store, const std::string& routing_id = "") {
     const std::string raw = store.get("t/addr/0");
     Address a;
     msgpack::unpack(raw.data(), raw.size()).get().convert(a);
     bad.set(zmq::sockopt::linger, 1000);
+    if (!routing_id.empty()) bad.set(zmq::sockopt::routing_id, routing_id);
     bad.connect(a.tcp);
   }
   void send(const std::vector<std::string>& parts) {
@@ -116,6 +118,52 @@ TEST(PgMeshTest, MalformedFramesAreDroppedAndGoodOnesStillArrive) {
   EXPECT_EQ(std::memcmp(first.payload.data(), u, sizeof(u)), 0);
   EXPECT_FALSE(w.m0->try_recv(0, 1, 0).has_value());
   EXPECT_EQ(w.m0->bad_messages(), 6u);
+}
+
+// Hostile-peer case 3: one well-formed 48-byte header claiming src=1 (data, or an abort)
+// used to be taken for rank 1's and end the job, blaming rank 1. A message's src must now be
+// the sending connection's: each member connects under the routing id "pg-r<rank>", and the
+// ROUTER refuses a second connection under an id in use.
+TEST(PgMeshTest, AStrangerCannotSpeakForAMember) {
+  TwoMeshes w;
+  const float u[1] = {5.0f};
+  w.m1->send(0, header(1, 0, 1), u, sizeof(u), nullptr, nullptr);  // rank 1's connection is up
+  ASSERT_TRUE(w.m0->recv(0, 1, 1, Clock::now() + 5s, "test recv").payload.size() == sizeof(u));
+  Stranger stranger(w.s0), impostor(w.s0, "pg-r1");
+  PgHeader abort = header(1, 0, -1);
+  abort.kind = static_cast<std::uint8_t>(PgKind::Abort);
+  stranger.send({bytes_of(header(1, 0, 0)), "forged data"});
+  stranger.send({bytes_of(abort), "TransportError\nforged abort"});
+  impostor.send({bytes_of(header(1, 0, 0)), "forged under rank 1's id"});
+  for (auto until = Clock::now() + 5s; w.m0->bad_messages() < 2 && Clock::now() < until;) {
+    EXPECT_FALSE(w.m0->try_recv(0, 1, 0).has_value());
+    std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_EQ(w.m0->bad_messages(), 2u);  // the impostor's connection was refused: nothing read
+  w.m1->send(0, header(1, 0, 0), u, sizeof(u), nullptr, nullptr);
+  auto m = w.m0->recv(0, 1, 0, Clock::now() + 5s, "test recv");  // no abort: the real message
+  ASSERT_EQ(m.payload.size(), sizeof(u));
+  EXPECT_EQ(std::memcmp(m.payload.data(), u, sizeof(u)), 0);
+  EXPECT_FALSE(w.m0->try_recv(0, 1, 0).has_value());
+}
+
+// Unread mailboxes are bounded (hostile-peer case 3: 1 MiB messages to mailboxes nobody reads
+// took a rank from 198 to 794 MB): past max_queued_bytes a message is dropped and counted.
+TEST(PgMeshTest, UnreadMailboxesStayWithinMaxQueuedBytes) {
+  TwoMeshes w(1ull << 30, 2500);
+  const std::vector<char> kb(1024, 'k');
+  for (int tag = 100; tag < 105; ++tag) w.m1->send(0, header(1, 0, tag), kb.data(), kb.size(), nullptr, nullptr);
+  for (auto until = Clock::now() + 5s; w.m0->bad_messages() < 3 && Clock::now() < until;) {
+    (void)w.m0->try_recv(0, 1, 0);
+    std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_EQ(w.m0->bad_messages(), 3u);  // two fit, three did not
+  EXPECT_TRUE(w.m0->try_recv(0, 1, 100).has_value());
+  EXPECT_TRUE(w.m0->try_recv(0, 1, 101).has_value());
+  EXPECT_FALSE(w.m0->try_recv(0, 1, 102).has_value());
+  // Read, they make room again.
+  w.m1->send(0, header(1, 0, 7), kb.data(), kb.size(), nullptr, nullptr);
+  EXPECT_EQ(w.m0->recv(0, 1, 7, Clock::now() + 5s, "test recv").payload.size(), kb.size());
 }
 
 // A message of thousands of frames is read away unkept (no mailbox grows) and counted.

@@ -94,7 +94,10 @@ class Mesh {
   void send_abort(std::uint32_t group, const std::vector<int>& members, const std::string& type,
                   const std::string& reason);
 
-  // Messages dropped as malformed (bad framing, magic, source rank or kind) since start.
+  // Messages dropped since start: malformed (bad framing, magic, source rank or kind), a
+  // source rank that is not the sending connection's (each member's DEALER connects under the
+  // routing id "pg-r<rank>", which the ROUTER will not give to a second connection), or over
+  // max_queued_bytes waiting in mailboxes.
   std::uint64_t bad_messages() const { return bad_messages_.load(); }
 
   static constexpr std::size_t kCopyBelow = 64 << 10;
@@ -126,6 +129,7 @@ class Mesh {
   std::condition_variable cv_;
   bool reading_ = false;
   std::map<Key, std::deque<PgMessage>> mailboxes_;
+  std::size_t queued_bytes_ = 0;  // payload bytes in mailboxes_ (mu_)
   std::map<std::uint32_t, Abort> aborts_;
   std::vector<std::optional<Clock::time_point>> gone_since_;
   std::vector<std::string> endpoints_;
