@@ -19,6 +19,7 @@
 #include "common/stop_signal.h"
 #include "envs/env.h"
 #include "common/plot.h"
+#include "transport/security.h"
 
 namespace {
 distrl::agent::RlAgent* g_agent = nullptr;
@@ -50,6 +51,7 @@ int main(int argc, char** argv) {
     std::string render;
     cmd.app.add_option("--render", render, "--eval: write the first episode as an animated GIF to this file");
     if (!cmd.parse(argc, argv)) return 0;
+    distrl::transport::use_security(cmd.flags.security, cmd.flags.security_key);  // checks the key file
     const rl::RlConfig& cfg = cmd.config;
     const ToolFlags& cli = cmd.flags;
     agent::parse_device(cfg.device);  // fail before rendezvous, not after

@@ -39,6 +39,10 @@ struct ToolFlags {
   WorldFlags world;
   std::string resume;       // continue from this checkpoint
   bool check_only = false;  // validate the configuration and exit
+  // The config keys `security` (off|curve) and `security_key` (FILE): the tool passes them to
+  // transport::use_security before it starts its transport.
+  std::string security = "off";
+  std::string security_key;
 };
 
 // A tool's whole command line: flags, then the config file, then KEY=VALUE overrides. Config
@@ -50,6 +54,14 @@ class CommandLine {
               const std::string& resume_help)
       : settings(tool), app(description) {
     bind(settings, config);
+    settings
+        .bind("security", &flags.security,
+              "off: plain sockets (fine on one host); curve: every socket authenticated and encrypted with "
+              "ZeroMQ CURVE (needed across hosts; README: Security)")
+        .choices({"off", "curve"});
+    settings.bind("security_key", &flags.security_key,
+                  "the world's key file for security: curve (make one: distrl-keygen FILE; empty: "
+                  "$DISTRL_CURVE_KEY, which distrl-launch sets)");
     app.add_option("--config", flags.config, "YAML run configuration (" + example_config + ")")
         ->check(CLI::ExistingFile);
     app.add_option("--rank", flags.world.rank, "this process's rank (default: $RANK)");

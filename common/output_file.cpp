@@ -21,13 +21,14 @@ std::string reason(int err) {
 
 }  // namespace
 
-void write_file_atomically(const std::string& path, const std::string& bytes) {
+void write_file_atomically(const std::string& path, const std::string& bytes, unsigned mode) {
   const std::filesystem::path p(path);
   std::error_code ec;
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
   if (ec) throw OutputError("cannot create the directory of '" + path + "': " + reason(ec.value()));
   const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ::unlink(tmp.c_str());  // a leftover tmp would keep its own (maybe wider) mode
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, static_cast<mode_t>(mode));
   if (fd < 0) throw OutputError("cannot write '" + path + "': " + reason(errno));
   int err = 0;
   for (std::size_t off = 0; off < bytes.size() && err == 0;) {

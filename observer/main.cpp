@@ -9,6 +9,7 @@
 #include "common/stop_signal.h"
 #include "observer/observer.h"
 #include "transport/rendezvous.h"
+#include "transport/security.h"
 
 int main(int argc, char** argv) {
   return distrl::guarded_main("distrl-observer", [&] {
@@ -20,6 +21,7 @@ int main(int argc, char** argv) {
         "(it uses the rpc.* keys; the agent sends it the rest). Exits when the agent finishes, or\n"
         "with an error within rpc.timeout_s when the agent is gone.");
     if (!cmd.parse(argc, argv)) return 0;
+    distrl::transport::use_security(cmd.flags.security, cmd.flags.security_key);  // checks the key file
     const rl::RlConfig& cfg = cmd.config;
     const ToolFlags& cli = cmd.flags;
     if (cli.check_only) return 0;

@@ -17,7 +17,9 @@ std::ofstream open_csv(const std::string& path);
 std::string temp_file(const std::string& tag);
 // distrl-launch --nproc N -- distrl-bench WORKER --out FILE ARGS: FILE's lines. Throws Error
 // (after printing the workers' output) when a rank fails or nothing was written.
-std::vector<std::string> run_workers(int ranks, const std::string& worker, const std::vector<std::string>& args);
+// security: "off" or "curve" (distrl-launch --security: the workers' sockets use CURVE).
+std::vector<std::string> run_workers(int ranks, const std::string& worker, const std::vector<std::string>& args,
+                                     const std::string& security = "off");
 // A worker's CSV line as exactly n fields (Error otherwise: the worker and the table disagree).
 std::vector<std::string> fields(const std::string& line, std::size_t n, const std::string& worker);
 // The q-quantile (0..1) of v, nearest rank; 0 for an empty v.
@@ -38,6 +40,7 @@ struct RpcBenchOptions {
   int big_iters = 50;
   std::vector<std::string> transports{"ipc", "tcp"};
   std::string cpus = "any";                // any | same | split: where the two processes run
+  std::vector<std::string> security{"off"};  // off, curve: each setting measured (transport/security.h)
   int spin_us = -1;                        // -1: defaults; else both the I/O loop and future spin
   std::string csv = "runs/bench/rpc.csv";
 };
@@ -63,6 +66,7 @@ int run_rl_bench(const RlBenchOptions& options);
 struct AllreduceBenchOptions {
   std::vector<int> ranks{2, 4};
   std::vector<std::int64_t> sizes{4 << 10, 1 << 20, 16 << 20, 64 << 20};  // bytes
+  std::vector<std::string> security{"off"};  // off, curve: each setting measured
   std::string csv = "runs/bench/allreduce.csv";
 };
 int run_allreduce_bench(const AllreduceBenchOptions& options);

@@ -78,23 +78,24 @@ int run_allreduce_worker(const std::string& out, const std::vector<std::int64_t>
 
 int run_allreduce_bench(const AllreduceBenchOptions& o) {
   std::ofstream csv = open_csv(o.csv);
-  csv << "ranks,bytes,iters,median_us,algbw_GBps,busbw_GBps,min_us,max_us\n";
+  csv << "security,ranks,bytes,iters,median_us,algbw_GBps,busbw_GBps,min_us,max_us\n";
   std::cout << "all_reduce(SUM, float32), ZeroMQ process group; time per call: median of the timed calls, with the\n"
                "fastest and slowest (min / max), each the slowest rank's; sizes run in the order given\n"
             << machine_description() << "\n\n"
-            << "| ranks | size | calls | time per call | min / max | algbw GB/s | busbw GB/s |\n"
-               "|---:|---:|---:|---:|---:|---:|---:|\n";
+            << "| security | ranks | size | calls | time per call | min / max | algbw GB/s | busbw GB/s |\n"
+               "|---|---:|---:|---:|---:|---:|---:|---:|\n";
   std::vector<std::string> args;
   for (auto s : o.sizes) args.push_back(std::to_string(s));
-  for (int ranks : o.ranks) {
-    for (const auto& line : run_workers(ranks, "allreduce-worker", args)) {
-      auto c = fields(line, 8, "allreduce-worker");
-      csv << line << '\n';
-      std::cout << "| " << c[0] << " | " << human_bytes(std::stoll(c[1])) << " | " << c[2] << " | " << std::fixed
-                << std::setprecision(1) << std::stod(c[3]) << " µs | " << std::stod(c[6]) << " / " << std::stod(c[7])
-                << " µs | " << std::setprecision(2) << std::stod(c[4]) << " | " << std::stod(c[5]) << " |\n";
-    }
-  }
+  for (int ranks : o.ranks)
+    for (const auto& security : o.security)
+      for (const auto& line : run_workers(ranks, "allreduce-worker", args, security)) {
+        auto c = fields(line, 8, "allreduce-worker");
+        csv << security << ',' << line << '\n';
+        std::cout << "| " << security << " | " << c[0] << " | " << human_bytes(std::stoll(c[1])) << " | " << c[2]
+                  << " | " << std::fixed << std::setprecision(1) << std::stod(c[3]) << " µs | " << std::stod(c[6])
+                  << " / " << std::stod(c[7]) << " µs | " << std::setprecision(2) << std::stod(c[4]) << " | "
+                  << std::stod(c[5]) << " |\n";
+      }
   std::cout << "\nwrote " << o.csv << "\n";
   return 0;
 }

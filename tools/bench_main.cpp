@@ -19,6 +19,9 @@ int main(int argc, char** argv) {
   r->add_option("--cpus", rpc.cpus, "any: let the OS place both processes; same: pin both to CPU 0; split: one per CPU")
       ->check(CLI::IsMember({"any", "same", "split"}));
   r->add_option("--spin-us", rpc.spin_us, "busy-poll time before sleeping, for the I/O loop and waiting futures (-1: defaults)");
+  r->add_option("--security", rpc.security, "off, curve or both (off,curve): ZeroMQ CURVE on the RPC sockets")
+      ->check(CLI::IsMember({"off", "curve"}))
+      ->delimiter(',');
   r->add_option("--csv", rpc.csv, "CSV output path");
   distrl::tools::RlBenchOptions rl;
   auto* l = app.add_subcommand("rl", "agent + observers as processes: batched vs unbatched action serving (the PyTorch "
@@ -41,6 +44,9 @@ int main(int argc, char** argv) {
   auto* a = app.add_subcommand("allreduce", "all_reduce time, algorithm and bus bandwidth by size and rank count");
   a->add_option("--ranks", ar.ranks, "rank counts")->delimiter(',')->check(CLI::Range(2, 1024));
   a->add_option("--sizes", ar.sizes, "sizes in bytes (multiples of 4)")->delimiter(',')->check(CLI::Range(4, 1 << 30));
+  a->add_option("--security", ar.security, "off, curve or both (off,curve): ZeroMQ CURVE on the group's sockets")
+      ->check(CLI::IsMember({"off", "curve"}))
+      ->delimiter(',');
   a->add_option("--csv", ar.csv, "CSV output path");
   distrl::tools::DdpBenchOptions dd;
   auto* d = app.add_subcommand("ddp", "DDP steps/s with 1 and N ranks, and the share of communication hidden behind "

@@ -20,6 +20,7 @@
 #include "common/cpu_time.h"
 #include "tools/bench.h"
 #include "transport/rpc/rpc_agent.h"
+#include "transport/security.h"
 #include "transport/tensor.h"
 
 namespace distrl::tools {
@@ -29,7 +30,7 @@ using namespace transport;
 using Clock = std::chrono::steady_clock;
 
 struct Result {
-  std::string transport;
+  std::string transport, security;
   double median_us = 0, p99_us = 0, calls_per_s = 0, big_gbps = 0;
   double client_cpu_us = 0, server_cpu_us = 0;  // CPU time per rpc_sync call, each process
   double floor_median_us = 0, floor_p99_us = 0;  // plain libzmq ping-pong, same sizes and placement
@@ -161,8 +162,10 @@ Result client(RpcAgent& agent, const RpcBenchOptions& o) {
 }
 
 // Runs server (rank 1) and client (rank 0) as two processes; the client writes its result.
-Result run_pair(const RpcBenchOptions& o, const std::string& transport) {
-  const auto dir = std::filesystem::temp_directory_path() / ("distrl-bench-" + std::to_string(::getpid()) + "-" + transport);
+Result run_pair(const RpcBenchOptions& o, const std::string& transport, const std::string& security) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("distrl-bench-" + std::to_string(::getpid()) + "-" + transport + "-" + security);
+  const WorldKey key = generate_world_key();  // before the fork: no ZeroMQ context in this process
   std::filesystem::create_directories(dir);
   const std::string out = (dir / "result").string();
   std::vector<pid_t> pids;
@@ -175,6 +178,7 @@ Result run_pair(const RpcBenchOptions& o, const std::string& transport) {
     int code = 0;
     try {
       pin(o.cpus, rank);
+      if (security == "curve") use_curve(key);  // the RPC sockets; the libzmq floor stays plain
       torch::set_num_threads(1);
       if (o.spin_us >= 0) set_future_spin(std::chrono::microseconds(o.spin_us));
       RpcOptions ro;
@@ -217,11 +221,12 @@ Result run_pair(const RpcBenchOptions& o, const std::string& transport) {
   }
   Result r;
   r.transport = transport;
+  r.security = security;
   std::ifstream f(out);
   if (!ok || !(f >> r.median_us >> r.p99_us >> r.calls_per_s >> r.big_gbps >> r.client_cpu_us >> r.server_cpu_us >>
                  r.floor_median_us >> r.floor_p99_us >> r.floor_client_cpu_us >> r.floor_server_cpu_us >>
                  r.loop_median_us >> r.loop_p99_us >> r.loop_client_cpu_us >> r.loop_server_cpu_us))
-    throw Error("rpc: the " + transport + " run failed (see its output above)");
+    throw Error("rpc: the " + transport + " run (security " + security + ") failed (see its output above)");
   std::filesystem::remove_all(dir);
   return r;
 }
@@ -241,19 +246,20 @@ std::string machine_description() {
 
 int run_rpc_bench(const RpcBenchOptions& o) {
   std::vector<Result> results;
-  for (auto& t : o.transports) results.push_back(run_pair(o, t));
+  for (auto& t : o.transports)
+    for (auto& sec : o.security) results.push_back(run_pair(o, t, sec));
   std::cout << "distrl-bench rpc on " << machine_description() << "; processes on cpus: " << o.cpus << "\n"
             << "  rpc_sync: " << o.calls << " calls with a [1,4] float32 tensor; rpc_async: " << o.throughput_calls
             << " calls, " << o.inflight << " in flight; " << o.big_mib << " MiB tensor echoed " << o.big_iters << " times\n\n";
-  std::cout << std::left << std::setw(10) << "transport" << std::setw(12) << "path" << std::right << std::setw(11)
+  std::cout << std::left << std::setw(10) << "transport" << std::setw(9) << "security" << std::setw(12) << "path" << std::right << std::setw(11)
             << "median us" << std::setw(10) << "p99 us" << std::setw(9) << "x floor" << std::setw(13) << "cpu us/call"
             << std::setw(16) << "async calls/s" << std::setw(13) << (std::to_string(o.big_mib) + "MiB GB/s") << "\n";
   std::ofstream csv = open_csv(o.csv);
-  csv << "transport,path,cpus,median_us,p99_us,x_floor,client_cpu_us,server_cpu_us,async_calls_per_s,inflight,big_mib,"
+  csv << "transport,security,path,cpus,median_us,p99_us,x_floor,client_cpu_us,server_cpu_us,async_calls_per_s,inflight,big_mib,"
          "big_gbps\n";
   for (auto& r : results) {
     const auto row = [&](const char* path, double med, double p99, double ccpu, double scpu, double calls, double gbps) {
-      std::cout << std::left << std::setw(10) << r.transport << std::setw(12) << path << std::right << std::fixed
+      std::cout << std::left << std::setw(10) << r.transport << std::setw(9) << r.security << std::setw(12) << path << std::right << std::fixed
                 << std::setprecision(1) << std::setw(11) << med << std::setw(10) << p99 << std::setw(9)
                 << std::setprecision(2) << med / r.floor_median_us << std::setw(13) << std::setprecision(1)
                 << (std::to_string(static_cast<int>(ccpu + 0.5)) + "+" + std::to_string(static_cast<int>(scpu + 0.5)))
@@ -262,7 +268,7 @@ int run_rpc_bench(const RpcBenchOptions& o) {
       std::cout << std::setw(13) << std::setprecision(2);
       if (gbps > 0) std::cout << gbps; else std::cout << "-";
       std::cout << "\n";
-      csv << r.transport << "," << path << "," << o.cpus << "," << med << "," << p99 << "," << med / r.floor_median_us
+      csv << r.transport << "," << r.security << "," << path << "," << o.cpus << "," << med << "," << p99 << "," << med / r.floor_median_us
           << "," << ccpu << "," << scpu << "," << calls << "," << o.inflight << "," << o.big_mib << "," << gbps << "\n";
     };
     row("libzmq", r.floor_median_us, r.floor_p99_us, r.floor_client_cpu_us, r.floor_server_cpu_us, 0, 0);
@@ -273,6 +279,7 @@ int run_rpc_bench(const RpcBenchOptions& o) {
                "  async+wait: rpc_async(...).value(), through the caller's I/O loop (rpc_sync before its fast path);\n"
                "  rpc_sync: the fast path (the caller sends and waits on its own channel); the server answers on its\n"
                "  I/O thread (RunOn::IoThread) in both;\n"
+               "  security curve: the RPC sockets authenticated and encrypted (ZeroMQ CURVE); the floor stays plain;\n"
                "  x floor: median / the floor's; cpu us/call: client + server CPU time (getrusage) per call.\n";
   std::cout << "\nwrote " << o.csv << "\n";
   return 0;

@@ -32,10 +32,11 @@ std::string temp_file(const std::string& tag) {
 }
 
 // distrl-launch --nproc N -- distrl-bench WORKER ARGS --out FILE; returns FILE's lines.
-std::vector<std::string> run_workers(int ranks, const std::string& worker, const std::vector<std::string>& args) {
+std::vector<std::string> run_workers(int ranks, const std::string& worker, const std::vector<std::string>& args,
+                                     const std::string& security) {
   const std::string out = temp_file(worker);
-  std::vector<std::string> cmd{self_dir() + "/distrl-launch", "--nproc", std::to_string(ranks), "--",
-                               self_dir() + "/distrl-bench", worker, "--out", out};
+  std::vector<std::string> cmd{self_dir() + "/distrl-launch", "--nproc", std::to_string(ranks), "--security", security,
+                               "--", self_dir() + "/distrl-bench", worker, "--out", out};
   cmd.insert(cmd.end(), args.begin(), args.end());
   const std::string log = out + ".log";
   run_or_show_log(cmd, log, worker + " with " + std::to_string(ranks) + " ranks");

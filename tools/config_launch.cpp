@@ -19,9 +19,8 @@ YAML::Node load(const std::string& config) {
   }
 }
 
-// A positive integer setting (dotted key) from the file, or its last override.
-int int_setting(const std::string& config, const YAML::Node& root, const std::vector<std::string>& overrides,
-                const std::string& key, int fallback, int min = 1) {
+// A scalar setting (dotted key) from the file, or its last override; empty when neither has it.
+std::string string_setting(const YAML::Node& root, const std::vector<std::string>& overrides, const std::string& key) {
   std::string value;
   YAML::Node n = root;
   std::size_t start = 0;
@@ -43,6 +42,13 @@ int int_setting(const std::string& config, const YAML::Node& root, const std::ve
     else if (a.rfind(key + "=", 0) == 0) value = a.substr(key.size() + 1);
     else if (a == "--" + key && i + 1 < overrides.size()) value = overrides[i + 1];
   }
+  return value;
+}
+
+// A positive integer setting from the file, or its last override.
+int int_setting(const std::string& config, const YAML::Node& root, const std::vector<std::string>& overrides,
+                const std::string& key, int fallback, int min = 1) {
+  const std::string value = string_setting(root, overrides, key);
   if (value.empty()) return fallback;  // the tool's default; it validates the rest
   try {
     std::size_t used = 0;
@@ -86,6 +92,10 @@ std::string self_dir() {
 void configure_config_launch(const std::string& config, const std::vector<std::string>& overrides,
                              LaunchOptions* o) {
   const YAML::Node root = load(config);
+  // The world's security first: the configuration checks below already run under it.
+  if (o->security.empty()) o->security = string_setting(root, overrides, "security");
+  if (o->security_key.empty()) o->security_key = string_setting(root, overrides, "security_key");
+  prepare_security(o);
   std::vector<std::string> tail{"--config", config};
   tail.insert(tail.end(), overrides.begin(), overrides.end());
   // The file may ask for restarts (the tool documents and checks the key); --max-restarts wins.

@@ -42,6 +42,13 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(0.0, 3600.0));
   std::string config;
+  app.add_option("--security", o.security,
+                 "off or curve: authenticate and encrypt every socket of the world with ZeroMQ CURVE (default:\n"
+                 "the config's security key, else off; needed across hosts; README: Security)")
+      ->check(CLI::IsMember({"off", "curve"}));
+  app.add_option("--security-key", o.security_key,
+                 "the world's key file for --security curve (distrl-keygen FILE; default: a key made for this\n"
+                 "run, one node only)");
   app.add_option("--config", config,
                  "a run configuration: a training config (with a 'dist' section) starts distrl-train on\n"
                  "dist.world_size ranks; an RL config starts distrl-agent as rank 0 and one distrl-observer\n"
@@ -57,12 +64,20 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.grace = std::chrono::milliseconds(static_cast<long long>(grace_s * 1000));
+  struct RemoveMadeKey {  // on every way out of main, not only a finished launch
+    const std::string& path;
+    ~RemoveMadeKey() {
+      if (!path.empty()) ::unlink(path.c_str());
+    }
+  } remove_made_key{o.made_key};
   return distrl::guarded_main("distrl-launch", [&] {
     if (!config.empty()) {
       if (!o.command.empty()) throw distrl::ConfigError("give either --config FILE or -- CMD, not both");
       distrl::tools::configure_config_launch(config, app.remaining(), &o);
     } else if (!app.remaining().empty()) {
       throw distrl::ConfigError("unexpected argument '" + app.remaining().front() + "' (see --help)");
+    } else {
+      distrl::tools::prepare_security(&o);
     }
     return distrl::tools::launch(o);
   });

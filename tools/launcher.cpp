@@ -14,6 +14,8 @@
 #include <iostream>
 
 #include "common/error.h"
+#include "common/log.h"
+#include "transport/security.h"
 #include "transport/store.h"
 
 namespace distrl::tools {
@@ -152,6 +154,30 @@ int run_process(const std::vector<std::string>& cmd, const std::string& output_p
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+void prepare_security(LaunchOptions* o) {
+  if (o->security.empty()) o->security = "off";
+  if (o->security != "off" && o->security != "curve")
+    throw ConfigError("security: '" + o->security + "' is not known (known: off, curve)");
+  if (o->security == "off") {
+    if (o->nnodes > 1)
+      DISTRL_LOG(Warn, "security is off across " << o->nnodes << " nodes: anyone who can reach these ports can join "
+                                                  "or read the world (set security: curve; README: Security)");
+    return;
+  }
+  if (!o->security_key.empty()) {
+    (void)transport::read_world_key(o->security_key);  // a bad key is refused before anything starts
+  } else if (o->made_key.empty()) {
+    if (o->nnodes > 1)
+      throw ConfigError("security: curve across nodes needs one key on every node: distrl-keygen FILE, copy FILE to "
+                        "each host, and pass --security-key FILE (or security_key: FILE)");
+    o->made_key = "/tmp/distrl-" + std::to_string(::getpid()) + "-world.key";
+    transport::write_world_key(o->made_key, transport::generate_world_key());
+  }
+  const std::string key = o->security_key.empty() ? o->made_key : o->security_key;
+  ::setenv("DISTRL_CURVE_KEY", key.c_str(), 1);
+  transport::use_security("curve", key);
+}
+
 int launch(const LaunchOptions& o) {
   if (o.command.empty()) throw ConfigError("no command given (usage: distrl-launch --nproc N -- CMD ARGS...)");
   if (o.nproc < 1 || o.nnodes < 1) throw ConfigError("--nproc and --nnodes must be at least 1");
@@ -160,6 +186,8 @@ int launch(const LaunchOptions& o) {
   if (o.nnodes > 1 && o.master_port == 0)
     throw ConfigError("with --nnodes > 1 every node needs the same --master-port");
   if (o.max_restarts < 0) throw ConfigError("--max-restarts must not be negative");
+  if (o.security == "curve" && !transport::curve_enabled())
+    throw ConfigError("security: curve was asked for but not prepared (call prepare_security first)");
   const int port = o.master_port ? o.master_port : free_port(o.master_addr);
   const int world = o.nproc * o.nnodes;
   // The rendezvous store lives here, not in rank 0: it outlives any rank, so every rank (rank 0

@@ -25,10 +25,20 @@ struct LaunchOptions {
   // rank (0: the first failure stops the job). The new process rejoins the running world under
   // the same rank (RpcAgent); the others are not restarted.
   int max_restarts = 0;
+  // "curve": every socket of the world (the store here, every rank's) uses ZeroMQ CURVE with the
+  // key in security_key, or with a key made for this run (prepare_security). Empty means "off".
+  std::string security;
+  std::string security_key;
+  std::string made_key;  // the key file prepare_security made; the caller removes it at the end
 };
 
+// Applies o->security before anything starts: with "curve", reads (or makes, one node only) the
+// world key and exports DISTRL_CURVE_KEY so that this process's store, the configuration checks
+// and every rank use it. Warns when a multi-node world runs without security. Throws ConfigError.
+void prepare_security(LaunchOptions* o);
+
 // Returns 0 when every rank exited 0, else the first failure's exit code (128 + signal for a
-// signal). Throws distrl::ConfigError for bad options.
+// signal). Throws distrl::ConfigError for bad options. prepare_security must have run.
 int launch(const LaunchOptions& options);
 
 // Runs argv (argv[0] a path) to completion; its stdout and stderr go to output_path when one is

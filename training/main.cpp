@@ -8,6 +8,7 @@
 #include "training/train_config.h"
 #include "training/trainer.h"
 #include "transport/collectives/process_group.h"
+#include "transport/security.h"
 
 int main(int argc, char** argv) {
   return distrl::guarded_main("distrl-train", [&] {
@@ -21,6 +22,7 @@ int main(int argc, char** argv) {
         "Usually started by: distrl-launch --config configs/ddp_fashion_mnist.yaml",
         "configs/ddp_fashion_mnist.yaml", "continue from a checkpoint of an earlier run (OUT_DIR/checkpoint.pt)");
     if (!cmd.parse(argc, argv)) return 0;
+    distrl::transport::use_security(cmd.flags.security, cmd.flags.security_key);  // checks the key file
     const training::TrainConfig& cfg = cmd.config;
     if (cmd.flags.check_only) return 0;
     transport::ProcessGroupOptions o;

@@ -25,6 +25,7 @@ struct IoLoop::Peer {
 IoLoop::IoLoop(std::shared_ptr<zmq::context_t> ctx, Options options, Callbacks callbacks)
     : ctx_(std::move(ctx)), options_(options), cb_(std::move(callbacks)), router_(*ctx_, zmq::socket_type::router) {
   apply_common_options(router_);
+  secure_server(*ctx_, router_);
   router_.set(zmq::sockopt::router_mandatory, 1);  // replies to vanished peers fail instead of vanishing
   router_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.max_frame_bytes));
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -108,6 +109,7 @@ IoLoop::Peer& IoLoop::connect_peer(int peer) {
   if (p) return *p;
   p = std::make_unique<Peer>(Peer{zmq::socket_t(*ctx_, zmq::socket_type::dealer), zmq::socket_t(), false, {}});
   apply_common_options(p->dealer);
+  secure_client(p->dealer);
   p->dealer.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.max_frame_bytes));
   watch_connection(*ctx_, p->dealer, p->monitor,
                    "rpc-" + std::to_string(reinterpret_cast<std::uintptr_t>(this)) + "-" + std::to_string(peer) + "-" +

@@ -250,6 +250,7 @@ struct StoreServer::Impl {
 StoreServer::StoreServer(const std::string& endpoint, StoreLimits limits) : impl_(std::make_unique<Impl>()) {
   impl_->limits = limits;
   detail::apply_common_options(impl_->router, 0);
+  detail::secure_server(*impl_->ctx, impl_->router);
   // A request carries at most one value plus its keys; anything far bigger is refused by ZeroMQ.
   impl_->router.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(limits.max_value_bytes + (64 << 10)));
   try {
@@ -280,6 +281,8 @@ std::string StoreServer::endpoint() const { return impl_->bound; }
 struct Store::Impl {
   std::shared_ptr<zmq::context_t> ctx = detail::shared_zmq_context();
   zmq::socket_t dealer{*ctx, zmq::socket_type::dealer};
+  zmq::socket_t handshakes;  // failed handshakes of dealer: the reason a store never answers
+  bool refused = false;
   std::string endpoint;
   std::chrono::milliseconds timeout;
   std::mutex mu;
@@ -309,6 +312,11 @@ struct Store::Impl {
       if (r.status != kOk) throw TransportError("store " + endpoint + ": " + what + ": " + r.value);
       return r;
     }
+    refused = refused || detail::handshake_failed(handshakes);
+    if (refused)
+      throw TransportError("store " + endpoint + ": " + what + ": the store refused this process's handshake: one side "
+                           "runs with security: curve and the other does not, or their key files differ (give every "
+                           "process the same security and security_key; README: Security)");
     throw TimeoutError("store " + endpoint + ": " + what + " timed out after " + std::to_string((wait + slack).count()) +
                        " ms (are all ranks started, and MASTER_ADDR/MASTER_PORT the same everywhere?)");
   }
@@ -318,6 +326,9 @@ Store::Store(const std::string& endpoint, std::chrono::milliseconds timeout) : i
   impl_->endpoint = endpoint;
   impl_->timeout = timeout;
   detail::apply_common_options(impl_->dealer, 0);
+  detail::secure_client(impl_->dealer);
+  static std::atomic<int> stores{0};
+  detail::watch_handshakes(*impl_->ctx, impl_->dealer, impl_->handshakes, "store-" + std::to_string(++stores));
   impl_->dealer.set(zmq::sockopt::maxmsgsize, int64_t{8 << 20});
   impl_->dealer.connect(endpoint);
 }
@@ -362,6 +373,7 @@ bool Store::ping(std::chrono::milliseconds timeout) {
     impl_->request({kPing, 0, {}, {}, 0, 0}, std::chrono::milliseconds(0), "ping", timeout);
     return true;
   } catch (const TransportError&) {
+    if (impl_->refused) throw;  // a store is there, but it refused us: say why, do not look further
     return false;
   }
 }

@@ -61,7 +61,8 @@ class Store {
   // True when every key exists (does not wait).
   bool check(const std::vector<std::string>& keys);
   bool check(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
-  // True when the server answers within timeout.
+  // True when the server answers within timeout; throws TransportError when it refused this
+  // process's handshake (another security setting or key: a wrong world, not a missing one).
   bool ping(std::chrono::milliseconds timeout);
   const std::string& endpoint() const;
   std::chrono::milliseconds timeout() const;

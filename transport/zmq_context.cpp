@@ -11,13 +11,30 @@
 
 namespace distrl::transport::detail {
 
+namespace {
+// The context and, with security on, its guard (transport/security.cpp); the guard's thread
+// ends when the context is shut down, and must have closed its sockets before the context is
+// terminated.
+struct ContextHolder {
+  zmq::context_t ctx{1};
+  std::shared_ptr<SecurityGuard> guard;
+  ~ContextHolder() {
+    if (!guard) return;
+    ctx.shutdown();
+    guard.reset();
+  }
+};
+}  // namespace
+
 std::shared_ptr<zmq::context_t> shared_zmq_context() {
   static std::mutex mu;
   static std::weak_ptr<zmq::context_t> weak;
   std::lock_guard<std::mutex> lock(mu);
   if (auto ctx = weak.lock()) return ctx;
-  auto ctx = std::make_shared<zmq::context_t>(1);
-  ctx->set(zmq::ctxopt::blocky, false);  // sockets left open never block context shutdown forever
+  auto holder = std::make_shared<ContextHolder>();
+  holder->ctx.set(zmq::ctxopt::blocky, false);  // sockets left open never block context shutdown forever
+  holder->guard = start_security(holder->ctx);
+  std::shared_ptr<zmq::context_t> ctx(holder, &holder->ctx);
   weak = ctx;
   return ctx;
 }
@@ -46,6 +63,26 @@ void read_connection_events(zmq::socket_t& monitor, const std::function<void(int
     std::uint16_t event;
     std::memcpy(&event, ev[0].data(), sizeof(event));
     if (event == ZMQ_EVENT_CONNECTED || event == ZMQ_EVENT_DISCONNECTED) on_event(event);
+  }
+}
+
+void watch_handshakes(zmq::context_t& ctx, zmq::socket_t& s, zmq::socket_t& monitor, const std::string& name) {
+  const std::string ep = "inproc://distrl-hs-" + name;
+  const int events =
+      ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
+  if (zmq_socket_monitor(s.handle(), ep.c_str(), events) != 0)
+    throw TransportError("transport: cannot monitor the handshakes of " + name);
+  monitor = zmq::socket_t(ctx, zmq::socket_type::pair);
+  monitor.set(zmq::sockopt::linger, 0);
+  monitor.connect(ep);
+}
+
+bool handshake_failed(zmq::socket_t& monitor) {
+  bool failed = false;
+  for (;;) {
+    std::vector<zmq::message_t> ev;
+    if (!zmq::recv_multipart(monitor, std::back_inserter(ev), zmq::recv_flags::dontwait)) return failed;
+    if (!ev.empty() && ev[0].size() >= 2) failed = true;
   }
 }
 

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -54,6 +55,35 @@ TEST_P(RlRunTest, AgentAndTwoObserversRunEpisodesAndShutDownCleanly) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, RlRunTest, ::testing::Values("batched", "unbatched"));
+
+// security: curve (README: Security): the same run with every socket authenticated and
+// encrypted, with a key distrl-launch makes and with one from distrl-keygen; a key file others
+// can read is refused before anything starts.
+TEST(RlSecurityTest, ACurveRunTrainsAsAPlainOneWithAMadeOrAGivenKey) {
+  TempDir dir;
+  const std::string run = "--config " + kConfig + " observers=2 learner.episodes=4 learner.max_steps=40 run.out_dir=";
+  auto made = launch(run + dir.file("made") + " security=curve");
+  ASSERT_EQ(made.code, 0) << made.output;
+  EXPECT_NE(made.output.find("Stopped after 4 rounds (8 episodes"), std::string::npos) << made.output;
+  EXPECT_EQ(count_lines(dir.file("made") + "/metrics.csv"), 5);
+
+  const std::string key = dir.file("world.key");
+  auto gen = distrl::testing::run_command(distrl::testing::bin_path("distrl-keygen") + " " + key);
+  ASSERT_EQ(gen.code, 0) << gen.output;
+  EXPECT_NE(gen.output.find("security_key: " + key), std::string::npos) << gen.output;
+  auto again = distrl::testing::run_command(distrl::testing::bin_path("distrl-keygen") + " " + key);
+  EXPECT_NE(again.code, 0);  // never overwrites a world's key by accident
+  EXPECT_NE(again.output.find("--force"), std::string::npos) << again.output;
+  auto given = launch(run + dir.file("given") + " --agent.mode unbatched security=curve security_key=" + key);
+  ASSERT_EQ(given.code, 0) << given.output;
+  EXPECT_EQ(count_lines(dir.file("given") + "/metrics.csv"), 5);
+
+  ::chmod(key.c_str(), 0644);
+  auto open_key = launch(run + dir.file("open") + " security=curve security_key=" + key);
+  EXPECT_EQ(open_key.code, 2) << open_key.output;
+  EXPECT_NE(open_key.output.find("chmod 600"), std::string::npos) << open_key.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("open") + "/metrics.csv"));
+}
 
 TEST(RlRunTest, BatchesClosedWhenTheRequestsAreReadAndThatModeNeedsInlineServing) {
   distrl::testing::TempDir dir;

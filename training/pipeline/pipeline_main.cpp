@@ -3,6 +3,7 @@
 #include "common/command_line.h"
 #include "common/main_guard.h"
 #include "training/pipeline/workloads.h"
+#include "transport/security.h"
 
 int main(int argc, char** argv) {
   return distrl::guarded_main("distrl-pipeline", [&] {
@@ -22,6 +23,7 @@ int main(int argc, char** argv) {
         "Usually started by: distrl-launch --config configs/pipeline_fashion_mnist.yaml",
         "configs/pipeline_fashion_mnist.yaml", "fashion-mnist: continue from a checkpoints directory (OUT_DIR/checkpoints)");
     if (!cmd.parse(argc, argv)) return 0;
+    distrl::transport::use_security(cmd.flags.security, cmd.flags.security_key);  // checks the key file
     training::pipeline::PipelineConfig cfg = cmd.config;
     try {
       training::pipeline::finish(cfg);

@@ -11,6 +11,7 @@
 #include "training/ps/skipgram.h"
 #include "training/rpc_world.h"
 #include "transport/rpc/rpc_agent.h"
+#include "transport/security.h"
 
 int main(int argc, char** argv) {
   return distrl::guarded_main("distrl-ps", [&] {
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
         "configs/ps_model_on_server.yaml, configs/ps_hybrid.yaml)",
         "configs/ps_batch_update.yaml", "(not used by this workload)");
     if (!cmd.parse(argc, argv)) return 0;
+    distrl::transport::use_security(cmd.flags.security, cmd.flags.security_key);  // checks the key file
     const training::ps::PsConfig& cfg = cmd.config;
     (void)cfg.server_options();  // refuses a bad combination before anything starts
     if (cmd.flags.check_only) return 0;

@@ -7,6 +7,7 @@
 #include "training/rpc_world.h"
 #include "transport/rpc/rpc_agent.h"
 #include "transport/tensor.h"
+#include "transport/security.h"
 
 int main(int argc, char** argv) {
   return distrl::guarded_main("distrl-rnn", [&] {
@@ -20,6 +21,7 @@ int main(int argc, char** argv) {
         "Usually started by: distrl-launch --config configs/rnn_dist_autograd.yaml",
         "configs/rnn_dist_autograd.yaml", "continue from a checkpoint of an earlier run (OUT_DIR/checkpoint.pt)");
     if (!cmd.parse(argc, argv)) return 0;
+    distrl::transport::use_security(cmd.flags.security, cmd.flags.security_key);  // checks the key file
     const training::RnnConfig& cfg = cmd.config;
     if (cmd.flags.check_only) return 0;
     keep_large_blocks_on_heap();

@@ -75,6 +75,7 @@ Mesh::Mesh(Store& store, const std::string& prefix, int rank, int world, const P
   if (options_.transport != "auto" && options_.transport != "tcp" && options_.transport != "ipc")
     throw ConfigError("process group: transport is '" + options_.transport + "', allowed: auto, tcp, ipc");
   apply_common_options(router_, 2000);
+  secure_server(*ctx_, router_);
   router_.set(zmq::sockopt::rcvhwm, 0);
   // A frame over the limit closes that connection inside ZeroMQ before any byte is kept.
   router_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.max_message_bytes));
@@ -104,6 +105,7 @@ Mesh::Mesh(Store& store, const std::string& prefix, int rank, int world, const P
     auto p = std::make_unique<Peer>();
     p->dealer = zmq::socket_t(*ctx_, zmq::socket_type::dealer);
     apply_common_options(p->dealer, 2000);
+    secure_client(p->dealer);
     p->dealer.set(zmq::sockopt::sndhwm, 0);
     p->dealer.set(zmq::sockopt::routing_id, identity(rank));
     watch_connection(*ctx_, p->dealer, p->monitor,

@@ -11,7 +11,17 @@
 
 namespace distrl::transport::detail {
 
+// With security on (transport/security.h) it also runs the ZAP handler and handshake monitors.
 std::shared_ptr<zmq::context_t> shared_zmq_context();
+
+// CURVE (transport/security.cpp). start_security: the guard of a new context, nullptr while
+// security is off; it fixes the process's setting. secure_server (a ROUTER) and secure_client
+// (a DEALER) must be called before the socket binds or connects; both do nothing while
+// security is off. A secured server's failed handshakes are counted in security_stats().
+class SecurityGuard;
+std::shared_ptr<SecurityGuard> start_security(zmq::context_t& ctx);
+void secure_server(zmq::context_t& ctx, zmq::socket_t& router);
+void secure_client(zmq::socket_t& dealer);
 
 // Socket options every distrl socket gets: finite linger, explicit high-water marks.
 void apply_common_options(zmq::socket_t& s, int linger_ms = 200);
@@ -28,6 +38,12 @@ void read_connection_events(zmq::socket_t& monitor, const std::function<void(int
 // number of frames (ZeroMQ's maxmsgsize bounds each frame, not their count).
 enum class Received { Nothing, Message, TooManyParts };
 Received recv_bounded(zmq::socket_t& s, std::vector<zmq::message_t>& out, std::size_t max_parts);
+
+// A monitor (PAIR) of s's failed handshakes: the server refused our key, or one side runs
+// security: curve and the other does not. handshake_failed reads the queued events (non-blocking)
+// and returns true once one was a failure. name must be unique in the process.
+void watch_handshakes(zmq::context_t& ctx, zmq::socket_t& s, zmq::socket_t& monitor, const std::string& name);
+bool handshake_failed(zmq::socket_t& monitor);
 
 // Stops the monitor and closes both sockets.
 void unwatch_connection(zmq::socket_t& dealer, zmq::socket_t& monitor);

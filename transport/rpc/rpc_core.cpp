@@ -274,6 +274,7 @@ ChannelPtr acquire_channel(RpcCore::State& s, int dest) {
   }
   auto c = std::make_unique<RpcCore::State::Channel>(RpcCore::State::Channel{zmq::socket_t(*s.ctx, zmq::socket_type::dealer), 0});
   apply_common_options(c->socket, 0);
+  secure_client(c->socket);
   c->socket.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(s.opts.limits.max_message_bytes));
   std::string endpoint;
   {
