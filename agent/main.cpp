@@ -10,6 +10,8 @@
 #include <iostream>
 #include <sstream>
 
+#include <ATen/Parallel.h>
+
 #include "rl/cli.h"
 #include "agent/policy_actor.h"
 #include "agent/rl_agent.h"
@@ -86,7 +88,9 @@ int main(int argc, char** argv) {
                 cfg.algo == "ppo" ? "ppo (actor-critic)" : ("reinforce, model " + cfg.model).c_str(), cfg.device.c_str(),
                 cfg.lr, cfg.gamma);
     std::fflush(stdout);
-    transport::RpcAgent rpc(rl::rpc_options(cfg, cli.world, rl::kAgentName), [&](transport::RpcAgent& a) { rl.serve(a); });
+    transport::RpcOptions ro = rl::rpc_options(cfg, cli.world, rl::kAgentName);
+    ro.thread_init = [] { at::init_num_threads(); };  // agent.torch_threads on the threads that serve
+    transport::RpcAgent rpc(ro, [&](transport::RpcAgent& a) { rl.serve(a); });
     if (cfg.algo == "ppo")
       std::printf("distrl-agent: %d observer(s) joined; running up to %d rounds of %d steps x %d env(s) per observer\n",
                   rpc.world_size() - 1, cfg.episodes, cfg.ppo_steps, cfg.envs_per_observer);

@@ -16,6 +16,7 @@
 
 #include "common/error.h"
 #include "models/resnet.h"
+#include "common/malloc_tuning.h"
 #include "tools/bench.h"
 #include "tools/config_launch.h"
 #include "training/pipeline/stage.h"
@@ -177,6 +178,7 @@ int run_pipeline_bench(const PipelineBenchOptions& o) {
               << row.at("microbatches") << " micro-batches): " << std::fixed << std::setprecision(3) << s
               << " s per batch" << std::defaultfloat << std::endl;
   }
+  keep_large_blocks_on_heap();  // as distrl-pipeline's processes
   std::ofstream one(o.out_dir + "/one_process.csv");
   one << "threads,seconds_per_batch\n";
   for (int threads : {1, 2}) {
@@ -185,14 +187,14 @@ int run_pipeline_bench(const PipelineBenchOptions& o) {
     models::ResNet50 net(1000);
     torch::optim::SGD opt(net.parameters(), 0.05);
     double total = 0;
-    for (int b = 0; b < o.resnet_batches; ++b) {
+    for (int b = -1; b < o.resnet_batches; ++b) {  // b = -1: an untimed warm-up batch, as the sweep's
       const at::Tensor x = torch::randn({120, 3, 128, 128});
       const at::Tensor y = torch::zeros({120, 1000}).scatter_(1, torch::randint(1000, {120, 1}, torch::kLong), 1);
       const auto t0 = Clock::now();
       opt.zero_grad();
       torch::mse_loss(net.forward(x), y).backward();
       opt.step();
-      total += std::chrono::duration<double>(Clock::now() - t0).count();
+      if (b >= 0) total += std::chrono::duration<double>(Clock::now() - t0).count();
     }
     one << threads << "," << total / o.resnet_batches << "\n";
     std::cout << "  one process, " << threads << " thread(s): " << std::fixed << std::setprecision(3)

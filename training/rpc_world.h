@@ -3,6 +3,8 @@
 // and for rendezvous.
 #pragma once
 
+#include <ATen/Parallel.h>
+
 #include <chrono>
 #include <string>
 
@@ -11,7 +13,11 @@
 
 namespace distrl::training {
 
-inline transport::RpcOptions rpc_options_for(const WorldFlags& world, double timeout_s, const std::string& transport) {
+// torch_threads (run.torch_threads) is applied here, before the agent's threads exist, and
+// adopted by each of them (RpcOptions::thread_init): the handlers run the model.
+inline transport::RpcOptions rpc_options_for(const WorldFlags& world, double timeout_s, const std::string& transport,
+                                             int torch_threads) {
+  at::set_num_threads(torch_threads);
   transport::RpcOptions o;
   o.init_method = world.resolved_init_method();
   o.rank = world.rank;
@@ -19,6 +25,7 @@ inline transport::RpcOptions rpc_options_for(const WorldFlags& world, double tim
   o.rpc_timeout = std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
   o.rendezvous_timeout = o.rpc_timeout;
   o.transport = transport;
+  o.thread_init = [] { at::init_num_threads(); };
   return o;
 }
 

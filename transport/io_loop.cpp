@@ -58,6 +58,7 @@ void IoLoop::set_peers(std::vector<std::string> endpoints) {
 void IoLoop::start() {
   thread_ = std::thread([this] {
     name_this_thread("distrl-io");
+    if (options_.thread_init) options_.thread_init();
     run();
   });
 }

@@ -14,11 +14,12 @@ std::atomic<long long> g_spin_us{0};
 void set_future_spin(std::chrono::microseconds spin) { g_spin_us.store(spin.count()); }
 std::chrono::microseconds future_spin() { return std::chrono::microseconds(g_spin_us.load(std::memory_order_relaxed)); }
 
-ThreadPool::ThreadPool(int threads, std::string name) : name_(std::move(name)) {
+ThreadPool::ThreadPool(int threads, std::string name, std::function<void()> init) : name_(std::move(name)) {
   if (threads < 1) threads = 1;
   workers_.reserve(threads);
-  for (int i = 0; i < threads; ++i) workers_.emplace_back([this] {
+  for (int i = 0; i < threads; ++i) workers_.emplace_back([this, init] {
       name_this_thread(name_.empty() ? "distrl-pool" : name_);
+      if (init) init();
       run();
     });
 }

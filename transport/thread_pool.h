@@ -17,7 +17,8 @@ namespace distrl::transport {
 
 class ThreadPool : public Executor {
  public:
-  explicit ThreadPool(int threads, std::string name = "pool");
+  // init, when set, runs first on each worker thread.
+  explicit ThreadPool(int threads, std::string name = "pool", std::function<void()> init = {});
   ~ThreadPool() override;
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;

@@ -671,3 +671,27 @@ TEST(RpcTest, ProcessGroupSharesTheAgentsStore) {
   for (int c : codes) EXPECT_EQ(c, 0);
 }
 
+
+// RpcOptions::thread_init runs on every thread that runs handlers (the pool and the I/O thread),
+// before any handler: per-thread library state (LibTorch's thread count) reaches them.
+TEST(RpcTest, ThreadInitRunsOnEveryHandlerThreadFirst) {
+  TempDir dir;
+  auto codes = run_ranks(2, [&](int rank) {
+    static thread_local bool initialised = false;
+    auto o = rpc_options(dir, rank, 2);
+    o.num_worker_threads = 3;
+    o.thread_init = [] { initialised = true; };
+    RpcAgent agent(o, [](RpcAgent& a) {
+      a.register_function("pool", [] { return initialised; });
+      a.register_function("io", [] { return initialised; }, RunOn::IoThread);
+    });
+    if (rank == 0) {
+      std::vector<Future<bool>> fs;
+      for (int i = 0; i < 30; ++i) fs.push_back(agent.rpc_async<bool>(1, i % 2 ? "pool" : "io"));
+      for (auto& f : fs) expect(f.value(), "a handler ran on a thread thread_init had not run on");
+    }
+    agent.shutdown();
+    return 0;
+  });
+  EXPECT_EQ(codes, (std::vector<int>{0, 0}));
+}

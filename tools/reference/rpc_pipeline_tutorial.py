@@ -17,6 +17,11 @@ Needs python3-torch (apt install python3-torch; not a distrl dependency).
 """
 import argparse
 import os
+
+# One OpenMP thread per process before torch loads: torch.set_num_threads(1) alone leaves
+# TensorPipe's RPC worker threads with OpenMP's default team (every core), which on 2 vCPUs
+# oversubscribes three processes. distrl-pipeline runs with run.torch_threads: 1 likewise.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 import socket
 import threading
 import time
@@ -81,21 +86,25 @@ def master(args):
     s2 = rpc.remote("worker2", Shard, args=(2, 1000))
     params = s1.rpc_sync().parameter_rrefs() + s2.rpc_sync().parameter_rrefs()
     opt = DistributedOptimizer(torch.optim.SGD, params, lr=0.05)
+
+    def batch(size):
+        x = torch.randn(120, 3, 128, 128)
+        y = torch.zeros(120, 1000).scatter_(1, torch.randint(1000, (120, 1)), 1)
+        t0 = time.perf_counter()
+        with dist_autograd.context() as ctx:
+            futs = []
+            for mb in x.split(size):
+                y_rref = s1.remote().forward(rpc.RRef(mb))
+                futs.append(s2.rpc_async().forward(y_rref))
+            out = torch.cat(torch.futures.wait_all(futs))
+            dist_autograd.backward(ctx, [nn.functional.mse_loss(out, y)])
+            opt.step(ctx)
+        return time.perf_counter() - t0
+
+    for _ in range(args.warmup):  # untimed: the first batch pays for allocations and RPC set-up
+        batch(args.sizes[0])
     for size in args.sizes:
-        total = 0.0
-        for _ in range(args.batches):
-            x = torch.randn(120, 3, 128, 128)
-            y = torch.zeros(120, 1000).scatter_(1, torch.randint(1000, (120, 1)), 1)
-            t0 = time.perf_counter()
-            with dist_autograd.context() as ctx:
-                futs = []
-                for mb in x.split(size):
-                    y_rref = s1.remote().forward(rpc.RRef(mb))
-                    futs.append(s2.rpc_async().forward(y_rref))
-                out = torch.cat(torch.futures.wait_all(futs))
-                dist_autograd.backward(ctx, [nn.functional.mse_loss(out, y)])
-                opt.step(ctx)
-            total += time.perf_counter() - t0
+        total = sum(batch(size) for _ in range(args.batches))
         print(f"micro-batch size {size:4d}: {total / args.batches:.3f} s per batch", flush=True)
 
 
@@ -114,6 +123,7 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", type=int, nargs="+", default=[1, 2, 4, 8])
     ap.add_argument("--batches", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=1, help="untimed batches before the first size")
     a = ap.parse_args()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -2,6 +2,7 @@
 // distrl-launch --config configs/pipeline_fashion_mnist.yaml (or configs/pipeline_resnet50.yaml)
 #include "common/command_line.h"
 #include "common/main_guard.h"
+#include "common/malloc_tuning.h"
 #include "training/pipeline/workloads.h"
 #include "transport/security.h"
 
@@ -35,6 +36,7 @@ int main(int argc, char** argv) {
       throw ConfigError(std::string("pipeline.schedule: ") + e.what());
     }
     if (cmd.flags.check_only) return 0;
+    keep_large_blocks_on_heap();  // activations of many MB each micro-batch: no mmap + page faults each time
     if (cfg.workload == "pipeline_resnet50")
       training::pipeline::run_resnet_tutorial(cfg, cmd.settings.to_yaml(), cmd.flags.world);
     else if (cfg.workload == "pipeline_resnet50_model_parallel")

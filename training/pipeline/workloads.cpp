@@ -51,6 +51,10 @@ void bind(Settings& s, PipelineConfig& c) {
   s.bind("train.test_batch_size", &c.test_batch_size, "rows per evaluation forward").range(1, 1000000);
   s.bind("train.batches", &c.batches, "resnet: batches timed per micro-batch size (the tutorial's num_batches)")
       .range(1, 1000000);
+  s.bind("train.warmup", &c.warmup,
+         "resnet: untimed batches before the sweep (the first batches of a process pay for its memory: page "
+         "faults, allocator growth)")
+      .range(0, 1000);
   s.bind("pipeline.schedule", &c.schedule, "gpipe | 1f1b | interleaved | zb-h1, or a schedule file (see README)");
   s.bind("pipeline.microbatches", &c.microbatches, "fashion-mnist: micro-batches per batch").range(1, 100000);
   s.bind("pipeline.chunks", &c.chunks, "model pieces per stage (interleaved: 2 or more)").range(1, 64);
@@ -370,8 +374,7 @@ using Shard = autograd::RemoteModule<TutorialShardImpl>;
 }  // namespace
 
 void run_resnet_tutorial(const PipelineConfig& c, const std::string& config_yaml, const WorldFlags& world) {
-  torch::set_num_threads(c.torch_threads);
-  transport::RpcOptions o = rpc_options_for(world, c.timeout_s, c.transport);
+  transport::RpcOptions o = rpc_options_for(world, c.timeout_s, c.transport, c.torch_threads);
   // Default names: worker0 (the master), worker1 and worker2 (the shards' owners), as in the tutorial.
   o.num_worker_threads = std::max(o.num_worker_threads, 8);  // queued micro-batches wait on the shard lock
   transport::RpcAgent agent(o, [](transport::RpcAgent& a) {
@@ -411,7 +414,8 @@ void run_resnet_tutorial(const PipelineConfig& c, const std::string& config_yaml
     }
     torch::manual_seed(c.seed);
     double first_loss = 0, last_loss = 0, total = 0;
-    for (int b = 0; b < c.batches; ++b) {
+    const int warmup = size == c.microbatch_sizes.front() ? c.warmup : 0;
+    for (int b = -warmup; b < c.batches; ++b) {
       const at::Tensor inputs = torch::randn({c.batch_size, 3, c.image_size, c.image_size});
       const at::Tensor labels = torch::zeros({c.batch_size, c.classes})
                                     .scatter_(1, torch::randint(c.classes, {c.batch_size, 1}, torch::kLong), 1);
@@ -427,8 +431,13 @@ void run_resnet_tutorial(const PipelineConfig& c, const std::string& config_yaml
       for (auto& f : outs) ys.push_back(f.value());
       const at::Tensor loss = torch::mse_loss(torch::cat(ys), labels);
       autograd::backward(ctx, {loss});
-      opt.step(ctx);
+      if (b >= 0) opt.step(ctx);  // a warm-up batch leaves the parameters as they were
       const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (b < 0) {
+        std::cout << "warm-up batch: " << std::fixed << std::setprecision(3) << secs << " s (untimed)"
+                  << std::defaultfloat << std::endl;
+        continue;
+      }
       total += secs;
       (b == 0 ? first_loss : last_loss) = loss.item<double>();
       if (b == 0) last_loss = first_loss;

@@ -43,6 +43,7 @@ struct PipelineConfig {
   int batch_size = 64;
   int test_batch_size = 1000;
   int batches = 3;                    // resnet: batches timed per micro-batch size
+  int warmup = 1;                     // resnet: untimed batches before the sweep
   std::string schedule = "1f1b";      // gpipe | 1f1b | interleaved | zb-h1 | a schedule file
   int microbatches = 4;
   int chunks = 1;

@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
     (void)cfg.server_options();  // refuses a bad combination before anything starts
     if (cmd.flags.check_only) return 0;
     keep_large_blocks_on_heap();  // tensors of a few MB each step: no mmap + page faults each time
-    transport::RpcOptions o = training::rpc_options_for(cmd.flags.world, cfg.timeout_s, cfg.transport);
+    transport::RpcOptions o = training::rpc_options_for(cmd.flags.world, cfg.timeout_s, cfg.transport, cfg.torch_threads);
     const bool serves = o.rank >= 0 && o.rank < cfg.servers;
     o.name = serves ? "ps" + std::to_string(o.rank) : "";
     if (cfg.workload == "ps_hybrid") {

@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
     const training::RnnConfig& cfg = cmd.config;
     if (cmd.flags.check_only) return 0;
     keep_large_blocks_on_heap();
-    transport::RpcAgent agent(training::rpc_options_for(cmd.flags.world, cfg.timeout_s, cfg.transport), [](transport::RpcAgent& a) { training::register_rnn(a); });
+    transport::RpcAgent agent(training::rpc_options_for(cmd.flags.world, cfg.timeout_s, cfg.transport, cfg.torch_threads), [](transport::RpcAgent& a) { training::register_rnn(a); });
     if (agent.world_size() != cfg.trainers + 1)
       throw ConfigError("roles.trainers is " + std::to_string(cfg.trainers) + " but the world has " +
                         std::to_string(agent.world_size()) + " processes (1 ps + trainers)");

@@ -54,6 +54,7 @@ class IoLoop {
     std::size_t max_frame_bytes = 1ull << 30;
     std::size_t max_parts = 4096 + 2;  // frames per message, routing id included
     std::chrono::microseconds spin{0};
+    std::function<void()> thread_init;  // runs first on the I/O thread (RpcOptions::thread_init)
   };
 
   IoLoop(std::shared_ptr<zmq::context_t> ctx, Options options, Callbacks callbacks);

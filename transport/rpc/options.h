@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include <msgpack.hpp>
@@ -26,6 +27,12 @@ struct RpcOptions {
   // threads than cores a spinning thread steals the CPU from the one with work (measured:
   // 2 vCPUs, 50 us spin doubles the round trip). Try 20-50 us where cores are plentiful.
   std::chrono::microseconds io_spin{0};
+  // Runs first on every thread that runs handlers (the pool, and the I/O thread for RunOn::
+  // IoThread): per-thread library state belongs here. LibTorch's intra-op thread count is per
+  // thread and a new thread gets every core, so torch::set_num_threads(n) in main does not
+  // reach the handlers; `[] { at::init_num_threads(); }` does (distrl's tools set it). Measured:
+  // the ResNet-50 pipeline's shards ran 2 OpenMP threads each on 2 vCPUs without it.
+  std::function<void()> thread_init;
   WireLimits limits;
   // A call (or fork notice) naming an object this worker has not seen created waits for the
   // creating request -- an RRef passed on can overtake it -- for at most unknown_object_wait,

@@ -547,7 +547,7 @@ void RpcCore::start(const std::function<void()>& before_publish) {
   // address, peers told once it runs.
   s.incarnation = s.rdv->store().add("rpc/incarnation/" + std::to_string(s.rank), 1);
   s.ctx = shared_zmq_context();
-  s.pool = std::make_unique<ThreadPool>(s.opts.num_worker_threads, "rpc-handlers");
+  s.pool = std::make_unique<ThreadPool>(s.opts.num_worker_threads, "rpc-handlers", s.opts.thread_init);
 
   IoLoop::Callbacks cb;
   State* sp = &s;
@@ -560,7 +560,7 @@ void RpcCore::start(const std::function<void()>& before_publish) {
   };
   cb.on_dropped = [sp](const std::string& what) { count_bad(*sp, what, false); };
   cb.next_deadline = [sp] { return sp->deadlines.empty() ? Clock::time_point::max() : sp->deadlines.begin()->first; };
-  s.io = std::make_unique<IoLoop>(s.ctx, IoLoop::Options{s.opts.limits.max_message_bytes, s.opts.limits.max_frames + 2, s.opts.io_spin}, std::move(cb));
+  s.io = std::make_unique<IoLoop>(s.ctx, IoLoop::Options{s.opts.limits.max_message_bytes, s.opts.limits.max_frames + 2, s.opts.io_spin, s.opts.thread_init}, std::move(cb));
 
   // Bind tcp and/or ipc on the one ROUTER; peers pick ipc when they share our host.
   auto bound = s.io->bind(endpoints_to_bind(s.opts.transport, bind_ip(w, s.opts.bind_host),
