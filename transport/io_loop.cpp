@@ -111,6 +111,8 @@ IoLoop::Peer& IoLoop::connect_peer(int peer) {
   p = std::make_unique<Peer>(Peer{zmq::socket_t(*ctx_, zmq::socket_type::dealer), zmq::socket_t(), false, {}});
   apply_common_options(p->dealer);
   secure_client(p->dealer);
+  if (!options_.identity_prefix.empty())
+    p->dealer.set(zmq::sockopt::routing_id, options_.identity_prefix + "io" + std::to_string(connections_made_ + 1));
   p->dealer.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.max_frame_bytes));
   watch_connection(*ctx_, p->dealer, p->monitor,
                    "rpc-" + std::to_string(reinterpret_cast<std::uintptr_t>(this)) + "-" + std::to_string(peer) + "-" +

@@ -449,3 +449,17 @@ TEST(MalformedReplyTest, BadRepliesFailTheCallTheyNameWithProtocolError) {
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0) << WEXITSTATUS(status) << " of the 8 malformed replies were not handled as expected";
 }
+
+// Issue 14: no trust in identity fields. A request whose header names a member (src 0) but that
+// comes on a connection no member made is dropped unanswered and counted; the same request as
+// an outsider (src -1) is served, as before.
+TEST_F(MalformedInputTest, ARequestClaimingAMembersRankOnAStrangersConnectionIsDropped) {
+  const auto before = stats();
+  send(request_claiming(0, next_id_++, "echo", std::string("impostor")));
+  EXPECT_FALSE(receive(1s).has_value()) << "an impostor's request was answered";
+  const auto after = stats();
+  EXPECT_EQ(after.dropped_messages, before.dropped_messages + 1);
+  auto r = call(request(next_id_++, "echo", std::string("outsider")));
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->text, "outsider");
+}

@@ -57,6 +57,17 @@ Frames request(std::uint64_t id, const std::string& fn, const Args&... args) {
       transport::detail::build_message(h, nullptr, 0, transport::detail::args_writer(args...)));
 }
 
+// The same request with its header claiming to come from rank src.
+template <typename... Args>
+Frames request_claiming(int src, std::uint64_t id, const std::string& fn, const Args&... args) {
+  transport::detail::Header h;
+  h.call_id = id;
+  h.fn = fn;
+  h.src = src;
+  return transport::detail::encode_message(
+      transport::detail::build_message(h, nullptr, 0, transport::detail::args_writer(args...)));
+}
+
 // A call of method fn on object obj (an RRef's id), as an outsider would send it.
 template <typename... Args>
 Frames method_request(std::uint64_t id, std::uint64_t obj, const std::string& fn, const Args&... args) {

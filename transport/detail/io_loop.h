@@ -55,6 +55,8 @@ class IoLoop {
     std::size_t max_parts = 4096 + 2;  // frames per message, routing id included
     std::chrono::microseconds spin{0};
     std::function<void()> thread_init;  // runs first on the I/O thread (RpcOptions::thread_init)
+    // The DEALERs' routing ids start with this (rpc_identity_prefix); a counter ends each.
+    std::string identity_prefix;
   };
 
   IoLoop(std::shared_ptr<zmq::context_t> ctx, Options options, Callbacks callbacks);

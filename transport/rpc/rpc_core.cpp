@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -276,6 +277,7 @@ ChannelPtr acquire_channel(RpcCore::State& s, int dest) {
   apply_common_options(c->socket, 0);
   secure_client(c->socket);
   c->socket.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(s.opts.limits.max_message_bytes));
+  c->socket.set(zmq::sockopt::routing_id, s.identity_prefix + "c" + std::to_string(++s.channels_made));
   std::string endpoint;
   {
     std::lock_guard<std::mutex> lock(s.chan_mu);  // a rejoin changes both together
@@ -547,6 +549,11 @@ void RpcCore::start(const std::function<void()>& before_publish) {
   // address, peers told once it runs.
   s.incarnation = s.rdv->store().add("rpc/incarnation/" + std::to_string(s.rank), 1);
   s.ctx = shared_zmq_context();
+  {
+    char nonce[17];
+    std::snprintf(nonce, sizeof(nonce), "%016llx", static_cast<unsigned long long>(new_object_id()));
+    s.identity_prefix = "rpc-r" + std::to_string(s.rank) + "-" + nonce + "-";
+  }
   s.pool = std::make_unique<ThreadPool>(s.opts.num_worker_threads, "rpc-handlers", s.opts.thread_init);
 
   IoLoop::Callbacks cb;
@@ -560,7 +567,7 @@ void RpcCore::start(const std::function<void()>& before_publish) {
   };
   cb.on_dropped = [sp](const std::string& what) { count_bad(*sp, what, false); };
   cb.next_deadline = [sp] { return sp->deadlines.empty() ? Clock::time_point::max() : sp->deadlines.begin()->first; };
-  s.io = std::make_unique<IoLoop>(s.ctx, IoLoop::Options{s.opts.limits.max_message_bytes, s.opts.limits.max_frames + 2, s.opts.io_spin, s.opts.thread_init}, std::move(cb));
+  s.io = std::make_unique<IoLoop>(s.ctx, IoLoop::Options{s.opts.limits.max_message_bytes, s.opts.limits.max_frames + 2, s.opts.io_spin, s.opts.thread_init, s.identity_prefix}, std::move(cb));
 
   // Bind tcp and/or ipc on the one ROUTER; peers pick ipc when they share our host.
   auto bound = s.io->bind(endpoints_to_bind(s.opts.transport, bind_ip(w, s.opts.bind_host),

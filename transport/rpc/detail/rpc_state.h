@@ -39,6 +39,10 @@ struct RpcCore::State {
   std::string ipc_path;
   Address me;                     // as published at rendezvous
   std::int64_t incarnation = 1;   // this process's: 1, or more for a rank that rejoined
+  // "rpc-r<rank>-<random>-": every DEALER of this process connects under it, so a server can
+  // check that a message's src is the rank of the connection it came on (rank_of_identity).
+  std::string identity_prefix;
+  std::atomic<std::uint64_t> channels_made{0};
   std::vector<std::int64_t> peer_incarnation;  // I/O thread only: the latest heard of each rank
   // Bumped (under chan_mu) each time a rank rejoins: a synchronous call to the earlier process
   // fails, and a channel connected to it is not reused.
