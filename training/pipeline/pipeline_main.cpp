@@ -1,5 +1,7 @@
 // distrl-pipeline: pipeline-parallel training, one process per rank. Usually started by:
 // distrl-launch --config configs/pipeline_fashion_mnist.yaml (or configs/pipeline_resnet50.yaml)
+#include <malloc.h>
+
 #include "common/command_line.h"
 #include "common/main_guard.h"
 #include "common/malloc_tuning.h"
@@ -37,6 +39,10 @@ int main(int argc, char** argv) {
     }
     if (cmd.flags.check_only) return 0;
     keep_large_blocks_on_heap();  // activations of many MB each micro-batch: no mmap + page faults each time
+    // ... and one malloc arena: the shards run on RPC handler threads, whose own arenas (64 MiB
+    // heaps, trimmed as soon as they free) faulted every activation in again. Measured, the
+    // ResNet-50 pipeline at micro-batch 20: 12.7-14.1 s -> 6.7 s per batch; system time 1m36 -> 0m38.
+    ::mallopt(M_ARENA_MAX, 1);
     if (cfg.workload == "pipeline_resnet50")
       training::pipeline::run_resnet_tutorial(cfg, cmd.settings.to_yaml(), cmd.flags.world);
     else if (cfg.workload == "pipeline_resnet50_model_parallel")
