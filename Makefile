@@ -11,20 +11,24 @@ DEPS := build-essential cmake ninja-build pkg-config ccache \
         libgtest-dev libgmock-dev gnuplot-nox dataset-fashion-mnist
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps configure build test test-unit test-integration demo bench clean
+.PHONY: all deps configure build test test-unit test-integration test-asan fuzz fuzz-seeds demo bench clean
 
 all: build
 
 # Idempotent: when every package is installed it costs one dpkg-query.
-deps:
-	@missing=""; for p in $(DEPS); do \
+define install_packages
+	@missing=""; for p in $(1); do \
 	    dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
-	    echo "make deps: installing$$missing"; \
+	    echo "make $@: installing$$missing"; \
 	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
-	else echo "make deps: all $(words $(DEPS)) packages present"; fi
+	else echo "make $@: all $(words $(1)) packages present"; fi
+endef
+
+deps:
+	$(call install_packages,$(DEPS))
 
 $(BUILD_DIR)/build.ninja:
 	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_ARGS)
@@ -53,6 +57,36 @@ demo: deps
 	$(MAKE) build
 	$(BUILD_DIR)/bin/distrl-launch --config $(DEMO_CONFIG) $(DEMO_ARGS)
 
+# The whole test suite under AddressSanitizer + UndefinedBehaviorSanitizer (its own build dir;
+# every tool the tests start is instrumented too). Timeouts are scaled for the slowdown.
+ASAN_DIR ?= build-asan
+test-asan: deps
+	cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDISTRL_SANITIZE=address,undefined \
+	    -DDISTRL_TEST_TIMEOUT_SCALE=3 $(CMAKE_ARGS)
+	CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime \
+	    cmake --build $(ASAN_DIR) -j $(JOBS)
+	cd $(ASAN_DIR) && ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:detect_stack_use_after_return=0 \
+	    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+# libFuzzer (clang 14): builds every target under ASan + UBSan in $(FUZZ_DIR) and runs each
+# for FUZZ_SECONDS, FUZZ_JOBS at a time, from the seeds in tests/fuzz/corpus/. A crash input is
+# saved in $(FUZZ_DIR)/findings/ and fails the run. `make fuzz FUZZ_SECONDS=600` is the long run.
+FUZZ_DIR ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_JOBS ?= $(JOBS)
+FUZZ_TARGETS ?= rpc store pg settings idx
+FUZZ_DEPS := clang-14 libclang-rt-14-dev
+fuzz: deps
+	$(call install_packages,$(FUZZ_DEPS))
+	cmake -S . -B $(FUZZ_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++-14 \
+	    -DDISTRL_FUZZ=ON -DDISTRL_PCH=OFF
+	cmake --build $(FUZZ_DIR) -j $(JOBS) --target fuzz
+	tests/fuzz/run_fuzzers.sh $(FUZZ_DIR) $(FUZZ_SECONDS) $(FUZZ_JOBS) $(FUZZ_TARGETS)
+
+# Rewrites the seed corpora in tests/fuzz/corpus/ (after a wire format change).
+fuzz-seeds: build
+	$(BUILD_DIR)/bin/distrl-fuzz-seeds tests/fuzz/corpus
+
 bench: build
 	$(BUILD_DIR)/bin/distrl-bench rpc
 	$(BUILD_DIR)/bin/distrl-bench rl
@@ -61,4 +95,4 @@ bench: build
 	$(BUILD_DIR)/bin/distrl-bench env
 
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(FUZZ_DIR)

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <iomanip>
 #include <sstream>
 
 #include "common/error.h"
@@ -69,16 +70,47 @@ std::vector<std::string> split_list(const std::string& text) {
 std::string format_number(double v) {
   std::ostringstream os;
   if (v == std::floor(v) && std::abs(v) < 1e18) os << static_cast<long long>(v);
-  else os << v;
+  else {
+    // the shortest text that reads back as the same double (0.1, not 0.10000000000000001)
+    for (int digits = 6; digits <= 17; ++digits) {
+      os.str({});
+      os << std::setprecision(digits) << v;
+      if (std::strtod(os.str().c_str(), nullptr) == v) break;
+    }
+  }
   return os.str();
 }
 
+// True when s is well-formed UTF-8 (YAML's encoding; what to_yaml() writes back unchanged).
+bool valid_utf8(const std::string& s) {
+  for (std::size_t i = 0; i < s.size();) {
+    const unsigned char c = s[i];
+    int n = c < 0x80 ? 0 : (c >> 5) == 0x6 ? 1 : (c >> 4) == 0xe ? 2 : (c >> 3) == 0x1e ? 3 : -1;
+    if (n < 0 || i + n > s.size() - 1) return false;  // a bad lead byte, or the text ends inside one
+    std::uint32_t cp = n == 0 ? c : c & (0x3f >> n);
+    for (int k = 1; k <= n; ++k) {
+      const unsigned char d = s[i + k];
+      if ((d >> 6) != 0x2) return false;
+      cp = (cp << 6) | (d & 0x3f);
+    }
+    static const std::uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;  // overlong, too big, surrogate
+    i += n + 1;
+  }
+  return true;
+}
+
 void flatten(const YAML::Node& node, const std::string& prefix, const std::string& path,
-             std::vector<std::pair<std::string, std::string>>* out) {
+             std::vector<std::pair<std::string, std::string>>* out, int depth = 0) {
   if (node.IsMap()) {
+    // No config nests deeper than a few levels; a bound also stops an alias cycle (&a {b: *a}).
+    if (depth >= 16) throw ConfigError(path + ": " + prefix + ": maps nested more than 16 deep");
     for (const auto& kv : node) {
-      const std::string key = prefix.empty() ? kv.first.as<std::string>() : prefix + "." + kv.first.as<std::string>();
-      flatten(kv.second, key, path, out);
+      if (!kv.first.IsScalar())
+        throw ConfigError(path + ": " + (prefix.empty() ? "the top level" : prefix) +
+                          ": a key must be a plain name, not a list or map");
+      const std::string key = prefix.empty() ? kv.first.Scalar() : prefix + "." + kv.first.Scalar();
+      flatten(kv.second, key, path, out, depth + 1);
     }
     return;
   }
@@ -217,6 +249,11 @@ Settings::Field& Settings::bind(const std::string& key, std::string* value, cons
   Field* fp = &f;
   f.parse_ = [fp, value](const std::string& text, const std::string& source) {
     const std::string t = trim(text);
+    for (unsigned char c : t)
+      if (c < 0x20 && c != '\t')
+        throw ConfigError(source + ": " + fp->key_ + ": the value holds a control character (byte " +
+                          std::to_string(c) + "); write it on one line, without NUL or escape bytes");
+    if (!valid_utf8(t)) throw ConfigError(source + ": " + fp->key_ + ": the value is not valid UTF-8 text");
     if (!fp->choices_.empty()) {
       bool ok = false;
       std::string allowed;
@@ -277,17 +314,24 @@ void Settings::set(const std::string& key, const std::string& value, const std::
 void Settings::load_file(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw ConfigError(path + ": cannot open the config file");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw ConfigError(path + ": cannot read the config file");
+  load_text(text.str(), path);
+}
+
+void Settings::load_text(const std::string& yaml, const std::string& source) {
   YAML::Node root;
   try {
-    root = YAML::Load(in);
+    root = YAML::Load(yaml);
   } catch (const YAML::Exception& e) {
-    throw ConfigError(path + ": not valid YAML: " + e.what());
+    throw ConfigError(source + ": not valid YAML: " + e.what());
   }
   if (root.IsNull()) return;  // an empty file: all defaults
-  if (!root.IsMap()) throw ConfigError(path + ": the top level must be a map of keys");
+  if (!root.IsMap()) throw ConfigError(source + ": the top level must be a map of keys");
   std::vector<std::pair<std::string, std::string>> leaves;
-  flatten(root, "", path, &leaves);
-  for (const auto& [key, value] : leaves) set(key, value, path);
+  flatten(root, "", source, &leaves);
+  for (const auto& [key, value] : leaves) set(key, value, source);
 }
 
 void Settings::apply_overrides(const std::vector<std::string>& args) {
@@ -338,7 +382,10 @@ std::string Settings::to_yaml() const {
       YAML::Node next = node[parts[i]];
       node.reset(next);
     }
-    node[parts.back()] = YAML::Load(f->show_());
+    // A string is written as a string (quoted where YAML needs it: "a: b", "#1", "true");
+    // numbers, bools and lists are written as their YAML text.
+    if (f->type_ == "string") node[parts.back()] = YAML::Node(f->show_());
+    else node[parts.back()] = YAML::Load(f->show_());
   }
   YAML::Emitter out;
   out << root;

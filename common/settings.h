@@ -57,6 +57,8 @@ class Settings {
 
   // Reads a YAML file of nested maps; every leaf must be a bound key.
   void load_file(const std::string& path);
+  // The same for YAML text; `source` names it in errors (a file name, "fuzz input").
+  void load_text(const std::string& yaml, const std::string& source);
   // "--key=value", "--key value" or "key=value" for bound keys; anything else is an error
   // that says which keys exist.
   void apply_overrides(const std::vector<std::string>& args);

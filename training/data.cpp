@@ -47,13 +47,21 @@ std::vector<std::int64_t> idx_dims(const std::string& data, const std::string& p
   if (data.size() < 4 + 4 * std::size_t(ndim)) throw ConfigError("dataset: '" + path + "' is truncated (header)");
   std::vector<std::int64_t> dims;
   std::int64_t total = 1;
-  for (int i = 0; i < ndim; ++i) {
-    dims.push_back(be32(data, 4 + 4 * i));
-    total *= dims.back();
+  const std::size_t held = data.size() - 4 - 4 * std::size_t(ndim);
+  for (int i = 0; i < ndim; ++i) dims.push_back(be32(data, 4 + 4 * i));
+  bool more = false;  // the header's product is past what the file holds (and may overflow)
+  if (std::find(dims.begin(), dims.end(), 0) != dims.end()) {
+    total = 0;
+  } else {
+    for (auto d : dims) {
+      if (total > static_cast<std::int64_t>(held) / d) more = true;
+      if (more) break;
+      total *= d;
+    }
   }
-  if (data.size() != 4 + 4 * std::size_t(ndim) + std::size_t(total))
-    throw ConfigError("dataset: '" + path + "' holds " + std::to_string(data.size() - 4 - 4 * ndim) +
-                      " bytes of data, its header says " + std::to_string(total));
+  if (more || held != std::size_t(total))
+    throw ConfigError("dataset: '" + path + "' holds " + std::to_string(held) + " bytes of data, its header says " +
+                      (more ? std::string("more than that") : std::to_string(total)));
   return dims;
 }
 
@@ -75,18 +83,26 @@ std::string idx_header(std::uint8_t ndim, const std::vector<std::int64_t>& dims)
 
 }  // namespace
 
-Dataset load_idx(const std::string& images_path, const std::string& labels_path) {
-  const std::string img = read_maybe_gz(images_path), lab = read_maybe_gz(labels_path);
-  const auto idims = idx_dims(img, images_path, 3), ldims = idx_dims(lab, labels_path, 1);
+Dataset parse_idx(const std::string& img, const std::string& lab, const std::string& images_name,
+                  const std::string& labels_name) {
+  const auto idims = idx_dims(img, images_name, 3), ldims = idx_dims(lab, labels_name, 1);
+  for (int i : {1, 2})
+    if (idims[i] < 1 || idims[i] > 65535)
+      throw ConfigError("dataset: '" + images_name + "' has images of " + std::to_string(idims[1]) + " x " +
+                        std::to_string(idims[2]) + " pixels (each side must be 1..65535)");
   if (idims[0] != ldims[0])
-    throw ConfigError("dataset: '" + images_path + "' holds " + std::to_string(idims[0]) + " images but '" +
-                      labels_path + "' " + std::to_string(ldims[0]) + " labels");
+    throw ConfigError("dataset: '" + images_name + "' holds " + std::to_string(idims[0]) + " images but '" +
+                      labels_name + "' " + std::to_string(ldims[0]) + " labels");
   Dataset d;
-  d.name = std::filesystem::path(images_path).parent_path().filename().string();
+  d.name = std::filesystem::path(images_name).parent_path().filename().string();
   auto raw = torch::from_blob(const_cast<char*>(img.data() + 16), {idims[0], 1, idims[1], idims[2]}, torch::kUInt8);
   d.inputs = (raw.to(torch::kFloat32) / 255.0 - 0.5) / 0.5;  // to [-1, 1]
   d.targets = torch::from_blob(const_cast<char*>(lab.data() + 8), {ldims[0]}, torch::kUInt8).to(torch::kInt64);
   return d;
+}
+
+Dataset load_idx(const std::string& images_path, const std::string& labels_path) {
+  return parse_idx(read_maybe_gz(images_path), read_maybe_gz(labels_path), images_path, labels_path);
 }
 
 Dataset load_idx_dir(const std::string& dir, bool train) {

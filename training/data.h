@@ -22,6 +22,9 @@ struct Dataset {
 
 // One IDX image file + label file. Throws ConfigError naming the file and what is wrong.
 Dataset load_idx(const std::string& images_path, const std::string& labels_path);
+// The same for the files' bytes (after gunzip); the names are used in errors.
+Dataset parse_idx(const std::string& images, const std::string& labels, const std::string& images_name,
+                  const std::string& labels_name);
 // The train or test split in dir: {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz].
 Dataset load_idx_dir(const std::string& dir, bool train);
 // Writes IDX files (gzipped when the name ends in .gz): images uint8 [N, H, W], labels uint8 [N].

@@ -3,7 +3,8 @@
 #include <atomic>
 #include <climits>
 #include <cstdint>
-#include <map>
+#include <algorithm>
+#include <array>
 #include <mutex>
 #include <thread>
 
@@ -12,48 +13,30 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "transport/detail/store_core.h"
 #include "transport/detail/zmq_context.h"
 #include "common/thread_name.h"
 
 namespace distrl::transport {
-namespace {
-
 using Clock = std::chrono::steady_clock;
 
-// Request: [op, request id, [keys...], value, delta, timeout ms]. Reply: [request id, status, value, number].
-enum Op : int { kSet = 0, kGet = 1, kAdd = 2, kWait = 3, kCheck = 4, kPing = 5 };
-enum Status : int { kOk = 0, kTimedOut = 1, kBad = 2 };
+namespace detail {
+namespace {
 
-struct Request {
-  int op = -1;
-  std::uint64_t id = 0;
-  std::vector<std::string> keys;
-  std::string value;
-  std::int64_t delta = 0;
-  std::int64_t timeout_ms = 0;
-  MSGPACK_DEFINE(op, id, keys, value, delta, timeout_ms);
-};
-struct Reply {
-  std::uint64_t id = 0;
-  int status = kOk;
-  std::string value;
-  std::int64_t number = 0;
-  MSGPACK_DEFINE(id, status, value, number);
-};
-
+// A request carries at most 1024 keys; strings, maps and the whole message are capped too.
 const msgpack::unpack_limit kLimits(1024, 16, 1 << 20, 1 << 20, 0, 8);
 
 template <typename T>
-zmq::message_t pack_message(const T& v) {
+std::string pack_any(const T& v) {
   msgpack::sbuffer buf;
   msgpack::pack(buf, v);
-  return zmq::message_t(buf.data(), buf.size());
+  return std::string(buf.data(), buf.size());
 }
 
 template <typename T>
-bool unpack_message(const zmq::message_t& m, T* out) {
+bool unpack_any(const char* data, std::size_t size, T* out) {
   try {
-    auto h = msgpack::unpack(static_cast<const char*>(m.data()), m.size(), nullptr, nullptr, kLimits);
+    auto h = msgpack::unpack(data, size, nullptr, nullptr, kLimits);
     h.get().convert(*out);
     return true;
   } catch (const std::exception&) {
@@ -62,6 +45,163 @@ bool unpack_message(const zmq::message_t& m, T* out) {
 }
 
 }  // namespace
+
+std::string pack_store_message(const StoreRequest& q) { return pack_any(q); }
+std::string pack_store_message(const StoreReply& r) { return pack_any(r); }
+bool unpack_store_message(const char* data, std::size_t size, StoreRequest* out) { return unpack_any(data, size, out); }
+bool unpack_store_message(const char* data, std::size_t size, StoreReply* out) { return unpack_any(data, size, out); }
+
+// ---------------------------------------------------------------- the state machine
+
+void StoreCore::warn(const std::string& what) {
+  ++refused_;
+  long held = 0;
+  if (log_limit_.allow(&held))
+    DISTRL_LOG(Warn, "store: " << what << (held ? " (and " + std::to_string(held) + " more not shown)" : "")
+                               << "; " << refused_ << " request(s) refused so far");
+}
+
+// Makes room for key = value within the limits, or throws Error naming the bound.
+void StoreCore::store_value(const std::string& key, std::string value) {
+  if (value.size() > limits_.max_value_bytes)
+    throw Error("a value of " + std::to_string(value.size()) + " bytes for key '" + key.substr(0, 64) +
+                "' is above the store's max_value_bytes (" + std::to_string(limits_.max_value_bytes) + ")");
+  auto it = data_.find(key);
+  const std::size_t old = it == data_.end() ? 0 : key.size() + it->second.size();
+  if (it == data_.end() && data_.size() >= limits_.max_keys)
+    throw Error("the store holds max_keys (" + std::to_string(limits_.max_keys) + ") keys");
+  if (bytes_ - old + key.size() + value.size() > limits_.max_bytes)
+    throw Error("the store would hold more than max_bytes (" + std::to_string(limits_.max_bytes) + ")");
+  bytes_ = bytes_ - old + key.size() + value.size();
+  if (it == data_.end()) data_.emplace(key, std::move(value));
+  else it->second = std::move(value);
+}
+
+bool StoreCore::has_all(const std::vector<std::string>& keys) const {
+  for (auto& k : keys)
+    if (!data_.count(k)) return false;
+  return true;
+}
+
+// Answers a get/wait if its keys are there; returns false to keep waiting.
+bool StoreCore::try_answer(const std::string& peer, const StoreRequest& q) {
+  if (!has_all(q.keys)) return false;
+  StoreReply r;
+  r.id = q.id;
+  if (q.op == kStoreGet) r.value = data_.at(q.keys.at(0));
+  reply(peer, r);
+  return true;
+}
+
+// A new or changed key may satisfy waiters.
+void StoreCore::answer_waiters() {
+  for (auto it = waiters_.begin(); it != waiters_.end();)
+    it = try_answer(it->peer, it->req) ? waiters_.erase(it) : it + 1;
+}
+
+// Answers q, or throws Error saying why it cannot (the caller answers that).
+void StoreCore::handle(const std::string& peer, const StoreRequest& q) {
+  StoreReply r;
+  r.id = q.id;
+  switch (q.op) {
+    case kStoreSet:
+      if (q.keys.size() != 1) break;
+      store_value(q.keys[0], q.value);
+      reply(peer, r);
+      answer_waiters();
+      return;
+    case kStoreAdd: {
+      if (q.keys.size() != 1) break;
+      auto it = data_.find(q.keys[0]);
+      std::int64_t n = 0;
+      if (it != data_.end() && !it->second.empty()) {
+        const std::string& v = it->second;
+        std::size_t used = 0;
+        try {
+          n = std::stoll(v, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used != v.size())
+          throw Error("add(" + q.keys[0].substr(0, 64) + "): the key holds '" + v.substr(0, 32) +
+                      "', not a counter (set() it to a number, or use another key)");
+      }
+      if ((q.delta > 0 && n > INT64_MAX - q.delta) || (q.delta < 0 && n < INT64_MIN - q.delta))
+        throw Error("add(" + q.keys[0].substr(0, 64) + "): the counter would overflow");
+      n += q.delta;
+      store_value(q.keys[0], std::to_string(n));
+      r.number = n;
+      reply(peer, r);
+      answer_waiters();
+      return;
+    }
+    case kStoreGet:
+    case kStoreWait:
+      if (q.keys.empty() || (q.op == kStoreGet && q.keys.size() != 1)) break;
+      if (try_answer(peer, q)) return;
+      if (waiters_.size() >= limits_.max_waiters)
+        throw Error("the store already holds max_waiters (" + std::to_string(limits_.max_waiters) +
+                    ") waiting requests");
+      // A wait is bounded by the request's own timeout, clamped to [0, one day].
+      waiters_.push_back({peer, q, StoreClock::now() + std::chrono::milliseconds(std::clamp<std::int64_t>(
+                                                          q.timeout_ms, 0, std::int64_t{86400} * 1000))});
+      return;
+    case kStoreCheck:
+      r.number = has_all(q.keys) ? 1 : 0;
+      reply(peer, r);
+      return;
+    case kStorePing:
+      reply(peer, r);
+      return;
+    default:
+      break;
+  }
+  r.status = kStoreBad;
+  r.value = "bad store request (op " + std::to_string(q.op) + ", " + std::to_string(q.keys.size()) + " keys)";
+  reply(peer, r);
+}
+
+void StoreCore::on_request(const std::string& peer, const char* data, std::size_t size) {
+  StoreRequest q;
+  if (!unpack_store_message(data, size, &q)) {
+    warn("dropped a malformed request (" + std::to_string(size) + " bytes)");
+    return;
+  }
+  try {
+    handle(peer, q);
+  } catch (const std::exception& e) {
+    warn(e.what());
+    StoreReply r;
+    r.id = q.id;
+    r.status = kStoreBad;
+    r.value = e.what();
+    reply(peer, r);
+  }
+}
+
+void StoreCore::expire(StoreClock::time_point now) {
+  for (auto it = waiters_.begin(); it != waiters_.end();) {
+    if (it->deadline > now) {
+      ++it;
+      continue;
+    }
+    StoreReply r;
+    r.id = it->req.id;
+    r.status = kStoreTimedOut;
+    reply(it->peer, r);
+    it = waiters_.erase(it);
+  }
+}
+
+std::chrono::milliseconds StoreCore::next_timeout(StoreClock::time_point now, std::chrono::milliseconds cap) const {
+  auto timeout = cap;
+  for (auto& w : waiters_)
+    timeout = std::min(timeout, std::chrono::duration_cast<std::chrono::milliseconds>(w.deadline - now) +
+                                    std::chrono::milliseconds(1));
+  return std::max(timeout, std::chrono::milliseconds(0));
+}
+
+}  // namespace detail
 
 // ---------------------------------------------------------------- server
 
@@ -72,174 +212,34 @@ struct StoreServer::Impl {
   zmq::socket_t wake_push{*ctx, zmq::socket_type::pair};
   std::string bound;
   std::thread thread;
+  detail::StoreCore core;
 
-  struct Waiter {
-    std::string peer;
-    Request req;
-    Clock::time_point deadline;
-  };
-  StoreLimits limits;
-  std::map<std::string, std::string> data;
-  std::size_t bytes = 0;  // keys + values in data
-  std::vector<Waiter> waiters;
-  RateLimiter log_limit{std::chrono::milliseconds(1000)};
-  std::uint64_t refused = 0;
-
-  void warn(const std::string& what) {
-    ++refused;
-    long held = 0;
-    if (log_limit.allow(&held))
-      DISTRL_LOG(Warn, "store: " << what << (held ? " (and " + std::to_string(held) + " more not shown)" : "")
-                                 << "; " << refused << " request(s) refused so far");
-  }
-
-  // Makes room for key = value within the limits, or throws Error naming the bound.
-  void store_value(const std::string& key, std::string value) {
-    if (value.size() > limits.max_value_bytes)
-      throw Error("a value of " + std::to_string(value.size()) + " bytes for key '" + key.substr(0, 64) +
-                  "' is above the store's max_value_bytes (" + std::to_string(limits.max_value_bytes) + ")");
-    auto it = data.find(key);
-    const std::size_t old = it == data.end() ? 0 : key.size() + it->second.size();
-    if (it == data.end() && data.size() >= limits.max_keys)
-      throw Error("the store holds max_keys (" + std::to_string(limits.max_keys) + ") keys");
-    if (bytes - old + key.size() + value.size() > limits.max_bytes)
-      throw Error("the store would hold more than max_bytes (" + std::to_string(limits.max_bytes) + ")");
-    bytes = bytes - old + key.size() + value.size();
-    if (it == data.end()) data.emplace(key, std::move(value));
-    else it->second = std::move(value);
-  }
-
-  bool has_all(const std::vector<std::string>& keys) const {
-    for (auto& k : keys)
-      if (!data.count(k)) return false;
-    return true;
-  }
-
-  void send(const std::string& peer, const Reply& r) {
-    std::array<zmq::message_t, 2> msg{zmq::message_t(peer.data(), peer.size()), pack_message(r)};
-    (void)zmq::send_multipart(router, msg, zmq::send_flags::dontwait);
-  }
-
-  // Answers a get/wait if its keys are there; returns false to keep waiting.
-  bool try_answer(const std::string& peer, const Request& q) {
-    if (!has_all(q.keys)) return false;
-    Reply r;
-    r.id = q.id;
-    if (q.op == kGet) r.value = data[q.keys.at(0)];
-    send(peer, r);
-    return true;
-  }
-
-  // Answers q, or throws Error saying why it cannot (the caller answers that).
-  void handle(const std::string& peer, const Request& q) {
-    Reply r;
-    r.id = q.id;
-    switch (q.op) {
-      case kSet:
-        if (q.keys.size() != 1) break;
-        store_value(q.keys[0], q.value);
-        send(peer, r);
-        // A new key may satisfy waiters.
-        for (auto it = waiters.begin(); it != waiters.end();)
-          it = try_answer(it->peer, it->req) ? waiters.erase(it) : it + 1;
-        return;
-      case kAdd: {
-        if (q.keys.size() != 1) break;
-        auto it = data.find(q.keys[0]);
-        std::int64_t n = 0;
-        if (it != data.end() && !it->second.empty()) {
-          const std::string& v = it->second;
-          std::size_t used = 0;
-          try {
-            n = std::stoll(v, &used);
-          } catch (const std::exception&) {
-            used = 0;
-          }
-          if (used != v.size())
-            throw Error("add(" + q.keys[0].substr(0, 64) + "): the key holds '" + v.substr(0, 32) +
-                        "', not a counter (set() it to a number, or use another key)");
-        }
-        if ((q.delta > 0 && n > INT64_MAX - q.delta) || (q.delta < 0 && n < INT64_MIN - q.delta))
-          throw Error("add(" + q.keys[0].substr(0, 64) + "): the counter would overflow");
-        n += q.delta;
-        store_value(q.keys[0], std::to_string(n));
-        r.number = n;
-        send(peer, r);
-        for (auto it = waiters.begin(); it != waiters.end();)
-          it = try_answer(it->peer, it->req) ? waiters.erase(it) : it + 1;
-        return;
-      }
-      case kGet:
-      case kWait:
-        if (q.keys.empty() || (q.op == kGet && q.keys.size() != 1)) break;
-        if (try_answer(peer, q)) return;
-        if (waiters.size() >= limits.max_waiters)
-          throw Error("the store already holds max_waiters (" + std::to_string(limits.max_waiters) + ") waiting requests");
-        waiters.push_back({peer, q, Clock::now() + std::chrono::milliseconds(std::max<std::int64_t>(q.timeout_ms, 0))});
-        return;
-      case kCheck:
-        r.number = has_all(q.keys) ? 1 : 0;
-        send(peer, r);
-        return;
-      case kPing:
-        send(peer, r);
-        return;
-      default:
-        break;
-    }
-    r.status = kBad;
-    r.value = "bad store request (op " + std::to_string(q.op) + ", " + std::to_string(q.keys.size()) + " keys)";
-    send(peer, r);
-  }
-
-  void expire(Clock::time_point now) {
-    for (auto it = waiters.begin(); it != waiters.end();) {
-      if (it->deadline > now) {
-        ++it;
-        continue;
-      }
-      Reply r;
-      r.id = it->req.id;
-      r.status = kTimedOut;
-      send(it->peer, r);
-      it = waiters.erase(it);
-    }
-  }
+  explicit Impl(StoreLimits limits)
+      : core(limits, [this](const std::string& peer, std::string&& reply) {
+          std::array<zmq::message_t, 2> msg{zmq::message_t(peer.data(), peer.size()),
+                                            zmq::message_t(reply.data(), reply.size())};
+          (void)zmq::send_multipart(router, msg, zmq::send_flags::dontwait);
+        }) {}
 
   void run() {
     try {
       for (;;) {
-        auto timeout = std::chrono::milliseconds(1000);
-        auto now = Clock::now();
-        for (auto& w : waiters)
-          timeout = std::min(timeout, std::chrono::duration_cast<std::chrono::milliseconds>(w.deadline - now) +
-                                          std::chrono::milliseconds(1));
         zmq::pollitem_t items[] = {{router.handle(), 0, ZMQ_POLLIN, 0}, {wake_pull.handle(), 0, ZMQ_POLLIN, 0}};
-        zmq::poll(items, 2, std::max(timeout, std::chrono::milliseconds(0)));
+        zmq::poll(items, 2, core.next_timeout(detail::StoreClock::now(), std::chrono::milliseconds(1000)));
         if (items[1].revents & ZMQ_POLLIN) return;
         if (items[0].revents & ZMQ_POLLIN) {
           for (int i = 0; i < 256; ++i) {
             std::vector<zmq::message_t> frames;
-            if (!zmq::recv_multipart(router, std::back_inserter(frames), zmq::recv_flags::dontwait)) break;
-            Request q;
-            if (frames.size() != 2 || !unpack_message(frames[1], &q)) {
-              warn("dropped a malformed request (" + std::to_string(frames.size()) + " frames)");
+            const auto got = detail::recv_bounded(router, frames, 3);  // [peer, request]; a third marks it bad
+            if (got == detail::Received::Nothing) break;
+            if (got != detail::Received::Message || frames.size() != 2) {
+              core.warn("dropped a malformed request (" + std::to_string(frames.size()) + " frames)");
               continue;
             }
-            const std::string peer = frames[0].to_string();
-            try {
-              handle(peer, q);
-            } catch (const std::exception& e) {
-              warn(e.what());
-              Reply r;
-              r.id = q.id;
-              r.status = kBad;
-              r.value = e.what();
-              send(peer, r);
-            }
+            core.on_request(frames[0].to_string(), static_cast<const char*>(frames[1].data()), frames[1].size());
           }
         }
-        expire(Clock::now());
+        core.expire(detail::StoreClock::now());
       }
     } catch (const std::exception& e) {
       DISTRL_LOG(Error, "store server stopped: " << e.what());
@@ -247,8 +247,7 @@ struct StoreServer::Impl {
   }
 };
 
-StoreServer::StoreServer(const std::string& endpoint, StoreLimits limits) : impl_(std::make_unique<Impl>()) {
-  impl_->limits = limits;
+StoreServer::StoreServer(const std::string& endpoint, StoreLimits limits) : impl_(std::make_unique<Impl>(limits)) {
   detail::apply_common_options(impl_->router, 0);
   detail::secure_server(*impl_->ctx, impl_->router);
   // A request carries at most one value plus its keys; anything far bigger is refused by ZeroMQ.
@@ -289,12 +288,12 @@ struct Store::Impl {
   std::uint64_t next_id = 1;
 
   // wait: how long the server may hold the request; slack: extra time for the answer to come.
-  Reply request(Request q, std::chrono::milliseconds wait, const std::string& what,
+  detail::StoreReply request(detail::StoreRequest q, std::chrono::milliseconds wait, const std::string& what,
                 std::chrono::milliseconds slack = std::chrono::milliseconds(2000)) {
     std::lock_guard<std::mutex> lock(mu);
     q.id = next_id++;
     q.timeout_ms = wait.count();
-    if (!dealer.send(pack_message(q), zmq::send_flags::dontwait))
+    if (!dealer.send(zmq::message_t(detail::pack_store_message(q)), zmq::send_flags::dontwait))
       throw TransportError("store " + endpoint + ": send queue full during " + what);
     // The server answers waits itself at their deadline; allow it a little slack.
     const auto deadline = Clock::now() + wait + slack;
@@ -306,10 +305,10 @@ struct Store::Impl {
       if (!(item.revents & ZMQ_POLLIN)) continue;
       zmq::message_t m;
       if (!dealer.recv(m, zmq::recv_flags::dontwait)) continue;
-      Reply r;
-      if (!unpack_message(m, &r) || r.id != q.id) continue;  // a stale answer to a timed-out request
-      if (r.status == kTimedOut) break;
-      if (r.status != kOk) throw TransportError("store " + endpoint + ": " + what + ": " + r.value);
+      detail::StoreReply r;
+      if (!detail::unpack_store_message(static_cast<const char*>(m.data()), m.size(), &r) || r.id != q.id) continue;  // a stale answer to a timed-out request
+      if (r.status == detail::kStoreTimedOut) break;
+      if (r.status != detail::kStoreOk) throw TransportError("store " + endpoint + ": " + what + ": " + r.value);
       return r;
     }
     refused = refused || detail::handshake_failed(handshakes);
@@ -347,30 +346,30 @@ std::string join_keys(const std::vector<std::string>& keys) {
 // set, add and check are answered at once: the whole timeout is the answer's slack.
 void Store::set(const std::string& key, const std::string& value) { set(key, value, impl_->timeout); }
 void Store::set(const std::string& key, const std::string& value, std::chrono::milliseconds timeout) {
-  impl_->request({kSet, 0, {key}, value, 0, 0}, std::chrono::milliseconds(0), "set(" + key + ")", timeout);
+  impl_->request({detail::kStoreSet, 0, {key}, value, 0, 0}, std::chrono::milliseconds(0), "set(" + key + ")", timeout);
 }
 std::string Store::get(const std::string& key) { return get(key, impl_->timeout); }
 std::string Store::get(const std::string& key, std::chrono::milliseconds timeout) {
-  return impl_->request({kGet, 0, {key}, {}, 0, 0}, timeout, "get(" + key + ")").value;
+  return impl_->request({detail::kStoreGet, 0, {key}, {}, 0, 0}, timeout, "get(" + key + ")").value;
 }
 std::int64_t Store::add(const std::string& key, std::int64_t delta) {
-  return impl_->request({kAdd, 0, {key}, {}, delta, 0}, std::chrono::milliseconds(0), "add(" + key + ")",
+  return impl_->request({detail::kStoreAdd, 0, {key}, {}, delta, 0}, std::chrono::milliseconds(0), "add(" + key + ")",
                         impl_->timeout)
       .number;
 }
 void Store::wait(const std::vector<std::string>& keys) { wait(keys, impl_->timeout); }
 void Store::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
-  impl_->request({kWait, 0, keys, {}, 0, 0}, timeout, "wait(" + join_keys(keys) + ")");
+  impl_->request({detail::kStoreWait, 0, keys, {}, 0, 0}, timeout, "wait(" + join_keys(keys) + ")");
 }
 bool Store::check(const std::vector<std::string>& keys) { return check(keys, impl_->timeout); }
 bool Store::check(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
-  return impl_->request({kCheck, 0, keys, {}, 0, 0}, std::chrono::milliseconds(0), "check(" + join_keys(keys) + ")",
+  return impl_->request({detail::kStoreCheck, 0, keys, {}, 0, 0}, std::chrono::milliseconds(0), "check(" + join_keys(keys) + ")",
                         timeout)
              .number != 0;
 }
 bool Store::ping(std::chrono::milliseconds timeout) {
   try {
-    impl_->request({kPing, 0, {}, {}, 0, 0}, std::chrono::milliseconds(0), "ping", timeout);
+    impl_->request({detail::kStorePing, 0, {}, {}, 0, 0}, std::chrono::milliseconds(0), "ping", timeout);
     return true;
   } catch (const TransportError&) {
     if (impl_->refused) throw;  // a store is there, but it refused us: say why, do not look further

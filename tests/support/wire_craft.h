@@ -47,17 +47,7 @@ inline Frames tensor_request(std::uint32_t version, std::uint64_t id, const std:
   return f;
 }
 
-// A well-formed request to fn with args..., as an outsider (src -1) would send it.
-template <typename... Args>
-Frames request(std::uint64_t id, const std::string& fn, const Args&... args) {
-  transport::detail::Header h;
-  h.call_id = id;
-  h.fn = fn;
-  return transport::detail::encode_message(
-      transport::detail::build_message(h, nullptr, 0, transport::detail::args_writer(args...)));
-}
-
-// The same request with its header claiming to come from rank src.
+// A well-formed request to fn with args..., its header claiming to come from rank src.
 template <typename... Args>
 Frames request_claiming(int src, std::uint64_t id, const std::string& fn, const Args&... args) {
   transport::detail::Header h;
@@ -66,6 +56,12 @@ Frames request_claiming(int src, std::uint64_t id, const std::string& fn, const 
   h.src = src;
   return transport::detail::encode_message(
       transport::detail::build_message(h, nullptr, 0, transport::detail::args_writer(args...)));
+}
+
+// The same as an outsider (src -1) would send it.
+template <typename... Args>
+Frames request(std::uint64_t id, const std::string& fn, const Args&... args) {
+  return request_claiming(-1, id, fn, args...);
 }
 
 // A call of method fn on object obj (an RRef's id), as an outsider would send it.

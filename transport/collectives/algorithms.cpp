@@ -22,8 +22,8 @@ std::string describe(const PgHeader& h) {
   return s;
 }
 
-PgMessage Exec::recv(int from, std::uint32_t step, std::uint32_t chunk, std::size_t bytes) {
-  PgMessage m = mesh.recv(h.group, members[from], -1, deadline, what);
+void check_collective_message(const PgHeader& h, const PgMessage& m, int from, std::uint32_t step, std::uint32_t chunk,
+                              std::size_t bytes, const std::string& what) {
   const auto k = static_cast<Kind>(h.coll);
   const bool reduces = k == Kind::Reduce || k == Kind::AllReduce || k == Kind::ReduceScatter;
   if (m.h.coll != h.coll || m.h.seq != h.seq || m.h.dtype != h.dtype || m.h.numel != h.numel ||
@@ -35,6 +35,11 @@ PgMessage Exec::recv(int from, std::uint32_t step, std::uint32_t chunk, std::siz
     throw ProtocolError(what + ": rank " + std::to_string(from) + " sent step " + std::to_string(m.h.step) + "/" +
                         std::to_string(m.h.chunk) + " of " + std::to_string(m.payload.size()) + " bytes, expected " +
                         std::to_string(step) + "/" + std::to_string(chunk) + " of " + std::to_string(bytes));
+}
+
+PgMessage Exec::recv(int from, std::uint32_t step, std::uint32_t chunk, std::size_t bytes) {
+  PgMessage m = mesh.recv(h.group, members[from], -1, deadline, what);
+  check_collective_message(h, m, from, step, chunk, bytes, what);
   return m;
 }
 

@@ -31,8 +31,12 @@ void release_held(void*, void* hint) {
 
 std::string rank_name(int r) { return "rank " + std::to_string(r); }
 
+}  // namespace
+
 // The routing id a member's DEALER connects under: a message's src must match it.
-std::string identity(int rank) { return "pg-r" + std::to_string(rank); }
+std::string pg_identity(int rank) { return "pg-r" + std::to_string(rank); }
+
+namespace {
 
 void report_drop(std::atomic<std::uint64_t>& counter, const std::string& what) {
   ++counter;
@@ -42,6 +46,26 @@ void report_drop(std::atomic<std::uint64_t>& counter, const std::string& what) {
     DISTRL_LOG(Warn, "process group: dropped " << what << " (" << held << " more since the last notice)");
 }
 }  // namespace
+
+std::optional<PgMessage> admit_pg_message(std::vector<zmq::message_t>& frames, bool whole, int rank, int world,
+                                          std::string* why) {
+  // [routing id, header, payload]
+  PgMessage m;
+  const bool framed = whole && frames.size() == 3 && frames[1].size() == sizeof(PgHeader);
+  if (framed) std::memcpy(&m.h, frames[1].data(), sizeof(PgHeader));
+  if (!framed || m.h.magic != kPgMagic || m.h.src < 0 || m.h.src >= world || m.h.src == rank ||
+      m.h.kind > static_cast<std::uint8_t>(PgKind::Abort)) {
+    *why = "a malformed message (" + std::to_string(frames.size()) + " frames" + (framed ? ", bad header" : "") + ")";
+    return std::nullopt;
+  }
+  if (frames[0].to_string_view() != pg_identity(m.h.src)) {  // a stranger, or a member posing as another
+    *why = "a message claiming to come from rank " + std::to_string(m.h.src) + " on a connection that is not rank " +
+           std::to_string(m.h.src) + "'s";
+    return std::nullopt;
+  }
+  m.payload = std::move(frames[2]);
+  return m;
+}
 
 void SendTracker::add() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -107,7 +131,7 @@ Mesh::Mesh(Store& store, const std::string& prefix, int rank, int world, const P
     apply_common_options(p->dealer, 2000);
     secure_client(p->dealer);
     p->dealer.set(zmq::sockopt::sndhwm, 0);
-    p->dealer.set(zmq::sockopt::routing_id, identity(rank));
+    p->dealer.set(zmq::sockopt::routing_id, pg_identity(rank));
     watch_connection(*ctx_, p->dealer, p->monitor,
                      "pg-" + std::to_string(reinterpret_cast<std::uintptr_t>(this)) + "-" + std::to_string(r));
     p->dealer.connect(endpoints_[r]);
@@ -247,23 +271,13 @@ void Mesh::read_sockets(Clock::time_point until) {
       std::vector<zmq::message_t> frames;
       const Received read = recv_bounded(router_, frames, 4);  // a fourth frame marks it malformed
       if (read == Received::Nothing) break;
-      // [routing id, header, payload]
-      PgMessage m;
-      const bool framed = read == Received::Message && frames.size() == 3 && frames[1].size() == sizeof(PgHeader);
-      if (framed) std::memcpy(&m.h, frames[1].data(), sizeof(PgHeader));
-      if (!framed || m.h.magic != kPgMagic || m.h.src < 0 || m.h.src >= world_ || m.h.src == rank_ ||
-          m.h.kind > static_cast<std::uint8_t>(PgKind::Abort)) {
-        report_drop(bad_messages_, "a malformed message (" + std::to_string(frames.size()) + " frames" +
-                                       (framed ? ", bad header" : "") + ")");
+      std::string why;
+      auto m = admit_pg_message(frames, read == Received::Message, rank_, world_, &why);
+      if (!m) {
+        report_drop(bad_messages_, why);
         continue;
       }
-      if (frames[0].to_string_view() != identity(m.h.src)) {  // a stranger, or a member posing as another
-        report_drop(bad_messages_, "a message claiming to come from rank " + std::to_string(m.h.src) +
-                                       " on a connection that is not rank " + std::to_string(m.h.src) + "'s");
-        continue;
-      }
-      m.payload = std::move(frames[2]);
-      got.push_back(std::move(m));
+      got.push_back(std::move(*m));
     }
   }
   std::vector<std::pair<int, int>> events;

@@ -27,6 +27,12 @@ inline char* data(const at::Tensor& t) { return static_cast<char*>(t.data_ptr())
 // "all_reduce #3 of float32[10] (sum)", for errors.
 std::string describe(const PgHeader& h);
 
+// Throws MismatchError when m (from group rank `from`) belongs to another collective than h
+// describes (kind, number, dtype, size, root, op), ProtocolError when its step, chunk or
+// payload size is not the expected one. A message that passes has exactly `bytes` of payload.
+void check_collective_message(const PgHeader& h, const PgMessage& m, int from, std::uint32_t step, std::uint32_t chunk,
+                              std::size_t bytes, const std::string& what);
+
 // One collective as it runs: the expected header, the peers, the deadline.
 struct Exec {
   Exec(Mesh& m, const std::vector<int>& group_members) : mesh(m), members(group_members) {}

@@ -52,6 +52,16 @@ struct PgMessage {
   zmq::message_t payload;
 };
 
+// Checks one received [routing id, header, payload] (whole: it had no frames past those read)
+// for a process of `rank` in a world of `world`: framing, magic, kind, a source rank in the
+// world that is not ours and matches the connection's routing id. Returns the message (its
+// payload moved out of frames) or nullopt with *why saying what was wrong. Payload sizes are
+// checked by the collective that takes the message (Exec::recv).
+std::optional<PgMessage> admit_pg_message(std::vector<zmq::message_t>& frames, bool whole, int rank, int world,
+                                          std::string* why);
+// The routing id a member's DEALER connects under ("pg-r<rank>").
+std::string pg_identity(int rank);
+
 // Counts zero-copy sends still held by ZeroMQ; shared with the free callbacks.
 class SendTracker {
  public:
