@@ -62,6 +62,44 @@ TEST(SettingsTest, FileThenOverrides) {
   EXPECT_NE(b.s.describe().find("--agent.mode"), std::string::npos);
 }
 
+// Found by the settings fuzz target: to_yaml() wrote strings unquoted ("a: #1" came back as a
+// map) and doubles to 6 digits, so the effective config written next to a run did not load
+// back to the run's values.
+TEST(SettingsTest, TheEffectiveConfigLoadsBackToTheSameValues) {
+  Bound a, b;
+  std::string name_a, name_b;
+  a.s.bind("run.name", &name_a, "name");
+  b.s.bind("run.name", &name_b, "name");
+  a.s.load_text("run:\n  name: \"cart pole: #1\"\nlearner:\n  lr: 0.123456789012\nagent: {mode: unbatched}\n", "c.yaml");
+  b.s.load_text(a.s.to_yaml(), "effective config");
+  EXPECT_EQ(name_b, "cart pole: #1");
+  EXPECT_EQ(b.c.lr, 0.123456789012);
+  EXPECT_EQ(b.c.mode, "unbatched");
+  EXPECT_EQ(b.s.to_yaml(), a.s.to_yaml());
+  EXPECT_NE(a.s.to_yaml().find("lr: 0.123456789012\n"), std::string::npos) << a.s.to_yaml();
+}
+
+// Whatever the text, a config problem is a ConfigError (error_of lets any other exception fail
+// the test): keys that are lists, alias cycles, deep nesting, control bytes, invalid UTF-8.
+TEST(SettingsTest, StrangeYamlIsAConfigErrorNamingWhatIsWrong) {
+  Bound b;
+  std::string name;
+  b.s.bind("run.name", &name, "name");
+  EXPECT_NE(error_of([&] { b.s.load_text("? [a, b]\n: 1\n", "c.yaml"); }).find("a key must be a plain name"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { b.s.load_text(std::string(40, '[') + std::string(40, ']'), "c.yaml"); }), "no error");
+  std::string deep;
+  for (int i = 0; i < 20; ++i) deep += std::string(2 * i, ' ') + "k" + std::to_string(i) + ":\n";
+  EXPECT_NE(error_of([&] { b.s.load_text(deep + std::string(40, ' ') + "x: 1\n", "c.yaml"); }).find("nested more than 16"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { b.s.load_text("run:\n  name: \"a\\x01b\"\n", "c.yaml"); }).find("control character"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { b.s.load_text("run:\n  name: a\xff\xfe" "b\n", "c.yaml"); }).find("not valid UTF-8"),
+            std::string::npos);
+  b.s.load_text("run:\n  name: caf\xc3\xa9 \xe2\x9c\x93\n", "c.yaml");  // UTF-8 text is fine
+  EXPECT_EQ(name, "caf\xc3\xa9 \xe2\x9c\x93");
+}
+
 TEST(SettingsTest, ErrorsNameFileKeyAndWhatIsAllowed) {
   testing::TempDir dir;
   Bound b;
