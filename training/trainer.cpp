@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "common/error.h"
+#include "training/stop_agreement.h"
 #include "common/output_file.h"
 #include "common/plot.h"
 #include "common/stop_signal.h"
@@ -140,15 +141,8 @@ std::vector<EpochResult> train(const TrainConfig& cfg, const std::string& config
   }
 
   // SIGINT/SIGTERM: every rank must stop after the same step (each step all-reduces the
-  // gradients), so the ranks agree on it every kStopCheckSteps steps with one 8-byte all-reduce.
+  // gradients): training/stop_agreement.h.
   install_stop_handlers();
-  constexpr long long kStopCheckSteps = 10;
-  const auto stop_agreed = [&] {
-    if (world == 1) return stop_signal() != 0;
-    auto flag = torch::tensor({stop_signal() != 0 ? 1.0 : 0.0}, torch::kDouble);
-    pg->all_reduce(flag);
-    return flag.item<double>() > 0;
-  };
   bool stopped = false;
   DistributedSampler sampler(data.train.size(), rank, world, true, static_cast<std::uint64_t>(cfg.seed));
   const long long per_epoch = (sampler.per_rank() + cfg.batch_size - 1) / cfg.batch_size;
@@ -174,7 +168,7 @@ std::vector<EpochResult> train(const TrainConfig& cfg, const std::string& config
       samples += b.numel();
       if (lead && done % cfg.log_interval == 0)
         progress(epoch, cfg.epochs, done, per_epoch, loss_sum / done, samples * world / since(start), false);
-      if (steps % kStopCheckSteps == 0 && stop_agreed()) {
+      if (steps % kStopCheckSteps == 0 && stop_agreed(pg.get())) {
         stopped = true;
         break;
       }

@@ -186,7 +186,7 @@ class SecurityGuard {
         }
         std::vector<zmq::pollitem_t> items{{zap_.handle(), 0, ZMQ_POLLIN, 0}};
         for (auto& m : monitors) items.push_back({m.handle(), 0, ZMQ_POLLIN, 0});
-        zmq::poll(items, std::chrono::milliseconds(100));
+        poll_nointr(items.data(), items.size(), std::chrono::milliseconds(100));
         if (items[0].revents & ZMQ_POLLIN) answer();
         for (std::size_t i = monitors.size(); i-- > 0;)
           if ((items[i + 1].revents & ZMQ_POLLIN) && !read_events(monitors[i])) monitors.erase(monitors.begin() + i);

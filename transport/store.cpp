@@ -225,7 +225,7 @@ struct StoreServer::Impl {
     try {
       for (;;) {
         zmq::pollitem_t items[] = {{router.handle(), 0, ZMQ_POLLIN, 0}, {wake_pull.handle(), 0, ZMQ_POLLIN, 0}};
-        zmq::poll(items, 2, core.next_timeout(detail::StoreClock::now(), std::chrono::milliseconds(1000)));
+        detail::poll_nointr(items, 2, core.next_timeout(detail::StoreClock::now(), std::chrono::milliseconds(1000)));
         if (items[1].revents & ZMQ_POLLIN) return;
         if (items[0].revents & ZMQ_POLLIN) {
           for (int i = 0; i < 256; ++i) {
@@ -301,7 +301,7 @@ struct Store::Impl {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       if (left.count() <= 0) break;
       zmq::pollitem_t item{dealer.handle(), 0, ZMQ_POLLIN, 0};
-      zmq::poll(&item, 1, left);
+      detail::poll_nointr(&item, 1, left);
       if (!(item.revents & ZMQ_POLLIN)) continue;
       zmq::message_t m;
       if (!dealer.recv(m, zmq::recv_flags::dontwait)) continue;

@@ -1,5 +1,6 @@
 #include "transport/detail/zmq_context.h"
 
+#include <cerrno>
 #include <cstring>
 #include <iterator>
 #include <mutex>
@@ -105,6 +106,16 @@ Received recv_bounded(zmq::socket_t& s, std::vector<zmq::message_t>& out, std::s
     if (!more) break;
   }
   return too_many ? Received::TooManyParts : Received::Message;
+}
+
+int poll_nointr(zmq::pollitem_t* items, std::size_t count, std::chrono::milliseconds timeout) {
+  try {
+    return zmq::poll(items, count, timeout);
+  } catch (const zmq::error_t& e) {
+    if (e.num() != EINTR) throw;
+    for (std::size_t i = 0; i < count; ++i) items[i].revents = 0;
+    return 0;
+  }
 }
 
 }  // namespace distrl::transport::detail

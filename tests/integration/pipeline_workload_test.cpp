@@ -4,6 +4,8 @@
 // before anything starts.
 #include <gtest/gtest.h>
 
+#include <csignal>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -55,6 +57,37 @@ TEST(PipelineWorkloadTest, ThreeStagesLearnFashionMnistLikeOneProcessWriteATimel
   EXPECT_NE(c.output.find("resumed from"), std::string::npos) << c.output;
   EXPECT_EQ(c.output.find("epoch 1/2 done"), std::string::npos) << c.output;
   EXPECT_NE(c.output.find("epoch 2/2 done"), std::string::npos) << c.output;
+}
+
+// Ctrl-C to distrl-launch mid-epoch: every stage stops after the same step (they agree every
+// 10 steps), saves its shard, the launcher exits 130, and --resume repeats the unfinished epoch.
+TEST(PipelineWorkloadTest, CtrlCStopsEveryStageAtTheSameStepAndSaves) {
+  TempDir out;
+  const std::string common = " roles.stages=2 data.limit=6400 data.test_limit=500 run.log_interval=10 run.out_dir=" +
+                             out.path();
+  pid_t launcher = 0;
+  auto r = distrl::testing::run_command(
+      "echo PID $$; exec " + distrl::testing::bin_path("distrl-launch") + " --config " + kFashion + common +
+          " train.epochs=50",
+      [&](const std::string& line) {
+        if (line.rfind("PID ", 0) == 0) launcher = std::stoi(line.substr(4));
+        if (line.find("epoch 1/50  step     20/") != std::string::npos) ::kill(launcher, SIGINT);
+      });
+  EXPECT_EQ(r.code, 130) << r.output;
+  // "by SIGTERM", or "by a signal on another stage" when the launcher's SIGTERM reached another
+  // stage first and the agreement came before this one's arrived
+  const auto stopped = r.output.find("distrl-pipeline: stopped by ");
+  ASSERT_NE(stopped, std::string::npos) << r.output;
+  const std::string said = " in epoch 1 after step ";
+  const auto at = r.output.find(said, stopped);
+  ASSERT_NE(at, std::string::npos) << r.output;
+  EXPECT_EQ(std::stoi(r.output.substr(at + said.size())) % 10, 0) << "the stages agree every 10 steps";
+  ASSERT_TRUE(std::filesystem::exists(out.file("checkpoints"))) << r.output;
+
+  auto resumed = launch("--config " + kFashion + common + " train.epochs=1 --resume " + out.file("checkpoints"));
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("epoch 1/1 done"), std::string::npos) << resumed.output;
 }
 
 TEST(PipelineWorkloadTest, TheTutorialsResNetPipelineTrainsLikeOneProcess) {

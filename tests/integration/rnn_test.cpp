@@ -3,6 +3,7 @@
 // validation loss falling, metrics, plot, checkpoint and resume; a bad key refused by name.
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -57,6 +58,39 @@ TEST(RnnTest, PsAndTrainerLearnTheLicenceTextsAndResume) {
   EXPECT_EQ(resumed.output.find("step 40/160"), std::string::npos) << "resume starts after the saved step";
   EXPECT_NE(resumed.output.find("step 160/160"), std::string::npos) << resumed.output;
   EXPECT_EQ(val_losses(out.file("metrics.csv")).size(), 4u);
+}
+
+// Ctrl-C to distrl-launch mid-run: the trainers finish their step, trainer 1 saves the
+// checkpoint (ps parameters included) and writes its outputs, the ps serves until they are
+// done, the launcher exits 130, and --resume goes on after the saved step. Before, every rank
+// died at once and the run was lost.
+TEST(RnnTest, CtrlCStopsTheTrainersWhoSaveAndResume) {
+  TempDir out;
+  const std::string common = " run.out_dir=" + out.path() +
+                             " data.max_chars=60000 train.bptt=16 train.batch_size=8 train.eval_interval=1000"
+                             " run.log_interval=10 checkpoint.every=0";
+  pid_t launcher = 0;
+  auto r = distrl::testing::run_command(
+      "echo PID $$; exec " + distrl::testing::bin_path("distrl-launch") + " --config " + kConfig + common +
+          " train.steps=1000000",
+      [&](const std::string& line) {
+        if (line.rfind("PID ", 0) == 0) launcher = std::stoi(line.substr(4));
+        if (line.find("step 30/1000000  train") != std::string::npos) ::kill(launcher, SIGINT);
+      });
+  EXPECT_EQ(r.code, 130) << r.output;
+  const std::string said = "trainer 1: stopped by SIGTERM after step ";
+  const auto at = r.output.find(said);
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const int step = std::stoi(r.output.substr(at + said.size()));
+  EXPECT_GE(step, 30);
+  EXPECT_TRUE(std::filesystem::exists(out.file("checkpoint.pt"))) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(out.file("learning_curve.png"))) << r.output;
+
+  const std::string steps = std::to_string(step + 10);
+  auto resumed = launch("--config " + kConfig + common + " train.steps=" + steps + " --resume " + out.file("checkpoint.pt"));
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("at step " + std::to_string(step + 1)), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("step " + steps + "/" + steps + "  train loss"), std::string::npos) << resumed.output;
 }
 
 TEST(RnnTest, BadKeysAreRefusedByNameBeforeAnythingStarts) {

@@ -2,6 +2,7 @@
 // distrl-launch --config configs/pipeline_fashion_mnist.yaml (or configs/pipeline_resnet50.yaml)
 #include <malloc.h>
 
+#include "common/stop_signal.h"
 #include "common/command_line.h"
 #include "common/main_guard.h"
 #include "common/malloc_tuning.h"
@@ -49,6 +50,6 @@ int main(int argc, char** argv) {
       training::pipeline::run_model_parallel(cfg, cmd.settings.to_yaml());
     else
       training::pipeline::run_fashion_mnist(cfg, cmd.settings.to_yaml(), cmd.flags.world, cmd.flags.resume);
-    return 0;
+    return stop_exit_code();  // 128 + the signal when one stopped the run, else 0
   });
 }

@@ -15,12 +15,14 @@
 #include "autograd/remote_module.h"
 #include "common/error.h"
 #include "common/plot.h"
+#include "common/stop_signal.h"
 #include "models/checkpoint.h"
 #include "models/resnet.h"
 #include "training/data.h"
 #include "training/pipeline/stage.h"
 #include "training/rpc_world.h"
 #include "training/run_outputs.h"
+#include "training/stop_agreement.h"
 #include "transport/collectives/process_group.h"
 #include "transport/rpc/rpc_agent.h"
 
@@ -279,7 +281,11 @@ void run_fashion_mnist(const PipelineConfig& c, const std::string& config_yaml, 
     std::cout << std::endl;
   }
   const std::int64_t n = train.size();
-  for (int epoch = start_epoch; epoch <= c.epochs; ++epoch) {
+  // SIGINT/SIGTERM: the stages exchange every micro-batch, so all stop after the same step
+  // (stop_agreement.h), save their shard as of the last finished epoch's label and write outputs.
+  install_stop_handlers();
+  bool stopped = false;
+  for (int epoch = start_epoch; epoch <= c.epochs && !stopped; ++epoch) {
     const auto t0 = Clock::now();
     at::Generator gen = at::detail::createCPUGenerator(static_cast<std::uint64_t>(c.seed) * 1000 + epoch);
     const at::Tensor order = at::randperm(n, gen, at::kLong);
@@ -302,6 +308,19 @@ void run_fashion_mnist(const PipelineConfig& c, const std::string& config_yaml, 
                     << std::setprecision(0) << steps * c.batch_size / secs << " img/s" << std::defaultfloat << std::endl;
         }
       }
+      if (steps % kStopCheckSteps == 0 && stop_agreed(pg.get())) {
+        stopped = true;
+        break;
+      }
+    }
+    if (stopped) {  // the weights as they are; the epoch counts as not done, so a resume repeats it
+      models::save_checkpoint(ckpt_dir + my_ckpt, *holder, &opt, {{"epoch", epoch - 1}});
+      pg->barrier();
+      if (last)
+        std::cout << "distrl-pipeline: stopped by " << (stop_signal() ? stop_signal_name() : "a signal on another stage")
+                  << " in epoch " << epoch << " after step " << steps << "; checkpoints in " << ckpt_dir
+                  << " (go on with --resume " << ckpt_dir << "; epoch " << epoch << " starts again)" << std::endl;
+      break;
     }
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     // Evaluation through the pipeline.

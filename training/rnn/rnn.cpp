@@ -12,6 +12,7 @@
 
 #include "autograd/context.h"
 #include "common/error.h"
+#include "common/stop_signal.h"
 #include "common/log.h"
 #include "common/plot.h"
 #include "models/checkpoint.h"
@@ -231,7 +232,9 @@ void run_rnn(const RnnConfig& cfg, const std::string& config_yaml, transport::Rp
   std::int64_t pos = (torch::randint(train.size(0) - cfg.bptt - 1, {1}).item<std::int64_t>() / cfg.bptt) * cfg.bptt;
   model.reset_state(cfg.batch_size);
   double last_val = std::nan("");
+  int done = first_step - 1;  // the last finished step
   for (int step = first_step; step <= cfg.steps; ++step) {
+    if (stop_signal()) break;  // SIGINT/SIGTERM: the last step is finished; save and report below
     if (pos + cfg.bptt + 1 >= train.size(0)) {
       pos = 0;
       model.reset_state(cfg.batch_size);
@@ -258,8 +261,13 @@ void run_rnn(const RnnConfig& cfg, const std::string& config_yaml, transport::Rp
       window = Clock::now();
     }
     if (cfg.checkpoint_every > 0 && step % cfg.checkpoint_every == 0) save(step);
+    done = step;
   }
-  save(cfg.steps);
+  save(done);
+  if (stop_signal())
+    std::cout << "trainer " << rank << ": stopped by " << stop_signal_name() << " after step " << done << " of "
+              << cfg.steps << (lead ? "; checkpoint " + ckpt + " (go on with --resume " + ckpt + ")" : std::string())
+              << std::endl;
   if (lead) {
     metrics.close();
     std::vector<Chart> charts{{"cross-entropy (nats/char)", "step", {{"step", "train_loss", "train"}, {"step", "val_loss", "validation"}}},

@@ -1,5 +1,6 @@
 // distrl-rnn: the distributed-autograd RNN workload, one process per rank (rank 0 the ps,
 // ranks 1.. trainers). Usually started by: distrl-launch --config configs/rnn_dist_autograd.yaml
+#include "common/stop_signal.h"
 #include "common/command_line.h"
 #include "common/main_guard.h"
 #include "common/malloc_tuning.h"
@@ -18,6 +19,8 @@ int main(int argc, char** argv) {
         "embedding table and the decoder; each trainer runs an LSTM and trains all three through\n"
         "dist_autograd::backward and a DistributedOptimizer. Trainer 1 prints progress and writes\n"
         "OUT_DIR/metrics.csv, learning_curve.png, config.yaml and the checkpoint.\n"
+        "SIGINT/SIGTERM: trainers stop after the current step, trainer 1 saves the checkpoint and\n"
+        "writes its outputs; exit 130/143.\n"
         "Usually started by: distrl-launch --config configs/rnn_dist_autograd.yaml",
         "configs/rnn_dist_autograd.yaml", "continue from a checkpoint of an earlier run (OUT_DIR/checkpoint.pt)");
     if (!cmd.parse(argc, argv)) return 0;
@@ -29,8 +32,11 @@ int main(int argc, char** argv) {
     if (agent.world_size() != cfg.trainers + 1)
       throw ConfigError("roles.trainers is " + std::to_string(cfg.trainers) + " but the world has " +
                         std::to_string(agent.world_size()) + " processes (1 ps + trainers)");
+    // From here a first SIGINT/SIGTERM ends the run at a step boundary: trainers save and
+    // report, the ps serves until they have shut down.
+    install_stop_handlers();
     training::run_rnn(cfg, cmd.settings.to_yaml(), agent, cmd.flags.resume);
     agent.shutdown();
-    return 0;
+    return stop_exit_code();
   });
 }

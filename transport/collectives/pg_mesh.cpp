@@ -264,7 +264,7 @@ std::optional<PgMessage> Mesh::try_recv(std::uint32_t group, int src, std::int32
 
 void Mesh::read_sockets(Clock::time_point until) {
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
-  zmq::poll(items_.data(), items_.size(), std::chrono::milliseconds(std::max<long>(0, left.count())));
+  poll_nointr(items_.data(), items_.size(), std::chrono::milliseconds(std::max<long>(0, left.count())));
   std::vector<PgMessage> got;
   if (items_[0].revents & ZMQ_POLLIN) {
     for (;;) {

@@ -2,6 +2,7 @@
 // owner lets go. Private to transport/.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -44,6 +45,11 @@ Received recv_bounded(zmq::socket_t& s, std::vector<zmq::message_t>& out, std::s
 // and returns true once one was a failure. name must be unique in the process.
 void watch_handshakes(zmq::context_t& ctx, zmq::socket_t& s, zmq::socket_t& monitor, const std::string& name);
 bool handshake_failed(zmq::socket_t& monitor);
+
+// zmq::poll that reports a signal's interruption (EINTR: a SIGINT/SIGTERM handler ran on this
+// thread) as "nothing ready" instead of throwing; every caller waits in a loop with its own
+// deadline, so it just polls again. Other errors throw zmq::error_t as before.
+int poll_nointr(zmq::pollitem_t* items, std::size_t count, std::chrono::milliseconds timeout);
 
 // Stops the monitor and closes both sockets.
 void unwatch_connection(zmq::socket_t& dealer, zmq::socket_t& monitor);

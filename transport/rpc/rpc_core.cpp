@@ -351,9 +351,9 @@ void RpcCore::call_sync(int dest, Header h, const BodyWriter& body, const Comple
       slice_ms = std::clamp<long>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1, 0, 10);
     int ready = 0;
     try {
-      ready = zmq::poll(&item, 1, std::chrono::milliseconds(slice_ms));
+      ready = poll_nointr(&item, 1, std::chrono::milliseconds(slice_ms));
     } catch (const zmq::error_t& e) {
-      if (e.num() != EINTR) return finish(nullptr, call_failed(s, dest, h.fn, e.what()));
+      return finish(nullptr, call_failed(s, dest, h.fn, e.what()));
     }
     if (ready > 0) {
       std::vector<zmq::message_t> in;
