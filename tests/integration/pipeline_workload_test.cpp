@@ -65,14 +65,8 @@ TEST(PipelineWorkloadTest, CtrlCStopsEveryStageAtTheSameStepAndSaves) {
   TempDir out;
   const std::string common = " roles.stages=2 data.limit=6400 data.test_limit=500 run.log_interval=10 run.out_dir=" +
                              out.path();
-  pid_t launcher = 0;
-  auto r = distrl::testing::run_command(
-      "echo PID $$; exec " + distrl::testing::bin_path("distrl-launch") + " --config " + kFashion + common +
-          " train.epochs=50",
-      [&](const std::string& line) {
-        if (line.rfind("PID ", 0) == 0) launcher = std::stoi(line.substr(4));
-        if (line.find("epoch 1/50  step     20/") != std::string::npos) ::kill(launcher, SIGINT);
-      });
+  auto r = distrl::testing::launch_interrupted("--config " + kFashion + common + " train.epochs=50",
+                                               "epoch 1/50  step     20/", SIGINT);
   EXPECT_EQ(r.code, 130) << r.output;
   // "by SIGTERM", or "by a signal on another stage" when the launcher's SIGTERM reached another
   // stage first and the agreement came before this one's arrived

@@ -69,14 +69,8 @@ TEST(RnnTest, CtrlCStopsTheTrainersWhoSaveAndResume) {
   const std::string common = " run.out_dir=" + out.path() +
                              " data.max_chars=60000 train.bptt=16 train.batch_size=8 train.eval_interval=1000"
                              " run.log_interval=10 checkpoint.every=0";
-  pid_t launcher = 0;
-  auto r = distrl::testing::run_command(
-      "echo PID $$; exec " + distrl::testing::bin_path("distrl-launch") + " --config " + kConfig + common +
-          " train.steps=1000000",
-      [&](const std::string& line) {
-        if (line.rfind("PID ", 0) == 0) launcher = std::stoi(line.substr(4));
-        if (line.find("step 30/1000000  train") != std::string::npos) ::kill(launcher, SIGINT);
-      });
+  auto r = distrl::testing::launch_interrupted("--config " + kConfig + common + " train.steps=1000000",
+                                               "step 30/1000000  train", SIGINT);
   EXPECT_EQ(r.code, 130) << r.output;
   const std::string said = "trainer 1: stopped by SIGTERM after step ";
   const auto at = r.output.find(said);

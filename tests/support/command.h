@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <csignal>
+
 #include <array>
 #include <cstdio>
 #include <cstdlib>
@@ -38,6 +40,20 @@ inline std::string bin_path(const std::string& tool) { return std::string(DISTRL
 // distrl-launch ARGS.
 inline CommandResult launch(const std::string& args, const std::function<void(const std::string&)>& on_line = {}) {
   return run_command(bin_path("distrl-launch") + " " + args, on_line);
+}
+
+// distrl-launch ARGS, sent `sig` (once) when an output line first contains `when` — Ctrl-C
+// in the middle of a run, as a user presses it.
+inline CommandResult launch_interrupted(const std::string& args, const std::string& when, int sig) {
+  pid_t launcher = 0;
+  bool sent = false;
+  return run_command("echo PID $$; exec " + bin_path("distrl-launch") + " " + args, [&](const std::string& line) {
+    if (line.rfind("PID ", 0) == 0) launcher = std::stoi(line.substr(4));
+    if (!sent && launcher > 0 && line.find(when) != std::string::npos) {
+      ::kill(launcher, sig);
+      sent = true;
+    }
+  });
 }
 
 }  // namespace distrl::testing
