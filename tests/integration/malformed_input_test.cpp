@@ -4,6 +4,8 @@
 // are dropped and counted.
 #include <gtest/gtest.h>
 
+#include <csignal>
+
 #include <fstream>
 #include <functional>
 
@@ -89,8 +91,18 @@ class MalformedInputTest : public ::testing::Test {
   void TearDown() override {
     auto r = call(request(next_id_++, "stop"));
     EXPECT_TRUE(r.has_value());
+    // Bounded: an agent that never started (or never stops) is killed, not waited for forever.
     int status = 0;
-    ::waitpid(child_, &status, 0);
+    const auto until = std::chrono::steady_clock::now() + 75s;
+    while (::waitpid(child_, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > until) {
+        ADD_FAILURE() << "the agent process did not exit: killed";
+        ::kill(child_, SIGKILL);
+        ::waitpid(child_, &status, 0);
+        return;
+      }
+      std::this_thread::sleep_for(10ms);
+    }
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   }
 
