@@ -54,8 +54,10 @@ std::vector<std::int64_t> idx_dims(const std::string& data, const std::string& p
     total = 0;
   } else {
     for (auto d : dims) {
-      if (total > static_cast<std::int64_t>(held) / d) more = true;
-      if (more) break;
+      if (total > static_cast<std::int64_t>(held) / d) {
+        more = true;
+        break;
+      }
       total *= d;
     }
   }

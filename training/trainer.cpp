@@ -10,7 +10,6 @@
 #include <fstream>
 
 #include "common/error.h"
-#include "training/stop_agreement.h"
 #include "common/output_file.h"
 #include "common/plot.h"
 #include "common/stop_signal.h"
@@ -19,6 +18,7 @@
 #include "training/data.h"
 #include "training/ddp/ddp.h"
 #include "training/run_outputs.h"
+#include "training/stop_agreement.h"
 
 namespace distrl::training {
 namespace {

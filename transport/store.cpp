@@ -2,9 +2,9 @@
 
 #include <atomic>
 #include <climits>
-#include <cstdint>
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <mutex>
 #include <thread>
 
@@ -13,13 +13,11 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/thread_name.h"
 #include "transport/detail/store_core.h"
 #include "transport/detail/zmq_context.h"
-#include "common/thread_name.h"
 
 namespace distrl::transport {
-using Clock = std::chrono::steady_clock;
-
 namespace detail {
 namespace {
 
@@ -296,9 +294,9 @@ struct Store::Impl {
     if (!dealer.send(zmq::message_t(detail::pack_store_message(q)), zmq::send_flags::dontwait))
       throw TransportError("store " + endpoint + ": send queue full during " + what);
     // The server answers waits itself at their deadline; allow it a little slack.
-    const auto deadline = Clock::now() + wait + slack;
+    const auto deadline = detail::StoreClock::now() + wait + slack;
     for (;;) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - detail::StoreClock::now());
       if (left.count() <= 0) break;
       zmq::pollitem_t item{dealer.handle(), 0, ZMQ_POLLIN, 0};
       detail::poll_nointr(&item, 1, left);

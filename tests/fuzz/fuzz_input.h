@@ -11,7 +11,15 @@
 #include <string>
 #include <vector>
 
+#include "common/log.h"
+
 namespace distrl::fuzz {
+
+// Warnings only (a refused request logs one): the fuzzer's own output stays readable.
+inline void quiet_logs() {
+  static const bool once = (set_log_level(LogLevel::Error), true);
+  (void)once;
+}
 
 // Input layout: [u8 frame count] then count - 1 times [u16 LE size][bytes]; the last frame is
 // the rest. A count of 0 reads as 1; frames past max_frames are not made. Short input just

@@ -8,7 +8,6 @@
 #include <ATen/ATen.h>
 
 #include "common/error.h"
-#include "common/log.h"
 #include "tests/fuzz/fuzz_input.h"
 #include "transport/collectives/detail/algorithms.h"
 #include "transport/collectives/detail/reduce_ops.h"
@@ -41,8 +40,7 @@ std::string header_bytes(const PgHeader& h) { return std::string(reinterpret_cas
 }  // namespace
 
 int fuzz_pg(const std::uint8_t* data, std::size_t size) {
-  static const bool quiet = (set_log_level(LogLevel::Error), true);
-  (void)quiet;
+  quiet_logs();
   auto parts = split_frames(data, size, 5);
   // The mesh reads at most 4 frames of a message; a fourth marks it malformed.
   const bool whole = parts.size() <= 3;

@@ -3,7 +3,6 @@
 // ConfigError; whatever loads must survive describe() and round-trip through to_yaml() (the
 // effective config written next to a run's outputs is loaded again by --resume and by users).
 #include "common/error.h"
-#include "common/log.h"
 #include "common/settings.h"
 #include "tests/fuzz/fuzz_input.h"
 
@@ -47,8 +46,7 @@ std::vector<std::string> lines(const std::string& text) {
 }  // namespace
 
 int fuzz_settings(const std::uint8_t* data, std::size_t size) {
-  static const bool quiet = (set_log_level(LogLevel::Error), true);
-  (void)quiet;
+  quiet_logs();
   auto parts = split_frames(data, size, 2);
   if (parts.empty()) return 0;
   Fields f;

@@ -2,7 +2,6 @@
 // socket): a sequence of requests from up to 4 peers. Every answer must be a well-formed
 // reply, the store must stay inside its limits, and every parked wait must be answered once
 // its deadline passes.
-#include "common/log.h"
 #include "tests/fuzz/fuzz_input.h"
 #include "transport/detail/store_core.h"
 
@@ -28,8 +27,7 @@ std::string request(int peer, int op, std::uint64_t id, std::vector<std::string>
 }  // namespace
 
 int fuzz_store(const std::uint8_t* data, std::size_t size) {
-  static const bool quiet = (set_log_level(LogLevel::Error), true);
-  (void)quiet;
+  quiet_logs();
   std::size_t replies = 0;
   StoreCore core(kLimits, [&](const std::string& peer, std::string&& bytes) {
     StoreReply r;

@@ -2,10 +2,10 @@
 // distrl-launch --config configs/pipeline_fashion_mnist.yaml (or configs/pipeline_resnet50.yaml)
 #include <malloc.h>
 
-#include "common/stop_signal.h"
 #include "common/command_line.h"
 #include "common/main_guard.h"
 #include "common/malloc_tuning.h"
+#include "common/stop_signal.h"
 #include "training/pipeline/workloads.h"
 #include "transport/security.h"
 

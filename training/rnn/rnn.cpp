@@ -12,9 +12,9 @@
 
 #include "autograd/context.h"
 #include "common/error.h"
-#include "common/stop_signal.h"
 #include "common/log.h"
 #include "common/plot.h"
+#include "common/stop_signal.h"
 #include "models/checkpoint.h"
 #include "transport/rpc/rpc_agent.h"
 #include "transport/tensor.h"

@@ -1,9 +1,9 @@
 // distrl-rnn: the distributed-autograd RNN workload, one process per rank (rank 0 the ps,
 // ranks 1.. trainers). Usually started by: distrl-launch --config configs/rnn_dist_autograd.yaml
-#include "common/stop_signal.h"
 #include "common/command_line.h"
 #include "common/main_guard.h"
 #include "common/malloc_tuning.h"
+#include "common/stop_signal.h"
 #include "training/rnn/rnn.h"
 #include "training/rpc_world.h"
 #include "transport/rpc/rpc_agent.h"

@@ -31,13 +31,6 @@ void release_held(void*, void* hint) {
 
 std::string rank_name(int r) { return "rank " + std::to_string(r); }
 
-}  // namespace
-
-// The routing id a member's DEALER connects under: a message's src must match it.
-std::string pg_identity(int rank) { return "pg-r" + std::to_string(rank); }
-
-namespace {
-
 void report_drop(std::atomic<std::uint64_t>& counter, const std::string& what) {
   ++counter;
   static RateLimiter limit(std::chrono::seconds(5));
@@ -46,6 +39,9 @@ void report_drop(std::atomic<std::uint64_t>& counter, const std::string& what) {
     DISTRL_LOG(Warn, "process group: dropped " << what << " (" << held << " more since the last notice)");
 }
 }  // namespace
+
+// The routing id a member's DEALER connects under: a message's src must match it.
+std::string pg_identity(int rank) { return "pg-r" + std::to_string(rank); }
 
 std::optional<PgMessage> admit_pg_message(std::vector<zmq::message_t>& frames, bool whole, int rank, int world,
                                           std::string* why) {
