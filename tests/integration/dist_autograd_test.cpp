@@ -311,6 +311,10 @@ TEST(DistAutogradTest, APeerKilledMidBackwardFailsEverySurvivorNamingIt) {
       return 1;
     }
     try {
+      // Worker1 serves until rank 0 is done however slow the machine (its own shutdown bound
+      // is 5 s so that nobody waits long for the dead rank; seen: rank 1 left after 5 s on a
+      // loaded CI machine before rank 0 had made its first call).
+      if (rank == 1) agent.serve_until_shutdown(0);
       agent.shutdown();
     } catch (const std::exception& e) {
       std::cout << "rank " << rank << " shutdown: " << e.what() << std::endl;
