@@ -8,7 +8,7 @@ DEPS := build-essential cmake ninja-build pkg-config ccache \
         libtorch-dev libopenblas0-pthread \
         libzmq3-dev cppzmq-dev libmsgpack-cxx-dev \
         libbox2d-dev libgif-dev libyaml-cpp-dev zlib1g-dev libcli11-dev \
-        libgtest-dev libgmock-dev gnuplot-nox dataset-fashion-mnist
+        libgtest-dev libgmock-dev gnuplot-nox dataset-fashion-mnist iproute2
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: all deps configure build test test-unit test-integration test-asan fuzz fuzz-seeds demo bench clean

@@ -127,6 +127,7 @@ int main(int argc, char** argv) {
                                                       {"round", "mean_reward", "mean of the round"}}}});
     std::printf("  outputs: %s/{metrics.csv,summary.csv,config.yaml%s%s}\n", cfg.out_dir.c_str(),
                 cfg.learn ? ",policy.pt" : "", plotted ? ",learning_curve.png" : "");
+    if (!s.failure.empty()) throw TransportError(s.failure);  // exit 1, after every output is written
     return stop_exit_code();  // 0, or 128 + the signal that stopped the run
   });
 }

@@ -100,7 +100,13 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
     return seconds_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
   for (int round = progress_.rounds + 1; round <= cfg_.episodes; ++round) {
-    RoundData d = learner.round(pool, cfg_.learn);
+    RoundData d;
+    try {
+      d = learner.round(pool, cfg_.learn);
+    } catch (const TransportError& e) {  // every observer is gone: keep what the finished rounds learned
+      sum.failure = e.what();
+      break;
+    }
     latencies.add(d.latency_us.begin(), d.latency_us.end());
     observer_cpu += d.observer_cpu_us;
     progress_.rounds = round;
@@ -139,7 +145,12 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
   sum.latency_p99_us = latencies.quantile(0.99);
   std::ostringstream why;
   why << std::fixed << std::setprecision(1);
-  if (sum.solved)
+  if (!sum.failure.empty())
+    why << "every observer was lost during round " << progress_.rounds + 1
+        << (cfg_.learn ? "; the checkpoint holds round " + std::to_string(progress_.rounds) + " (go on with --resume " +
+                             checkpoint_path() + " once the observers can reach the agent)"
+                       : std::string());
+  else if (sum.solved)
     why << "running reward " << sum.running_reward << " >= " << cfg_.target_reward;
   else if (stop_signal() && progress_.rounds < cfg_.episodes)
     why << "stopped by " << stop_signal_name() << " after round " << progress_.rounds << " of " << cfg_.episodes

@@ -39,6 +39,9 @@ struct RunSummary {
   // observers' processes (stepping envs included).
   double agent_cpu_us_per_request = 0, observer_cpu_us_per_request = 0;
   int observers_lost = 0;
+  // Not empty when the run could not go on (every observer lost: crashed, or the network to
+  // them failed); the rounds finished before it were still saved and reported.
+  std::string failure;
   double steps_per_second() const { return seconds > 0 ? env_steps / seconds : 0; }
 };
 
@@ -53,8 +56,9 @@ class RlAgent {
   // world's observers (every rank but this one).
   void serve(transport::RpcAgent& rpc);
   // Runs rounds until solved, round `episodes` (a resumed run counts on from its checkpoint),
-  // or every observer is lost; then tells the observers to finish and saves the checkpoint.
-  // Prints progress; writes metrics.csv (a resumed run appends to it).
+  // a stop signal, or every observer is lost (then `failure` says why and the round in flight
+  // is dropped); then tells the observers to finish and saves the checkpoint of the last
+  // finished round. Prints progress; writes metrics.csv (a resumed run appends to it).
   RunSummary run(transport::RpcAgent& rpc);
 
   // Saves policy + optimizer + progress atomically (temp file + rename).

@@ -37,7 +37,13 @@ int main(int argc, char** argv) {
     // terminal) finishes its round and ends the run; leave without it after the grace.
     install_stop_handlers();
     // Throws with the reason when the agent is gone (connection dropped) or silent too long.
-    if (!host.wait(opts.rpc_timeout, [&] { return rpc.connection_lost(rl::kAgentName); })) {
+    const auto agent_lost = [&] {
+      return rpc.connection_lost(rl::kAgentName)
+                 ? "its connection " + rpc.worker(rl::kAgentName).endpoint +
+                       " dropped (the process exited or crashed, or its host became unreachable)"
+                 : std::string();
+    };
+    if (!host.wait(opts.rpc_timeout, agent_lost)) {
       std::cerr << "distrl-observer: " << stop_signal_name()
                 << ": the agent did not end the run within 20 s of the signal; leaving without it\n";
       return stop_exit_code();

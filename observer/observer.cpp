@@ -163,7 +163,7 @@ void ObserverHost::fail(const std::string& why) {
   cv_.notify_all();
 }
 
-bool ObserverHost::wait(std::chrono::milliseconds idle_limit, const std::function<bool()>& agent_lost,
+bool ObserverHost::wait(std::chrono::milliseconds idle_limit, const std::function<std::string()>& agent_lost,
                         std::chrono::milliseconds stop_grace) {
   std::unique_lock<std::mutex> lock(mu_);
   std::optional<Clock::time_point> leave_at;  // set by a stop signal
@@ -172,8 +172,8 @@ bool ObserverHost::wait(std::chrono::milliseconds idle_limit, const std::functio
     if (!leave_at && stop_signal()) leave_at = Clock::now() + stop_grace;
     if (leave_at && Clock::now() >= *leave_at) return false;
     if (!failure_.empty()) throw TransportError(failure_);
-    if (agent_lost && agent_lost())
-      throw TransportError("lost the agent: its connection dropped (the process exited or crashed)");
+    if (agent_lost)
+      if (std::string why = agent_lost(); !why.empty()) throw TransportError("lost the agent: " + why);
     const auto idle = Clock::now() - last_;
     if (idle > idle_limit)
       throw TimeoutError("no request from the agent for " +

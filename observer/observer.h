@@ -45,11 +45,11 @@ class ObserverHost {
   void finish();
   void fail(const std::string& why);
   // Blocks until finished (true), failed (throws TransportError with the reason), the agent's
-  // connection is gone (agent_lost() true: TransportError "lost the agent") or idle for longer
+  // connection is gone (agent_lost() says why, not empty: TransportError "lost the agent: WHY") or idle for longer
   // than idle_limit (throws TimeoutError). agent_lost is polled every 200 ms. After a SIGINT or
   // SIGTERM (common/stop_signal.h) it waits at most stop_grace more for the agent to end the
   // run (the agent, stopped too, finishes its round and says so), then returns false.
-  bool wait(std::chrono::milliseconds idle_limit, const std::function<bool()>& agent_lost = {},
+  bool wait(std::chrono::milliseconds idle_limit, const std::function<std::string()>& agent_lost = {},
             std::chrono::milliseconds stop_grace = std::chrono::seconds(20));
 
  private:

@@ -277,7 +277,7 @@ void IoLoop::read_monitor(int peer) {
       p.down = false;
     } else if (!p.down) {
       p.down = true;
-      p.down_reason = "connection to " + peer_endpoints_[peer] + " lost (the process exited or crashed)";
+      p.down_reason = "connection to " + peer_endpoints_[peer] + " lost (the process exited or crashed, or its host became unreachable)";
       guarded("reporting a lost peer", [&] { cb_.on_peer_down(peer, p.down_reason); });
     }
   });

@@ -222,7 +222,7 @@ PgMessage Mesh::recv(std::uint32_t group, int src, std::int32_t tag, Clock::time
     const auto now = Clock::now();
     if (gone_since_[src] && now - *gone_since_[src] > kGoneGrace)
       throw TransportError(what + ": rank " + std::to_string(src) + " is gone (its connection " + endpoints_[src] +
-                           " closed: the process exited or crashed)");
+                           " closed: the process exited or crashed, or its host became unreachable)");
     if (now >= deadline)
       throw TimeoutError(what + ": timed out after " +
                          std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(options_.timeout).count()) +

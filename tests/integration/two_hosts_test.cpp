@@ -1,0 +1,261 @@
+// Two hosts, really: the agent and its observers (and the two ranks of a DDP process group) run
+// in two network namespaces joined by a veth pair, tcp only (no ipc, no loopback between them),
+// started the way a cluster starts them (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT). The link
+// is cut mid-run: every process on both sides fails within the configured timeout with an error
+// naming the peer it lost, after saving what it had; the link restored, a resumed run finishes.
+//
+// Needs root (CAP_NET_ADMIN) and iproute2 (`make deps` installs it); skips saying why otherwise.
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/support/command.h"
+#include "tests/support/multiproc.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+using distrl::testing::bin_path;
+using distrl::testing::read_file;
+using distrl::testing::run_command;
+using distrl::testing::TempDir;
+using Clock = std::chrono::steady_clock;
+
+const std::string kSource = DISTRL_SOURCE_DIR;
+
+// `sh -c CMD` in its own process group, stdout and stderr into `log`; SIGKILLed (the whole
+// group) if still running when destroyed.
+class Process {
+ public:
+  Process(const std::string& cmd, std::string log) : log_(std::move(log)) {
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::setpgid(0, 0);
+      const int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      ::execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+  }
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+  ~Process() {
+    if (!code_) {
+      ::kill(-pid_, SIGKILL);
+      ::kill(pid_, SIGKILL);
+      int status = 0;
+      ::waitpid(pid_, &status, 0);
+    }
+  }
+  // The exit code (128 + signal when killed), or nothing if it still runs at the deadline.
+  std::optional<int> wait_until(Clock::time_point deadline) {
+    while (!code_) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) code_ = distrl::testing::exit_code(status);
+      else if (Clock::now() >= deadline) break;
+      else std::this_thread::sleep_for(20ms);
+    }
+    return code_;
+  }
+  std::string output() const { return read_file(log_); }
+
+ private:
+  std::string log_;
+  pid_t pid_ = -1;
+  std::optional<int> code_;
+};
+
+// Two namespaces "hosts" A (10.77.0.1) and B (10.77.0.2), one veth pair between them. The
+// names carry this process's pid so that parallel test processes never share one.
+class TwoHostsTest : public ::testing::Test {
+ protected:
+  static constexpr const char* kAddrA = "10.77.0.1";
+  static constexpr const char* kAddrB = "10.77.0.2";
+
+  void SetUp() override {
+    if (::geteuid() != 0)
+      GTEST_SKIP() << "creating network namespaces needs root (CAP_NET_ADMIN); run the suite as root to test two hosts";
+    if (run_command("ip -V").code != 0)
+      GTEST_SKIP() << "no `ip` command (iproute2): `make deps` installs it";
+    const std::string id = std::to_string(::getpid());
+    ns_a_ = "distrl-a-" + id;
+    ns_b_ = "distrl-b-" + id;
+    veth_a_ = "dva" + id;  // interface names: at most 15 characters
+    const std::string veth_b = "dvb" + id;
+    for (const std::string& cmd :
+         {"ip netns add " + ns_a_, "ip netns add " + ns_b_, "ip link add " + veth_a_ + " type veth peer name " + veth_b,
+          "ip link set " + veth_a_ + " netns " + ns_a_, "ip link set " + veth_b + " netns " + ns_b_,
+          "ip -n " + ns_a_ + " addr add " + kAddrA + "/24 dev " + veth_a_,
+          "ip -n " + ns_b_ + " addr add " + kAddrB + "/24 dev " + veth_b, "ip -n " + ns_a_ + " link set lo up",
+          "ip -n " + ns_b_ + " link set lo up", "ip -n " + ns_a_ + " link set " + veth_a_ + " up",
+          "ip -n " + ns_b_ + " link set " + veth_b + " up"}) {
+      auto r = run_command(cmd);  // TearDown removes what was made before a failure
+      if (r.code != 0) GTEST_SKIP() << "cannot make two hosts here: `" << cmd << "` failed: " << r.output;
+    }
+  }
+
+  void TearDown() override {
+    for (const std::string& ns : {ns_a_, ns_b_})
+      if (!ns.empty()) {
+        run_command("ip netns pids " + ns + " | xargs -r kill -9");
+        run_command("ip netns del " + ns);  // takes the veth pair with it
+      }
+  }
+
+  // The link goes down (both ends lose carrier: packets are dropped, nothing is reset, as when a
+  // cable or a switch fails) or comes back.
+  void set_link(bool up) {
+    auto r = run_command("ip -n " + ns_a_ + " link set " + veth_a_ + (up ? " up" : " down"));
+    ASSERT_EQ(r.code, 0) << r.output;
+  }
+
+  // CMD on host A or B as rank `rank` of `world`, the store on A at `port`.
+  std::unique_ptr<Process> start(bool on_a, int rank, int world, int port, const std::string& cmd,
+                                 const std::string& log) {
+    return std::make_unique<Process>("ip netns exec " + (on_a ? ns_a_ : ns_b_) + " env RANK=" + std::to_string(rank) +
+                                         " WORLD_SIZE=" + std::to_string(world) + " MASTER_ADDR=" + kAddrA +
+                                         " MASTER_PORT=" + std::to_string(port) + " DISTRL_LOG_LEVEL=info " + cmd,
+                                     log);
+  }
+
+  std::string ns_a_, ns_b_, veth_a_;
+};
+
+// Waits until `text` appears in p's output; false at the deadline or when p exits first.
+bool wait_for_output(Process& p, const std::string& text, std::chrono::seconds deadline) {
+  const auto until = Clock::now() + deadline;
+  while (Clock::now() < until) {
+    if (p.output().find(text) != std::string::npos) return true;
+    if (p.wait_until(Clock::now())) return p.output().find(text) != std::string::npos;
+    std::this_thread::sleep_for(50ms);
+  }
+  return false;
+}
+
+// Seconds until every process has exited (their codes in `codes`), at most `deadline`.
+double wait_all(std::vector<std::unique_ptr<Process>>& ps, std::chrono::seconds deadline, std::vector<int>* codes) {
+  const auto start = Clock::now();
+  for (auto& p : ps) codes->push_back(p->wait_until(start + deadline).value_or(-1));
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::string all_output(const std::vector<std::unique_ptr<Process>>& ps) {
+  std::string out;
+  for (std::size_t i = 0; i < ps.size(); ++i) out += "--- process " + std::to_string(i) + ":\n" + ps[i]->output();
+  return out;
+}
+
+// The agent on A, two observers on B. Cut: within rpc.timeout_s the agent drops both observers
+// (naming them and the address it lost), saves the checkpoint of the last finished round and
+// exits 1 saying how to resume; each observer exits 1 naming the agent. Restored: the resumed
+// run counts on from that round and finishes.
+TEST_F(TwoHostsTest, AgentAndObserversFailNamingEachOtherWhenTheLinkIsCutAndAResumedRunFinishes) {
+  TempDir dir;
+  const std::string common = "--config " + kSource + "/configs/cartpole.yaml observers=2 rpc.transport=tcp " +
+                             "rpc.timeout_s=30 learner.target_reward=1000 learner.log_interval=5 run.out_dir=" +
+                             dir.path();
+  auto world = [&](int port, const std::string& args, const std::string& tag) {  // observers ignore --resume
+    std::vector<std::unique_ptr<Process>> ps;
+    ps.push_back(start(true, 0, 3, port, bin_path("distrl-agent") + " " + common + " " + args,
+                       dir.file(tag + "-agent.log")));
+    for (int r = 1; r <= 2; ++r)
+      ps.push_back(start(false, r, 3, port, bin_path("distrl-observer") + " " + common + " " + args,
+                         dir.file(tag + "-observer" + std::to_string(r) + ".log")));
+    return ps;
+  };
+
+  auto run1 = world(29500, "learner.episodes=100000", "run1");
+  ASSERT_TRUE(wait_for_output(*run1[0], "round    20 ", 180s)) << all_output(run1);
+  set_link(false);
+  std::vector<int> codes;
+  const double seconds = wait_all(run1, 60s, &codes);
+  const std::string agent = run1[0]->output();
+  std::cout << "link cut: every process exited after " << seconds << " s" << std::endl;
+  EXPECT_EQ(codes, (std::vector<int>{1, 1, 1})) << all_output(run1);
+  EXPECT_LT(seconds, 30) << "rpc.timeout_s is 30";
+  for (const char* name : {"dropping observer 0 (observer1)", "dropping observer 1 (observer2)",
+                           "every observer is gone", "lost (the process exited or crashed, or its host became unreachable)",
+                           "tcp://10.77.0.2:"})
+    EXPECT_NE(agent.find(name), std::string::npos) << "agent output lacks '" << name << "':\n" << agent;
+  for (int r = 1; r <= 2; ++r) {
+    const std::string obs = run1[r]->output();
+    EXPECT_NE(obs.find("lost the agent"), std::string::npos) << obs;
+    EXPECT_NE(obs.find("tcp://10.77.0.1:"), std::string::npos) << obs;
+  }
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(agent, m, std::regex("the checkpoint holds round ([0-9]+) \\(go on with --resume ([^ ]+)")))
+      << agent;
+  const int saved = std::stoi(m[1]);
+  EXPECT_GE(saved, 20);
+  EXPECT_EQ(m[2].str(), dir.file("policy.pt"));
+
+  set_link(true);
+  auto run2 = world(29501, "learner.episodes=" + std::to_string(saved + 5) + " --resume " + dir.file("policy.pt"),
+                    "run2");
+  codes.clear();
+  wait_all(run2, 120s, &codes);
+  EXPECT_EQ(codes, (std::vector<int>{0, 0, 0})) << all_output(run2);
+  EXPECT_NE(run2[0]->output().find("resumed from " + dir.file("policy.pt") + " at round " + std::to_string(saved)),
+            std::string::npos)
+      << run2[0]->output();
+  EXPECT_NE(run2[0]->output().find("ran all " + std::to_string(saved + 5) + " rounds"), std::string::npos)
+      << run2[0]->output();
+}
+
+// DDP (distrl-train, the 2-rank zmq process group) with rank 0 on A and rank 1 on B. Cut: both
+// ranks' all_reduce fails within dist.timeout_s naming the other rank and its address; each
+// saved its checkpoint every epoch. Restored: a resumed run finishes.
+TEST_F(TwoHostsTest, AProcessGroupFailsNamingThePeerWhenTheLinkIsCutAndAResumedRunFinishes) {
+  TempDir dir;
+  const std::string common = "--config " + kSource + "/configs/ddp_toy.yaml dist.transport=tcp dist.timeout_s=30 " +
+                             "checkpoint.every=1 run.out_dir=" + dir.path();
+  auto world = [&](int port, const std::string& args, const std::string& tag) {
+    std::vector<std::unique_ptr<Process>> ps;
+    for (int r = 0; r < 2; ++r)
+      ps.push_back(start(r == 0, r, 2, port, bin_path("distrl-train") + " " + common + " " + args,
+                         dir.file(tag + "-rank" + std::to_string(r) + ".log")));
+    return ps;
+  };
+
+  auto run1 = world(29510, "train.epochs=100000", "run1");
+  ASSERT_TRUE(wait_for_output(*run1[0], "epoch 20/100000:", 180s)) << all_output(run1);
+  set_link(false);
+  std::vector<int> codes;
+  const double seconds = wait_all(run1, 60s, &codes);
+  std::cout << "link cut: both ranks exited after " << seconds << " s" << std::endl;
+  EXPECT_EQ(codes, (std::vector<int>{1, 1})) << all_output(run1);
+  EXPECT_LT(seconds, 30) << "dist.timeout_s is 30";
+  EXPECT_TRUE(std::regex_search(run1[0]->output(), std::regex("on rank 0: rank 1 is gone \\(its connection tcp://10\\.77\\.0\\.2:")))
+      << run1[0]->output();
+  EXPECT_TRUE(std::regex_search(run1[1]->output(), std::regex("on rank 1: rank 0 is gone \\(its connection tcp://10\\.77\\.0\\.1:")))
+      << run1[1]->output();
+  const std::string out0 = run1[0]->output();
+  const std::regex saved_line("checkpoint " + dir.file("checkpoint.pt") + " \\(epoch ([0-9]+)\\)");
+  int saved = 0;  // the last epoch saved
+  for (auto it = std::sregex_iterator(out0.begin(), out0.end(), saved_line); it != std::sregex_iterator(); ++it)
+    saved = std::stoi((*it)[1]);
+  EXPECT_GE(saved, 20) << out0;
+
+  set_link(true);
+  auto run2 = world(29511, "train.epochs=" + std::to_string(saved + 2) + " --resume " + dir.file("checkpoint.pt"), "run2");
+  codes.clear();
+  wait_all(run2, 120s, &codes);
+  EXPECT_EQ(codes, (std::vector<int>{0, 0})) << all_output(run2);
+  EXPECT_NE(run2[0]->output().find("epoch " + std::to_string(saved + 2) + "/" + std::to_string(saved + 2) + ":"),
+            std::string::npos)
+      << run2[0]->output();
+}
+
+}  // namespace
