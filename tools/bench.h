@@ -63,6 +63,21 @@ struct RlBenchOptions {
 
 int run_rl_bench(const RlBenchOptions& options);
 
+// The RL run left going (distrl-launch --config, one per mode, side by side), its processes'
+// RSS, open fds and threads sampled from /proc; growth after the warm-up is reported.
+struct SoakBenchOptions {
+  double minutes = 60;
+  double warmup_minutes = 5;
+  double interval_s = 30;
+  int observers = 8;
+  std::vector<std::string> modes{"batched", "unbatched"};
+  std::string config = "configs/cartpole.yaml";
+  std::vector<std::string> overrides;  // more KEY=VALUE for every run
+  std::string out_dir = "runs/bench/soak";  // soak.csv, soak.png and each run's outputs
+};
+
+int run_soak_bench(const SoakBenchOptions& options);
+
 struct AllreduceBenchOptions {
   std::vector<int> ranks{2, 4};
   std::vector<std::int64_t> sizes{4 << 10, 1 << 20, 16 << 20, 64 << 20};  // bytes

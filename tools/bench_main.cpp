@@ -40,6 +40,21 @@ int main(int argc, char** argv) {
   l->add_option("--set", rl.overrides, "extra KEY=VALUE for every run (repeatable), e.g. --set learner.learn=false");
   l->add_option("--csv", rl.csv, "CSV output path");
   l->add_option("--png", rl.png, "plot output path (needs gnuplot; empty: no plot)");
+  distrl::tools::SoakBenchOptions so;
+  auto* sk = app.add_subcommand("soak", "the RL run left going in each serving mode side by side (agent + observers "
+                                        "as processes): RSS, open fds and threads sampled; growth after the warm-up "
+                                        "reported");
+  sk->add_option("--minutes", so.minutes, "how long")->check(CLI::Range(0.1, 100000.0));
+  sk->add_option("--warmup-minutes", so.warmup_minutes, "samples before this are not compared")
+      ->check(CLI::Range(0.0, 100000.0));
+  sk->add_option("--interval-s", so.interval_s, "seconds between samples")->check(CLI::Range(0.5, 3600.0));
+  sk->add_option("--observers", so.observers, "observers per run")->check(CLI::Range(1, 1024));
+  sk->add_option("--modes", so.modes, "serving modes, run side by side")
+      ->check(CLI::IsMember({"batched", "unbatched"}))
+      ->delimiter(',');
+  sk->add_option("--config", so.config, "base RL configuration");
+  sk->add_option("--set", so.overrides, "extra KEY=VALUE for every run (repeatable)");
+  sk->add_option("--out-dir", so.out_dir, "where soak.csv, soak.png and the runs' outputs go");
   distrl::tools::AllreduceBenchOptions ar;
   auto* a = app.add_subcommand("allreduce", "all_reduce time, algorithm and bus bandwidth by size and rank count");
   a->add_option("--ranks", ar.ranks, "rank counts")->delimiter(',')->check(CLI::Range(2, 1024));
@@ -143,6 +158,7 @@ int main(int argc, char** argv) {
     if (g->parsed()) return distrl::tools::run_autograd_bench(ag);
     if (gw->parsed()) return distrl::tools::run_autograd_worker(out, ag_iterations, ag_contexts);
     if (p->parsed()) return distrl::tools::run_ps_bench(pso);
+    if (sk->parsed()) return distrl::tools::run_soak_bench(so);
     if (pl->parsed()) return distrl::tools::run_pipeline_bench(plo);
     if (plw->parsed()) return distrl::tools::run_pipeline_worker(out, pl_schedule, pl_mb, pl_chunks, pl_f, pl_b, pl_steps);
     if (pw->parsed()) return distrl::tools::run_ps_worker(out, ps_rows, ps_iterations);

@@ -131,8 +131,8 @@ int free_port(const std::string& addr) {
   return ntohs(a.sin_port);
 }
 
-int run_process(const std::vector<std::string>& cmd, const std::string& output_path) {
-  if (cmd.empty()) throw Error("run_process: empty command");
+pid_t start_process(const std::vector<std::string>& cmd, const std::string& output_path) {
+  if (cmd.empty()) throw Error("start_process: empty command");
   pid_t pid = ::fork();
   if (pid < 0) throw Error("fork failed: " + std::string(std::strerror(errno)));
   if (pid == 0) {
@@ -148,10 +148,21 @@ int run_process(const std::vector<std::string>& cmd, const std::string& output_p
     ::execv(argv[0], argv.data());
     ::_exit(127);
   }
+  return pid;
+}
+
+int wait_process(pid_t pid, bool block) {
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  pid_t r;
+  while ((r = ::waitpid(pid, &status, block ? 0 : WNOHANG)) < 0 && errno == EINTR) {
   }
+  if (r == 0) return -1;  // still running
+  if (r < 0) throw Error("waitpid(" + std::to_string(pid) + "): " + std::strerror(errno));
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int run_process(const std::vector<std::string>& cmd, const std::string& output_path) {
+  return wait_process(start_process(cmd, output_path));
 }
 
 void prepare_security(LaunchOptions* o) {

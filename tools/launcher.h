@@ -5,6 +5,8 @@
 // rank. Single-threaded apart from the store's thread; blocks until all ranks have exited.
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <string>
 #include <vector>
@@ -44,6 +46,10 @@ int launch(const LaunchOptions& options);
 // Runs argv (argv[0] a path) to completion; its stdout and stderr go to output_path when one is
 // given. Returns its exit code (128 + signal for a signal; 127 when it cannot be started).
 int run_process(const std::vector<std::string>& argv, const std::string& output_path = "");
+// The same in two halves: start_process returns the child's pid at once; wait_process returns
+// its exit code, waiting for it when `block`, else -1 while it still runs.
+pid_t start_process(const std::vector<std::string>& argv, const std::string& output_path = "");
+int wait_process(pid_t pid, bool block = true);
 
 // A TCP port that was free a moment ago on addr.
 int free_port(const std::string& addr);
