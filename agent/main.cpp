@@ -108,12 +108,12 @@ int main(int argc, char** argv) {
     std::ostringstream sum;
     sum << "observers,mode,envs_per_observer,rounds,episodes,env_steps,seconds,env_steps_per_s,latency_median_us,"
            "latency_p99_us,mean_batch,running_reward,solved,observers_lost,agent_cpu_us_per_request,"
-           "observer_cpu_us_per_request\n"
+           "observer_cpu_us_per_request,observers_readmitted\n"
         << rpc.world_size() - 1 << ',' << cfg.mode << ',' << cfg.envs_per_observer << ',' << s.rounds << ','
         << s.episodes << ',' << s.env_steps << ',' << s.seconds << ',' << s.steps_per_second() << ','
         << s.latency_median_us << ',' << s.latency_p99_us << ',' << s.mean_batch << ',' << s.running_reward << ','
         << (s.solved ? 1 : 0) << ',' << s.observers_lost << ',' << s.agent_cpu_us_per_request << ','
-        << s.observer_cpu_us_per_request << '\n';
+        << s.observer_cpu_us_per_request << ',' << s.observers_readmitted << '\n';
     write_file_atomically(cfg.out_dir + "/summary.csv", sum.str());
     std::printf("%s after %d rounds (%lld episodes, %lld env steps) in %.1f s: %s\n",
                 s.solved ? "Solved" : "Stopped", s.rounds, s.episodes, s.env_steps, s.seconds, s.stop_reason.c_str());

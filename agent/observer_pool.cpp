@@ -3,7 +3,7 @@
 namespace distrl::agent {
 
 ObserverPool::ObserverPool(transport::RpcAgent& rpc, const rl::RlConfig& cfg, bool fragments, Batcher* batcher)
-    : batcher_(batcher) {
+    : rpc_(rpc), batcher_(batcher) {
   for (const auto& w : rpc.workers()) {
     if (w.rank == rpc.rank()) continue;
     rl::ObserverSpec spec;
@@ -17,13 +17,27 @@ ObserverPool::ObserverPool(transport::RpcAgent& rpc, const rl::RlConfig& cfg, bo
     obs_.push_back(rpc.remote<rl::ObserverObject>(w.name, rl::kObserverClass, spec));
   }
   alive_.assign(obs_.size(), true);
+  may_return_.assign(obs_.size(), false);
   for (auto& r : obs_) r.created().value();
 }
 
 void ObserverPool::drop(std::size_t i, const std::exception& e) {
   alive_[i] = false;
+  may_return_[i] = rpc_.connection_lost(obs_[i].owner_name());
   ++lost_;
-  DISTRL_LOG(Warn, "agent: dropping observer " << i << " (" << obs_[i].owner_name() << "): " << e.what());
+  DISTRL_LOG(Warn, "agent: dropping observer " << i << " (" << obs_[i].owner_name() << "): " << e.what()
+                                               << (may_return_[i] ? " (readmitted if its connection comes back)" : ""));
+}
+
+void ObserverPool::readmit() {
+  for (std::size_t i = 0; i < obs_.size(); ++i) {
+    if (alive_[i] || !may_return_[i] || rpc_.connection_lost(obs_[i].owner_name())) continue;
+    alive_[i] = true;
+    may_return_[i] = false;
+    --lost_;
+    ++readmitted_;
+    DISTRL_LOG(Warn, "agent: observer " << i << " (" << obs_[i].owner_name() << ") is reachable again: readmitted");
+  }
 }
 
 void ObserverPool::finish() {

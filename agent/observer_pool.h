@@ -1,7 +1,10 @@
 // The agent's observers: one remote Observer object per observer process (created in the
 // constructor, as the tutorial's agent does with rpc.remote), called together every round,
 // and told to finish at the end. An observer whose call fails or whose answer is malformed is
-// dropped for the rest of the run (named in the log) and the others go on.
+// dropped (named in the log) and the others go on. One dropped because its connection was lost
+// is readmitted at the start of a later round if the connection comes back (the process was
+// stopped, or its host unreachable, for a while); a malformed answer or a dead process is
+// dropped for the rest of the run.
 //
 // Thread-safety: none; the agent's main thread owns the pool. call() blocks until every live
 // observer has answered or failed (each call has the RPC timeout).
@@ -33,19 +36,24 @@ class ObserverPool {
 
   // Tells every live observer the run is over (they then join the graceful shutdown).
   void finish();
-  int lost() const { return lost_; }
+  int lost() const { return lost_; }            // dropped and not back
+  int readmitted() const { return readmitted_; }  // times an observer came back
 
  private:
   void drop(std::size_t i, const std::exception& e);
+  void readmit();  // the dropped observers whose connection came back
 
+  transport::RpcAgent& rpc_;
   std::vector<transport::RRef<rl::ObserverObject>> obs_;
   std::vector<bool> alive_;
+  std::vector<bool> may_return_;  // dropped for a lost connection, not for what it sent
   Batcher* batcher_;
-  int lost_ = 0;
+  int lost_ = 0, readmitted_ = 0;
 };
 
 template <typename T, typename Check>
 std::vector<T> ObserverPool::call(const char* method, int arg, Check check) {
+  readmit();
   std::vector<transport::Future<T>> futs(obs_.size());
   for (std::size_t i = 0; i < obs_.size(); ++i) {
     if (!alive_[i]) continue;

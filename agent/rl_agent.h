@@ -38,7 +38,8 @@ struct RunSummary {
   // process's CPU minus the round loop's own thread, which starts episodes and learns) and the
   // observers' processes (stepping envs included).
   double agent_cpu_us_per_request = 0, observer_cpu_us_per_request = 0;
-  int observers_lost = 0;
+  int observers_lost = 0;        // dropped and not back at the end
+  int observers_readmitted = 0;  // times a dropped observer's connection came back
   // Not empty when the run could not go on (every observer lost: crashed, or the network to
   // them failed); the rounds finished before it were still saved and reported.
   std::string failure;

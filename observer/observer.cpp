@@ -167,13 +167,20 @@ bool ObserverHost::wait(std::chrono::milliseconds idle_limit, const std::functio
                         std::chrono::milliseconds stop_grace) {
   std::unique_lock<std::mutex> lock(mu_);
   std::optional<Clock::time_point> leave_at;  // set by a stop signal
+  std::optional<Clock::time_point> lost_since;  // the agent's connection is down since
   for (;;) {
     if (finished_) return true;
     if (!leave_at && stop_signal()) leave_at = Clock::now() + stop_grace;
     if (leave_at && Clock::now() >= *leave_at) return false;
     if (!failure_.empty()) throw TransportError(failure_);
-    if (agent_lost)
-      if (std::string why = agent_lost(); !why.empty()) throw TransportError("lost the agent: " + why);
+    if (agent_lost) {
+      if (std::string why = agent_lost(); why.empty()) {
+        lost_since.reset();
+      } else {
+        if (!lost_since) lost_since = Clock::now();
+        if (Clock::now() - *lost_since >= kAgentLostGrace) throw TransportError("lost the agent: " + why);
+      }
+    }
     const auto idle = Clock::now() - last_;
     if (idle > idle_limit)
       throw TimeoutError("no request from the agent for " +
@@ -204,7 +211,9 @@ auto Observer::with_agent(Run&& run) {
   try {
     return run(act);
   } catch (const TransportError& e) {
-    host_.fail(std::string("lost the agent: ") + e.what());
+    // A dropped connection may come back (this process was stopped, the network blinked): the
+    // host's wait decides whether the agent is gone. Any other failure is final.
+    if (!rpc_.connection_lost(spec_.agent)) host_.fail(std::string("lost the agent: ") + e.what());
     throw;
   }
 }

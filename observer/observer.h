@@ -41,11 +41,14 @@ rl::Fragment run_fragment(envs::VecEnv& venv, FragmentState& state, int observer
 // the agent, or a silent agent.
 class ObserverHost {
  public:
+  static constexpr std::chrono::seconds kAgentLostGrace{3};
   void touch();
   void finish();
   void fail(const std::string& why);
   // Blocks until finished (true), failed (throws TransportError with the reason), the agent's
-  // connection is gone (agent_lost() says why, not empty: TransportError "lost the agent: WHY") or idle for longer
+  // connection is gone (agent_lost() says why, not empty, for kAgentLostGrace in a row: a
+  // connection that comes back sooner was a stall or a blink; TransportError "lost the agent:
+  // WHY") or idle for longer
   // than idle_limit (throws TimeoutError). agent_lost is polled every 200 ms. After a SIGINT or
   // SIGTERM (common/stop_signal.h) it waits at most stop_grace more for the agent to end the
   // run (the agent, stopped too, finishes its round and says so), then returns false.

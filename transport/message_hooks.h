@@ -48,7 +48,8 @@ class MessageHooks {
   // A request of context ctx from rank src is about to run its handler on this thread: the
   // context is current until the returned object is destroyed (after the handler returns).
   virtual std::shared_ptr<void> enter(std::int64_t ctx, int src) = 0;
-  // The connection to rank `rank` dropped (the process exited or crashed).
+  // The connection to rank `rank` dropped (the process exited or crashed, or it was stopped or
+  // its host unreachable: no heartbeat for 10 s).
   virtual void on_peer_down(int rank, const std::string& why) = 0;
 };
 

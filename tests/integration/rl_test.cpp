@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -292,6 +293,44 @@ TEST(RlFailureTest, TheAgentDropsADeadObserverAndFinishesTheRun) {
   EXPECT_EQ(sum["observers_lost"], "1");
   EXPECT_EQ(sum["rounds"], "40");
   EXPECT_EQ(count_lines(dir.file("metrics.csv")), 41);
+}
+
+// An observer stalled for longer than the heartbeat timeout (SIGSTOP: its connections stay open,
+// nothing answers) is dropped like a dead one, and readmitted once it runs again: the agent goes
+// on with both, the observer never exits, summary.csv counts it readmitted and not lost.
+TEST(RlFailureTest, AStalledObserverIsDroppedAndReadmittedWhenItRunsAgain) {
+  TempDir dir;
+  const std::vector<std::string> args{"--config", kConfig, "learner.episodes=100000", "learner.max_steps=50",
+                                      "run.out_dir=" + dir.path()};
+  Spawned procs;
+  const auto [agent, observers] = start_run(procs, dir, args);
+  const auto agent_log = [&] { return read_file(dir.file("agent.log")); };
+  const auto logged = [&](const std::string& text, std::chrono::seconds limit) {
+    return distrl::testing::wait_until([&] { return agent_log().find(text) != std::string::npos; }, limit);
+  };
+  ASSERT_TRUE(wait_for_rows(dir.file("metrics.csv"), 3, 60s)) << agent_log();
+  ::kill(observers[1], SIGSTOP);
+  ASSERT_TRUE(logged("dropping observer 1 (observer2)", 40s)) << agent_log();  // 10 s without a heartbeat
+  std::this_thread::sleep_for(3s);
+  ::kill(observers[1], SIGCONT);
+  ASSERT_TRUE(logged("observer 1 (observer2) is reachable again: readmitted", 40s)) << agent_log();
+  const int rows = count_lines(dir.file("metrics.csv"));
+  ASSERT_TRUE(wait_for_rows(dir.file("metrics.csv"), rows + 5, 60s)) << agent_log();
+  ::kill(agent, SIGTERM);  // ends the run gracefully: the observers are told to finish
+  EXPECT_EQ(procs.wait_exit(agent, 60s), 128 + SIGTERM) << agent_log();
+  for (std::size_t i = 0; i < observers.size(); ++i)
+    EXPECT_EQ(procs.wait_exit(observers[i], 30s), 0) << read_file(dir.file("obs" + std::to_string(i + 1) + ".log"));
+  auto sum = read_summary(dir.file("summary.csv"));
+  EXPECT_EQ(sum["observers_lost"], "0");
+  EXPECT_EQ(sum["observers_readmitted"], "1");
+  // The last rounds had both observers playing: two episodes each.
+  std::ifstream metrics(dir.file("metrics.csv"));
+  std::vector<long> episodes;
+  for (std::string line; std::getline(metrics, line);)
+    if (!line.empty() && std::isdigit(static_cast<unsigned char>(line[0])))
+      episodes.push_back(std::stol(line.substr(line.find(',') + 1)));
+  ASSERT_GE(episodes.size(), 2u);
+  EXPECT_EQ(episodes.back() - episodes[episodes.size() - 2], 2) << "episodes in the last round";
 }
 
 // An agent that hangs (stopped, not dead: its connections stay open) is given up on after

@@ -41,6 +41,9 @@ class IoLoop {
     std::function<void(zmq::message_t&& routing_id, Frames&& frames)> on_request;  // at the ROUTER
     std::function<void(int peer, Frames&& frames)> on_reply;                       // at a DEALER
     std::function<void(int peer, const std::string& why)> on_peer_down;
+    // Optional: a connection reported down came back at the same endpoint (the process was
+    // stopped or its host unreachable for a while, not gone).
+    std::function<void(int peer)> on_peer_up;
     std::function<void(Clock::time_point now)> on_tick;                            // after each round
     // After a round that read messages: every request that had arrived by then has been served
     // (optional; the RL batcher closes a batch here).

@@ -62,8 +62,10 @@ class RpcAgent {
   const std::vector<WorkerInfo>& workers() const;
   const WorkerInfo& worker(const Target& t) const;
   RpcStats stats() const;
-  // True once this worker saw its connection to t drop (the process exited or crashed); calls
-  // to it then fail at once, until a new process rejoins under t's rank. For a process that
+  // True once this worker saw its connection to t drop (the process exited or crashed: at once;
+  // it was stopped or its host unreachable: after 10 s without a heartbeat, 2 s apart); calls
+  // to it then fail at once, until its connection comes back (the same process, reachable
+  // again) or a new process rejoins under t's rank. For a process that
   // waits for requests from a peer that may die.
   bool connection_lost(const Target& t) const;
   // Connects to t now (connections are otherwise made on the first call), so that

@@ -424,6 +424,19 @@ void on_peer_down(RpcCore::State& s, int peer, const std::string& why) {
   }
 }
 
+void on_peer_up(RpcCore::State& s, int peer) {
+  std::string why;
+  {
+    std::lock_guard<std::mutex> lock(s.down_mu);
+    auto it = s.down_peers.find(peer);
+    if (it == s.down_peers.end()) return;
+    why = it->second;
+    s.down_peers.erase(it);
+  }
+  DISTRL_LOG(Warn, "rpc: " << s.worker_name(peer) << " (rank " << peer << ") is reachable again (its " << why
+                           << "); new calls to it go through");
+}
+
 void on_rejoin(RpcCore::State& s, int peer, const InMessage& m) {
   if (peer < 0 || peer >= s.world || peer == s.rank)
     return count_bad(s, "a rejoin notice from rank " + std::to_string(peer) + ", which is not a peer", false);
@@ -561,6 +574,7 @@ void RpcCore::start(const std::function<void()>& before_publish) {
   cb.on_request = [this, sp](zmq::message_t&& id, IoLoop::Frames&& f) { on_request(*this, *sp, std::move(id), std::move(f)); };
   cb.on_reply = [sp](int peer, IoLoop::Frames&& f) { on_reply(*sp, peer, std::move(f)); };
   cb.on_peer_down = [sp](int peer, const std::string& why) { on_peer_down(*sp, peer, why); };
+  cb.on_peer_up = [sp](int peer) { on_peer_up(*sp, peer); };
   cb.on_tick = [sp](Clock::time_point now) { expire(*sp, now); };
   cb.on_served = [sp] {  // set by the setup callback, which runs below, before the loop starts
     if (sp->after_requests_read) sp->after_requests_read();

@@ -145,22 +145,37 @@ TEST(ReinforceTest, LossUsesNormalisedReturnsToGo) {
   EXPECT_NEAR(learner.update({r}), want, 1e-5);
 }
 
-// An idle observer (no call pending) notices the agent's dropped connection at its next poll,
-// long before the idle limit, and says "lost the agent".
-TEST(ObserverHostTest, ADroppedAgentConnectionEndsTheWaitAtOnce) {
+// An idle observer (no call pending) notices the agent's dropped connection at its polls, long
+// before the idle limit, and says "lost the agent" once it has stayed down for the grace; a
+// connection that comes back sooner (a stall, a blink) does not end the wait.
+TEST(ObserverHostTest, ADroppedAgentConnectionEndsTheWaitUnlessItComesBack) {
+  using Clock = std::chrono::steady_clock;
   observer::ObserverHost host;
   std::atomic<bool> lost{false};
-  std::thread dropper([&] {
+  const auto why = [&] { return lost.load() ? std::string("it dropped") : std::string(); };
+  std::thread blink([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     lost = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    lost = false;  // back within the grace
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    host.finish();
   });
+  EXPECT_TRUE(host.wait(std::chrono::seconds(20), why));
+  blink.join();
+
+  observer::ObserverHost gone;
+  lost = true;
+  const auto t0 = Clock::now();
   try {
-    host.wait(std::chrono::seconds(20), [&] { return lost.load() ? std::string("it dropped") : std::string(); });  // the idle limit is the fallback
+    gone.wait(std::chrono::seconds(20), why);  // the idle limit is the fallback
     ADD_FAILURE() << "wait returned normally";
   } catch (const TransportError& e) {
     EXPECT_EQ(std::string(e.what()), "lost the agent: it dropped");
   }
-  dropper.join();
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_GE(s, 3.0);
+  EXPECT_LT(s, 15.0);
   observer::ObserverHost finished;
   finished.finish();
   EXPECT_TRUE(finished.wait(std::chrono::hours(1), [] { return std::string("it dropped"); }));  // a finished run ends normally

@@ -175,6 +175,7 @@ struct RpcCore::State {
 // I/O thread entry points (rpc/rpc_core.cpp).
 void on_reply(RpcCore::State& s, int peer, IoLoop::Frames&& frames);
 void on_peer_down(RpcCore::State& s, int peer, const std::string& why);
+void on_peer_up(RpcCore::State& s, int peer);  // its connection came back: calls go through again
 // A rank announced it restarted (kRejoinFn): calls to the earlier process fail, the connection
 // moves to the new one and the rank counts as alive again.
 void on_rejoin(RpcCore::State& s, int peer, const InMessage& m);
