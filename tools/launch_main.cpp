@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 
@@ -10,6 +11,7 @@
 #include "common/main_guard.h"
 #include "tools/launcher.h"
 #include "tools/config_launch.h"
+#include "transport/store.h"
 
 int main(int argc, char** argv) {
   distrl::tools::LaunchOptions o;
@@ -42,6 +44,10 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(0.0, 3600.0));
   std::string config;
+  std::string store_limits;
+  app.add_option("--store-limits", store_limits,
+                 "what the rendezvous store may hold: keys=N,mb=N,value_mb=N,waiters=N (any of them; default\n"
+                 "keys=1048576,mb=64,value_mb=1,waiters=65536); sets DISTRL_STORE_LIMITS for every rank");
   app.add_option("--security", o.security,
                  "off or curve: authenticate and encrypt every socket of the world with ZeroMQ CURVE (default:\n"
                  "the config's security key, else off; needed across hosts; README: Security)")
@@ -71,6 +77,11 @@ int main(int argc, char** argv) {
     }
   } remove_made_key{o.made_key};
   return distrl::guarded_main("distrl-launch", [&] {
+    if (!store_limits.empty()) {
+      (void)distrl::transport::StoreLimits::parse(store_limits);  // refused here, before anything starts
+      ::setenv("DISTRL_STORE_LIMITS", store_limits.c_str(), 1);
+    }
+    (void)distrl::transport::StoreLimits::from_env();  // a bad inherited value too
     if (!config.empty()) {
       if (!o.command.empty()) throw distrl::ConfigError("give either --config FILE or -- CMD, not both");
       distrl::tools::configure_config_launch(config, app.remaining(), &o);

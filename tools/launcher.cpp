@@ -207,8 +207,9 @@ int launch(const LaunchOptions& o) {
   if (o.node_rank == 0) {
     const bool loopback = o.master_addr == "127.0.0.1" || o.master_addr == "localhost" || o.master_addr == "::1";
     try {
-      store = std::make_unique<transport::StoreServer>("tcp://" + std::string(loopback ? "127.0.0.1" : "*") + ":" +
-                                                       std::to_string(port));
+      store = std::make_unique<transport::StoreServer>(
+          "tcp://" + std::string(loopback ? "127.0.0.1" : "*") + ":" + std::to_string(port),
+          transport::StoreLimits::from_env());
     } catch (const std::exception& e) {
       throw Error("cannot serve the rendezvous store on port " + std::to_string(port) + " (" + e.what() +
                   "); pass another --master-port");

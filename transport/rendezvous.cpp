@@ -127,7 +127,7 @@ Rendezvous::Rendezvous(const WorldSpec& world, std::chrono::milliseconds timeout
   using Clock = std::chrono::steady_clock;
   if (world.method == "file") {
     if (world.rank == 0) {
-      server_ = std::make_unique<StoreServer>("tcp://127.0.0.1:*");
+      server_ = std::make_unique<StoreServer>("tcp://127.0.0.1:*", StoreLimits::from_env());
       // Write-then-rename so readers never see half a line.
       const std::string tmp = world.file_path + ".tmp" + std::to_string(::getpid());
       {
@@ -160,7 +160,7 @@ Rendezvous::Rendezvous(const WorldSpec& world, std::chrono::milliseconds timeout
   const std::string port = std::to_string(world.master_port);
   if (world.rank == 0 && !world.store_hosted) {
     const std::string host = is_loopback(world.master_addr) ? "127.0.0.1" : "*";
-    server_ = std::make_unique<StoreServer>("tcp://" + host + ":" + port);
+    server_ = std::make_unique<StoreServer>("tcp://" + host + ":" + port, StoreLimits::from_env());
   }
   const std::string addr =
       world.master_addr.find(':') != std::string::npos ? "[" + world.master_addr + "]" : world.master_addr;

@@ -4,8 +4,11 @@
 #include <climits>
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 #include <msgpack.hpp>
@@ -202,6 +205,47 @@ std::chrono::milliseconds StoreCore::next_timeout(StoreClock::time_point now, st
 }  // namespace detail
 
 // ---------------------------------------------------------------- server
+
+StoreLimits StoreLimits::parse(const std::string& text) {
+  StoreLimits l;
+  std::stringstream items(text);
+  for (std::string item; std::getline(items, item, ',');) {
+    if (item.empty()) continue;
+    const auto eq = item.find('=');
+    const std::string key = item.substr(0, eq);
+    double v = -1;
+    if (eq != std::string::npos) {
+      try {
+        std::size_t used = 0;
+        v = std::stod(item.substr(eq + 1), &used);
+        if (used != item.size() - eq - 1) v = -1;
+      } catch (const std::exception&) {
+      }
+    }
+    if (key != "keys" && key != "mb" && key != "value_mb" && key != "waiters")
+      throw ConfigError("store limits: unknown key '" + key + "' in '" + text + "' (known: keys, mb, value_mb, waiters)");
+    const bool megabytes = key == "mb" || key == "value_mb";
+    if (!(v > 0 && v <= 1e9) || (!megabytes && v != std::floor(v)))
+      throw ConfigError("store limits: '" + item + "' is not " + key + "=" + (megabytes ? "MB" : "COUNT") +
+                        " with a positive " + (megabytes ? "number" : "whole number") +
+                        " up to 1e9 (e.g. mb=256,value_mb=8)");
+    if (key == "keys") l.max_keys = static_cast<std::size_t>(v);
+    else if (key == "mb") l.max_bytes = static_cast<std::size_t>(v * (1 << 20));
+    else if (key == "value_mb") l.max_value_bytes = static_cast<std::size_t>(v * (1 << 20));
+    else l.max_waiters = static_cast<std::size_t>(v);
+  }
+  return l;
+}
+
+StoreLimits StoreLimits::from_env() {
+  const char* text = std::getenv("DISTRL_STORE_LIMITS");
+  if (!text) return {};
+  try {
+    return parse(text);
+  } catch (const ConfigError& e) {
+    throw ConfigError(std::string("DISTRL_STORE_LIMITS: ") + e.what());
+  }
+}
 
 struct StoreServer::Impl {
   std::shared_ptr<zmq::context_t> ctx = detail::shared_zmq_context();

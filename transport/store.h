@@ -18,6 +18,13 @@ struct StoreLimits {
   std::size_t max_bytes = std::size_t{64} << 20;  // keys + values, all together
   std::size_t max_value_bytes = std::size_t{1} << 20;
   std::size_t max_waiters = 1 << 16;             // get/wait requests parked at once
+
+  // "keys=N,mb=N,value_mb=N,waiters=N" (any subset; the rest keep their defaults). Throws
+  // ConfigError naming the bad item.
+  static StoreLimits parse(const std::string& text);
+  // The environment's DISTRL_STORE_LIMITS (that syntax; distrl-launch --store-limits sets it),
+  // else the defaults. The stores the rendezvous and distrl-launch host use it.
+  static StoreLimits from_env();
 };
 
 // Serves the store on its own thread until destroyed. Thread-safe. A malformed or impossible

@@ -44,6 +44,32 @@ TEST(StoreTest, AddOnTextIsRefusedAndTheServerKeepsServing) {
   EXPECT_TRUE(store.ping(1s));
 }
 
+// The limits come from "keys=N,mb=N,value_mb=N,waiters=N" (distrl-launch --store-limits, or
+// DISTRL_STORE_LIMITS); what is not given keeps its default, anything odd is a ConfigError
+// naming it.
+TEST(StoreTest, LimitsAreReadFromTextAndTheEnvironment) {
+  const StoreLimits defaults;
+  StoreLimits l = StoreLimits::parse("mb=256,value_mb=0.5,keys=10");
+  EXPECT_EQ(l.max_bytes, std::size_t{256} << 20);
+  EXPECT_EQ(l.max_value_bytes, std::size_t{512} << 10);
+  EXPECT_EQ(l.max_keys, 10u);
+  EXPECT_EQ(l.max_waiters, defaults.max_waiters);
+  for (const std::string bad : {"mb", "mb=", "mb=x", "mb=0", "mb=1e10", "keys=5x", "gb=1"}) {
+    try {
+      StoreLimits::parse(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const distrl::ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("store limits"), std::string::npos) << e.what();
+    }
+  }
+  ::setenv("DISTRL_STORE_LIMITS", "waiters=3", 1);
+  EXPECT_EQ(StoreLimits::from_env().max_waiters, 3u);
+  ::setenv("DISTRL_STORE_LIMITS", "waiters=-1", 1);
+  EXPECT_THROW(StoreLimits::from_env(), distrl::ConfigError);
+  ::unsetenv("DISTRL_STORE_LIMITS");
+  EXPECT_EQ(StoreLimits::from_env().max_bytes, defaults.max_bytes);
+}
+
 // Values, keys and parked waits are bounded: past a bound the request is refused by name and
 // the store stays usable (what is already there is kept).
 TEST(StoreTest, EveryBoundIsATypedErrorNotGrowth) {
