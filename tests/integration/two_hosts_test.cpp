@@ -130,6 +130,10 @@ class TwoHostsTest : public ::testing::Test {
                                      log);
   }
 
+  // Once `text` appears in the first process's output, cuts the link and waits (at most 60 s)
+  // until every process has exited: their codes in `codes`, the seconds it took returned.
+  double cut_when(std::vector<std::unique_ptr<Process>>& run, const std::string& text, std::vector<int>* codes);
+
   std::string ns_a_, ns_b_, veth_a_;
 };
 
@@ -157,6 +161,18 @@ std::string all_output(const std::vector<std::unique_ptr<Process>>& ps) {
   return out;
 }
 
+double TwoHostsTest::cut_when(std::vector<std::unique_ptr<Process>>& run, const std::string& text,
+                              std::vector<int>* codes) {
+  if (!wait_for_output(*run[0], text, 180s)) {
+    ADD_FAILURE() << "no '" << text << "' within 180 s:\n" << all_output(run);
+    return -1;
+  }
+  set_link(false);
+  const double seconds = wait_all(run, 60s, codes);
+  std::cout << "link cut: every process exited after " << seconds << " s" << std::endl;
+  return seconds;
+}
+
 // The agent on A, two observers on B. Cut: within rpc.timeout_s the agent drops both observers
 // (naming them and the address it lost), saves the checkpoint of the last finished round and
 // exits 1 saying how to resume; each observer exits 1 naming the agent. Restored: the resumed
@@ -177,12 +193,10 @@ TEST_F(TwoHostsTest, AgentAndObserversFailNamingEachOtherWhenTheLinkIsCutAndARes
   };
 
   auto run1 = world(29500, "learner.episodes=100000", "run1");
-  ASSERT_TRUE(wait_for_output(*run1[0], "round    20 ", 180s)) << all_output(run1);
-  set_link(false);
   std::vector<int> codes;
-  const double seconds = wait_all(run1, 60s, &codes);
+  const double seconds = cut_when(run1, "round    20 ", &codes);
+  ASSERT_GE(seconds, 0);
   const std::string agent = run1[0]->output();
-  std::cout << "link cut: every process exited after " << seconds << " s" << std::endl;
   EXPECT_EQ(codes, (std::vector<int>{1, 1, 1})) << all_output(run1);
   EXPECT_LT(seconds, 30) << "rpc.timeout_s is 30";
   for (const char* name : {"dropping observer 0 (observer1)", "dropping observer 1 (observer2)",
@@ -230,11 +244,9 @@ TEST_F(TwoHostsTest, AProcessGroupFailsNamingThePeerWhenTheLinkIsCutAndAResumedR
   };
 
   auto run1 = world(29510, "train.epochs=100000", "run1");
-  ASSERT_TRUE(wait_for_output(*run1[0], "epoch 20/100000:", 180s)) << all_output(run1);
-  set_link(false);
   std::vector<int> codes;
-  const double seconds = wait_all(run1, 60s, &codes);
-  std::cout << "link cut: both ranks exited after " << seconds << " s" << std::endl;
+  const double seconds = cut_when(run1, "epoch 20/100000:", &codes);
+  ASSERT_GE(seconds, 0);
   EXPECT_EQ(codes, (std::vector<int>{1, 1})) << all_output(run1);
   EXPECT_LT(seconds, 30) << "dist.timeout_s is 30";
   EXPECT_TRUE(std::regex_search(run1[0]->output(), std::regex("on rank 0: rank 1 is gone \\(its connection tcp://10\\.77\\.0\\.2:")))
