@@ -1,5 +1,6 @@
 #include "observer/observer.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "common/cpu_time.h"
@@ -167,7 +168,7 @@ bool ObserverHost::wait(std::chrono::milliseconds idle_limit, const std::functio
                         std::chrono::milliseconds stop_grace) {
   std::unique_lock<std::mutex> lock(mu_);
   std::optional<Clock::time_point> leave_at;  // set by a stop signal
-  std::optional<Clock::time_point> lost_since;  // the agent's connection is down since
+  auto lost_since = Clock::time_point::max();  // since when the agent's connection is down (max: it is not)
   for (;;) {
     if (finished_) return true;
     if (!leave_at && stop_signal()) leave_at = Clock::now() + stop_grace;
@@ -175,10 +176,11 @@ bool ObserverHost::wait(std::chrono::milliseconds idle_limit, const std::functio
     if (!failure_.empty()) throw TransportError(failure_);
     if (agent_lost) {
       if (std::string why = agent_lost(); why.empty()) {
-        lost_since.reset();
+        lost_since = Clock::time_point::max();
       } else {
-        if (!lost_since) lost_since = Clock::now();
-        if (Clock::now() - *lost_since >= kAgentLostGrace) throw TransportError("lost the agent: " + why);
+        const auto now = Clock::now();
+        lost_since = std::min(lost_since, now);
+        if (now - lost_since >= kAgentLostGrace) throw TransportError("lost the agent: " + why);
       }
     }
     const auto idle = Clock::now() - last_;
