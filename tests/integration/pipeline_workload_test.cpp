@@ -86,8 +86,11 @@ TEST(PipelineWorkloadTest, CtrlCStopsEveryStageAtTheSameStepAndSaves) {
 
 TEST(PipelineWorkloadTest, TheTutorialsResNetPipelineTrainsLikeOneProcess) {
   TempDir out;
+  // One intra-op thread: the comparison is exact (0 in every run). With more, concurrent
+  // micro-batches share the thread pool and conv1's weight gradient is summed in a varying order:
+  // gaps up to 8e-4 were measured (5 runs in 10), which the 1e-4 check (rightly) refuses.
   auto r = launch("--config " + kResnet + " preset=small train.batches=2 pipeline.microbatch_size=[6,24]"
-                  " pipeline.check_one_process=true run.out_dir=" + out.path());
+                  " pipeline.check_one_process=true run.torch_threads=1 run.out_dir=" + out.path());
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("one-process check (micro-batch size 6)"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("micro-batch size    6 (  4 micro-batches)"), std::string::npos) << r.output;
