@@ -273,7 +273,7 @@ bool IoLoop::drain_peer(int peer) {
 void IoLoop::read_monitor(int peer) {
   Peer& p = *peers_[peer];
   read_connection_events(p.monitor, [&](int event) {
-    if (event == ZMQ_EVENT_CONNECTED) {
+    if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
       if (p.down && cb_.on_peer_up) guarded("reporting a peer back", [&] { cb_.on_peer_up(peer); });
       p.down = false;
     } else if (!p.down) {

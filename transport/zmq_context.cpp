@@ -50,7 +50,7 @@ void watch_connection(zmq::context_t& ctx, zmq::socket_t& dealer, zmq::socket_t&
   dealer.set(zmq::sockopt::heartbeat_ivl, 2000);
   dealer.set(zmq::sockopt::heartbeat_timeout, 10000);
   const std::string ep = "inproc://distrl-mon-" + name;
-  if (zmq_socket_monitor(dealer.handle(), ep.c_str(), ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) != 0)
+  if (zmq_socket_monitor(dealer.handle(), ep.c_str(), ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED) != 0)
     throw TransportError("transport: cannot monitor connection " + name);
   monitor = zmq::socket_t(ctx, zmq::socket_type::pair);
   monitor.connect(ep);
@@ -63,7 +63,7 @@ void read_connection_events(zmq::socket_t& monitor, const std::function<void(int
     if (ev.empty() || ev[0].size() < 2) continue;
     std::uint16_t event;
     std::memcpy(&event, ev[0].data(), sizeof(event));
-    if (event == ZMQ_EVENT_CONNECTED || event == ZMQ_EVENT_DISCONNECTED) on_event(event);
+    if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED || event == ZMQ_EVENT_DISCONNECTED) on_event(event);
   }
 }
 

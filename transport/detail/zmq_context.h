@@ -32,7 +32,8 @@ void apply_common_options(zmq::socket_t& s, int linger_ms = 200);
 // in the process.
 void watch_connection(zmq::context_t& ctx, zmq::socket_t& dealer, zmq::socket_t& monitor, const std::string& name);
 // Reads every queued event from a watch_connection monitor (non-blocking) and calls
-// on_event(ZMQ_EVENT_CONNECTED or ZMQ_EVENT_DISCONNECTED) for each, in order.
+// on_event(ZMQ_EVENT_HANDSHAKE_SUCCEEDED or ZMQ_EVENT_DISCONNECTED) for each, in order. (A handshake,
+// not a TCP connect: the kernel accepts connections for a stopped process, which is not back.)
 void read_connection_events(zmq::socket_t& monitor, const std::function<void(int)>& on_event);
 // Receives one multipart message (non-blocking) keeping at most max_parts frames: a longer one
 // is read to its end and the rest discarded, so no peer can make a reader hold an unbounded
