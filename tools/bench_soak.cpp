@@ -80,11 +80,6 @@ std::vector<ProcSample> sample_tree(pid_t root) {
   return out;
 }
 
-// The last row's value of `column` in a CSV file ("" when there is none yet).
-std::string last_value(const std::string& csv, const std::string& column) {
-  auto rows = read_csv(csv);
-  return rows.empty() ? "" : rows.back()[column];
-}
 
 struct Run {
   std::string mode, dir;
@@ -187,8 +182,9 @@ int run_soak_bench(const SoakBenchOptions& o) {
     std::cout << std::left << std::fixed << std::setprecision(1) << std::setw(8) << minutes;
     for (auto& r : runs) {
       auto v = summarize(sample_tree(r.launcher));
-      const std::string rounds = last_value(r.dir + "/metrics.csv", "round");
-      const std::string steps = last_value(r.dir + "/metrics.csv", "env_steps");
+      auto rows = read_csv(r.dir + "/metrics.csv");  // its last row: the run's progress
+      const std::string rounds = rows.empty() ? "" : rows.back()["round"];
+      const std::string steps = rows.empty() ? "" : rows.back()["env_steps"];
       csv << ',' << rounds << ',' << steps;
       for (const auto& s : kSeries) csv << ',' << v[s];
       std::cout << std::setw(11) << r.mode << std::right << std::setw(9) << rounds << std::setw(13) << v["agent_rss_mb"]
