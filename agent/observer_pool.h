@@ -34,7 +34,8 @@ class ObserverPool {
   template <typename T, typename Check>
   std::vector<T> call(const char* method, int arg, Check check);
 
-  // Tells every live observer the run is over (they then join the graceful shutdown).
+  // Tells every live observer the run is over (they then join the graceful shutdown), and
+  // every dropped one whose connection has come back by now.
   void finish();
   int lost() const { return lost_; }            // dropped and not back
   int readmitted() const { return readmitted_; }  // times an observer came back

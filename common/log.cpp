@@ -60,7 +60,16 @@ void log_line(LogLevel l, const std::string& message) {
     std::lock_guard<std::mutex> lock(tag_mutex());
     if (!tag().empty()) line = "[" + tag() + "] ";
   }
-  if (l != LogLevel::Info) line += std::string(level_name(l)) + ": ";
+  if (l != LogLevel::Info) line += level_name(l);
+  if (l == LogLevel::Debug) {
+    // Debug lines carry CLOCK_MONOTONIC seconds: one clock for every process on the host, so
+    // traces of several processes can be merged and ordered.
+    char stamp[32];
+    const auto ms = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    std::snprintf(stamp, sizeof stamp, " %lld.%06lld", static_cast<long long>(ms / 1000000), static_cast<long long>(ms % 1000000));
+    line += stamp;
+  }
+  if (l != LogLevel::Info) line += ": ";
   line += message;
   line += '\n';
   // One write per line so lines from threads and processes do not interleave.

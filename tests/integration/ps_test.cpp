@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -461,6 +462,41 @@ TEST(PsSkipgramTest, LossFallsNeighboursArePrintedAndOnlyTouchedRowsTravel) {
     EXPECT_LT(bytes_per_push, 1000 * 32 * 4 / 2.0) << line;  // ~1000 rows of 32 floats per shard
   }
   EXPECT_EQ(parts, 4);
+}
+
+// Ctrl-C to distrl-launch in each workload: every trainer stops after its current step (the
+// hybrid trainers, in lock-step, after the same one), trainer 0 says so and writes its outputs,
+// the servers serve until the trainers have left, and the launcher exits 130.
+TEST(PsSignalTest, CtrlCStopsEveryWorkloadAfterAStepWithItsOutputs) {
+  const std::string configs = std::string(DISTRL_SOURCE_DIR) + "/configs/";
+  struct Case {
+    std::string args;
+    std::vector<std::string> outputs;
+  };
+  const std::vector<Case> cases = {
+      {"ps_batch_update.yaml model.name=mlp model.image_size=8 train.rounds=1000000 run.log_interval=20",
+       {"metrics.csv", "params.pt", "ps_stats.csv", "config.yaml"}},
+      {"ps_model_on_server.yaml roles.trainers=2 model.name=mlp model.hidden=[32] data.limit=2000 "
+       "data.test_limit=200 train.epochs=1000 train.batch_size=32 run.log_interval=5",
+       {"metrics.csv", "params.pt", "server.csv", "epochs.csv"}},
+      {"ps_hybrid.yaml train.epochs=1000000 train.batches=4 run.log_interval=5", {"metrics.csv", "params.pt"}},
+      {"ps_skipgram.yaml train.steps=1000000 run.log_interval=20",
+       {"metrics.csv", "embeddings.pt", "neighbours.txt", "ps_stats.csv"}},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.args);
+    TempDir dir;
+    auto r = distrl::testing::launch_interrupted("--config " + configs + c.args + " run.out_dir=" + dir.path(),
+                                                 "  loss ", SIGINT);
+    EXPECT_EQ(r.code, 130) << r.output;
+    EXPECT_NE(r.output.find("distrl-ps: stopped by "), std::string::npos) << r.output;
+    for (const auto& f : c.outputs) EXPECT_TRUE(std::filesystem::exists(dir.file(f))) << f << "\n" << r.output;
+    // The metrics hold the rows up to the stop: a header and at least the one printed.
+    std::istringstream rows(distrl::testing::read_file(dir.file("metrics.csv")));
+    int n = 0;
+    for (std::string line; std::getline(rows, line);) ++n;
+    EXPECT_GE(n, 2) << r.output;
+  }
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "models/nets.h"
 #include "models/resnet.h"
 #include "training/ps/client.h"
+#include "training/stop_agreement.h"
 #include "transport/store.h"
 
 namespace distrl::training::ps {
@@ -151,8 +152,9 @@ void run_batch_update(const PsConfig& cfg, const std::string& config_yaml, trans
   }
   const auto start = Clock::now();
   const transport::RpcStats wire0 = agent.stats();
-  int dropped = 0;
-  for (int r = 0; r < cfg.rounds; ++r) {
+  int dropped = 0, rounds = 0;
+  StopFlag stop(agent.store());  // SIGINT/SIGTERM: every trainer stops after its current round
+  for (int r = 0; r < cfg.rounds && !stop.requested(); ++r, ++rounds) {
     const auto t0 = Clock::now();
     const Batch b = synthetic_batch(cfg, trainer, r);
     model->zero_grad();
@@ -180,19 +182,20 @@ void run_batch_update(const PsConfig& cfg, const std::string& config_yaml, trans
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   const transport::RpcStats wire1 = agent.stats();
   if (lead) {
+    if (stop.requested()) stop.report("distrl-ps", "round", rounds, cfg.rounds);
     // Each round a trainer sends its gradients and receives the new values: twice the tensors.
     double tensor_bytes = 0;
     for (auto& p : params) tensor_bytes += 2.0 * static_cast<double>(p.nbytes());
     const double wire = static_cast<double>(wire1.bytes_sent - wire0.bytes_sent + wire1.bytes_received -
-                                            wire0.bytes_received) / cfg.rounds;
+                                            wire0.bytes_received) / std::max(1, rounds);
     std::cout << "trainer 0: " << std::setprecision(4) << wire / 1e6 << " MB on the wire per round for "
               << tensor_bytes / 1e6 << " MB of gradients and values (" << std::fixed << std::setprecision(4)
               << wire / tensor_bytes << "x)" << std::defaultfloat << std::endl;
     metrics.close();
     models::save_file(ps.pull(names), cfg.out_dir + "/params.pt");
     write_stats_csv(cfg.out_dir + "/ps_stats.csv", ps.stats());
-    std::cout << "trainer 0: " << cfg.rounds << " rounds in " << std::setprecision(3) << seconds << " s ("
-              << cfg.rounds / seconds << " rounds/s); " << dropped << " late push(es) dropped; wrote " << cfg.out_dir
+    std::cout << "trainer 0: " << rounds << " rounds in " << std::setprecision(3) << seconds << " s ("
+              << rounds / seconds << " rounds/s); " << dropped << " late push(es) dropped; wrote " << cfg.out_dir
               << "/{metrics.csv,ps_stats.csv,params.pt,config.yaml}" << std::endl;
   }
   ps.bye();

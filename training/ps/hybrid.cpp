@@ -19,7 +19,9 @@
 #include "common/plot.h"
 #include "models/checkpoint.h"
 #include "models/nets.h"
+#include "common/stop_signal.h"
 #include "training/ddp/ddp.h"
+#include "training/stop_agreement.h"
 #include "transport/collectives/process_group.h"
 
 namespace distrl::training::ps {
@@ -156,9 +158,17 @@ void run_trainer(const PsConfig& cfg, const std::string& config_yaml, transport:
               << " batches" << std::endl;
   }
   const auto start = Clock::now();
-  for (int epoch = 1; epoch <= cfg.epochs; ++epoch) {
+  // SIGINT/SIGTERM: the trainers all-reduce every step (DDP), so all stop after the same one.
+  bool stopped = false;
+  long long steps = 0;
+  int epochs_done = 0;
+  for (int epoch = 1; epoch <= cfg.epochs && !stopped; ++epoch) {
     double sum = 0;
     for (const auto& b : batches) {
+      if (++steps % kStopCheckSteps == 0 && stop_agreed(pg.get())) {
+        stopped = true;
+        break;
+      }
       autograd::Context ctx(agent);
       at::Tensor out = ddp.forward(emb.forward(b.indices, b.offsets));
       at::Tensor loss = torch::nn::functional::cross_entropy(out, b.targets);
@@ -167,6 +177,8 @@ void run_trainer(const PsConfig& cfg, const std::string& config_yaml, transport:
       pg->barrier();  // every trainer's embedding update is in before the next forward
       sum += loss.item<double>();
     }
+    if (stopped) break;  // a part of an epoch: no row for it
+    epochs_done = epoch;
     if (lead) {
       const double secs = std::chrono::duration<double>(Clock::now() - start).count();
       metrics << epoch << "," << sum / cfg.batches << "," << secs << "\n";
@@ -178,6 +190,10 @@ void run_trainer(const PsConfig& cfg, const std::string& config_yaml, transport:
   }
   if (lead) {
     metrics.close();
+    if (stopped)
+      std::cout << "distrl-ps: stopped by " << (stop_signal() ? stop_signal_name() : "a signal on another trainer")
+                << " after epoch " << epochs_done << " of " << cfg.epochs << "; the outputs hold the run so far"
+                << std::endl;
     std::vector<at::Tensor> state;
     for (auto& p : emb.remote_parameters()) state.push_back(p.to_here());
     for (auto& p : fc->parameters()) state.push_back(p.detach().clone());

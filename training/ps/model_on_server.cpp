@@ -20,6 +20,7 @@
 #include "training/data.h"
 #include "training/ps/client.h"
 #include "training/ps/server.h"
+#include "training/stop_agreement.h"
 
 namespace distrl::training::ps {
 
@@ -174,12 +175,14 @@ void run_model_on_server(const PsConfig& cfg, const std::string& config_yaml, tr
   Report me;
   double fwd_s = 0, bwd_s = 0, step_s = 0;  // this trainer's time in each phase
   const auto start = Clock::now();
-  for (int epoch = 1; epoch <= cfg.epochs; ++epoch) {
+  StopFlag stop(agent.store());  // SIGINT/SIGTERM: every trainer stops after its current step
+  int epochs_done = 0;
+  for (int epoch = 1; epoch <= cfg.epochs && !stop.requested(); ++epoch) {
     sampler.set_epoch(epoch);
     const auto idx = torch::tensor(sampler.indices(), torch::kLong);
     double loss_sum = 0;
     int loss_n = 0;
-    for (std::int64_t off = 0; off < idx.numel(); off += cfg.batch_size) {
+    for (std::int64_t off = 0; off < idx.numel() && !stop.requested(); off += cfg.batch_size) {
       const auto b = idx.narrow(0, off, std::min<std::int64_t>(cfg.batch_size, idx.numel() - off));
       const auto x = train.inputs.index_select(0, b), y = train.targets.index_select(0, b);
       double loss = 0;
@@ -220,6 +223,8 @@ void run_model_on_server(const PsConfig& cfg, const std::string& config_yaml, tr
         loss_n = 0;
       }
     }
+    if (stop.requested()) break;  // the epoch is not done: not evaluated as one
+    epochs_done = epoch;
     if (lead) {  // the server's parameters as they are now, on the test set
       auto state = agent.rpc_sync<std::vector<at::Tensor>>(kServerRank, "ps.model.state");
       {
@@ -244,6 +249,7 @@ void run_model_on_server(const PsConfig& cfg, const std::string& config_yaml, tr
     plot_csv(cfg.out_dir + "/epochs.csv", cfg.out_dir + "/learning_curve.png",
              {{"test accuracy", "epoch", {{"epoch", "test_accuracy", "test accuracy"}}},
               {"test loss", "epoch", {{"epoch", "test_loss", "test loss"}}}});
+    if (stop.requested()) stop.report("distrl-ps", "epoch", epochs_done, cfg.epochs);
     const double per = 1000.0 / std::max<std::int64_t>(1, me.steps);
     std::cout << "trainer 0: " << me.steps << " steps in " << std::setprecision(3) << me.seconds << " s ("
               << "forward " << fwd_s * per << " ms, backward " << bwd_s * per << " ms, step " << step_s * per

@@ -5,6 +5,7 @@
 #include "common/command_line.h"
 #include "common/main_guard.h"
 #include "common/malloc_tuning.h"
+#include "common/stop_signal.h"
 #include "training/ps/batch_update.h"
 #include "training/ps/hybrid.h"
 #include "training/ps/model_on_server.h"
@@ -47,9 +48,10 @@ int main(int argc, char** argv) {
       if (o.rank == cfg.servers + cfg.trainers) o.name = "master";
       std::shared_ptr<training::ps::HybridRank> rank;
       transport::RpcAgent agent(o, [&](transport::RpcAgent& a) { rank = training::ps::setup_hybrid(a, cfg); });
+      install_stop_handlers();
       training::ps::run_hybrid(cfg, cmd.settings.to_yaml(), agent, rank);
       agent.shutdown();
-      return 0;
+      return stop_exit_code();
     }
     if (cfg.workload == "ps_model_on_server") {
       if (cfg.servers != 1) throw ConfigError("roles.servers: the model-on-server form has one server, not " + std::to_string(cfg.servers));
@@ -58,15 +60,19 @@ int main(int argc, char** argv) {
       if (serves) o.num_worker_threads = std::max(o.num_worker_threads, cfg.trainers + 2);
       std::shared_ptr<training::ps::ModelServer> server;
       transport::RpcAgent agent(o, [&](transport::RpcAgent& a) { server = training::ps::setup_model_on_server(a, cfg); });
+      install_stop_handlers();
       training::ps::run_model_on_server(cfg, cmd.settings.to_yaml(), agent, server);
       agent.shutdown();
-      return 0;
+      return stop_exit_code();
     }
     std::shared_ptr<training::ps::ShardServer> server;
     transport::RpcAgent agent(o, [&](transport::RpcAgent& a) { server = training::ps::setup_rank(a, cfg); });
+    // SIGINT/SIGTERM (from here on): trainers stop after their current step and write their
+    // outputs; servers serve until every trainer has left; each exits 128 + the signal it got.
+    install_stop_handlers();
     if (cfg.workload == "ps_skipgram") training::ps::run_skipgram(cfg, cmd.settings.to_yaml(), agent, server);
     else training::ps::run_batch_update(cfg, cmd.settings.to_yaml(), agent, server);
     agent.shutdown();
-    return 0;
+    return stop_exit_code();
   });
 }

@@ -18,6 +18,7 @@
 #include "training/data.h"
 #include "training/ps/batch_update.h"
 #include "training/ps/client.h"
+#include "training/stop_agreement.h"
 #include "transport/store.h"
 
 namespace distrl::training::ps {
@@ -135,8 +136,10 @@ void run_skipgram(const PsConfig& cfg, const std::string& config_yaml, transport
   const auto start = Clock::now();
   auto window_start = start;
   double window_loss = 0, first_loss = -1, last_loss = 0;
-  int window_steps = 0;
-  for (int step = 1; step <= cfg.steps; ++step) {
+  int window_steps = 0, steps = 0;
+  StopFlag stop(agent.store());  // SIGINT/SIGTERM: every trainer stops after its current step
+  for (int step = 1; step <= cfg.steps && !stop.requested(); ++step) {
+    steps = step;
     // A batch of (centre, context) pairs from this trainer's share, and K negatives per pair.
     const at::Tensor pos = torch::randint(lo, hi, {B}, gen, torch::kLong);
     at::Tensor off = torch::randint(1, cfg.window + 1, {B}, gen, torch::kLong);
@@ -163,7 +166,7 @@ void run_skipgram(const PsConfig& cfg, const std::string& config_yaml, transport
     const double l = loss.item<double>();
     window_loss += l;
     ++window_steps;
-    if (lead && (step % cfg.log_interval == 0 || step == cfg.steps)) {
+    if (lead && (step % cfg.log_interval == 0 || step == cfg.steps || (stop.requested() && window_steps > 0))) {
       const double avg = window_loss / window_steps;
       const double rate = window_steps * B / std::chrono::duration<double>(Clock::now() - window_start).count();
       if (first_loss < 0) first_loss = avg;
@@ -183,7 +186,8 @@ void run_skipgram(const PsConfig& cfg, const std::string& config_yaml, transport
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     const at::Tensor table = ps.pull_rows(kIn, torch::arange(V));
     std::ofstream out(cfg.out_dir + "/neighbours.txt");
-    std::cout << "trainer 0: loss " << std::setprecision(4) << first_loss << " -> " << last_loss << " in " << cfg.steps
+    if (stop.requested()) stop.report("distrl-ps", "step", steps, cfg.steps);
+    std::cout << "trainer 0: loss " << std::setprecision(4) << first_loss << " -> " << last_loss << " in " << steps
               << " steps (" << std::setprecision(3) << seconds << " s); nearest words:" << std::endl;
     std::istringstream list(cfg.words);
     for (std::string word; std::getline(list, word, ',');) {

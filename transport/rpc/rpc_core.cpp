@@ -206,6 +206,7 @@ void RpcCore::call(int dest, Header h, const BodyWriter& body, Completion done, 
       finish_inflight(*s);
       return;
     }
+    DISTRL_LOG(Debug, "rpc: call #" << id << " '" << fn << "' sent to " << s->worker_name(dest));
     auto deadline = Clock::now() + timeout;
     s->deadlines.emplace(deadline, id);
     s->pending.emplace(id, State::Pending{dest, std::move(fn), std::move(*shared_done), deadline, timeout});
@@ -336,6 +337,7 @@ void RpcCore::call_sync(int dest, Header h, const BodyWriter& body, const Comple
     if (!zmq::send_multipart(chan->socket, frames, zmq::send_flags::dontwait))
       return finish(nullptr, call_failed(s, dest, h.fn, "send queue full (peer not reading?)"));
     s.sync_bytes_sent.fetch_add(bytes, std::memory_order_relaxed);
+    DISTRL_LOG(Debug, "rpc: sync call #" << h.call_id << " '" << h.fn << "' sent to " << s.worker_name(dest));
   } catch (const zmq::error_t& e) {
     return finish(nullptr, call_failed(s, dest, h.fn, e.what()));
   }
@@ -373,6 +375,7 @@ void RpcCore::call_sync(int dest, Header h, const BodyWriter& body, const Comple
       }
       if (m->header.call_id != h.call_id) continue;  // the late reply of an earlier call that timed out
       attach_hooks(s, *m);
+      DISTRL_LOG(Debug, "rpc: sync call #" << h.call_id << " '" << h.fn << "' answered");
       if (m->header.kind == Kind::Response) return finish(&*m, nullptr);
       if (m->header.kind == Kind::Error) return finish(nullptr, error_from_reply(s, *m, h.fn));
       continue;
@@ -403,6 +406,7 @@ void on_reply(RpcCore::State& s, int peer, IoLoop::Frames&& frames) {
   attach_hooks(s, *m);
   auto it = s.pending.find(m->header.call_id);
   if (it == s.pending.end()) return;
+  DISTRL_LOG(Debug, "rpc: call #" << m->header.call_id << " '" << it->second.fn << "' answered");
   if (m->header.kind == Kind::Response) complete(s, m->header.call_id, &*m, nullptr);
   else if (m->header.kind == Kind::Error) complete(s, m->header.call_id, nullptr, error_from_reply(s, *m, it->second.fn));
 }

@@ -152,6 +152,7 @@ Future<Outcome> invoke(RpcCore& core, RpcCore::State& s, const std::shared_ptr<I
 // Pool thread: one request, start to answer.
 void serve(RpcCore& core, RpcCore::State& s, RoutingId to, std::shared_ptr<InMessage> m) {
   s.calls_served.fetch_add(1, std::memory_order_relaxed);
+  DISTRL_LOG(Debug, "rpc: serving #" << m->header.call_id << " '" << m->header.fn << "' of " << s.worker_name(m->header.src));
   Future<Outcome> result;
   try {
     // The request's context is current while the handler runs (its own calls carry it).
@@ -164,6 +165,7 @@ void serve(RpcCore& core, RpcCore::State& s, RoutingId to, std::shared_ptr<InMes
   auto self = core.shared_from_this();
   result.then([self, &s, to, m](const Future<Outcome>& f) {
     const Header& h = m->header;
+    DISTRL_LOG(Debug, "rpc: served #" << h.call_id << " '" << h.fn << "' of " << s.worker_name(h.src) << (f.has_error() ? " (error)" : ""));
     if (h.new_obj) {  // remote(): keep the result here, answer with nil
       std::shared_ptr<RpcCore::State::Object> obj;
       {
@@ -291,6 +293,7 @@ void on_request(RpcCore& core, RpcCore::State& s, zmq::message_t&& routing, IoLo
     serve(core, s, to, m);
     return;
   }
+  DISTRL_LOG(Debug, "rpc: request #" << h.call_id << " '" << h.fn << "' of " << s.worker_name(h.src) << " queued");
   s.pool->post([&core, &s, to, m] { serve(core, s, to, m); });
 }
 
