@@ -98,6 +98,22 @@ TEST(PipelineWorkloadTest, TheTutorialsResNetPipelineTrainsLikeOneProcess) {
             distrl::testing::read_file(out.file("sweep.csv")).find('\n') + 1);
 }
 
+// Ctrl-C during the tutorial's sweep: the master ends the setting it is in after the current
+// batch, writes its row with the batches done, and every process exits; the launcher 130.
+TEST(PipelineWorkloadTest, CtrlCEndsTheResNetSweepWithTheRowsMeasured) {
+  TempDir out;
+  auto r = distrl::testing::launch_interrupted("--config " + kResnet + " preset=small train.batches=100000"
+                                               " pipeline.microbatch_size=[6,24] run.out_dir=" + out.path(),
+                                               "  batch 1/100000:", SIGINT);
+  EXPECT_EQ(r.code, 130) << r.output;
+  EXPECT_NE(r.output.find("distrl-pipeline: stopped by "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" of 100000 batches)"), std::string::npos) << r.output;
+  const std::string sweep = distrl::testing::read_file(out.file("sweep.csv"));
+  const auto row = sweep.find('\n') + 1;
+  EXPECT_EQ(sweep.find("6,4,24,"), row) << sweep;
+  EXPECT_EQ(sweep.find("\n24,"), std::string::npos) << "the second setting never started: " << sweep;
+}
+
 // The single-machine model-parallel tutorial (one process; both devices the CPU here): the
 // whole model and the two shards start from the same weights, so without micro-batches their
 // losses agree; the pipelined rows run each split size.

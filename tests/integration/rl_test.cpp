@@ -2,11 +2,9 @@
 // distrl-observer processes over real sockets, in both serving modes; checkpoints and
 // --resume; a killed agent makes the observers exit with a clear message.
 #include <gtest/gtest.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "tests/support/child_process.h"
 #include "tests/support/command.h"
 #include "tests/support/multiproc.h"
 
@@ -173,49 +172,23 @@ TEST(RlConfigTest, BadKeysAndValuesStopTheLaunchWithTheirNames) {
 // returned early) is SIGKILLed and reaped, so no test leaves orphans behind.
 class Spawned {
  public:
-  ~Spawned() {
-    for (pid_t p : pids_) {
-      ::kill(p, SIGKILL);
-      ::waitpid(p, nullptr, 0);
-    }
-  }
   // Starts cmd as rank `rank` of `world`, rendezvous through file:// in dir, output to log.
-  pid_t start(const std::vector<std::string>& cmd, const std::string& log, int rank, int world, const TempDir& dir) {
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-      ::setenv("RANK", std::to_string(rank).c_str(), 1);
-      ::setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
-      std::vector<std::string> full = cmd;
-      full.push_back("--init-method");
-      full.push_back("file://" + dir.file("rendezvous"));
-      std::vector<char*> argv;
-      for (auto& a : full) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-    pids_.push_back(pid);
-    return pid;
+  pid_t start(std::vector<std::string> cmd, const std::string& log, int rank, int world, const TempDir& dir) {
+    cmd.push_back("--init-method");
+    cmd.push_back("file://" + dir.file("rendezvous"));
+    procs_.push_back(std::make_unique<distrl::testing::ChildProcess>(
+        cmd, log, distrl::testing::ChildProcess::Env{{"RANK", std::to_string(rank)}, {"WORLD_SIZE", std::to_string(world)}}));
+    return procs_.back()->pid();
   }
   // Waits up to `limit` for pid; returns its exit code (128 + signal), or -1 if it still runs.
   int wait_exit(pid_t pid, std::chrono::milliseconds limit) {
-    const auto until = std::chrono::steady_clock::now() + limit;
-    while (std::chrono::steady_clock::now() < until) {
-      int status = 0;
-      if (::waitpid(pid, &status, WNOHANG) == pid) {
-        pids_.erase(std::find(pids_.begin(), pids_.end(), pid));
-        return distrl::testing::exit_code(status);
-      }
-      std::this_thread::sleep_for(20ms);
-    }
+    for (auto& p : procs_)
+      if (p->pid() == pid) return p->wait_for(limit);
     return -1;
   }
 
  private:
-  std::vector<pid_t> pids_;
+  std::vector<std::unique_ptr<distrl::testing::ChildProcess>> procs_;  // killed if still running at the end
 };
 
 // Waits until metrics.csv has at least `lines` lines (episodes are under way).

@@ -6,9 +6,7 @@
 //
 // Needs root (CAP_NET_ADMIN) and iproute2 (`make deps` installs it); skips saying why otherwise.
 #include <gtest/gtest.h>
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -20,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/child_process.h"
 #include "tests/support/command.h"
 #include "tests/support/multiproc.h"
 
@@ -34,48 +33,7 @@ using Clock = std::chrono::steady_clock;
 
 const std::string kSource = DISTRL_SOURCE_DIR;
 
-// `sh -c CMD` in its own process group, stdout and stderr into `log`; SIGKILLed (the whole
-// group) if still running when destroyed.
-class Process {
- public:
-  Process(const std::string& cmd, std::string log) : log_(std::move(log)) {
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::setpgid(0, 0);
-      const int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-      ::execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
-      ::_exit(127);
-    }
-  }
-  Process(const Process&) = delete;
-  Process& operator=(const Process&) = delete;
-  ~Process() {
-    if (!code_) {
-      ::kill(-pid_, SIGKILL);
-      ::kill(pid_, SIGKILL);
-      int status = 0;
-      ::waitpid(pid_, &status, 0);
-    }
-  }
-  // The exit code (128 + signal when killed), or nothing if it still runs at the deadline.
-  std::optional<int> wait_until(Clock::time_point deadline) {
-    while (!code_) {
-      int status = 0;
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) code_ = distrl::testing::exit_code(status);
-      else if (Clock::now() >= deadline) break;
-      else std::this_thread::sleep_for(20ms);
-    }
-    return code_;
-  }
-  std::string output() const { return read_file(log_); }
-
- private:
-  std::string log_;
-  pid_t pid_ = -1;
-  std::optional<int> code_;
-};
+using Process = distrl::testing::ChildProcess;
 
 // Two namespaces "hosts" A (10.77.0.1) and B (10.77.0.2), one veth pair between them. The
 // names carry this process's pid so that parallel test processes never share one.
@@ -124,9 +82,9 @@ class TwoHostsTest : public ::testing::Test {
   // CMD on host A or B as rank `rank` of `world`, the store on A at `port`.
   std::unique_ptr<Process> start(bool on_a, int rank, int world, int port, const std::string& cmd,
                                  const std::string& log) {
-    return std::make_unique<Process>("ip netns exec " + (on_a ? ns_a_ : ns_b_) + " env RANK=" + std::to_string(rank) +
+    return std::make_unique<Process>(Process::shell("ip netns exec " + (on_a ? ns_a_ : ns_b_) + " env RANK=" + std::to_string(rank) +
                                          " WORLD_SIZE=" + std::to_string(world) + " MASTER_ADDR=" + kAddrA +
-                                         " MASTER_PORT=" + std::to_string(port) + " DISTRL_LOG_LEVEL=info " + cmd,
+                                         " MASTER_PORT=" + std::to_string(port) + " DISTRL_LOG_LEVEL=info " + cmd),
                                      log);
   }
 

@@ -42,18 +42,23 @@ inline CommandResult launch(const std::string& args, const std::function<void(co
   return run_command(bin_path("distrl-launch") + " " + args, on_line);
 }
 
-// distrl-launch ARGS, sent `sig` (once) when an output line first contains `when` — Ctrl-C
-// in the middle of a run, as a user presses it.
-inline CommandResult launch_interrupted(const std::string& args, const std::string& when, int sig) {
+// distrl-launch ARGS, sent `sig` (once) at the first output line for which when(line) is true
+// — Ctrl-C in the middle of a run, as a user presses it.
+inline CommandResult launch_interrupted(const std::string& args, const std::function<bool(const std::string&)>& when,
+                                        int sig) {
   pid_t launcher = 0;
   bool sent = false;
   return run_command("echo PID $$; exec " + bin_path("distrl-launch") + " " + args, [&](const std::string& line) {
     if (line.rfind("PID ", 0) == 0) launcher = std::stoi(line.substr(4));
-    if (!sent && launcher > 0 && line.find(when) != std::string::npos) {
+    else if (!sent && launcher > 0 && when(line)) {
       ::kill(launcher, sig);
       sent = true;
     }
   });
+}
+// ... at the first line that contains `text`.
+inline CommandResult launch_interrupted(const std::string& args, const std::string& text, int sig) {
+  return launch_interrupted(args, [&](const std::string& line) { return line.find(text) != std::string::npos; }, sig);
 }
 
 }  // namespace distrl::testing

@@ -392,6 +392,16 @@ using Shard = autograd::RemoteModule<TutorialShardImpl>;
 
 }  // namespace
 
+namespace {
+// The sweeps' line when a signal ended them early: sweep.csv holds the settings done (the last
+// one with the batches it finished).
+void report_sweep_stop() {
+  if (stop_signal())
+    std::cout << "distrl-pipeline: stopped by " << stop_signal_name()
+              << "; sweep.csv holds the settings measured so far" << std::endl;
+}
+}  // namespace
+
 void run_resnet_tutorial(const PipelineConfig& c, const std::string& config_yaml, const WorldFlags& world) {
   transport::RpcOptions o = rpc_options_for(world, c.timeout_s, c.transport, c.torch_threads);
   // Default names: worker0 (the master), worker1 and worker2 (the shards' owners), as in the tutorial.
@@ -402,6 +412,9 @@ void run_resnet_tutorial(const PipelineConfig& c, const std::string& config_yaml
         a, "ResNetShard", [](const ShardSpec& s) { return std::make_shared<TutorialShardImpl>(s); });
   });
   if (agent.world_size() != 3) throw ConfigError("pipeline_resnet50 runs on 3 processes (master, worker1, worker2)");
+  // SIGINT/SIGTERM: the master stops after its current batch, writes the row of the setting it
+  // was in (the batches done) and shuts down; the workers serve on until it has.
+  install_stop_handlers();
   if (agent.rank() != 0) {
     agent.serve_until_shutdown(0);  // the master's sweep may take many minutes
     agent.shutdown();
@@ -413,6 +426,7 @@ void run_resnet_tutorial(const PipelineConfig& c, const std::string& config_yaml
             << c.batch_size << " of " << c.image_size << "x" << c.image_size << ", " << c.batches << " batches per setting"
             << std::endl;
   for (int size : c.microbatch_sizes) {
+    if (stop_signal()) break;
     Shard s1(agent, "worker1", "ResNetShard", ShardSpec{1, c.classes, c.seed});
     Shard s2(agent, "worker2", "ResNetShard", ShardSpec{2, c.classes, c.seed + 1});
     auto params = s1.remote_parameters();
@@ -434,7 +448,8 @@ void run_resnet_tutorial(const PipelineConfig& c, const std::string& config_yaml
     torch::manual_seed(c.seed);
     double first_loss = 0, last_loss = 0, total = 0;
     const int warmup = size == c.microbatch_sizes.front() ? c.warmup : 0;
-    for (int b = -warmup; b < c.batches; ++b) {
+    int done = 0;  // timed batches
+    for (int b = -warmup; b < c.batches && !stop_signal(); ++b) {
       const at::Tensor inputs = torch::randn({c.batch_size, 3, c.image_size, c.image_size});
       const at::Tensor labels = torch::zeros({c.batch_size, c.classes})
                                     .scatter_(1, torch::randint(c.classes, {c.batch_size, 1}, torch::kLong), 1);
@@ -458,8 +473,11 @@ void run_resnet_tutorial(const PipelineConfig& c, const std::string& config_yaml
         continue;
       }
       total += secs;
+      ++done;
       (b == 0 ? first_loss : last_loss) = loss.item<double>();
       if (b == 0) last_loss = first_loss;
+      std::cout << "  batch " << done << "/" << c.batches << ": " << std::fixed << std::setprecision(3) << secs
+                << " s, loss " << std::setprecision(5) << loss.item<double>() << std::defaultfloat << std::endl;
       if (ref1) {
         ref_opt->zero_grad();
         std::vector<at::Tensor> rs;
@@ -470,7 +488,8 @@ void run_resnet_tutorial(const PipelineConfig& c, const std::string& config_yaml
         loss_gap = std::max(loss_gap, std::abs(ref_loss.item<double>() - loss.item<double>()));
       }
     }
-    if (ref1) {
+    if (done == 0) break;  // stopped before a timed batch of this setting: no row
+    if (ref1 && done == c.batches) {
       double param_gap = 0;
       std::string worst;  // the parameter with the largest gap, named, for a failure's message
       std::vector<std::pair<std::string, at::Tensor>> refs;
@@ -493,13 +512,15 @@ void run_resnet_tutorial(const PipelineConfig& c, const std::string& config_yaml
                     "between runs: concurrent micro-batches share the intra-op threads; run.torch_threads=1 checks exactly)");
     }
     const int mbs = (c.batch_size + size - 1) / size;
-    sweep << size << "," << mbs << "," << c.batch_size << "," << total / c.batches << "," << first_loss << ","
+    sweep << size << "," << mbs << "," << c.batch_size << "," << total / done << "," << first_loss << ","
           << last_loss << std::endl;
     std::cout << "micro-batch size " << std::setw(4) << size << " (" << std::setw(3) << mbs
-              << " micro-batches): " << std::fixed << std::setprecision(3) << total / c.batches
+              << " micro-batches): " << std::fixed << std::setprecision(3) << total / done
               << " s per batch, loss " << std::setprecision(5) << first_loss << " -> " << last_loss << std::defaultfloat
+              << (done < c.batches ? " (" + std::to_string(done) + " of " + std::to_string(c.batches) + " batches)" : "")
               << std::endl;
   }
+  report_sweep_stop();
   std::cout << "wrote " << c.out_dir << "/sweep.csv" << std::endl;
   agent.shutdown();
 }
@@ -507,6 +528,7 @@ void run_resnet_tutorial(const PipelineConfig& c, const std::string& config_yaml
 
 void run_model_parallel(const PipelineConfig& c, const std::string& config_yaml) {
   torch::set_num_threads(c.torch_threads);
+  install_stop_handlers();  // SIGINT/SIGTERM: the setting in progress ends after its current batch
   const auto [d0, d1] = model_parallel_devices(c.devices);
   for (const auto& d : {d0, d1})
     if (d.is_cuda() && d.index() >= static_cast<int>(torch::cuda::device_count()))
@@ -527,6 +549,7 @@ void run_model_parallel(const PipelineConfig& c, const std::string& config_yaml)
   for (int s : c.microbatch_sizes)
     if (s < c.batch_size) settings.push_back({"pipelined", s});
   for (const Setting& st : settings) {
+    if (stop_signal()) break;
     // Every form starts from the same weights (the whole model's, seeded) and sees the same
     // batches, after one untimed warm-up batch (allocator, kernels) of its own.
     torch::manual_seed(c.seed);
@@ -567,7 +590,8 @@ void run_model_parallel(const PipelineConfig& c, const std::string& config_yaml)
     }
     torch::manual_seed(c.seed + 2);
     double first_loss = 0, last_loss = 0, total = 0;
-    for (int b = 0; b < c.batches; ++b) {
+    int done = 0;
+    for (int b = 0; b < c.batches && !stop_signal(); ++b, ++done) {
       auto [inputs, labels] = batch();
       const auto t0 = Clock::now();
       const double l = train_batch(inputs, labels);
@@ -575,15 +599,19 @@ void run_model_parallel(const PipelineConfig& c, const std::string& config_yaml)
       if (b == 0) first_loss = l;
       last_loss = l;
     }
+    if (done == 0) break;  // stopped in the warm-up: no row
     const int mbs = st.split > 0 ? (c.batch_size + st.split - 1) / st.split : 1;
-    sweep << st.form << "," << st.split << "," << mbs << "," << c.batch_size << "," << total / c.batches << ","
+    sweep << st.form << "," << st.split << "," << mbs << "," << c.batch_size << "," << total / done << ","
           << first_loss << "," << last_loss << std::endl;
     std::cout << std::left << std::setw(15) << st.form << std::right;
     if (st.split > 0) std::cout << " split " << std::setw(4) << st.split << " (" << std::setw(3) << mbs << " micro-batches)";
     else std::cout << std::string(30, ' ');
-    std::cout << ": " << std::fixed << std::setprecision(3) << total / c.batches << " s per batch, loss "
-              << std::setprecision(5) << first_loss << " -> " << last_loss << std::defaultfloat << std::endl;
+    std::cout << ": " << std::fixed << std::setprecision(3) << total / done << " s per batch, loss "
+              << std::setprecision(5) << first_loss << " -> " << last_loss << std::defaultfloat
+              << (done < c.batches ? " (" + std::to_string(done) + " of " + std::to_string(c.batches) + " batches)" : "")
+              << std::endl;
   }
+  report_sweep_stop();
   std::cout << "wrote " << c.out_dir << "/sweep.csv" << std::endl;
 }
 

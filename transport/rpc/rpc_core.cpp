@@ -151,6 +151,10 @@ std::exception_ptr call_failed(const RpcCore::State& s, int dest, const std::str
   return std::make_exception_ptr(TransportError(describe_call(s, dest, fn) + " failed: " + why));
 }
 std::exception_ptr agent_shut_down(const RpcCore::State& s, const std::string& fn) {
+  if (!s.stopped.load())
+    return std::make_exception_ptr(TransportError("rpc: agent " + s.opts.name + " is not started yet; cannot call '" + fn +
+                                                  "' (the setup callback runs before the peers are known: call out "
+                                                  "after the RpcAgent is constructed)"));
   return std::make_exception_ptr(TransportError("rpc: agent " + s.opts.name + " is shut down; cannot call '" + fn + "'"));
 }
 
@@ -617,8 +621,12 @@ void RpcCore::start(const std::function<void()>& before_publish) {
   s.endpoints = endpoints;
   s.idle_channels.resize(s.world);
   s.peer_epoch = std::make_unique<std::atomic<std::uint64_t>[]>(s.world);
-  s.io->start();
+  // Running before the loop starts: peers have our address already, so requests may be waiting,
+  // and a handler that calls out must never see this agent as not running. (It once did, under
+  // load: the main thread was preempted between the two lines, a handler's nested rpc_sync failed
+  // "agent is shut down", and the 4-process dist-autograd test failed about once in 60 runs.)
   s.running.store(true);
+  s.io->start();
   if (s.incarnation > 1) announce_rejoin(s);
 }
 
