@@ -15,6 +15,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "transport/rendezvous.h"
 #include "transport/security.h"
 #include "transport/store.h"
 
@@ -38,17 +39,6 @@ volatile sig_atomic_t g_signals = 0;  // how many: the second one kills the rank
 void on_signal(int sig) {
   g_signal = sig;
   g_signals = g_signals + 1;
-}
-
-// A rank's ipc endpoints are /tmp/distrl-<its pid>-*.ipc (transport/endpoints.cpp); a rank that
-// was killed could not remove them, so the launcher does once the rank has exited.
-void remove_ipc_files(pid_t pid) {
-  const std::string prefix = "distrl-" + std::to_string(pid) + "-";
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator("/tmp", ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind(prefix, 0) == 0 && e.path().extension() == ".ipc") std::filesystem::remove(e.path(), ec);
-  }
 }
 
 void emit(const Rank& r, const std::string& line, bool prefix) {
@@ -253,7 +243,7 @@ int launch(const LaunchOptions& o) {
       int status = 0;
       if (::waitpid(r.pid, &status, WNOHANG) != r.pid) continue;
       r.code = exit_code(status);
-      remove_ipc_files(r.pid);
+      transport::remove_ipc_files_of(r.pid);  // a killed rank could not
       if (r.code != 0 && !stopping && r.restarts < o.max_restarts) {
         ++r.restarts;
         while (r.out_fd >= 0 && pump(r, o.prefix)) {  // its last words first

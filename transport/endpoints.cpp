@@ -1,7 +1,9 @@
 #include "transport/detail/endpoints.h"
+#include "transport/rendezvous.h"
 
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <random>
 
@@ -39,6 +41,23 @@ std::vector<std::string> endpoints_to_bind(const std::string& transport, const s
   }
   return eps;
 }
+
+}  // namespace distrl::transport::detail
+
+namespace distrl::transport {
+
+void remove_ipc_files_of(int pid) {
+  const std::string prefix = "distrl-" + std::to_string(pid) + "-";  // endpoints_to_bind's names
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/tmp", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) == 0 && e.path().extension() == ".ipc") std::filesystem::remove(e.path(), ec);
+  }
+}
+
+}  // namespace distrl::transport
+
+namespace distrl::transport::detail {
 
 Address make_address(const std::string& name, const std::string& transport, const std::vector<std::string>& bound) {
   return Address{name, host_id(), hostname(), transport != "ipc" ? bound.at(0) : "",

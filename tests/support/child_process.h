@@ -50,6 +50,7 @@ class ChildProcess {
     ::kill(-pid_, SIGKILL);
     ::kill(pid_, SIGKILL);
     ::waitpid(pid_, nullptr, 0);
+    transport::remove_ipc_files_of(pid_);
   }
 
   pid_t pid() const { return pid_; }
@@ -58,7 +59,10 @@ class ChildProcess {
   std::optional<int> wait_until(std::chrono::steady_clock::time_point deadline) {
     while (!code_) {
       int status = 0;
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) code_ = exit_code(status);
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        code_ = exit_code(status);
+        transport::remove_ipc_files_of(pid_);  // one that was killed could not
+      }
       else if (std::chrono::steady_clock::now() >= deadline) break;
       else std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }

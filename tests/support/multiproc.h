@@ -17,6 +17,8 @@
 #include <thread>
 #include <vector>
 
+#include "transport/rendezvous.h"
+
 namespace distrl::testing {
 
 class TempDir {
@@ -95,6 +97,7 @@ inline std::vector<int> run_ranks(int world, const std::function<int(int)>& fn,
       int status = 0;
       if (::waitpid(pids[r], &status, WNOHANG) == pids[r]) {
         codes[r] = exit_code(status);
+        transport::remove_ipc_files_of(pids[r]);  // a rank that threw or was killed left them
         --left;
       }
     }
