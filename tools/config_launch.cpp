@@ -89,8 +89,10 @@ std::string self_dir() {
   return exe.parent_path().string();
 }
 
-void configure_config_launch(const std::string& config, const std::vector<std::string>& overrides,
-                             LaunchOptions* o) {
+namespace {
+
+// The commands of a config's ranks and the world's size (o->nproc, before the split over nodes).
+void configure_world(const std::string& config, const std::vector<std::string>& overrides, LaunchOptions* o) {
   const YAML::Node root = load(config);
   // The world's security first: the configuration checks below already run under it.
   if (o->security.empty()) o->security = string_setting(root, overrides, "security");
@@ -136,6 +138,27 @@ void configure_config_launch(const std::string& config, const std::vector<std::s
   o->rank0_command.insert(o->rank0_command.end(), tail.begin(), tail.end());
   o->command = {observer};
   o->command.insert(o->command.end(), tail.begin(), tail.end());
+}
+
+}  // namespace
+
+void configure_config_launch(const std::string& config, const std::vector<std::string>& overrides,
+                             LaunchOptions* o) {
+  configure_world(config, overrides, o);
+  if (o->nnodes <= 1) return;
+  // Across nodes: the world in blocks, node k its k-th share (rank 0, the agent or the first
+  // server or stage, on node 0). Every node computes the same split from the same file.
+  const int world = o->nproc;
+  if (o->node_rank < 0 || o->node_rank >= o->nnodes)
+    throw ConfigError("--node-rank " + std::to_string(o->node_rank) + " is not in [0, " + std::to_string(o->nnodes) + ")");
+  if (world < o->nnodes)
+    throw ConfigError(config + ": its " + std::to_string(world) + " ranks cannot fill --nnodes " +
+                      std::to_string(o->nnodes) + " (every node runs at least one: use fewer nodes, or more ranks)");
+  const int first = static_cast<int>(static_cast<long long>(world) * o->node_rank / o->nnodes);
+  const int end = static_cast<int>(static_cast<long long>(world) * (o->node_rank + 1) / o->nnodes);
+  o->world_size = world;
+  o->first_rank = first;
+  o->nproc = end - first;
 }
 
 }  // namespace distrl::tools

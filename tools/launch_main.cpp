@@ -29,7 +29,10 @@ int main(int argc, char** argv) {
                "Two forms: distrl-launch --nproc N [options] -- CMD ARGS...\n"
                "           distrl-launch --config FILE [KEY=VALUE ...]"};
   app.add_option("--nproc,--nproc-per-node", o.nproc, "ranks to start on this node")->check(CLI::Range(1, 4096));
-  app.add_option("--nnodes", o.nnodes, "nodes in the job")->check(CLI::Range(1, 4096));
+  app.add_option("--nnodes", o.nnodes,
+                 "nodes in the job (with --config: the config's ranks split in blocks over the nodes, rank 0\n"
+                 "on node 0; start one distrl-launch per node with the same file and overrides)")
+      ->check(CLI::Range(1, 4096));
   app.add_option("--node-rank", o.node_rank, "index of this node (0-based)");
   app.add_option("--master-addr", o.master_addr, "address of the node running rank 0");
   app.add_option("--master-port", o.master_port, "rendezvous port (default: a free port; required with --nnodes > 1)")

@@ -190,7 +190,11 @@ int launch(const LaunchOptions& o) {
   if (o.security == "curve" && !transport::curve_enabled())
     throw ConfigError("security: curve was asked for but not prepared (call prepare_security first)");
   const int port = o.master_port ? o.master_port : free_port(o.master_addr);
-  const int world = o.nproc * o.nnodes;
+  const int world = o.world_size > 0 ? o.world_size : o.nproc * o.nnodes;
+  const int first = o.first_rank >= 0 ? o.first_rank : o.node_rank * o.nproc;
+  if (first + o.nproc > world)
+    throw ConfigError("ranks " + std::to_string(first) + ".." + std::to_string(first + o.nproc - 1) +
+                      " on this node do not fit a world of " + std::to_string(world));
   // The rendezvous store lives here, not in rank 0: it outlives any rank, so every rank (rank 0
   // too) can die and be restarted into the running world.
   std::unique_ptr<transport::StoreServer> store;
@@ -213,7 +217,7 @@ int launch(const LaunchOptions& o) {
 
   std::vector<Rank> ranks(o.nproc);
   for (int i = 0; i < o.nproc; ++i) {
-    ranks[i].global = o.node_rank * o.nproc + i;
+    ranks[i].global = first + i;
     ranks[i].pid = spawn(o, i, ranks[i].global, world, port, &ranks[i].out_fd);
   }
 

@@ -1,8 +1,11 @@
 // distrl-launch as a user runs it: a real binary starting real processes.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "tests/support/child_process.h"
 #include "tests/support/command.h"
 #include "tests/support/multiproc.h"
 
@@ -139,6 +143,46 @@ TEST(LaunchTest, AKilledRanksIpcFilesAreRemoved) {
     ASSERT_GT(pid, 0);
     EXPECT_FALSE(std::filesystem::exists("/tmp/distrl-" + std::to_string(pid) + "-test.ipc")) << rank;
   }
+}
+
+// A TCP port on 127.0.0.1 that was free a moment ago.
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t n = sizeof(a);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// One distrl-launch per node with the same config, as on two machines: the config's 4 ranks
+// (the agent and 3 observers) split in blocks, node 0 ranks 0-1, node 1 ranks 2-3; the run
+// finishes on both. More nodes than ranks is refused before anything starts.
+TEST(LaunchTest, AConfigIsSplitOverNodesInBlocks) {
+  TempDir dir;
+  const std::string args = "--nnodes 2 --master-port " + std::to_string(free_port()) + " --config " +
+                           std::string(DISTRL_SOURCE_DIR) + "/configs/cartpole.yaml observers=3 learner.episodes=5 "
+                           "run.out_dir=" + dir.path();
+  distrl::testing::ChildProcess node1(
+      distrl::testing::ChildProcess::shell(distrl::testing::bin_path("distrl-launch") + " --node-rank 1 " + args),
+      dir.file("node1.log"));
+  auto node0 = launch("--node-rank 0 " + args);
+  EXPECT_EQ(node0.code, 0) << node0.output;
+  EXPECT_EQ(node1.wait_for(std::chrono::seconds(60)), 0) << node1.output();
+  // Lines carry global ranks: the agent (0) and observer 1 here, observers 2 and 3 there.
+  for (const char* mine : {"[0] ", "[1] "}) EXPECT_NE(node0.output.find(mine), std::string::npos) << node0.output;
+  for (const char* theirs : {"[2] ", "[3] "}) EXPECT_EQ(node0.output.find(theirs), std::string::npos) << node0.output;
+  for (const char* mine : {"[2] ", "[3] "}) EXPECT_NE(node1.output().find(mine), std::string::npos) << node1.output();
+  EXPECT_NE(node0.output.find("3 observer(s) joined"), std::string::npos) << node0.output;
+  EXPECT_TRUE(std::filesystem::exists(dir.file("policy.pt"))) << node0.output;
+
+  auto refused = launch("--nnodes 5 --node-rank 4 --master-port 29999 --config " + std::string(DISTRL_SOURCE_DIR) +
+                        "/configs/cartpole.yaml observers=2 run.out_dir=" + dir.path());
+  EXPECT_EQ(refused.code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("its 3 ranks cannot fill --nnodes 5"), std::string::npos) << refused.output;
 }
 
 TEST(LaunchTest, BadUsageIsAConfigError) {

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <regex>
@@ -226,6 +227,31 @@ TEST_F(TwoHostsTest, AProcessGroupFailsNamingThePeerWhenTheLinkIsCutAndAResumedR
   EXPECT_NE(run2[0]->output().find("epoch " + std::to_string(saved + 2) + "/" + std::to_string(saved + 2) + ":"),
             std::string::npos)
       << run2[0]->output();
+}
+
+// One distrl-launch per host with the same config, as a user starts a run on two machines: the
+// config's 4 ranks split in blocks (A: the agent and observer 1, B: observers 2 and 3), tcp
+// between the hosts, the store on A's launcher; the run finishes on both.
+TEST_F(TwoHostsTest, OneLaunchPerHostRunsAConfigAcrossBoth) {
+  TempDir dir;
+  const std::string args = "--nnodes 2 --master-addr " + std::string(kAddrA) + " --master-port 29520 --config " +
+                           kSource + "/configs/cartpole.yaml observers=3 rpc.transport=tcp learner.episodes=8 " +
+                           "run.out_dir=" + dir.path();
+  std::vector<std::unique_ptr<Process>> ps;
+  for (int node = 0; node < 2; ++node)
+    ps.push_back(std::make_unique<Process>(
+        Process::shell("ip netns exec " + (node == 0 ? ns_a_ : ns_b_) + " " + bin_path("distrl-launch") +
+                       " --node-rank " + std::to_string(node) + " " + args),
+        dir.file("node" + std::to_string(node) + ".log")));
+  std::vector<int> codes;
+  wait_all(ps, 120s, &codes);
+  ASSERT_EQ(codes, (std::vector<int>{0, 0})) << all_output(ps);
+  const std::string a = ps[0]->output(), b = ps[1]->output();
+  EXPECT_NE(a.find("3 observer(s) joined"), std::string::npos) << a;
+  EXPECT_NE(a.find("[1] "), std::string::npos) << a;
+  EXPECT_EQ(a.find("[2] "), std::string::npos) << a;
+  for (const char* rank : {"[2] ", "[3] "}) EXPECT_NE(b.find(rank), std::string::npos) << b;
+  EXPECT_TRUE(std::filesystem::exists(dir.file("policy.pt"))) << a;
 }
 
 }  // namespace
