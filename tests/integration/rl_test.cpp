@@ -277,9 +277,12 @@ TEST(RlFailureTest, AStalledObserverIsDroppedAndReadmittedWhenItRunsAgain) {
                                       "run.out_dir=" + dir.path()};
   Spawned procs;
   const auto [agent, observers] = start_run(procs, dir, args);
-  const auto agent_log = [&] { return read_file(dir.file("agent.log")); };
+  const auto agent_log = [&] {  // and the stalled observer's, for a failure's message
+    return read_file(dir.file("agent.log")) + "\n--- observer 2:\n" + read_file(dir.file("obs2.log"));
+  };
   const auto logged = [&](const std::string& text, std::chrono::seconds limit) {
-    return distrl::testing::wait_until([&] { return agent_log().find(text) != std::string::npos; }, limit);
+    return distrl::testing::wait_until(
+        [&] { return read_file(dir.file("agent.log")).find(text) != std::string::npos; }, limit);
   };
   ASSERT_TRUE(wait_for_rows(dir.file("metrics.csv"), 3, 60s)) << agent_log();
   ::kill(observers[1], SIGSTOP);

@@ -76,7 +76,7 @@ void bind(Settings& s, PipelineConfig& c) {
          "else the CPU twice");
   s.bind("pipeline.check_one_process", &c.check_one_process,
          "resnet: the master also runs the same micro-batches through a local copy of the model and fails unless "
-         "losses and parameters agree (1e-4)");
+         "losses and the parameters after the first step agree (1e-4)");
   s.bind("optimizer.lr", &c.lr, "SGD learning rate").range(1e-12, 100);
   s.bind("optimizer.momentum", &c.momentum, "SGD momentum (fashion-mnist)").range(0, 1);
   s.bind("dist.timeout_s", &c.timeout_s, "deadline of every receive, RPC and of rendezvous").range(0.1, 86400);
@@ -395,6 +395,24 @@ using Shard = autograd::RemoteModule<TutorialShardImpl>;
 namespace {
 // The sweeps' line when a signal ended them early: sweep.csv holds the settings done (the last
 // one with the batches it finished).
+// The largest |distributed - reference| over the shards' parameters, and which one it is.
+std::pair<double, std::string> parameter_gap(const std::vector<transport::RRef<at::Tensor>>& params,
+                                             TutorialShardImpl& ref1, TutorialShardImpl& ref2) {
+  std::vector<std::pair<std::string, at::Tensor>> refs;
+  for (const auto& [shard, ref] : {std::pair{"shard 1", &ref1}, std::pair{"shard 2", &ref2}})
+    for (const auto& q : ref->named_parameters()) refs.emplace_back(std::string(shard) + " " + q.key(), q.value());
+  double gap = 0;
+  std::string worst;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const double g = (params[i].to_here() - refs[i].second).abs().max().item<double>();
+    if (g > gap) {
+      gap = g;
+      worst = refs[i].first + " (max |value| " + std::to_string(refs[i].second.abs().max().item<double>()) + ")";
+    }
+  }
+  return {gap, worst};
+}
+
 void report_sweep_stop() {
   if (stop_signal())
     std::cout << "distrl-pipeline: stopped by " << stop_signal_name()
@@ -437,7 +455,8 @@ void run_resnet_tutorial(const PipelineConfig& c, const std::string& config_yaml
     // The one-process reference: the same shards (same seeds), micro-batches and optimizer.
     std::shared_ptr<TutorialShardImpl> ref1, ref2;
     std::unique_ptr<torch::optim::SGD> ref_opt;
-    double loss_gap = 0;
+    double loss_gap = 0, param_gap = 0;
+    std::string worst;  // the parameter with the largest gap after the first step, named
     if (c.check_one_process) {
       ref1 = std::make_shared<TutorialShardImpl>(ShardSpec{1, c.classes, c.seed});
       ref2 = std::make_shared<TutorialShardImpl>(ShardSpec{2, c.classes, c.seed + 1});
@@ -486,30 +505,22 @@ void run_resnet_tutorial(const PipelineConfig& c, const std::string& config_yaml
         ref_loss.backward();
         ref_opt->step();
         loss_gap = std::max(loss_gap, std::abs(ref_loss.item<double>() - loss.item<double>()));
+        // The parameters after the first step: the same gradients, summed in another order
+        // (micro-batches arrive as they finish), so equal to rounding. Later steps are not
+        // compared: a rounding-level change can move a max-pool's choice, after which the two
+        // runs rightly part (gaps of 4e-4 in conv1.weight were measured after two steps).
+        if (b == 0) std::tie(param_gap, worst) = parameter_gap(params, *ref1, *ref2);
       }
     }
     if (done == 0) break;  // stopped before a timed batch of this setting: no row
-    if (ref1 && done == c.batches) {
-      double param_gap = 0;
-      std::string worst;  // the parameter with the largest gap, named, for a failure's message
-      std::vector<std::pair<std::string, at::Tensor>> refs;
-      for (const auto& [shard, ref] : {std::pair{"shard 1", ref1.get()}, std::pair{"shard 2", ref2.get()}})
-        for (const auto& q : ref->named_parameters()) refs.emplace_back(std::string(shard) + " " + q.key(), q.value());
-      for (std::size_t i = 0; i < params.size(); ++i) {
-        const double gap = (params[i].to_here() - refs[i].second).abs().max().item<double>();
-        if (gap > param_gap) {
-          param_gap = gap;
-          worst = refs[i].first + " (max |value| " +
-                  std::to_string(refs[i].second.abs().max().item<double>()) + ")";
-        }
-      }
+    if (ref1) {
       std::cout << "one-process check (micro-batch size " << size << "): losses differ by at most " << loss_gap
-                << ", parameters by " << param_gap << (worst.empty() ? "" : " at " + worst) << std::endl;
+                << ", parameters after the first step by " << param_gap << (worst.empty() ? "" : " at " + worst)
+                << std::endl;
       if (loss_gap > 1e-4 || param_gap > 1e-4)
         throw Error("the pipeline does not train like one process (micro-batch size " + std::to_string(size) +
-                    "): loss gap " + std::to_string(loss_gap) + ", parameter gap " + std::to_string(param_gap) +
-                    " at " + worst + " (with run.torch_threads > 1 the first conv's weight gradient varies by up to ~1e-3 "
-                    "between runs: concurrent micro-batches share the intra-op threads; run.torch_threads=1 checks exactly)");
+                    "): loss gap " + std::to_string(loss_gap) + ", parameter gap after the first step " +
+                    std::to_string(param_gap) + " at " + worst);
     }
     const int mbs = (c.batch_size + size - 1) / size;
     sweep << size << "," << mbs << "," << c.batch_size << "," << total / done << "," << first_loss << ","
