@@ -21,9 +21,11 @@ ObserverPool::ObserverPool(transport::RpcAgent& rpc, const rl::RlConfig& cfg, bo
   for (auto& r : obs_) r.created().value();
 }
 
-void ObserverPool::drop(std::size_t i, const std::exception& e) {
+void ObserverPool::drop(std::size_t i, const std::exception& e, bool dropped_connection) {
   alive_[i] = false;
-  may_return_[i] = rpc_.connection_lost(obs_[i].owner_name());
+  // Not "is the connection down now": a drop and a reconnect can both come before this runs,
+  // and such an observer must still be readmitted (it was, once, never again).
+  may_return_[i] = dropped_connection || rpc_.connection_lost(obs_[i].owner_name());
   ++lost_;
   DISTRL_LOG(Warn, "agent: dropping observer " << i << " (" << obs_[i].owner_name() << "): " << e.what()
                                                << (may_return_[i] ? " (readmitted if its connection comes back)" : ""));

@@ -41,7 +41,9 @@ class ObserverPool {
   int readmitted() const { return readmitted_; }  // times an observer came back
 
  private:
-  void drop(std::size_t i, const std::exception& e);
+  // dropped_connection: the call failed with the connection (it dropped during the call, even
+  // if it is back already): the observer may return and is readmitted when it does.
+  void drop(std::size_t i, const std::exception& e, bool dropped_connection);
   void readmit();  // the dropped observers whose connection came back
 
   transport::RpcAgent& rpc_;
@@ -56,8 +58,10 @@ template <typename T, typename Check>
 std::vector<T> ObserverPool::call(const char* method, int arg, Check check) {
   readmit();
   std::vector<transport::Future<T>> futs(obs_.size());
+  std::vector<std::uint64_t> drops(obs_.size(), 0);  // connection drops before the call
   for (std::size_t i = 0; i < obs_.size(); ++i) {
     if (!alive_[i]) continue;
+    drops[i] = rpc_.connection_drops(obs_[i].owner_name());
     const int id = static_cast<int>(i);  // the observer id the spec gave it
     Batcher* b = batcher_;
     if (b) b->set_active(id, true);
@@ -76,7 +80,7 @@ std::vector<T> ObserverPool::call(const char* method, int arg, Check check) {
       out.push_back(std::move(r));
     } catch (const std::exception& e) {
       last_error = e.what();
-      drop(i, e);
+      drop(i, e, rpc_.connection_drops(obs_[i].owner_name()) != drops[i]);
     }
   }
   if (out.empty()) throw TransportError("every observer is gone; the last error: " + last_error);

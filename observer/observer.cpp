@@ -205,6 +205,7 @@ auto Observer::with_agent(Run&& run) {
   std::lock_guard<std::mutex> lock(mu_);
   host_.touch();
   const int id = spec_.observer_id;
+  const std::uint64_t drops = rpc_.connection_drops(spec_.agent);
   ActFn act = [this, id](const std::vector<float>& obs) {
     auto r = rpc_.rpc_sync<rl::ActReply>(spec_.agent, rl::kSelectAction, id, obs);
     host_.touch();
@@ -214,8 +215,10 @@ auto Observer::with_agent(Run&& run) {
     return run(act);
   } catch (const TransportError& e) {
     // A dropped connection may come back (this process was stopped, the network blinked): the
-    // host's wait decides whether the agent is gone. Any other failure is final.
-    if (!rpc_.connection_lost(spec_.agent)) host_.fail(std::string("lost the agent: ") + e.what());
+    // host's wait decides whether the agent is gone. Any other failure is final. "Dropped" is
+    // counted, not looked at now: the connection may be back already.
+    if (!rpc_.connection_lost(spec_.agent) && rpc_.connection_drops(spec_.agent) == drops)
+      host_.fail(std::string("lost the agent: ") + e.what());
     throw;
   }
 }

@@ -307,6 +307,7 @@ TEST(RlFailureTest, AStalledObserverIsDroppedAndReadmittedWhenItRunsAgain) {
       episodes.push_back(std::stol(line.substr(line.find(',') + 1)));
   ASSERT_GE(episodes.size(), 2u);
   EXPECT_EQ(episodes.back() - episodes[episodes.size() - 2], 2) << "episodes in the last round";
+  if (HasFailure()) ADD_FAILURE() << "the logs:\n" << agent_log();
 }
 
 // An agent that hangs (stopped, not dead: its connections stay open) is given up on after

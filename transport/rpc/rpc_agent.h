@@ -68,6 +68,11 @@ class RpcAgent {
   // again) or a new process rejoins under t's rank. For a process that
   // waits for requests from a peer that may die.
   bool connection_lost(const Target& t) const;
+  // How many times the connection to t was reported lost (0 while it never was). A failure
+  // that came with a drop may be undone when the connection comes back: compare the counts
+  // before and after a call to tell "t dropped meanwhile" from "t refused" even when the
+  // connection is back by the time the failure is handled. Any thread.
+  std::uint64_t connection_drops(const Target& t) const;
   // Connects to t now (connections are otherwise made on the first call), so that
   // connection_lost(t) turns true when t dies even if this worker never calls it: for a
   // server that only answers.

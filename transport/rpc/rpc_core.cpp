@@ -52,6 +52,10 @@ RpcStats RpcCore::stats() const {
   return st;
 }
 
+std::uint64_t RpcCore::connection_drops(int rank) const {
+  return rank >= 0 && rank < s_->world && s_->peer_drops ? s_->peer_drops[rank].load() : 0;
+}
+
 bool RpcCore::connection_lost(int rank) const {
   std::lock_guard<std::mutex> lock(s_->down_mu);
   return s_->down_peers.count(rank) > 0;
@@ -420,6 +424,7 @@ void on_peer_down(RpcCore::State& s, int peer, const std::string& why) {
     std::lock_guard<std::mutex> lock(s.down_mu);
     s.down_peers.emplace(peer, why);
   }
+  if (peer >= 0 && peer < s.world) s.peer_drops[peer].fetch_add(1);
   if (s.hooks) s.hooks->on_peer_down(peer, why);
   std::vector<std::uint64_t> ids;
   for (auto& [id, p] : s.pending)
@@ -621,6 +626,7 @@ void RpcCore::start(const std::function<void()>& before_publish) {
   s.endpoints = endpoints;
   s.idle_channels.resize(s.world);
   s.peer_epoch = std::make_unique<std::atomic<std::uint64_t>[]>(s.world);
+  s.peer_drops = std::make_unique<std::atomic<std::uint64_t>[]>(s.world);
   // Running before the loop starts: peers have our address already, so requests may be waiting,
   // and a handler that calls out must never see this agent as not running. (It once did, under
   // load: the main thread was preempted between the two lines, a handler's nested rpc_sync failed

@@ -68,6 +68,7 @@ class RpcCore : public std::enable_shared_from_this<RpcCore> {
   const std::vector<WorkerInfo>& workers() const;
   int resolve(const Target& to) const;                 // throws Error for an unknown worker
   bool connection_lost(int rank) const;                // see RpcAgent::connection_lost
+  std::uint64_t connection_drops(int rank) const;      // see RpcAgent::connection_drops
   void watch(int rank);                                // see RpcAgent::watch
   void serve_until_shutdown(int rank);                 // see RpcAgent::serve_until_shutdown
   std::chrono::milliseconds timeout_for(const Target& to) const;

@@ -47,6 +47,8 @@ struct RpcCore::State {
   // Bumped (under chan_mu) each time a rank rejoins: a synchronous call to the earlier process
   // fails, and a channel connected to it is not reused.
   std::unique_ptr<std::atomic<std::uint64_t>[]> peer_epoch;
+  // Times each rank's connection was reported lost (RpcAgent::connection_drops).
+  std::unique_ptr<std::atomic<std::uint64_t>[]> peer_drops;
   std::atomic<bool> running{false};
   std::atomic<bool> stopped{false};
 
