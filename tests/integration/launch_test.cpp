@@ -166,10 +166,12 @@ TEST(LaunchTest, AConfigIsSplitOverNodesInBlocks) {
   const std::string args = "--nnodes 2 --master-port " + std::to_string(free_port()) + " --config " +
                            std::string(DISTRL_SOURCE_DIR) + "/configs/cartpole.yaml observers=3 learner.episodes=5 "
                            "run.out_dir=" + dir.path();
+  // At info level (the suite runs at warn) every rank says who it is: the observers' lines count.
   distrl::testing::ChildProcess node1(
       distrl::testing::ChildProcess::shell(distrl::testing::bin_path("distrl-launch") + " --node-rank 1 " + args),
-      dir.file("node1.log"));
-  auto node0 = launch("--node-rank 0 " + args);
+      dir.file("node1.log"), {{"DISTRL_LOG_LEVEL", "info"}});
+  auto node0 = distrl::testing::run_command("DISTRL_LOG_LEVEL=info " + distrl::testing::bin_path("distrl-launch") +
+                                            " --node-rank 0 " + args);
   EXPECT_EQ(node0.code, 0) << node0.output;
   EXPECT_EQ(node1.wait_for(std::chrono::seconds(60)), 0) << node1.output();
   // Lines carry global ranks: the agent (0) and observer 1 here, observers 2 and 3 there.

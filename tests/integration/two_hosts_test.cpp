@@ -240,7 +240,7 @@ TEST_F(TwoHostsTest, OneLaunchPerHostRunsAConfigAcrossBoth) {
   std::vector<std::unique_ptr<Process>> ps;
   for (int node = 0; node < 2; ++node)
     ps.push_back(std::make_unique<Process>(
-        Process::shell("ip netns exec " + (node == 0 ? ns_a_ : ns_b_) + " " + bin_path("distrl-launch") +
+        Process::shell("ip netns exec " + (node == 0 ? ns_a_ : ns_b_) + " env DISTRL_LOG_LEVEL=info " + bin_path("distrl-launch") +
                        " --node-rank " + std::to_string(node) + " " + args),
         dir.file("node" + std::to_string(node) + ".log")));
   std::vector<int> codes;
