@@ -27,6 +27,10 @@ IoLoop::IoLoop(std::shared_ptr<zmq::context_t> ctx, Options options, Callbacks c
   apply_common_options(router_);
   secure_server(*ctx_, router_);
   router_.set(zmq::sockopt::router_mandatory, 1);  // replies to vanished peers fail instead of vanishing
+  // A peer that reconnects under its routing id while its old connection is still here (it was
+  // stopped, so the old one's end is not seen yet) takes the id over. libzmq's default ignores
+  // the newcomer for good: a readmitted observer then never got the agent's requests.
+  router_.set(zmq::sockopt::router_handover, 1);
   router_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.max_frame_bytes));
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) throw TransportError("transport: eventfd failed");
