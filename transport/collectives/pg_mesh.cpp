@@ -97,9 +97,9 @@ Mesh::Mesh(Store& store, const std::string& prefix, int rank, int world, const P
   apply_common_options(router_, 2000);
   secure_server(*ctx_, router_);
   router_.set(zmq::sockopt::rcvhwm, 0);
-  // A peer reconnecting under its routing id (pg_identity) takes it over from its old connection
-  // (not yet seen closed after a stall), instead of being ignored for good (libzmq's default).
-  router_.set(zmq::sockopt::router_handover, 1);
+  // No ZMQ_ROUTER_HANDOVER here (the RPC ROUTER has it): pg_identity is guessable, so an id in
+  // use must not be taken over, and a group does not wait for a stalled rank to come back (its
+  // collectives fail at the drop), so no member reconnects under its own id.
   // A frame over the limit closes that connection inside ZeroMQ before any byte is kept.
   router_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.max_message_bytes));
   // Bind where the store's host can reach us (the store runs on rank 0's host).
