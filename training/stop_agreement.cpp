@@ -49,9 +49,13 @@ bool StopFlag::requested() {
   return true;
 }
 
-void StopFlag::report(const std::string& tool, const char* unit, long long done, long long planned) const {
-  std::cout << tool << ": stopped by " << by_ << " after " << unit << " " << done << " of " << planned
+void report_stop(const std::string& tool, const std::string& by, const char* unit, long long done, long long planned) {
+  std::cout << tool << ": stopped by " << by << " after " << unit << " " << done << " of " << planned
             << "; the outputs hold the run so far" << std::endl;
+}
+
+void StopFlag::report(const std::string& tool, const char* unit, long long done, long long planned) const {
+  report_stop(tool, by_, unit, done, planned);
 }
 
 }  // namespace distrl::training

@@ -23,6 +23,10 @@ constexpr long long kStopCheckSteps = 10;
 // at the same point. pg null or of size 1: this process's own stop_signal().
 bool stop_agreed(transport::ProcessGroup* pg);
 
+// Prints "<tool>: stopped by <by> after <unit> <done> of <planned>; the outputs hold the run so
+// far" (by: "SIGINT", "SIGTERM on another rank", ...).
+void report_stop(const std::string& tool, const std::string& by, const char* unit, long long done, long long planned);
+
 // A stop shared through the store, for ranks not in lock-step: a rank that got SIGINT/SIGTERM
 // publishes it (key "run/stop", holding the signal's name) when it first asks; every rank
 // sees its own signal at once and another rank's within kPollInterval of asking. Asking is
@@ -37,7 +41,7 @@ class StopFlag {
   bool requested();
   // Who asked: "SIGINT", "SIGTERM on another rank", or "" before requested() was true.
   const std::string& by() const { return by_; }
-  // Prints "<tool>: stopped by SIGINT after round 12 of 200; the outputs hold the run so far".
+  // report_stop(tool, by(), ...).
   void report(const std::string& tool, const char* unit, long long done, long long planned) const;
 
  private:

@@ -42,23 +42,6 @@ std::vector<std::string> endpoints_to_bind(const std::string& transport, const s
   return eps;
 }
 
-}  // namespace distrl::transport::detail
-
-namespace distrl::transport {
-
-void remove_ipc_files_of(int pid) {
-  const std::string prefix = "distrl-" + std::to_string(pid) + "-";  // endpoints_to_bind's names
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator("/tmp", ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind(prefix, 0) == 0 && e.path().extension() == ".ipc") std::filesystem::remove(e.path(), ec);
-  }
-}
-
-}  // namespace distrl::transport
-
-namespace distrl::transport::detail {
-
 Address make_address(const std::string& name, const std::string& transport, const std::vector<std::string>& bound) {
   return Address{name, host_id(), hostname(), transport != "ipc" ? bound.at(0) : "",
                  transport != "tcp" ? bound.back() : ""};
@@ -105,3 +88,16 @@ std::string endpoint_for(const Address& me, const Address& peer, const std::stri
 }
 
 }  // namespace distrl::transport::detail
+
+namespace distrl::transport {
+
+void remove_ipc_files_of(int pid) {
+  const std::string prefix = "distrl-" + std::to_string(pid) + "-";  // endpoints_to_bind's names
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/tmp", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) == 0 && e.path().extension() == ".ipc") std::filesystem::remove(e.path(), ec);
+  }
+}
+
+}  // namespace distrl::transport

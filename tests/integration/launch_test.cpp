@@ -1,11 +1,8 @@
 // distrl-launch as a user runs it: a real binary starting real processes.
 #include <gtest/gtest.h>
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +13,7 @@
 #include "tests/support/child_process.h"
 #include "tests/support/command.h"
 #include "tests/support/multiproc.h"
+#include "tools/launcher.h"
 
 namespace {
 using distrl::testing::launch;
@@ -145,25 +143,12 @@ TEST(LaunchTest, AKilledRanksIpcFilesAreRemoved) {
   }
 }
 
-// A TCP port on 127.0.0.1 that was free a moment ago.
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t n = sizeof(a);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 // One distrl-launch per node with the same config, as on two machines: the config's 4 ranks
 // (the agent and 3 observers) split in blocks, node 0 ranks 0-1, node 1 ranks 2-3; the run
 // finishes on both. More nodes than ranks is refused before anything starts.
 TEST(LaunchTest, AConfigIsSplitOverNodesInBlocks) {
   TempDir dir;
-  const std::string args = "--nnodes 2 --master-port " + std::to_string(free_port()) + " --config " +
+  const std::string args = "--nnodes 2 --master-port " + std::to_string(distrl::tools::free_port("127.0.0.1")) + " --config " +
                            std::string(DISTRL_SOURCE_DIR) + "/configs/cartpole.yaml observers=3 learner.episodes=5 "
                            "run.out_dir=" + dir.path();
   // At info level (the suite runs at warn) every rank says who it is: the observers' lines count.

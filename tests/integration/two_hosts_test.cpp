@@ -80,13 +80,19 @@ class TwoHostsTest : public ::testing::Test {
     ASSERT_EQ(r.code, 0) << r.output;
   }
 
+  // `env [VAR=VALUE...] CMD` on host A or B, at info level (the suite runs at warn), output to log.
+  std::unique_ptr<Process> on_host(bool on_a, const std::string& env_and_cmd, const std::string& log) {
+    return std::make_unique<Process>(
+        Process::shell("ip netns exec " + (on_a ? ns_a_ : ns_b_) + " env DISTRL_LOG_LEVEL=info " + env_and_cmd), log);
+  }
+
   // CMD on host A or B as rank `rank` of `world`, the store on A at `port`.
   std::unique_ptr<Process> start(bool on_a, int rank, int world, int port, const std::string& cmd,
                                  const std::string& log) {
-    return std::make_unique<Process>(Process::shell("ip netns exec " + (on_a ? ns_a_ : ns_b_) + " env RANK=" + std::to_string(rank) +
-                                         " WORLD_SIZE=" + std::to_string(world) + " MASTER_ADDR=" + kAddrA +
-                                         " MASTER_PORT=" + std::to_string(port) + " DISTRL_LOG_LEVEL=info " + cmd),
-                                     log);
+    return on_host(on_a,
+                   "RANK=" + std::to_string(rank) + " WORLD_SIZE=" + std::to_string(world) + " MASTER_ADDR=" + kAddrA +
+                       " MASTER_PORT=" + std::to_string(port) + " " + cmd,
+                   log);
   }
 
   // Once `text` appears in the first process's output, cuts the link and waits (at most 60 s)
@@ -239,10 +245,8 @@ TEST_F(TwoHostsTest, OneLaunchPerHostRunsAConfigAcrossBoth) {
                            "run.out_dir=" + dir.path();
   std::vector<std::unique_ptr<Process>> ps;
   for (int node = 0; node < 2; ++node)
-    ps.push_back(std::make_unique<Process>(
-        Process::shell("ip netns exec " + (node == 0 ? ns_a_ : ns_b_) + " env DISTRL_LOG_LEVEL=info " + bin_path("distrl-launch") +
-                       " --node-rank " + std::to_string(node) + " " + args),
-        dir.file("node" + std::to_string(node) + ".log")));
+    ps.push_back(on_host(node == 0, bin_path("distrl-launch") + " --node-rank " + std::to_string(node) + " " + args,
+                         dir.file("node" + std::to_string(node) + ".log")));
   std::vector<int> codes;
   wait_all(ps, 120s, &codes);
   ASSERT_EQ(codes, (std::vector<int>{0, 0})) << all_output(ps);

@@ -413,6 +413,11 @@ std::pair<double, std::string> parameter_gap(const std::vector<transport::RRef<a
   return {gap, worst};
 }
 
+// " (10 of 100 batches)" for a setting a signal cut short, "" for a whole one.
+std::string partial_note(int done, int planned) {
+  return done < planned ? " (" + std::to_string(done) + " of " + std::to_string(planned) + " batches)" : "";
+}
+
 void report_sweep_stop() {
   if (stop_signal())
     std::cout << "distrl-pipeline: stopped by " << stop_signal_name()
@@ -493,10 +498,11 @@ void run_resnet_tutorial(const PipelineConfig& c, const std::string& config_yaml
       }
       total += secs;
       ++done;
-      (b == 0 ? first_loss : last_loss) = loss.item<double>();
-      if (b == 0) last_loss = first_loss;
+      const double l = loss.item<double>();
+      if (b == 0) first_loss = l;
+      last_loss = l;
       std::cout << "  batch " << done << "/" << c.batches << ": " << std::fixed << std::setprecision(3) << secs
-                << " s, loss " << std::setprecision(5) << loss.item<double>() << std::defaultfloat << std::endl;
+                << " s, loss " << std::setprecision(5) << l << std::defaultfloat << std::endl;
       if (ref1) {
         ref_opt->zero_grad();
         std::vector<at::Tensor> rs;
@@ -504,7 +510,7 @@ void run_resnet_tutorial(const PipelineConfig& c, const std::string& config_yaml
         const at::Tensor ref_loss = torch::mse_loss(torch::cat(rs), labels);
         ref_loss.backward();
         ref_opt->step();
-        loss_gap = std::max(loss_gap, std::abs(ref_loss.item<double>() - loss.item<double>()));
+        loss_gap = std::max(loss_gap, std::abs(ref_loss.item<double>() - l));
         // The parameters after the first step: the same gradients, summed in another order
         // (micro-batches arrive as they finish), so equal to rounding. Later steps are not
         // compared: a rounding-level change can move a max-pool's choice, after which the two
@@ -528,7 +534,7 @@ void run_resnet_tutorial(const PipelineConfig& c, const std::string& config_yaml
     std::cout << "micro-batch size " << std::setw(4) << size << " (" << std::setw(3) << mbs
               << " micro-batches): " << std::fixed << std::setprecision(3) << total / done
               << " s per batch, loss " << std::setprecision(5) << first_loss << " -> " << last_loss << std::defaultfloat
-              << (done < c.batches ? " (" + std::to_string(done) + " of " + std::to_string(c.batches) + " batches)" : "")
+              << partial_note(done, c.batches)
               << std::endl;
   }
   report_sweep_stop();
@@ -619,7 +625,7 @@ void run_model_parallel(const PipelineConfig& c, const std::string& config_yaml)
     else std::cout << std::string(30, ' ');
     std::cout << ": " << std::fixed << std::setprecision(3) << total / done << " s per batch, loss "
               << std::setprecision(5) << first_loss << " -> " << last_loss << std::defaultfloat
-              << (done < c.batches ? " (" + std::to_string(done) + " of " + std::to_string(c.batches) + " batches)" : "")
+              << partial_note(done, c.batches)
               << std::endl;
   }
   report_sweep_stop();

@@ -191,9 +191,8 @@ void run_trainer(const PsConfig& cfg, const std::string& config_yaml, transport:
   if (lead) {
     metrics.close();
     if (stopped)
-      std::cout << "distrl-ps: stopped by " << (stop_signal() ? stop_signal_name() : "a signal on another trainer")
-                << " after epoch " << epochs_done << " of " << cfg.epochs << "; the outputs hold the run so far"
-                << std::endl;
+      report_stop("distrl-ps", stop_signal() ? stop_signal_name() : "a signal on another trainer", "epoch", epochs_done,
+                  cfg.epochs);
     std::vector<at::Tensor> state;
     for (auto& p : emb.remote_parameters()) state.push_back(p.to_here());
     for (auto& p : fc->parameters()) state.push_back(p.detach().clone());
