@@ -46,7 +46,7 @@ void emit(const Rank& r, const std::string& line, bool prefix) {
   (void)!::write(STDOUT_FILENO, s.data(), s.size());
 }
 
-pid_t spawn(const LaunchOptions& o, int local, int global, int world, int port, int* out_fd) {
+pid_t spawn(const LaunchOptions& o, int local, int global, int world, int port, int restarts, int* out_fd) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) throw Error("pipe failed: " + std::string(std::strerror(errno)));
   pid_t pid = ::fork();
@@ -64,6 +64,7 @@ pid_t spawn(const LaunchOptions& o, int local, int global, int world, int port, 
     set("MASTER_ADDR", o.master_addr);
     set("MASTER_PORT", std::to_string(port));
     set("DISTRL_STORE_HOSTED", "1");  // node 0's launcher serves the store
+    set("DISTRL_RESTART_COUNT", std::to_string(restarts));  // as torchrun's TORCHELASTIC_RESTART_COUNT
     const auto& cmd = global == 0 && !o.rank0_command.empty() ? o.rank0_command : o.command;
     std::vector<char*> argv;
     for (auto& a : cmd) argv.push_back(const_cast<char*>(a.c_str()));
@@ -218,7 +219,7 @@ int launch(const LaunchOptions& o) {
   std::vector<Rank> ranks(o.nproc);
   for (int i = 0; i < o.nproc; ++i) {
     ranks[i].global = first + i;
-    ranks[i].pid = spawn(o, i, ranks[i].global, world, port, &ranks[i].out_fd);
+    ranks[i].pid = spawn(o, i, ranks[i].global, world, port, 0, &ranks[i].out_fd);
   }
 
   int first_failure = 0;
@@ -255,7 +256,7 @@ int launch(const LaunchOptions& o) {
         if (r.out_fd >= 0) ::close(r.out_fd);
         std::cerr << "distrl-launch: rank " << r.global << " exited with code " << r.code << "; restarting it (restart "
                   << r.restarts << " of " << o.max_restarts << ")\n";
-        r.pid = spawn(o, static_cast<int>(&r - ranks.data()), r.global, world, port, &r.out_fd);
+        r.pid = spawn(o, static_cast<int>(&r - ranks.data()), r.global, world, port, r.restarts, &r.out_fd);
         continue;
       }
       r.exited = true;

@@ -78,11 +78,11 @@ void write_stats_csv(const std::string& path, const std::vector<ShardStats>& sha
       for (std::size_t i = 0; i < k.hot_rows.size(); ++i) out << (i ? " " : "") << k.hot_rows[i] << ":" << k.hot_row_pushes[i];
       out << "\n";
     }
-  out << "\nshard,trainer,pushes,late,clock,max_staleness,gone\n";
+  out << "\nshard,trainer,pushes,late,clock,max_staleness,gone,duplicates\n";
   for (const auto& s : shards)
     for (const auto& t : s.trainers)
       out << s.shard << "," << t.trainer << "," << t.pushes << "," << t.late << "," << t.clock << "," << t.max_staleness
-          << "," << t.gone << "\n";
+          << "," << t.gone << "," << t.duplicates << "\n";
   if (!out) throw Error("cannot write " + path + " (is the disk full?)");
 }
 

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/failpoint.h"
 #include "common/log.h"
 #include "transport/store.h"
 
@@ -147,12 +148,15 @@ PushResult PsClient::push(const std::vector<std::string>& names, const std::vect
   // tick of this trainer's clock everywhere (sync rounds and ssp clocks stay aligned across
   // shards even when a push touches only some of them).
   std::vector<transport::Future<PushReply>> fs(opt_.shards);
+  const PushId id = next_push_id();
   for (int k = 0; k < opt_.shards; ++k) {
-    reqs[k].trainer = opt_.trainer;
+    reqs[k].id = id;
     reqs[k].round = rounds_[k];
     reqs[k].fetch = fetch;
     fs[k] = agent_.rpc_async<PushReply>(rank_of(k), kPush, reqs[k]);
   }
+  if (failpoint("ps.client.resend"))  // tests: a retry that overtakes nothing -- the first copy is live
+    for (int k = 0; k < opt_.shards; ++k) fs[k] = agent_.rpc_async<PushReply>(rank_of(k), kPush, reqs[k]);
   PushResult out;
   if (fetch) out.values.resize(names.size());
   for (int k = 0; k < opt_.shards; ++k) {
@@ -218,9 +222,10 @@ void PsClient::push_rows(const std::string& table, const at::Tensor& rows, const
   const at::Tensor g = grads.detach();
   std::vector<transport::Future<PushReply>> fs(opt_.shards);
   std::vector<RowsPush> ps(opt_.shards);
+  const PushId id = next_push_id();
   for (int k = 0; k < opt_.shards; ++k) {  // every shard, as in push(): one clock tick each
     RowsPush& p = ps[k];
-    p.trainer = opt_.trainer;
+    p.id = id;
     p.round = rounds_[k];
     p.table = table;
     p.rows = s.local_rows[k];
@@ -230,6 +235,8 @@ void PsClient::push_rows(const std::string& table, const at::Tensor& rows, const
   for (int k = 0; k < opt_.shards; ++k)
     note_round(k, await(k, fs[k], [&] { return agent_.rpc_async<PushReply>(rank_of(k), kPushRows, ps[k]); }).round);
 }
+
+PushId PsClient::next_push_id() { return PushId{opt_.trainer, agent_.incarnation(), ++pushes_}; }
 
 void PsClient::note_round(int k, std::int64_t round) {
   // A restarted shard went back to its snapshot's round: follow it down once.

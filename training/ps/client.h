@@ -9,9 +9,12 @@
 //
 // Errors are typed: an undeclared key, a row out of range or a wrong shape is refused before
 // anything is sent (or by the server, with the same words); a server that is down fails the
-// call with TransportError naming it (after ClientOptions::retry_for). A push retried on a
-// restarted shard is applied to the snapshot's state it restored (what it held after the
-// snapshot is lost). Thread-safety: one client per trainer thread.
+// call with TransportError naming it (after ClientOptions::retry_for). Every push carries an id
+// (protocol.h, PushId: this trainer, its process's incarnation, a sequence number) and a retry
+// resends it unchanged, so each shard applies it exactly once: a retry after a lost connection
+// to a live shard is answered without being applied again, and one to a restarted shard is
+// applied there only when its snapshot does not already hold it (what the shard applied after
+// its last snapshot is lost). Thread-safety: one client per trainer thread.
 #pragma once
 
 #include <chrono>
@@ -79,6 +82,8 @@ class PsClient {
   std::vector<Declared> declared_;
   DeclareRequest declare_request(const Declared& d, int k) const;  // k's part of d
   void note_round(int k, std::int64_t round);
+  PushId next_push_id();
+  std::int64_t pushes_ = 0;  // pushes made (push and push_rows): the last PushId::seq
   std::vector<std::uint8_t> restarted_;  // per shard: came back since its last answer
 
   transport::RpcAgent& agent_;

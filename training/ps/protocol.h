@@ -23,6 +23,8 @@ inline constexpr const char* kPullRows = "ps.pull_rows";
 inline constexpr const char* kPushRows = "ps.push_rows";
 inline constexpr const char* kStats = "ps.stats";
 inline constexpr const char* kBye = "ps.bye";
+inline constexpr const char* kDecide = "ps.decide";
+inline constexpr const char* kFollow = "ps.follow";
 // The store key a trainer sets when it is done (a restarted shard does not wait for it).
 inline std::string done_key(int trainer) { return "ps/done/" + std::to_string(trainer); }
 
@@ -47,21 +49,56 @@ struct PullReply {
   MSGPACK_DEFINE(values, round);
 };
 
+// Every push is applied exactly once. A trainer's client numbers its pushes 1, 2, 3 ... (seq)
+// and sends every shard the same id for one push; a retry resends it unchanged. A shard keeps,
+// per trainer, the incarnation of its process and the last push whose outcome is final there
+// (in its snapshots too), and answers a push it has already seen with that outcome without
+// applying it again (PushReply::duplicate). A push from an earlier process of the trainer, or
+// older than the last, is refused.
+struct PushId {
+  int trainer = 0;
+  std::int64_t incarnation = 1;  // the trainer process's (RpcAgent::incarnation)
+  std::int64_t seq = 0;          // from 1
+  MSGPACK_DEFINE(trainer, incarnation, seq);
+};
+
 // Gradients for dense keys. round: the last round this trainer saw from this shard (sync: a
 // push for a closed round is late). fetch: answer with the keys' new values.
 struct PushRequest {
-  int trainer = 0;
+  PushId id;
   std::int64_t round = 0;
   std::vector<std::string> names;
   std::vector<at::Tensor> grads;
   bool fetch = true;
-  MSGPACK_DEFINE(trainer, round, names, grads, fetch);
+  MSGPACK_DEFINE(id, round, names, grads, fetch);
 };
 struct PushReply {
   std::int64_t round = 0;  // the round the push was applied in (sync), else the update count
   bool dropped = false;    // sync, late pushes dropped: this push was not applied
+  bool duplicate = false;  // this push had reached the shard before: answered, not applied again
   std::vector<at::Tensor> values;  // fetch: the new values, in the order of names
-  MSGPACK_DEFINE(round, dropped, values);
+  MSGPACK_DEFINE(round, dropped, duplicate, values);
+};
+
+// Sync rounds over several shards: shard 0, the leader, decides which pushes make each round
+// and which are dropped as late, and tells the other shards (ps.decide) before it answers its
+// own pushes; they apply exactly those pushes, so one step of the model holds the same trainers
+// on every shard. Decisions of one leader process are numbered by the round they close.
+struct Decision {
+  enum Kind : int { Quorum = 0, Timeout = 1, Departure = 2, Drop = 3 };
+  std::int64_t leader = 1;       // the leader process's incarnation
+  std::int64_t first_round = 1;  // the first round this leader process closes (its snapshot's + 1)
+  std::int64_t round = 0;        // the round a close makes (the leader's count); 0 for a drop
+  int kind = Quorum;             // why the round closed, or Drop
+  std::vector<PushId> pushes;    // the round's pushes, or the one dropped
+  MSGPACK_DEFINE(leader, first_round, round, kind, pushes);
+};
+// ps.follow: what a restarted follower asks the leader before it applies decisions.
+struct FollowReply {
+  std::int64_t leader = 1;  // the leader process's incarnation
+  std::int64_t round = 0;   // rounds it has closed: the caller applies the decisions after this one
+  std::vector<PushId> decided;  // per trainer: the last push it decided (seq 0: none)
+  MSGPACK_DEFINE(leader, round, decided);
 };
 
 // Rows of a table, as this shard's local row numbers (the client maps global ones).
@@ -71,12 +108,12 @@ struct RowsRequest {
   MSGPACK_DEFINE(table, rows);
 };
 struct RowsPush {
-  int trainer = 0;
+  PushId id;
   std::int64_t round = 0;
   std::string table;
   at::Tensor rows;   // int64 [n]; a row named twice gets both gradients (summed)
   at::Tensor grads;  // [n, dim]
-  MSGPACK_DEFINE(trainer, round, table, rows, grads);
+  MSGPACK_DEFINE(id, round, table, rows, grads);
 };
 
 struct KeyStats {
@@ -91,7 +128,8 @@ struct TrainerStats {
   int trainer = 0;
   std::int64_t pushes = 0, late = 0, clock = 0, max_staleness = 0;
   bool gone = false;
-  MSGPACK_DEFINE(trainer, pushes, late, clock, max_staleness, gone);
+  std::int64_t duplicates = 0;  // pushes that arrived again (a retry): answered, not applied
+  MSGPACK_DEFINE(trainer, pushes, late, clock, max_staleness, gone, duplicates);
 };
 struct ShardStats {
   int shard = 0;

@@ -12,30 +12,14 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/failpoint.h"
 #include "common/log.h"
 #include "common/thread_name.h"
-#include "models/checkpoint.h"
+#include "training/ps/detail/shard_entry.h"
 
 namespace distrl::training::ps {
 
 using Clock = std::chrono::steady_clock;
-
-struct ShardServer::Entry {
-  std::string name;
-  at::Tensor value;  // dense: the tensor; table: this shard's rows [local_rows, dim]
-  bool table = false;
-  std::int64_t global_rows = 0;
-  // optimizer state (zeros on first use): sgd momentum / adagrad sum / adam m (m1), adam v (m2);
-  // steps: a count (dense) or one per local row (table, float64 [rows])
-  at::Tensor m1, m2, steps;
-  // the open sync round
-  at::Tensor acc;  // dense: summed gradients
-  std::vector<at::Tensor> acc_rows, acc_grads;
-  int acc_pushes = 0;
-  // statistics
-  KeyStats stats;
-  at::Tensor row_pushes;  // table: int64 [local_rows]
-};
 
 ServerOptions::Mode parse_mode(const std::string& mode) {
   if (mode == "sync") return ServerOptions::Mode::Sync;
@@ -73,7 +57,7 @@ double process_age_s() {
 
 ShardServer::ShardServer(int shard, int num_shards, int num_trainers, int first_trainer_rank, ServerOptions options)
     : shard_(shard), num_shards_(num_shards), num_trainers_(num_trainers), first_trainer_rank_(first_trainer_rank),
-      opt_(std::move(options)) {
+      opt_(std::move(options)), sync_shards_(opt_.mode == ServerOptions::Mode::Sync && num_shards > 1) {
   if (num_shards < 1 || shard < 0 || shard >= num_shards || num_trainers < 1)
     throw ConfigError("ps: a shard needs 0 <= shard < shards and at least one trainer");
   if (opt_.quorum < 0 || opt_.quorum > num_trainers)
@@ -85,6 +69,9 @@ ShardServer::ShardServer(int shard, int num_shards, int num_trainers, int first_
     throw ConfigError("ps optimizer '" + k + "' is not known (sgd, adagrad or adam)");
   pushed_.assign(num_trainers, 0);
   trainers_.resize(num_trainers);
+  last_.resize(num_trainers);
+  decided_before_.resize(num_trainers);
+  dropped_ahead_.resize(num_trainers);
   for (int t = 0; t < num_trainers; ++t) trainers_[t].trainer = t;
   counters_.shard = shard;
   snapshot_time_ = Clock::now();
@@ -108,12 +95,42 @@ void ShardServer::register_on(transport::RpcAgent& agent, const std::shared_ptr<
     s->bye(trainer);
     return true;
   });
+  agent.register_function(kDecide, [s](Decision d) { return s->decide(std::move(d)); });
+  agent.register_function(kFollow, [s]() { return s->follow(); });
+  {
+    std::lock_guard<std::mutex> lock(s->mu_);
+    s->agent_ = &agent;
+    s->incarnation_ = agent.incarnation();
+  }
+  if (s->leads())
+    s->set_decision_sink([&agent, rank = s->opt_.first_server_rank](int shard, const Decision& d) {
+      return agent.rpc_async<bool>(rank + shard, kDecide, d);
+    });
+  if (s->follows() && agent.incarnation() > 1) s->await_leader();  // its earlier process applied rounds
 }
 
 void ShardServer::watch_trainers(transport::RpcAgent& agent) {
   for (int t = 0; t < num_trainers_; ++t) agent.watch(first_trainer_rank_ + t);
-  std::lock_guard<std::mutex> lock(mu_);
-  agent_ = &agent;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    agent_ = &agent;
+    if (following_) return;
+  }
+  // A restarted follower: where does the leader stand? (It may be restarting too: retry.)
+  const int leader = opt_.first_server_rank;
+  const auto until = Clock::now() + opt_.decision_wait;
+  for (;;) {
+    try {
+      take_follow(agent.rpc_sync<FollowReply>(transport::Target(leader, std::chrono::seconds(5)), kFollow));
+      return;
+    } catch (const TransportError& e) {
+      if (Clock::now() > until)
+        throw TransportError("ps shard " + std::to_string(shard_) + ": the leader shard 0 (rank " +
+                             std::to_string(leader) + ") did not say where its rounds stand within " +
+                             std::to_string(opt_.decision_wait.count()) + " ms (ps decision_wait): " + e.what());
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  }
 }
 
 void ShardServer::stop() {
@@ -126,8 +143,11 @@ void ShardServer::stop() {
   }
   cv_.notify_all();
   if (timer_.joinable()) timer_.join();
-  for (auto& h : left)
-    h.promise.set_error(std::make_exception_ptr(TransportError("ps shard " + std::to_string(shard_) + " is stopping")));
+  const auto stopping = std::make_exception_ptr(TransportError("ps shard " + std::to_string(shard_) + " is stopping"));
+  for (auto& h : left) {
+    h.promise.set_error(stopping);
+    for (auto& p : h.resent) p.set_error(stopping);
+  }
   if (!opt_.snapshot_path.empty()) {
     try {
       snapshot();
@@ -137,152 +157,18 @@ void ShardServer::stop() {
   }
 }
 
-// ------------------------------------------------------------------ snapshots
-
-struct ShardServer::Saved {
-  struct Key {
-    std::string name;
-    bool table = false;
-    std::int64_t global_rows = 0;
-    at::Tensor value, m1, m2, steps;
-  };
-  std::vector<Key> keys;
-  std::int64_t round = 0, progress = 0;
-  at::Tensor clocks;  // int64 [trainers]
-};
-
-ShardServer::Saved ShardServer::save_locked() const {
-  Saved out;
-  out.round = round_;
-  out.progress = progress_;
-  std::vector<std::int64_t> clocks;
-  for (const auto& t : trainers_) clocks.push_back(t.clock);
-  out.clocks = at::tensor(clocks, at::kLong);
-  auto copy = [](const at::Tensor& t) { return t.defined() ? t.clone() : t; };
-  for (const auto& kv : entries_) {
-    const Entry& e = *kv.second;
-    out.keys.push_back(Saved::Key{e.name, e.table, e.global_rows, e.value.clone(), copy(e.m1), copy(e.m2), copy(e.steps)});
-  }
-  return out;
-}
-
-void ShardServer::write_snapshot(const Saved& saved) {
-  namespace fs = std::filesystem;
-  const std::string& path = opt_.snapshot_path;
-  torch::serialize::OutputArchive ar;
-  ar.write("shard", c10::IValue(static_cast<std::int64_t>(shard_)));
-  ar.write("shards", c10::IValue(static_cast<std::int64_t>(num_shards_)));
-  ar.write("round", c10::IValue(saved.round));
-  ar.write("progress", c10::IValue(saved.progress));
-  ar.write("clocks", saved.clocks, /*is_buffer=*/true);
-  ar.write("keys", c10::IValue(static_cast<std::int64_t>(saved.keys.size())));
-  for (std::size_t i = 0; i < saved.keys.size(); ++i) {
-    const auto& k = saved.keys[i];
-    torch::serialize::OutputArchive a;
-    a.write("name", c10::IValue(k.name));
-    a.write("table", c10::IValue(k.table));
-    a.write("global_rows", c10::IValue(k.global_rows));
-    a.write("value", k.value, true);
-    if (k.m1.defined()) a.write("m1", k.m1, true);
-    if (k.m2.defined()) a.write("m2", k.m2, true);
-    if (k.steps.defined()) a.write("steps", k.steps, true);
-    ar.write("key" + std::to_string(i), a);
-  }
-  try {
-    models::save_archive(ar, path);  // the last good snapshot stays whole when this fails
-  } catch (const OutputError& e) {
-    throw OutputError("ps shard " + std::to_string(shard_) + ": snapshot: " + e.what());
-  }
-}
-
-void ShardServer::snapshot() {
-  if (opt_.snapshot_path.empty()) throw ConfigError("ps: snapshots need a path (ServerOptions::snapshot_path)");
-  std::lock_guard<std::mutex> writing(snapshot_mu_);
-  Saved saved;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    saved = save_locked();
-    snapshot_progress_ = progress_;
-    snapshot_time_ = Clock::now();
-  }
-  write_snapshot(saved);
-  std::lock_guard<std::mutex> lock(mu_);
-  ++counters_.snapshots;
-}
-
-bool ShardServer::snapshot_due_locked() const {
-  if (opt_.snapshot_path.empty() || progress_ == snapshot_progress_) return false;
-  if (opt_.snapshot_rounds > 0 && progress_ - snapshot_progress_ >= opt_.snapshot_rounds) return true;
-  return opt_.snapshot_every.count() > 0 && Clock::now() - snapshot_time_ >= opt_.snapshot_every;
-}
-
-std::int64_t ShardServer::restore(const std::string& path) {
-  const std::string where = "ps shard " + std::to_string(shard_) + ": snapshot " + path;
-  if (!std::filesystem::exists(path))
-    throw Error(where + " does not exist (a restarted server needs one: set ps.snapshot_rounds or ps.snapshot_s)");
-  torch::serialize::InputArchive ar;
-  std::vector<std::unique_ptr<Entry>> loaded;
-  std::int64_t round = 0, progress = 0;
-  at::Tensor clocks;
-  try {
-    ar.load_from(path);
-    c10::IValue v;
-    ar.read("shard", v);
-    const auto shard = v.toInt();
-    ar.read("shards", v);
-    if (shard != shard_ || v.toInt() != num_shards_)
-      throw Error("it is shard " + std::to_string(shard) + " of " + std::to_string(v.toInt()) + ", this is shard " +
-                  std::to_string(shard_) + " of " + std::to_string(num_shards_));
-    ar.read("round", v);
-    round = v.toInt();
-    ar.read("progress", v);
-    progress = v.toInt();
-    ar.read("clocks", clocks, true);
-    ar.read("keys", v);
-    const auto n = v.toInt();
-    for (std::int64_t i = 0; i < n; ++i) {
-      torch::serialize::InputArchive a;
-      ar.read("key" + std::to_string(i), a);
-      auto e = std::make_unique<Entry>();
-      a.read("name", v);
-      e->name = v.toStringRef();
-      a.read("table", v);
-      e->table = v.toBool();
-      a.read("global_rows", v);
-      e->global_rows = v.toInt();
-      a.read("value", e->value, true);
-      a.try_read("m1", e->m1, true);
-      a.try_read("m2", e->m2, true);
-      a.try_read("steps", e->steps, true);
-      e->stats.name = e->name;
-      e->stats.table = e->table;
-      if (e->table) e->row_pushes = at::zeros({e->value.size(0)}, at::kLong);
-      loaded.push_back(std::move(e));
-    }
-  } catch (const Error& e) {
-    throw Error(where + ": " + e.what());
-  } catch (const std::exception& e) {
-    throw Error(where + " cannot be read (" + e.what() + ")");
-  }
-  if (clocks.numel() != num_trainers_)
-    throw Error(where + " has " + std::to_string(clocks.numel()) + " trainers' clocks, this run has " +
-                std::to_string(num_trainers_) + " trainers");
-  std::lock_guard<std::mutex> lock(mu_);
-  entries_.clear();
-  for (auto& e : loaded) entries_[e->name] = std::move(e);
-  round_ = round;
-  progress_ = snapshot_progress_ = progress;
-  snapshot_time_ = Clock::now();
-  for (int t = 0; t < num_trainers_; ++t) trainers_[t].clock = clocks[t].item<std::int64_t>();
-  counters_.restored_round = round;
-  first_push_reported_ = false;
-  return round;
-}
-
 void ShardServer::check_trainer(int trainer) const {
   if (trainer < 0 || trainer >= num_trainers_)
     throw ProtocolError("ps: trainer id " + std::to_string(trainer) + " is out of range [0, " +
                         std::to_string(num_trainers_) + ")");
+}
+
+void ShardServer::check_push(const PushId& id) const {
+  check_trainer(id.trainer);
+  if (id.incarnation < 1 || id.seq < 1)
+    throw ProtocolError("ps: push id of trainer " + std::to_string(id.trainer) + " has incarnation " +
+                        std::to_string(id.incarnation) + " and seq " + std::to_string(id.seq) +
+                        " (both count from 1)");
 }
 
 ShardServer::Entry& ShardServer::entry_locked(const std::string& name, const char* what) {
@@ -370,7 +256,7 @@ at::Tensor ShardServer::pull_rows(const RowsRequest& req) {
 }
 
 transport::Future<PushReply> ShardServer::push(PushRequest req) {
-  check_trainer(req.trainer);
+  check_push(req.id);
   if (req.names.size() != req.grads.size())
     throw ProtocolError("ps: a push names " + std::to_string(req.names.size()) + " keys but carries " +
                         std::to_string(req.grads.size()) + " gradients");
@@ -389,11 +275,11 @@ transport::Future<PushReply> ShardServer::push(PushRequest req) {
       if (req.fetch) fetch.push_back(&e);
     }
   }
-  return submit(req.trainer, req.round, std::move(ups), std::move(fetch));
+  return submit(req.id, req.round, std::move(ups), std::move(fetch));
 }
 
 transport::Future<PushReply> ShardServer::push_rows(RowsPush req) {
-  check_trainer(req.trainer);
+  check_push(req.id);
   std::vector<Update> ups;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -406,85 +292,141 @@ transport::Future<PushReply> ShardServer::push_rows(RowsPush req) {
                           std::to_string(rows.numel()) + " rows of " + shape_of(e.value) + " were expected");
     ups.push_back(Update{&e, rows, g});
   }
-  return submit(req.trainer, req.round, std::move(ups), {});
+  return submit(req.id, req.round, std::move(ups), {});
 }
 
-transport::Future<PushReply> ShardServer::submit(int trainer, std::int64_t round, std::vector<Update> ups,
+transport::Future<PushReply> ShardServer::submit(const PushId& id, std::int64_t round, std::vector<Update> ups,
                                                   std::vector<Entry*> fetch) {
-  transport::Promise<PushReply> promise;
-  auto future = promise.get_future();
-  std::vector<Held> done;
+  Held h;
+  h.id = id;
+  h.fetch = std::move(fetch);
+  h.ups = std::move(ups);
+  auto future = h.promise.get_future();
+  Outcome out;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopped_) throw TransportError("ps shard " + std::to_string(shard_) + " is stopping");
-    TrainerStats& ts = trainers_[trainer];
-    ts.pushes++;
-    if (!first_push_reported_) {
-      first_push_reported_ = true;
-      DISTRL_LOG(Info, "ps shard " << shard_ << ": first push since the restart from round " << counters_.restored_round
-                                   << " arrived " << process_age_s() << " s after this process started");
-    }
+    TrainerStats& ts = trainers_[id.trainer];
     if (ts.gone) ts.gone = false;  // a trainer that came back rejoins
-    for (auto& u : ups) {
-      u.entry->stats.pushes++;
-      u.entry->stats.bytes_in += bytes_of(u.grad) + bytes_of(u.rows);
-      if (u.rows.defined() && u.rows.numel() > 0)
-        u.entry->row_pushes.index_add_(0, u.rows, at::ones({u.rows.numel()}, at::kLong));
-    }
-    if (opt_.mode == ServerOptions::Mode::Sync) {
-      const bool late = round < round_;
-      if (late) ts.late++;
-      if (late && !opt_.fold_late) {
-        PushReply r;
-        r.round = round_;
-        r.dropped = true;
-        r.values = values_locked(fetch);
-        promise.set_value(std::move(r));
+    Held* first = nullptr;
+    switch (seen_locked(id, &first)) {
+      case Seen::Held:  // the first copy waits for its round (or the slowest): both answer then
+        ++ts.duplicates;
+        first->resent.push_back(std::move(h.promise));
         return future;
-      }
-      for (auto& u : ups) {
-        Entry& e = *u.entry;
-        if (u.rows.defined() && u.rows.numel() == 0) continue;  // a clock tick only
-        if (u.rows.defined()) {
-          e.acc_rows.push_back(u.rows);
-          e.acc_grads.push_back(u.grad);
-        } else if (!e.acc.defined()) {
-          e.acc = u.grad.clone();
-        } else {
-          e.acc.add_(u.grad);
-        }
-        e.acc_pushes++;
-      }
-      if (pushers_ == 0 && held_.empty()) {
-        first_push_ = Clock::now();
-        cv_.notify_all();  // the timer learns the round's deadline
-      }
-      if (!pushed_[trainer]) {
-        pushed_[trainer] = 1;
-        ++pushers_;
-      }
-      held_.push_back(Held{trainer, std::move(fetch), std::move(promise), {}});
-      if (quorum_reached_locked()) done = close_round_locked(Close::Quorum);
-    } else {
-      const std::int64_t slowest = min_clock_locked();
-      ts.max_staleness = std::max(ts.max_staleness, ts.clock - slowest);
-      for (auto& u : ups)
-        if (!u.rows.defined() || u.rows.numel() > 0) apply_locked(*u.entry, u.rows, u.grad);
-      ts.clock++;
-      ++progress_;
-      PushReply r;
-      r.round = ts.clock;
-      r.values = values_locked(fetch);
-      if (opt_.mode == ServerOptions::Mode::Async) {
-        promise.set_value(std::move(r));
-        return future;
-      }
-      held_.push_back(Held{trainer, {}, std::move(promise), std::move(r)});
-      done = release_ssp_locked();
+      case Seen::Decided:
+        ++ts.duplicates;
+        repeat_locked(std::move(h), out);
+        break;
+      case Seen::New:
+        accept_locked(std::move(h), round, out);
+        break;
     }
   }
-  answer(done);
+  finish(std::move(out));
   return future;
+}
+
+// Where push id stands here. A newer incarnation of the trainer starts its numbering afresh.
+ShardServer::Seen ShardServer::seen_locked(const PushId& id, Held** held) {
+  LastPush& last = last_[id.trainer];
+  const std::string who = "ps shard " + std::to_string(shard_) + ": push " + std::to_string(id.seq) + " of trainer " +
+                          std::to_string(id.trainer);
+  if (id.incarnation < last.incarnation)
+    throw ProtocolError(who + " comes from its process of incarnation " + std::to_string(id.incarnation) +
+                        ", which has been replaced by incarnation " + std::to_string(last.incarnation) + ": refused");
+  if (id.incarnation > last.incarnation) {
+    last = LastPush{id.incarnation, 0, false};
+    return Seen::New;
+  }
+  int waiting = 0;
+  for (Held& h : held_) {
+    if (h.id.trainer != id.trainer) continue;
+    if (h.id.incarnation == id.incarnation && h.id.seq == id.seq) {
+      *held = &h;
+      return Seen::Held;
+    }
+    ++waiting;
+  }
+  if (id.seq > last.seq) {
+    if (waiting >= 2)  // a client has one push in flight (two across a restart of the trainer)
+      throw ProtocolError(who + " arrived while " + std::to_string(waiting) +
+                          " of its pushes wait here: a client sends one at a time; refused");
+    return Seen::New;
+  }
+  if (id.seq < last.seq)
+    throw ProtocolError(who + " is older than its last one here (" + std::to_string(last.seq) +
+                        "): a delayed copy, refused");
+  return Seen::Decided;
+}
+
+void ShardServer::remember_locked(const PushId& id, bool dropped) {
+  LastPush& last = last_[id.trainer];
+  if (id.incarnation != last.incarnation) return;  // a held push of a process replaced meanwhile
+  last.seq = std::max(last.seq, id.seq);
+  last.dropped = dropped;
+}
+
+// A push seen before whose outcome is final: its first outcome with the current values.
+void ShardServer::repeat_locked(Held h, Outcome& out) {
+  h.ups.clear();
+  h.reply.duplicate = true;
+  if (opt_.mode == ServerOptions::Mode::Sync) {
+    h.reply.round = round_;
+    h.reply.dropped = last_[h.id.trainer].dropped;
+    h.reply.values = values_locked(h.fetch);
+    out.done.push_back(std::move(h));
+    return;
+  }
+  h.reply.round = trainers_[h.id.trainer].clock;
+  if (opt_.mode == ServerOptions::Mode::Async) {
+    h.reply.values = values_locked(h.fetch);
+    out.done.push_back(std::move(h));
+    return;
+  }
+  held_.push_back(std::move(h));  // ssp: read when the bound allows, like the first copy
+  release_ssp_locked(out);
+}
+
+void ShardServer::note_pushed_locked(const std::vector<Update>& ups) {
+  for (const auto& u : ups) {
+    u.entry->stats.pushes++;
+    u.entry->stats.bytes_in += bytes_of(u.grad) + bytes_of(u.rows);
+    if (u.rows.defined() && u.rows.numel() > 0)
+      u.entry->row_pushes.index_add_(0, u.rows, at::ones({u.rows.numel()}, at::kLong));
+  }
+}
+
+void ShardServer::accept_locked(Held h, std::int64_t round, Outcome& out) {
+  TrainerStats& ts = trainers_[h.id.trainer];
+  ts.pushes++;
+  if (!first_push_reported_) {
+    first_push_reported_ = true;
+    DISTRL_LOG(Info, "ps shard " << shard_ << ": first push since the restart from round " << counters_.restored_round
+                                 << " arrived " << process_age_s() << " s after this process started");
+  }
+  note_pushed_locked(h.ups);
+  if (opt_.mode == ServerOptions::Mode::Sync) {
+    accept_sync_locked(std::move(h), round, out);
+    return;
+  }
+  const std::int64_t slowest = min_clock_locked();
+  ts.max_staleness = std::max(ts.max_staleness, ts.clock - slowest);
+  for (auto& u : h.ups)
+    if (!u.rows.defined() || u.rows.numel() > 0) apply_locked(*u.entry, u.rows, u.grad);
+  h.ups.clear();
+  ts.clock++;
+  ++progress_;
+  remember_locked(h.id, false);
+  h.reply.round = ts.clock;
+  if (failpoint("ps.shard.crash_before_answer")) crash_after_snapshot_locked();
+  if (opt_.mode == ServerOptions::Mode::Async) {
+    h.reply.values = values_locked(h.fetch);
+    out.done.push_back(std::move(h));
+    return;
+  }
+  held_.push_back(std::move(h));  // ssp: its values are read when it is released
+  release_ssp_locked(out);
 }
 
 void ShardServer::apply_locked(Entry& e, const at::Tensor& rows, at::Tensor g) {
@@ -552,57 +494,6 @@ void ShardServer::apply_locked(Entry& e, const at::Tensor& rows, at::Tensor g) {
   e.stats.updates++;
 }
 
-int ShardServer::present_locked() const {
-  int n = 0;
-  for (const auto& t : trainers_) n += t.gone ? 0 : 1;
-  return n;
-}
-
-bool ShardServer::quorum_reached_locked() const {
-  if (held_.empty()) return false;
-  const int present = present_locked();
-  const int need = std::max(1, opt_.quorum == 0 ? present : std::min(opt_.quorum, present));
-  return pushers_ >= need;
-}
-
-std::vector<ShardServer::Held> ShardServer::close_round_locked(Close why) {
-  for (auto& kv : entries_) {
-    Entry& e = *kv.second;
-    if (e.acc_pushes == 0) continue;
-    const double n = e.acc_pushes;
-    if (e.table) {
-      at::Tensor rows = at::cat(e.acc_rows), grads = at::cat(e.acc_grads);
-      at::Tensor unique, inverse;
-      std::tie(unique, inverse, std::ignore) = at::_unique2(rows, /*sorted=*/true, /*return_inverse=*/true);
-      at::Tensor summed = at::zeros({unique.numel(), grads.size(1)}, grads.options()).index_add_(0, inverse, grads);
-      apply_locked(e, unique, summed.div_(n));
-      e.acc_rows.clear();
-      e.acc_grads.clear();
-    } else {
-      apply_locked(e, at::Tensor(), e.acc.div_(n));
-      e.acc = at::Tensor();
-    }
-    e.acc_pushes = 0;
-  }
-  ++round_;
-  ++progress_;
-  ++counters_.rounds;
-  switch (why) {
-    case Close::Quorum: ++counters_.closed_quorum; break;
-    case Close::Timeout: ++counters_.closed_timeout; break;
-    case Close::Departure: ++counters_.closed_departure; break;
-  }
-  std::fill(pushed_.begin(), pushed_.end(), 0);
-  pushers_ = 0;
-  std::vector<Held> done;
-  done.swap(held_);
-  for (auto& h : done) {
-    h.reply.round = round_;
-    h.reply.values = values_locked(h.fetch);
-  }
-  return done;
-}
-
 std::int64_t ShardServer::min_clock_locked() const {
   std::int64_t m = -1;
   for (const auto& t : trainers_)
@@ -610,22 +501,64 @@ std::int64_t ShardServer::min_clock_locked() const {
   return m < 0 ? 0 : m;
 }
 
-std::vector<ShardServer::Held> ShardServer::release_ssp_locked() {
+void ShardServer::release_ssp_locked(Outcome& out) {
   const std::int64_t slowest = min_clock_locked();
-  std::vector<Held> done, keep;
+  std::vector<Held> keep;
   for (auto& h : held_) {
-    if (trainers_[h.trainer].clock - slowest <= opt_.staleness) done.push_back(std::move(h));
-    else keep.push_back(std::move(h));
+    if (trainers_[h.id.trainer].clock - slowest > opt_.staleness) {
+      keep.push_back(std::move(h));
+      continue;
+    }
+    h.reply.values = values_locked(h.fetch);  // read now: every trainer's first clock - s pushes
+    out.done.push_back(std::move(h));
   }
   held_.swap(keep);
-  return done;
 }
 
 void ShardServer::answer(std::vector<Held>& done) {
-  for (auto& h : done) h.promise.set_value(std::move(h.reply));
+  for (auto& h : done) {
+    for (auto& p : h.resent) {
+      PushReply again = h.reply;
+      again.duplicate = true;
+      p.set_value(std::move(again));
+    }
+    h.promise.set_value(std::move(h.reply));
+  }
 }
 
-void ShardServer::leave_locked(int trainer, const std::string& why, std::vector<Held>* done) {
+// Answers what a critical section decided; the leader of several shards first makes sure every
+// follower has the decisions (so no answered push can be missing from a follower's rounds).
+void ShardServer::finish(Outcome out) {
+  if (out.decisions.empty() || !send_decision_) {
+    answer(out.done);
+    return;
+  }
+  std::vector<transport::Future<bool>> acks;
+  for (const Decision& d : out.decisions)
+    for (int f = 1; f < num_shards_; ++f) {
+      try {
+        acks.push_back(send_decision_(f, d));
+      } catch (const std::exception&) {
+        acks.push_back(transport::Future<bool>::failed(std::current_exception()));
+      }
+    }
+  auto done = std::make_shared<std::vector<Held>>(std::move(out.done));
+  transport::when_all(std::move(acks)).then([done](const transport::Future<std::vector<bool>>& f) {
+    static RateLimiter limit(std::chrono::seconds(5));
+    long suppressed = 0;
+    if (f.error() && limit.allow(&suppressed)) {
+      try {
+        std::rethrow_exception(f.error());
+      } catch (const std::exception& e) {  // that follower catches up with ps.follow when it is back
+        DISTRL_LOG(Warn, "ps shard 0: a follower shard did not take a round decision (" << e.what() << ")"
+                                                                                        << (suppressed ? " (+" + std::to_string(suppressed) + " more)" : ""));
+      }
+    }
+    answer(*done);
+  });
+}
+
+void ShardServer::leave_locked(int trainer, const std::string& why, Outcome& out) {
   TrainerStats& t = trainers_[trainer];
   if (t.gone) return;
   t.gone = true;
@@ -634,21 +567,20 @@ void ShardServer::leave_locked(int trainer, const std::string& why, std::vector<
                                  << ") " << why << "; it leaves the quorum (" << present_locked()
                                  << " trainer(s) present)");
   cv_.notify_all();
-  if (opt_.mode == ServerOptions::Mode::Sync) {
-    if (quorum_reached_locked()) *done = close_round_locked(Close::Departure);
-  } else if (opt_.mode == ServerOptions::Mode::Ssp) {
-    *done = release_ssp_locked();
-  }
+  if (opt_.mode == ServerOptions::Mode::Ssp) release_ssp_locked(out);
+  if (opt_.mode != ServerOptions::Mode::Sync) return;
+  if (follows()) follow_locked(out);  // a push of its that a decision names will not come
+  else if (quorum_reached_locked()) close_round_locked(Close::Departure, out);
 }
 
 void ShardServer::bye(int trainer) {
   check_trainer(trainer);
-  std::vector<Held> done;
+  Outcome out;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    leave_locked(trainer, "", &done);
+    leave_locked(trainer, "", out);
   }
-  answer(done);
+  finish(std::move(out));
 }
 
 void ShardServer::wait_for_trainers() {
@@ -683,31 +615,15 @@ void ShardServer::timer_loop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopped_) {
     auto until = Clock::now() + std::chrono::milliseconds(100);
-    const bool timed = opt_.mode == ServerOptions::Mode::Sync && opt_.max_wait.count() > 0 && !held_.empty();
+    const bool timed = opt_.mode == ServerOptions::Mode::Sync && !follows() && opt_.max_wait.count() > 0 && !held_.empty();
     if (timed) until = std::min(until, first_push_ + opt_.max_wait);
     cv_.wait_until(lock, until);
     if (stopped_) break;
-    std::vector<Held> done;
-    if (opt_.mode == ServerOptions::Mode::Sync && opt_.max_wait.count() > 0 && !held_.empty() &&
-        Clock::now() >= first_push_ + opt_.max_wait)
-      done = close_round_locked(Close::Timeout);
-    // Departed trainers: their connection dropped (the process exited or was killed).
-    for (int t = 0; t < num_trainers_ && agent_; ++t) {
-      if (trainers_[t].gone) continue;
-      bool lost = false;
-      try {
-        lost = agent_->connection_lost(first_trainer_rank_ + t);
-      } catch (const std::exception&) {
-      }
-      if (lost) {
-        std::vector<Held> more;
-        leave_locked(t, "is gone (its connection was lost: the process exited or was killed)", &more);
-        for (auto& h : more) done.push_back(std::move(h));
-      }
-    }
-    if (!done.empty()) {
+    Outcome out;
+    timer_tick_locked(out);
+    if (!out.done.empty() || !out.decisions.empty()) {
       lock.unlock();
-      answer(done);
+      finish(std::move(out));
       lock.lock();
     }
     if (snapshot_due_locked()) {
@@ -720,6 +636,24 @@ void ShardServer::timer_loop() {
       lock.lock();
     }
   }
+}
+
+// max_wait, departed trainers (their connection dropped: the process exited or was killed), and
+// a follower's decision that waits too long for a push.
+void ShardServer::timer_tick_locked(Outcome& out) {
+  if (opt_.mode == ServerOptions::Mode::Sync && !follows() && opt_.max_wait.count() > 0 && !held_.empty() &&
+      Clock::now() >= first_push_ + opt_.max_wait)
+    close_round_locked(Close::Timeout, out);
+  for (int t = 0; t < num_trainers_ && agent_; ++t) {
+    if (trainers_[t].gone) continue;
+    bool lost = false;
+    try {
+      lost = agent_->connection_lost(first_trainer_rank_ + t);
+    } catch (const std::exception&) {
+    }
+    if (lost) leave_locked(t, "is gone (its connection was lost: the process exited or was killed)", out);
+  }
+  if (follows()) follow_locked(out);
 }
 
 }  // namespace distrl::training::ps

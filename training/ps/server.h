@@ -4,27 +4,45 @@
 //
 //   sync   a round closes when `quorum` distinct trainers have pushed (0: every trainer still
 //          present) or `max_wait` after the round's first push, whichever comes first; the
-//          round's gradients are averaged per key (per row for tables), applied once, and
-//          every push of the round is answered with the new values (the tutorial's
-//          BatchUpdateParameterServer, through async execution). A push for a round that
-//          closed without it is late: dropped (answered at once, `dropped`) or, with
-//          `fold_late`, added to the open round. A trainer that leaves (its connection is
-//          lost, or it said goodbye) leaves the quorum at once and is named in the log.
+//          round's gradient is the mean over the round's pushes -- for every dense key and
+//          every table row, the sum of what the round's pushes carried divided by how many
+//          pushes the round holds (a push that carried nothing for a key or row counts as a
+//          zero gradient) -- applied once, and every push of the round is answered with the
+//          new values (the tutorial's BatchUpdateParameterServer, through async execution).
+//          A push for a round that closed without it is late: dropped (answered at once,
+//          `dropped`) or, with `fold_late`, added to the open round. A trainer that leaves (its
+//          connection is lost, or it said goodbye) leaves the quorum at once and is logged.
 //   async  every push is applied on arrival and answered at once (Hogwild-style).
-//   ssp    as async, but the answer to a push is held while its trainer is more than
-//          `staleness` pushes ahead of the slowest trainer still present (bounded staleness).
+//   ssp    as async, but a push's answer is held while its trainer is more than `staleness`
+//          pushes ahead of the slowest trainer still present, and its values are read when it
+//          is released: a trainer at clock c (c pushes made) reads values holding every
+//          present trainer's first c - staleness pushes (staleness 0 reads like BSP).
+// Exactly once (protocol.h, PushId): a push that reaches the shard again -- a retry after a
+// lost connection, or after this shard restarted from a snapshot -- is answered with its first
+// outcome (applied or dropped) and the current values, and not applied again.
+//
+// Sync over several shards (protocol.h, Decision): shard 0 decides every round -- which pushes
+// make it, which are dropped as late -- and tells the other shards before it answers its own
+// pushes; they never close a round themselves but apply exactly the pushes each decision names
+// (waiting for those still on their way; a push whose trainer is gone meanwhile counts as
+// zero), in the leader's order. So quorum, max_wait, departures and late pushes give every
+// shard the same trainers in round k. A restarted follower asks the leader where it stands
+// (ps.follow); a push of a round it had applied before it died and lost with its snapshot's
+// rollback is answered as dropped there.
 //
 // Thread-safety: every method may be called from any thread (the RPC handler pool); one lock
 // guards the shard. A timer thread (`ps-timer`, from construction to stop()) closes sync rounds
-// at max_wait and notices departed trainers every 100 ms. Answers complete on the thread that
-// closed the round (a handler thread or the timer). Lifetime: create in the RpcAgent's setup
-// callback (register_on), watch_trainers() once the agent runs, stop() before the agent shuts
-// down.
+// at max_wait, notices departed trainers every 100 ms and writes snapshots. Answers complete on
+// the thread that closed the round (a handler thread or the timer) or, on the leader of several
+// shards, on the RPC pool once every follower has the decision. Lifetime: create in the
+// RpcAgent's setup callback (register_on), watch_trainers() once the agent runs, stop() before
+// the agent shuts down.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -48,10 +66,16 @@ struct ServerOptions {
   int staleness = 0;                      // ssp: pushes a trainer may run ahead of the slowest
   autograd::OptimizerSpec optimizer;      // sgd (momentum, nesterov), adagrad, adam
   int hot_rows = 5;                       // stats: rows listed per table
+  int first_server_rank = 0;              // shard k is rank first_server_rank + k
+  // sync, several shards: how long a follower waits for a push its leader put in a round while
+  // the trainer is still present (a gone trainer's push counts as zero at once); then the round
+  // is applied without it, with an error in the log.
+  std::chrono::milliseconds decision_wait{60000};
   // Snapshots (off when snapshot_path is empty): the shard's keys with their optimizer state,
-  // its round and its trainers' clocks, written atomically (a temporary file renamed over the
-  // last snapshot) by the timer thread every snapshot_rounds rounds (sync; pushes for async
-  // and ssp) and/or every snapshot_every, whichever comes first, and once more at stop().
+  // its round, its trainers' clocks and last pushes, written atomically (a temporary file
+  // renamed over the last snapshot) by the timer thread every snapshot_rounds rounds (sync;
+  // pushes for async and ssp) and/or every snapshot_every, whichever comes first, and once
+  // more at stop().
   std::string snapshot_path;
   int snapshot_rounds = 0;                        // 0: not by rounds
   std::chrono::milliseconds snapshot_every{0};    // 0: not by time
@@ -68,9 +92,12 @@ class ShardServer {
   ShardServer(const ShardServer&) = delete;
   ShardServer& operator=(const ShardServer&) = delete;
 
-  // Registers the ps.* functions on agent (in its setup callback).
+  // Registers the ps.* functions on agent (in its setup callback); the leader of several sync
+  // shards sends its decisions through agent from then on.
   static void register_on(transport::RpcAgent& agent, const std::shared_ptr<ShardServer>& server);
-  // Once agent runs: a trainer whose connection drops leaves the quorum (checked every 100 ms).
+  // Once agent runs: a trainer whose connection drops leaves the quorum (checked every 100 ms);
+  // a restarted follower asks the leader where it stands (TransportError naming the leader when
+  // it does not answer within decision_wait).
   void watch_trainers(transport::RpcAgent& agent);
   // Blocks until every trainer has said goodbye or is gone (no bound: trainers are watched).
   void wait_for_trainers();
@@ -81,8 +108,8 @@ class ShardServer {
   // Writes a snapshot to options.snapshot_path now (Error naming the file when it cannot).
   void snapshot();
   // Before any trainer can reach the shard (the agent's setup callback of a restarted server):
-  // loads the snapshot at path — keys, optimizer state, round, clocks — and returns its round.
-  // Throws Error naming the file when it is missing or unreadable.
+  // loads the snapshot at path -- keys, optimizer state, round, clocks, last pushes -- and
+  // returns its round. Throws Error naming the file when it is missing or unreadable.
   std::int64_t restore(const std::string& path);
 
   std::int64_t declare(DeclareRequest req);
@@ -93,6 +120,18 @@ class ShardServer {
   ShardStats stats() const;
   void bye(int trainer);
 
+  // Sync over several shards. The leader hands each decision to send(follower shard, d) and
+  // answers the pushes it decided once every returned future has completed (register_on sends
+  // ps.decide; a test may connect two shards directly). A follower takes decisions through
+  // decide() (ps.decide) and answers leader questions with follow() (ps.follow).
+  using DecisionSink = std::function<transport::Future<bool>(int shard, const Decision& d)>;
+  void set_decision_sink(DecisionSink send);
+  bool decide(Decision d);
+  FollowReply follow() const;
+  // A follower that restarted: apply decisions only after take_follow(leader's follow()).
+  void await_leader();
+  void take_follow(const FollowReply& r);
+
  private:
   struct Entry;
   struct Update {
@@ -100,29 +139,65 @@ class ShardServer {
     at::Tensor rows;  // table: local rows; undefined for a dense key
     at::Tensor grad;
   };
-  struct Held {  // a push waiting for its round to close (sync) or for the slowest (ssp)
-    int trainer;
+  // A push on its way to an answer: held for its round to close (sync) or for the slowest
+  // trainer (ssp), or answered as soon as the lock is released.
+  struct Held {
+    PushId id;
     std::vector<Entry*> fetch;
     transport::Promise<PushReply> promise;
-    PushReply reply;  // ssp: filled when applied
+    std::vector<transport::Promise<PushReply>> resent;  // the same push arrived again meanwhile
+    PushReply reply;
+    std::vector<Update> ups;  // a follower's push: kept until its leader decides
   };
-  enum class Close { Quorum, Timeout, Departure };
+  // Per trainer: its process's incarnation and the last push whose outcome is final here.
+  struct LastPush {
+    std::int64_t incarnation = 0, seq = 0;
+    bool dropped = false;
+  };
+  // What a critical section decided: answers, and (leader) the decisions followers need first.
+  struct Outcome {
+    std::vector<Held> done;
+    std::vector<Decision> decisions;
+  };
+  enum class Seen { New, Held, Decided };
+  using Close = Decision::Kind;
 
   Entry& entry_locked(const std::string& name, const char* what);
   void check_trainer(int trainer) const;
+  void check_push(const PushId& id) const;
   at::Tensor check_rows(const Entry& e, const at::Tensor& rows) const;
-  transport::Future<PushReply> submit(int trainer, std::int64_t round, std::vector<Update> ups,
+  transport::Future<PushReply> submit(const PushId& id, std::int64_t round, std::vector<Update> ups,
                                       std::vector<Entry*> fetch);
+  Seen seen_locked(const PushId& id, Held** held);
+  void accept_locked(Held h, std::int64_t round, Outcome& out);
+  void repeat_locked(Held h, Outcome& out);
+  void remember_locked(const PushId& id, bool dropped);
+  void note_pushed_locked(const std::vector<Update>& ups);
   void apply_locked(Entry& e, const at::Tensor& rows, at::Tensor grad);
   std::vector<at::Tensor> values_locked(const std::vector<Entry*>& fetch);
+  // sync rounds (server_rounds.cpp)
+  void accept_sync_locked(Held h, std::int64_t round, Outcome& out);
+  void accumulate_locked(const std::vector<Update>& ups);
+  void drop_locked(Held h, Outcome& out);
   int present_locked() const;
   bool quorum_reached_locked() const;
-  std::vector<Held> close_round_locked(Close why);
+  void close_round_locked(Close why, Outcome& out);
+  void apply_round_locked(std::size_t pushes, Close why);
+  void answer_round_locked(std::vector<Held>& pushes, Outcome& out);
+  bool leads() const { return sync_shards_ && shard_ == 0; }
+  bool follows() const { return sync_shards_ && shard_ != 0; }
+  std::int64_t first_round() const;
+  void drop_decided_locked(const std::vector<PushId>& ids, Outcome& out);
+  void follow_locked(Outcome& out);
+  bool follow_one_locked(const Decision& d, bool overdue, Outcome& out);
+  [[noreturn]] void crash_after_snapshot_locked();
   std::int64_t min_clock_locked() const;
-  std::vector<Held> release_ssp_locked();
-  void leave_locked(int trainer, const std::string& why, std::vector<Held>* done);
+  void release_ssp_locked(Outcome& out);
+  void leave_locked(int trainer, const std::string& why, Outcome& out);
+  void finish(Outcome out);
   static void answer(std::vector<Held>& done);
   void timer_loop();
+  void timer_tick_locked(Outcome& out);
   bool snapshot_due_locked() const;
   // The state a snapshot holds, copied under the lock (written to disk outside it).
   struct Saved;
@@ -131,6 +206,7 @@ class ShardServer {
 
   const int shard_, num_shards_, num_trainers_, first_trainer_rank_;
   const ServerOptions opt_;
+  const bool sync_shards_;  // sync rounds over several shards: the leader decides
   transport::RpcAgent* agent_ = nullptr;
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -141,8 +217,22 @@ class ShardServer {
   int pushers_ = 0;
   std::chrono::steady_clock::time_point first_push_;
   std::vector<Held> held_;
+  // sync over several shards
+  DecisionSink send_decision_;
+  std::int64_t incarnation_ = 1;        // this process's (the leader's decisions carry it)
+  std::int64_t leader_ = 1;             // follower: the leader process whose decisions apply
+  std::int64_t next_round_ = 1;         // follower: the leader's round applied next
+  bool following_ = true;               // follower: false until a restarted one heard ps.follow
+  struct Waiting {
+    Decision d;
+    std::chrono::steady_clock::time_point since;  // arrival
+  };
+  std::map<std::pair<std::int64_t, std::int64_t>, Waiting> decisions_;  // by (leader, round)
+  std::vector<PushId> decided_before_;  // follower: per trainer, decided before this process
+  std::vector<PushId> dropped_ahead_;   // follower: per trainer, a drop decided before it arrived
   // trainers
   std::vector<TrainerStats> trainers_;
+  std::vector<LastPush> last_;  // exactly once
   ShardStats counters_;
   bool stopped_ = false;
   // snapshots

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <thread>
 
 #include "common/error.h"
@@ -30,9 +31,15 @@ ServerOptions options(Mode mode, std::string opt = "sgd") {
 
 DeclareRequest dense(const std::string& name, at::Tensor v) { return DeclareRequest{name, v, false, 0}; }
 
+// A fresh push id for trainer (sequence numbers only have to grow).
+PushId next_id(int trainer) {
+  static std::atomic<std::int64_t> seq{0};
+  return PushId{trainer, 1, ++seq};
+}
+
 PushRequest push_of(int trainer, std::int64_t round, const std::string& name, at::Tensor g) {
   PushRequest p;
-  p.trainer = trainer;
+  p.id = next_id(trainer);
   p.round = round;
   p.names = {name};
   p.grads = {g};
@@ -77,6 +84,7 @@ TEST(PsServerTest, TableRowsStepLikeDenseRowsAndUntouchedRowsStay) {
     for (int i = 0; i < 3; ++i) {
       at::Tensor g = torch::randn({2, 2});
       RowsPush p;
+      p.id = next_id(0);
       p.table = "emb";
       p.rows = torch::tensor({4, 1});
       p.grads = g;
@@ -108,7 +116,7 @@ TEST(PsServerTest, ARestoredSnapshotEqualsTheShardAndStepsLikeIt) {
     for (int t = 0; t < 2; ++t) fs.push_back(s.push(push_of(t, now, "w", torch::randn({3, 2}))));
     for (int t = 0; t < 2; ++t) {
       RowsPush p;
-      p.trainer = t;
+      p.id = next_id(t);
       p.round = now;
       p.table = "emb";
       p.rows = torch::tensor({t, 3});
@@ -265,12 +273,14 @@ TEST(PsServerTest, RefusesBadKeysRowsAndShapesByName) {
   EXPECT_NE(message([&] { s.pull_rows(RowsRequest{"emb", torch::tensor({0.5})}); }).find("int64 vector"), std::string::npos);
   EXPECT_NE(message([&] { s.pull_rows(RowsRequest{"w", torch::tensor({0})}); }).find("dense key, not a table"), std::string::npos);
   RowsPush bad;
+  bad.id = next_id(0);
   bad.table = "emb";
   bad.rows = torch::tensor({0, 1});
   bad.grads = torch::zeros({2, 5});
   EXPECT_NE(message([&] { s.push_rows(bad); }).find("gradient rows pushed for table 'emb'"), std::string::npos);
   // Duplicate rows: both gradients count (summed), absent rows are untouched.
   RowsPush dup;
+  dup.id = next_id(0);
   dup.table = "emb";
   dup.rows = torch::tensor({2, 2});
   dup.grads = torch::ones({2, 4});
@@ -286,6 +296,187 @@ TEST(PsServerTest, RefusesBadKeysRowsAndShapesByName) {
   ASSERT_EQ(st.keys.size(), 1u);
   EXPECT_EQ(st.keys[0].hot_rows, (std::vector<std::int64_t>{2}));
   EXPECT_EQ(st.keys[0].hot_row_pushes, (std::vector<std::int64_t>{2}));
+}
+
+// ---------------------------------------------------------------- exactly once (protocol.h, PushId)
+
+ServerOptions plain_sgd(Mode mode, double lr = 0.1) {
+  ServerOptions o = options(mode);
+  o.optimizer.momentum = 0;
+  o.optimizer.lr = lr;
+  return o;
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+// A push that arrives twice (a retry to a live shard) moves the parameters once: async answers
+// the copy with the first outcome and the current values; an older or a replaced process's
+// push is refused.
+TEST(PsExactlyOnceTest, AsyncAppliesARetriedPushOnce) {
+  ShardServer s(0, 1, 1, 1, plain_sgd(Mode::Async));
+  s.declare(dense("w", torch::zeros({2})));
+  PushRequest p = push_of(0, 0, "w", torch::tensor({1.0f, 2.0f}));
+  const PushReply first = s.push(p).value();
+  const PushReply again = s.push(p).value();
+  EXPECT_FALSE(first.duplicate);
+  EXPECT_TRUE(again.duplicate);
+  EXPECT_TRUE(torch::allclose(value_of(s, "w"), torch::tensor({-0.1f, -0.2f})));  // -lr * g, once
+  EXPECT_TRUE(torch::equal(again.values.at(0), first.values.at(0)));
+  EXPECT_EQ(again.round, first.round);
+  const TrainerStats st = s.stats().trainers.at(0);
+  EXPECT_EQ(st.pushes, 1);
+  EXPECT_EQ(st.duplicates, 1);
+
+  PushRequest newer = push_of(0, 0, "w", torch::tensor({1.0f, 1.0f}));
+  s.push(newer).value();
+  EXPECT_NE(error_of([&] { s.push(p).value(); }).find("older than its last one"), std::string::npos);
+  PushRequest restarted = push_of(0, 0, "w", torch::tensor({0.0f, 0.0f}));
+  restarted.id.incarnation = 2;
+  s.push(restarted).value();
+  EXPECT_NE(error_of([&] { s.push(newer).value(); }).find("replaced by incarnation 2"), std::string::npos);
+  PushRequest unnumbered = push_of(0, 0, "w", torch::zeros({2}));
+  unnumbered.id.seq = 0;
+  EXPECT_NE(error_of([&] { s.push(unnumbered); }).find("count from 1"), std::string::npos);
+  EXPECT_TRUE(torch::allclose(value_of(s, "w"), torch::tensor({-0.2f, -0.3f})));
+}
+
+// Sync: a copy that arrives while its round is open waits with the first and adds nothing to
+// the sum (the pusher counted once, its gradient once); one that arrives after the round closed
+// is answered at once, not late, not applied. A dropped late push's copy is dropped again.
+TEST(PsExactlyOnceTest, SyncCountsARetriedPushOnceInItsRound) {
+  ShardServer s(0, 1, 2, 1, plain_sgd(Mode::Sync));
+  s.declare(dense("w", torch::zeros({1})));
+  PushRequest p0 = push_of(0, 0, "w", torch::tensor({1.0f}));
+  auto a = s.push(p0), b = s.push(p0);
+  EXPECT_FALSE(a.done() || b.done());  // trainer 1 has not pushed: a copy does not make a quorum
+  auto c = s.push(push_of(1, 0, "w", torch::tensor({3.0f})));
+  for (auto* f : {&a, &b, &c}) {
+    ASSERT_TRUE(f->wait_for(5s));
+    EXPECT_EQ(f->value().round, 1);
+    EXPECT_TRUE(torch::allclose(f->value().values.at(0), torch::tensor({-0.2f})));  // -0.1 * (1 + 3) / 2
+  }
+  EXPECT_FALSE(a.value().duplicate);
+  EXPECT_TRUE(b.value().duplicate);
+  const PushReply late_copy = s.push(p0).value();  // after the close: answered at once
+  EXPECT_TRUE(late_copy.duplicate);
+  EXPECT_FALSE(late_copy.dropped);
+  EXPECT_EQ(late_copy.round, 1);
+  EXPECT_TRUE(torch::allclose(value_of(s, "w"), torch::tensor({-0.2f})));
+  EXPECT_EQ(s.stats().trainers.at(0).late, 0);
+  EXPECT_EQ(s.stats().trainers.at(0).duplicates, 2);
+
+  ServerOptions q = plain_sgd(Mode::Sync);
+  q.quorum = 1;
+  ShardServer t(0, 1, 2, 1, q);
+  t.declare(dense("w", torch::zeros({1})));
+  t.push(push_of(0, 0, "w", torch::ones({1}))).value();  // round 1 closes with trainer 0 alone
+  PushRequest late = push_of(1, 0, "w", torch::ones({1}) * 100);
+  EXPECT_TRUE(t.push(late).value().dropped);
+  const PushReply again = t.push(late).value();
+  EXPECT_TRUE(again.dropped && again.duplicate);
+  EXPECT_TRUE(torch::allclose(value_of(t, "w"), torch::tensor({-0.1f})));
+}
+
+// A snapshot holds which pushes it contains: an SSP push applied, held (the other trainer is
+// behind) and snapshotted, whose answer died with the process, is not applied again when its
+// retry reaches the restored shard; the copy is held like the first and reads the values once
+// the other trainer has pushed.
+TEST(PsExactlyOnceTest, ARestoredShardDoesNotReplayAPushItsSnapshotHolds) {
+  const std::string dir = ::testing::TempDir() + "/ps_exactly_once_" + std::to_string(::getpid());
+  ServerOptions o = plain_sgd(Mode::Ssp, 1.0);
+  o.staleness = 0;
+  o.snapshot_path = dir + "/shard0.pt";
+  const PushRequest p0 = push_of(0, 0, "w", torch::tensor({1.0f, 0.0f}));
+  {
+    ShardServer a(0, 1, 2, 1, o);
+    a.declare(dense("w", torch::zeros({2})));
+    auto held = a.push(p0);
+    EXPECT_FALSE(held.wait_for(20ms));  // trainer 1 is at clock 0
+    a.snapshot();
+  }  // the process "dies": the held answer fails
+  ServerOptions ob = o;
+  ob.snapshot_path.clear();
+  ShardServer b(0, 1, 2, 1, ob);
+  b.restore(o.snapshot_path);
+  auto retry = b.push(p0);
+  EXPECT_FALSE(retry.wait_for(20ms));  // still ahead of trainer 1: held, not applied
+  EXPECT_TRUE(torch::allclose(value_of(b, "w"), torch::tensor({-1.0f, 0.0f})));
+  const PushReply r1 = b.push(push_of(1, 0, "w", torch::tensor({0.0f, 1.0f}))).value();
+  ASSERT_TRUE(retry.wait_for(5s));
+  EXPECT_TRUE(retry.value().duplicate);
+  EXPECT_TRUE(torch::allclose(retry.value().values.at(0), torch::tensor({-1.0f, -1.0f})));
+  EXPECT_TRUE(torch::allclose(r1.values.at(0), torch::tensor({-1.0f, -1.0f})));
+  std::filesystem::remove_all(dir);
+}
+
+// SSP's read guarantee, checked against its formula rather than the server's counters: 3
+// trainers of different speeds each push a one-hot gradient (trainer u: -1 at w[u]); after its
+// c-th push a trainer must read every trainer's first c - s pushes (w[u] <= -(c - s)), and all
+// of its own (w[t] == -c). Staleness 0 reads like BSP.
+TEST(PsExactlyOnceTest, SspReadsHoldEveryTrainersUpdatesThroughClockCMinusS) {
+  constexpr int kTrainers = 3, kPushes = 12;
+  for (int staleness : {0, 1, 2}) {
+    SCOPED_TRACE("staleness " + std::to_string(staleness));
+    ServerOptions o = plain_sgd(Mode::Ssp, 1.0);
+    o.staleness = staleness;
+    ShardServer s(0, 1, kTrainers, 1, o);
+    s.declare(dense("w", torch::zeros({kTrainers})));
+    std::vector<std::vector<at::Tensor>> read(kTrainers);
+    std::vector<std::thread> ts;
+    for (int t = 0; t < kTrainers; ++t)
+      ts.emplace_back([&, t] {
+        for (int c = 1; c <= kPushes; ++c) {
+          std::this_thread::sleep_for(std::chrono::microseconds(300 * t * ((c * 7 + t) % 3)));
+          read[t].push_back(s.push(push_of(t, 0, "w", torch::one_hot(torch::tensor(t), kTrainers).to(torch::kFloat)))
+                                .value()
+                                .values.at(0));
+        }
+      });
+    for (auto& t : ts) t.join();
+    for (int t = 0; t < kTrainers; ++t)
+      for (int c = 1; c <= kPushes; ++c) {
+        const at::Tensor& v = read[t][c - 1];
+        EXPECT_EQ(v[t].item<float>(), -c) << "trainer " << t << " at clock " << c << " reads its own pushes";
+        for (int u = 0; u < kTrainers; ++u)
+          EXPECT_LE(v[u].item<float>(), -(c - staleness))
+              << "trainer " << t << " at clock " << c << " read " << -v[u].item<float>() << " push(es) of trainer " << u;
+      }
+  }
+}
+
+// One averaging rule for dense keys and table rows: the round's sum over how many pushes the
+// round holds; a trainer whose push carried nothing for a row (or key) counts as a zero.
+TEST(PsExactlyOnceTest, ARoundAveragesEveryKeyAndRowOverItsPushes) {
+  ShardServer s(0, 1, 2, 1, plain_sgd(Mode::Sync));
+  s.declare(dense("w", torch::zeros({1})));
+  s.declare(DeclareRequest{"emb", torch::zeros({3, 2}), true, 3});
+  RowsPush rows;
+  rows.id = next_id(0);
+  rows.table = "emb";
+  rows.rows = torch::tensor({1});
+  rows.grads = torch::full({1, 2}, 2.0f);
+  RowsPush tick = rows;  // trainer 1 touches no row of this shard
+  tick.id = next_id(1);
+  tick.rows = torch::zeros({0}, torch::kLong);
+  tick.grads = torch::zeros({0, 2});
+  auto a = s.push_rows(rows), b = s.push_rows(tick);
+  ASSERT_TRUE(a.wait_for(5s) && b.wait_for(5s));
+  EXPECT_TRUE(torch::allclose(s.pull_rows(RowsRequest{"emb", torch::tensor({1, 0})}),
+                              torch::tensor({{-0.1f, -0.1f}, {0.0f, 0.0f}})));  // -0.1 * 2 / 2
+  PushRequest only = push_of(0, 1, "w", torch::tensor({4.0f}));
+  PushRequest none;
+  none.id = next_id(1);
+  none.round = 1;
+  auto c = s.push(only), d = s.push(none);
+  ASSERT_TRUE(c.wait_for(5s) && d.wait_for(5s));
+  EXPECT_TRUE(torch::allclose(value_of(s, "w"), torch::tensor({-0.2f})));  // -0.1 * 4 / 2
 }
 
 }  // namespace

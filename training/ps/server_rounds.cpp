@@ -1,0 +1,310 @@
+#include "training/ps/server.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+
+#include "common/error.h"
+#include "common/failpoint.h"
+#include "common/log.h"
+#include "training/ps/detail/shard_entry.h"
+
+// Sync rounds: one shard's quorum, max_wait, late pushes and departures; over several shards
+// the leader's decisions and the followers that apply them (server.h says the rules).
+namespace distrl::training::ps {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+bool same(const PushId& a, const PushId& b) {
+  return a.trainer == b.trainer && a.incarnation == b.incarnation && a.seq == b.seq;
+}
+
+}  // namespace
+
+int ShardServer::present_locked() const {
+  int n = 0;
+  for (const auto& t : trainers_) n += t.gone ? 0 : 1;
+  return n;
+}
+
+bool ShardServer::quorum_reached_locked() const {
+  if (held_.empty() || follows()) return false;
+  const int present = present_locked();
+  const int need = std::max(1, opt_.quorum == 0 ? present : std::min(opt_.quorum, present));
+  return pushers_ >= need;
+}
+
+void ShardServer::accumulate_locked(const std::vector<Update>& ups) {
+  for (const auto& u : ups) {
+    Entry& e = *u.entry;
+    if (u.rows.defined() && u.rows.numel() == 0) continue;  // a clock tick: a zero gradient
+    if (u.rows.defined()) {
+      e.acc_rows.push_back(u.rows);
+      e.acc_grads.push_back(u.grad);
+    } else if (!e.acc.defined()) {
+      e.acc = u.grad.clone();
+    } else {
+      e.acc.add_(u.grad);
+    }
+  }
+}
+
+// A push answered as dropped: it changes nothing here.
+void ShardServer::drop_locked(Held h, Outcome& out) {
+  remember_locked(h.id, /*dropped=*/true);
+  h.ups.clear();
+  h.reply.round = round_;
+  h.reply.dropped = true;
+  h.reply.values = values_locked(h.fetch);
+  out.done.push_back(std::move(h));
+}
+
+void ShardServer::accept_sync_locked(Held h, std::int64_t round, Outcome& out) {
+  const int t = h.id.trainer;
+  TrainerStats& ts = trainers_[t];
+  if (follows()) {
+    if (same(dropped_ahead_[t], h.id)) {  // the leader dropped it before it got here
+      drop_locked(std::move(h), out);
+      return;
+    }
+    const PushId& before = decided_before_[t];
+    if (before.incarnation == h.id.incarnation && h.id.seq <= before.seq) {
+      DISTRL_LOG(Warn, "ps shard " << shard_ << ": push " << h.id.seq << " of trainer " << t
+                                   << " was in a round applied before this shard restarted and lost with its "
+                                      "snapshot's rollback: answered as dropped");
+      drop_locked(std::move(h), out);
+      return;
+    }
+    held_.push_back(std::move(h));  // until the leader says which round it is in
+    follow_locked(out);
+    return;
+  }
+  const bool late = round < round_;
+  if (late) ts.late++;
+  if (late && !opt_.fold_late) {
+    if (leads()) out.decisions.push_back(Decision{incarnation_, first_round(), 0, Decision::Drop, {h.id}});
+    drop_locked(std::move(h), out);
+    return;
+  }
+  accumulate_locked(h.ups);
+  h.ups.clear();
+  if (pushers_ == 0 && held_.empty()) {
+    first_push_ = Clock::now();
+    cv_.notify_all();  // the timer learns the round's deadline
+  }
+  if (!pushed_[t]) {
+    pushed_[t] = 1;
+    ++pushers_;
+  }
+  held_.push_back(std::move(h));
+  if (quorum_reached_locked()) close_round_locked(Close::Quorum, out);
+}
+
+// The accumulated round's mean (its sum over `pushes`, protocol rule), applied; a round counted.
+void ShardServer::apply_round_locked(std::size_t pushes, Close why) {
+  const double n = static_cast<double>(std::max<std::size_t>(1, pushes));
+  for (auto& kv : entries_) {
+    Entry& e = *kv.second;
+    if (e.table && !e.acc_rows.empty()) {
+      at::Tensor rows = at::cat(e.acc_rows), grads = at::cat(e.acc_grads);
+      at::Tensor unique, inverse;
+      std::tie(unique, inverse, std::ignore) = at::_unique2(rows, /*sorted=*/true, /*return_inverse=*/true);
+      at::Tensor summed = at::zeros({unique.numel(), grads.size(1)}, grads.options()).index_add_(0, inverse, grads);
+      apply_locked(e, unique, summed.div_(n));
+      e.acc_rows.clear();
+      e.acc_grads.clear();
+    } else if (!e.table && e.acc.defined()) {
+      apply_locked(e, at::Tensor(), e.acc.div_(n));
+      e.acc = at::Tensor();
+    }
+  }
+  ++round_;
+  ++progress_;
+  ++counters_.rounds;
+  switch (why) {
+    case Close::Quorum: ++counters_.closed_quorum; break;
+    case Close::Timeout: ++counters_.closed_timeout; break;
+    case Close::Departure: ++counters_.closed_departure; break;
+    case Close::Drop: break;
+  }
+}
+
+// The round's pushes get the new values; each is final now.
+void ShardServer::answer_round_locked(std::vector<Held>& pushes, Outcome& out) {
+  if (failpoint("ps.shard.crash_before_answer")) crash_after_snapshot_locked();
+  for (auto& h : pushes) {
+    remember_locked(h.id, false);
+    h.ups.clear();
+    h.reply.round = round_;
+    h.reply.values = values_locked(h.fetch);
+    out.done.push_back(std::move(h));
+  }
+}
+
+void ShardServer::close_round_locked(Close why, Outcome& out) {
+  std::vector<Held> pushes;
+  pushes.swap(held_);
+  apply_round_locked(pushes.size(), why);
+  std::fill(pushed_.begin(), pushed_.end(), 0);
+  pushers_ = 0;
+  if (leads()) {
+    Decision d{incarnation_, first_round(), round_, why, {}};
+    for (const auto& h : pushes) d.pushes.push_back(h.id);
+    out.decisions.push_back(std::move(d));
+  }
+  answer_round_locked(pushes, out);
+}
+
+std::int64_t ShardServer::first_round() const { return std::max<std::int64_t>(0, counters_.restored_round) + 1; }
+
+void ShardServer::set_decision_sink(DecisionSink send) {
+  std::lock_guard<std::mutex> lock(mu_);
+  send_decision_ = std::move(send);
+}
+
+// ------------------------------------------------------------------ the follower's side
+
+bool ShardServer::decide(Decision d) {
+  const std::string who = "ps shard " + std::to_string(shard_) + ": a round decision";
+  if (d.kind < Decision::Quorum || d.kind > Decision::Drop || d.leader < 1 || d.first_round < 1 ||
+      (d.kind != Decision::Drop && d.round < d.first_round) || d.pushes.empty() ||
+      d.pushes.size() > 2 * static_cast<std::size_t>(num_trainers_))
+    throw ProtocolError(who + " is malformed (kind " + std::to_string(d.kind) + ", round " + std::to_string(d.round) +
+                        " from " + std::to_string(d.first_round) + ", " + std::to_string(d.pushes.size()) + " pushes)");
+  for (const PushId& id : d.pushes) check_push(id);
+  Outcome out;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!follows()) throw ProtocolError(who + " reached a shard that is not a sync follower");
+    if (stopped_) throw TransportError("ps shard " + std::to_string(shard_) + " is stopping");
+    if (d.kind == Decision::Drop) {
+      drop_decided_locked(d.pushes, out);
+    } else if (d.leader >= leader_ && !(d.leader == leader_ && d.round < next_round_ && following_)) {
+      if (decisions_.size() >= 4096)
+        throw ProtocolError(who + " for round " + std::to_string(d.round) + " finds 4096 waiting: refused");
+      decisions_[{d.leader, d.round}] = Waiting{std::move(d), Clock::now()};
+      follow_locked(out);
+    }  // else: an earlier leader process's or one already applied
+  }
+  finish(std::move(out));
+  return true;
+}
+
+void ShardServer::drop_decided_locked(const std::vector<PushId>& ids, Outcome& out) {
+  for (const PushId& id : ids) {
+    ++trainers_[id.trainer].late;
+    auto it = std::find_if(held_.begin(), held_.end(), [&](const Held& h) { return same(h.id, id); });
+    if (it == held_.end()) {
+      dropped_ahead_[id.trainer] = id;  // still on its way here
+      continue;
+    }
+    Held h = std::move(*it);
+    held_.erase(it);
+    drop_locked(std::move(h), out);
+  }
+}
+
+// Applies the waiting decisions in the leader's order as far as their pushes have arrived.
+// Decisions of an earlier leader process come first (it may have answered their pushes); one
+// it never sent leaves a gap, which a newer leader process lets the follower skip: the pushes
+// of an unsent decision were not answered by the leader and reach the new one again.
+void ShardServer::follow_locked(Outcome& out) {
+  while (following_ && !decisions_.empty()) {
+    auto it = decisions_.begin();
+    const Decision& d = it->second.d;
+    if (d.leader > leader_) {
+      leader_ = d.leader;
+      next_round_ = d.first_round;
+    }
+    if (d.round < next_round_) {
+      decisions_.erase(it);
+      continue;
+    }
+    if (d.round > next_round_) {
+      if (decisions_.rbegin()->first.first == leader_) return;  // the decisions between are on their way
+      next_round_ = d.round;
+    }
+    const bool overdue = Clock::now() - it->second.since > opt_.decision_wait;
+    if (!follow_one_locked(d, overdue, out)) return;
+    decisions_.erase(it);
+    ++next_round_;
+  }
+}
+
+// One round as the leader closed it, once every push it names is here (or cannot come).
+bool ShardServer::follow_one_locked(const Decision& d, bool overdue, Outcome& out) {
+  std::vector<std::size_t> found;
+  std::vector<PushId> absent;
+  for (const PushId& id : d.pushes) {
+    const LastPush& last = last_[id.trainer];
+    if (last.incarnation > id.incarnation || (last.incarnation == id.incarnation && id.seq <= last.seq))
+      continue;  // final here already (named again by a restarted leader)
+    auto it = std::find_if(held_.begin(), held_.end(), [&](const Held& h) { return same(h.id, id); });
+    if (it != held_.end()) found.push_back(static_cast<std::size_t>(it - held_.begin()));
+    else if (trainers_[id.trainer].gone || overdue) absent.push_back(id);
+    else return false;
+  }
+  for (const PushId& id : absent)
+    DISTRL_LOG(Warn, "ps shard " << shard_ << ": push " << id.seq << " of trainer " << id.trainer << " is in round " << d.round
+                           << " of shard 0 but never reached this shard ("
+                           << (overdue ? "waited ps decision_wait" : "the trainer is gone")
+                           << "): it counts as a zero gradient here");
+  std::sort(found.begin(), found.end());
+  std::vector<Held> pushes;
+  for (std::size_t i : found) pushes.push_back(std::move(held_[i]));
+  for (auto i = found.rbegin(); i != found.rend(); ++i) held_.erase(held_.begin() + static_cast<std::ptrdiff_t>(*i));
+  // Sum in the leader's order (the order of d.pushes), as it did.
+  std::stable_sort(pushes.begin(), pushes.end(), [&](const Held& a, const Held& b) {
+    auto pos = [&](const Held& h) {
+      return std::find_if(d.pushes.begin(), d.pushes.end(), [&](const PushId& id) { return same(id, h.id); }) -
+             d.pushes.begin();
+    };
+    return pos(a) < pos(b);
+  });
+  for (const auto& h : pushes) accumulate_locked(h.ups);
+  apply_round_locked(d.pushes.size(), static_cast<Close>(d.kind));
+  answer_round_locked(pushes, out);
+  return true;
+}
+
+FollowReply ShardServer::follow() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!leads()) throw ProtocolError("ps shard " + std::to_string(shard_) + " is not the leader of sync rounds");
+  FollowReply r{incarnation_, round_, {}};
+  for (int t = 0; t < num_trainers_; ++t) r.decided.push_back(PushId{t, last_[t].incarnation, last_[t].seq});
+  return r;
+}
+
+void ShardServer::await_leader() {
+  std::lock_guard<std::mutex> lock(mu_);
+  following_ = false;
+}
+
+void ShardServer::take_follow(const FollowReply& r) {
+  if (r.decided.size() != static_cast<std::size_t>(num_trainers_))
+    throw ProtocolError("ps shard " + std::to_string(shard_) + ": the leader's state names " +
+                        std::to_string(r.decided.size()) + " trainers, this run has " + std::to_string(num_trainers_));
+  Outcome out;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    leader_ = r.leader;
+    next_round_ = r.round + 1;
+    decided_before_ = r.decided;
+    following_ = true;
+    std::vector<Held> keep;  // retries that reached this process before it knew
+    for (auto& h : held_) {
+      const PushId& before = decided_before_[h.id.trainer];
+      if (before.incarnation == h.id.incarnation && h.id.seq <= before.seq) drop_locked(std::move(h), out);
+      else keep.push_back(std::move(h));
+    }
+    held_.swap(keep);
+    DISTRL_LOG(Info, "ps shard " << shard_ << ": follows shard 0 (incarnation " << r.leader << ") from its round "
+                                 << r.round + 1);
+    follow_locked(out);
+  }
+  finish(std::move(out));
+}
+
+}  // namespace distrl::training::ps

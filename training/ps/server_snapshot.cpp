@@ -1,0 +1,182 @@
+#include "training/ps/server.h"
+
+#include <torch/torch.h>
+
+#include <csignal>
+#include <filesystem>
+
+#include <unistd.h>
+
+#include "common/error.h"
+#include "models/checkpoint.h"
+#include "training/ps/detail/shard_entry.h"
+
+// A shard's snapshots: what it holds, written atomically by one writer at a time, and read back
+// by a restarted shard before any trainer reaches it.
+namespace distrl::training::ps {
+
+using Clock = std::chrono::steady_clock;
+
+struct ShardServer::Saved {
+  struct Key {
+    std::string name;
+    bool table = false;
+    std::int64_t global_rows = 0;
+    at::Tensor value, m1, m2, steps;
+  };
+  std::vector<Key> keys;
+  std::int64_t round = 0, progress = 0;
+  at::Tensor clocks;  // int64 [trainers]
+  at::Tensor last;    // int64 [trainers, 3]: incarnation, seq, dropped of each trainer's last push
+};
+
+ShardServer::Saved ShardServer::save_locked() const {
+  Saved out;
+  out.round = round_;
+  out.progress = progress_;
+  std::vector<std::int64_t> clocks;
+  for (const auto& t : trainers_) clocks.push_back(t.clock);
+  out.clocks = at::tensor(clocks, at::kLong);
+  out.last = at::zeros({num_trainers_, 3}, at::kLong);
+  for (int t = 0; t < num_trainers_; ++t) {
+    out.last[t][0] = last_[t].incarnation;
+    out.last[t][1] = last_[t].seq;
+    out.last[t][2] = last_[t].dropped ? 1 : 0;
+  }
+  auto copy = [](const at::Tensor& t) { return t.defined() ? t.clone() : t; };
+  for (const auto& kv : entries_) {
+    const Entry& e = *kv.second;
+    out.keys.push_back(Saved::Key{e.name, e.table, e.global_rows, e.value.clone(), copy(e.m1), copy(e.m2), copy(e.steps)});
+  }
+  return out;
+}
+
+void ShardServer::write_snapshot(const Saved& saved) {
+  namespace fs = std::filesystem;
+  const std::string& path = opt_.snapshot_path;
+  torch::serialize::OutputArchive ar;
+  ar.write("shard", c10::IValue(static_cast<std::int64_t>(shard_)));
+  ar.write("shards", c10::IValue(static_cast<std::int64_t>(num_shards_)));
+  ar.write("round", c10::IValue(saved.round));
+  ar.write("progress", c10::IValue(saved.progress));
+  ar.write("clocks", saved.clocks, /*is_buffer=*/true);
+  ar.write("last_push", saved.last, /*is_buffer=*/true);
+  ar.write("keys", c10::IValue(static_cast<std::int64_t>(saved.keys.size())));
+  for (std::size_t i = 0; i < saved.keys.size(); ++i) {
+    const auto& k = saved.keys[i];
+    torch::serialize::OutputArchive a;
+    a.write("name", c10::IValue(k.name));
+    a.write("table", c10::IValue(k.table));
+    a.write("global_rows", c10::IValue(k.global_rows));
+    a.write("value", k.value, true);
+    if (k.m1.defined()) a.write("m1", k.m1, true);
+    if (k.m2.defined()) a.write("m2", k.m2, true);
+    if (k.steps.defined()) a.write("steps", k.steps, true);
+    ar.write("key" + std::to_string(i), a);
+  }
+  try {
+    models::save_archive(ar, path);  // the last good snapshot stays whole when this fails
+  } catch (const OutputError& e) {
+    throw OutputError("ps shard " + std::to_string(shard_) + ": snapshot: " + e.what());
+  }
+}
+
+void ShardServer::snapshot() {
+  if (opt_.snapshot_path.empty()) throw ConfigError("ps: snapshots need a path (ServerOptions::snapshot_path)");
+  std::lock_guard<std::mutex> writing(snapshot_mu_);
+  Saved saved;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    saved = save_locked();
+    snapshot_progress_ = progress_;
+    snapshot_time_ = Clock::now();
+  }
+  write_snapshot(saved);
+  std::lock_guard<std::mutex> lock(mu_);
+  ++counters_.snapshots;
+}
+
+bool ShardServer::snapshot_due_locked() const {
+  if (opt_.snapshot_path.empty() || progress_ == snapshot_progress_) return false;
+  if (opt_.snapshot_rounds > 0 && progress_ - snapshot_progress_ >= opt_.snapshot_rounds) return true;
+  return opt_.snapshot_every.count() > 0 && Clock::now() - snapshot_time_ >= opt_.snapshot_every;
+}
+
+std::int64_t ShardServer::restore(const std::string& path) {
+  const std::string where = "ps shard " + std::to_string(shard_) + ": snapshot " + path;
+  if (!std::filesystem::exists(path))
+    throw Error(where + " does not exist (a restarted server needs one: set ps.snapshot_rounds or ps.snapshot_s)");
+  torch::serialize::InputArchive ar;
+  std::vector<std::unique_ptr<Entry>> loaded;
+  std::int64_t round = 0, progress = 0;
+  at::Tensor clocks, last;
+  try {
+    ar.load_from(path);
+    c10::IValue v;
+    ar.read("shard", v);
+    const auto shard = v.toInt();
+    ar.read("shards", v);
+    if (shard != shard_ || v.toInt() != num_shards_)
+      throw Error("it is shard " + std::to_string(shard) + " of " + std::to_string(v.toInt()) + ", this is shard " +
+                  std::to_string(shard_) + " of " + std::to_string(num_shards_));
+    ar.read("round", v);
+    round = v.toInt();
+    ar.read("progress", v);
+    progress = v.toInt();
+    ar.read("clocks", clocks, true);
+    ar.try_read("last_push", last, true);  // absent in snapshots written before pushes had ids
+    ar.read("keys", v);
+    const auto n = v.toInt();
+    for (std::int64_t i = 0; i < n; ++i) {
+      torch::serialize::InputArchive a;
+      ar.read("key" + std::to_string(i), a);
+      auto e = std::make_unique<Entry>();
+      a.read("name", v);
+      e->name = v.toStringRef();
+      a.read("table", v);
+      e->table = v.toBool();
+      a.read("global_rows", v);
+      e->global_rows = v.toInt();
+      a.read("value", e->value, true);
+      a.try_read("m1", e->m1, true);
+      a.try_read("m2", e->m2, true);
+      a.try_read("steps", e->steps, true);
+      e->stats.name = e->name;
+      e->stats.table = e->table;
+      if (e->table) e->row_pushes = at::zeros({e->value.size(0)}, at::kLong);
+      loaded.push_back(std::move(e));
+    }
+  } catch (const Error& e) {
+    throw Error(where + ": " + e.what());
+  } catch (const std::exception& e) {
+    throw Error(where + " cannot be read (" + e.what() + ")");
+  }
+  if (clocks.numel() != num_trainers_ || (last.defined() && !last.sizes().equals({num_trainers_, 3})))
+    throw Error(where + " has " + std::to_string(clocks.numel()) + " trainers' clocks, this run has " +
+                std::to_string(num_trainers_) + " trainers");
+  std::lock_guard<std::mutex> lock(mu_);
+  entries_.clear();
+  for (auto& e : loaded) entries_[e->name] = std::move(e);
+  round_ = round;
+  progress_ = snapshot_progress_ = progress;
+  snapshot_time_ = Clock::now();
+  for (int t = 0; t < num_trainers_; ++t) {
+    trainers_[t].clock = clocks[t].item<std::int64_t>();
+    last_[t] = last.defined() ? LastPush{last[t][0].item<std::int64_t>(), last[t][1].item<std::int64_t>(),
+                                         last[t][2].item<std::int64_t>() != 0}
+                              : LastPush{};
+  }
+  counters_.restored_round = round;
+  first_push_reported_ = false;
+  return round;
+}
+
+// Failpoint ps.shard.crash_before_answer: dies with a snapshot of what it applied, before it
+// answers -- the moment a retry most needs exactly once.
+void ShardServer::crash_after_snapshot_locked() {
+  if (!opt_.snapshot_path.empty()) write_snapshot(save_locked());
+  ::raise(SIGKILL);
+  ::_exit(128 + SIGKILL);
+}
+
+}  // namespace distrl::training::ps
