@@ -12,7 +12,9 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <random>
 #include <sstream>
+#include <thread>
 
 #include "tests/support/command.h"
 #include "tests/support/multiproc.h"
@@ -232,6 +234,152 @@ TEST(PsFaultTest, AStoppedTrainerDoesNotStallAQuorumRoundAndItsLatePushesAreDrop
   EXPECT_EQ(codes, (std::vector<int>{0, 0, 0, 0, 0}));
 }
 
+// ------------------------------------------------------------------ exactly once
+
+const std::string kSmallRun =
+    "--config " + kConfig + " roles.servers=2 model.name=mlp model.image_size=6 model.hidden=[16] model.classes=5 "
+    "train.rounds=24 train.batch_size=8 optimizer.lr=0.05 run.log_interval=1000 ";
+
+// distrl-launch ARGS with environment ENV ("NAME=value ...") set for every rank it starts.
+distrl::testing::CommandResult launch_with(const std::string& env, const std::string& args) {
+  return distrl::testing::run_command(env + " " + distrl::testing::bin_path("distrl-launch") + " " + args);
+}
+
+std::vector<torch::Tensor> params_of(const std::string& dir) {
+  std::vector<torch::Tensor> p;
+  torch::load(p, dir + "/params.pt");
+  return p;
+}
+
+// The duplicates column of ps_stats.csv's trainer table, summed over shards and trainers.
+int duplicates_in(const std::string& dir) {
+  std::istringstream in(distrl::testing::read_file(dir + "/ps_stats.csv"));
+  std::string line;
+  bool trainers = false;
+  int n = 0;
+  while (std::getline(in, line)) {
+    if (line.rfind("shard,trainer,", 0) == 0) {
+      trainers = true;
+      continue;
+    }
+    if (trainers && !line.empty()) n += std::stoi(line.substr(line.rfind(',') + 1));
+  }
+  return n;
+}
+
+// The failpoint ps.client.resend sends every trainer's 3rd push a second time while the first is
+// still live (a retry after a connection blip): the run's parameters equal an undisturbed run's
+// (sync, 3 trainers: the copy waits in its round and adds nothing; async, 1 trainer: the copy is
+// answered, not applied).
+TEST(PsExactlyOnceTest, APushSentTwiceToLiveShardsMovesTheParametersOnce) {
+  for (const std::string mode : {"roles.trainers=3", "roles.trainers=1 ps.consistency=async"}) {
+    SCOPED_TRACE(mode);
+    TempDir ref, got;
+    auto a = launch(kSmallRun + mode + " run.out_dir=" + ref.path());
+    ASSERT_EQ(a.code, 0) << a.output;
+    auto b = launch_with("DISTRL_FAILPOINTS=ps.client.resend@3", kSmallRun + mode + " run.out_dir=" + got.path());
+    ASSERT_EQ(b.code, 0) << b.output;
+    EXPECT_NE(b.output.find("failpoint ps.client.resend fires"), std::string::npos) << b.output;
+    EXPECT_GE(duplicates_in(got.path()), 2) << distrl::testing::read_file(got.file("ps_stats.csv"));
+    expect_saved_params_equal(got.path(), params_of(ref.path()));
+  }
+}
+
+// A shard dies (SIGKILL) right after applying pushes and writing a snapshot of them, before it
+// answers: distrl-launch restarts it, it restores the snapshot, the trainers' retries reach it
+// and are answered without being applied again -- the run's parameters equal an undisturbed
+// run's. Sync with the leader killed, sync with the follower killed, SSP (staleness 0, plain
+// SGD: both deterministic runs).
+TEST(PsExactlyOnceTest, AShardKilledBeforeAnsweringIsRestoredAndAppliesNoPushTwice) {
+  struct Case {
+    std::string args;
+    int rank;
+  };
+  const std::vector<Case> cases = {{"roles.trainers=3", 0},
+                                   {"roles.trainers=3", 1},
+                                   {"roles.trainers=3 ps.consistency=ssp ps.staleness=0 optimizer.momentum=0", 0}};
+  std::map<std::string, std::unique_ptr<TempDir>> refs;  // one undisturbed run per setting
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.args + ", rank " + std::to_string(c.rank) + " killed");
+    const std::string run = kSmallRun + c.args + " ps.snapshot_rounds=1000 ps.retry_s=30 launch.max_restarts=1 ";
+    auto& ref = refs[c.args];
+    if (!ref) {
+      ref = std::make_unique<TempDir>();
+      auto a = launch(run + "run.out_dir=" + ref->path());
+      ASSERT_EQ(a.code, 0) << a.output;
+    }
+    TempDir got;
+    auto b = launch_with("DISTRL_FAILPOINTS=ps.shard.crash_before_answer@10#" + std::to_string(c.rank),
+                         run + "run.out_dir=" + got.path());
+    ASSERT_EQ(b.code, 0) << b.output;
+    EXPECT_NE(b.output.find("rank " + std::to_string(c.rank) + " exited with code 137; restarting it"),
+              std::string::npos)
+        << b.output;
+    EXPECT_NE(b.output.find("; 0 late push(es) dropped"), std::string::npos) << b.output;
+    EXPECT_GE(duplicates_in(got.path()), 1) << distrl::testing::read_file(got.file("ps_stats.csv"));
+    expect_saved_params_equal(got.path(), params_of(ref->path()));
+  }
+}
+
+// Sync over two shards with a quorum of 2 of 3 and a straggler; each push reaches the two
+// shards in a random order with a pause between (as a loaded network delivers them): the leader
+// decides each round and the follower applies the same pushes, so a push is dropped by both
+// shards or by neither, and two keys that receive the same gradients on different shards end
+// equal (integer gradients: the sums are exact).
+TEST(PsExactlyOnceTest, TwoShardsAndAStragglerCloseEveryRoundWithTheSameTrainers) {
+  TempDir dir;
+  const int rounds = 30;
+  auto codes = run_ranks(World::kServers + World::kTrainers, [&](int rank) {
+    ServerOptions o = World::options(2);
+    o.optimizer.lr = 1;
+    o.optimizer.momentum = 0;
+    o.max_wait = std::chrono::milliseconds(15);
+    if (rank < World::kServers)
+      return serve(dir, rank, o, [&](const ShardStats& s) {
+        expect(s.rounds >= rounds / 2, "rounds closed: " + std::to_string(s.rounds));
+      });
+    const int trainer = rank - World::kServers;
+    transport::RpcAgent agent(distrl::testing::rpc_options(dir, rank, World::kServers + World::kTrainers));
+    PsClient ps(agent, ClientOptions{trainer, World::kServers, 0});
+    std::string a, b;  // a key on each shard
+    for (int i = 0; a.empty() || b.empty(); ++i) (ps.shard_of("k" + std::to_string(i)) == 0 ? a : b) = "k" + std::to_string(i);
+    ps.declare(a, torch::zeros({1}));
+    ps.declare(b, torch::zeros({1}));
+    std::mt19937 gen(static_cast<unsigned>(rank));
+    std::int64_t round = 0;  // the last round shard 0 told this trainer
+    for (int r = 0; r < rounds; ++r) {
+      std::this_thread::sleep_for(std::chrono::microseconds(gen() % (trainer == 2 ? 20000 : 2000)));
+      PushRequest pa;
+      pa.id = PushId{trainer, agent.incarnation(), r + 1};
+      pa.round = round;
+      pa.names = {a};
+      pa.grads = {torch::full({1}, static_cast<float>((trainer + 1) * 100 + r))};
+      PushRequest pb = pa;
+      pb.names = {b};
+      const int first = static_cast<int>(gen() % 2);
+      auto f0 = agent.rpc_async<PushReply>(first, kPush, first == 0 ? pa : pb);
+      std::this_thread::sleep_for(std::chrono::microseconds(gen() % 1500));
+      auto f1 = agent.rpc_async<PushReply>(1 - first, kPush, first == 0 ? pb : pa);
+      const PushReply r0 = f0.value(), r1 = f1.value();
+      expect(r0.dropped == r1.dropped, "push " + std::to_string(r + 1) + " of trainer " + std::to_string(trainer) +
+                                           " dropped by one shard only");
+      round = (first == 0 ? r0 : r1).round;
+    }
+    if (trainer != 0) {
+      agent.store().set("pushed/" + std::to_string(trainer), "1");
+    } else {  // every push answered by both shards: every round applied on both
+      agent.store().wait({"pushed/1", "pushed/2"}, 30s);
+      const auto v = ps.pull({a, b});
+      expect(v[0].equal(v[1]), "both shards applied the same rounds: " + std::to_string(v[0].item<float>()) +
+                                   " vs " + std::to_string(v[1].item<float>()));
+    }
+    ps.bye();
+    agent.shutdown();
+    return 0;
+  }, 60s);
+  EXPECT_EQ(codes, (std::vector<int>{0, 0, 0, 0, 0}));
+}
+
 }  // namespace
 
 namespace {
@@ -254,11 +402,10 @@ std::map<std::string, std::string> server_csv(const std::string& dir) {
   return out;
 }
 
-TEST(PsModelOnServerTest, OneTrainerEqualsOneProcess) {
-  TempDir dir;
-  auto r = launch("--config " + kModelConfig + " roles.trainers=1 " + kSmallModel + "run.out_dir=" + dir.path());
-  ASSERT_EQ(r.code, 0) << r.output;
-  // The same MLP trained here on the same batches in the same order (no dropout: exact).
+// The model-on-server run in one process: the same MLP stepped with the batches of every
+// trainer's sampler, trainer order[i] taking step i with its own SGD (each trainer's
+// DistributedOptimizer keeps its own momentum on the server; no dropout: exact to rounding).
+std::vector<torch::Tensor> one_process_in_order(const std::vector<int>& order, int trainers) {
   torch::manual_seed(1);
   models::NetSpec spec;
   spec.name = "mlp";
@@ -266,30 +413,62 @@ TEST(PsModelOnServerTest, OneTrainerEqualsOneProcess) {
   spec.outputs = 10;
   spec.hidden = {32};
   auto net = models::make_net(spec);
-  torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+  std::vector<std::unique_ptr<torch::optim::SGD>> opts;
+  for (int t = 0; t < trainers; ++t)
+    opts.push_back(std::make_unique<torch::optim::SGD>(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9)));
   training::Dataset d = training::load_idx_dir("/usr/share/datasets/fashion-mnist", true);
   d.inputs = d.inputs.narrow(0, 0, 384);
   d.targets = d.targets.narrow(0, 0, 384);
-  training::DistributedSampler sampler(d.size(), 0, 1, true, 1);
-  for (int epoch = 1; epoch <= 2; ++epoch) {
-    sampler.set_epoch(epoch);
-    auto idx = torch::tensor(sampler.indices(), torch::kLong);
-    for (std::int64_t off = 0; off < idx.numel(); off += 32) {
-      auto b = idx.narrow(0, off, std::min<std::int64_t>(32, idx.numel() - off));
-      opt.zero_grad();
-      torch::nn::functional::cross_entropy(net->forward(d.inputs.index_select(0, b)), d.targets.index_select(0, b))
-          .backward();
-      opt.step();
+  std::vector<std::vector<torch::Tensor>> batches(trainers);  // each trainer's, in its order
+  for (int t = 0; t < trainers; ++t) {
+    training::DistributedSampler sampler(d.size(), t, trainers, true, 1);
+    for (int epoch = 1; epoch <= 2; ++epoch) {
+      sampler.set_epoch(epoch);
+      auto idx = torch::tensor(sampler.indices(), torch::kLong);
+      for (std::int64_t off = 0; off < idx.numel(); off += 32)
+        batches[t].push_back(idx.narrow(0, off, std::min<std::int64_t>(32, idx.numel() - off)));
     }
   }
-  expect_saved_params_equal(dir.path(), net->parameters());
+  std::vector<std::size_t> next(trainers, 0);
+  for (int t : order) {
+    if (t < 0 || t >= trainers || next[t] >= batches[t].size()) {
+      ADD_FAILURE() << "step order names trainer " << t << " once too often";
+      break;
+    }
+    const auto& b = batches[t][next[t]++];
+    opts[t]->zero_grad();
+    torch::nn::functional::cross_entropy(net->forward(d.inputs.index_select(0, b)), d.targets.index_select(0, b))
+        .backward();
+    opts[t]->step();
+  }
+  for (int t = 0; t < trainers; ++t) EXPECT_EQ(next[t], batches[t].size()) << "trainer " << t << "'s batches stepped";
+  return net->parameters();
+}
+
+// step_order.csv's trainer column.
+std::vector<int> step_order(const std::string& dir) {
+  std::istringstream in(distrl::testing::read_file(dir + "/step_order.csv"));
+  std::string line;
+  std::getline(in, line);
+  std::vector<int> order;
+  while (std::getline(in, line))
+    if (!line.empty()) order.push_back(std::stoi(line.substr(line.find(',') + 1)));
+  return order;
+}
+
+TEST(PsModelOnServerTest, OneTrainerEqualsOneProcess) {
+  TempDir dir;
+  auto r = launch("--config " + kModelConfig + " roles.trainers=1 " + kSmallModel + "run.out_dir=" + dir.path());
+  ASSERT_EQ(r.code, 0) << r.output;
+  expect_saved_params_equal(dir.path(), one_process_in_order(std::vector<int>(24, 0), 1));
   EXPECT_EQ(server_csv(dir.path())["steps"], "24");
   EXPECT_NE(distrl::testing::read_file(dir.path() + "/epochs.csv").find("\n2,"), std::string::npos);
 }
 
 // 2 and 4 trainers in each mode: every batch is stepped exactly once (versioned: after its
 // retries), the run learns (test accuracy well above the 10 % of chance after 24 steps), and
-// the counters are consistent.
+// the counters are consistent; serialize equals one process applying the same batches in the
+// order the server logged (step_order.csv).
 void run_every_trainer_count(const std::string& policy) {
   for (int trainers : {2, 4}) {
     TempDir dir;
@@ -306,6 +485,10 @@ void run_every_trainer_count(const std::string& policy) {
     }
     if (policy != "serialize") {
       EXPECT_EQ(s["waits"], "0");
+    } else {  // one step at a time: the run equals one process stepping in the server's order
+      const std::vector<int> order = step_order(dir.path());
+      EXPECT_EQ(order.size(), static_cast<std::size_t>(2 * trainers * batches));
+      expect_saved_params_equal(dir.path(), one_process_in_order(order, trainers));
     }
     const std::string epochs = distrl::testing::read_file(dir.path() + "/epochs.csv");
     std::istringstream lines(epochs);
@@ -394,17 +577,19 @@ TEST(PsModelOnServerTest, MalformedCallsAreRefusedByNameAndTheServerKeepsServing
     std::shared_ptr<ModelServer> server;
     transport::RpcAgent agent(distrl::testing::rpc_options(dir, rank, 2), [&](transport::RpcAgent& a) { server = setup_model_on_server(a, cfg); });
     if (rank == 1) {
-      expect_refused([&] { agent.rpc_sync<at::Tensor>(0, "ps.model.forward", torch::zeros({2, 3, 28, 28})); },
+      expect_refused([&] { agent.rpc_sync<at::Tensor>(0, "ps.model.forward", 0, torch::zeros({2, 3, 28, 28})); },
                      "expects float32 images [batch, 1, 28, 28]");
-      expect_refused([&] { agent.rpc_sync<at::Tensor>(0, "ps.model.forward", torch::zeros({2, 1, 28, 28}, torch::kLong)); },
+      expect_refused([&] { agent.rpc_sync<at::Tensor>(0, "ps.model.forward", 0, torch::zeros({2, 1, 28, 28}, torch::kLong)); },
                      "expects float32 images");
-      expect_refused([&] { agent.rpc_sync<at::Tensor>(0, "ps.model.forward", torch::zeros({28, 28})); }, "expects float32");
+      expect_refused([&] { agent.rpc_sync<at::Tensor>(0, "ps.model.forward", 0, torch::zeros({28, 28})); }, "expects float32");
+      expect_refused([&] { agent.rpc_sync<at::Tensor>(0, "ps.model.forward", 3, torch::zeros({2, 1, 28, 28})); },
+                     "trainer 3 is not one of 0..0");
       const auto report = std::make_tuple(std::int64_t{10}, std::int64_t{1}, std::int64_t{0}, 1.0);
       expect_refused([&] { agent.rpc_sync<void>(0, "ps.model.report", 7, report); }, "trainer 7 is not one of 0..0");
       expect_refused([&] { agent.rpc_sync<void>(0, "ps.model.report", 0, std::string("x")); },
                      "argument 2 of 'ps.model.report'");
       agent.rpc_sync<void>(0, "ps.model.report", 0, report);
-      at::Tensor y = agent.rpc_sync<at::Tensor>(0, "ps.model.forward", torch::zeros({3, 1, 28, 28}));
+      at::Tensor y = agent.rpc_sync<at::Tensor>(0, "ps.model.forward", 0, torch::zeros({3, 1, 28, 28}));
       expect(y.size(0) == 3 && y.size(1) == 10, "a good forward is still served");
     }
     agent.shutdown();

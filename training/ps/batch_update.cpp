@@ -143,6 +143,12 @@ void run_batch_update(const PsConfig& cfg, const std::string& config_yaml, trans
     for (std::size_t i = 0; i < params.size(); ++i) params[i].copy_(values[i]);
   };
   load(ps.pull(names));  // the tutorial's get_model()
+  // Every trainer starts from the same model: async and ssp apply a push on arrival, and a
+  // trainer that pulled after another's first push would start elsewhere. (Once per run: a
+  // restarted trainer finds the key set.)
+  auto& store = agent.store();
+  if (store.add("ps/started", 1) >= cfg.trainers) store.set("ps/started/all", "1");
+  store.wait({"ps/started/all"}, std::chrono::milliseconds(static_cast<long long>(cfg.timeout_s * 1000)));
 
   std::ofstream metrics;
   if (lead) {

@@ -14,6 +14,7 @@
 #include "autograd/optimizer.h"
 #include "autograd/step_guard.h"
 #include "common/error.h"
+#include "common/output_file.h"
 #include "common/plot.h"
 #include "models/checkpoint.h"
 #include "models/nets.h"
@@ -72,6 +73,10 @@ struct ModelServer {
   std::shared_ptr<ShardServer> tracker;  // the trainers' goodbyes and departures
   std::mutex mu;
   std::map<int, Report> reports;
+  // serialize: the trainer of each step, in the order the guard granted the parameters
+  // (step_order.csv: one process applying those batches in that order computes this run)
+  std::ofstream step_order;
+  std::int64_t steps = 0;
 };
 
 std::shared_ptr<ModelServer> setup_model_on_server(transport::RpcAgent& agent, const PsConfig& cfg) {
@@ -87,12 +92,25 @@ std::shared_ptr<ModelServer> setup_model_on_server(transport::RpcAgent& agent, c
   tracking.snapshot_path.clear();  // it holds no parameters: the model lives in this process
   s->tracker = std::make_shared<ShardServer>(0, 1, cfg.trainers, cfg.servers, tracking);
   ShardServer::register_on(agent, s->tracker);
+  if (cfg.step_policy == "serialize") {
+    std::filesystem::create_directories(cfg.out_dir);
+    s->step_order.open(cfg.out_dir + "/step_order.csv");
+    if (!s->step_order) throw Error("cannot write " + cfg.out_dir + "/step_order.csv (check run.out_dir)");
+    s->step_order << "step,trainer\n";
+  }
   ModelServer* m = s.get();
-  agent.register_function("ps.model.forward", [m](at::Tensor x) {
+  agent.register_function("ps.model.forward", [m, trainers = cfg.trainers](int trainer, at::Tensor x) {
+    if (trainer < 0 || trainer >= trainers)
+      throw ArgumentError("ps.model.forward: trainer " + std::to_string(trainer) + " is not one of 0.." +
+                          std::to_string(trainers - 1));
     if (x.dim() != 4 || x.size(1) != 1 || x.size(2) != 28 || x.size(3) != 28 || x.scalar_type() != at::kFloat)
       throw ArgumentError("ps.model.forward: expects float32 images [batch, 1, 28, 28], got " +
                           std::string(x.toString()) + " " + c10::str(x.sizes()));
-    m->guard->enter();
+    m->guard->enter();  // serialize: this context holds the parameters until it steps
+    if (m->step_order.is_open()) {
+      std::lock_guard<std::mutex> lock(m->mu);
+      m->step_order << ++m->steps << "," << trainer << "\n";
+    }
     return m->net->forward(x);
   });
   agent.register_function("ps.model.parameters", [m]() { return m->params; });
@@ -134,6 +152,10 @@ void serve(const PsConfig& cfg, transport::RpcAgent& agent, ModelServer& s) {
     }
   }
   const double rate = slowest > 0 ? samples / slowest : 0;
+  if (s.step_order.is_open()) {
+    std::lock_guard<std::mutex> lock(s.mu);
+    check_written(s.step_order, cfg.out_dir + "/step_order.csv");
+  }
   std::cout << "ps0: every trainer done after " << std::setprecision(3) << seconds << " s; " << samples
             << " samples, " << std::setprecision(4) << rate << " samples/s; " << g.version << " steps applied, "
             << g.stale_refused << " stale refused (" << retries << " retries), " << g.waits << " forwards waited "
@@ -189,7 +211,7 @@ void run_model_on_server(const PsConfig& cfg, const std::string& config_yaml, tr
       for (int attempt = 0;; ++attempt) {
         autograd::Context ctx(agent);
         const auto t0 = Clock::now();
-        auto out = agent.rpc_sync<at::Tensor>(kServerRank, "ps.model.forward", x);
+        auto out = agent.rpc_sync<at::Tensor>(kServerRank, "ps.model.forward", trainer, x);
         auto l = torch::nn::functional::cross_entropy(out, y);
         const auto t1 = Clock::now();
         autograd::backward(ctx, {l});

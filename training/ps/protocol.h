@@ -93,12 +93,16 @@ struct Decision {
   std::vector<PushId> pushes;    // the round's pushes, or the one dropped
   MSGPACK_DEFINE(leader, first_round, round, kind, pushes);
 };
-// ps.follow: what a restarted follower asks the leader before it applies decisions.
+// ps.follow(leader, round): a restarted follower asks the leader for its decisions after round
+// `round` of leader process `leader` -- the last one the follower's snapshot holds -- and
+// replays them with the pushes that reach it again (the trainers' retries).
+inline constexpr std::size_t kRecentDecisions = 1024;  // rounds a leader keeps for that
 struct FollowReply {
-  std::int64_t leader = 1;  // the leader process's incarnation
-  std::int64_t round = 0;   // rounds it has closed: the caller applies the decisions after this one
-  std::vector<PushId> decided;  // per trainer: the last push it decided (seq 0: none)
-  MSGPACK_DEFINE(leader, round, decided);
+  std::int64_t leader = 1;        // the leader process's incarnation
+  std::int64_t round = 0;         // rounds it has closed
+  std::vector<Decision> recent;   // its decisions after the one asked for, as far as it keeps them
+  std::vector<PushId> decided;    // per trainer: the last push it decided (seq 0: none)
+  MSGPACK_DEFINE(leader, round, recent, decided);
 };
 
 // Rows of a table, as this shard's local row numbers (the client maps global ones).

@@ -96,11 +96,12 @@ void ShardServer::register_on(transport::RpcAgent& agent, const std::shared_ptr<
     return true;
   });
   agent.register_function(kDecide, [s](Decision d) { return s->decide(std::move(d)); });
-  agent.register_function(kFollow, [s]() { return s->follow(); });
+  agent.register_function(kFollow, [s](std::int64_t leader, std::int64_t round) { return s->follow(leader, round); });
   {
     std::lock_guard<std::mutex> lock(s->mu_);
     s->agent_ = &agent;
     s->incarnation_ = agent.incarnation();
+    for (Decision& d : s->recent_) d.leader = s->incarnation_;  // restored: this process sends it again
   }
   if (s->leads())
     s->set_decision_sink([&agent, rank = s->opt_.first_server_rank](int shard, const Decision& d) {
@@ -111,17 +112,28 @@ void ShardServer::register_on(transport::RpcAgent& agent, const std::shared_ptr<
 
 void ShardServer::watch_trainers(transport::RpcAgent& agent) {
   for (int t = 0; t < num_trainers_; ++t) agent.watch(first_trainer_rank_ + t);
+  Outcome again;
   {
     std::lock_guard<std::mutex> lock(mu_);
     agent_ = &agent;
+    if (leads() && !recent_.empty() && recent_.back().round == first_round_)
+      again.decisions.push_back(recent_.back());  // a restarted leader's last round may not have reached them
+  }
+  finish(std::move(again));
+  std::int64_t applied_leader = 0, applied_round = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
     if (following_) return;
+    applied_leader = leader_;
+    applied_round = next_round_ - 1;
   }
   // A restarted follower: where does the leader stand? (It may be restarting too: retry.)
   const int leader = opt_.first_server_rank;
   const auto until = Clock::now() + opt_.decision_wait;
   for (;;) {
     try {
-      take_follow(agent.rpc_sync<FollowReply>(transport::Target(leader, std::chrono::seconds(5)), kFollow));
+      take_follow(agent.rpc_sync<FollowReply>(transport::Target(leader, std::chrono::seconds(5)), kFollow,
+                                              applied_leader, applied_round));
       return;
     } catch (const TransportError& e) {
       if (Clock::now() > until)
@@ -372,6 +384,7 @@ void ShardServer::repeat_locked(Held h, Outcome& out) {
   h.ups.clear();
   h.reply.duplicate = true;
   if (opt_.mode == ServerOptions::Mode::Sync) {
+    if (leads()) decision_again_locked(h.id, out);
     h.reply.round = round_;
     h.reply.dropped = last_[h.id.trainer].dropped;
     h.reply.values = values_locked(h.fetch);

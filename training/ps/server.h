@@ -42,6 +42,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -127,7 +128,7 @@ class ShardServer {
   using DecisionSink = std::function<transport::Future<bool>(int shard, const Decision& d)>;
   void set_decision_sink(DecisionSink send);
   bool decide(Decision d);
-  FollowReply follow() const;
+  FollowReply follow(std::int64_t leader, std::int64_t round) const;
   // A follower that restarted: apply decisions only after take_follow(leader's follow()).
   void await_leader();
   void take_follow(const FollowReply& r);
@@ -186,9 +187,12 @@ class ShardServer {
   void answer_round_locked(std::vector<Held>& pushes, Outcome& out);
   bool leads() const { return sync_shards_ && shard_ == 0; }
   bool follows() const { return sync_shards_ && shard_ != 0; }
-  std::int64_t first_round() const;
+  void decision_again_locked(const PushId& id, Outcome& out);
+  bool final_here_locked(const PushId& id) const;  // applied or dropped here already
   void drop_decided_locked(const std::vector<PushId>& ids, Outcome& out);
   void follow_locked(Outcome& out);
+  bool lost_locked(const PushId& id) const;
+  bool will_not_come_locked(const PushId& id) const;
   bool follow_one_locked(const Decision& d, bool overdue, Outcome& out);
   [[noreturn]] void crash_after_snapshot_locked();
   std::int64_t min_clock_locked() const;
@@ -220,15 +224,17 @@ class ShardServer {
   // sync over several shards
   DecisionSink send_decision_;
   std::int64_t incarnation_ = 1;        // this process's (the leader's decisions carry it)
+  std::int64_t first_round_ = 1;        // leader: the first round this process decides (or sends again)
+  std::deque<Decision> recent_;         // leader: its last rounds' (the last in snapshots: sent again)
   std::int64_t leader_ = 1;             // follower: the leader process whose decisions apply
-  std::int64_t next_round_ = 1;         // follower: the leader's round applied next
+  std::int64_t next_round_ = 1;         // follower: the leader's round applied next (in snapshots)
   bool following_ = true;               // follower: false until a restarted one heard ps.follow
   struct Waiting {
     Decision d;
     std::chrono::steady_clock::time_point since;  // arrival
   };
   std::map<std::pair<std::int64_t, std::int64_t>, Waiting> decisions_;  // by (leader, round)
-  std::vector<PushId> decided_before_;  // follower: per trainer, decided before this process
+  std::vector<PushId> decided_before_;  // follower: per trainer, the leader's last decided when it followed
   std::vector<PushId> dropped_ahead_;   // follower: per trainer, a drop decided before it arrived
   // trainers
   std::vector<TrainerStats> trainers_;

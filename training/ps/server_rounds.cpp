@@ -69,11 +69,10 @@ void ShardServer::accept_sync_locked(Held h, std::int64_t round, Outcome& out) {
       drop_locked(std::move(h), out);
       return;
     }
-    const PushId& before = decided_before_[t];
-    if (before.incarnation == h.id.incarnation && h.id.seq <= before.seq) {
+    if (lost_locked(h.id)) {
       DISTRL_LOG(Warn, "ps shard " << shard_ << ": push " << h.id.seq << " of trainer " << t
-                                   << " was in a round applied before this shard restarted and lost with its "
-                                      "snapshot's rollback: answered as dropped");
+                                   << " was in a round of shard 0 too old to replay after this shard restarted: "
+                                      "answered as dropped");
       drop_locked(std::move(h), out);
       return;
     }
@@ -84,7 +83,7 @@ void ShardServer::accept_sync_locked(Held h, std::int64_t round, Outcome& out) {
   const bool late = round < round_;
   if (late) ts.late++;
   if (late && !opt_.fold_late) {
-    if (leads()) out.decisions.push_back(Decision{incarnation_, first_round(), 0, Decision::Drop, {h.id}});
+    if (leads()) out.decisions.push_back(Decision{incarnation_, first_round_, 0, Decision::Drop, {h.id}});
     drop_locked(std::move(h), out);
     return;
   }
@@ -133,9 +132,9 @@ void ShardServer::apply_round_locked(std::size_t pushes, Close why) {
 
 // The round's pushes get the new values; each is final now.
 void ShardServer::answer_round_locked(std::vector<Held>& pushes, Outcome& out) {
+  for (auto& h : pushes) remember_locked(h.id, false);
   if (failpoint("ps.shard.crash_before_answer")) crash_after_snapshot_locked();
   for (auto& h : pushes) {
-    remember_locked(h.id, false);
     h.ups.clear();
     h.reply.round = round_;
     h.reply.values = values_locked(h.fetch);
@@ -150,14 +149,35 @@ void ShardServer::close_round_locked(Close why, Outcome& out) {
   std::fill(pushed_.begin(), pushed_.end(), 0);
   pushers_ = 0;
   if (leads()) {
-    Decision d{incarnation_, first_round(), round_, why, {}};
+    Decision d{incarnation_, first_round_, round_, why, {}};
     for (const auto& h : pushes) d.pushes.push_back(h.id);
-    out.decisions.push_back(std::move(d));
+    out.decisions.push_back(d);
+    recent_.push_back(std::move(d));
+    if (recent_.size() > kRecentDecisions) recent_.pop_front();
   }
   answer_round_locked(pushes, out);
 }
 
-std::int64_t ShardServer::first_round() const { return std::max<std::int64_t>(0, counters_.restored_round) + 1; }
+
+bool ShardServer::final_here_locked(const PushId& id) const {
+  const LastPush& last = last_[id.trainer];
+  return last.incarnation > id.incarnation || (last.incarnation == id.incarnation && id.seq <= last.seq);
+}
+
+// A copy reached the leader again: its followers may still wait for the decision about it (the
+// leader restarted after deciding): drops and the last round are sent again (both idempotent).
+void ShardServer::decision_again_locked(const PushId& id, Outcome& out) {
+  if (last_[id.trainer].dropped) {
+    out.decisions.push_back(Decision{incarnation_, first_round_, 0, Decision::Drop, {id}});
+    return;
+  }
+  if (recent_.empty()) return;
+  for (const PushId& p : recent_.back().pushes)
+    if (same(p, id)) {
+      out.decisions.push_back(recent_.back());
+      return;
+    }
+}
 
 void ShardServer::set_decision_sink(DecisionSink send) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -194,6 +214,7 @@ bool ShardServer::decide(Decision d) {
 
 void ShardServer::drop_decided_locked(const std::vector<PushId>& ids, Outcome& out) {
   for (const PushId& id : ids) {
+    if (final_here_locked(id)) continue;  // answered here already (a decision sent again)
     ++trainers_[id.trainer].late;
     auto it = std::find_if(held_.begin(), held_.end(), [&](const Held& h) { return same(h.id, id); });
     if (it == held_.end()) {
@@ -238,18 +259,17 @@ bool ShardServer::follow_one_locked(const Decision& d, bool overdue, Outcome& ou
   std::vector<std::size_t> found;
   std::vector<PushId> absent;
   for (const PushId& id : d.pushes) {
-    const LastPush& last = last_[id.trainer];
-    if (last.incarnation > id.incarnation || (last.incarnation == id.incarnation && id.seq <= last.seq))
-      continue;  // final here already (named again by a restarted leader)
+    if (final_here_locked(id)) continue;  // named again by a restarted leader
     auto it = std::find_if(held_.begin(), held_.end(), [&](const Held& h) { return same(h.id, id); });
     if (it != held_.end()) found.push_back(static_cast<std::size_t>(it - held_.begin()));
-    else if (trainers_[id.trainer].gone || overdue) absent.push_back(id);
+    else if (overdue || will_not_come_locked(id)) absent.push_back(id);
     else return false;
   }
+  if (found.empty() && absent.empty()) return true;  // a round applied here already (sent again)
   for (const PushId& id : absent)
     DISTRL_LOG(Warn, "ps shard " << shard_ << ": push " << id.seq << " of trainer " << id.trainer << " is in round " << d.round
                            << " of shard 0 but never reached this shard ("
-                           << (overdue ? "waited ps decision_wait" : "the trainer is gone")
+                           << (overdue ? "waited ps decision_wait" : "the trainer is gone or past it")
                            << "): it counts as a zero gradient here");
   std::sort(found.begin(), found.end());
   std::vector<Held> pushes;
@@ -269,10 +289,12 @@ bool ShardServer::follow_one_locked(const Decision& d, bool overdue, Outcome& ou
   return true;
 }
 
-FollowReply ShardServer::follow() const {
+FollowReply ShardServer::follow(std::int64_t leader, std::int64_t round) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (!leads()) throw ProtocolError("ps shard " + std::to_string(shard_) + " is not the leader of sync rounds");
-  FollowReply r{incarnation_, round_, {}};
+  FollowReply r{incarnation_, round_, {}, {}};
+  for (const Decision& d : recent_)
+    if (d.leader != leader || d.round > round) r.recent.push_back(d);
   for (int t = 0; t < num_trainers_; ++t) r.decided.push_back(PushId{t, last_[t].incarnation, last_[t].seq});
   return r;
 }
@@ -282,29 +304,53 @@ void ShardServer::await_leader() {
   following_ = false;
 }
 
+// A restarted follower replays the leader's rounds after the last its snapshot holds, with the
+// pushes that reach it again; a push decided in a round the leader no longer keeps is lost.
 void ShardServer::take_follow(const FollowReply& r) {
-  if (r.decided.size() != static_cast<std::size_t>(num_trainers_))
+  if (r.decided.size() != static_cast<std::size_t>(num_trainers_) || r.recent.size() > kRecentDecisions)
     throw ProtocolError("ps shard " + std::to_string(shard_) + ": the leader's state names " +
-                        std::to_string(r.decided.size()) + " trainers, this run has " + std::to_string(num_trainers_));
+                        std::to_string(r.decided.size()) + " trainers and " + std::to_string(r.recent.size()) +
+                        " rounds; this run has " + std::to_string(num_trainers_) + " trainers");
   Outcome out;
   {
     std::lock_guard<std::mutex> lock(mu_);
     leader_ = r.leader;
-    next_round_ = r.round + 1;
+    next_round_ = r.recent.empty() ? r.round + 1 : r.recent.front().round;
+    for (const Decision& d : r.recent)
+      if (d.leader == r.leader) decisions_[{d.leader, d.round}] = Waiting{d, Clock::now()};
     decided_before_ = r.decided;
     following_ = true;
     std::vector<Held> keep;  // retries that reached this process before it knew
     for (auto& h : held_) {
-      const PushId& before = decided_before_[h.id.trainer];
-      if (before.incarnation == h.id.incarnation && h.id.seq <= before.seq) drop_locked(std::move(h), out);
+      if (lost_locked(h.id)) drop_locked(std::move(h), out);
       else keep.push_back(std::move(h));
     }
     held_.swap(keep);
     DISTRL_LOG(Info, "ps shard " << shard_ << ": follows shard 0 (incarnation " << r.leader << ") from its round "
-                                 << r.round + 1);
+                                 << next_round_ << " (" << r.recent.size() << " round(s) to replay)");
     follow_locked(out);
   }
   finish(std::move(out));
+}
+
+// Decided by the leader before this follower asked, and in no decision it still has to apply.
+bool ShardServer::lost_locked(const PushId& id) const {
+  const PushId& before = decided_before_[id.trainer];
+  if (before.incarnation != id.incarnation || id.seq > before.seq) return false;
+  for (const auto& kv : decisions_)
+    for (const PushId& p : kv.second.d.pushes)
+      if (same(p, id)) return false;
+  return true;
+}
+
+// A push a decision names that cannot reach this shard any more: its trainer is gone, or a
+// later push of it (a trainer sends its next push only when every shard answered this one, so
+// the first copy was answered by this shard's earlier process) is already here.
+bool ShardServer::will_not_come_locked(const PushId& id) const {
+  if (trainers_[id.trainer].gone || last_[id.trainer].incarnation > id.incarnation) return true;
+  for (const Held& h : held_)
+    if (h.id.trainer == id.trainer && (h.id.incarnation > id.incarnation || h.id.seq > id.seq)) return true;
+  return false;
 }
 
 }  // namespace distrl::training::ps

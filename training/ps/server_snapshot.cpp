@@ -28,6 +28,9 @@ struct ShardServer::Saved {
   std::int64_t round = 0, progress = 0;
   at::Tensor clocks;  // int64 [trainers]
   at::Tensor last;    // int64 [trainers, 3]: incarnation, seq, dropped of each trainer's last push
+  at::Tensor decision;  // the leader of several sync shards: the pushes of its last round [n, 3]
+  std::int64_t decision_kind = 0;
+  std::int64_t follow_leader = 0, follow_round = 0;  // a follower: the leader's round applied last
 };
 
 ShardServer::Saved ShardServer::save_locked() const {
@@ -42,6 +45,20 @@ ShardServer::Saved ShardServer::save_locked() const {
     out.last[t][0] = last_[t].incarnation;
     out.last[t][1] = last_[t].seq;
     out.last[t][2] = last_[t].dropped ? 1 : 0;
+  }
+  if (leads() && !recent_.empty() && recent_.back().round == round_) {  // a restarted leader sends it again
+    const Decision& d = recent_.back();
+    out.decision = at::zeros({static_cast<std::int64_t>(d.pushes.size()), 3}, at::kLong);
+    for (std::size_t i = 0; i < d.pushes.size(); ++i) {
+      out.decision[static_cast<std::int64_t>(i)][0] = d.pushes[i].trainer;
+      out.decision[static_cast<std::int64_t>(i)][1] = d.pushes[i].incarnation;
+      out.decision[static_cast<std::int64_t>(i)][2] = d.pushes[i].seq;
+    }
+    out.decision_kind = d.kind;
+  }
+  if (follows()) {
+    out.follow_leader = leader_;
+    out.follow_round = next_round_ - 1;
   }
   auto copy = [](const at::Tensor& t) { return t.defined() ? t.clone() : t; };
   for (const auto& kv : entries_) {
@@ -61,6 +78,14 @@ void ShardServer::write_snapshot(const Saved& saved) {
   ar.write("progress", c10::IValue(saved.progress));
   ar.write("clocks", saved.clocks, /*is_buffer=*/true);
   ar.write("last_push", saved.last, /*is_buffer=*/true);
+  if (saved.decision.defined()) {
+    ar.write("decision", saved.decision, /*is_buffer=*/true);
+    ar.write("decision_kind", c10::IValue(saved.decision_kind));
+  }
+  if (saved.follow_leader > 0) {
+    ar.write("follow_leader", c10::IValue(saved.follow_leader));
+    ar.write("follow_round", c10::IValue(saved.follow_round));
+  }
   ar.write("keys", c10::IValue(static_cast<std::int64_t>(saved.keys.size())));
   for (std::size_t i = 0; i < saved.keys.size(); ++i) {
     const auto& k = saved.keys[i];
@@ -109,7 +134,8 @@ std::int64_t ShardServer::restore(const std::string& path) {
   torch::serialize::InputArchive ar;
   std::vector<std::unique_ptr<Entry>> loaded;
   std::int64_t round = 0, progress = 0;
-  at::Tensor clocks, last;
+  at::Tensor clocks, last, decision;
+  std::int64_t decision_kind = 0, follow_leader = 0, follow_round = 0;
   try {
     ar.load_from(path);
     c10::IValue v;
@@ -125,6 +151,15 @@ std::int64_t ShardServer::restore(const std::string& path) {
     progress = v.toInt();
     ar.read("clocks", clocks, true);
     ar.try_read("last_push", last, true);  // absent in snapshots written before pushes had ids
+    if (ar.try_read("decision", decision, true)) {
+      ar.read("decision_kind", v);
+      decision_kind = v.toInt();
+    }
+    if (ar.try_read("follow_leader", v)) {
+      follow_leader = v.toInt();
+      ar.read("follow_round", v);
+      follow_round = v.toInt();
+    }
     ar.read("keys", v);
     const auto n = v.toInt();
     for (std::int64_t i = 0; i < n; ++i) {
@@ -151,7 +186,9 @@ std::int64_t ShardServer::restore(const std::string& path) {
   } catch (const std::exception& e) {
     throw Error(where + " cannot be read (" + e.what() + ")");
   }
-  if (clocks.numel() != num_trainers_ || (last.defined() && !last.sizes().equals({num_trainers_, 3})))
+  if (clocks.numel() != num_trainers_ || (last.defined() && !last.sizes().equals({num_trainers_, 3})) ||
+      (decision.defined() && (decision.dim() != 2 || decision.size(1) != 3 || decision_kind < Decision::Quorum ||
+                              decision_kind > Decision::Departure)))
     throw Error(where + " has " + std::to_string(clocks.numel()) + " trainers' clocks, this run has " +
                 std::to_string(num_trainers_) + " trainers");
   std::lock_guard<std::mutex> lock(mu_);
@@ -167,6 +204,20 @@ std::int64_t ShardServer::restore(const std::string& path) {
                               : LastPush{};
   }
   counters_.restored_round = round;
+  first_round_ = round + 1;
+  recent_.clear();
+  if (decision.defined() && leads()) {  // its followers may lack this round: it is sent again
+    first_round_ = round;
+    Decision d{incarnation_, round, round, static_cast<int>(decision_kind), {}};
+    for (std::int64_t i = 0; i < decision.size(0); ++i)
+      d.pushes.push_back(PushId{static_cast<int>(decision[i][0].item<std::int64_t>()), decision[i][1].item<std::int64_t>(),
+                                decision[i][2].item<std::int64_t>()});
+    recent_.push_back(std::move(d));
+  }
+  if (follow_leader > 0 && follows()) {
+    leader_ = follow_leader;
+    next_round_ = follow_round + 1;
+  }
   first_push_reported_ = false;
   return round;
 }

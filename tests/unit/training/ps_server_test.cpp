@@ -9,6 +9,8 @@
 #include <atomic>
 #include <filesystem>
 #include <functional>
+#include <map>
+#include <random>
 #include <thread>
 
 #include "common/error.h"
@@ -477,6 +479,77 @@ TEST(PsExactlyOnceTest, ARoundAveragesEveryKeyAndRowOverItsPushes) {
   auto c = s.push(only), d = s.push(none);
   ASSERT_TRUE(c.wait_for(5s) && d.wait_for(5s));
   EXPECT_TRUE(torch::allclose(value_of(s, "w"), torch::tensor({-0.2f})));  // -0.1 * 4 / 2
+}
+
+// Sync over two shards with a quorum of 2 of 3 trainers whose pushes reach the shards in
+// different orders: shard 1 follows shard 0's decisions, so both shards' round k hold the same
+// pushes. Checked against the rounds as the trainers saw them: w = -sum over rounds of the
+// mean of the round's gradients, on both shards.
+TEST(PsExactlyOnceTest, TwoShardsCloseEveryRoundWithTheSamePushes) {
+  constexpr int kTrainers = 3, kRounds = 40;
+  ServerOptions o = plain_sgd(Mode::Sync, 1.0);
+  o.quorum = 2;
+  ShardServer leader(0, 2, kTrainers, 2, o), follower(1, 2, kTrainers, 2, o);
+  leader.set_decision_sink([&](int shard, const Decision& d) {
+    EXPECT_EQ(shard, 1);
+    follower.decide(d);
+    return transport::Future<bool>::ready(true);
+  });
+  leader.declare(dense("a", torch::zeros({1})));
+  follower.declare(dense("b", torch::zeros({1})));
+  struct Seen {
+    std::int64_t round;
+    bool dropped;
+    float grad;
+  };
+  std::vector<std::vector<Seen>> seen(kTrainers);
+  std::vector<std::thread> ts;
+  for (int t = 0; t < kTrainers; ++t)
+    ts.emplace_back([&, t] {
+      std::mt19937 gen(static_cast<unsigned>(t + 1));
+      std::int64_t round = 0;
+      for (int i = 0; i < kRounds; ++i) {
+        const float g = static_cast<float>((t + 1) * 100 + i);  // integers: sums are exact
+        PushRequest pa = push_of(t, round, "a", torch::full({1}, g)), pb = pa;
+        pb.names = {"b"};
+        const bool leader_first = gen() % 2 == 0;
+        auto pause = [&] { std::this_thread::sleep_for(std::chrono::microseconds(gen() % 400)); };
+        transport::Future<PushReply> fa, fb;
+        if (leader_first) {
+          fa = leader.push(pa);
+          pause();
+          fb = follower.push(pb);
+        } else {
+          fb = follower.push(pb);
+          pause();
+          fa = leader.push(pa);
+        }
+        const PushReply ra = fa.value(), rb = fb.value();
+        EXPECT_EQ(ra.dropped, rb.dropped) << "trainer " << t << " push " << i;
+        round = ra.round;
+        seen[t].push_back(Seen{ra.round, ra.dropped, g});
+      }
+      leader.bye(t);
+      follower.bye(t);
+    });
+  for (auto& t : ts) t.join();
+  std::map<std::int64_t, std::vector<float>> rounds;  // as the trainers' answers tell it
+  for (const auto& pushes : seen)
+    for (const auto& p : pushes)
+      if (!p.dropped) rounds[p.round].push_back(p.grad);
+  double expected = 0;
+  for (const auto& [round, grads] : rounds) {
+    double sum = 0;
+    for (float g : grads) sum += g;
+    expected -= sum / static_cast<double>(grads.size());
+  }
+  const double a = value_of(leader, "a").item<double>(), b = value_of(follower, "b").item<double>();
+  EXPECT_NEAR(a, expected, 1e-3 * std::abs(expected));
+  EXPECT_EQ(a, b) << "the shards applied different rounds";
+  const ShardStats sa = leader.stats(), sb = follower.stats();
+  EXPECT_EQ(sa.rounds, sb.rounds);
+  EXPECT_EQ(sa.rounds, static_cast<std::int64_t>(rounds.size()));
+  for (int t = 0; t < kTrainers; ++t) EXPECT_EQ(sa.trainers[t].late, sb.trainers[t].late) << "trainer " << t;
 }
 
 }  // namespace
