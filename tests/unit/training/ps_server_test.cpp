@@ -552,5 +552,37 @@ TEST(PsExactlyOnceTest, TwoShardsCloseEveryRoundWithTheSamePushes) {
   for (int t = 0; t < kTrainers; ++t) EXPECT_EQ(sa.trainers[t].late, sb.trainers[t].late) << "trainer " << t;
 }
 
+// ps.decide and ps.follow are reachable by any peer: a malformed decision, one sent to a shard
+// that does not follow, and a follow asked of a shard that does not lead are refused by name.
+TEST(PsExactlyOnceTest, MalformedDecisionsAndMisdirectedRoundCallsAreRefused) {
+  ServerOptions o = plain_sgd(Mode::Sync);
+  ShardServer leader(0, 2, 2, 2, o), follower(1, 2, 2, 2, o), single(0, 1, 2, 2, o);
+  auto refused = [](const std::function<void()>& fn, const std::string& words) {
+    const std::string e = error_of(fn);
+    EXPECT_NE(e.find(words), std::string::npos) << e;
+  };
+  Decision good{1, 1, 1, Decision::Quorum, {PushId{0, 1, 1}}};
+  Decision bad = good;
+  bad.kind = 7;
+  refused([&] { follower.decide(bad); }, "malformed");
+  bad = good;
+  bad.pushes.clear();
+  refused([&] { follower.decide(bad); }, "malformed");
+  bad = good;
+  bad.round = 0;
+  refused([&] { follower.decide(bad); }, "malformed");
+  bad = good;
+  bad.pushes = {PushId{5, 1, 1}};
+  refused([&] { follower.decide(bad); }, "trainer id 5 is out of range");
+  bad.pushes = std::vector<PushId>(5, PushId{0, 1, 1});
+  refused([&] { follower.decide(bad); }, "malformed");
+  refused([&] { leader.decide(good); }, "not a sync follower");
+  refused([&] { single.decide(good); }, "not a sync follower");
+  refused([&] { follower.follow(1, 0); }, "not the leader");
+  EXPECT_TRUE(follower.decide(good));  // a well-formed one waits for its push
+  EXPECT_EQ(follower.stats().rounds, 0);
+  EXPECT_EQ(leader.follow(1, 0).decided.size(), 2u);
+}
+
 }  // namespace
 }  // namespace distrl::training::ps
