@@ -100,8 +100,12 @@ void ShardServer::register_on(transport::RpcAgent& agent, const std::shared_ptr<
   {
     std::lock_guard<std::mutex> lock(s->mu_);
     s->agent_ = &agent;
+    s->self_ = server;
     s->incarnation_ = agent.incarnation();
-    for (Decision& d : s->recent_) d.leader = s->incarnation_;  // restored: this process sends it again
+    for (Decision& d : s->recent_) {  // restored: this process sends them again
+      d.leader = s->incarnation_;
+      d.first_round = s->first_round_;
+    }
   }
   if (s->leads())
     s->set_decision_sink([&agent, rank = s->opt_.first_server_rank](int shard, const Decision& d) {
@@ -116,8 +120,8 @@ void ShardServer::watch_trainers(transport::RpcAgent& agent) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     agent_ = &agent;
-    if (leads() && !recent_.empty() && recent_.back().round == first_round_)
-      again.decisions.push_back(recent_.back());  // a restarted leader's last round may not have reached them
+    if (leads() && counters_.restored_round >= 0)  // a restarted leader: its last rounds may not have reached them
+      again.decisions.assign(recent_.begin(), recent_.end());
   }
   finish(std::move(again));
   std::int64_t applied_leader = 0, applied_round = 0;
@@ -319,9 +323,10 @@ transport::Future<PushReply> ShardServer::submit(const PushId& id, std::int64_t 
     std::lock_guard<std::mutex> lock(mu_);
     if (stopped_) throw TransportError("ps shard " + std::to_string(shard_) + " is stopping");
     TrainerStats& ts = trainers_[id.trainer];
-    if (ts.gone) ts.gone = false;  // a trainer that came back rejoins
     Held* first = nullptr;
-    switch (seen_locked(id, &first)) {
+    const Seen seen = seen_locked(id, &first);
+    if (ts.gone) ts.gone = false;  // a trainer that came back rejoins
+    switch (seen) {
       case Seen::Held:  // the first copy waits for its round (or the slowest): both answer then
         ++ts.duplicates;
         first->resent.push_back(std::move(h.promise));
@@ -347,11 +352,7 @@ ShardServer::Seen ShardServer::seen_locked(const PushId& id, Held** held) {
   if (id.incarnation < last.incarnation)
     throw ProtocolError(who + " comes from its process of incarnation " + std::to_string(id.incarnation) +
                         ", which has been replaced by incarnation " + std::to_string(last.incarnation) + ": refused");
-  if (id.incarnation > last.incarnation) {
-    last = LastPush{id.incarnation, 0, false};
-    return Seen::New;
-  }
-  int waiting = 0;
+  int waiting = 0, mine = 0;  // its pushes held here; of this incarnation
   for (Held& h : held_) {
     if (h.id.trainer != id.trainer) continue;
     if (h.id.incarnation == id.incarnation && h.id.seq == id.seq) {
@@ -359,13 +360,17 @@ ShardServer::Seen ShardServer::seen_locked(const PushId& id, Held** held) {
       return Seen::Held;
     }
     ++waiting;
+    if (h.id.incarnation == id.incarnation) ++mine;
   }
-  if (id.seq > last.seq) {
-    if (waiting >= 2)  // a client has one push in flight (two across a restart of the trainer)
-      throw ProtocolError(who + " arrived while " + std::to_string(waiting) +
-                          " of its pushes wait here: a client sends one at a time; refused");
+  // A client sends one push at a time; earlier processes of the trainer may have left one each.
+  if (mine > 0 || waiting >= kMaxHeldPerTrainer)
+    throw ProtocolError(who + " arrived while " + std::to_string(waiting) +
+                        " of its pushes wait here: a client sends one at a time; refused");
+  if (id.incarnation > last.incarnation) {
+    last = LastPush{id.incarnation, 0, false};
     return Seen::New;
   }
+  if (id.seq > last.seq) return Seen::New;
   if (id.seq < last.seq)
     throw ProtocolError(who + " is older than its last one here (" + std::to_string(last.seq) +
                         "): a delayed copy, refused");
@@ -633,10 +638,11 @@ void ShardServer::timer_loop() {
     cv_.wait_until(lock, until);
     if (stopped_) break;
     Outcome out;
-    timer_tick_locked(out);
-    if (!out.done.empty() || !out.decisions.empty()) {
+    const bool ask_leader = timer_tick_locked(out);
+    if (!out.done.empty() || !out.decisions.empty() || ask_leader) {
       lock.unlock();
       finish(std::move(out));
+      if (ask_leader) refollow();
       lock.lock();
     }
     if (snapshot_due_locked()) {
@@ -652,8 +658,9 @@ void ShardServer::timer_loop() {
 }
 
 // max_wait, departed trainers (their connection dropped: the process exited or was killed), and
-// a follower's decision that waits too long for a push.
-void ShardServer::timer_tick_locked(Outcome& out) {
+// a follower's decision that waits too long for a push. True: a follower should ask the leader
+// where its rounds stand (refollow).
+bool ShardServer::timer_tick_locked(Outcome& out) {
   if (opt_.mode == ServerOptions::Mode::Sync && !follows() && opt_.max_wait.count() > 0 && !held_.empty() &&
       Clock::now() >= first_push_ + opt_.max_wait)
     close_round_locked(Close::Timeout, out);
@@ -666,7 +673,12 @@ void ShardServer::timer_tick_locked(Outcome& out) {
     }
     if (lost) leave_locked(t, "is gone (its connection was lost: the process exited or was killed)", out);
   }
-  if (follows()) follow_locked(out);
+  if (!follows()) return false;
+  follow_locked(out);
+  const bool stalled = following_ && agent_ && !refollowing_ && (!held_.empty() || !decisions_.empty()) &&
+                       Clock::now() - last_progress_ > kRefollowAfter;
+  if (stalled) refollowing_ = true;
+  return stalled;
 }
 
 }  // namespace distrl::training::ps

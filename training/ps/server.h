@@ -191,6 +191,8 @@ class ShardServer {
   bool final_here_locked(const PushId& id) const;  // applied or dropped here already
   void drop_decided_locked(const std::vector<PushId>& ids, Outcome& out);
   void follow_locked(Outcome& out);
+  void check_decision(const Decision& d) const;
+  void refollow();
   bool lost_locked(const PushId& id) const;
   bool will_not_come_locked(const PushId& id) const;
   bool follow_one_locked(const Decision& d, bool overdue, Outcome& out);
@@ -201,12 +203,13 @@ class ShardServer {
   void finish(Outcome out);
   static void answer(std::vector<Held>& done);
   void timer_loop();
-  void timer_tick_locked(Outcome& out);
+  bool timer_tick_locked(Outcome& out);
   bool snapshot_due_locked() const;
   // The state a snapshot holds, copied under the lock (written to disk outside it).
   struct Saved;
   Saved save_locked() const;
-  void write_snapshot(const Saved& saved);
+  void write_snapshot(const Saved& saved, const std::string& path);
+  std::deque<Decision> decisions_from(const at::Tensor& rows, const std::string& where) const;
 
   const int shard_, num_shards_, num_trainers_, first_trainer_rank_;
   const ServerOptions opt_;
@@ -229,6 +232,11 @@ class ShardServer {
   std::int64_t leader_ = 1;             // follower: the leader process whose decisions apply
   std::int64_t next_round_ = 1;         // follower: the leader's round applied next (in snapshots)
   bool following_ = true;               // follower: false until a restarted one heard ps.follow
+  bool refollowing_ = false;            // follower: a ps.follow is on its way
+  std::chrono::steady_clock::time_point last_progress_;  // follower: a round applied, or asked
+  static constexpr std::chrono::seconds kRefollowAfter{2};
+  static constexpr int kMaxHeldPerTrainer = 3;
+  std::weak_ptr<ShardServer> self_;     // set by register_on: callbacks that may outlive a call
   struct Waiting {
     Decision d;
     std::chrono::steady_clock::time_point since;  // arrival

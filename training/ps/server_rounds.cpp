@@ -171,12 +171,12 @@ void ShardServer::decision_again_locked(const PushId& id, Outcome& out) {
     out.decisions.push_back(Decision{incarnation_, first_round_, 0, Decision::Drop, {id}});
     return;
   }
-  if (recent_.empty()) return;
-  for (const PushId& p : recent_.back().pushes)
-    if (same(p, id)) {
-      out.decisions.push_back(recent_.back());
-      return;
-    }
+  for (auto d = recent_.rbegin(); d != recent_.rend(); ++d)
+    for (const PushId& p : d->pushes)
+      if (same(p, id)) {
+        out.decisions.push_back(*d);  // the answer waits until every follower has it
+        return;
+      }
 }
 
 void ShardServer::set_decision_sink(DecisionSink send) {
@@ -186,14 +186,26 @@ void ShardServer::set_decision_sink(DecisionSink send) {
 
 // ------------------------------------------------------------------ the follower's side
 
-bool ShardServer::decide(Decision d) {
+void ShardServer::check_decision(const Decision& d) const {
   const std::string who = "ps shard " + std::to_string(shard_) + ": a round decision";
   if (d.kind < Decision::Quorum || d.kind > Decision::Drop || d.leader < 1 || d.first_round < 1 ||
       (d.kind != Decision::Drop && d.round < d.first_round) || d.pushes.empty() ||
       d.pushes.size() > 2 * static_cast<std::size_t>(num_trainers_))
     throw ProtocolError(who + " is malformed (kind " + std::to_string(d.kind) + ", round " + std::to_string(d.round) +
                         " from " + std::to_string(d.first_round) + ", " + std::to_string(d.pushes.size()) + " pushes)");
-  for (const PushId& id : d.pushes) check_push(id);
+  for (std::size_t i = 0; i < d.pushes.size(); ++i) {
+    check_push(d.pushes[i]);
+    for (std::size_t j = 0; j < i; ++j)
+      if (same(d.pushes[i], d.pushes[j]))
+        throw ProtocolError(who + " for round " + std::to_string(d.round) + " names push " +
+                            std::to_string(d.pushes[i].seq) + " of trainer " + std::to_string(d.pushes[i].trainer) +
+                            " twice");
+  }
+}
+
+bool ShardServer::decide(Decision d) {
+  const std::string who = "ps shard " + std::to_string(shard_) + ": a round decision";
+  check_decision(d);
   Outcome out;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -204,7 +216,8 @@ bool ShardServer::decide(Decision d) {
     } else if (d.leader >= leader_ && !(d.leader == leader_ && d.round < next_round_ && following_)) {
       if (decisions_.size() >= 4096)
         throw ProtocolError(who + " for round " + std::to_string(d.round) + " finds 4096 waiting: refused");
-      decisions_[{d.leader, d.round}] = Waiting{std::move(d), Clock::now()};
+      const std::pair<std::int64_t, std::int64_t> key{d.leader, d.round};
+      decisions_.try_emplace(key, Waiting{std::move(d), Clock::now()});  // a copy sent again keeps its age
       follow_locked(out);
     }  // else: an earlier leader process's or one already applied
   }
@@ -235,22 +248,24 @@ void ShardServer::follow_locked(Outcome& out) {
   while (following_ && !decisions_.empty()) {
     auto it = decisions_.begin();
     const Decision& d = it->second.d;
-    if (d.leader > leader_) {
-      leader_ = d.leader;
-      next_round_ = d.first_round;
-    }
-    if (d.round < next_round_) {
+    if (d.leader < leader_ || (d.leader == leader_ && d.round < next_round_)) {  // replaced, or applied
       decisions_.erase(it);
       continue;
     }
+    if (d.leader > leader_) {  // a restarted leader: its rounds from its first
+      leader_ = d.leader;
+      next_round_ = d.first_round;
+      continue;
+    }
     if (d.round > next_round_) {
-      if (decisions_.rbegin()->first.first == leader_) return;  // the decisions between are on their way
+      // The ones between are on their way -- or were lost while this shard could not be
+      // reached (the timer asks the leader again, ps.follow) -- unless a newer leader exists.
+      if (decisions_.rbegin()->first.first == leader_) return;
       next_round_ = d.round;
     }
     const bool overdue = Clock::now() - it->second.since > opt_.decision_wait;
     if (!follow_one_locked(d, overdue, out)) return;
     decisions_.erase(it);
-    ++next_round_;
   }
 }
 
@@ -259,18 +274,24 @@ bool ShardServer::follow_one_locked(const Decision& d, bool overdue, Outcome& ou
   std::vector<std::size_t> found;
   std::vector<PushId> absent;
   for (const PushId& id : d.pushes) {
-    if (final_here_locked(id)) continue;  // named again by a restarted leader
     auto it = std::find_if(held_.begin(), held_.end(), [&](const Held& h) { return same(h.id, id); });
     if (it != held_.end()) found.push_back(static_cast<std::size_t>(it - held_.begin()));
+    else if (final_here_locked(id)) continue;  // named again by a restarted leader, or a re-follow
     else if (overdue || will_not_come_locked(id)) absent.push_back(id);
     else return false;
   }
+  ++next_round_;  // before any answer: a snapshot from here on holds this round
+  last_progress_ = Clock::now();
   if (found.empty() && absent.empty()) return true;  // a round applied here already (sent again)
-  for (const PushId& id : absent)
+  for (const PushId& id : absent) {
     DISTRL_LOG(Warn, "ps shard " << shard_ << ": push " << id.seq << " of trainer " << id.trainer << " is in round " << d.round
                            << " of shard 0 but never reached this shard ("
                            << (overdue ? "waited ps decision_wait" : "the trainer is gone or past it")
-                           << "): it counts as a zero gradient here");
+                           << "): it counts as a zero gradient here, and a late copy is answered as dropped");
+    LastPush& last = last_[id.trainer];
+    if (id.incarnation > last.incarnation) last = LastPush{id.incarnation, id.seq, true};
+    else remember_locked(id, /*dropped=*/true);
+  }
   std::sort(found.begin(), found.end());
   std::vector<Held> pushes;
   for (std::size_t i : found) pushes.push_back(std::move(held_[i]));
@@ -304,33 +325,86 @@ void ShardServer::await_leader() {
   following_ = false;
 }
 
-// A restarted follower replays the leader's rounds after the last its snapshot holds, with the
-// pushes that reach it again; a push decided in a round the leader no longer keeps is lost.
+// The leader's answer to ps.follow: its rounds after the last this follower applied (replayed
+// with the pushes that reach it again: a restarted follower's snapshot, or rounds whose
+// decisions were lost while it could not be reached), and every trainer's last decided push
+// -- a push it decided that no such round names was dropped (or is too old to replay).
 void ShardServer::take_follow(const FollowReply& r) {
   if (r.decided.size() != static_cast<std::size_t>(num_trainers_) || r.recent.size() > kRecentDecisions)
     throw ProtocolError("ps shard " + std::to_string(shard_) + ": the leader's state names " +
                         std::to_string(r.decided.size()) + " trainers and " + std::to_string(r.recent.size()) +
                         " rounds; this run has " + std::to_string(num_trainers_) + " trainers");
+  for (const Decision& d : r.recent) check_decision(d);
+  for (const PushId& id : r.decided)
+    if (id.trainer < 0 || id.trainer >= num_trainers_)
+      throw ProtocolError("ps shard " + std::to_string(shard_) + ": the leader's state names trainer " +
+                          std::to_string(id.trainer));
   Outcome out;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    const bool first = !following_;
+    std::int64_t next = r.recent.empty() ? r.round + 1 : r.recent.front().round;
+    if (r.leader == leader_ && following_) next = std::max(next, next_round_);  // never back within one leader
+    if (first || r.leader != leader_ || next != next_round_ || !r.recent.empty())
+      DISTRL_LOG(Info, "ps shard " << shard_ << ": follows shard 0 (incarnation " << r.leader << ") from its round "
+                                   << next << " (" << r.recent.size() << " round(s) from it to replay)");
     leader_ = r.leader;
-    next_round_ = r.recent.empty() ? r.round + 1 : r.recent.front().round;
+    next_round_ = next;
+    for (auto it = decisions_.begin(); it != decisions_.end();)  // an earlier leader's: replaced
+      it = it->first.first < r.leader ? decisions_.erase(it) : std::next(it);
     for (const Decision& d : r.recent)
-      if (d.leader == r.leader) decisions_[{d.leader, d.round}] = Waiting{d, Clock::now()};
+      if (d.leader == r.leader) decisions_.try_emplace({d.leader, d.round}, Waiting{d, Clock::now()});
     decided_before_ = r.decided;
     following_ = true;
-    std::vector<Held> keep;  // retries that reached this process before it knew
+    std::vector<Held> keep;  // pushes that wait here for a decision the leader no longer has
     for (auto& h : held_) {
       if (lost_locked(h.id)) drop_locked(std::move(h), out);
       else keep.push_back(std::move(h));
     }
     held_.swap(keep);
-    DISTRL_LOG(Info, "ps shard " << shard_ << ": follows shard 0 (incarnation " << r.leader << ") from its round "
-                                 << next_round_ << " (" << r.recent.size() << " round(s) to replay)");
+    last_progress_ = Clock::now();
     follow_locked(out);
   }
   finish(std::move(out));
+}
+
+// A follower with pushes or decisions waiting and no round applied for kRefollowAfter asks the
+// leader again (decisions sent while this shard could not be reached are lost to it). The
+// answer is taken on the RPC pool; one question at a time.
+void ShardServer::refollow() {
+  transport::RpcAgent* agent = nullptr;
+  std::int64_t leader = 0, round = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    agent = agent_;
+    leader = leader_;
+    round = next_round_ - 1;
+  }
+  std::weak_ptr<ShardServer> weak = self_;
+  auto done = [weak] {
+    if (auto s = weak.lock()) {
+      std::lock_guard<std::mutex> lock(s->mu_);
+      s->refollowing_ = false;
+      s->last_progress_ = Clock::now();
+    }
+  };
+  try {
+    agent->rpc_async<FollowReply>(transport::Target(opt_.first_server_rank, std::chrono::seconds(5)), kFollow, leader,
+                                  round)
+        .then([weak, done](const transport::Future<FollowReply>& f) {
+          if (auto s = weak.lock()) {
+            try {
+              s->take_follow(f.value());
+            } catch (const std::exception& e) {
+              DISTRL_LOG(Warn, "ps shard " << s->shard_ << ": asking the leader shard 0 where its rounds stand failed ("
+                                           << e.what() << "); asking again later");
+            }
+          }
+          done();
+        });
+  } catch (const std::exception&) {
+    done();
+  }
 }
 
 // Decided by the leader before this follower asked, and in no decision it still has to apply.
@@ -349,7 +423,9 @@ bool ShardServer::lost_locked(const PushId& id) const {
 bool ShardServer::will_not_come_locked(const PushId& id) const {
   if (trainers_[id.trainer].gone || last_[id.trainer].incarnation > id.incarnation) return true;
   for (const Held& h : held_)
-    if (h.id.trainer == id.trainer && (h.id.incarnation > id.incarnation || h.id.seq > id.seq)) return true;
+    if (h.id.trainer == id.trainer && (h.id.incarnation > id.incarnation ||
+                                       (h.id.incarnation == id.incarnation && h.id.seq > id.seq)))
+      return true;
   return false;
 }
 

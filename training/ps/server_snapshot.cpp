@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
+#include "common/log.h"
 #include "models/checkpoint.h"
 #include "training/ps/detail/shard_entry.h"
 
@@ -28,8 +29,9 @@ struct ShardServer::Saved {
   std::int64_t round = 0, progress = 0;
   at::Tensor clocks;  // int64 [trainers]
   at::Tensor last;    // int64 [trainers, 3]: incarnation, seq, dropped of each trainer's last push
-  at::Tensor decision;  // the leader of several sync shards: the pushes of its last round [n, 3]
-  std::int64_t decision_kind = 0;
+  // the leader of several sync shards: its recent rounds, a row per push: round, kind, trainer,
+  // incarnation, seq (a restarted leader sends them again to followers that lack them)
+  at::Tensor decisions;
   std::int64_t follow_leader = 0, follow_round = 0;  // a follower: the leader's round applied last
 };
 
@@ -46,15 +48,11 @@ ShardServer::Saved ShardServer::save_locked() const {
     out.last[t][1] = last_[t].seq;
     out.last[t][2] = last_[t].dropped ? 1 : 0;
   }
-  if (leads() && !recent_.empty() && recent_.back().round == round_) {  // a restarted leader sends it again
-    const Decision& d = recent_.back();
-    out.decision = at::zeros({static_cast<std::int64_t>(d.pushes.size()), 3}, at::kLong);
-    for (std::size_t i = 0; i < d.pushes.size(); ++i) {
-      out.decision[static_cast<std::int64_t>(i)][0] = d.pushes[i].trainer;
-      out.decision[static_cast<std::int64_t>(i)][1] = d.pushes[i].incarnation;
-      out.decision[static_cast<std::int64_t>(i)][2] = d.pushes[i].seq;
-    }
-    out.decision_kind = d.kind;
+  if (leads() && !recent_.empty()) {
+    std::vector<std::int64_t> rows;
+    for (const Decision& d : recent_)
+      for (const PushId& id : d.pushes) rows.insert(rows.end(), {d.round, d.kind, id.trainer, id.incarnation, id.seq});
+    out.decisions = at::tensor(rows, at::kLong).view({-1, 5});
   }
   if (follows()) {
     out.follow_leader = leader_;
@@ -68,9 +66,7 @@ ShardServer::Saved ShardServer::save_locked() const {
   return out;
 }
 
-void ShardServer::write_snapshot(const Saved& saved) {
-  namespace fs = std::filesystem;
-  const std::string& path = opt_.snapshot_path;
+void ShardServer::write_snapshot(const Saved& saved, const std::string& path) {
   torch::serialize::OutputArchive ar;
   ar.write("shard", c10::IValue(static_cast<std::int64_t>(shard_)));
   ar.write("shards", c10::IValue(static_cast<std::int64_t>(num_shards_)));
@@ -78,10 +74,7 @@ void ShardServer::write_snapshot(const Saved& saved) {
   ar.write("progress", c10::IValue(saved.progress));
   ar.write("clocks", saved.clocks, /*is_buffer=*/true);
   ar.write("last_push", saved.last, /*is_buffer=*/true);
-  if (saved.decision.defined()) {
-    ar.write("decision", saved.decision, /*is_buffer=*/true);
-    ar.write("decision_kind", c10::IValue(saved.decision_kind));
-  }
+  if (saved.decisions.defined()) ar.write("decisions", saved.decisions, /*is_buffer=*/true);
   if (saved.follow_leader > 0) {
     ar.write("follow_leader", c10::IValue(saved.follow_leader));
     ar.write("follow_round", c10::IValue(saved.follow_round));
@@ -116,7 +109,7 @@ void ShardServer::snapshot() {
     snapshot_progress_ = progress_;
     snapshot_time_ = Clock::now();
   }
-  write_snapshot(saved);
+  write_snapshot(saved, opt_.snapshot_path);
   std::lock_guard<std::mutex> lock(mu_);
   ++counters_.snapshots;
 }
@@ -127,6 +120,27 @@ bool ShardServer::snapshot_due_locked() const {
   return opt_.snapshot_every.count() > 0 && Clock::now() - snapshot_time_ >= opt_.snapshot_every;
 }
 
+// The recent decisions of a snapshot's rows (round, kind, trainer, incarnation, seq), checked.
+std::deque<Decision> ShardServer::decisions_from(const at::Tensor& rows, const std::string& where) const {
+  if (rows.dim() != 2 || rows.size(1) != 5)
+    throw Error(where + ": its round decisions are " + c10::str(rows.sizes()) + ", not [pushes, 5]");
+  std::deque<Decision> out;
+  const auto r = rows.accessor<std::int64_t, 2>();
+  for (std::int64_t i = 0; i < rows.size(0); ++i) {
+    if (out.empty() || out.back().round != r[i][0]) out.push_back(Decision{1, 1, r[i][0], static_cast<int>(r[i][1]), {}});
+    out.back().pushes.push_back(PushId{static_cast<int>(r[i][2]), r[i][3], r[i][4]});
+  }
+  try {
+    for (Decision& d : out) {
+      d.first_round = d.round;
+      check_decision(d);
+    }
+  } catch (const ProtocolError& e) {
+    throw Error(where + ": " + e.what());
+  }
+  return out;
+}
+
 std::int64_t ShardServer::restore(const std::string& path) {
   const std::string where = "ps shard " + std::to_string(shard_) + ": snapshot " + path;
   if (!std::filesystem::exists(path))
@@ -134,8 +148,8 @@ std::int64_t ShardServer::restore(const std::string& path) {
   torch::serialize::InputArchive ar;
   std::vector<std::unique_ptr<Entry>> loaded;
   std::int64_t round = 0, progress = 0;
-  at::Tensor clocks, last, decision;
-  std::int64_t decision_kind = 0, follow_leader = 0, follow_round = 0;
+  at::Tensor clocks, last, decisions;
+  std::int64_t follow_leader = 0, follow_round = 0;
   try {
     ar.load_from(path);
     c10::IValue v;
@@ -151,10 +165,7 @@ std::int64_t ShardServer::restore(const std::string& path) {
     progress = v.toInt();
     ar.read("clocks", clocks, true);
     ar.try_read("last_push", last, true);  // absent in snapshots written before pushes had ids
-    if (ar.try_read("decision", decision, true)) {
-      ar.read("decision_kind", v);
-      decision_kind = v.toInt();
-    }
+    ar.try_read("decisions", decisions, true);
     if (ar.try_read("follow_leader", v)) {
       follow_leader = v.toInt();
       ar.read("follow_round", v);
@@ -186,11 +197,11 @@ std::int64_t ShardServer::restore(const std::string& path) {
   } catch (const std::exception& e) {
     throw Error(where + " cannot be read (" + e.what() + ")");
   }
-  if (clocks.numel() != num_trainers_ || (last.defined() && !last.sizes().equals({num_trainers_, 3})) ||
-      (decision.defined() && (decision.dim() != 2 || decision.size(1) != 3 || decision_kind < Decision::Quorum ||
-                              decision_kind > Decision::Departure)))
+  if (clocks.numel() != num_trainers_ || (last.defined() && !last.sizes().equals({num_trainers_, 3})))
     throw Error(where + " has " + std::to_string(clocks.numel()) + " trainers' clocks, this run has " +
                 std::to_string(num_trainers_) + " trainers");
+  std::deque<Decision> recent;
+  if (decisions.defined() && leads()) recent = decisions_from(decisions, where);
   std::lock_guard<std::mutex> lock(mu_);
   entries_.clear();
   for (auto& e : loaded) entries_[e->name] = std::move(e);
@@ -205,15 +216,8 @@ std::int64_t ShardServer::restore(const std::string& path) {
   }
   counters_.restored_round = round;
   first_round_ = round + 1;
-  recent_.clear();
-  if (decision.defined() && leads()) {  // its followers may lack this round: it is sent again
-    first_round_ = round;
-    Decision d{incarnation_, round, round, static_cast<int>(decision_kind), {}};
-    for (std::int64_t i = 0; i < decision.size(0); ++i)
-      d.pushes.push_back(PushId{static_cast<int>(decision[i][0].item<std::int64_t>()), decision[i][1].item<std::int64_t>(),
-                                decision[i][2].item<std::int64_t>()});
-    recent_.push_back(std::move(d));
-  }
+  recent_ = std::move(recent);  // its followers may lack these rounds: they are sent again, from the first
+  if (!recent_.empty()) first_round_ = recent_.front().round;
   if (follow_leader > 0 && follows()) {
     leader_ = follow_leader;
     next_round_ = follow_round + 1;
@@ -223,9 +227,17 @@ std::int64_t ShardServer::restore(const std::string& path) {
 }
 
 // Failpoint ps.shard.crash_before_answer: dies with a snapshot of what it applied, before it
-// answers -- the moment a retry most needs exactly once.
+// answers -- the moment a retry most needs exactly once. Its own temporary file (the timer may be
+// writing the usual one); dies whatever happens.
 void ShardServer::crash_after_snapshot_locked() {
-  if (!opt_.snapshot_path.empty()) write_snapshot(save_locked());
+  if (!opt_.snapshot_path.empty()) {
+    try {
+      write_snapshot(save_locked(), opt_.snapshot_path + ".crash");
+      std::filesystem::rename(opt_.snapshot_path + ".crash", opt_.snapshot_path);
+    } catch (const std::exception& e) {
+      DISTRL_LOG(Error, "ps shard " << shard_ << ": the failpoint's snapshot failed: " << e.what());
+    }
+  }
   ::raise(SIGKILL);
   ::_exit(128 + SIGKILL);
 }

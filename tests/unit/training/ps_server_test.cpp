@@ -576,12 +576,86 @@ TEST(PsExactlyOnceTest, MalformedDecisionsAndMisdirectedRoundCallsAreRefused) {
   refused([&] { follower.decide(bad); }, "trainer id 5 is out of range");
   bad.pushes = std::vector<PushId>(5, PushId{0, 1, 1});
   refused([&] { follower.decide(bad); }, "malformed");
+  bad.pushes = {PushId{0, 1, 1}, PushId{1, 1, 1}, PushId{0, 1, 1}};
+  refused([&] { follower.decide(bad); }, "names push 1 of trainer 0 twice");
   refused([&] { leader.decide(good); }, "not a sync follower");
   refused([&] { single.decide(good); }, "not a sync follower");
   refused([&] { follower.follow(1, 0); }, "not the leader");
   EXPECT_TRUE(follower.decide(good));  // a well-formed one waits for its push
   EXPECT_EQ(follower.stats().rounds, 0);
   EXPECT_EQ(leader.follow(1, 0).decided.size(), 2u);
+}
+
+// A follower that missed decisions (sent while it could not be reached, so the leader answered
+// its own pushes without it) asks the leader where its rounds stand (ps.follow -- the timer does
+// it for a follower stalled 2 s; here by hand): it applies the missed round and answers the push
+// the leader dropped meanwhile as dropped.
+TEST(PsExactlyOnceTest, AFollowerThatMissedDecisionsCatchesUpFromTheLeader) {
+  ServerOptions o = plain_sgd(Mode::Sync, 1.0);
+  o.quorum = 1;
+  ShardServer leader(0, 2, 2, 2, o), follower(1, 2, 2, 2, o);
+  bool deliver = false;
+  leader.set_decision_sink([&](int, const Decision& d) {
+    if (!deliver) return transport::Future<bool>::failed(std::make_exception_ptr(TransportError("unreachable")));
+    follower.decide(d);
+    return transport::Future<bool>::ready(true);
+  });
+  leader.declare(dense("a", torch::zeros({1})));
+  follower.declare(dense("b", torch::zeros({1})));
+  PushRequest a0 = push_of(0, 0, "a", torch::full({1}, 2.0f)), b0 = a0;
+  b0.names = {"b"};
+  auto fb0 = follower.push(b0);
+  EXPECT_TRUE(leader.push(a0).value().round == 1);  // round 1 closes at the leader, unseen by the follower
+  PushRequest a1 = push_of(1, 0, "a", torch::full({1}, 5.0f)), b1 = a1;  // late: round 1 closed without it
+  b1.names = {"b"};
+  auto fb1 = follower.push(b1);
+  EXPECT_TRUE(leader.push(a1).value().dropped);
+  EXPECT_FALSE(fb0.wait_for(20ms) || fb1.wait_for(20ms));
+  follower.take_follow(leader.follow(1, 0));
+  ASSERT_TRUE(fb0.wait_for(5s) && fb1.wait_for(5s));
+  EXPECT_FALSE(fb0.value().dropped);
+  EXPECT_TRUE(fb1.value().dropped);
+  EXPECT_EQ(value_of(follower, "b").item<float>(), -2.0f);
+  EXPECT_EQ(value_of(leader, "a").item<float>(), -2.0f);
+  deliver = true;  // and on from there as usual
+  PushRequest a2 = push_of(1, 1, "a", torch::full({1}, 3.0f)), b2 = a2;
+  b2.names = {"b"};
+  auto fb2 = follower.push(b2);
+  leader.push(a2).value();
+  ASSERT_TRUE(fb2.wait_for(5s));
+  EXPECT_EQ(value_of(follower, "b").item<float>(), value_of(leader, "a").item<float>());
+}
+
+// A decided push that counted as zero on a follower (its trainer was gone there) and arrives
+// after all is answered at once as dropped, not held for a decision that will never come; a
+// trainer's pushes waiting on a shard are bounded.
+TEST(PsExactlyOnceTest, APushCountedAsZeroThatArrivesLateIsAnsweredAndHeldPushesAreBounded) {
+  ServerOptions o = plain_sgd(Mode::Sync, 1.0);
+  ShardServer follower(1, 2, 2, 2, o);
+  follower.declare(dense("b", torch::zeros({1})));
+  PushRequest p0 = push_of(0, 0, "b", torch::full({1}, 2.0f)), p1 = push_of(1, 0, "b", torch::full({1}, 4.0f));
+  auto f0 = follower.push(p0);
+  follower.bye(1);  // trainer 1 gone here (its connection dropped, say)
+  follower.decide(Decision{1, 1, 1, Decision::Quorum, {p0.id, p1.id}});
+  ASSERT_TRUE(f0.wait_for(5s));
+  EXPECT_EQ(value_of(follower, "b").item<float>(), -1.0f);  // (2 + a zero) / 2
+  auto late = follower.push(p1);
+  ASSERT_TRUE(late.wait_for(5s)) << "a copy that can no longer join its round must not wait";
+  EXPECT_TRUE(late.value().dropped);
+  EXPECT_EQ(value_of(follower, "b").item<float>(), -1.0f);
+
+  PushRequest q0 = push_of(0, 1, "b", torch::ones({1}));
+  auto held = follower.push(q0);  // waits for a decision
+  PushRequest q1 = push_of(0, 1, "b", torch::ones({1}));
+  EXPECT_NE(error_of([&] { follower.push(q1); }).find("a client sends one at a time"), std::string::npos);
+  for (int inc = 2; inc <= 3; ++inc) {  // later processes of the trainer
+    PushRequest r = push_of(0, 1, "b", torch::ones({1}));
+    r.id.incarnation = inc;
+    follower.push(r);
+  }
+  PushRequest r4 = push_of(0, 1, "b", torch::ones({1}));
+  r4.id.incarnation = 4;
+  EXPECT_NE(error_of([&] { follower.push(r4); }).find("3 of its pushes wait here"), std::string::npos);
 }
 
 }  // namespace
