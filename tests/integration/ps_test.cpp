@@ -487,6 +487,9 @@ void run_every_trainer_count(const std::string& policy) {
       EXPECT_EQ(s["waits"], "0");
     } else {  // one step at a time: the run equals one process stepping in the server's order
       const std::vector<int> order = step_order(dir.path());
+      std::string steps;
+      for (int t : order) steps += std::to_string(t);
+      SCOPED_TRACE(std::to_string(trainers) + " trainers stepping in the order " + steps);
       EXPECT_EQ(order.size(), static_cast<std::size_t>(2 * trainers * batches));
       expect_saved_params_equal(dir.path(), one_process_in_order(order, trainers));
     }

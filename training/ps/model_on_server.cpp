@@ -165,6 +165,16 @@ void serve(const PsConfig& cfg, transport::RpcAgent& agent, ModelServer& s) {
   out << "trainers,step_policy,samples,seconds,samples_per_s,steps,stale_refused,retries,waits,wait_s\n"
       << cfg.trainers << "," << cfg.step_policy << "," << samples << "," << slowest << "," << rate << "," << g.version
       << "," << g.stale_refused << "," << retries << "," << g.waits << "," << g.wait_ms / 1000 << "\n";
+  check_written(out, cfg.out_dir + "/server.csv");
+  // The final model, once every trainer has stepped its last batch (trainer 0 may finish first).
+  std::vector<at::Tensor> params;
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : s.net->parameters()) params.push_back(p.detach().clone());
+  }
+  models::save_file(params, cfg.out_dir + "/params.pt");
+  std::cout << "ps0: wrote " << cfg.out_dir << "/{server.csv,params.pt" << (s.step_order.is_open() ? ",step_order.csv" : "")
+            << "}" << std::endl;
 }
 
 }  // namespace
@@ -267,7 +277,6 @@ void run_model_on_server(const PsConfig& cfg, const std::string& config_yaml, tr
   if (lead) {
     metrics.close();
     epochs_csv.close();
-    models::save_file(agent.rpc_sync<std::vector<at::Tensor>>(kServerRank, "ps.model.state"), cfg.out_dir + "/params.pt");
     plot_csv(cfg.out_dir + "/epochs.csv", cfg.out_dir + "/learning_curve.png",
              {{"test accuracy", "epoch", {{"epoch", "test_accuracy", "test accuracy"}}},
               {"test loss", "epoch", {{"epoch", "test_loss", "test loss"}}}});
@@ -276,7 +285,8 @@ void run_model_on_server(const PsConfig& cfg, const std::string& config_yaml, tr
     std::cout << "trainer 0: " << me.steps << " steps in " << std::setprecision(3) << me.seconds << " s ("
               << "forward " << fwd_s * per << " ms, backward " << bwd_s * per << " ms, step " << step_s * per
               << " ms per step), " << me.retries << " stale retries; wrote " << cfg.out_dir
-              << "/{metrics.csv,epochs.csv,learning_curve.png,params.pt,config.yaml}" << std::endl;
+              << "/{metrics.csv,epochs.csv,learning_curve.png,config.yaml} (ps0 writes params.pt once every "
+                 "trainer is done)" << std::endl;
   }
   PsClient(agent, ClientOptions{trainer, cfg.servers, 0}).bye();
 }
