@@ -24,7 +24,7 @@ void enable(transport::RpcAgent& agent, AutogradOptions options) {
   });
   agent.register_function(detail::kReleaseFn, [weak](std::int64_t ctx) {
     auto e = weak.lock();
-    return e ? e->release(ctx) : transport::Future<void>::ready();
+    return e ? e->release_from_peer(ctx) : transport::Future<void>::ready();
   });
   agent.register_function(detail::kLiveFn, [weak]() -> std::uint64_t {
     auto e = weak.lock();
