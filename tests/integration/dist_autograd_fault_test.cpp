@@ -254,6 +254,9 @@ TEST(DistAutogradFaultTest, AContextReapedWhileItsCreatorWasStoppedFailsLoudlyWh
         const std::string back = error_of<dist_autograd::BackwardError>([&] { dist_autograd::backward(ctx, {(y * y).sum()}); });
         expect(contains(back, name) && contains(back, "reaped on worker0"), "its backward fails naming the reaping: " + back);
       }
+      // Both sides see the connection back before they shut down together (a side that still
+      // counts the other as dead would leave at once, taking the store with it).
+      expect(wait_until([&] { return !agent.connection_lost(0); }, 20s), "worker0 reachable again");
       touch(dir.file("done"));
     }
     if (rank == 0) {
@@ -263,6 +266,7 @@ TEST(DistAutogradFaultTest, AContextReapedWhileItsCreatorWasStoppedFailsLoudlyWh
       expect(wait_until([&] { return dist_autograd::live_contexts(agent) == 0; }, 30s), "worker1's context is reaped");
       ::kill(peer, SIGCONT);
       expect(wait_for_file(dir.file("done"), 40s), "worker1 is done");
+      expect(wait_until([&] { return !agent.connection_lost(1); }, 20s), "worker1 reachable again");
     }
     agent.shutdown();
     return 0;

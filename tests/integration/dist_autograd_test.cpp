@@ -518,8 +518,9 @@ TEST(DistAutogradTest, DistributedOptimizersMatchLibTorchsOwn) {
           lopt->step();
         }
         const double e0 = rel_err(me.w->detach(), lw[0].detach()), e1 = rel_err(agent.rpc_sync<at::Tensor>(1, "weight"), lw[1].detach());
-        expect(e0 < 1e-12 && e1 < 1e-12, spec.kind + ": weights after 3 steps equal LibTorch's (rel err " +
-                                             std::to_string(e0) + ", " + std::to_string(e1) + ")");
+        std::ostringstream errs;
+        errs << e0 << ", " << e1;
+        expect(e0 < 1e-12 && e1 < 1e-12, spec.kind + ": weights after 3 steps equal LibTorch's (rel err " + errs.str() + ")");
       }
     }
     agent.shutdown();

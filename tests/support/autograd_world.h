@@ -83,8 +83,10 @@ inline void setup(transport::RpcAgent& a, Worker& me, autograd::AutogradOptions 
   });
 }
 
-// Live contexts summed over ranks (asked over RPC; this worker's own counted locally).
+// Live contexts summed over ranks (asked over RPC outside any context, which would otherwise
+// reach each rank asked; this worker's own counted locally).
 inline std::uint64_t live_everywhere(transport::RpcAgent& agent, const std::vector<int>& ranks) {
+  auto none = autograd::detail::engine_of(agent)->make_current(-1);
   std::uint64_t live = 0;
   for (int k : ranks)
     live += k == agent.rank() ? dist_autograd::live_contexts(agent) : agent.rpc_sync<std::uint64_t>(k, "live");
