@@ -115,8 +115,10 @@ std::vector<std::pair<at::Tensor, at::Tensor>> get_gradients(transport::RpcAgent
 // one (DDP's reducer): while a backward part runs its leaves' hooks on this thread, the
 // context's accumulated gradient of a leaf (undefined: none yet), a way to replace it, and
 // callbacks run on this thread after the part's last leaf (the local engine's queue_callback).
+// Each arriving gradient runs its own part, so a leaf's hooks run once per part that reaches it.
 // Outside a part, in_backward_part() is false and the others throw Error.
 bool in_backward_part();
+std::int64_t part_context();  // the id of the part's context
 at::Tensor part_gradient(const at::Tensor& leaf);
 void set_part_gradient(const at::Tensor& leaf, const at::Tensor& grad);
 void queue_part_callback(std::function<void()> fn);

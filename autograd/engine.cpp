@@ -276,6 +276,8 @@ detail::PartScope& current_part(const char* fn) {
 }
 }  // namespace
 
+std::int64_t part_context() { return current_part("part_context").state->id; }
+
 at::Tensor part_gradient(const at::Tensor& leaf) {
   auto& part = current_part("part_gradient");
   std::lock_guard<std::mutex> lock(part.state->mu);

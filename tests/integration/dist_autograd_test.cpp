@@ -11,6 +11,8 @@
 #include "autograd/remote_module.h"
 #include "autograd/step_guard.h"
 #include "tests/support/autograd_world.h"
+#include "training/ddp/ddp.h"
+#include "transport/collectives/process_group.h"
 
 using namespace distrl;
 using namespace distrl::transport;
@@ -527,4 +529,52 @@ TEST(DistAutogradTest, DistributedOptimizersMatchLibTorchsOwn) {
     return 0;
   });
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
+}
+
+// DDP inside a distributed backward (the hybrid form), over trainers 0 and 1: trainer 0 sends
+// its DDP'd module's output twice over RPC, so two backward parts reach the module there, and
+// trainer 1 once. DDP reduces once per context: trainer 0's second part is refused with an
+// error naming the rule (it used to issue a second all-reduce that trainer 1 never matched);
+// trainer 1's backward completes.
+TEST(DistAutogradTest, DdpInsideDistributedAutogradRefusesASecondPartOfAContext) {
+  TempDir dir;
+  auto codes = run_ranks(3, [&](int rank) {
+    Worker me;
+    RpcAgent agent(rpc_options(dir, rank, 3), [&](RpcAgent& a) {
+      setup(a, me);
+      a.register_function("double", [](at::Tensor x) { return x * 2; });
+    });
+    if (rank < 2) {
+      transport::ProcessGroupOptions po;
+      po.timeout = 10s;
+      auto pg = transport::make_zmq_process_group(agent.store(), rank, 2, po, "ddp-in-autograd");
+      models::NetSpec spec;
+      spec.inputs = 4;
+      spec.outputs = 3;
+      spec.hidden = {};
+      training::DistributedDataParallel ddp(models::make_net(spec), pg);
+      std::string error;
+      {
+        dist_autograd::Context ctx(agent);
+        at::Tensor out = ddp.forward(input().to(torch::kFloat32));
+        at::Tensor loss = rank == 0 ? (agent.rpc_sync<at::Tensor>(2, "double", out) + agent.rpc_sync<at::Tensor>(2, "double", out)).sum()
+                                    : (agent.rpc_sync<at::Tensor>(2, "double", out) * 2).sum();
+        error = error_of<dist_autograd::BackwardError>([&] { dist_autograd::backward(ctx, {loss}); });
+      }
+      if (rank == 0)
+        expect(contains(error, "DDP inside distributed autograd: a second backward part of context") &&
+                   contains(error, "DDP reduces once per context"),
+               "trainer 0's second part is refused naming the rule: " + error);
+      else
+        expect(error.empty(), "trainer 1's backward completes: " + error);
+      pg->barrier();
+      touch(dir.file("done" + std::to_string(rank)));
+    } else {
+      wait_for_file(dir.file("done0"), 40s);
+      wait_for_file(dir.file("done1"), 40s);
+    }
+    agent.shutdown();
+    return 0;
+  });
+  EXPECT_EQ(codes, (std::vector<int>{0, 0, 0}));
 }
