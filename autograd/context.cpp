@@ -30,6 +30,13 @@ void enable(transport::RpcAgent& agent, AutogradOptions options) {
     auto e = weak.lock();
     return e ? e->live() : 0;
   });
+  agent.register_function(
+      detail::kWaitsFn,
+      [weak]() {
+        auto e = weak.lock();
+        return e ? e->guard_waits() : std::vector<std::int64_t>{};
+      },
+      transport::RunOn::IoThread);
   detail::register_optimizer_host(agent, engine);
 }
 

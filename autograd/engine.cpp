@@ -86,6 +86,31 @@ std::vector<std::shared_ptr<ParameterGuard>> Engine::guards_for(const std::vecto
   return out;
 }
 
+std::vector<std::int64_t> Engine::guard_waits() const {
+  std::vector<std::int64_t> out;
+  std::lock_guard<std::mutex> lock(guards_mu_);
+  for (auto& w : guards_)
+    if (auto g = w.lock()) g->waits(&out);
+  return out;
+}
+
+std::vector<std::int64_t> Engine::guard_waits_everywhere() {
+  std::vector<std::int64_t> out = guard_waits();
+  auto none = make_current(-1);
+  std::vector<transport::Future<std::vector<std::int64_t>>> asked;
+  for (int r = 0; r < agent_.world_size(); ++r)
+    if (r != rank_ && !agent_.connection_lost(r)) asked.push_back(agent_.rpc_async<std::vector<std::int64_t>>(r, kWaitsFn));
+  for (auto& f : asked) {
+    try {
+      auto theirs = f.value();
+      out.insert(out.end(), theirs.begin(), theirs.end());
+    } catch (const std::exception&) {
+      // gone or slow: its waits cannot close a cycle that the others see whole
+    }
+  }
+  return out;
+}
+
 void Engine::notify_released(const std::vector<std::int64_t>& ids) {
   std::vector<std::shared_ptr<ParameterGuard>> live;
   {

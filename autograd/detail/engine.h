@@ -30,6 +30,7 @@ namespace distrl::autograd::detail {
 constexpr const char* kGradsFn = "__dist_autograd.grads";
 constexpr const char* kReleaseFn = "__dist_autograd.release";
 constexpr const char* kLiveFn = "__dist_autograd.live";
+constexpr const char* kWaitsFn = "__dist_autograd.waits";
 constexpr const char* kOptimizerClass = "__dist_autograd.optimizer";
 
 // Where a received message's tensors lead back to: gradients reaching them go to the sender.
@@ -133,6 +134,10 @@ class Engine final : public transport::MessageHooks, public std::enable_shared_f
   // reaped; optimizer hosts look up the guards of their parameters.
   void add_guard(const std::shared_ptr<ParameterGuard>& guard);
   std::vector<std::shared_ptr<ParameterGuard>> guards_for(const std::vector<at::Tensor>& params);
+  // Serialize guards' waits, flat (waiting context, holder) pairs: this worker's, and every
+  // worker's (asked over RPC, outside any context; a worker that does not answer is skipped).
+  std::vector<std::int64_t> guard_waits() const;
+  std::vector<std::int64_t> guard_waits_everywhere();
 
  private:
   // The live context id: with create, a context a peer's request names is created on first
@@ -168,7 +173,7 @@ class Engine final : public transport::MessageHooks, public std::enable_shared_f
   std::unordered_map<std::int64_t, Gone> gone_;  // the last kGoneMemory contexts dropped here, so
   std::deque<std::int64_t> gone_order_;          // that a late message fails loudly
   std::mutex optimizer_mu_;                    // all local optimizers of this worker
-  std::mutex guards_mu_;
+  mutable std::mutex guards_mu_;
   std::vector<std::weak_ptr<ParameterGuard>> guards_;
   std::atomic<std::uint64_t> parts_{0}, failed_parts_{0}, sends_{0}, recvs_{0};
 };

@@ -578,3 +578,62 @@ TEST(DistAutogradTest, DdpInsideDistributedAutogradRefusesASecondPartOfAContext)
   });
   EXPECT_EQ(codes, (std::vector<int>{0, 0, 0}));
 }
+
+// Two contexts hold serialize guards on two owners and each enters the other's next (opposite
+// orders): the waits close a cycle; the newer context is refused with GuardDeadlockError naming
+// both (it used to wait for wait_timeout), and once it leaves, the older one goes on.
+TEST(DistAutogradTest, SerializeGuardsEnteredInOppositeOrdersRefuseTheNewerContext) {
+  TempDir dir;
+  auto codes = run_ranks(3, [&](int rank) {
+    auto w = std::make_shared<at::Tensor>(weight_of(rank).requires_grad_(true));
+    std::shared_ptr<autograd::ParameterGuard> guard;
+    RpcAgent agent(rpc_options(dir, rank, 3), [&](RpcAgent& a) {
+      dist_autograd::enable(a);
+      if (rank < 2) guard = autograd::ParameterGuard::create(a, {*w}, autograd::StepPolicy::Serialize, 20s);
+      a.register_function("forward", [w, &guard](at::Tensor x) {
+        guard->enter();
+        return local_hop(x, *w);
+      });
+    });
+    if (rank == 2) {
+      Lane la, lb;
+      std::unique_ptr<dist_autograd::Context> older, newer;
+      const at::Tensor x = input();
+      la.post([&] {
+        older = std::make_unique<dist_autograd::Context>(agent);
+        agent.rpc_sync<at::Tensor>(0, "forward", x);  // holds worker0's guard
+      }).get();
+      lb.post([&] {
+        newer = std::make_unique<dist_autograd::Context>(agent);
+        agent.rpc_sync<at::Tensor>(1, "forward", x);  // holds worker1's guard
+      }).get();
+      const std::string older_id = autograd::detail::id_name(older->id()), newer_id = autograd::detail::id_name(newer->id());
+      std::string older_error = "none", newer_error = "none";
+      auto a = la.post([&] {
+        try {
+          agent.rpc_sync<at::Tensor>(1, "forward", x);
+        } catch (const RemoteError& e) {
+          older_error = e.type() + ": " + e.what();
+        }
+      });
+      auto b = lb.post([&] {
+        try {
+          agent.rpc_sync<at::Tensor>(0, "forward", x);
+        } catch (const RemoteError& e) {
+          newer_error = e.type() + ": " + e.what();
+        }
+        newer.reset();  // frees worker1's guard
+      });
+      b.get();
+      a.get();
+      la.post([&] { older.reset(); }).get();
+      expect(contains(newer_error, "distrl::autograd::GuardDeadlockError") &&
+                 contains(newer_error, "deadlock: context " + newer_id + " waits for " + older_id + " waits for " + newer_id),
+             "the newer context is refused naming the cycle: " + newer_error);
+      expect(older_error == "none", "the older context goes on: " + older_error);
+    }
+    agent.shutdown();
+    return 0;
+  });
+  EXPECT_EQ(codes, (std::vector<int>{0, 0, 0}));
+}
