@@ -116,6 +116,15 @@ void Engine::refuse(const std::string& reason, const char* what) {
                       ": its recorded graph is gone there; leave the context and start a new one");
 }
 
+void Engine::refuse_if_gone(std::int64_t id, const char* what) {
+  std::string reason;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!contexts_.count(id)) reason = gone_locked(id);
+  }
+  if (!reason.empty()) refuse(reason, what);
+}
+
 std::shared_ptr<ContextState> Engine::create() {
   const std::int64_t id = next_id(next_ctx_, "context");
   std::lock_guard<std::mutex> lock(mu_);

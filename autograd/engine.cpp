@@ -247,12 +247,7 @@ transport::Future<void> Engine::on_gradients(std::int64_t ctx, std::int64_t msg,
                                              const std::vector<at::Tensor>& grads) {
   auto s = find(ctx);
   if (!s) {
-    std::string gone;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      gone = gone_locked(ctx);
-    }
-    if (!gone.empty()) refuse(gone, "gradients");
+    refuse_if_gone(ctx, "gradients");
     throw ProtocolError("gradients for unknown distributed-autograd context " + id_name(ctx) + " on " + agent_.name() +
                         " (never seen here)");
   }

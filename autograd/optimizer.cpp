@@ -42,6 +42,7 @@ void OptimizerHost::step(std::int64_t ctx) {
   std::lock_guard<std::mutex> lock(engine_->optimizer_mutex());
   for (auto& g : guards_) g->before_step(ctx);
   auto state = engine_->find(ctx);
+  if (!state) engine_->refuse_if_gone(ctx, "an optimizer step");  // else never seen here: no gradients
   std::vector<at::Tensor> saved;
   saved.reserve(targets_.size());
   std::size_t with_grad = 0;

@@ -115,6 +115,9 @@ class Engine final : public transport::MessageHooks, public std::enable_shared_f
   // The release handler: the same, except that this worker's own contexts are released only
   // by their Context (peers forward releases to the creator too).
   transport::Future<void> release_from_peer(std::int64_t id);
+  // BackwardError naming `what`, the context and this worker when id is gone here (released,
+  // reaped, an earlier process's, or this worker's own and left); nothing otherwise.
+  void refuse_if_gone(std::int64_t id, const char* what);
 
   // Runs the local graph from roots (seeded with grads), accumulates leaf gradients into the
   // context, sends the gradients that reach received tensors back to their senders, and

@@ -34,6 +34,29 @@ void kill_rank(RpcAgent& agent, int k) {
   expect(!e.empty(), "the call to die fails with the dying process");
 }
 
+// The end of each rank of a world where rank `doomed` is killed: it waits to be; the others
+// shut down, rank 0's peers serving until it is done however slow the machine (their shutdown
+// bound is short so that nobody waits long for the dead rank).
+int end_with_a_dead_rank(RpcAgent& agent, int rank, int doomed) {
+  if (rank == doomed) {
+    wait_until([] { return false; }, 30s);
+    return 1;
+  }
+  try {
+    if (rank != 0) agent.serve_until_shutdown(0);
+    agent.shutdown();
+  } catch (const std::exception& e) {
+    std::cout << "rank " << rank << " shutdown: " << e.what() << std::endl;
+  }
+  return 0;
+}
+
+RpcOptions short_shutdown(const TempDir& dir, int rank, int world) {
+  RpcOptions o = rpc_options(dir, rank, world);
+  o.shutdown_timeout = 5s;
+  return o;
+}
+
 // Every survivor's live contexts return to 0 within the bound (a dead peer is noticed at once;
 // its contexts and those it brought go with it).
 void expect_no_live_contexts(RpcAgent& agent, const std::vector<int>& survivors) {
@@ -123,7 +146,7 @@ TEST(DistAutogradFaultTest, ContextsOfADeadCreatorAreReapedOnEverySurvivor) {
   TempDir dir;
   auto codes = run_ranks(3, [&](int rank) {
     Worker me;
-    RpcAgent agent(rpc_options(dir, rank, 3), [&](RpcAgent& a) {
+    RpcAgent agent(short_shutdown(dir, rank, 3), [&](RpcAgent& a) {
       setup(a, me);
       register_die(a);
     });
@@ -131,19 +154,15 @@ TEST(DistAutogradFaultTest, ContextsOfADeadCreatorAreReapedOnEverySurvivor) {
       dist_autograd::Context ctx(agent);
       hop(me, input(), {0, 2, 0});
       touch(dir.file("holding"));
-      wait_until([] { return false; }, 30s);  // killed by rank 0 long before
-      return 1;
+      return end_with_a_dead_rank(agent, rank, 1);  // killed by rank 0 holding the context
     }
     if (rank == 0) {
       expect(wait_for_file(dir.file("holding"), 20s), "worker1 holds its context");
       expect(live_everywhere(agent, {0, 2}) == 2, "workers 0 and 2 hold worker1's context");
       kill_rank(agent, 1);
       expect_no_live_contexts(agent, {0, 2});
-      touch(dir.file("done"));
     }
-    if (rank == 2) wait_for_file(dir.file("done"), 40s);
-    agent.shutdown();
-    return 0;
+    return end_with_a_dead_rank(agent, rank, 1);
   });
   EXPECT_EQ(codes, (std::vector<int>{0, 128 + SIGKILL, 0}));
 }
@@ -154,7 +173,7 @@ TEST(DistAutogradFaultTest, AContextBehindADeadMiddleWorkerIsReapedDownstream) {
   TempDir dir;
   auto codes = run_ranks(3, [&](int rank) {
     Worker me;
-    RpcAgent agent(rpc_options(dir, rank, 3), [&](RpcAgent& a) {
+    RpcAgent agent(short_shutdown(dir, rank, 3), [&](RpcAgent& a) {
       setup(a, me);
       register_die(a);
     });
@@ -167,15 +186,8 @@ TEST(DistAutogradFaultTest, AContextBehindADeadMiddleWorkerIsReapedDownstream) {
         kill_rank(agent, 1);
       }
       expect_no_live_contexts(agent, {0, 2});
-      touch(dir.file("done"));
     }
-    if (rank == 1) {
-      wait_until([] { return false; }, 30s);
-      return 1;
-    }
-    if (rank == 2) wait_for_file(dir.file("done"), 40s);
-    agent.shutdown();
-    return 0;
+    return end_with_a_dead_rank(agent, rank, 1);
   });
   EXPECT_EQ(codes, (std::vector<int>{0, 128 + SIGKILL, 0}));
 }
@@ -224,19 +236,21 @@ TEST(DistAutogradFaultTest, ANestedCallAfterItsContextWasReleasedFailsAndLeavesN
 
 // The creator is stopped (SIGSTOP) past the heartbeat timeout: worker0 reaps its context.
 // When it runs again, using the context fails loudly, naming it, the worker and the reaping:
-// a new call of it, and its backward (they used to be served outside any context, their
-// gradients lost silently).
+// a new call of it, its backward and its optimizer step (the call used to be served outside any
+// context and the step to step nothing, the gradients lost silently).
 TEST(DistAutogradFaultTest, AContextReapedWhileItsCreatorWasStoppedFailsLoudlyWhenItComesBack) {
   TempDir dir;
   auto codes = run_ranks(2, [&](int rank) {
     Worker me;
     RpcAgent agent(rpc_options(dir, rank, 2), [&](RpcAgent& a) { setup(a, me); });
     if (rank == 1) {
+      autograd::DistributedOptimizer opt(agent, autograd::OptimizerSpec{"sgd", 0.1}, {agent.rpc_sync<RRef<at::Tensor>>(0, "param")});
       {
         dist_autograd::Context ctx(agent);
         at::Tensor y = hop(me, input(), {0});
         std::ofstream(dir.file("pid.tmp")) << ::getpid();
         std::rename(dir.file("pid.tmp").c_str(), dir.file("pid").c_str());
+        expect(wait_for_file(dir.file("watched"), 20s), "worker0 is connected to this worker");
         ::raise(SIGSTOP);  // worker0 sends SIGCONT once it reaped the context
         const std::string name = "context " + autograd::detail::id_name(ctx.id());
         std::string call;
@@ -253,6 +267,8 @@ TEST(DistAutogradFaultTest, AContextReapedWhileItsCreatorWasStoppedFailsLoudlyWh
                "a call of the reaped context fails naming it and the reaping: " + call);
         const std::string back = error_of<dist_autograd::BackwardError>([&] { dist_autograd::backward(ctx, {(y * y).sum()}); });
         expect(contains(back, name) && contains(back, "reaped on worker0"), "its backward fails naming the reaping: " + back);
+        const std::string step = error_of<distrl::Error>([&] { opt.step(ctx); });
+        expect(contains(step, name) && contains(step, "reaped on worker0"), "its step fails naming the reaping: " + step);
       }
       // Both sides see the connection back before they shut down together (a side that still
       // counts the other as dead would leave at once, taking the store with it).
@@ -263,6 +279,11 @@ TEST(DistAutogradFaultTest, AContextReapedWhileItsCreatorWasStoppedFailsLoudlyWh
       expect(wait_for_file(dir.file("pid"), 20s), "worker1 stopped");
       pid_t peer = 0;
       std::ifstream(dir.file("pid")) >> peer;
+      // A call through the I/O loop's connection to worker1 (the one whose heartbeats tell that
+      // it stopped) completes its handshake before worker1 stops (a connection still
+      // handshaking with a stopped peer is noticed only at the 30 s handshake timeout).
+      agent.rpc_async<std::uint64_t>(1, "live").value();
+      touch(dir.file("watched"));
       expect(wait_until([&] { return dist_autograd::live_contexts(agent) == 0; }, 30s), "worker1's context is reaped");
       ::kill(peer, SIGCONT);
       expect(wait_for_file(dir.file("done"), 40s), "worker1 is done");
@@ -319,9 +340,7 @@ TEST(DistAutogradFaultTest, APeerKilledMidBackwardFailsEverySurvivorNamingIt) {
   TempDir dir;
   auto codes = run_ranks(3, [&](int rank) {
     Worker me;
-    RpcOptions o = rpc_options(dir, rank, 3);
-    o.shutdown_timeout = 5s;
-    RpcAgent agent(o, [&](RpcAgent& a) {
+    RpcAgent agent(short_shutdown(dir, rank, 3), [&](RpcAgent& a) {
       setup(a, me);
       a.register_function("via_dying", [&a](at::Tensor x) { return a.rpc_sync<at::Tensor>(2, "die_in_backward", x); });
     });
@@ -337,19 +356,7 @@ TEST(DistAutogradFaultTest, APeerKilledMidBackwardFailsEverySurvivorNamingIt) {
       expect(agent.rpc_sync<std::uint64_t>(1, "failed_parts") >= 1, "worker1's part failed too");
       expect_no_live_contexts(agent, {0, 1});
     }
-    if (rank == 2) {  // dies in backward
-      wait_until([] { return false; }, 30s);
-      return 1;
-    }
-    try {
-      // Worker1 serves until rank 0 is done however slow the machine (its own shutdown bound
-      // is 5 s so that nobody waits long for the dead rank).
-      if (rank == 1) agent.serve_until_shutdown(0);
-      agent.shutdown();
-    } catch (const std::exception& e) {
-      std::cout << "rank " << rank << " shutdown: " << e.what() << std::endl;
-    }
-    return 0;
+    return end_with_a_dead_rank(agent, rank, 2);  // rank 2 dies in its backward
   });
   EXPECT_EQ(codes, (std::vector<int>{0, 0, 128 + SIGKILL}));
 }
@@ -361,9 +368,7 @@ TEST(DistAutogradFaultTest, AStepWhoseOwnerIsDeadFailsNamingItAfterTheOthersStep
   TempDir dir;
   auto codes = run_ranks(3, [&](int rank) {
     Worker me;
-    RpcOptions o = rpc_options(dir, rank, 3);
-    o.shutdown_timeout = 5s;
-    RpcAgent agent(o, [&](RpcAgent& a) {
+    RpcAgent agent(short_shutdown(dir, rank, 3), [&](RpcAgent& a) {
       setup(a, me);
       register_die(a);
     });
@@ -386,17 +391,7 @@ TEST(DistAutogradFaultTest, AStepWhoseOwnerIsDeadFailsNamingItAfterTheOthersStep
       const double e = rel_err(agent.rpc_sync<at::Tensor>(1, "weight"), (w1 - 0.1 * w1.grad()).detach());
       expect(e < 1e-9, "worker1 stepped (rel err " + std::to_string(e) + ")");
     }
-    if (rank == 2) {
-      wait_until([] { return false; }, 30s);
-      return 1;
-    }
-    try {
-      if (rank == 1) agent.serve_until_shutdown(0);
-      agent.shutdown();
-    } catch (const std::exception& e) {
-      std::cout << "rank " << rank << " shutdown: " << e.what() << std::endl;
-    }
-    return 0;
+    return end_with_a_dead_rank(agent, rank, 2);
   });
   EXPECT_EQ(codes, (std::vector<int>{0, 0, 128 + SIGKILL}));
 }

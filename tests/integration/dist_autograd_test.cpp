@@ -373,13 +373,7 @@ TEST(DistAutogradTest, BackwardsWithRetainGraphAccumulateInTheContext) {
       at::Tensor y = hop(me, x, {1});
       at::Tensor loss = (y * y).sum();
       for (int i = 0; i < 3; ++i) dist_autograd::backward(ctx, {loss}, /*retain_graph=*/i < 2);
-      std::map<const void*, at::Tensor> mine;
-      for (auto& [t, g] : dist_autograd::get_gradients(ctx)) mine[t.unsafeGetTensorImpl()] = g;
-      expect(mine.size() == 2 && rel_err(mine[x.unsafeGetTensorImpl()], xl.grad()) < 1e-9 &&
-                 rel_err(mine[me.w->unsafeGetTensorImpl()], w0.grad()) < 1e-9,
-             "x's and worker0's gradients are three passes' sum");
-      expect(rel_err(agent.rpc_sync<at::Tensor>(1, "grad_of", ctx.id()), w1.grad()) < 1e-9,
-             "worker1's gradient is three passes' sum");
+      expect_gradients(agent, me, ctx, x, xl.grad(), w0.grad(), w1.grad(), "three passes' sum");
       const std::string again = error_of<distrl::Error>([&] { dist_autograd::backward(ctx, {loss}); });
       expect(contains(again, "retain_graph"), "a fourth backward is refused naming retain_graph: " + again);
     }
@@ -411,12 +405,7 @@ TEST(DistAutogradTest, TwoBackwardsAtOnceInOneContextAddUp) {
         dist_autograd::backward(ctx, {l1}, true);
         second.get();
       }
-      std::map<const void*, at::Tensor> mine;
-      for (auto& [t, g] : dist_autograd::get_gradients(ctx)) mine[t.unsafeGetTensorImpl()] = g;
-      expect(rel_err(mine[x.unsafeGetTensorImpl()], xl.grad()) < 1e-9 && rel_err(mine[me.w->unsafeGetTensorImpl()], w0.grad()) < 1e-9,
-             "x's and worker0's gradients are both passes' sum");
-      expect(rel_err(agent.rpc_sync<at::Tensor>(1, "grad_of", ctx.id()), w1.grad()) < 1e-9,
-             "worker1's gradient is both passes' sum");
+      expect_gradients(agent, me, ctx, x, xl.grad(), w0.grad(), w1.grad(), "both passes' sum");
     }
     agent.shutdown();
     return 0;
@@ -453,11 +442,7 @@ TEST(DistAutogradTest, ADiamondMatchesOneProcessAndLeafHooksRunOncePerPart) {
       auto a = agent.rpc_async<at::Tensor>(1, "hop", y, std::vector<int>{});
       auto b = agent.rpc_async<at::Tensor>(1, "hop", y, std::vector<int>{});
       dist_autograd::backward(ctx, {(a.value() + b.value()).pow(2).sum()});
-      std::map<const void*, at::Tensor> mine;
-      for (auto& [t, g] : dist_autograd::get_gradients(ctx)) mine[t.unsafeGetTensorImpl()] = g;
-      expect(rel_err(mine[x.unsafeGetTensorImpl()], xl.grad()) < 1e-9 && rel_err(mine[me.w->unsafeGetTensorImpl()], w0.grad()) < 1e-9,
-             "x's and worker0's gradients equal one process's");
-      expect(rel_err(agent.rpc_sync<at::Tensor>(1, "grad_of", ctx.id()), w1.grad()) < 1e-9, "worker1's gradient equals one process's");
+      expect_gradients(agent, me, ctx, x, xl.grad(), w0.grad(), w1.grad(), "one process's");
       expect(local_calls == 1 && calls == 2, "the hook ran once in one process, once per part here (" +
                                                  std::to_string(local_calls) + ", " + std::to_string(calls) + ")");
       expect(rel_err(sum, local_sum) < 1e-9, "the hook's values add up to the one call's");

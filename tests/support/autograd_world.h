@@ -10,6 +10,7 @@
 #include <csignal>
 #include <deque>
 #include <future>
+#include <map>
 #include <unistd.h>
 
 #include "autograd/context.h"
@@ -91,6 +92,18 @@ inline std::uint64_t live_everywhere(transport::RpcAgent& agent, const std::vect
   for (int k : ranks)
     live += k == agent.rank() ? dist_autograd::live_contexts(agent) : agent.rpc_sync<std::uint64_t>(k, "live");
   return live;
+}
+
+// Rank 0 of a two-worker world checks ctx's gradients against one process's: x and worker0's
+// weight here (expected gx, g0), worker1's weight there (expected g1).
+inline void expect_gradients(transport::RpcAgent& agent, Worker& me, const dist_autograd::Context& ctx, const at::Tensor& x,
+                             const at::Tensor& gx, const at::Tensor& g0, const at::Tensor& g1, const std::string& what) {
+  std::map<const void*, at::Tensor> mine;
+  for (auto& [t, g] : dist_autograd::get_gradients(ctx)) mine[t.unsafeGetTensorImpl()] = g;
+  auto agrees = [](const at::Tensor& got, const at::Tensor& want) { return got.defined() && rel_err(got, want) < 1e-9; };
+  expect(mine.size() == 2 && agrees(mine[x.unsafeGetTensorImpl()], gx) && agrees(mine[me.w->unsafeGetTensorImpl()], g0),
+         "x's and worker0's gradients are " + what);
+  expect(agrees(agent.rpc_sync<at::Tensor>(1, "grad_of", ctx.id()), g1), "worker1's gradient is " + what);
 }
 
 // A thread of its own (where a dist_autograd::Context can be current) that runs posted tasks.
