@@ -4,8 +4,7 @@
 // released fails and leaves nothing behind; a context reaped while its creator was stopped
 // fails loudly when it comes back; a killed peer fails the backward, a dead owner the step, a
 // slow part the backward's deadline, each named; malformed gradients and too many contexts or
-// messages are refused while the worker keeps serving; a context left out of order or on
-// another thread stops being current there only.
+// messages are refused while the worker keeps serving.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -490,53 +489,9 @@ TEST(DistAutogradFaultTest, APeerCannotMakeAWorkerHoldMoreContextsOrMessagesThan
         const std::string too_many = error_of<RemoteError>([&] { call(input()); });
         expect(contains(too_many, "max_messages_per_context") && contains(too_many, "send one more to rank 0"),
                "a fifth reply requiring grad is refused naming the limit: " + too_many);
-        expect(agent.rpc_sync<std::uint64_t>(1, "live") == 1, "and worker1 keeps serving");
+        expect(wait_until([&] { return agent.rpc_sync<std::uint64_t>(1, "live") == 1; }, 10s),
+               "and worker1 keeps serving (the context before released asynchronously)");
       }
-    }
-    agent.shutdown();
-    return 0;
-  });
-  EXPECT_EQ(codes, (std::vector<int>{0, 0}));
-}
-
-// Contexts left out of order, or on a thread other than the one that made them: each stops
-// being current where it was made, and only it (the scope used to pop whatever was on top of
-// the destroying thread's stack).
-TEST(DistAutogradFaultTest, AContextLeftOutOfOrderOrOnAnotherThreadStopsBeingCurrentOnlyThere) {
-  TempDir dir;
-  auto codes = run_ranks(2, [&](int rank) {
-    Worker me;
-    RpcAgent agent(rpc_options(dir, rank, 2), [&](RpcAgent& a) { setup(a, me); });
-    if (rank == 0) {
-      // y = hop(x) on worker1, recorded in the current context: its backward gives x's gradient.
-      auto recorded_in = [&](const dist_autograd::Context& ctx) {
-        at::Tensor x = input().requires_grad_(true);
-        at::Tensor y = agent.rpc_sync<at::Tensor>(1, "hop", x, std::vector<int>{});
-        if (!y.requires_grad()) return false;
-        dist_autograd::backward(ctx, {y.sum()});
-        at::Tensor xl = input().requires_grad_(true);
-        local_hop(xl, weight_of(1)).sum().backward();
-        auto g = dist_autograd::get_gradients(ctx);
-        return g.size() == 1 && rel_err(g[0].second, xl.grad()) < 1e-9;
-      };
-      auto outer = std::make_unique<dist_autograd::Context>(agent);
-      auto inner = std::make_unique<dist_autograd::Context>(agent);
-      outer.reset();  // out of order
-      expect(recorded_in(*inner), "the inner context is still current after the outer one was left");
-      inner.reset();
-      Lane lane;
-      std::unique_ptr<dist_autograd::Context> theirs;
-      lane.post([&] { theirs = std::make_unique<dist_autograd::Context>(agent); }).get();
-      dist_autograd::Context mine(agent);
-      theirs.reset();  // left on this thread, made on the lane
-      expect(recorded_in(mine), "this thread's context is still current");
-      bool outside = false;
-      lane.post([&] {
-        outside = !agent.rpc_sync<at::Tensor>(1, "hop", input().requires_grad_(true), std::vector<int>{}).requires_grad();
-      }).get();
-      expect(outside, "on the lane no context is current any more");
-      expect(wait_until([&] { return agent.rpc_sync<std::uint64_t>(1, "live") == 1; }, 10s),
-             "worker1 holds only this thread's context");
     }
     agent.shutdown();
     return 0;
