@@ -194,43 +194,33 @@ TEST(DistAutogradFaultTest, AContextBehindADeadMiddleWorkerIsReapedDownstream) {
 // B's handler calls C after A left the context and B dropped it: the call fails on B, naming
 // the released context, and C never holds it (it used to create a context nothing released).
 TEST(DistAutogradFaultTest, ANestedCallAfterItsContextWasReleasedFailsAndLeavesNothingBehind) {
-  TempDir dir;
-  auto codes = run_ranks(3, [&](int rank) {
-    Worker me;
-    RpcAgent agent(rpc_options(dir, rank, 3), [&](RpcAgent& a) {
-      setup(a, me);
-      a.register_function("nested_later", [&a](at::Tensor x) {
-        expect(wait_until([&] { return dist_autograd::live_contexts(a) == 0; }, 10s), "the release reached worker1");
-        return a.rpc_sync<at::Tensor>(2, "hop", x, std::vector<int>{});
-      });
-    });
-    if (rank == 0) {
-      Future<at::Tensor> late;
-      std::int64_t id = 0;
-      {
-        dist_autograd::Context ctx(agent);
-        id = ctx.id();
-        late = agent.rpc_async<at::Tensor>(1, "nested_later", input().requires_grad_(true));
-        expect(wait_until([&] { return agent.rpc_sync<std::uint64_t>(1, "live") == 1; }, 10s), "worker1 serves the context");
-      }
-      std::string type, what;
-      try {
-        late.value();
-      } catch (const RemoteError& e) {
-        type = e.type();
-        what = e.what();
-      }
-      expect(type == "distrl::autograd::BackwardError" && contains(what, autograd::detail::id_name(id)) &&
-                 contains(what, "released on worker1"),
-             "the nested call fails on worker1 naming the released context: " + type + " " + what);
-      expect_no_live_contexts(agent, {0, 1, 2});
-      touch(dir.file("done"));
+  World world{3, {}, [](RpcAgent& a, Worker&) {
+                a.register_function("nested_later", [&a](at::Tensor x) {
+                  expect(wait_until([&] { return dist_autograd::live_contexts(a) == 0; }, 10s), "the release reached worker1");
+                  return a.rpc_sync<at::Tensor>(2, "hop", x, std::vector<int>{});
+                });
+              }};
+  run_on_rank0(world, [](RpcAgent& agent, Worker&) {
+    Future<at::Tensor> late;
+    std::int64_t id = 0;
+    {
+      dist_autograd::Context ctx(agent);
+      id = ctx.id();
+      late = agent.rpc_async<at::Tensor>(1, "nested_later", input().requires_grad_(true));
+      expect(wait_until([&] { return agent.rpc_sync<std::uint64_t>(1, "live") == 1; }, 10s), "worker1 serves the context");
     }
-    if (rank != 0) wait_for_file(dir.file("done"), 40s);
-    agent.shutdown();
-    return 0;
+    std::string type, what;
+    try {
+      late.value();
+    } catch (const RemoteError& e) {
+      type = e.type();
+      what = e.what();
+    }
+    expect(type == "distrl::autograd::BackwardError" && contains(what, autograd::detail::id_name(id)) &&
+               contains(what, "released on worker1"),
+           "the nested call fails on worker1 naming the released context: " + type + " " + what);
+    expect_no_live_contexts(agent, {0, 1, 2});
   });
-  EXPECT_EQ(codes, (std::vector<int>{0, 0, 0}));
 }
 
 // The creator is stopped (SIGSTOP) past the heartbeat timeout: worker0 reaps its context.
@@ -297,40 +287,34 @@ TEST(DistAutogradFaultTest, AContextReapedWhileItsCreatorWasStoppedFailsLoudlyWh
 // Worker1's part of the backward takes longer than rank 0's rpc_timeout: backward fails with
 // BackwardError naming the context and the deadline, and the context still goes everywhere.
 TEST(DistAutogradFaultTest, ABackwardPastItsDeadlineFailsNamingTheContext) {
-  TempDir dir;
-  auto codes = run_ranks(2, [&](int rank) {
-    Worker me;
-    auto o = rpc_options(dir, rank, 2);
+  World world;
+  world.configure = [](int rank, RpcOptions& o, autograd::AutogradOptions&) {
     if (rank == 0) o.rpc_timeout = 2s;
-    RpcAgent agent(o, [&](RpcAgent& a) {
-      setup(a, me);
-      a.register_function("slow_in_backward", [](at::Tensor x) {
-        struct Slow : torch::autograd::Function<Slow> {
-          static at::Tensor forward(torch::autograd::AutogradContext*, at::Tensor v) { return v * 2; }
-          static torch::autograd::variable_list backward(torch::autograd::AutogradContext*, torch::autograd::variable_list g) {
-            std::this_thread::sleep_for(5s);
-            return {g[0] * 2};
-          }
-        };
-        return Slow::apply(x);
-      });
+  };
+  world.extra_setup = [](RpcAgent& a, Worker&) {
+    a.register_function("slow_in_backward", [](at::Tensor x) {
+      struct Slow : torch::autograd::Function<Slow> {
+        static at::Tensor forward(torch::autograd::AutogradContext*, at::Tensor v) { return v * 2; }
+        static torch::autograd::variable_list backward(torch::autograd::AutogradContext*, torch::autograd::variable_list g) {
+          std::this_thread::sleep_for(5s);
+          return {g[0] * 2};
+        }
+      };
+      return Slow::apply(x);
     });
-    if (rank == 0) {
-      std::string error, name;
-      {
-        dist_autograd::Context ctx(agent);
-        name = "context " + autograd::detail::id_name(ctx.id());
-        at::Tensor y = agent.rpc_sync<at::Tensor>(1, "slow_in_backward", input().requires_grad_(true));
-        error = error_of<dist_autograd::BackwardError>([&] { dist_autograd::backward(ctx, {y.sum()}); });
-      }
-      expect(contains(error, name) && (contains(error, "rpc_timeout (2000 ms)") || contains(error, "timed out after 2000 ms")),
-             "backward fails naming the context and its deadline: " + error);
-      expect_no_live_contexts(agent, {0, 1});
+  };
+  run_on_rank0(world, [](RpcAgent& agent, Worker&) {
+    std::string error, name;
+    {
+      dist_autograd::Context ctx(agent);
+      name = "context " + autograd::detail::id_name(ctx.id());
+      at::Tensor y = agent.rpc_sync<at::Tensor>(1, "slow_in_backward", input().requires_grad_(true));
+      error = error_of<dist_autograd::BackwardError>([&] { dist_autograd::backward(ctx, {y.sum()}); });
     }
-    agent.shutdown();
-    return 0;
+    expect(contains(error, name) && (contains(error, "rpc_timeout (2000 ms)") || contains(error, "timed out after 2000 ms")),
+           "backward fails naming the context and its deadline: " + error);
+    expect_no_live_contexts(agent, {0, 1});
   });
-  EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
 
 // Rank 2 SIGKILLs itself inside its backward: ranks 0 and 1 fail their parts at once, naming
@@ -448,53 +432,47 @@ TEST(DistAutogradFaultTest, MalformedGradientMessagesAreRefusedAndTheWorkerKeeps
 // max_messages_per_context messages that require grad in one, received or sent: one more is
 // refused with ProtocolError naming the option; once contexts are left, new ones are served.
 TEST(DistAutogradFaultTest, APeerCannotMakeAWorkerHoldMoreContextsOrMessagesThanTheLimits) {
-  TempDir dir;
-  auto codes = run_ranks(2, [&](int rank) {
-    Worker me;
-    autograd::AutogradOptions ao;
+  World world;
+  world.configure = [](int rank, RpcOptions&, autograd::AutogradOptions& ao) {
     ao.max_live_contexts = rank == 1 ? 3 : 1000;
     ao.max_messages_per_context = rank == 1 ? 4 : 1000;
-    RpcAgent agent(rpc_options(dir, rank, 2), [&](RpcAgent& a) { setup(a, me, ao); });
-    if (rank == 0) {
-      at::Tensor x = input().requires_grad_(true);
-      auto call = [&](const at::Tensor& in) { return agent.rpc_sync<at::Tensor>(1, "hop", in, std::vector<int>{}); };
-      {
-        dist_autograd::Context c1(agent);
-        call(x);
-        dist_autograd::Context c2(agent);
-        call(x);
-        dist_autograd::Context c3(agent);
-        call(x);
-        expect(agent.rpc_sync<std::uint64_t>(1, "live") == 3, "worker1 holds the three contexts");
-        dist_autograd::Context c4(agent);
-        const std::string refused = error_of<RemoteError>([&] { call(x); });
-        expect(contains(refused, "max_live_contexts") && contains(refused, "ProtocolError"),
-               "the fourth context is refused naming the limit: " + refused);
-      }
-      expect(wait_until([&] { return agent.rpc_sync<std::uint64_t>(1, "live") == 0; }, 10s),
-             "the contexts left are released on worker1");
-      {
-        dist_autograd::Context again(agent);
-        expect(call(x).requires_grad(), "a new context is served again");  // 1 received + 1 sent
-        call(x);                                                            // 4 recorded on worker1
-        const std::string too_many = error_of<distrl::ProtocolError>([&] { call(x); });
-        expect(contains(too_many, "max_messages_per_context") && contains(too_many, "take one more from rank 0"),
-               "a third request requiring grad is refused naming the limit: " + too_many);
-      }
-      {
-        // Requests that do not require grad, replies that do (the model on a server): the
-        // replies are recorded on worker1 and are capped the same way.
-        dist_autograd::Context sends(agent);
-        for (int i = 0; i < 4; ++i) expect(call(input()).requires_grad(), "a reply that requires grad");
-        const std::string too_many = error_of<RemoteError>([&] { call(input()); });
-        expect(contains(too_many, "max_messages_per_context") && contains(too_many, "send one more to rank 0"),
-               "a fifth reply requiring grad is refused naming the limit: " + too_many);
-        expect(wait_until([&] { return agent.rpc_sync<std::uint64_t>(1, "live") == 1; }, 10s),
-               "and worker1 keeps serving (the context before released asynchronously)");
-      }
+  };
+  run_on_rank0(world, [](RpcAgent& agent, Worker&) {
+    at::Tensor x = input().requires_grad_(true);
+    auto call = [&](const at::Tensor& in) { return agent.rpc_sync<at::Tensor>(1, "hop", in, std::vector<int>{}); };
+    {
+      dist_autograd::Context c1(agent);
+      call(x);
+      dist_autograd::Context c2(agent);
+      call(x);
+      dist_autograd::Context c3(agent);
+      call(x);
+      expect(agent.rpc_sync<std::uint64_t>(1, "live") == 3, "worker1 holds the three contexts");
+      dist_autograd::Context c4(agent);
+      const std::string refused = error_of<RemoteError>([&] { call(x); });
+      expect(contains(refused, "max_live_contexts") && contains(refused, "ProtocolError"),
+             "the fourth context is refused naming the limit: " + refused);
     }
-    agent.shutdown();
-    return 0;
+    expect(wait_until([&] { return agent.rpc_sync<std::uint64_t>(1, "live") == 0; }, 10s),
+           "the contexts left are released on worker1");
+    {
+      dist_autograd::Context again(agent);
+      expect(call(x).requires_grad(), "a new context is served again");  // 1 received + 1 sent
+      call(x);                                                            // 4 recorded on worker1
+      const std::string too_many = error_of<distrl::ProtocolError>([&] { call(x); });
+      expect(contains(too_many, "max_messages_per_context") && contains(too_many, "take one more from rank 0"),
+             "a third request requiring grad is refused naming the limit: " + too_many);
+    }
+    {
+      // Requests that do not require grad, replies that do (the model on a server): the
+      // replies are recorded on worker1 and are capped the same way.
+      dist_autograd::Context sends(agent);
+      for (int i = 0; i < 4; ++i) expect(call(input()).requires_grad(), "a reply that requires grad");
+      const std::string too_many = error_of<RemoteError>([&] { call(input()); });
+      expect(contains(too_many, "max_messages_per_context") && contains(too_many, "send one more to rank 0"),
+             "a fifth reply requiring grad is refused naming the limit: " + too_many);
+      expect(wait_until([&] { return agent.rpc_sync<std::uint64_t>(1, "live") == 1; }, 10s),
+             "and worker1 keeps serving (the context before released asynchronously)");
+    }
   });
-  EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }

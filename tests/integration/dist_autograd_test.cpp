@@ -27,65 +27,57 @@ using LocalModel = std::function<at::Tensor(std::vector<at::Tensor>&)>;
 // Runs model distributed, compares every worker's gradient with the local model's, then K
 // DistributedOptimizer steps against a local optimizer.
 void check_parity(int world, const Model& model, const LocalModel& local) {
-  TempDir dir;
-  auto codes = run_ranks(world, [&](int rank) {
-    Worker me;
-    RpcAgent agent(rpc_options(dir, rank, world), [&](RpcAgent& a) { setup(a, me); });
-    if (rank == 0) {
-      std::vector<at::Tensor> w;
-      for (int k = 0; k < world; ++k) w.push_back(weight_of(k).requires_grad_(true));
-      at::Tensor ref_loss = local(w);
-      ref_loss.backward();
+  run_on_rank0(World{world, {}, {}}, [&](RpcAgent& agent, Worker& me) {
+    std::vector<at::Tensor> w;
+    for (int k = 0; k < world; ++k) w.push_back(weight_of(k).requires_grad_(true));
+    at::Tensor ref_loss = local(w);
+    ref_loss.backward();
+    {
+      dist_autograd::Context ctx(agent);
+      at::Tensor loss = model(agent, me);
+      expect(rel_err(loss.detach(), ref_loss.detach()) < 1e-12, "loss equals the local one");
+      dist_autograd::backward(ctx, {loss});
+      for (int k = 0; k < world; ++k) {
+        at::Tensor g = agent.rpc_sync<at::Tensor>(k, "grad_of", ctx.id());
+        expect(g.numel() == 16, "worker " + std::to_string(k) + " has a gradient");
+        const double e = rel_err(g, w[k].grad());
+        expect(e <= 1e-6, "gradient of worker " + std::to_string(k) + " equals the local one (rel err " + std::to_string(e) + ")");
+      }
+      expect(!me.w->grad().defined(), ".grad is not touched by distributed backward");
+    }
+    // K optimizer steps: distributed vs local, SGD with momentum.
+    std::vector<RRef<at::Tensor>> params;
+    for (int k = 0; k < world; ++k) params.push_back(agent.rpc_sync<RRef<at::Tensor>>(k, "param"));
+    autograd::OptimizerSpec spec;
+    spec.kind = "sgd";
+    spec.lr = 0.05;
+    spec.momentum = 0.9;
+    autograd::DistributedOptimizer dopt(agent, spec, params);
+    std::vector<at::Tensor> lw;
+    for (int k = 0; k < world; ++k) lw.push_back(weight_of(k).requires_grad_(true));
+    torch::optim::SGD lopt(lw, torch::optim::SGDOptions(0.05).momentum(0.9));
+    for (int step = 0; step < 3; ++step) {
       {
         dist_autograd::Context ctx(agent);
         at::Tensor loss = model(agent, me);
-        expect(rel_err(loss.detach(), ref_loss.detach()) < 1e-12, "loss equals the local one");
         dist_autograd::backward(ctx, {loss});
-        for (int k = 0; k < world; ++k) {
-          at::Tensor g = agent.rpc_sync<at::Tensor>(k, "grad_of", ctx.id());
-          expect(g.numel() == 16, "worker " + std::to_string(k) + " has a gradient");
-          const double e = rel_err(g, w[k].grad());
-          expect(e <= 1e-6, "gradient of worker " + std::to_string(k) + " equals the local one (rel err " + std::to_string(e) + ")");
-        }
-        expect(!me.w->grad().defined(), ".grad is not touched by distributed backward");
+        dopt.step(ctx);
       }
-      // K optimizer steps: distributed vs local, SGD with momentum.
-      std::vector<RRef<at::Tensor>> params;
-      for (int k = 0; k < world; ++k) params.push_back(agent.rpc_sync<RRef<at::Tensor>>(k, "param"));
-      autograd::OptimizerSpec spec;
-      spec.kind = "sgd";
-      spec.lr = 0.05;
-      spec.momentum = 0.9;
-      autograd::DistributedOptimizer dopt(agent, spec, params);
-      std::vector<at::Tensor> lw;
-      for (int k = 0; k < world; ++k) lw.push_back(weight_of(k).requires_grad_(true));
-      torch::optim::SGD lopt(lw, torch::optim::SGDOptions(0.05).momentum(0.9));
-      for (int step = 0; step < 3; ++step) {
-        {
-          dist_autograd::Context ctx(agent);
-          at::Tensor loss = model(agent, me);
-          dist_autograd::backward(ctx, {loss});
-          dopt.step(ctx);
-        }
-        lopt.zero_grad();
-        local(lw).backward();
-        lopt.step();
-      }
-      for (int k = 0; k < world; ++k) {
-        const double e = rel_err(agent.rpc_sync<at::Tensor>(k, "weight"), lw[k].detach());
-        expect(e <= 1e-6, "weights of worker " + std::to_string(k) + " after 3 steps (rel err " + std::to_string(e) + ")");
-      }
-      // Every context left: released on every worker that saw it.
-      expect(distrl::testing::wait_until([&] {
-        std::uint64_t live = 0;
-        for (int k = 0; k < world; ++k) live += agent.rpc_sync<std::uint64_t>(k, "live");
-        return live == 0;
-      }, 10s), "no live contexts left anywhere");
+      lopt.zero_grad();
+      local(lw).backward();
+      lopt.step();
     }
-    agent.shutdown();
-    return 0;
+    for (int k = 0; k < world; ++k) {
+      const double e = rel_err(agent.rpc_sync<at::Tensor>(k, "weight"), lw[k].detach());
+      expect(e <= 1e-6, "weights of worker " + std::to_string(k) + " after 3 steps (rel err " + std::to_string(e) + ")");
+    }
+    // Every context left: released on every worker that saw it.
+    expect(distrl::testing::wait_until([&] {
+      std::uint64_t live = 0;
+      for (int k = 0; k < world; ++k) live += agent.rpc_sync<std::uint64_t>(k, "live");
+      return live == 0;
+    }, 10s), "no live contexts left anywhere");
   });
-  EXPECT_EQ(codes, std::vector<int>(world, 0));
 }
 
 }  // namespace
@@ -143,48 +135,40 @@ TEST(DistAutogradTest, FourProcessesWithAnUnusedResultMatchTheLocalModel) {
 }
 
 TEST(DistAutogradTest, ContextsKeepTheirGradientsApartAndNoContextRecordsNothing) {
-  TempDir dir;
-  auto codes = run_ranks(2, [&](int rank) {
-    Worker me;
-    RpcAgent agent(rpc_options(dir, rank, 2), [&](RpcAgent& a) { setup(a, me); });
-    if (rank == 0) {
-      at::Tensor x = input().requires_grad_(true);
-      at::Tensor plain = agent.rpc_sync<at::Tensor>(1, "hop", x, std::vector<int>{});
-      expect(!plain.requires_grad(), "outside a context nothing is recorded");
-      expect(agent.rpc_sync<std::uint64_t>(1, "live") == 0, "and no context appears on the peer");
-      dist_autograd::Context c1(agent);
-      at::Tensor l1 = agent.rpc_sync<at::Tensor>(1, "hop", x, std::vector<int>{}).sum();
-      std::int64_t id2 = 0;
-      {
-        dist_autograd::Context c2(agent);  // nested: current until it ends
-        id2 = c2.id();
-        expect(c2.id() != c1.id(), "context ids differ");
-        at::Tensor l2 = (agent.rpc_sync<at::Tensor>(1, "hop", x * 3, std::vector<int>{}) * 5).sum();
-        dist_autograd::backward(c2, {l2});
-        expect(dist_autograd::get_gradients(c2).size() == 1, "x's gradient in c2");
-      }
-      dist_autograd::backward(c1, {l1});
-      auto g1 = dist_autograd::get_gradients(c1);
-      expect(g1.size() == 1, "x's gradient in c1");
-      // Local reference: the gradient of l1 alone.
-      at::Tensor xl = input().requires_grad_(true);
-      local_hop(xl, weight_of(1)).sum().backward();
-      expect(rel_err(g1[0].second, xl.grad()) < 1e-9, "c1 holds only its own gradient");
-      at::Tensor w_c1 = agent.rpc_sync<at::Tensor>(1, "grad_of", c1.id());
-      at::Tensor w_c2 = agent.rpc_sync<at::Tensor>(1, "grad_of", id2);
-      expect(w_c1.numel() == 16 && w_c2.numel() == 0, "c2 was released on the peer; c1's gradient is there");
-      bool refused = false;
-      try {
-        dist_autograd::backward(c1, {l1});
-      } catch (const distrl::Error& e) {
-        refused = std::string(e.what()).find("retain_graph") != std::string::npos;
-      }
-      expect(refused, "a second backward without retain_graph is refused, naming retain_graph");
+  run_on_rank0({}, [&](RpcAgent& agent, Worker& me) {
+    at::Tensor x = input().requires_grad_(true);
+    at::Tensor plain = agent.rpc_sync<at::Tensor>(1, "hop", x, std::vector<int>{});
+    expect(!plain.requires_grad(), "outside a context nothing is recorded");
+    expect(agent.rpc_sync<std::uint64_t>(1, "live") == 0, "and no context appears on the peer");
+    dist_autograd::Context c1(agent);
+    at::Tensor l1 = agent.rpc_sync<at::Tensor>(1, "hop", x, std::vector<int>{}).sum();
+    std::int64_t id2 = 0;
+    {
+      dist_autograd::Context c2(agent);  // nested: current until it ends
+      id2 = c2.id();
+      expect(c2.id() != c1.id(), "context ids differ");
+      at::Tensor l2 = (agent.rpc_sync<at::Tensor>(1, "hop", x * 3, std::vector<int>{}) * 5).sum();
+      dist_autograd::backward(c2, {l2});
+      expect(dist_autograd::get_gradients(c2).size() == 1, "x's gradient in c2");
     }
-    agent.shutdown();
-    return 0;
+    dist_autograd::backward(c1, {l1});
+    auto g1 = dist_autograd::get_gradients(c1);
+    expect(g1.size() == 1, "x's gradient in c1");
+    // Local reference: the gradient of l1 alone.
+    at::Tensor xl = input().requires_grad_(true);
+    local_hop(xl, weight_of(1)).sum().backward();
+    expect(rel_err(g1[0].second, xl.grad()) < 1e-9, "c1 holds only its own gradient");
+    at::Tensor w_c1 = agent.rpc_sync<at::Tensor>(1, "grad_of", c1.id());
+    at::Tensor w_c2 = agent.rpc_sync<at::Tensor>(1, "grad_of", id2);
+    expect(w_c1.numel() == 16 && w_c2.numel() == 0, "c2 was released on the peer; c1's gradient is there");
+    bool refused = false;
+    try {
+      dist_autograd::backward(c1, {l1});
+    } catch (const distrl::Error& e) {
+      refused = std::string(e.what()).find("retain_graph") != std::string::npos;
+    }
+    expect(refused, "a second backward without retain_graph is refused, naming retain_graph");
   });
-  EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
 
 // RemoteModule: a module built on another worker, trained through dist autograd.
@@ -243,58 +227,42 @@ TEST(DistAutogradTest, RemoteModuleForwardsTrainsAndSwitchesMode) {
 // both workers, is what one process accumulates over the same three passes; a fourth is
 // refused naming retain_graph.
 TEST(DistAutogradTest, BackwardsWithRetainGraphAccumulateInTheContext) {
-  TempDir dir;
-  auto codes = run_ranks(2, [&](int rank) {
-    Worker me;
-    RpcAgent agent(rpc_options(dir, rank, 2), [&](RpcAgent& a) { setup(a, me); });
-    if (rank == 0) {
-      at::Tensor xl = input().requires_grad_(true), w0 = weight_of(0).requires_grad_(true), w1 = weight_of(1).requires_grad_(true);
-      at::Tensor ly = local_hop(local_hop(xl, w0), w1);
-      at::Tensor lloss = (ly * ly).sum();
-      for (int i = 0; i < 3; ++i) lloss.backward({}, /*retain_graph=*/i < 2);
-      dist_autograd::Context ctx(agent);
-      at::Tensor x = input().requires_grad_(true);
-      at::Tensor y = hop(me, x, {1});
-      at::Tensor loss = (y * y).sum();
-      for (int i = 0; i < 3; ++i) dist_autograd::backward(ctx, {loss}, /*retain_graph=*/i < 2);
-      expect_gradients(agent, me, ctx, x, xl.grad(), w0.grad(), w1.grad(), "three passes' sum");
-      const std::string again = error_of<distrl::Error>([&] { dist_autograd::backward(ctx, {loss}); });
-      expect(contains(again, "retain_graph"), "a fourth backward is refused naming retain_graph: " + again);
-    }
-    agent.shutdown();
-    return 0;
+  run_on_rank0({}, [&](RpcAgent& agent, Worker& me) {
+    at::Tensor xl = input().requires_grad_(true), w0 = weight_of(0).requires_grad_(true), w1 = weight_of(1).requires_grad_(true);
+    at::Tensor ly = local_hop(local_hop(xl, w0), w1);
+    at::Tensor lloss = (ly * ly).sum();
+    for (int i = 0; i < 3; ++i) lloss.backward({}, /*retain_graph=*/i < 2);
+    dist_autograd::Context ctx(agent);
+    at::Tensor x = input().requires_grad_(true);
+    at::Tensor y = hop(me, x, {1});
+    at::Tensor loss = (y * y).sum();
+    for (int i = 0; i < 3; ++i) dist_autograd::backward(ctx, {loss}, /*retain_graph=*/i < 2);
+    expect_gradients(agent, me, ctx, x, xl.grad(), w0.grad(), w1.grad(), "three passes' sum");
+    const std::string again = error_of<distrl::Error>([&] { dist_autograd::backward(ctx, {loss}); });
+    expect(contains(again, "retain_graph"), "a fourth backward is refused naming retain_graph: " + again);
   });
-  EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
 
 // Two threads run backward in one context at the same time, from two losses that share the
 // graph through worker1 (retain_graph): the context holds both passes' sum, as one process has.
 TEST(DistAutogradTest, TwoBackwardsAtOnceInOneContextAddUp) {
-  TempDir dir;
-  auto codes = run_ranks(2, [&](int rank) {
-    Worker me;
-    RpcAgent agent(rpc_options(dir, rank, 2), [&](RpcAgent& a) { setup(a, me); });
-    if (rank == 0) {
-      at::Tensor xl = input().requires_grad_(true), w0 = weight_of(0).requires_grad_(true), w1 = weight_of(1).requires_grad_(true);
-      at::Tensor ly = local_hop(local_hop(xl, w0), w1);
-      (ly * ly).sum().backward({}, true);
-      ly.sin().sum().backward();
-      dist_autograd::Context ctx(agent);
-      at::Tensor x = input().requires_grad_(true);
-      at::Tensor y = hop(me, x, {1});
-      at::Tensor l1 = (y * y).sum(), l2 = y.sin().sum();
-      {
-        Lane other;
-        auto second = other.post([&] { dist_autograd::backward(ctx, {l2}, true); });
-        dist_autograd::backward(ctx, {l1}, true);
-        second.get();
-      }
-      expect_gradients(agent, me, ctx, x, xl.grad(), w0.grad(), w1.grad(), "both passes' sum");
+  run_on_rank0({}, [&](RpcAgent& agent, Worker& me) {
+    at::Tensor xl = input().requires_grad_(true), w0 = weight_of(0).requires_grad_(true), w1 = weight_of(1).requires_grad_(true);
+    at::Tensor ly = local_hop(local_hop(xl, w0), w1);
+    (ly * ly).sum().backward({}, true);
+    ly.sin().sum().backward();
+    dist_autograd::Context ctx(agent);
+    at::Tensor x = input().requires_grad_(true);
+    at::Tensor y = hop(me, x, {1});
+    at::Tensor l1 = (y * y).sum(), l2 = y.sin().sum();
+    {
+      Lane other;
+      auto second = other.post([&] { dist_autograd::backward(ctx, {l2}, true); });
+      dist_autograd::backward(ctx, {l1}, true);
+      second.get();
     }
-    agent.shutdown();
-    return 0;
+    expect_gradients(agent, me, ctx, x, xl.grad(), w0.grad(), w1.grad(), "both passes' sum");
   });
-  EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
 
 // A diamond: y is sent twice to worker1 and the two results summed. The gradients equal one
@@ -302,39 +270,31 @@ TEST(DistAutogradTest, TwoBackwardsAtOnceInOneContextAddUp) {
 // its own (exact by linearity): a hook on the leaf x runs once per part, twice here where one
 // process runs it once, and its values add up to the one call's (autograd/README.md).
 TEST(DistAutogradTest, ADiamondMatchesOneProcessAndLeafHooksRunOncePerPart) {
-  TempDir dir;
-  auto codes = run_ranks(2, [&](int rank) {
-    Worker me;
-    RpcAgent agent(rpc_options(dir, rank, 2), [&](RpcAgent& a) { setup(a, me); });
-    if (rank == 0) {
-      auto hooked = [](int* calls, at::Tensor* sum) {
-        at::Tensor x = input().requires_grad_(true);
-        x.register_hook([calls, sum](at::Tensor g) {
-          ++*calls;
-          *sum = sum->defined() ? *sum + g : g.clone();
-        });
-        return x;
-      };
-      int local_calls = 0, calls = 0;
-      at::Tensor local_sum, sum;
-      at::Tensor xl = hooked(&local_calls, &local_sum), w0 = weight_of(0).requires_grad_(true), w1 = weight_of(1).requires_grad_(true);
-      at::Tensor yl = local_hop(xl, w0);
-      (local_hop(yl, w1) + local_hop(yl, w1)).pow(2).sum().backward();
-      dist_autograd::Context ctx(agent);
-      at::Tensor x = hooked(&calls, &sum);
-      at::Tensor y = local_hop(x, *me.w);
-      auto a = agent.rpc_async<at::Tensor>(1, "hop", y, std::vector<int>{});
-      auto b = agent.rpc_async<at::Tensor>(1, "hop", y, std::vector<int>{});
-      dist_autograd::backward(ctx, {(a.value() + b.value()).pow(2).sum()});
-      expect_gradients(agent, me, ctx, x, xl.grad(), w0.grad(), w1.grad(), "one process's");
-      expect(local_calls == 1 && calls == 2, "the hook ran once in one process, once per part here (" +
-                                                 std::to_string(local_calls) + ", " + std::to_string(calls) + ")");
-      expect(rel_err(sum, local_sum) < 1e-9, "the hook's values add up to the one call's");
-    }
-    agent.shutdown();
-    return 0;
+  run_on_rank0({}, [&](RpcAgent& agent, Worker& me) {
+    auto hooked = [](int* calls, at::Tensor* sum) {
+      at::Tensor x = input().requires_grad_(true);
+      x.register_hook([calls, sum](at::Tensor g) {
+        ++*calls;
+        *sum = sum->defined() ? *sum + g : g.clone();
+      });
+      return x;
+    };
+    int local_calls = 0, calls = 0;
+    at::Tensor local_sum, sum;
+    at::Tensor xl = hooked(&local_calls, &local_sum), w0 = weight_of(0).requires_grad_(true), w1 = weight_of(1).requires_grad_(true);
+    at::Tensor yl = local_hop(xl, w0);
+    (local_hop(yl, w1) + local_hop(yl, w1)).pow(2).sum().backward();
+    dist_autograd::Context ctx(agent);
+    at::Tensor x = hooked(&calls, &sum);
+    at::Tensor y = local_hop(x, *me.w);
+    auto a = agent.rpc_async<at::Tensor>(1, "hop", y, std::vector<int>{});
+    auto b = agent.rpc_async<at::Tensor>(1, "hop", y, std::vector<int>{});
+    dist_autograd::backward(ctx, {(a.value() + b.value()).pow(2).sum()});
+    expect_gradients(agent, me, ctx, x, xl.grad(), w0.grad(), w1.grad(), "one process's");
+    expect(local_calls == 1 && calls == 2, "the hook ran once in one process, once per part here (" +
+                                               std::to_string(local_calls) + ", " + std::to_string(calls) + ")");
+    expect(rel_err(sum, local_sum) < 1e-9, "the hook's values add up to the one call's");
   });
-  EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
 
 // DistributedOptimizer against LibTorch's own optimizer over the same model in one process:
@@ -362,85 +322,69 @@ TEST(DistAutogradTest, DistributedOptimizersMatchLibTorchsOwn) {
   cases.emplace_back(adam, [](std::vector<at::Tensor> p) {
     return std::make_unique<torch::optim::Adam>(p, torch::optim::AdamOptions(0.01).weight_decay(0.05));
   });
-  TempDir dir;
-  auto codes = run_ranks(2, [&](int rank) {
-    Worker me;
-    RpcAgent agent(rpc_options(dir, rank, 2), [&](RpcAgent& a) { setup(a, me); });
-    if (rank == 0) {
-      for (auto& [spec, make_local] : cases) {
-        agent.rpc_sync<void>(1, "reset_weight");
-        {
-          torch::NoGradGuard no_grad;
-          me.w->copy_(weight_of(0));
-        }
-        autograd::DistributedOptimizer dopt(agent, spec, {agent.make_rref(me.w), agent.rpc_sync<RRef<at::Tensor>>(1, "param")});
-        std::vector<at::Tensor> lw{weight_of(0).requires_grad_(true), weight_of(1).requires_grad_(true)};
-        auto lopt = make_local(lw);
-        for (int step = 0; step < 3; ++step) {
-          {
-            dist_autograd::Context ctx(agent);
-            at::Tensor y = hop(me, input(), {1});
-            dist_autograd::backward(ctx, {(y * y).sum()});
-            dopt.step(ctx);
-          }
-          lopt->zero_grad();
-          at::Tensor ly = local_hop(local_hop(input(), lw[0]), lw[1]);
-          (ly * ly).sum().backward();
-          lopt->step();
-        }
-        const double e0 = rel_err(me.w->detach(), lw[0].detach()), e1 = rel_err(agent.rpc_sync<at::Tensor>(1, "weight"), lw[1].detach());
-        std::ostringstream errs;
-        errs << e0 << ", " << e1;
-        expect(e0 < 1e-12 && e1 < 1e-12, spec.kind + ": weights after 3 steps equal LibTorch's (rel err " + errs.str() + ")");
+  run_on_rank0({}, [&](RpcAgent& agent, Worker& me) {
+    for (auto& [spec, make_local] : cases) {
+      agent.rpc_sync<void>(1, "reset_weight");
+      {
+        torch::NoGradGuard no_grad;
+        me.w->copy_(weight_of(0));
       }
+      autograd::DistributedOptimizer dopt(agent, spec, {agent.make_rref(me.w), agent.rpc_sync<RRef<at::Tensor>>(1, "param")});
+      std::vector<at::Tensor> lw{weight_of(0).requires_grad_(true), weight_of(1).requires_grad_(true)};
+      auto lopt = make_local(lw);
+      for (int step = 0; step < 3; ++step) {
+        {
+          dist_autograd::Context ctx(agent);
+          at::Tensor y = hop(me, input(), {1});
+          dist_autograd::backward(ctx, {(y * y).sum()});
+          dopt.step(ctx);
+        }
+        lopt->zero_grad();
+        at::Tensor ly = local_hop(local_hop(input(), lw[0]), lw[1]);
+        (ly * ly).sum().backward();
+        lopt->step();
+      }
+      const double e0 = rel_err(me.w->detach(), lw[0].detach()), e1 = rel_err(agent.rpc_sync<at::Tensor>(1, "weight"), lw[1].detach());
+      std::ostringstream errs;
+      errs << e0 << ", " << e1;
+      expect(e0 < 1e-12 && e1 < 1e-12, spec.kind + ": weights after 3 steps equal LibTorch's (rel err " + errs.str() + ")");
     }
-    agent.shutdown();
-    return 0;
   });
-  EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
 
 // Contexts left out of order, or on a thread other than the one that made them: each stops
 // being current where it was made, and only it (the scope used to pop whatever was on top of
 // the destroying thread's stack).
 TEST(DistAutogradTest, AContextLeftOutOfOrderOrOnAnotherThreadStopsBeingCurrentOnlyThere) {
-  TempDir dir;
-  auto codes = run_ranks(2, [&](int rank) {
-    Worker me;
-    RpcAgent agent(rpc_options(dir, rank, 2), [&](RpcAgent& a) { setup(a, me); });
-    if (rank == 0) {
-      // y = hop(x) on worker1, recorded in the current context: its backward gives x's gradient.
-      auto recorded_in = [&](const dist_autograd::Context& ctx) {
-        at::Tensor x = input().requires_grad_(true);
-        at::Tensor y = agent.rpc_sync<at::Tensor>(1, "hop", x, std::vector<int>{});
-        if (!y.requires_grad()) return false;
-        dist_autograd::backward(ctx, {y.sum()});
-        at::Tensor xl = input().requires_grad_(true);
-        local_hop(xl, weight_of(1)).sum().backward();
-        auto g = dist_autograd::get_gradients(ctx);
-        return g.size() == 1 && rel_err(g[0].second, xl.grad()) < 1e-9;
-      };
-      auto outer = std::make_unique<dist_autograd::Context>(agent);
-      auto inner = std::make_unique<dist_autograd::Context>(agent);
-      outer.reset();  // out of order
-      expect(recorded_in(*inner), "the inner context is still current after the outer one was left");
-      inner.reset();
-      Lane lane;
-      std::unique_ptr<dist_autograd::Context> theirs;
-      lane.post([&] { theirs = std::make_unique<dist_autograd::Context>(agent); }).get();
-      dist_autograd::Context mine(agent);
-      theirs.reset();  // left on this thread, made on the lane
-      expect(recorded_in(mine), "this thread's context is still current");
-      bool outside = false;
-      lane.post([&] {
-        outside = !agent.rpc_sync<at::Tensor>(1, "hop", input().requires_grad_(true), std::vector<int>{}).requires_grad();
-      }).get();
-      expect(outside, "on the lane no context is current any more");
-      expect(wait_until([&] { return agent.rpc_sync<std::uint64_t>(1, "live") == 1; }, 10s),
-             "worker1 holds only this thread's context");
-    }
-    agent.shutdown();
-    return 0;
+  run_on_rank0({}, [&](RpcAgent& agent, Worker& me) {
+    // y = hop(x) on worker1, recorded in the current context: its backward gives x's gradient.
+    auto recorded_in = [&](const dist_autograd::Context& ctx) {
+      at::Tensor x = input().requires_grad_(true);
+      at::Tensor y = agent.rpc_sync<at::Tensor>(1, "hop", x, std::vector<int>{});
+      if (!y.requires_grad()) return false;
+      dist_autograd::backward(ctx, {y.sum()});
+      at::Tensor xl = input().requires_grad_(true);
+      local_hop(xl, weight_of(1)).sum().backward();
+      auto g = dist_autograd::get_gradients(ctx);
+      return g.size() == 1 && rel_err(g[0].second, xl.grad()) < 1e-9;
+    };
+    auto outer = std::make_unique<dist_autograd::Context>(agent);
+    auto inner = std::make_unique<dist_autograd::Context>(agent);
+    outer.reset();  // out of order
+    expect(recorded_in(*inner), "the inner context is still current after the outer one was left");
+    inner.reset();
+    Lane lane;
+    std::unique_ptr<dist_autograd::Context> theirs;
+    lane.post([&] { theirs = std::make_unique<dist_autograd::Context>(agent); }).get();
+    dist_autograd::Context mine(agent);
+    theirs.reset();  // left on this thread, made on the lane
+    expect(recorded_in(mine), "this thread's context is still current");
+    bool outside = false;
+    lane.post([&] {
+      outside = !agent.rpc_sync<at::Tensor>(1, "hop", input().requires_grad_(true), std::vector<int>{}).requires_grad();
+    }).get();
+    expect(outside, "on the lane no context is current any more");
+    expect(wait_until([&] { return agent.rpc_sync<std::uint64_t>(1, "live") == 1; }, 10s),
+           "worker1 holds only this thread's context");
   });
-  EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }

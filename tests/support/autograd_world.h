@@ -4,6 +4,7 @@
 // where a dist_autograd::Context can be current.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <condition_variable>
@@ -104,6 +105,34 @@ inline void expect_gradients(transport::RpcAgent& agent, Worker& me, const dist_
   expect(mine.size() == 2 && agrees(mine[x.unsafeGetTensorImpl()], gx) && agrees(mine[me.w->unsafeGetTensorImpl()], g0),
          "x's and worker0's gradients are " + what);
   expect(agrees(agent.rpc_sync<at::Tensor>(1, "grad_of", ctx.id()), g1), "worker1's gradient is " + what);
+}
+
+// A world of workers set up with setup() in which rank 0 runs a body while the others serve.
+struct World {
+  int size = 2;
+  // Per rank, before its agent starts: its options and autograd options.
+  std::function<void(int rank, transport::RpcOptions&, autograd::AutogradOptions&)> configure;
+  std::function<void(transport::RpcAgent&, Worker&)> extra_setup;  // more functions, on every rank
+};
+
+// Runs the world: rank 0 runs body(agent, me); every rank then shuts down; every rank must
+// exit 0 (a failed expect() in body makes rank 0 exit 1).
+inline void run_on_rank0(const World& world, const std::function<void(transport::RpcAgent&, Worker&)>& body) {
+  TempDir dir;
+  auto codes = run_ranks(world.size, [&](int rank) {
+    Worker me;
+    transport::RpcOptions o = rpc_options(dir, rank, world.size);
+    autograd::AutogradOptions ao;
+    if (world.configure) world.configure(rank, o, ao);
+    transport::RpcAgent agent(o, [&](transport::RpcAgent& a) {
+      setup(a, me, ao);
+      if (world.extra_setup) world.extra_setup(a, me);
+    });
+    if (rank == 0) body(agent, me);
+    agent.shutdown();
+    return 0;
+  });
+  EXPECT_EQ(codes, std::vector<int>(world.size, 0));
 }
 
 // A thread of its own (where a dist_autograd::Context can be current) that runs posted tasks.
