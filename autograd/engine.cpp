@@ -4,8 +4,9 @@
 
 #include <algorithm>
 #include <functional>
-#include <utility>
 #include <sstream>
+#include <unordered_set>
+#include <utility>
 
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/functions/accumulate_grad.h>
