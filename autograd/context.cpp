@@ -24,12 +24,19 @@ void enable(transport::RpcAgent& agent, AutogradOptions options) {
   });
   agent.register_function(detail::kReleaseFn, [weak](std::int64_t ctx) {
     auto e = weak.lock();
-    return e ? e->release(ctx) : transport::Future<void>::ready();
+    return e ? e->release_from_peer(ctx) : transport::Future<void>::ready();
   });
   agent.register_function(detail::kLiveFn, [weak]() -> std::uint64_t {
     auto e = weak.lock();
     return e ? e->live() : 0;
   });
+  agent.register_function(
+      detail::kWaitsFn,
+      [weak]() {
+        auto e = weak.lock();
+        return e ? e->guard_waits() : std::vector<std::int64_t>{};
+      },
+      transport::RunOn::IoThread);
   detail::register_optimizer_host(agent, engine);
 }
 

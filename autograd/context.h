@@ -20,11 +20,16 @@
 // Only sends the roots reach take part: an RPC result the loss does not use costs nothing
 // and cannot hang the pass.
 //
-// Threads and lifetime: a Context is current on the thread that made it, until it is
-// destroyed (on that thread); handlers serving a request of a context run with it current,
-// so their own RPCs carry it too. backward blocks the calling thread; local parts on other
-// workers run on their handler pools. Leaving a context releases it on every worker that saw
-// it (asynchronously; each release is acknowledged). Everything here is thread-safe.
+// Threads and lifetime: a Context is current on the thread that made it until it is destroyed
+// (in any order, on any thread: it then stops being current there, and only it); handlers
+// serving a request of a context run with it current, so their own RPCs carry it too. backward
+// blocks the calling thread; local parts on other workers run on their handler pools. Leaving a
+// context releases it on every worker that saw it (asynchronously; each release is
+// acknowledged). A worker drops a context it holds for a peer when the release arrives, or
+// reaps it when the worker that made it, or every worker that brought it there, is lost
+// (reaping passes the release on). A context dropped somewhere fails loudly there: a later
+// request, reply, nested call or gradient of it throws BackwardError naming the context and the
+// worker. Everything here is thread-safe.
 #pragma once
 
 #include <chrono>
@@ -54,9 +59,11 @@ struct AutogradOptions {
   // more context is refused with ProtocolError naming this option, so no peer can make a
   // worker hold unbounded state; contexts left normally are released and do not count.
   std::size_t max_live_contexts = 1 << 16;
-  // Messages with tensors that require grad that one context may bring to this worker (each
-  // keeps a node of the graph until the context is released); one more is refused the same way.
-  std::size_t max_received_per_context = 1 << 20;
+  // Messages with tensors that require grad that one context may record on this worker, sent
+  // and received together (each keeps part of the graph until the context is released); one
+  // more is refused the same way: a request fails at its caller, a reply is answered with the
+  // error instead.
+  std::size_t max_messages_per_context = 1 << 20;
 };
 
 // Installs distributed autograd on this worker: the message hooks, the gradient and release
@@ -72,9 +79,10 @@ class BackwardError : public Error {
 
 class Context {
  public:
-  // A new context with a globally unique id (this worker's rank << 48 | counter), current on
-  // this thread until destroyed. Throws Error when enable(agent) was not called, ProtocolError
-  // when max_live_contexts are live here.
+  // A new context with a globally unique id (rank << 48 | incarnation mod 256 << 40 | counter:
+  // a restarted rank's ids never repeat its earlier process's), current on this thread until
+  // destroyed. Throws Error when enable(agent) was not called, ProtocolError when
+  // max_live_contexts are live here.
   explicit Context(transport::RpcAgent& agent);
   ~Context();
   Context(const Context&) = delete;
@@ -107,8 +115,10 @@ std::vector<std::pair<at::Tensor, at::Tensor>> get_gradients(transport::RpcAgent
 // one (DDP's reducer): while a backward part runs its leaves' hooks on this thread, the
 // context's accumulated gradient of a leaf (undefined: none yet), a way to replace it, and
 // callbacks run on this thread after the part's last leaf (the local engine's queue_callback).
+// Each arriving gradient runs its own part, so a leaf's hooks run once per part that reaches it.
 // Outside a part, in_backward_part() is false and the others throw Error.
 bool in_backward_part();
+std::int64_t part_context();  // the id of the part's context
 at::Tensor part_gradient(const at::Tensor& leaf);
 void set_part_gradient(const at::Tensor& leaf, const at::Tensor& grad);
 void queue_part_callback(std::function<void()> fn);

@@ -1,9 +1,12 @@
+// The backward parts of one worker's engine (the context table and the hooks are in
+// contexts.cpp), the parameter guards' notices, and the gradient-hook API of context.h.
 #include "autograd/detail/engine.h"
 
 #include <algorithm>
 #include <functional>
-#include <utility>
 #include <sstream>
+#include <unordered_set>
+#include <utility>
 
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/functions/accumulate_grad.h>
@@ -18,19 +21,9 @@
 namespace distrl::autograd::detail {
 namespace {
 
-using torch::autograd::Edge;
 using torch::autograd::edge_list;
 using torch::autograd::Node;
 using torch::autograd::variable_list;
-
-constexpr std::size_t kReleasedMemory = 1 << 16;
-
-// The current context of this thread, per engine (a stack: contexts nest, handlers enter).
-struct Current {
-  const Engine* engine;
-  std::int64_t ctx;
-};
-thread_local std::vector<Current> t_current;
 
 // The backward part running its leaves' hooks on this thread (see context.h: part_gradient).
 struct PartScope {
@@ -38,10 +31,6 @@ struct PartScope {
   std::vector<std::function<void()>> callbacks;
 };
 thread_local PartScope* t_part = nullptr;
-
-std::string ctx_name(std::int64_t id) {
-  return std::to_string(id >> 48) + ":" + std::to_string(id & ((std::int64_t{1} << 48) - 1));
-}
 
 std::string describe_tensor(c10::ScalarType t, const std::vector<std::int64_t>& sizes) {
   std::ostringstream o;
@@ -51,8 +40,8 @@ std::string describe_tensor(c10::ScalarType t, const std::vector<std::int64_t>& 
   return o.str();
 }
 
-// Completes when every future has, or at the first error (a dead peer on one branch fails the
-// part at once, without waiting for the others).
+}  // namespace
+
 transport::Future<void> all_or_first_error(const std::vector<transport::Future<void>>& fs) {
   transport::Promise<void> p;
   auto out = p.get_future();
@@ -70,130 +59,12 @@ transport::Future<void> all_or_first_error(const std::vector<transport::Future<v
   return out;
 }
 
-}  // namespace
-
 variable_list RecvBackward::apply(variable_list&&) {
-  throw Error("a tensor received over RPC in distributed-autograd context " + ctx_name(ctx) +
+  throw Error("a tensor received over RPC in distributed-autograd context " + id_name(ctx) +
               " reached a local backward(): run dist_autograd::backward(ctx, roots) instead");
 }
 
-Engine::Engine(transport::RpcAgent& agent, const AutogradOptions& options)
-    : agent_(agent), rank_(agent.rank()), options_(options) {}
-
-std::string Engine::describe(std::int64_t ctx) const {
-  return "context " + ctx_name(ctx) + " on " + agent_.name();
-}
-
-// ---------------------------------------------------------------- contexts
-
-std::shared_ptr<ContextState> Engine::add_locked(std::int64_t id) {
-  if (contexts_.size() >= options_.max_live_contexts)
-    throw ProtocolError("distributed autograd on " + agent_.name() + " holds " + std::to_string(contexts_.size()) +
-                        " live contexts, its max_live_contexts: refusing context " + ctx_name(id) +
-                        " (are contexts left? raise AutogradOptions::max_live_contexts in dist_autograd::enable)");
-  auto s = std::make_shared<ContextState>(id);
-  contexts_[id] = s;
-  return s;
-}
-
-std::shared_ptr<ContextState> Engine::drop_locked(std::int64_t id) {
-  std::shared_ptr<ContextState> s;
-  auto it = contexts_.find(id);
-  if (it != contexts_.end()) {
-    s = std::move(it->second);
-    contexts_.erase(it);
-  }
-  if (released_.insert(id).second) {
-    released_order_.push_back(id);
-    if (released_order_.size() > kReleasedMemory) {
-      released_.erase(released_order_.front());
-      released_order_.pop_front();
-    }
-  }
-  return s;
-}
-
-std::shared_ptr<ContextState> Engine::create() {
-  const std::int64_t id = (static_cast<std::int64_t>(rank_) << 48) | next_ctx_.fetch_add(1);
-  std::lock_guard<std::mutex> lock(mu_);
-  return add_locked(id);
-}
-
-std::shared_ptr<ContextState> Engine::find(std::int64_t id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = contexts_.find(id);
-  return it == contexts_.end() ? nullptr : it->second;
-}
-
-std::shared_ptr<ContextState> Engine::get_or_create(std::int64_t id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = contexts_.find(id);
-  if (it != contexts_.end()) return it->second;
-  if (released_.count(id)) return nullptr;  // a late message cannot bring it back
-  return add_locked(id);
-}
-
-std::size_t Engine::live() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return contexts_.size();
-}
-
-EngineStats Engine::stats() const {
-  return EngineStats{parts_.load(), failed_parts_.load(), sends_.load(), recvs_.load()};
-}
-
-std::shared_ptr<void> Engine::make_current(std::int64_t ctx) {
-  t_current.push_back(Current{this, ctx});
-  return std::shared_ptr<void>(nullptr, [](void*) { t_current.pop_back(); });
-}
-
-transport::Future<void> Engine::release(std::int64_t id) {
-  std::shared_ptr<ContextState> s;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    s = drop_locked(id);
-  }
-  notify_released({id});
-  if (!s) return transport::Future<void>::ready();
-  std::set<int> peers;
-  {
-    std::lock_guard<std::mutex> lock(s->mu);
-    peers = s->peers;
-  }
-  std::vector<transport::Future<void>> acks;
-  auto none = make_current(-1);
-  for (int p : peers) {
-    if (p == rank_ || agent_.connection_lost(p)) continue;
-    acks.push_back(agent_.rpc_async<void>(p, kReleaseFn, id));
-  }
-  if (acks.empty()) return transport::Future<void>::ready();
-  auto self = shared_from_this();
-  return all_or_first_error(acks).then([self, id](const transport::Future<void>& f) {
-    try {
-      f.value();
-    } catch (const std::exception& e) {
-      DISTRL_LOG(Debug, "dist_autograd: release of " << self->describe(id) << " not acknowledged everywhere: " << e.what());
-    }
-  });
-}
-
-void Engine::on_peer_down(int rank, const std::string& why) {
-  // Contexts a dead worker created will never be released by it: reap them.
-  std::vector<std::int64_t> reap;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [id, s] : contexts_)
-      if ((id >> 48) == rank) reap.push_back(id);
-  }
-  if (reap.empty()) return;
-  DISTRL_LOG(Info, "dist_autograd: " << agent_.name() << " reaps " << reap.size() << " context(s) of rank " << rank
-                                     << " (" << why << ")");
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto id : reap) drop_locked(id);
-  }
-  notify_released(reap);
-}
+// ---------------------------------------------------------------- guards
 
 void Engine::add_guard(const std::shared_ptr<ParameterGuard>& guard) {
   std::lock_guard<std::mutex> lock(guards_mu_);
@@ -216,6 +87,31 @@ std::vector<std::shared_ptr<ParameterGuard>> Engine::guards_for(const std::vecto
   return out;
 }
 
+std::vector<std::int64_t> Engine::guard_waits() const {
+  std::vector<std::int64_t> out;
+  std::lock_guard<std::mutex> lock(guards_mu_);
+  for (auto& w : guards_)
+    if (auto g = w.lock()) g->waits(&out);
+  return out;
+}
+
+std::vector<std::int64_t> Engine::guard_waits_everywhere() {
+  std::vector<std::int64_t> out = guard_waits();
+  auto none = make_current(-1);
+  std::vector<transport::Future<std::vector<std::int64_t>>> asked;
+  for (int r = 0; r < agent_.world_size(); ++r)
+    if (r != rank_ && !agent_.connection_lost(r)) asked.push_back(agent_.rpc_async<std::vector<std::int64_t>>(r, kWaitsFn));
+  for (auto& f : asked) {
+    try {
+      auto theirs = f.value();
+      out.insert(out.end(), theirs.begin(), theirs.end());
+    } catch (const std::exception&) {
+      // gone or slow: its waits cannot close a cycle that the others see whole
+    }
+  }
+  return out;
+}
+
 void Engine::notify_released(const std::vector<std::int64_t>& ids) {
   std::vector<std::shared_ptr<ParameterGuard>> live;
   {
@@ -225,66 +121,6 @@ void Engine::notify_released(const std::vector<std::int64_t>& ids) {
   }
   for (auto& g : live)
     for (auto id : ids) g->released(id);
-}
-
-// ---------------------------------------------------------------- hooks
-
-std::int64_t Engine::current_context() {
-  for (auto it = t_current.rbegin(); it != t_current.rend(); ++it)
-    if (it->engine == this) return it->ctx;
-  return -1;
-}
-
-std::shared_ptr<void> Engine::enter(std::int64_t ctx, int src) {
-  if (!get_or_create(ctx)) return nullptr;  // released already: the handler runs outside it
-  return make_current(ctx);
-}
-
-void Engine::on_send(std::int64_t ctx, int dest, const std::vector<transport::OutFrame>& frames,
-                     transport::MessageTag* tag) {
-  auto s = get_or_create(ctx);
-  if (!s) return;
-  SendRecord rec;
-  rec.dest = dest;
-  for (std::size_t i = 0; i < frames.size(); ++i) {
-    if (!frames[i].tensor) continue;
-    const at::Tensor& t = *frames[i].tensor;
-    if (!t.requires_grad()) continue;
-    rec.frames.push_back(static_cast<std::uint32_t>(i + 1));
-    rec.edges.push_back(torch::autograd::impl::gradient_edge(t));
-    rec.sizes.push_back(t.sizes().vec());
-    rec.dtypes.push_back(t.scalar_type());
-  }
-  std::lock_guard<std::mutex> lock(s->mu);
-  s->peers.insert(dest);
-  if (rec.frames.empty()) return;
-  const std::int64_t msg = (static_cast<std::int64_t>(rank_) << 48) | next_msg_.fetch_add(1);
-  tag->msg = msg;
-  tag->grad_frames = rec.frames;
-  s->sends.emplace(msg, std::move(rec));
-  sends_.fetch_add(1, std::memory_order_relaxed);
-}
-
-at::Tensor Engine::on_receive(const transport::MessageTag& tag, int src, std::uint32_t frame, at::Tensor t) {
-  auto s = get_or_create(tag.ctx);
-  if (!s) return t;
-  std::lock_guard<std::mutex> lock(s->mu);
-  auto& node = s->recvs[tag.msg];
-  if (!node) {
-    if (s->recvs.size() > options_.max_received_per_context) {
-      s->recvs.erase(tag.msg);
-      throw ProtocolError("context " + ctx_name(tag.ctx) + " already brought " +
-                          std::to_string(options_.max_received_per_context) + " messages that require grad to " +
-                          agent_.name() + ", its max_received_per_context: refusing one more from rank " +
-                          std::to_string(src) + " (raise AutogradOptions::max_received_per_context in dist_autograd::enable)");
-    }
-    node = std::make_shared<RecvBackward>(tag.ctx, tag.msg, src);
-    recvs_.fetch_add(1, std::memory_order_relaxed);
-  }
-  const std::uint32_t input = node->add_input_metadata(t);
-  node->frames.push_back(frame);
-  torch::autograd::impl::set_gradient_edge(t, Edge(node, input));
-  return t;
 }
 
 // ---------------------------------------------------------------- backward
@@ -355,13 +191,15 @@ transport::Future<void> Engine::run_part(const std::shared_ptr<ContextState>& st
       if (!g.defined()) continue;
       const Out& o = outs[k];
       if (o.leaf) {
-        // As the local engine would: the leaf's tensor hooks first, then accumulate (here: into
-        // the context), then the accumulator's post hooks (DDP's gradient-ready hooks).
+        // As the local engine would: the accumulator's pre hooks, the leaf's tensor hooks
+        // (Tensor::register_hook; AccumulateGrad::apply runs them), accumulate (here: into the
+        // context), then the accumulator's post hooks (DDP's gradient-ready hooks).
+        const at::Tensor& var = o.leaf->variable;
         variable_list in{g};
         for (const auto& hook : o.leaf->pre_hooks()) in = (*hook)(in);
+        for (const auto& hook : torch::autograd::impl::hooks(var)) in = (*hook)(in);
         g = in.at(0);
         if (!g.defined()) continue;
-        const at::Tensor& var = o.leaf->variable;
         {
           std::lock_guard<std::mutex> lock(state->mu);
           auto& slot = state->grads[var.unsafeGetTensorImpl()];
@@ -409,9 +247,11 @@ transport::Future<void> Engine::run_part(const std::shared_ptr<ContextState>& st
 transport::Future<void> Engine::on_gradients(std::int64_t ctx, std::int64_t msg, const std::vector<std::uint32_t>& frames,
                                              const std::vector<at::Tensor>& grads) {
   auto s = find(ctx);
-  if (!s)
-    throw ProtocolError("gradients for unknown distributed-autograd context " + ctx_name(ctx) + " on " + agent_.name() +
-                        " (never seen here, or already released)");
+  if (!s) {
+    refuse_if_gone(ctx, "gradients");
+    throw ProtocolError("gradients for unknown distributed-autograd context " + id_name(ctx) + " on " + agent_.name() +
+                        " (never seen here)");
+  }
   if (frames.size() != grads.size())
     throw ProtocolError("gradients for " + describe(ctx) + ": " + std::to_string(frames.size()) + " frame numbers but " +
                         std::to_string(grads.size()) + " gradients");
@@ -421,33 +261,25 @@ transport::Future<void> Engine::on_gradients(std::int64_t ctx, std::int64_t msg,
     std::lock_guard<std::mutex> lock(s->mu);
     auto it = s->sends.find(msg);
     if (it == s->sends.end())
-      throw ProtocolError("gradients for unknown autograd message " + ctx_name(msg) + " in " + describe(ctx));
+      throw ProtocolError("gradients for unknown autograd message " + id_name(msg) + " in " + describe(ctx));
     const SendRecord& rec = it->second;
     roots = rec.edges;
     in.assign(rec.edges.size(), at::Tensor());
     for (std::size_t i = 0; i < frames.size(); ++i) {
       auto pos = std::find(rec.frames.begin(), rec.frames.end(), frames[i]);
       if (pos == rec.frames.end())
-        throw ProtocolError("gradients for " + describe(ctx) + ": message " + ctx_name(msg) + " sent no tensor that requires grad in frame " +
+        throw ProtocolError("gradients for " + describe(ctx) + ": message " + id_name(msg) + " sent no tensor that requires grad in frame " +
                             std::to_string(frames[i]));
       const std::size_t k = static_cast<std::size_t>(pos - rec.frames.begin());
       const at::Tensor& g = grads[i];
       if (g.scalar_type() != rec.dtypes[k] || g.sizes().vec() != rec.sizes[k])
-        throw ProtocolError("gradient for frame " + std::to_string(frames[i]) + " of message " + ctx_name(msg) + " in " +
+        throw ProtocolError("gradient for frame " + std::to_string(frames[i]) + " of message " + id_name(msg) + " in " +
                             describe(ctx) + " is " + describe_tensor(g.scalar_type(), g.sizes().vec()) +
                             ", the tensor sent was " + describe_tensor(rec.dtypes[k], rec.sizes[k]));
       in[k] = in[k].defined() ? in[k] + g : g;
     }
   }
   return run_part(s, roots, in);
-}
-
-std::shared_ptr<Engine> engine_of(transport::RpcAgent& agent) {
-  auto* e = dynamic_cast<Engine*>(agent.hooks());
-  if (!e)
-    throw Error("distributed autograd is not enabled on " + agent.name() +
-                ": call dist_autograd::enable(agent) in the RpcAgent's setup callback on every worker");
-  return e->shared_from_this();
 }
 
 }  // namespace distrl::autograd::detail
@@ -464,6 +296,8 @@ detail::PartScope& current_part(const char* fn) {
   return *detail::t_part;
 }
 }  // namespace
+
+std::int64_t part_context() { return current_part("part_context").state->id; }
 
 at::Tensor part_gradient(const at::Tensor& leaf) {
   auto& part = current_part("part_gradient");

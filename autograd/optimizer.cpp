@@ -16,17 +16,17 @@ namespace detail {
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerSpec& s, std::vector<at::Tensor> params) {
   if (!(s.lr > 0)) throw ConfigError("optimizer: lr must be > 0, got " + std::to_string(s.lr));
-  if (s.momentum < 0 || s.weight_decay < 0 || s.eps < 0 || s.lr_decay < 0)
-    throw ConfigError("optimizer: momentum, weight_decay, eps and lr_decay must be >= 0");
+  if (s.momentum < 0 || s.weight_decay < 0 || s.lr_decay < 0)
+    throw ConfigError("optimizer: momentum, weight_decay and lr_decay must be >= 0");
   if (s.kind == "sgd")
     return std::make_unique<torch::optim::SGD>(
         params, torch::optim::SGDOptions(s.lr).momentum(s.momentum).nesterov(s.nesterov).weight_decay(s.weight_decay));
   if (s.kind == "adam")
     return std::make_unique<torch::optim::Adam>(
-        params, torch::optim::AdamOptions(s.lr).betas({s.beta1, s.beta2}).eps(s.eps).weight_decay(s.weight_decay));
+        params, torch::optim::AdamOptions(s.lr).betas({s.beta1, s.beta2}).eps(s.eps_or_default()).weight_decay(s.weight_decay));
   if (s.kind == "adagrad")
     return std::make_unique<torch::optim::Adagrad>(
-        params, torch::optim::AdagradOptions(s.lr).lr_decay(s.lr_decay).weight_decay(s.weight_decay).eps(s.eps));
+        params, torch::optim::AdagradOptions(s.lr).lr_decay(s.lr_decay).weight_decay(s.weight_decay).eps(s.eps_or_default()));
   throw ConfigError("optimizer: unknown kind '" + s.kind + "' (known: sgd, adam, adagrad)");
 }
 
@@ -42,6 +42,7 @@ void OptimizerHost::step(std::int64_t ctx) {
   std::lock_guard<std::mutex> lock(engine_->optimizer_mutex());
   for (auto& g : guards_) g->before_step(ctx);
   auto state = engine_->find(ctx);
+  if (!state) engine_->refuse_if_gone(ctx, "an optimizer step");  // else never seen here: no gradients
   std::vector<at::Tensor> saved;
   saved.reserve(targets_.size());
   std::size_t with_grad = 0;

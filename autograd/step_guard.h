@@ -29,8 +29,14 @@
 // Thread-safety: every member is thread-safe. In serialize, enter() blocks its handler thread
 // until the holder steps or is released (bounded by wait_timeout, then TimeoutError naming the
 // holder): give the owner's handler pool one thread per trainer plus one. A holder whose worker
-// dies is released when its contexts are reaped. Lifetime: the engine keeps a weak reference;
-// the guard ends with its last shared_ptr.
+// dies is released when its contexts are reaped. Deadlocks: contexts that hold serialize guards
+// on several owners and enter them in opposite orders would wait for each other until
+// wait_timeout. A wait that lasts 200 ms asks every worker which contexts wait for which
+// (one small RPC each, answered on their I/O threads) and, when the waits close a cycle, the
+// newest context of the cycle (the largest id) is refused at once with GuardDeadlockError
+// naming the cycle; its trainer leaves the context, which frees what it held, and may retry.
+// Entering guards in one order (by owner rank, say) never deadlocks. Lifetime: the engine keeps
+// a weak reference; the guard ends with its last shared_ptr.
 #pragma once
 
 #include <chrono>
@@ -69,6 +75,13 @@ class StaleStepError : public Error {
   using Error::Error;
 };
 
+// Contexts waiting for serialize guards in a cycle; thrown to the newest of them (the others
+// go on once its context is left). Crosses the wire as a RemoteError of this type.
+class GuardDeadlockError : public Error {
+ public:
+  using Error::Error;
+};
+
 class ParameterGuard {
  public:
   struct Stats {
@@ -101,11 +114,17 @@ class ParameterGuard {
   void before_step(std::int64_t ctx);
   void after_step(std::int64_t ctx, bool stepped);
   void released(std::int64_t ctx);
+  // serialize: (waiting context, holder) pairs, appended flat to out.
+  void waits(std::vector<std::int64_t>* out) const;
 
   ParameterGuard(std::shared_ptr<detail::Engine> engine, std::vector<at::Tensor> params, StepPolicy policy,
                  std::chrono::milliseconds wait_timeout);
 
  private:
+  // serialize: waits (mu_ held through lock) until no other context holds the parameters;
+  // TimeoutError at wait_timeout, GuardDeadlockError when ctx is the newest of a cycle of waits.
+  void wait_for_holder(std::unique_lock<std::mutex>& lock, std::int64_t ctx);
+
   std::shared_ptr<detail::Engine> engine_;
   const StepPolicy policy_;
   const std::chrono::milliseconds wait_timeout_;
@@ -114,6 +133,7 @@ class ParameterGuard {
   mutable std::mutex mu_;  // guards the members below
   std::condition_variable cv_;
   std::int64_t holder_ = -1;  // serialize: the context holding the parameters
+  std::unordered_map<std::int64_t, int> waiting_;  // serialize: contexts waiting (how many calls)
   std::chrono::steady_clock::time_point held_since_;
   std::unordered_map<std::int64_t, std::uint64_t> seen_;  // versioned: context -> version at first forward
   Stats stats_;

@@ -39,7 +39,8 @@ class MessageHooks {
   virtual std::int64_t current_context() = 0;
   // A message of context `ctx` to rank `dest` was packed with `frames` (frame i + 1 is
   // frames[i]; a tensor's frame has OutFrame::tensor set): record what must be recorded and
-  // fill tag->msg and tag->grad_frames.
+  // fill tag->msg and tag->grad_frames. May throw: a request then fails at its caller, a reply
+  // is answered with the error instead.
   virtual void on_send(std::int64_t ctx, int dest, const std::vector<OutFrame>& frames, MessageTag* tag) = 0;
   // Tensor `t` of frame `frame` of a message tagged `tag` from rank `src`, listed in
   // tag.grad_frames, is being handed to user code: returns the tensor to hand over. Called at
@@ -47,6 +48,7 @@ class MessageHooks {
   virtual at::Tensor on_receive(const MessageTag& tag, int src, std::uint32_t frame, at::Tensor t) = 0;
   // A request of context ctx from rank src is about to run its handler on this thread: the
   // context is current until the returned object is destroyed (after the handler returns).
+  // May throw: the request is answered with the error, its handler never runs.
   virtual std::shared_ptr<void> enter(std::int64_t ctx, int src) = 0;
   // The connection to rank `rank` dropped (the process exited or crashed, or it was stopped or
   // its host unreachable: no heartbeat for 10 s).

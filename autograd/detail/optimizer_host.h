@@ -18,7 +18,9 @@ class OptimizerHost {
   OptimizerHost(std::shared_ptr<Engine> engine, const OptimizerSpec& spec, std::vector<at::Tensor> params);
   // Sets each parameter's .grad to ctx's gradient for it (none: undefined), steps, restores
   // the .grad values it found; under the engine's optimizer lock. The parameters' guards
-  // (step_guard.h) may refuse the step (StaleStepError) and are told when it happened.
+  // (step_guard.h) may refuse the step (StaleStepError) and are told when it happened. A
+  // context gone here (released or reaped) is refused with BackwardError; one never seen here
+  // steps nothing.
   void step(std::int64_t ctx);
 
  private:

@@ -65,6 +65,7 @@ struct DistributedDataParallel::Reducer {
   std::vector<bool> unused;  // find_unused_parameters: not reached from the last forward's output
   bool in_backward = false;
   bool distributed = false;  // this backward is a distributed-autograd part: gradients live in its context
+  std::int64_t reduced_context = -1;  // the distributed-autograd context last reduced
   int next_launch = 0;
   Clock::time_point backward_start;
   DdpStats stats;
@@ -126,8 +127,9 @@ struct DistributedDataParallel::Reducer {
   }
 
   void start_iteration() {  // mu held; first hook of a synchronised backward
-    in_backward = true;
     distributed = autograd::in_backward_part();
+    if (distributed) claim_context();
+    in_backward = true;
     backward_start = Clock::now();
     next_launch = 0;
     std::fill(ready.begin(), ready.end(), false);
@@ -136,6 +138,20 @@ struct DistributedDataParallel::Reducer {
     else torch::autograd::Engine::get_default_engine().queue_callback([this] { finish(); });
     for (std::size_t i = 0; i < params.size(); ++i)
       if (unused[i]) mark_ready(static_cast<int>(i));
+  }
+
+  // Inside distributed autograd each backward part that reaches these parameters would run its
+  // own reduction: ranks whose parts differ in number would mismatch their collectives, and a
+  // second reduction would average an average. So one reduction per context, and a second
+  // part of it is refused (before any collective, so the ranks stay in step).
+  void claim_context() {
+    const std::int64_t ctx = autograd::part_context();
+    if (ctx == reduced_context)
+      throw Error("DDP inside distributed autograd: a second backward part of context " + std::to_string(ctx) +
+                  " reached the module's parameters on rank " + std::to_string(ddp.pg_->rank()) +
+                  "; DDP reduces once per context, so each rank's backward must reach the module in one part: send "
+                  "the module's output over RPC at most once per context, and run one backward per context");
+    reduced_context = ctx;
   }
 
   void on_grad_ready(int i) {

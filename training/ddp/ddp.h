@@ -23,7 +23,9 @@
 // Inside distributed autograd (dist_autograd::backward through a DDP'd module, the hybrid
 // parameter-server form) the same buckets are filled from the context's gradients and the
 // averages are written back into the context, not .grad, at the end of this worker's backward
-// part; a DistributedOptimizer then steps them.
+// part; a DistributedOptimizer then steps them. One reduction per context: each rank's backward
+// must reach the module in one part (its output sent over RPC at most once, one backward per
+// context); a second part is refused with Error before any collective, so ranks stay in step.
 #pragma once
 
 #include <cstdint>

@@ -88,7 +88,7 @@ autograd::OptimizerSpec PsConfig::optimizer_spec() const {
   o.lr = lr;
   o.momentum = optimizer == "sgd" ? momentum : 0.0;
   o.weight_decay = weight_decay;
-  if (optimizer == "adagrad") o.eps = 1e-10;
+  o.eps = o.eps_or_default();  // the servers' own optimizers read eps as it is
   return o;
 }
 
