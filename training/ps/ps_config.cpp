@@ -88,7 +88,6 @@ autograd::OptimizerSpec PsConfig::optimizer_spec() const {
   o.lr = lr;
   o.momentum = optimizer == "sgd" ? momentum : 0.0;
   o.weight_decay = weight_decay;
-  o.eps = o.eps_or_default();  // the servers' own optimizers read eps as it is
   return o;
 }
 

@@ -30,6 +30,13 @@ ServerOptions::Mode parse_mode(const std::string& mode) {
 
 namespace {
 
+// eps < 0 in an OptimizerSpec means LibTorch's default for the kind; the shard's own optimizer
+// code reads eps as it is.
+ServerOptions with_default_eps(ServerOptions o) {
+  o.optimizer.eps = o.optimizer.eps_or_default();
+  return o;
+}
+
 std::string shape_of(const at::Tensor& t) {
   if (!t.defined()) return "(none)";
   std::ostringstream s;
@@ -57,7 +64,7 @@ double process_age_s() {
 
 ShardServer::ShardServer(int shard, int num_shards, int num_trainers, int first_trainer_rank, ServerOptions options)
     : shard_(shard), num_shards_(num_shards), num_trainers_(num_trainers), first_trainer_rank_(first_trainer_rank),
-      opt_(std::move(options)), sync_shards_(opt_.mode == ServerOptions::Mode::Sync && num_shards > 1) {
+      opt_(with_default_eps(std::move(options))), sync_shards_(opt_.mode == ServerOptions::Mode::Sync && num_shards > 1) {
   if (num_shards < 1 || shard < 0 || shard >= num_shards || num_trainers < 1)
     throw ConfigError("ps: a shard needs 0 <= shard < shards and at least one trainer");
   if (opt_.quorum < 0 || opt_.quorum > num_trainers)
