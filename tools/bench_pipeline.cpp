@@ -104,7 +104,7 @@ int run_pipeline_worker(const std::string& out, const std::string& schedule, int
       wall += std::chrono::duration<double>(Clock::now() - t0).count();
     }
   }
-  const auto all = pl::gather_timelines(*pg, stage.timeline());
+  const auto all = pl::gather_timelines(*pg, stage.timeline()).stages;
   at::Tensor mine_stats = torch::tensor({static_cast<double>(st.peak_activations), wall > 0 ? cpu / wall : 0.0}, torch::kDouble);
   std::vector<at::Tensor> gathered;
   for (int r = 0; r < p; ++r) gathered.push_back(torch::zeros({2}, torch::kDouble));

@@ -49,6 +49,10 @@ void apply_common_options(zmq::socket_t& s, int linger_ms) {
 void watch_connection(zmq::context_t& ctx, zmq::socket_t& dealer, zmq::socket_t& monitor, const std::string& name) {
   dealer.set(zmq::sockopt::heartbeat_ivl, 2000);
   dealer.set(zmq::sockopt::heartbeat_timeout, 10000);
+  // Heartbeats start after the ZMTP handshake; a connection opened to a stopped process (the
+  // kernel accepts it) never gets that far and was dropped only at libzmq's handshake timeout,
+  // 30 s by default (measured: a call to a SIGSTOPped peer failed after ~30 s). Same bound.
+  dealer.set(zmq::sockopt::handshake_ivl, 10000);
   const std::string ep = "inproc://distrl-mon-" + name;
   if (zmq_socket_monitor(dealer.handle(), ep.c_str(), ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED) != 0)
     throw TransportError("transport: cannot monitor connection " + name);

@@ -1,6 +1,8 @@
 // The pipeline stage runtime with real processes: every schedule on 2, 3 and 4 stages trains
 // exactly as one process does (gradients, parameters, loss), with an uneven last micro-batch
-// and with recomputation; measured peak activations equal the verifier's; a SIGKILLed stage
+// and with recomputation; measured peak activations equal the verifier's; a refused schedule
+// sends nothing; an undefined input gradient travels as zeros; an nccl group refuses schedules
+// that deadlock with blocking sends; gathered timelines share stage 0's clock; a SIGKILLed stage
 // makes every other stage fail with an error naming it.
 #include <gtest/gtest.h>
 
@@ -9,12 +11,14 @@
 
 #include <chrono>
 #include <fstream>
+#include <iomanip>
 
 #include "tests/support/process_groups.h"
 #include "training/pipeline/stage.h"
 
 namespace {
 
+using distrl::testing::CountingGroup;
 using distrl::testing::expect;
 using distrl::testing::TempDir;
 using namespace distrl;
@@ -127,21 +131,27 @@ TEST(PipelineTest, AScheduleFileRunsAndABadOneIsRefusedBeforeAnythingIsSent) {
     // Deadlocks: stage 0 waits for B0's gradient before sending F1, which stage 1 needs first.
     const pl::Schedule bad = pl::parse_schedule(
         "schedule bad stages 2 chunks 1 microbatches 2\nstage 0: F0 B0 F1 B1\nstage 1: F0 F1 B0 B1\n");
-    const auto issued = pg->collectives_issued();
+    // Counts every message this rank sends or receives (the stage talks point to point only).
+    auto counted = std::make_shared<CountingGroup>(pg);
     try {
-      pl::PipelineStage stage(pg, {pieces[rank]}, bad);
+      pl::PipelineStage stage(counted, {pieces[rank]}, bad);
       expect(false, "a deadlocking schedule was accepted");
     } catch (const pl::ScheduleError& e) {
       expect(std::string(e.what()).find("deadlock") != std::string::npos, e.what());
     }
-    expect(pg->collectives_issued() == issued, "something was sent");
-    const pl::Schedule good = pl::parse_schedule(
-        "schedule mine stages 2 chunks 1 microbatches 2\nstage 0: F0 F1 B0 B1\nstage 1: F0 B0 F1 B1\n");
-    pl::PipelineStage stage(pg, {pieces[rank]}, good);
+    expect(counted->issued() == 0, "the refused stage sent or received " + std::to_string(counted->issued()) +
+                                       " message(s)");
+    pl::PipelineStage stage(counted, {pieces[rank]}, pl::parse_schedule(
+        "schedule mine stages 2 chunks 1 microbatches 2\nstage 0: F0 F1 B0 B1\nstage 1: F0 B0 F1 B1\n"));
     torch::manual_seed(3);
     const at::Tensor x = torch::randn({6, 8}), y = torch::randn({6, 4});
     const auto st = stage.step(rank == 0 ? x : at::Tensor(), rank == 1 ? y : at::Tensor(), mse);
     if (rank == 1) expect(std::abs(st.loss - mse(model->forward(x), y).item<double>()) < 1e-5, "loss of the file's schedule");
+    // And the count sees a step's traffic: two activations one way, two gradients the other,
+    // each a header and a tensor.
+    expect(counted->sends == 4 && counted->receives == 4 && counted->collectives == 0,
+           "a step counted " + std::to_string(counted->sends) + " sends and " + std::to_string(counted->receives) +
+               " receives, 4 and 4 expected");
     // Evaluation: the last stage gets the whole batch's outputs, in order.
     const at::Tensor out = stage.forward(rank == 0 ? x : at::Tensor());
     if (rank == 1) {
@@ -186,6 +196,107 @@ TEST(PipelineTest, AnOversizeOrMalformedHeaderIsRefusedByName) {
       return 0;
     });
   }
+}
+
+// A piece whose output does not depend on its input (it detaches it here): autograd leaves the
+// input's gradient undefined (allow_unused), which was sent as is and failed the step. It is sent
+// as zeros: the stages before get zero gradients, where one process leaves theirs undefined; the
+// later stages' gradients and the loss are one process's. B (1f1b) and split I/W (zb-h1).
+TEST(PipelineTest, AnUndefinedInputGradientIsSentAsZeros) {
+  auto make = [] {
+    torch::manual_seed(11);
+    nn::Sequential s;
+    s->push_back("fc0", nn::Linear(8, 16));
+    s->push_back("act0", nn::Tanh());
+    s->push_back("cut", nn::Functional([](at::Tensor x) { return x.detach(); }));
+    s->push_back("fc1", nn::Linear(16, 4));
+    return s;
+  };
+  for (const std::string schedule : {"1f1b", "zb-h1"}) {
+    SCOPED_TRACE(schedule);
+    distrl::testing::run_group(2, [&](int rank, const std::shared_ptr<transport::ProcessGroup>& pg) {
+      nn::Sequential model = make(), ref = make();
+      auto pieces = pl::split_sequential(model, {"cut"});
+      pl::PipelineStage stage(pg, {pieces[rank]}, pl::make_schedule(schedule, 2, 2));
+      torch::manual_seed(5);
+      const at::Tensor x = torch::randn({6, 8}), y = torch::randn({6, 4});
+      const auto st = stage.step(rank == 0 ? x : at::Tensor(), rank == 1 ? y : at::Tensor(), mse);
+      const at::Tensor ref_loss = mse(ref->forward(x), y);
+      ref_loss.backward();
+      if (rank == 1) expect(std::abs(st.loss - ref_loss.item<double>()) < 1e-6, "loss");
+      auto ref_params = ref->named_parameters();
+      expect(!ref_params["fc0.weight"].grad().defined(), "one process leaves fc0 without a gradient");
+      for (auto& kv : pieces[rank]->named_parameters()) {
+        const at::Tensor& r = ref_params[kv.key()].grad();
+        const at::Tensor want = r.defined() ? r : torch::zeros_like(kv.value());
+        expect(kv.value().grad().defined() && (kv.value().grad() - want).abs().max().item<double>() < 1e-6,
+               "gradient of " + kv.key());
+      }
+      return 0;
+    });
+  }
+}
+
+// The nccl backend's sends block until the peer receives them, in order: there the stage
+// verifies with blocking sends and refuses, before anything is sent, a schedule in which stages
+// wait for each other at sends (1F1B on two stages), and accepts GPipe. (The group here only
+// says "nccl"; its messages go through ZeroMQ.)
+TEST(PipelineTest, OnAnNcclGroupSchedulesThatDeadlockWithBlockingSendsAreRefused) {
+  distrl::testing::run_group(2, [&](int rank, const std::shared_ptr<transport::ProcessGroup>& pg) {
+    nn::Sequential model = make_model();
+    auto pieces = pl::split_sequential(model, {"fc2"});
+    auto nccl = std::make_shared<CountingGroup>(pg, "nccl");
+    try {
+      pl::PipelineStage stage(nccl, {pieces[rank]}, pl::make_schedule("1f1b", 2, 4));
+      expect(false, "1f1b was accepted on an nccl group");
+    } catch (const pl::ScheduleError& e) {
+      expect(std::string(e.what()).find("sends block until received") != std::string::npos, e.what());
+    }
+    expect(nccl->issued() == 0, "the refused stage sent or received something");
+    pl::PipelineStage gpipe(nccl, {pieces[rank]}, pl::make_schedule("gpipe", 2, 4));
+    pl::PipelineStage mailboxes(pg, {pieces[rank]}, pl::make_schedule("1f1b", 2, 4));  // zmq: sends never block
+    return 0;
+  });
+}
+
+// Stages on different hosts read different monotonic clocks: stage 1's (and so its timeline)
+// runs an hour ahead here. gather_timelines puts every stage on stage 0's clock, each time within
+// the error it measured of what stage 1 recorded on its own clock, so the bubble spans one step.
+TEST(PipelineTest, GatheredTimelinesAreOnStageZerosClock) {
+  TempDir dir;
+  distrl::testing::run_group(2, [&](int rank, const std::shared_ptr<transport::ProcessGroup>& pg) {
+    nn::Sequential model = make_model();
+    auto pieces = pl::split_sequential(model, {"fc2"});
+    pl::PipelineStage stage(pg, {pieces[rank]}, pl::make_schedule("1f1b", 2, 4));
+    const at::Tensor x = torch::randn({8, 8}), y = torch::randn({8, 4});
+    stage.step(rank == 0 ? x : at::Tensor(), rank == 1 ? y : at::Tensor(), mse);
+    const double skew = rank == 1 ? 3.6e9 : 0;  // an hour, in microseconds
+    std::vector<pl::TimedAction> mine = stage.timeline();
+    if (rank == 1) {
+      std::ofstream f(dir.file("stage1"));
+      f << std::setprecision(17);
+      for (const auto& a : mine) f << a.start_us << " " << a.end_us << "\n";
+    }
+    for (auto& a : mine) {
+      a.start_us += skew;
+      a.end_us += skew;
+    }
+    const auto got = pl::gather_timelines(*pg, mine, [skew] { return pl::monotonic_us() + skew; });
+    if (rank != 0) return 0;
+    std::ifstream f(dir.file("stage1"));
+    const double error = got.clock_error_us.at(1);
+    std::size_t n = 0;
+    for (double start = 0, end = 0; f >> start >> end; ++n) {
+      expect(n < got.stages.at(1).size(), "stage 1's timeline came back short");
+      const pl::TimedAction& a = got.stages[1][n];
+      expect(std::abs(a.start_us - start) <= error && std::abs(a.end_us - end) <= error,
+             pl::to_string(a.action) + " on stage 0's clock: " + std::to_string(a.start_us) + ", recorded " +
+                 std::to_string(start) + " (error bound " + std::to_string(error) + " us)");
+    }
+    expect(n == got.stages[1].size() && n > 0, "stage 1's timeline has " + std::to_string(got.stages[1].size()) +
+                                                   " actions, it recorded " + std::to_string(n));
+    return 0;
+  });
 }
 
 TEST(PipelineTest, AKilledStageFailsEveryOtherStageNamingIt) {

@@ -321,8 +321,7 @@ TEST(ProcessGroupTest, DtypeOpAndRootMismatchesAreNamed) {
        {"Float[10]", "Double[10]"}},
       {"op", [](int rank, ProcessGroup& pg) { pg.all_reduce(torch::ones({10}), rank ? ReduceOp::Max : ReduceOp::Sum); },
        {"(sum)", "(max)"}},
-      // Both think they are the root and only send; each learns from the other's message.
-      // (Roots that both only receive — reduce, gather — wait until the timeout instead.)
+      // Both think they are the root (RootedCollectivesNamingDifferentRootsFailAtOnce has more).
       {"root", [](int rank, ProcessGroup& pg) { pg.broadcast(torch::ones({10}), rank); }, {"broadcast", "root"}},
   };
   for (const auto& c : cases) {
@@ -338,6 +337,56 @@ TEST(ProcessGroupTest, DtypeOpAndRootMismatchesAreNamed) {
       }
       return 0;
     }, kSlowTimeout);
+  }
+}
+
+// Ranks that name different roots fail at the rooted call itself, naming both roots, never by
+// the timeout: before each rank passed its root to the next, two roots of a reduce or gather
+// both waited for data nobody sent (until the timeout), and two roots of a broadcast or scatter
+// both only sent and finished (the stray messages failed the next collective). On three ranks
+// (roots 0, 0, 1) ranks 0 and 2 read a different root; rank 1, whose part only sends, learns
+// through their abort at its next call.
+TEST(ProcessGroupTest, RootedCollectivesNamingDifferentRootsFailAtOnce) {
+  struct Case {
+    std::string name;
+    int world;
+    std::function<int(int rank)> root;
+    std::function<void(ProcessGroup& pg, int root)> call;
+  };
+  auto own = [](int rank) { return rank; };
+  auto last_differs = [](int rank) { return rank == 2 ? 1 : 0; };
+  auto gather = [](ProcessGroup& pg, int root) {
+    std::vector<at::Tensor> out;
+    if (pg.rank() == root)
+      for (int i = 0; i < pg.size(); ++i) out.push_back(torch::zeros({4}));
+    pg.gather(out, torch::ones({4}), root);
+  };
+  auto scatter = [](ProcessGroup& pg, int root) {
+    std::vector<at::Tensor> in;
+    if (pg.rank() == root)
+      for (int i = 0; i < pg.size(); ++i) in.push_back(torch::ones({4}));
+    pg.scatter(torch::zeros({4}), in, root);
+  };
+  auto reduce = [](ProcessGroup& pg, int root) { pg.reduce(torch::ones({4}), root); };
+  auto broadcast = [](ProcessGroup& pg, int root) { pg.broadcast(torch::ones({4}), root); };
+  const std::vector<Case> cases = {
+      {"reduce", 2, own, reduce},        {"gather", 2, own, gather},         {"broadcast", 2, own, broadcast},
+      {"scatter", 2, own, scatter},      {"reduce", 3, last_differs, reduce}, {"gather", 3, last_differs, gather},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name + " on " + std::to_string(c.world) + " ranks");
+    run_group(c.world, [&](int rank, const std::shared_ptr<ProcessGroup>& pg) {
+      try {
+        c.call(*pg, c.root(rank));
+        pg->barrier();
+        return 3;
+      } catch (const MismatchError& e) {  // not TimeoutError
+        const std::string m = e.what();
+        for (const std::string& w : std::vector<std::string>{c.name + " #", "root 0", "root 1"})
+          expect(m.find(w) != std::string::npos, "'" + w + "' not in: " + m);
+      }
+      return 0;
+    }, kOptions);
   }
 }
 

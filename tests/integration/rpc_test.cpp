@@ -413,16 +413,18 @@ TEST(RpcTest, AKilledRankRestartsUnderItsRankAndPeersCallItAgain) {
   EXPECT_EQ(codes, (std::vector<int>{0, 0, 0, 0}));
 }
 
-// A peer whose process is stopped keeps its connections open; ZeroMQ's heartbeats (2 s
-// interval, 10 s timeout) notice the silence and the pending call fails naming the peer, long
-// before its own 60 s timeout.
+// A peer whose process is stopped keeps its connections open, and a connection opened to it
+// (the kernel accepts it) never finishes ZeroMQ's handshake, after which heartbeats would start:
+// the call failed only at libzmq's 30 s handshake timeout (issue 16's ~30 s; the heartbeat
+// settings, 2 s / 10 s, suggest ~12 s). The handshake is bounded by the heartbeat timeout now:
+// the pending call fails with a lost connection naming the peer, before its own 20 s timeout.
 TEST(RpcTest, HeartbeatsNoticeAPeerThatStoppedAnswering) {
   TempDir dir;
   auto codes = run_ranks(
       2,
       [&](int rank) {
         auto o = rpc_options(dir, rank, 2);
-        o.rpc_timeout = 60s;
+        o.rpc_timeout = 20s;
         RpcAgent agent(o, register_all);
         if (rank == 1) {
           std::ofstream(dir.file("pid.tmp")) << ::getpid();
@@ -440,8 +442,7 @@ TEST(RpcTest, HeartbeatsNoticeAPeerThatStoppedAnswering) {
         ::kill(peer, SIGKILL);
         std::cout << "silent peer noticed after " << std::chrono::duration<double>(took).count() << " s: " << msg << std::endl;
         expect(msg.find("worker1") != std::string::npos && msg.find("timed out") == std::string::npos,
-               "a lost connection naming the peer, not the call's timeout: " + msg);
-        expect(took < 40s, "the heartbeat did not notice within 40 s");
+               "a lost connection naming the peer, not the call's 20 s timeout: " + msg);
         return 0;
       },
       std::chrono::seconds(90));

@@ -348,7 +348,8 @@ Plan verify(const Schedule& given, const VerifyOptions& o) {
     }
   }
 
-  // Simulation: program order per stage, sends never block, a receive waits for its send.
+  // Simulation: program order per stage; a receive waits for its send; a send never blocks,
+  // or (sends_block) waits until its receiver has taken it.
   const Costs& c = o.costs;
   Plan plan;
   plan.bubble.assign(p, 0);
@@ -357,7 +358,7 @@ Plan verify(const Schedule& given, const VerifyOptions& o) {
   std::vector<std::size_t> next(p, 0);
   std::vector<double> clock(p, 0), busy(p, 0);
   std::vector<int> held(p, 0);
-  std::map<Key, double> sent;
+  std::map<Key, double> sent, taken;  // when each transfer was sent / received
   for (bool progress = true; progress;) {
     progress = false;
     for (int st = 0; st < p; ++st) {
@@ -368,13 +369,22 @@ Plan verify(const Schedule& given, const VerifyOptions& o) {
         switch (a.op) {
           case Op::RecvF:
           case Op::RecvB: {
-            auto it = sent.find(Key{a.op == Op::RecvF ? 0 : 1, a.mb, vs});
+            const Key k{a.op == Op::RecvF ? 0 : 1, a.mb, vs};
+            auto it = sent.find(k);
             if (it == sent.end()) goto blocked;
-            start = std::max(start, it->second);
+            start = taken[k] = std::max(start, it->second);
             break;
           }
-          case Op::SendF: sent[Key{0, a.mb, vs + 1}] = start; break;
-          case Op::SendB: sent[Key{1, a.mb, vs - 1}] = start; break;
+          case Op::SendF:
+          case Op::SendB: {
+            const Key k = a.op == Op::SendF ? Key{0, a.mb, vs + 1} : Key{1, a.mb, vs - 1};
+            sent.emplace(k, start);  // a blocked send is posted from its first try on
+            if (!o.sends_block) break;
+            auto it = taken.find(k);
+            if (it == taken.end()) goto blocked;
+            start = it->second;
+            break;
+          }
           case Op::F:
             cost = c.f;
             if (++held[st] > plan.peak_activations[st]) plan.peak_activations[st] = held[st];
@@ -397,11 +407,17 @@ Plan verify(const Schedule& given, const VerifyOptions& o) {
     if (next[st] == s.actions[st].size()) continue;
     const Action& a = s.actions[st][next[st]];
     const int vs = s.virtual_stage(st, a.chunk);
-    const int from = s.stage_of(a.op == Op::RecvF ? vs - 1 : vs + 1);
+    const bool send = a.op == Op::SendF || a.op == Op::SendB;
+    const int peer = s.stage_of(a.op == Op::RecvF || a.op == Op::SendB ? vs - 1 : vs + 1);
     stuck += (stuck.empty() ? "" : "; ") + std::string("stage ") + str(st) + " waits at " + to_string(a) + " (action " +
-             str(static_cast<int>(next[st])) + ") for stage " + str(from);
+             str(static_cast<int>(next[st])) + ") for stage " + str(peer) + (send ? " to receive it" : "");
   }
-  if (!stuck.empty()) throw ScheduleError(name + ": deadlock: " + stuck + " (nothing was sent)");
+  if (!stuck.empty())
+    throw ScheduleError(name + ": deadlock: " + stuck +
+                        (o.sends_block ? " (sends block until received, as the nccl backend's do: order each stage's "
+                                         "sends and receives so that every send meets its receive, or use gpipe; "
+                                         "nothing was sent)"
+                                       : " (nothing was sent)"));
   plan.makespan = *std::max_element(clock.begin(), clock.end());
   for (int st = 0; st < p; ++st) plan.bubble[st] = plan.makespan > 0 ? 1.0 - busy[st] / plan.makespan : 0;
   if (o.max_activations > 0)

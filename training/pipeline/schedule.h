@@ -10,7 +10,9 @@
 // B (whole backward), or I + W (backward split into the input gradient, which the previous stage
 // waits for, and the weight gradient, which nobody waits for: zero-bubble schedules). Transfer
 // actions: SF / RF (send / receive a forward activation), SB / RB (send / receive a backward
-// gradient). Sends never block (the receiver buffers); receives wait. lower() inserts the
+// gradient). Receives wait; sends never block (the ZeroMQ group's mailboxes buffer them), or,
+// with VerifyOptions::sends_block (NCCL's send/recv), a send waits until its receiver has taken
+// it, so stages that meet each other at sends deadlock. lower() inserts the
 // transfers a compute-only list implies (a receive just before the action that needs it, a send
 // just after the action that produces it), so files and generators may leave them out.
 //
@@ -86,6 +88,9 @@ struct Costs {
 
 struct VerifyOptions {
   int max_activations = 0;  // per stage: stashed micro-batch activations at once (0: no bound)
+  // A send completes only when its receiver takes it (NCCL: rendezvous, matched in order, not by
+  // tag); a stage waiting at a send goes no further. Off: sends are buffered (ZeroMQ mailboxes).
+  bool sends_block = false;
   Costs costs;
 };
 
@@ -101,7 +106,8 @@ struct Plan {
 // Checks a schedule before anything runs: structure (stage count, micro-batch and chunk ranges,
 // every micro-batch forward and backward exactly once per piece, backward after forward, W after
 // I, transfers matching compute), then simulates it: a deadlock (every unfinished stage waits for
-// a message nobody will send) is refused naming each waiting stage and what it waits for; a stage
+// a message nobody will send, or with sends_block for a receive nobody will run) is refused
+// naming each waiting stage and what it waits for; a stage
 // that keeps more than max_activations is refused naming it. Throws ScheduleError.
 Plan verify(const Schedule& s, const VerifyOptions& o = {});
 

@@ -3,22 +3,12 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <chrono>
-#include <fstream>
-#include <iostream>
-#include <map>
-#include <sstream>
 
 #include "common/log.h"
-#include "common/plot.h"
 
 namespace distrl::training::pipeline {
 
 namespace {
-
-double now_us() {
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 constexpr int kMaxDims = 8;
 constexpr std::int64_t kHeader = kMaxDims + 2;  // ndim, dims..., dtype
@@ -26,6 +16,10 @@ constexpr std::int64_t kHeader = kMaxDims + 2;  // ndim, dims..., dtype
 // A transfer's tag: unique per (direction, micro-batch, receiving virtual stage) within a step,
 // so the order of messages between two stages never matters; steps reuse tags in order.
 int tag_of(int kind, int mb, int vs, int virtual_stages) { return ((mb * virtual_stages + vs) << 1) | kind; }
+
+// The gradient sent back for a piece's input: zeros where autograd left none (the output does
+// not depend on the input), so the stage before gets a tensor to run its backward with.
+at::Tensor input_gradient(const at::Tensor& g, const at::Tensor& input) { return g.defined() ? g : at::zeros_like(input); }
 
 bool uses_split(const Schedule& s) {
   for (const auto& list : s.actions)
@@ -71,6 +65,7 @@ PipelineStage::PipelineStage(std::shared_ptr<transport::ProcessGroup> pg, std::v
                         " pieces, the schedule " + std::to_string(schedule_.chunks) + " per stage");
   VerifyOptions vo;
   vo.max_activations = options_.max_activations;
+  vo.sends_block = pg_->backend() == "nccl";  // rendezvous send/recv, matched in order
   vo.costs = options_.costs;
   plan_ = verify(schedule_, vo);
   split_ = uses_split(schedule_);
@@ -199,7 +194,7 @@ void PipelineStage::run(const Action& a) {
       graph();
       if (last) s.root.backward();
       else torch::autograd::backward({s.root}, {s.grad});
-      if (vs > 0) s.send_b = s.input.grad();
+      if (vs > 0) s.send_b = input_gradient(s.input.grad(), s.input);
       --held_;
       s.backward_done = true;
       release_if_done();
@@ -222,7 +217,7 @@ void PipelineStage::run(const Action& a) {
       if (!wrt.empty())
         g = torch::autograd::grad({s.root}, wrt, last ? std::vector<at::Tensor>{} : std::vector<at::Tensor>{s.grad},
                                   /*retain_graph=*/true, /*create_graph=*/false, /*allow_unused=*/true);
-      if (vs > 0) s.send_b = g[0];
+      if (vs > 0) s.send_b = input_gradient(g[0], s.input);
       s.out_grads.assign(n, at::Tensor());
       for (std::size_t k = 0; k < n; ++k)
         if (index[k] >= 0) s.out_grads[k] = g[index[k]];
@@ -257,7 +252,7 @@ void PipelineStage::run(const Action& a) {
 }
 
 StepStats PipelineStage::step(const at::Tensor& inputs, const at::Tensor& targets, const LossFn& loss) {
-  const double t0 = now_us();
+  const double t0 = monotonic_us();
   StepStats st;
   const int m = schedule_.microbatches;
   timeline_.clear();
@@ -283,9 +278,9 @@ StepStats PipelineStage::step(const at::Tensor& inputs, const at::Tensor& target
     }
     for (const Action& a : schedule_.actions[stage()]) {
       current = &a;
-      TimedAction ta{a, now_us(), 0};
+      TimedAction ta{a, monotonic_us(), 0};
       run(a);
-      ta.end_us = now_us();
+      ta.end_us = monotonic_us();
       if (is_compute(a.op)) st.compute_s += (ta.end_us - ta.start_us) * 1e-6;
       timeline_.push_back(ta);
       reap_sends(false);
@@ -306,7 +301,7 @@ StepStats PipelineStage::step(const at::Tensor& inputs, const at::Tensor& target
   loss_ = nullptr;
   st.peak_activations = peak_;
   if (holds_last()) st.loss = loss_sum_;
-  st.wall_s = (now_us() - t0) * 1e-6;
+  st.wall_s = (monotonic_us() - t0) * 1e-6;
   return st;
 }
 
@@ -419,10 +414,10 @@ std::vector<double> measure_child_costs(torch::nn::Sequential model, const at::T
     std::size_t i = 0;
     for (auto& child : *model) {
       at::Tensor in = x.detach().requires_grad_(x.is_floating_point());
-      const double t0 = now_us();
+      const double t0 = monotonic_us();
       at::Tensor y = child.forward(in);
       if (y.requires_grad()) y.backward(at::ones_like(y));
-      times[i++].push_back(now_us() - t0);
+      times[i++].push_back(monotonic_us() - t0);
       x = y.detach();
     }
   }
@@ -437,142 +432,6 @@ std::vector<double> measure_child_costs(torch::nn::Sequential model, const at::T
     out.push_back(t[t.size() / 2]);
   }
   return out;
-}
-
-std::vector<std::vector<TimedAction>> gather_timelines(transport::ProcessGroup& pg, const std::vector<TimedAction>& mine) {
-  auto pack = [](const std::vector<TimedAction>& tl) {
-    at::Tensor t = at::empty({static_cast<std::int64_t>(tl.size()), 5}, at::kDouble);
-    auto a = t.accessor<double, 2>();
-    for (std::size_t i = 0; i < tl.size(); ++i) {
-      a[i][0] = static_cast<double>(tl[i].action.op);
-      a[i][1] = tl[i].action.mb;
-      a[i][2] = tl[i].action.chunk;
-      a[i][3] = tl[i].start_us;
-      a[i][4] = tl[i].end_us;
-    }
-    return t;
-  };
-  const int tag = (1 << 30);
-  if (pg.rank() != 0) {
-    at::Tensor n = at::full({1}, static_cast<std::int64_t>(mine.size()), at::kLong);
-    pg.send(n, 0, tag);
-    if (!mine.empty()) pg.send(pack(mine), 0, tag + 1);
-    return {};
-  }
-  std::vector<std::vector<TimedAction>> all(pg.size());
-  all[0] = mine;
-  for (int r = 1; r < pg.size(); ++r) {
-    at::Tensor n = at::empty({1}, at::kLong);
-    pg.recv(n, r, tag);
-    const std::int64_t rows = n.item<std::int64_t>();
-    if (rows < 0 || rows > (1 << 24)) throw PipelineError("stage " + std::to_string(r) + " sent a bad timeline size");
-    if (rows == 0) continue;
-    at::Tensor t = at::empty({rows, 5}, at::kDouble);
-    pg.recv(t, r, tag + 1);
-    auto a = t.accessor<double, 2>();
-    for (std::int64_t i = 0; i < rows; ++i)
-      all[r].push_back(TimedAction{Action{static_cast<Op>(static_cast<int>(a[i][0])), static_cast<int>(a[i][1]),
-                                          static_cast<int>(a[i][2])},
-                                   a[i][3], a[i][4]});
-  }
-  return all;
-}
-
-std::pair<double, double> timeline_span(const std::vector<std::vector<TimedAction>>& tls) {
-  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
-  for (const auto& tl : tls)
-    for (const auto& a : tl) {
-      lo = std::min(lo, a.start_us);
-      hi = std::max(hi, a.end_us);
-    }
-  return {lo, hi};
-}
-
-std::vector<double> measured_bubbles(const std::vector<std::vector<TimedAction>>& tls) {
-  const auto [lo, hi] = timeline_span(tls);
-  std::vector<double> out;
-  for (const auto& tl : tls) {
-    double busy = 0;
-    for (const auto& a : tl)
-      if (is_compute(a.action.op)) busy += a.end_us - a.start_us;
-    out.push_back(hi > lo ? 1.0 - busy / (hi - lo) : 0);
-  }
-  return out;
-}
-
-void write_chrome_trace(const Schedule& s, const std::vector<std::vector<TimedAction>>& tls, const std::string& path) {
-  const double t0 = timeline_span(tls).first;
-  std::ofstream out(path);
-  if (!out) throw Error("cannot write " + path);
-  out << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
-  bool first = true;
-  auto sep = [&] {
-    if (!first) out << ",\n";
-    first = false;
-  };
-  // Where each transfer was received: (kind, mb, receiving vs) -> (stage, end time).
-  std::map<std::tuple<int, int, int>, std::pair<int, double>> received;
-  for (std::size_t st = 0; st < tls.size(); ++st) {
-    sep();
-    out << "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":0,\"tid\":" << st << ",\"args\":{\"name\":\"stage " << st
-        << "\"}}";
-    for (const auto& a : tls[st]) {
-      const bool compute = is_compute(a.action.op);
-      sep();
-      out << "{\"ph\":\"X\",\"pid\":0,\"tid\":" << st << ",\"name\":\"" << to_string(a.action) << "\",\"cat\":\""
-          << (compute ? "compute" : "transfer") << "\",\"ts\":" << (a.start_us - t0)
-          << ",\"dur\":" << std::max(0.0, a.end_us - a.start_us) << "}";
-      const int vs = s.virtual_stage(static_cast<int>(st), a.action.chunk);
-      if (a.action.op == Op::RecvF) received[{0, a.action.mb, vs}] = {static_cast<int>(st), a.end_us};
-      if (a.action.op == Op::RecvB) received[{1, a.action.mb, vs}] = {static_cast<int>(st), a.end_us};
-    }
-  }
-  int id = 0;
-  for (std::size_t st = 0; st < tls.size(); ++st)
-    for (const auto& a : tls[st]) {
-      if (a.action.op != Op::SendF && a.action.op != Op::SendB) continue;
-      const int vs = s.virtual_stage(static_cast<int>(st), a.action.chunk);
-      auto it = received.find({a.action.op == Op::SendF ? 0 : 1, a.action.mb, a.action.op == Op::SendF ? vs + 1 : vs - 1});
-      if (it == received.end()) continue;
-      ++id;
-      sep();
-      out << "{\"ph\":\"s\",\"id\":" << id << ",\"pid\":0,\"tid\":" << st << ",\"name\":\"" << to_string(a.action)
-          << "\",\"cat\":\"p2p\",\"ts\":" << (a.start_us - t0) << "}";
-      sep();
-      out << "{\"ph\":\"f\",\"bp\":\"e\",\"id\":" << id << ",\"pid\":0,\"tid\":" << it->second.first << ",\"name\":\""
-          << to_string(a.action) << "\",\"cat\":\"p2p\",\"ts\":" << (it->second.second - t0) << "}";
-    }
-  out << "\n]}\n";
-  if (!out.flush()) throw Error("cannot write " + path + " (disk full?)");
-}
-
-bool plot_timeline(const std::vector<std::vector<TimedAction>>& tls, const std::string& csv, const std::string& png) {
-  const double t0 = timeline_span(tls).first;
-  {
-    std::ofstream out(csv);
-    if (!out) {
-      std::cerr << "(no timeline plot: cannot write " << csv << ")\n";
-      return false;
-    }
-    out << "stage,action,kind,start_ms,end_ms\n";
-    for (std::size_t st = 0; st < tls.size(); ++st)
-      for (const auto& a : tls[st]) {
-        if (!is_compute(a.action.op)) continue;
-        const int kind = a.action.op == Op::F ? 1 : a.action.op == Op::W ? 3 : 2;
-        out << st << "," << to_string(a.action) << "," << kind << "," << (a.start_us - t0) / 1000 << ","
-            << (a.end_us - t0) / 1000 << "\n";
-      }
-  }
-  std::ostringstream g;
-  const std::size_t p = tls.size();
-  g << "set terminal png size 1200," << 120 + 50 * p << "\n"
-    << "set datafile separator ','\nset xlabel 'ms'\nset yrange [" << p - 0.5 << ":-0.5]\nset ytics (";
-  for (std::size_t st = 0; st < p; ++st) g << (st ? ", " : "") << "'stage " << st << "' " << st;
-  g << ")\nset key outside right\nset style fill solid 0.85 noborder\n"
-    << "plot '" << csv << "' skip 1 using (($4+$5)/2):1:(($5-$4)/2):(0.38):3 with boxxyerror lc variable notitle, "
-    << "NaN with boxes lc 1 title 'forward', NaN with boxes lc 2 title 'backward (B / I)', "
-    << "NaN with boxes lc 3 title 'weight gradient (W)'\n";
-  return run_gnuplot(g.str(), png);
 }
 
 }  // namespace distrl::training::pipeline

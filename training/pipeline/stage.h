@@ -19,6 +19,17 @@
 // keeps only each micro-batch's input and runs the forward again at backward (children must be
 // deterministic: no dropout; batch norm's running statistics see the forward twice).
 //
+// An input gradient autograd leaves undefined (the piece's output does not depend on its input)
+// is sent as zeros: the stages before then hold zero gradients where one process would leave
+// theirs undefined (the same step with plain SGD; not with weight decay or momentum, which an
+// optimizer applies to a zero gradient but skips for a missing one).
+//
+// Sends: the ZeroMQ group buffers them, so a schedule runs as the verifier simulates it with
+// sends that never block. NCCL's send completes only when the peer receives it, matched in
+// order: on a group whose backend() is "nccl" the stage verifies with sends_block, and refuses
+// (ScheduleError, before anything is sent) the schedules whose stages would wait for each other
+// at sends -- 1f1b, zb-h1 and interleaved as generated; gpipe runs.
+//
 // Failure: any error of a step (a dead neighbour, a timeout, a bad tensor) aborts the group, so
 // every stage's next wait fails at once naming the stage where it began, and is rethrown as
 // PipelineError naming this stage, the step and the action. The group's timeout bounds every
@@ -39,6 +50,7 @@
 #include <torch/nn/modules/container/sequential.h>
 
 #include "training/pipeline/schedule.h"
+#include "training/pipeline/timeline.h"
 #include "transport/collectives/process_group.h"
 
 namespace distrl::training::pipeline {
@@ -55,13 +67,6 @@ struct StageOptions {
   // Largest activation or gradient a neighbour may announce; a header above it (or whose
   // dimensions overflow) is refused before anything is allocated.
   std::int64_t max_tensor_bytes = std::int64_t{1} << 32;
-};
-
-// One executed action; times in microseconds of the host's monotonic clock (comparable across
-// the processes of one host).
-struct TimedAction {
-  Action action;
-  double start_us = 0, end_us = 0;
 };
 
 struct StepStats {
@@ -143,22 +148,5 @@ std::vector<std::string> balanced_cuts(torch::nn::Sequential model, const std::v
 
 // Times each child's forward and backward on `sample` (repeats, median), for balanced_cuts.
 std::vector<double> measure_child_costs(torch::nn::Sequential model, const at::Tensor& sample, int repeats = 3);
-
-// Every stage's timeline of the last step, gathered on stage 0 (others get an empty list).
-// Collective over the group.
-std::vector<std::vector<TimedAction>> gather_timelines(transport::ProcessGroup& pg, const std::vector<TimedAction>& mine);
-
-// The earliest start and the latest end over all stages' actions (microseconds).
-std::pair<double, double> timeline_span(const std::vector<std::vector<TimedAction>>& timelines);
-
-// Measured per-stage bubble of gathered timelines: idle share of the span from the earliest
-// action to the latest, across all stages.
-std::vector<double> measured_bubbles(const std::vector<std::vector<TimedAction>>& timelines);
-
-// timeline.json in Chrome-trace format (chrome://tracing, Perfetto): one row per stage, a box per
-// action, an arrow from each send to its receive. Throws Error when the file cannot be written.
-void write_chrome_trace(const Schedule& s, const std::vector<std::vector<TimedAction>>& timelines, const std::string& path);
-// The same as a PNG (gnuplot), with timeline.csv beside it; false (said on stderr) without gnuplot.
-bool plot_timeline(const std::vector<std::vector<TimedAction>>& timelines, const std::string& csv, const std::string& png);
 
 }  // namespace distrl::training::pipeline

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -176,8 +177,9 @@ namespace {
 at::Tensor cross_entropy(const at::Tensor& out, const at::Tensor& y) { return torch::nn::functional::cross_entropy(out, y); }
 
 void write_timeline(const PipelineConfig& c, transport::ProcessGroup& pg, const PipelineStage& stage) {
-  const auto all = gather_timelines(pg, stage.timeline());
+  const auto gathered = gather_timelines(pg, stage.timeline());
   if (pg.rank() != 0) return;
+  const auto& all = gathered.stages;
   write_chrome_trace(stage.schedule(), all, c.out_dir + "/timeline.json");
   plot_timeline(all, c.out_dir + "/timeline.csv", c.out_dir + "/timeline.png");
   const auto measured = measured_bubbles(all);
@@ -186,7 +188,9 @@ void write_timeline(const PipelineConfig& c, transport::ProcessGroup& pg, const 
             << theory_bubble(c.stages, c.microbatches) << "):";
   for (std::size_t s = 0; s < measured.size(); ++s)
     std::cout << "  stage " << s << " " << measured[s] << " (plan " << stage.plan().bubble[s] << ")";
-  std::cout << std::defaultfloat << "\n  timeline: " << c.out_dir << "/timeline.json (chrome://tracing, Perfetto), "
+  const double clock_error = *std::max_element(gathered.clock_error_us.begin(), gathered.clock_error_us.end());
+  std::cout << std::defaultfloat << "\n  stages' clocks aligned to stage 0's within " << clock_error
+            << " us; timeline: " << c.out_dir << "/timeline.json (chrome://tracing, Perfetto), "
             << c.out_dir << "/timeline.png" << std::endl;
 }
 

@@ -17,8 +17,7 @@ std::string describe(const PgHeader& h) {
   const auto k = static_cast<Kind>(h.coll);
   if (k == Kind::Reduce || k == Kind::AllReduce || k == Kind::ReduceScatter)
     s += std::string(" (") + to_string(static_cast<ReduceOp>(h.op)) + ")";
-  if (k == Kind::Broadcast || k == Kind::Reduce || k == Kind::Gather || k == Kind::Scatter)
-    s += " root " + std::to_string(h.root);
+  if (is_rooted(k)) s += " root " + std::to_string(h.root);
   return s;
 }
 
@@ -46,6 +45,12 @@ PgMessage Exec::recv(int from, std::uint32_t step, std::uint32_t chunk, std::siz
 void Exec::finish_sends() {
   if (!tracker->wait_idle(deadline))
     throw TimeoutError(what + ": ZeroMQ did not finish sending before the deadline (a peer stopped reading?)");
+}
+
+void agree_on_root(Exec& e) {
+  const char none = 0;
+  e.send(mod(e.me + 1, e.n), kRootCheckStep, 0, &none, 0, false);
+  e.recv(mod(e.me - 1, e.n), kRootCheckStep, 0, 0);
 }
 
 static void reduce_msg(Exec& e, char* dst, const PgMessage& m, std::int64_t count) {

@@ -8,8 +8,8 @@
 //   w->wait();
 //
 // Every rank of a group must issue the same collectives in the same order with matching
-// tensors (dtype and element count); a mismatch is detected and raises MismatchError on the
-// ranks that see it, and the others fail instead of waiting (the group is aborted). Every
+// tensors (dtype and element count) and roots; a mismatch is detected and raises MismatchError
+// on the ranks that see it, and the others fail instead of waiting (the group is aborted). Every
 // operation has a deadline (ProcessGroupOptions::timeout); a rank that dies makes the others
 // fail with a TransportError naming it. After any failure a group refuses further work.
 //
@@ -143,8 +143,9 @@ class ProcessGroup {
   // never blocks.
   virtual void abort(const std::string& reason) = 0;
 
-  // Collectives this rank has issued on this group so far (all kinds, sync and async; not
-  // point-to-point), like torch's sequence number: a cheap check that something communicated.
+  // Collectives this rank has issued on this group so far (all kinds, sync and async), like
+  // torch's sequence number. Point-to-point calls are not counted: it cannot tell that nothing
+  // was sent.
   std::uint64_t collectives_issued() const { return issued_.load(); }
 
   // A group of some of this group's ranks (in the given order: ranks[i] becomes rank i).

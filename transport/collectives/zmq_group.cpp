@@ -9,7 +9,8 @@
 //   reducing and sending overlap. Step k sends segment r-k-1 and receives segment r-k-2.
 // - reduce_scatter / all_gather: the first / second half of that ring.
 // - broadcast: binomial tree (small) or a chunked chain (large); reduce: binomial tree;
-//   gather / scatter: direct; barrier: recursive doubling on one byte.
+//   gather / scatter: direct; barrier: recursive doubling on one byte. Rooted
+//   collectives first pass each rank's root to the next rank (agree_on_root).
 // Every rank computes each reduced value once (ring) or with commuting operands (recursive
 // doubling), so all ranks end with the same bits.
 #include <algorithm>
@@ -225,9 +226,7 @@ class ZmqGroup final : public ProcessGroup {
     e.h.group = id_;
     e.h.tag = -1;
     e.h.seq = seq;
-    const bool rooted = c.kind == Kind::Broadcast || c.kind == Kind::Reduce || c.kind == Kind::Gather ||
-                        c.kind == Kind::Scatter;
-    e.h.root = rooted ? c.root : 0;
+    e.h.root = is_rooted(c.kind) ? c.root : 0;
     e.op = c.op;
     e.h.op = static_cast<std::uint8_t>(c.op);
     if (ref.defined()) {
@@ -263,6 +262,7 @@ class ZmqGroup final : public ProcessGroup {
     const std::int64_t numel = e.h.numel;
     const std::size_t bytes = numel * e.esize;
     e.keep = keep;
+    if (is_rooted(c.kind) && n > 1) agree_on_root(e);
     switch (c.kind) {
       case Kind::Barrier: {
         std::uint8_t b = 0;

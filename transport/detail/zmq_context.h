@@ -27,9 +27,10 @@ void secure_client(zmq::socket_t& dealer);
 // Socket options every distrl socket gets: finite linger, explicit high-water marks.
 void apply_common_options(zmq::socket_t& s, int linger_ms = 200);
 
-// A DEALER that watches its connection: heartbeats notice a peer host that vanished without
-// closing, and `monitor` (a PAIR) receives its connect/disconnect events. name must be unique
-// in the process.
+// A DEALER that watches its connection: heartbeats (every 2 s) notice a peer host that vanished
+// or a process that stopped without closing, after 10 s without traffic; a connection whose
+// handshake does not finish in 10 s (opened to a stopped process) is dropped too. `monitor` (a
+// PAIR) receives its connect/disconnect events. name must be unique in the process.
 void watch_connection(zmq::context_t& ctx, zmq::socket_t& dealer, zmq::socket_t& monitor, const std::string& name);
 // Reads every queued event from a watch_connection monitor (non-blocking) and calls
 // on_event(ZMQ_EVENT_HANDSHAKE_SUCCEEDED or ZMQ_EVENT_DISCONNECTED) for each, in order. (A handshake,

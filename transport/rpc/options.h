@@ -34,12 +34,16 @@ struct RpcOptions {
   // the ResNet-50 pipeline's shards ran 2 OpenMP threads each on 2 vCPUs without it.
   std::function<void()> thread_init;
   WireLimits limits;
-  // A call (or fork notice) naming an object this worker has not seen created waits for the
-  // creating request -- an RRef passed on can overtake it -- for at most unknown_object_wait,
-  // and at most max_unknown_objects such names wait at once; past either the call fails with
-  // "no object" (a forged or stale id costs a bounded amount of memory, never growth).
+  // A member's call (or fork notice) naming an object this worker has not seen created waits
+  // for the creating request -- an RRef passed on by another member can overtake it -- for at
+  // most unknown_object_wait; at most max_unknown_objects such names wait at once, and the
+  // calls waiting so hold at most max_parked_bytes (their messages' bytes) per member. Past any
+  // of these the call fails at once with "no object", naming the bound (a forged or stale id
+  // costs a bounded amount of memory, never growth). An outsider's call (src -1: not a member,
+  // so it holds no RRef whose creation could be in flight) to such an object fails at once.
   std::chrono::milliseconds unknown_object_wait{5000};
   std::size_t max_unknown_objects = 1024;
+  std::size_t max_parked_bytes = 64 << 20;
 };
 
 struct WorkerInfo {

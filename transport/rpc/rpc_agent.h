@@ -63,7 +63,8 @@ class RpcAgent {
   const WorkerInfo& worker(const Target& t) const;
   RpcStats stats() const;
   // True once this worker saw its connection to t drop (the process exited or crashed: at once;
-  // it was stopped or its host unreachable: after 10 s without a heartbeat, 2 s apart); calls
+  // it was stopped or its host unreachable: after 10 s without a heartbeat, 2 s apart, or a
+  // connection opened to it that did not finish its handshake in 10 s); calls
   // to it then fail at once, until its connection comes back (the same process, reachable
   // again) or a new process rejoins under t's rank. For a process that
   // waits for requests from a peer that may die.

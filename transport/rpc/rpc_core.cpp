@@ -538,6 +538,7 @@ void validate(const RpcOptions& o) {
   if (o.shutdown_timeout.count() <= 0) bad("shutdown_timeout must be positive");
   if (o.unknown_object_wait.count() <= 0) bad("unknown_object_wait must be positive");
   if (o.max_unknown_objects < 1) bad("max_unknown_objects must be at least 1");
+  if (o.max_parked_bytes < 1) bad("max_parked_bytes must be at least 1");
 }
 
 // Tells every peer where this restarted rank listens now (one-way notices; a peer that is

@@ -98,6 +98,48 @@ Future<Outcome> outcome_of(const Future<std::shared_ptr<void>>& f, std::type_ind
   return f.then([type, pack](const Future<std::shared_ptr<void>>& r) { return Outcome{r.value(), type, pack}; });
 }
 
+// The object a call names (*obj). When its creating request has not arrived (an RRef passed on
+// by another member can overtake it), a member's call waits for it on a placeholder and its
+// bytes count against that member's max_parked_bytes until it is answered: the bytes to give
+// back (unpark) are returned. A call that may not wait is refused: BadCallError naming the bound.
+std::size_t park(RpcCore::State& s, const InMessage& m, std::shared_ptr<RpcCore::State::Object>* obj) {
+  const Header& h = m.header;
+  std::lock_guard<std::mutex> lock(s.obj_mu);
+  auto it = s.objects.find(h.obj);
+  if (it != s.objects.end() && it->second->constructed_seen) {
+    *obj = it->second;
+    return 0;
+  }
+  const std::string none = "no object " + std::to_string(h.obj) + " on " + s.opts.name;
+  if (h.src < 0 || h.src >= s.world)
+    throw BadCallError(none + " (a call from outside the world never waits for a creation: only members hold "
+                              "references whose creation can still be on its way)");
+  std::size_t& held = s.parked_bytes[h.src];
+  const std::size_t bytes = m.wire_bytes;
+  if (held + bytes > s.opts.max_parked_bytes || !(*obj = s.object_locked(h.obj))) {
+    const std::string why =
+        held + bytes > s.opts.max_parked_bytes
+            ? "calls of " + s.worker_name(h.src) + " (rank " + std::to_string(h.src) + ") waiting for creations hold " +
+                  std::to_string(held) + " bytes already and this one has " + std::to_string(bytes) +
+                  ": max_parked_bytes is " + std::to_string(s.opts.max_parked_bytes)
+            : std::to_string(s.opts.max_unknown_objects) +
+                  " other unknown objects are already waiting for their creation: max_unknown_objects";
+    if (held == 0) s.parked_bytes.erase(h.src);
+    throw BadCallError(none + " (and " + why + ")");
+  }
+  held += bytes;
+  return bytes;
+}
+
+void unpark(RpcCore::State& s, int src, std::size_t bytes) {
+  if (bytes == 0) return;
+  std::lock_guard<std::mutex> lock(s.obj_mu);
+  auto it = s.parked_bytes.find(src);
+  if (it == s.parked_bytes.end()) return;
+  it->second -= std::min(it->second, bytes);
+  if (it->second == 0) s.parked_bytes.erase(it);
+}
+
 // Runs the target of one request; the outcome completes when the (possibly async) call does.
 Future<Outcome> invoke(RpcCore& core, RpcCore::State& s, const std::shared_ptr<InMessage>& m) {
   const Header& h = m->header;
@@ -107,17 +149,11 @@ Future<Outcome> invoke(RpcCore& core, RpcCore::State& s, const std::shared_ptr<I
     return outcome_of(c->invoke(nullptr, *m, self), c->result_type, c->pack_result);
   }
   std::shared_ptr<RpcCore::State::Object> obj;
-  {
-    std::lock_guard<std::mutex> lock(s.obj_mu);
-    obj = s.object_locked(h.obj);
-  }
-  if (!obj)
-    throw BadCallError("no object " + std::to_string(h.obj) + " on " + s.opts.name + " (and " +
-                       std::to_string(s.opts.max_unknown_objects) +
-                       " other unknown objects are already waiting for their creation: max_unknown_objects)");
+  const std::size_t parked = park(s, *m, &obj);
   // The object may still be under construction: chain on it instead of blocking a worker.
   Promise<Outcome> p;
-  obj->value.then([&s, m, self, obj, p](const Future<std::shared_ptr<void>>& f) {
+  obj->value.then([&s, m, self, obj, p, parked](const Future<std::shared_ptr<void>>& f) {
+    unpark(s, m->header.src, parked);
     try {
       std::shared_ptr<void> target = f.value();
       std::type_index type = typeid(void);

@@ -96,3 +96,67 @@ TEST(ScheduleTest, TheVerifierRefusesADeadlockTooFewMicroBatchesAndTheMemoryBoun
     pl::verify(pl::parse_schedule("schedule x stages 2 chunks 1 microbatches 1\nstage 0: B0 F0\nstage 1: F0 B0\n"));
   }, "the backward of 0 comes before its forward");
 }
+
+// Every rule of the verifier refuses by name (each case fails when its check is taken out).
+// Schedules with transfers are checked as written; compute-only ones get theirs inserted.
+TEST(ScheduleTest, TheVerifierRefusesEachRuleByName) {
+  struct Case {
+    std::string rule;
+    std::function<pl::Schedule()> schedule;
+    std::string message;
+  };
+  auto text = [](const std::string& stages) {
+    return [stages] { return pl::parse_schedule("schedule x stages 2 chunks 1 microbatches 1\n" + stages); };
+  };
+  auto resized = [](int stages, int microbatches, int chunks, bool drop_a_list = false) {
+    return [=] {
+      pl::Schedule s = pl::make_schedule("1f1b", 2, 2);
+      s.stages = stages;
+      s.microbatches = microbatches;
+      s.chunks = chunks;
+      if (drop_a_list) s.actions.pop_back();
+      return s;
+    };
+  };
+  const std::vector<Case> cases = {
+      {"stage count", resized(0, 2, 1), "stages must be 1..1024, got 0"},
+      {"stage lists", resized(2, 2, 1, true), "has lists for 1 stages, declares 2"},
+      {"micro-batch count", resized(2, 0, 1), "micro-batches must be >= 1, got 0"},
+      {"chunk count", resized(2, 2, 65), "chunks per stage must be 1..64, got 65"},
+      {"negative micro-batch", text("stage 0: F0 F-1 B0\nstage 1: F0 B0\n"), "stage 0: F-1: negative micro-batch"},
+      {"chunk range", text("stage 0: F0 B0 F0.1\nstage 1: F0 B0\n"), "0.1: chunk 1 is not in 0..0"},
+      {"duplicate action", text("stage 0: F0 F0 B0\nstage 1: F0 B0\n"), "stage 0: F0 appears twice"},
+      {"forward never run", text("stage 0: F0 B0\nstage 1: B0\n"), "stage 1: micro-batch 0 is never run forward (F0)"},
+      {"B together with I/W", text("stage 0: F0 SF0 RB0 B0\nstage 1: RF0 F0 B0 I0 W0 SB0\n"),
+       "stage 1: micro-batch 0 has both B and I/W"},
+      {"W before I", text("stage 0: F0 B0\nstage 1: F0 W0 I0\n"), "stage 1: W0 comes before I0"},
+      {"transfer with no neighbour", text("stage 0: RF0 F0 SF0 RB0 B0\nstage 1: RF0 F0 B0 SB0\n"),
+       "stage 0: RF0: this piece has no neighbour there to talk to"},
+      {"transfer missing", text("stage 0: F0 RB0 B0\nstage 1: RF0 F0 B0 SB0\n"), "stage 0: SF0 is missing"},
+      {"receive after the action it serves", text("stage 0: F0 SF0 RB0 B0\nstage 1: F0 RF0 B0 SB0\n"),
+       "stage 1: RF0 must come before the action it serves"},
+      {"send before the action it serves", text("stage 0: SF0 F0 RB0 B0\nstage 1: RF0 F0 B0 SB0\n"),
+       "stage 0: SF0 must come after the action it serves"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.rule);
+    expect_refused([&] { pl::verify(c.schedule()); }, c.message);
+  }
+}
+
+// With blocking sends (NCCL's send/recv: a send completes only when its peer receives it, in
+// the order sent) a stage waiting at a send holds up its receives. 1F1B on two stages: stage 0
+// sends F1 while stage 1 sends B0's gradient; each waits for the other to receive. GPipe, whose
+// sends all meet a waiting receive, still runs; with mailboxes (sends never block) both run.
+TEST(ScheduleTest, WithBlockingSendsTheVerifierRefusesWhatWouldDeadlock) {
+  pl::VerifyOptions blocking;
+  blocking.sends_block = true;
+  expect_refused([&] { pl::verify(pl::make_schedule("1f1b", 2, 2), blocking); },
+                 "deadlock: stage 0 waits at SF1 (action 3) for stage 1 to receive it; stage 1 waits at SB0 (action 3) "
+                 "for stage 0 to receive it (sends block until received");
+  EXPECT_NO_THROW(pl::verify(pl::make_schedule("1f1b", 2, 2)));
+  for (int p : {2, 3, 4}) {
+    const pl::Plan g = pl::verify(pl::make_schedule("gpipe", p, 2 * p), blocking);
+    for (int s = 0; s < p; ++s) EXPECT_NEAR(g.bubble[s], pl::theory_bubble(p, 2 * p), 1e-9) << "p=" << p;
+  }
+}

@@ -7,7 +7,8 @@
 //   reducing and sending overlap. Step k sends segment r-k-1 and receives segment r-k-2.
 // - reduce_scatter / all_gather: the first / second half of that ring.
 // - broadcast: binomial tree (small) or a chunked chain (large); reduce: binomial tree;
-//   gather / scatter: direct; barrier: recursive doubling on one byte.
+//   gather / scatter: direct; barrier: recursive doubling on one byte. Rooted
+//   collectives first pass each rank's root to the next rank (agree_on_root).
 // Every rank computes each reduced value once (ring) or with commuting operands (recursive
 // doubling), so all ranks end with the same bits.
 // Private to transport/collectives/.
@@ -24,6 +25,11 @@ namespace distrl::transport::detail {
 
 inline int mod(int x, int n) { return ((x % n) + n) % n; }
 inline char* data(const at::Tensor& t) { return static_cast<char*>(t.data_ptr()); }
+// Collectives with a root: broadcast, reduce, gather, scatter.
+inline bool is_rooted(ProcessGroup::Kind k) {
+  using K = ProcessGroup::Kind;
+  return k == K::Broadcast || k == K::Reduce || k == K::Gather || k == K::Scatter;
+}
 // "all_reduce #3 of float32[10] (sum)", for errors.
 std::string describe(const PgHeader& h);
 
@@ -62,6 +68,14 @@ struct Exec {
   void finish_sends();
 };
 
+// Rooted collectives begin here (n > 1): each rank sends the next one (r+1 mod n) a message
+// without payload, step kRootCheckStep, whose header carries its root, and reads the previous
+// rank's before anything else. Ranks that named different roots would otherwise each wait for
+// data nobody sends them (reduce, gather: until the timeout) or only send and finish
+// (broadcast, scatter: the error surfaced at the next collective); around the ring some rank
+// reads a different root, raises MismatchError naming both calls, and aborts the group.
+constexpr std::uint32_t kRootCheckStep = 0xfffe;
+void agree_on_root(Exec& e);
 
 // Recursive doubling on a whole buffer; sends copy (the buffer changes after each send).
 void all_reduce_small(Exec& e, char* buf, std::int64_t numel);

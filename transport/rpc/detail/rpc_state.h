@@ -125,6 +125,9 @@ struct RpcCore::State {
   // still not created after opts.unknown_object_wait.
   std::deque<std::pair<Clock::time_point, std::uint64_t>> unknown_objects;
   std::uint64_t unknown_refused = 0;  // names refused because max_unknown_objects were waiting
+  // Bytes of the calls waiting on objects not seen created, per member rank (max_parked_bytes);
+  // a rank's entry goes when its last such call is answered.
+  std::map<int, std::size_t> parked_bytes;
   Clock::time_point next_unknown_sweep{};  // I/O thread only: expire() looks every 100 ms
 
   // The object with this id; a new placeholder when there is none (null when max_unknown_objects
