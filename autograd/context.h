@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -119,6 +120,8 @@ std::vector<std::pair<at::Tensor, at::Tensor>> get_gradients(transport::RpcAgent
 // Outside a part, in_backward_part() is false and the others throw Error.
 bool in_backward_part();
 std::int64_t part_context();  // the id of the part's context
+// A context id as every error names it: "rank:incarnation:counter" (its creator's).
+std::string context_name(std::int64_t id);
 at::Tensor part_gradient(const at::Tensor& leaf);
 void set_part_gradient(const at::Tensor& leaf, const at::Tensor& grad);
 void queue_part_callback(std::function<void()> fn);

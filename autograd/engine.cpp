@@ -100,7 +100,8 @@ std::vector<std::int64_t> Engine::guard_waits_everywhere() {
   auto none = make_current(-1);
   std::vector<transport::Future<std::vector<std::int64_t>>> asked;
   for (int r = 0; r < agent_.world_size(); ++r)
-    if (r != rank_ && !agent_.connection_lost(r)) asked.push_back(agent_.rpc_async<std::vector<std::int64_t>>(r, kWaitsFn));
+    if (r != rank_ && !agent_.connection_lost(r))  // bounded: a stopped peer must not hold the guard's wait
+      asked.push_back(agent_.rpc_async<std::vector<std::int64_t>>(transport::Target(r, std::chrono::seconds(1)), kWaitsFn));
   for (auto& f : asked) {
     try {
       auto theirs = f.value();
@@ -298,6 +299,8 @@ detail::PartScope& current_part(const char* fn) {
 }  // namespace
 
 std::int64_t part_context() { return current_part("part_context").state->id; }
+
+std::string context_name(std::int64_t id) { return detail::id_name(id); }
 
 at::Tensor part_gradient(const at::Tensor& leaf) {
   auto& part = current_part("part_gradient");

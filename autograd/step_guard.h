@@ -32,8 +32,10 @@
 // dies is released when its contexts are reaped. Deadlocks: contexts that hold serialize guards
 // on several owners and enter them in opposite orders would wait for each other until
 // wait_timeout. A wait that lasts 200 ms asks every worker which contexts wait for which
-// (one small RPC each, answered on their I/O threads) and, when the waits close a cycle, the
-// newest context of the cycle (the largest id) is refused at once with GuardDeadlockError
+// (one small RPC each, answered on their I/O threads, each bounded by 1 s; asked again at
+// doubling intervals up to 3.2 s) and, when the waits close a cycle, the context of the cycle
+// with the largest id (highest creator rank, then incarnation, then counter -- one choice every
+// worker makes alike) is refused at once with GuardDeadlockError
 // naming the cycle; its trainer leaves the context, which frees what it held, and may retry.
 // Entering guards in one order (by owner rank, say) never deadlocks. Lifetime: the engine keeps
 // a weak reference; the guard ends with its last shared_ptr.
@@ -75,7 +77,7 @@ class StaleStepError : public Error {
   using Error::Error;
 };
 
-// Contexts waiting for serialize guards in a cycle; thrown to the newest of them (the others
+// Contexts waiting for serialize guards in a cycle; thrown to the one with the largest id (the others
 // go on once its context is left). Crosses the wire as a RemoteError of this type.
 class GuardDeadlockError : public Error {
  public:
@@ -122,7 +124,7 @@ class ParameterGuard {
 
  private:
   // serialize: waits (mu_ held through lock) until no other context holds the parameters;
-  // TimeoutError at wait_timeout, GuardDeadlockError when ctx is the newest of a cycle of waits.
+  // TimeoutError at wait_timeout, GuardDeadlockError when ctx has the largest id of a cycle of waits.
   void wait_for_holder(std::unique_lock<std::mutex>& lock, std::int64_t ctx);
 
   std::shared_ptr<detail::Engine> engine_;

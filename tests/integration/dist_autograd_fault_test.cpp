@@ -270,7 +270,7 @@ TEST(DistAutogradFaultTest, AContextReapedWhileItsCreatorWasStoppedFailsLoudlyWh
       std::ifstream(dir.file("pid")) >> peer;
       // A call through the I/O loop's connection to worker1 (the one whose heartbeats tell that
       // it stopped) completes its handshake before worker1 stops (a connection still
-      // handshaking with a stopped peer is noticed only at the 30 s handshake timeout).
+      // handshaking with a stopped peer is noticed only at the handshake timeout, 10 s).
       agent.rpc_async<std::uint64_t>(1, "live").value();
       touch(dir.file("watched"));
       expect(wait_until([&] { return dist_autograd::live_contexts(agent) == 0; }, 30s), "worker1's context is reaped");

@@ -251,19 +251,30 @@ std::vector<torch::Tensor> params_of(const std::string& dir) {
   return p;
 }
 
-// The duplicates column of ps_stats.csv's trainer table, summed over shards and trainers.
-int duplicates_in(const std::string& dir) {
+// The rows of ps_stats.csv's trainer table (shard,trainer,pushes,late,clock,max_staleness,gone,
+// duplicates), as fields.
+std::vector<std::vector<std::string>> trainer_rows(const std::string& dir) {
   std::istringstream in(distrl::testing::read_file(dir + "/ps_stats.csv"));
   std::string line;
   bool trainers = false;
-  int n = 0;
+  std::vector<std::vector<std::string>> out;
   while (std::getline(in, line)) {
     if (line.rfind("shard,trainer,", 0) == 0) {
       trainers = true;
       continue;
     }
-    if (trainers && !line.empty()) n += std::stoi(line.substr(line.rfind(',') + 1));
+    if (!trainers || line.empty()) continue;
+    out.emplace_back();
+    std::istringstream cells(line);
+    for (std::string c; std::getline(cells, c, ',');) out.back().push_back(c);
   }
+  return out;
+}
+
+// The duplicates column, summed over shards and trainers.
+int duplicates_in(const std::string& dir) {
+  int n = 0;
+  for (const auto& r : trainer_rows(dir)) n += std::stoi(r.at(7));
   return n;
 }
 
@@ -285,23 +296,10 @@ TEST(PsExactlyOnceTest, APushSentTwiceToLiveShardsMovesTheParametersOnce) {
   }
 }
 
-// Each trainer's clock on each shard (ps_stats.csv): how many of its pushes the shard applied.
+// Each trainer's clock on each shard: how many of its pushes the shard applied.
 std::vector<int> clocks_in(const std::string& dir) {
-  std::istringstream in(distrl::testing::read_file(dir + "/ps_stats.csv"));
-  std::string line;
-  bool trainers = false;
   std::vector<int> out;
-  while (std::getline(in, line)) {
-    if (line.rfind("shard,trainer,", 0) == 0) {
-      trainers = true;
-      continue;
-    }
-    if (!trainers || line.empty()) continue;
-    std::vector<std::string> f;
-    std::istringstream cells(line);
-    for (std::string c; std::getline(cells, c, ',');) f.push_back(c);
-    out.push_back(std::stoi(f.at(4)));
-  }
+  for (const auto& r : trainer_rows(dir)) out.push_back(std::stoi(r.at(4)));
   return out;
 }
 

@@ -16,6 +16,7 @@
 
 #include "autograd/context.h"
 #include "autograd/detail/engine.h"
+#include "tests/support/errors.h"
 #include "tests/support/rpc_world.h"
 #include "transport/rpc/rpc_agent.h"
 #include "transport/tensor.h"
@@ -170,17 +171,6 @@ class Lane {
   std::deque<std::pair<std::packaged_task<void()>, bool>> q_;
   std::thread t_;
 };
-
-// The what() of the exception fn throws as E; "" when it throws nothing (other types escape).
-template <typename E, typename F>
-std::string error_of(F&& fn) {
-  try {
-    fn();
-  } catch (const E& e) {
-    return e.what();
-  }
-  return "";
-}
 
 inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 

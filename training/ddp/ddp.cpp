@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <map>
 #include <mutex>
 #include <unordered_set>
 
@@ -21,6 +22,26 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Root 0's values of ts on every rank, in one broadcast per dtype rather than one per tensor
+// (as torch's _broadcast_coalesced): DDP syncs every buffer before each forward, and each
+// broadcast is a round of messages.
+void broadcast_coalesced(transport::ProcessGroup& pg, const std::vector<torch::Tensor>& ts) {
+  std::map<c10::ScalarType, std::vector<torch::Tensor>> by_type;
+  for (const auto& t : ts)
+    if (t.numel() > 0) by_type[t.scalar_type()].push_back(t);
+  for (auto& [type, group] : by_type) {
+    std::vector<torch::Tensor> flat;
+    for (const auto& t : group) flat.push_back(t.reshape(-1));
+    torch::Tensor all = group.size() == 1 ? flat[0].contiguous() : torch::cat(flat);
+    pg.broadcast(all, 0);
+    std::int64_t off = 0;
+    for (auto& t : group) {
+      t.copy_(all.narrow(0, off, t.numel()).view_as(t));
+      off += t.numel();
+    }
+  }
+}
 }  // namespace
 
 struct DistributedDataParallel::Reducer {
@@ -147,7 +168,7 @@ struct DistributedDataParallel::Reducer {
   void claim_context() {
     const std::int64_t ctx = autograd::part_context();
     if (ctx == reduced_context)
-      throw Error("DDP inside distributed autograd: a second backward part of context " + std::to_string(ctx) +
+      throw Error("DDP inside distributed autograd: a second backward part of context " + autograd::context_name(ctx) +
                   " reached the module's parameters on rank " + std::to_string(ddp.pg_->rank()) +
                   "; DDP reduces once per context, so each rank's backward must reach the module in one part: send "
                   "the module's output over RPC at most once per context, and run one backward per context");
@@ -244,8 +265,9 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<models::Net> mo
   if (!(options_.bucket_cap_mb > 0) || !(options_.first_bucket_cap_mb > 0))
     throw ArgumentError("DDP: bucket_cap_mb and first_bucket_cap_mb must be positive");
   torch::NoGradGuard no_grad;
-  for (auto& p : module_->parameters()) pg_->broadcast(p, 0);
-  for (auto& b : module_->buffers()) pg_->broadcast(b, 0);
+  std::vector<torch::Tensor> state = module_->parameters();
+  for (auto& b : module_->buffers()) state.push_back(b);
+  broadcast_coalesced(*pg_, state);
   reducer_ = std::make_unique<Reducer>(*this);
 }
 
@@ -254,7 +276,7 @@ DistributedDataParallel::~DistributedDataParallel() = default;
 torch::Tensor DistributedDataParallel::forward(const torch::Tensor& x) {
   if (options_.broadcast_buffers && pg_->size() > 1) {
     torch::NoGradGuard no_grad;
-    for (auto& b : module_->buffers()) pg_->broadcast(b, 0);
+    broadcast_coalesced(*pg_, module_->buffers());
   }
   auto out = module_->forward(x);
   if (options_.find_unused_parameters && sync_ && torch::GradMode::is_enabled()) prepare_for_backward({out});

@@ -14,7 +14,9 @@
 // resends it unchanged, so each shard applies it exactly once: a retry after a lost connection
 // to a live shard is answered without being applied again, and one to a restarted shard is
 // applied there only when its snapshot does not already hold it (what the shard applied after
-// its last snapshot is lost). Thread-safety: one client per trainer thread.
+// its last snapshot is lost). Thread-safety: one client per trainer process (the ids are per
+// client, keyed by trainer and process: a second client of the same trainer in one process
+// would number its pushes again and see them answered as copies), used from one thread.
 #pragma once
 
 #include <chrono>

@@ -60,6 +60,7 @@ struct PushId {
   std::int64_t incarnation = 1;  // the trainer process's (RpcAgent::incarnation)
   std::int64_t seq = 0;          // from 1
   MSGPACK_DEFINE(trainer, incarnation, seq);
+  bool operator==(const PushId& o) const { return trainer == o.trainer && incarnation == o.incarnation && seq == o.seq; }
 };
 
 // Gradients for dense keys. round: the last round this trainer saw from this shard (sync: a

@@ -2,17 +2,10 @@
 
 #include <torch/torch.h>
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <sstream>
 
 #include "common/error.h"
-#include "common/failpoint.h"
 #include "common/log.h"
 #include "common/thread_name.h"
 #include "training/ps/detail/shard_entry.h"
@@ -44,21 +37,6 @@ std::string shape_of(const at::Tensor& t) {
   return s.str();
 }
 
-std::int64_t bytes_of(const at::Tensor& t) { return t.defined() ? static_cast<std::int64_t>(t.nbytes()) : 0; }
-
-// Seconds since this process started (/proc/self/stat's start time against /proc/uptime).
-double process_age_s() {
-  std::ifstream stat("/proc/self/stat"), uptime("/proc/uptime");
-  std::string line;
-  double up = 0;
-  if (!std::getline(stat, line) || !(uptime >> up)) return -1;
-  std::istringstream rest(line.substr(line.rfind(')') + 2));
-  std::string field;
-  for (int i = 3; i <= 22 && rest >> field; ++i) {
-    if (i == 22) return up - std::stod(field) / static_cast<double>(::sysconf(_SC_CLK_TCK));
-  }
-  return -1;
-}
 
 }  // namespace
 
@@ -115,8 +93,8 @@ void ShardServer::register_on(transport::RpcAgent& agent, const std::shared_ptr<
     }
   }
   if (s->leads())
-    s->set_decision_sink([&agent, rank = s->opt_.first_server_rank](int shard, const Decision& d) {
-      return agent.rpc_async<bool>(rank + shard, kDecide, d);
+    s->set_decision_sink([&agent](int shard, const Decision& d) {
+      return agent.rpc_async<bool>(shard, kDecide, d);  // shard k is rank k
     });
   if (s->follows() && agent.incarnation() > 1) s->await_leader();  // its earlier process applied rounds
 }
@@ -139,7 +117,7 @@ void ShardServer::watch_trainers(transport::RpcAgent& agent) {
     applied_round = next_round_ - 1;
   }
   // A restarted follower: where does the leader stand? (It may be restarting too: retry.)
-  const int leader = opt_.first_server_rank;
+  const int leader = 0;  // shard 0's rank
   const auto until = Clock::now() + opt_.decision_wait;
   for (;;) {
     try {
@@ -318,271 +296,6 @@ transport::Future<PushReply> ShardServer::push_rows(RowsPush req) {
   return submit(req.id, req.round, std::move(ups), {});
 }
 
-transport::Future<PushReply> ShardServer::submit(const PushId& id, std::int64_t round, std::vector<Update> ups,
-                                                  std::vector<Entry*> fetch) {
-  Held h;
-  h.id = id;
-  h.fetch = std::move(fetch);
-  h.ups = std::move(ups);
-  auto future = h.promise.get_future();
-  Outcome out;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stopped_) throw TransportError("ps shard " + std::to_string(shard_) + " is stopping");
-    TrainerStats& ts = trainers_[id.trainer];
-    Held* first = nullptr;
-    const Seen seen = seen_locked(id, &first);
-    if (ts.gone) ts.gone = false;  // a trainer that came back rejoins
-    switch (seen) {
-      case Seen::Held:  // the first copy waits for its round (or the slowest): both answer then
-        ++ts.duplicates;
-        first->resent.push_back(std::move(h.promise));
-        return future;
-      case Seen::Decided:
-        ++ts.duplicates;
-        repeat_locked(std::move(h), out);
-        break;
-      case Seen::New:
-        accept_locked(std::move(h), round, out);
-        break;
-    }
-  }
-  finish(std::move(out));
-  return future;
-}
-
-// Where push id stands here. A newer incarnation of the trainer starts its numbering afresh.
-ShardServer::Seen ShardServer::seen_locked(const PushId& id, Held** held) {
-  LastPush& last = last_[id.trainer];
-  const std::string who = "ps shard " + std::to_string(shard_) + ": push " + std::to_string(id.seq) + " of trainer " +
-                          std::to_string(id.trainer);
-  if (id.incarnation < last.incarnation)
-    throw ProtocolError(who + " comes from its process of incarnation " + std::to_string(id.incarnation) +
-                        ", which has been replaced by incarnation " + std::to_string(last.incarnation) + ": refused");
-  int waiting = 0, mine = 0;  // its pushes held here; of this incarnation
-  for (Held& h : held_) {
-    if (h.id.trainer != id.trainer) continue;
-    if (h.id.incarnation == id.incarnation && h.id.seq == id.seq) {
-      *held = &h;
-      return Seen::Held;
-    }
-    ++waiting;
-    if (h.id.incarnation == id.incarnation) ++mine;
-  }
-  // A client sends one push at a time; earlier processes of the trainer may have left one each.
-  if (mine > 0 || waiting >= kMaxHeldPerTrainer)
-    throw ProtocolError(who + " arrived while " + std::to_string(waiting) +
-                        " of its pushes wait here: a client sends one at a time; refused");
-  if (id.incarnation > last.incarnation) {
-    last = LastPush{id.incarnation, 0, false};
-    return Seen::New;
-  }
-  if (id.seq > last.seq) return Seen::New;
-  if (id.seq < last.seq)
-    throw ProtocolError(who + " is older than its last one here (" + std::to_string(last.seq) +
-                        "): a delayed copy, refused");
-  return Seen::Decided;
-}
-
-void ShardServer::remember_locked(const PushId& id, bool dropped) {
-  LastPush& last = last_[id.trainer];
-  if (id.incarnation != last.incarnation) return;  // a held push of a process replaced meanwhile
-  last.seq = std::max(last.seq, id.seq);
-  last.dropped = dropped;
-}
-
-// A push seen before whose outcome is final: its first outcome with the current values.
-void ShardServer::repeat_locked(Held h, Outcome& out) {
-  h.ups.clear();
-  h.reply.duplicate = true;
-  if (opt_.mode == ServerOptions::Mode::Sync) {
-    if (leads()) decision_again_locked(h.id, out);
-    h.reply.round = round_;
-    h.reply.dropped = last_[h.id.trainer].dropped;
-    h.reply.values = values_locked(h.fetch);
-    out.done.push_back(std::move(h));
-    return;
-  }
-  h.reply.round = trainers_[h.id.trainer].clock;
-  if (opt_.mode == ServerOptions::Mode::Async) {
-    h.reply.values = values_locked(h.fetch);
-    out.done.push_back(std::move(h));
-    return;
-  }
-  held_.push_back(std::move(h));  // ssp: read when the bound allows, like the first copy
-  release_ssp_locked(out);
-}
-
-void ShardServer::note_pushed_locked(const std::vector<Update>& ups) {
-  for (const auto& u : ups) {
-    u.entry->stats.pushes++;
-    u.entry->stats.bytes_in += bytes_of(u.grad) + bytes_of(u.rows);
-    if (u.rows.defined() && u.rows.numel() > 0)
-      u.entry->row_pushes.index_add_(0, u.rows, at::ones({u.rows.numel()}, at::kLong));
-  }
-}
-
-void ShardServer::accept_locked(Held h, std::int64_t round, Outcome& out) {
-  TrainerStats& ts = trainers_[h.id.trainer];
-  ts.pushes++;
-  if (!first_push_reported_) {
-    first_push_reported_ = true;
-    DISTRL_LOG(Info, "ps shard " << shard_ << ": first push since the restart from round " << counters_.restored_round
-                                 << " arrived " << process_age_s() << " s after this process started");
-  }
-  note_pushed_locked(h.ups);
-  if (opt_.mode == ServerOptions::Mode::Sync) {
-    accept_sync_locked(std::move(h), round, out);
-    return;
-  }
-  const std::int64_t slowest = min_clock_locked();
-  ts.max_staleness = std::max(ts.max_staleness, ts.clock - slowest);
-  for (auto& u : h.ups)
-    if (!u.rows.defined() || u.rows.numel() > 0) apply_locked(*u.entry, u.rows, u.grad);
-  h.ups.clear();
-  ts.clock++;
-  ++progress_;
-  remember_locked(h.id, false);
-  h.reply.round = ts.clock;
-  if (failpoint("ps.shard.crash_before_answer")) crash_after_snapshot_locked();
-  if (opt_.mode == ServerOptions::Mode::Async) {
-    h.reply.values = values_locked(h.fetch);
-    out.done.push_back(std::move(h));
-    return;
-  }
-  held_.push_back(std::move(h));  // ssp: its values are read when it is released
-  release_ssp_locked(out);
-}
-
-void ShardServer::apply_locked(Entry& e, const at::Tensor& rows, at::Tensor g) {
-  at::NoGradGuard no_grad;
-  const auto& o = opt_.optimizer;
-  const bool sparse = rows.defined();
-  at::Tensor p = sparse ? e.value.index_select(0, rows) : e.value;
-  if (o.weight_decay != 0) g = g + o.weight_decay * p;
-  auto state = [&](at::Tensor& s) {
-    if (!s.defined()) s = at::zeros_like(e.value);
-    return sparse ? s.index_select(0, rows) : s;
-  };
-  auto put = [&](at::Tensor& s, const at::Tensor& v) {
-    if (sparse) s.index_copy_(0, rows, v);
-  };
-  // Step counts: one per row for tables (a row's Adam bias correction counts its own updates).
-  at::Tensor t;
-  if (o.kind != "sgd") {
-    if (!e.steps.defined()) e.steps = at::zeros({sparse ? e.value.size(0) : 1}, at::kDouble);
-    if (sparse) {
-      e.steps.index_add_(0, rows, at::ones({rows.numel()}, at::kDouble));
-      std::vector<std::int64_t> shape(static_cast<std::size_t>(p.dim()), 1);
-      shape[0] = rows.numel();
-      t = e.steps.index_select(0, rows).view(shape).to(p.scalar_type());
-    } else {
-      e.steps.add_(1);
-    }
-  }
-  if (o.kind == "sgd") {
-    at::Tensor upd = g;
-    if (o.momentum != 0) {
-      at::Tensor buf = state(e.m1);
-      buf.mul_(o.momentum).add_(g);
-      put(e.m1, buf);
-      upd = o.nesterov ? g + o.momentum * buf : buf;
-    }
-    p.sub_(upd, o.lr);
-  } else if (o.kind == "adagrad") {
-    at::Tensor sum = state(e.m1);
-    sum.addcmul_(g, g);
-    put(e.m1, sum);
-    if (sparse) {
-      at::Tensor clr = o.lr / (1 + (t - 1) * o.lr_decay);
-      p.sub_(clr * g / (sum.sqrt() + o.eps));
-    } else {
-      const double step = e.steps.item<double>();
-      p.addcdiv_(g, sum.sqrt().add_(o.eps), -o.lr / (1 + (step - 1) * o.lr_decay));
-    }
-  } else {  // adam
-    at::Tensor m = state(e.m1), v = state(e.m2);
-    m.mul_(o.beta1).add_(g, 1 - o.beta1);
-    v.mul_(o.beta2).addcmul_(g, g, 1 - o.beta2);
-    put(e.m1, m);
-    put(e.m2, v);
-    if (sparse) {
-      at::Tensor bc1 = 1 - at::pow(o.beta1, t), bc2 = 1 - at::pow(o.beta2, t);
-      p.sub_(o.lr * m / bc1 / (v.sqrt() / bc2.sqrt() + o.eps));
-    } else {
-      const double step = e.steps.item<double>();
-      const double bc1 = 1 - std::pow(o.beta1, step), bc2 = 1 - std::pow(o.beta2, step);
-      p.addcdiv_(m, v.sqrt().div_(std::sqrt(bc2)).add_(o.eps), -o.lr / bc1);
-    }
-  }
-  if (sparse) e.value.index_copy_(0, rows, p);
-  e.stats.updates++;
-}
-
-std::int64_t ShardServer::min_clock_locked() const {
-  std::int64_t m = -1;
-  for (const auto& t : trainers_)
-    if (!t.gone && (m < 0 || t.clock < m)) m = t.clock;
-  return m < 0 ? 0 : m;
-}
-
-void ShardServer::release_ssp_locked(Outcome& out) {
-  const std::int64_t slowest = min_clock_locked();
-  std::vector<Held> keep;
-  for (auto& h : held_) {
-    if (trainers_[h.id.trainer].clock - slowest > opt_.staleness) {
-      keep.push_back(std::move(h));
-      continue;
-    }
-    h.reply.values = values_locked(h.fetch);  // read now: every trainer's first clock - s pushes
-    out.done.push_back(std::move(h));
-  }
-  held_.swap(keep);
-}
-
-void ShardServer::answer(std::vector<Held>& done) {
-  for (auto& h : done) {
-    for (auto& p : h.resent) {
-      PushReply again = h.reply;
-      again.duplicate = true;
-      p.set_value(std::move(again));
-    }
-    h.promise.set_value(std::move(h.reply));
-  }
-}
-
-// Answers what a critical section decided; the leader of several shards first makes sure every
-// follower has the decisions (so no answered push can be missing from a follower's rounds).
-void ShardServer::finish(Outcome out) {
-  if (out.decisions.empty() || !send_decision_) {
-    answer(out.done);
-    return;
-  }
-  std::vector<transport::Future<bool>> acks;
-  for (const Decision& d : out.decisions)
-    for (int f = 1; f < num_shards_; ++f) {
-      try {
-        acks.push_back(send_decision_(f, d));
-      } catch (const std::exception&) {
-        acks.push_back(transport::Future<bool>::failed(std::current_exception()));
-      }
-    }
-  auto done = std::make_shared<std::vector<Held>>(std::move(out.done));
-  transport::when_all(std::move(acks)).then([done](const transport::Future<std::vector<bool>>& f) {
-    static RateLimiter limit(std::chrono::seconds(5));
-    long suppressed = 0;
-    if (f.error() && limit.allow(&suppressed)) {
-      try {
-        std::rethrow_exception(f.error());
-      } catch (const std::exception& e) {  // that follower catches up with ps.follow when it is back
-        DISTRL_LOG(Warn, "ps shard 0: a follower shard did not take a round decision (" << e.what() << ")"
-                                                                                        << (suppressed ? " (+" + std::to_string(suppressed) + " more)" : ""));
-      }
-    }
-    answer(*done);
-  });
-}
-
 void ShardServer::leave_locked(int trainer, const std::string& why, Outcome& out) {
   TrainerStats& t = trainers_[trainer];
   if (t.gone) return;
@@ -640,8 +353,7 @@ void ShardServer::timer_loop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopped_) {
     auto until = Clock::now() + std::chrono::milliseconds(100);
-    const bool timed = opt_.mode == ServerOptions::Mode::Sync && !follows() && opt_.max_wait.count() > 0 && !held_.empty();
-    if (timed) until = std::min(until, first_push_ + opt_.max_wait);
+    if (auto deadline = round_deadline_locked()) until = std::min(until, *deadline);
     cv_.wait_until(lock, until);
     if (stopped_) break;
     Outcome out;
@@ -668,8 +380,7 @@ void ShardServer::timer_loop() {
 // a follower's decision that waits too long for a push. True: a follower should ask the leader
 // where its rounds stand (refollow).
 bool ShardServer::timer_tick_locked(Outcome& out) {
-  if (opt_.mode == ServerOptions::Mode::Sync && !follows() && opt_.max_wait.count() > 0 && !held_.empty() &&
-      Clock::now() >= first_push_ + opt_.max_wait)
+  if (auto deadline = round_deadline_locked(); deadline && Clock::now() >= *deadline)
     close_round_locked(Close::Timeout, out);
   for (int t = 0; t < num_trainers_ && agent_; ++t) {
     if (trainers_[t].gone) continue;

@@ -47,6 +47,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -67,7 +68,6 @@ struct ServerOptions {
   int staleness = 0;                      // ssp: pushes a trainer may run ahead of the slowest
   autograd::OptimizerSpec optimizer;      // sgd (momentum, nesterov), adagrad, adam
   int hot_rows = 5;                       // stats: rows listed per table
-  int first_server_rank = 0;              // shard k is rank first_server_rank + k
   // sync, several shards: how long a follower waits for a push its leader put in a round while
   // the trainer is still present (a gone trainer's push counts as zero at once); then the round
   // is applied without it, with an error in the log.
@@ -87,7 +87,7 @@ ServerOptions::Mode parse_mode(const std::string& mode);
 
 class ShardServer {
  public:
-  // Trainers are ids 0..num_trainers-1 on ranks first_trainer_rank + id.
+  // Shard k is rank k; trainers are ids 0..num_trainers-1 on ranks first_trainer_rank + id.
   ShardServer(int shard, int num_shards, int num_trainers, int first_trainer_rank, ServerOptions options);
   ~ShardServer();
   ShardServer(const ShardServer&) = delete;
@@ -182,6 +182,8 @@ class ShardServer {
   void drop_locked(Held h, Outcome& out);
   int present_locked() const;
   bool quorum_reached_locked() const;
+  // sync, not a follower: when the open round closes at the latest (max_wait), if it does.
+  std::optional<std::chrono::steady_clock::time_point> round_deadline_locked() const;
   void close_round_locked(Close why, Outcome& out);
   void apply_round_locked(std::size_t pushes, Close why);
   void answer_round_locked(std::vector<Held>& pushes, Outcome& out);
@@ -236,6 +238,7 @@ class ShardServer {
   std::chrono::steady_clock::time_point last_progress_;  // follower: a round applied, or asked
   static constexpr std::chrono::seconds kRefollowAfter{2};
   static constexpr int kMaxHeldPerTrainer = 3;
+  static constexpr std::size_t kMaxResent = 8;  // copies of one held push that wait with it
   std::weak_ptr<ShardServer> self_;     // set by register_on: callbacks that may outlive a call
   struct Waiting {
     Decision d;

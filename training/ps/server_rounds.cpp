@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "common/error.h"
 #include "common/failpoint.h"
@@ -15,14 +16,6 @@ namespace distrl::training::ps {
 
 using Clock = std::chrono::steady_clock;
 
-namespace {
-
-bool same(const PushId& a, const PushId& b) {
-  return a.trainer == b.trainer && a.incarnation == b.incarnation && a.seq == b.seq;
-}
-
-}  // namespace
-
 int ShardServer::present_locked() const {
   int n = 0;
   for (const auto& t : trainers_) n += t.gone ? 0 : 1;
@@ -34,6 +27,12 @@ bool ShardServer::quorum_reached_locked() const {
   const int present = present_locked();
   const int need = std::max(1, opt_.quorum == 0 ? present : std::min(opt_.quorum, present));
   return pushers_ >= need;
+}
+
+std::optional<Clock::time_point> ShardServer::round_deadline_locked() const {
+  if (opt_.mode != ServerOptions::Mode::Sync || follows() || opt_.max_wait.count() == 0 || held_.empty())
+    return std::nullopt;
+  return first_push_ + opt_.max_wait;
 }
 
 void ShardServer::accumulate_locked(const std::vector<Update>& ups) {
@@ -65,7 +64,7 @@ void ShardServer::accept_sync_locked(Held h, std::int64_t round, Outcome& out) {
   const int t = h.id.trainer;
   TrainerStats& ts = trainers_[t];
   if (follows()) {
-    if (same(dropped_ahead_[t], h.id)) {  // the leader dropped it before it got here
+    if (dropped_ahead_[t] == h.id) {  // the leader dropped it before it got here
       drop_locked(std::move(h), out);
       return;
     }
@@ -173,7 +172,7 @@ void ShardServer::decision_again_locked(const PushId& id, Outcome& out) {
   }
   for (auto d = recent_.rbegin(); d != recent_.rend(); ++d)
     for (const PushId& p : d->pushes)
-      if (same(p, id)) {
+      if (p == id) {
         out.decisions.push_back(*d);  // the answer waits until every follower has it
         return;
       }
@@ -196,7 +195,7 @@ void ShardServer::check_decision(const Decision& d) const {
   for (std::size_t i = 0; i < d.pushes.size(); ++i) {
     check_push(d.pushes[i]);
     for (std::size_t j = 0; j < i; ++j)
-      if (same(d.pushes[i], d.pushes[j]))
+      if (d.pushes[i] == d.pushes[j])
         throw ProtocolError(who + " for round " + std::to_string(d.round) + " names push " +
                             std::to_string(d.pushes[i].seq) + " of trainer " + std::to_string(d.pushes[i].trainer) +
                             " twice");
@@ -229,7 +228,7 @@ void ShardServer::drop_decided_locked(const std::vector<PushId>& ids, Outcome& o
   for (const PushId& id : ids) {
     if (final_here_locked(id)) continue;  // answered here already (a decision sent again)
     ++trainers_[id.trainer].late;
-    auto it = std::find_if(held_.begin(), held_.end(), [&](const Held& h) { return same(h.id, id); });
+    auto it = std::find_if(held_.begin(), held_.end(), [&](const Held& h) { return h.id == id; });
     if (it == held_.end()) {
       dropped_ahead_[id.trainer] = id;  // still on its way here
       continue;
@@ -274,7 +273,7 @@ bool ShardServer::follow_one_locked(const Decision& d, bool overdue, Outcome& ou
   std::vector<std::size_t> found;
   std::vector<PushId> absent;
   for (const PushId& id : d.pushes) {
-    auto it = std::find_if(held_.begin(), held_.end(), [&](const Held& h) { return same(h.id, id); });
+    auto it = std::find_if(held_.begin(), held_.end(), [&](const Held& h) { return h.id == id; });
     if (it != held_.end()) found.push_back(static_cast<std::size_t>(it - held_.begin()));
     else if (final_here_locked(id)) continue;  // named again by a restarted leader, or a re-follow
     else if (overdue || will_not_come_locked(id)) absent.push_back(id);
@@ -292,18 +291,10 @@ bool ShardServer::follow_one_locked(const Decision& d, bool overdue, Outcome& ou
     if (id.incarnation > last.incarnation) last = LastPush{id.incarnation, id.seq, true};
     else remember_locked(id, /*dropped=*/true);
   }
-  std::sort(found.begin(), found.end());
-  std::vector<Held> pushes;
+  std::vector<Held> pushes;  // in the leader's order (found's), summed as it summed them
   for (std::size_t i : found) pushes.push_back(std::move(held_[i]));
+  std::sort(found.begin(), found.end());
   for (auto i = found.rbegin(); i != found.rend(); ++i) held_.erase(held_.begin() + static_cast<std::ptrdiff_t>(*i));
-  // Sum in the leader's order (the order of d.pushes), as it did.
-  std::stable_sort(pushes.begin(), pushes.end(), [&](const Held& a, const Held& b) {
-    auto pos = [&](const Held& h) {
-      return std::find_if(d.pushes.begin(), d.pushes.end(), [&](const PushId& id) { return same(id, h.id); }) -
-             d.pushes.begin();
-    };
-    return pos(a) < pos(b);
-  });
   for (const auto& h : pushes) accumulate_locked(h.ups);
   apply_round_locked(d.pushes.size(), static_cast<Close>(d.kind));
   answer_round_locked(pushes, out);
@@ -389,7 +380,7 @@ void ShardServer::refollow() {
     }
   };
   try {
-    agent->rpc_async<FollowReply>(transport::Target(opt_.first_server_rank, std::chrono::seconds(5)), kFollow, leader,
+    agent->rpc_async<FollowReply>(transport::Target(0, std::chrono::seconds(5)), kFollow, leader,
                                   round)
         .then([weak, done](const transport::Future<FollowReply>& f) {
           if (auto s = weak.lock()) {
@@ -413,7 +404,7 @@ bool ShardServer::lost_locked(const PushId& id) const {
   if (before.incarnation != id.incarnation || id.seq > before.seq) return false;
   for (const auto& kv : decisions_)
     for (const PushId& p : kv.second.d.pushes)
-      if (same(p, id)) return false;
+      if (p == id) return false;
   return true;
 }
 

@@ -42,12 +42,9 @@ ShardServer::Saved ShardServer::save_locked() const {
   std::vector<std::int64_t> clocks;
   for (const auto& t : trainers_) clocks.push_back(t.clock);
   out.clocks = at::tensor(clocks, at::kLong);
-  out.last = at::zeros({num_trainers_, 3}, at::kLong);
-  for (int t = 0; t < num_trainers_; ++t) {
-    out.last[t][0] = last_[t].incarnation;
-    out.last[t][1] = last_[t].seq;
-    out.last[t][2] = last_[t].dropped ? 1 : 0;
-  }
+  std::vector<std::int64_t> last;
+  for (const LastPush& l : last_) last.insert(last.end(), {l.incarnation, l.seq, l.dropped ? 1 : 0});
+  out.last = at::tensor(last, at::kLong).view({num_trainers_, 3});
   if (leads() && !recent_.empty()) {
     std::vector<std::int64_t> rows;
     for (const Decision& d : recent_)
@@ -122,8 +119,9 @@ bool ShardServer::snapshot_due_locked() const {
 
 // The recent decisions of a snapshot's rows (round, kind, trainer, incarnation, seq), checked.
 std::deque<Decision> ShardServer::decisions_from(const at::Tensor& rows, const std::string& where) const {
-  if (rows.dim() != 2 || rows.size(1) != 5)
-    throw Error(where + ": its round decisions are " + c10::str(rows.sizes()) + ", not [pushes, 5]");
+  if (rows.dim() != 2 || rows.size(1) != 5 || rows.scalar_type() != at::kLong)
+    throw Error(where + ": its round decisions are " + c10::str(rows.sizes()) + " " + c10::str(rows.scalar_type()) +
+                ", not int64 [pushes, 5]");
   std::deque<Decision> out;
   const auto r = rows.accessor<std::int64_t, 2>();
   for (std::int64_t i = 0; i < rows.size(0); ++i) {
@@ -197,7 +195,8 @@ std::int64_t ShardServer::restore(const std::string& path) {
   } catch (const std::exception& e) {
     throw Error(where + " cannot be read (" + e.what() + ")");
   }
-  if (clocks.numel() != num_trainers_ || (last.defined() && !last.sizes().equals({num_trainers_, 3})))
+  if (clocks.dim() != 1 || clocks.scalar_type() != at::kLong || clocks.numel() != num_trainers_ ||
+      (last.defined() && (!last.sizes().equals({num_trainers_, 3}) || last.scalar_type() != at::kLong)))
     throw Error(where + " has " + std::to_string(clocks.numel()) + " trainers' clocks, this run has " +
                 std::to_string(num_trainers_) + " trainers");
   std::deque<Decision> recent;
@@ -208,11 +207,12 @@ std::int64_t ShardServer::restore(const std::string& path) {
   round_ = round;
   progress_ = snapshot_progress_ = progress;
   snapshot_time_ = Clock::now();
+  if (!last.defined()) last = at::zeros({num_trainers_, 3}, at::kLong);  // written before pushes had ids
+  const auto l = last.accessor<std::int64_t, 2>();
+  const auto c = clocks.accessor<std::int64_t, 1>();
   for (int t = 0; t < num_trainers_; ++t) {
-    trainers_[t].clock = clocks[t].item<std::int64_t>();
-    last_[t] = last.defined() ? LastPush{last[t][0].item<std::int64_t>(), last[t][1].item<std::int64_t>(),
-                                         last[t][2].item<std::int64_t>() != 0}
-                              : LastPush{};
+    trainers_[t].clock = c[t];
+    last_[t] = LastPush{l[t][0], l[t][1], l[t][2] != 0};
   }
   counters_.restored_round = round;
   first_round_ = round + 1;

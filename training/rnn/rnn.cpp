@@ -171,7 +171,6 @@ void run_rnn(const RnnConfig& cfg, const std::string& config_yaml, transport::Rp
   spec.kind = cfg.optimizer;
   spec.lr = cfg.lr;
   spec.momentum = cfg.momentum;
-  if (spec.kind == "adagrad") spec.eps = 1e-10;
   RnnTrainerModel model(agent, agent.workers().at(0).name, tokens, cfg.embedding_dim, cfg.hidden, cfg.layers, cfg.dropout,
                         cfg.seed, spec);
   // Each trainer reads its own stretch of the training text.

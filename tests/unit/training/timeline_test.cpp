@@ -7,7 +7,7 @@
 
 #include "tests/support/chrome_trace.h"
 #include "tests/support/multiproc.h"
-#include "training/pipeline/stage.h"
+#include "training/pipeline/timeline.h"
 
 namespace pl = distrl::training::pipeline;
 using pl::Op;

@@ -28,4 +28,6 @@ struct ShardServer::Entry {
   at::Tensor row_pushes;  // table: int64 [local_rows]
 };
 
+inline std::int64_t bytes_of(const at::Tensor& t) { return t.defined() ? static_cast<std::int64_t>(t.nbytes()) : 0; }
+
 }  // namespace distrl::training::ps
