@@ -56,6 +56,26 @@ RpcOptions short_shutdown(const TempDir& dir, int rank, int world) {
   return o;
 }
 
+// Three ranks of which `doomed` is SIGKILLed during body(agent, me, rank, dir); extra adds
+// registrations to each rank's setup (default: "die"). Every rank ends as end_with_a_dead_rank
+// says; the survivors exit 0.
+void run_with_a_dead_rank(int doomed, const std::function<void(RpcAgent&, Worker&, int, const TempDir&)>& body,
+                          const std::function<void(RpcAgent&)>& extra = register_die) {
+  TempDir dir;
+  auto codes = run_ranks(3, [&](int rank) {
+    Worker me;
+    RpcAgent agent(short_shutdown(dir, rank, 3), [&](RpcAgent& a) {
+      setup(a, me);
+      extra(a);
+    });
+    body(agent, me, rank, dir);
+    return end_with_a_dead_rank(agent, rank, doomed);
+  });
+  std::vector<int> want(3, 0);
+  want[doomed] = 128 + SIGKILL;
+  EXPECT_EQ(codes, want);
+}
+
 // Every survivor's live contexts return to 0 within the bound (a dead peer is noticed at once;
 // its contexts and those it brought go with it).
 void expect_no_live_contexts(RpcAgent& agent, const std::vector<int>& survivors) {
@@ -142,18 +162,12 @@ TEST(DistAutogradFaultTest, ARankRestartedMidContextRunsBackwardPassesAfterItsRe
 // other) and dies holding it: workers 0 and 2 reap it (0 sees its creator die; 2 never talked
 // to worker1 and drops it when 0 passes the release on).
 TEST(DistAutogradFaultTest, ContextsOfADeadCreatorAreReapedOnEverySurvivor) {
-  TempDir dir;
-  auto codes = run_ranks(3, [&](int rank) {
-    Worker me;
-    RpcAgent agent(short_shutdown(dir, rank, 3), [&](RpcAgent& a) {
-      setup(a, me);
-      register_die(a);
-    });
+  run_with_a_dead_rank(1, [](RpcAgent& agent, Worker& me, int rank, const TempDir& dir) {
     if (rank == 1) {
       dist_autograd::Context ctx(agent);
       hop(me, input(), {0, 2, 0});
       touch(dir.file("holding"));
-      return end_with_a_dead_rank(agent, rank, 1);  // killed by rank 0 holding the context
+      end_with_a_dead_rank(agent, rank, 1);  // killed by rank 0 while holding the context
     }
     if (rank == 0) {
       expect(wait_for_file(dir.file("holding"), 20s), "worker1 holds its context");
@@ -161,34 +175,23 @@ TEST(DistAutogradFaultTest, ContextsOfADeadCreatorAreReapedOnEverySurvivor) {
       kill_rank(agent, 1);
       expect_no_live_contexts(agent, {0, 2});
     }
-    return end_with_a_dead_rank(agent, rank, 1);
   });
-  EXPECT_EQ(codes, (std::vector<int>{0, 128 + SIGKILL, 0}));
 }
 
 // A -> B -> C, then B dies and A leaves the context: A's release cannot go through B, and C
 // reaps the context itself (every worker that brought it there is lost).
 TEST(DistAutogradFaultTest, AContextBehindADeadMiddleWorkerIsReapedDownstream) {
-  TempDir dir;
-  auto codes = run_ranks(3, [&](int rank) {
-    Worker me;
-    RpcAgent agent(short_shutdown(dir, rank, 3), [&](RpcAgent& a) {
-      setup(a, me);
-      register_die(a);
-    });
-    if (rank == 0) {
-      {
-        dist_autograd::Context ctx(agent);
-        hop(me, input(), {1, 2});
-        expect(live_everywhere(agent, {0, 2}) == 2, "workers 0 and 2 hold the context");
-        auto none = autograd::detail::engine_of(agent)->make_current(-1);
-        kill_rank(agent, 1);
-      }
-      expect_no_live_contexts(agent, {0, 2});
+  run_with_a_dead_rank(1, [](RpcAgent& agent, Worker& me, int rank, const TempDir&) {
+    if (rank != 0) return;
+    {
+      dist_autograd::Context ctx(agent);
+      hop(me, input(), {1, 2});
+      expect(live_everywhere(agent, {0, 2}) == 2, "workers 0 and 2 hold the context");
+      auto none = autograd::detail::engine_of(agent)->make_current(-1);
+      kill_rank(agent, 1);
     }
-    return end_with_a_dead_rank(agent, rank, 1);
+    expect_no_live_contexts(agent, {0, 2});
   });
-  EXPECT_EQ(codes, (std::vector<int>{0, 128 + SIGKILL, 0}));
 }
 
 // B's handler calls C after A left the context and B dropped it: the call fails on B, naming
@@ -320,63 +323,50 @@ TEST(DistAutogradFaultTest, ABackwardPastItsDeadlineFailsNamingTheContext) {
 // Rank 2 SIGKILLs itself inside its backward: ranks 0 and 1 fail their parts at once, naming
 // the dead worker; their contexts are gone afterwards.
 TEST(DistAutogradFaultTest, APeerKilledMidBackwardFailsEverySurvivorNamingIt) {
-  TempDir dir;
-  auto codes = run_ranks(3, [&](int rank) {
-    Worker me;
-    RpcAgent agent(short_shutdown(dir, rank, 3), [&](RpcAgent& a) {
-      setup(a, me);
-      a.register_function("via_dying", [&a](at::Tensor x) { return a.rpc_sync<at::Tensor>(2, "die_in_backward", x); });
-    });
-    if (rank == 0) {
-      std::string error;
-      {
-        dist_autograd::Context ctx(agent);
-        at::Tensor y = agent.rpc_sync<at::Tensor>(1, "via_dying", input().requires_grad_(true));
-        error = error_of<dist_autograd::BackwardError>([&] { dist_autograd::backward(ctx, {y.sum()}); });
-      }
-      expect(contains(error, "worker2"), "the error names the dead worker: " + error);
-      expect(contains(error, "context 0:1:"), "the error names the context: " + error);
-      expect(agent.rpc_sync<std::uint64_t>(1, "failed_parts") >= 1, "worker1's part failed too");
-      expect_no_live_contexts(agent, {0, 1});
-    }
-    return end_with_a_dead_rank(agent, rank, 2);  // rank 2 dies in its backward
-  });
-  EXPECT_EQ(codes, (std::vector<int>{0, 0, 128 + SIGKILL}));
+  run_with_a_dead_rank(
+      2,  // rank 2 dies in its backward
+      [](RpcAgent& agent, Worker&, int rank, const TempDir&) {
+        if (rank != 0) return;
+        std::string error;
+        {
+          dist_autograd::Context ctx(agent);
+          at::Tensor y = agent.rpc_sync<at::Tensor>(1, "via_dying", input().requires_grad_(true));
+          error = error_of<dist_autograd::BackwardError>([&] { dist_autograd::backward(ctx, {y.sum()}); });
+        }
+        expect(contains(error, "worker2"), "the error names the dead worker: " + error);
+        expect(contains(error, "context 0:1:"), "the error names the context: " + error);
+        expect(agent.rpc_sync<std::uint64_t>(1, "failed_parts") >= 1, "worker1's part failed too");
+        expect_no_live_contexts(agent, {0, 1});
+      },
+      [](RpcAgent& a) {
+        a.register_function("via_dying", [&a](at::Tensor x) { return a.rpc_sync<at::Tensor>(2, "die_in_backward", x); });
+      });
 }
 
 // A DistributedOptimizer over weights on workers 1 and 2; worker2 dies after the backward:
 // step fails naming worker2 as the owner whose step failed, after worker1 stepped (its weight
 // equals one local SGD step).
 TEST(DistAutogradFaultTest, AStepWhoseOwnerIsDeadFailsNamingItAfterTheOthersStepped) {
-  TempDir dir;
-  auto codes = run_ranks(3, [&](int rank) {
-    Worker me;
-    RpcAgent agent(short_shutdown(dir, rank, 3), [&](RpcAgent& a) {
-      setup(a, me);
-      register_die(a);
-    });
-    if (rank == 0) {
-      autograd::DistributedOptimizer opt(agent, autograd::OptimizerSpec{"sgd", 0.1},
-                                         {agent.rpc_sync<RRef<at::Tensor>>(1, "param"), agent.rpc_sync<RRef<at::Tensor>>(2, "param")});
-      std::string error;
-      {
-        dist_autograd::Context ctx(agent);
-        at::Tensor loss = hop(me, input(), {1}).sum() + hop(me, input(), {2}).sum();
-        dist_autograd::backward(ctx, {loss});
-        auto none = autograd::detail::engine_of(agent)->make_current(-1);
-        kill_rank(agent, 2);
-        error = error_of<distrl::Error>([&] { opt.step(ctx); });
-      }
-      expect(contains(error, "DistributedOptimizer::step") && contains(error, "failed on worker2"),
-             "the step fails naming the dead owner: " + error);
-      at::Tensor w0 = weight_of(0).requires_grad_(true), w1 = weight_of(1).requires_grad_(true);
-      (local_hop(local_hop(input(), w0), w1).sum() + local_hop(local_hop(input(), w0), weight_of(2)).sum()).backward();
-      const double e = rel_err(agent.rpc_sync<at::Tensor>(1, "weight"), (w1 - 0.1 * w1.grad()).detach());
-      expect(e < 1e-9, "worker1 stepped (rel err " + std::to_string(e) + ")");
+  run_with_a_dead_rank(2, [](RpcAgent& agent, Worker& me, int rank, const TempDir&) {
+    if (rank != 0) return;
+    autograd::DistributedOptimizer opt(agent, autograd::OptimizerSpec{"sgd", 0.1},
+                                       {agent.rpc_sync<RRef<at::Tensor>>(1, "param"), agent.rpc_sync<RRef<at::Tensor>>(2, "param")});
+    std::string error;
+    {
+      dist_autograd::Context ctx(agent);
+      at::Tensor loss = hop(me, input(), {1}).sum() + hop(me, input(), {2}).sum();
+      dist_autograd::backward(ctx, {loss});
+      auto none = autograd::detail::engine_of(agent)->make_current(-1);
+      kill_rank(agent, 2);
+      error = error_of<distrl::Error>([&] { opt.step(ctx); });
     }
-    return end_with_a_dead_rank(agent, rank, 2);
+    expect(contains(error, "DistributedOptimizer::step") && contains(error, "failed on worker2"),
+           "the step fails naming the dead owner: " + error);
+    at::Tensor w0 = weight_of(0).requires_grad_(true), w1 = weight_of(1).requires_grad_(true);
+    (local_hop(local_hop(input(), w0), w1).sum() + local_hop(local_hop(input(), w0), weight_of(2)).sum()).backward();
+    const double e = rel_err(agent.rpc_sync<at::Tensor>(1, "weight"), (w1 - 0.1 * w1.grad()).detach());
+    expect(e < 1e-9, "worker1 stepped (rel err " + std::to_string(e) + ")");
   });
-  EXPECT_EQ(codes, (std::vector<int>{0, 0, 128 + SIGKILL}));
 }
 
 // Gradient messages that do not fit what was sent are refused with ProtocolError (as a
