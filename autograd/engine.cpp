@@ -126,50 +126,79 @@ void Engine::notify_released(const std::vector<std::int64_t>& ids) {
 
 // ---------------------------------------------------------------- backward
 
+namespace {
+
+// An output of a part: a leaf's accumulator, or one input of a received message's node.
+struct Out {
+  std::shared_ptr<RecvBackward> recv;  // null: a leaf
+  torch::autograd::AccumulateGrad* leaf = nullptr;
+  std::uint32_t input = 0;
+};
+// What goes back over the wire: per received message, its frames and their gradients.
+struct Back {
+  std::shared_ptr<RecvBackward> recv;
+  std::vector<std::uint32_t> frames;
+  std::vector<at::Tensor> grads;
+};
+
+// Every leaf accumulator and received-message input the roots reach: the local engine captures
+// the gradient flowing into each instead of running the node.
+std::vector<Out> outputs_of(const edge_list& roots, edge_list* outputs) {
+  std::vector<Out> outs;
+  std::unordered_set<Node*> seen;
+  std::vector<Node*> stack;
+  for (const auto& e : roots)
+    if (e.is_valid() && seen.insert(e.function.get()).second) stack.push_back(e.function.get());
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    if (auto* acc = dynamic_cast<torch::autograd::AccumulateGrad*>(n)) {
+      outputs->emplace_back(acc->shared_from_this(), 0);
+      outs.push_back(Out{nullptr, acc, 0});
+      continue;
+    }
+    if (auto* recv = dynamic_cast<RecvBackward*>(n)) {
+      auto keep = std::static_pointer_cast<RecvBackward>(recv->shared_from_this());
+      for (std::uint32_t i = 0; i < recv->num_inputs(); ++i) {
+        outputs->emplace_back(keep, i);
+        outs.push_back(Out{keep, nullptr, i});
+      }
+      continue;
+    }
+    for (const auto& e : n->next_edges())
+      if (e.is_valid() && seen.insert(e.function.get()).second) stack.push_back(e.function.get());
+  }
+  return outs;
+}
+
+// As the local engine would for a leaf: the accumulator's pre hooks, the leaf's tensor hooks
+// (Tensor::register_hook; AccumulateGrad::apply runs them), accumulate (here: into the
+// context), then the accumulator's post hooks (DDP's gradient-ready hooks).
+void accumulate_leaf(ContextState& state, torch::autograd::AccumulateGrad& leaf, at::Tensor g) {
+  const at::Tensor& var = leaf.variable;
+  variable_list in{std::move(g)};
+  for (const auto& hook : leaf.pre_hooks()) in = (*hook)(in);
+  for (const auto& hook : torch::autograd::impl::hooks(var)) in = (*hook)(in);
+  if (!in.at(0).defined()) return;
+  {
+    std::lock_guard<std::mutex> lock(state.mu);
+    auto& slot = state.grads[var.unsafeGetTensorImpl()];
+    if (slot.second.defined()) slot.second = slot.second + in.at(0);
+    else slot = {var, in.at(0).detach().clone()};
+  }
+  for (const auto& hook : leaf.post_hooks()) (*hook)(variable_list{}, in);
+}
+
+}  // namespace
+
 transport::Future<void> Engine::run_part(const std::shared_ptr<ContextState>& state, const edge_list& roots,
                                          const variable_list& grads) {
   parts_.fetch_add(1, std::memory_order_relaxed);
-  struct Out {
-    std::shared_ptr<RecvBackward> recv;  // null: a leaf
-    torch::autograd::AccumulateGrad* leaf = nullptr;
-    std::uint32_t input = 0;
-  };
-  // What goes back over the wire: per received message, its frames and their gradients.
-  struct Back {
-    std::shared_ptr<RecvBackward> recv;
-    std::vector<std::uint32_t> frames;
-    std::vector<at::Tensor> grads;
-  };
   std::vector<Back> back;
   {
     std::lock_guard<std::mutex> exec(state->exec_mu);
-    // The outputs: every leaf accumulator and received-message input the roots reach. The
-    // engine captures the gradient flowing into each instead of running the node.
     edge_list outputs;
-    std::vector<Out> outs;
-    std::unordered_set<Node*> seen;
-    std::vector<Node*> stack;
-    for (const auto& e : roots)
-      if (e.is_valid() && seen.insert(e.function.get()).second) stack.push_back(e.function.get());
-    while (!stack.empty()) {
-      Node* n = stack.back();
-      stack.pop_back();
-      if (auto* acc = dynamic_cast<torch::autograd::AccumulateGrad*>(n)) {
-        outputs.emplace_back(acc->shared_from_this(), 0);
-        outs.push_back(Out{nullptr, acc, 0});
-        continue;
-      }
-      if (auto* recv = dynamic_cast<RecvBackward*>(n)) {
-        auto keep = std::static_pointer_cast<RecvBackward>(recv->shared_from_this());
-        for (std::uint32_t i = 0; i < recv->num_inputs(); ++i) {
-          outputs.emplace_back(keep, i);
-          outs.push_back(Out{keep, nullptr, i});
-        }
-        continue;
-      }
-      for (const auto& e : n->next_edges())
-        if (e.is_valid() && seen.insert(e.function.get()).second) stack.push_back(e.function.get());
-    }
+    const std::vector<Out> outs = outputs_of(roots, &outputs);
     if (outputs.empty()) return transport::Future<void>::ready();
     variable_list got;
     try {
@@ -188,32 +217,16 @@ transport::Future<void> Engine::run_part(const std::shared_ptr<ContextState>& st
       ~Restore() { t_part = outer; }
     } restore{outer};
     for (std::size_t k = 0; k < outs.size(); ++k) {
-      at::Tensor g = got[k];
-      if (!g.defined()) continue;
+      if (!got[k].defined()) continue;
       const Out& o = outs[k];
       if (o.leaf) {
-        // As the local engine would: the accumulator's pre hooks, the leaf's tensor hooks
-        // (Tensor::register_hook; AccumulateGrad::apply runs them), accumulate (here: into the
-        // context), then the accumulator's post hooks (DDP's gradient-ready hooks).
-        const at::Tensor& var = o.leaf->variable;
-        variable_list in{g};
-        for (const auto& hook : o.leaf->pre_hooks()) in = (*hook)(in);
-        for (const auto& hook : torch::autograd::impl::hooks(var)) in = (*hook)(in);
-        g = in.at(0);
-        if (!g.defined()) continue;
-        {
-          std::lock_guard<std::mutex> lock(state->mu);
-          auto& slot = state->grads[var.unsafeGetTensorImpl()];
-          if (slot.second.defined()) slot.second = slot.second + g;
-          else slot = {var, g.detach().clone()};
-        }
-        for (const auto& hook : o.leaf->post_hooks()) (*hook)(variable_list{}, in);
-      } else {
-        auto [it, fresh] = back_of.emplace(o.recv.get(), back.size());
-        if (fresh) back.push_back(Back{o.recv, {}, {}});
-        back[it->second].frames.push_back(o.recv->frames.at(o.input));
-        back[it->second].grads.push_back(g.detach());
+        accumulate_leaf(*state, *o.leaf, got[k]);
+        continue;
       }
+      auto [it, fresh] = back_of.emplace(o.recv.get(), back.size());
+      if (fresh) back.push_back(Back{o.recv, {}, {}});
+      back[it->second].frames.push_back(o.recv->frames.at(o.input));
+      back[it->second].grads.push_back(got[k].detach());
     }
     // The callbacks hooks queued (DDP's end of backward), as the local engine runs its final
     // callbacks: after every leaf of this part.

@@ -293,6 +293,138 @@ double theory_bubble(int stages, int microbatches) {
   return static_cast<double>(stages - 1) / static_cast<double>(microbatches + stages - 1);
 }
 
+namespace {
+
+// Ranges, each compute action once, order within a stage, transfers where a neighbour is.
+void check_stage(const std::string& name, const Schedule& s, int st) {
+  const int m = s.microbatches, v = s.chunks, last = s.virtual_stages() - 1;
+  const std::string at = name + ": stage " + str(st) + ": ";
+  std::map<std::tuple<int, int, int>, int> pos;  // (op, mb, chunk) -> index
+  for (std::size_t k = 0; k < s.actions[st].size(); ++k) {
+    const Action& a = s.actions[st][k];
+    if (a.mb < 0) throw ScheduleError(at + to_string(a) + ": negative micro-batch");
+    if (a.mb >= m)
+      throw ScheduleError(at + to_string(a) + ": needs at least " + str(a.mb + 1) + " micro-batches, given " + str(m));
+    if (a.chunk < 0 || a.chunk >= v)
+      throw ScheduleError(at + to_string(a) + ": chunk " + str(a.chunk) + " is not in 0.." + str(v - 1));
+    if (!pos.emplace(std::make_tuple(static_cast<int>(a.op), a.mb, a.chunk), static_cast<int>(k)).second)
+      throw ScheduleError(at + to_string(a) + " appears twice");
+  }
+  auto find = [&](Op op, int mb, int c) {
+    auto it = pos.find({static_cast<int>(op), mb, c});
+    return it == pos.end() ? -1 : it->second;
+  };
+  for (int c = 0; c < v; ++c) {
+    const int vs = s.virtual_stage(st, c);
+    for (int j = 0; j < m; ++j) {
+      const std::string mbs = str(j) + (c ? "." + str(c) : "");
+      const int f = find(Op::F, j, c), b = find(Op::B, j, c), i = find(Op::I, j, c), w = find(Op::W, j, c);
+      if (f < 0) throw ScheduleError(at + "micro-batch " + mbs + " is never run forward (F" + mbs + ")");
+      if (b < 0 && (i < 0 || w < 0))
+        throw ScheduleError(at + "micro-batch " + mbs + " has no backward (B" + mbs + ", or I" + mbs + " and W" + mbs + ")");
+      if (b >= 0 && (i >= 0 || w >= 0)) throw ScheduleError(at + "micro-batch " + mbs + " has both B and I/W");
+      const int bin = b >= 0 ? b : i;
+      if (bin < f) throw ScheduleError(at + "the backward of " + mbs + " comes before its forward");
+      if (b < 0 && w < i) throw ScheduleError(at + "W" + mbs + " comes before I" + mbs);
+      auto need = [&](Op op, bool wanted, bool before, int ref) {
+        const int k = find(op, j, c);
+        const std::string t = std::string(op_token(op)) + mbs;
+        if (!wanted && k >= 0) throw ScheduleError(at + t + ": this piece has no neighbour there to talk to");
+        if (wanted && k < 0) throw ScheduleError(at + t + " is missing");
+        if (wanted && (before ? k > ref : k < ref))
+          throw ScheduleError(at + t + " must come " + (before ? "before" : "after") + " the action it serves");
+      };
+      need(Op::RecvF, vs > 0, true, f);
+      need(Op::SendF, vs < last, false, f);
+      need(Op::RecvB, vs < last, true, bin);
+      need(Op::SendB, vs > 0, false, bin);
+    }
+  }
+}
+
+// The simulation's state: program order per stage; a receive waits for its send; a send never
+// blocks, or (sends_block) waits until its receiver has taken it.
+struct Simulation {
+  const Schedule& s;
+  const VerifyOptions& o;
+  Plan plan;
+  std::vector<std::size_t> next;
+  std::vector<double> clock, busy;
+  std::vector<int> held;
+  std::map<Key, double> sent, taken;  // when each transfer was sent / received
+
+  Simulation(const Schedule& sched, const VerifyOptions& opts)
+      : s(sched), o(opts), next(sched.stages, 0), clock(sched.stages, 0), busy(sched.stages, 0), held(sched.stages, 0) {
+    plan.bubble.assign(s.stages, 0);
+    plan.peak_activations.assign(s.stages, 0);
+    plan.start.assign(s.stages, {});
+  }
+
+  // Runs stage st's next action if it can (false: it waits for a peer).
+  bool step(int st) {
+    const Action& a = s.actions[st][next[st]];
+    const int vs = s.virtual_stage(st, a.chunk);
+    double start = clock[st], cost = 0;
+    switch (a.op) {
+      case Op::RecvF:
+      case Op::RecvB: {
+        const Key k{a.op == Op::RecvF ? 0 : 1, a.mb, vs};
+        auto it = sent.find(k);
+        if (it == sent.end()) return false;
+        start = taken[k] = std::max(start, it->second);
+        break;
+      }
+      case Op::SendF:
+      case Op::SendB: {
+        const Key k = a.op == Op::SendF ? Key{0, a.mb, vs + 1} : Key{1, a.mb, vs - 1};
+        sent.emplace(k, start);  // a blocked send is posted from its first try on
+        if (!o.sends_block) break;
+        auto it = taken.find(k);
+        if (it == taken.end()) return false;
+        start = it->second;
+        break;
+      }
+      case Op::F:
+        cost = o.costs.f;
+        if (++held[st] > plan.peak_activations[st]) plan.peak_activations[st] = held[st];
+        break;
+      case Op::B: cost = o.costs.b; --held[st]; break;
+      case Op::I: cost = o.costs.i; break;
+      case Op::W: cost = o.costs.w; --held[st]; break;
+    }
+    plan.start[st].push_back(start);
+    clock[st] = start + cost;
+    busy[st] += cost;
+    ++next[st];
+    return true;
+  }
+
+  void run() {
+    for (bool progress = true; progress;) {
+      progress = false;
+      for (int st = 0; st < s.stages; ++st)
+        while (next[st] < s.actions[st].size() && step(st)) progress = true;
+    }
+  }
+
+  // Every stage that did not finish: where it waits, and for whom ("" when all finished).
+  std::string stuck() const {
+    std::string out;
+    for (int st = 0; st < s.stages; ++st) {
+      if (next[st] == s.actions[st].size()) continue;
+      const Action& a = s.actions[st][next[st]];
+      const int vs = s.virtual_stage(st, a.chunk);
+      const bool send = a.op == Op::SendF || a.op == Op::SendB;
+      const int peer = s.stage_of(a.op == Op::RecvF || a.op == Op::SendB ? vs - 1 : vs + 1);
+      out += (out.empty() ? "" : "; ") + std::string("stage ") + str(st) + " waits at " + to_string(a) + " (action " +
+             str(static_cast<int>(next[st])) + ") for stage " + str(peer) + (send ? " to receive it" : "");
+    }
+    return out;
+  }
+};
+
+}  // namespace
+
 Plan verify(const Schedule& given, const VerifyOptions& o) {
   const std::string name = "schedule " + (given.name.empty() ? std::string("(unnamed)") : given.name);
   check_sizes(name, given.stages, given.microbatches, given.chunks);
@@ -300,128 +432,23 @@ Plan verify(const Schedule& given, const VerifyOptions& o) {
     throw ScheduleError(name + ": has lists for " + str(static_cast<int>(given.actions.size())) + " stages, declares " +
                         str(given.stages));
   const Schedule s = lower(given);
-  const int p = s.stages, m = s.microbatches, v = s.chunks, last = s.virtual_stages() - 1;
+  for (int st = 0; st < s.stages; ++st) check_stage(name, s, st);
 
-  // Structure: ranges, each compute action once, order within a stage, transfers matching.
-  for (int st = 0; st < p; ++st) {
-    const std::string at = name + ": stage " + str(st) + ": ";
-    std::map<std::tuple<int, int, int>, int> pos;  // (op, mb, chunk) -> index
-    for (std::size_t k = 0; k < s.actions[st].size(); ++k) {
-      const Action& a = s.actions[st][k];
-      if (a.mb < 0) throw ScheduleError(at + to_string(a) + ": negative micro-batch");
-      if (a.mb >= m)
-        throw ScheduleError(at + to_string(a) + ": needs at least " + str(a.mb + 1) + " micro-batches, given " + str(m));
-      if (a.chunk < 0 || a.chunk >= v)
-        throw ScheduleError(at + to_string(a) + ": chunk " + str(a.chunk) + " is not in 0.." + str(v - 1));
-      if (!pos.emplace(std::make_tuple(static_cast<int>(a.op), a.mb, a.chunk), static_cast<int>(k)).second)
-        throw ScheduleError(at + to_string(a) + " appears twice");
-    }
-    auto find = [&](Op op, int mb, int c) {
-      auto it = pos.find({static_cast<int>(op), mb, c});
-      return it == pos.end() ? -1 : it->second;
-    };
-    for (int c = 0; c < v; ++c) {
-      const int vs = s.virtual_stage(st, c);
-      for (int j = 0; j < m; ++j) {
-        const std::string mbs = str(j) + (c ? "." + str(c) : "");
-        const int f = find(Op::F, j, c), b = find(Op::B, j, c), i = find(Op::I, j, c), w = find(Op::W, j, c);
-        if (f < 0) throw ScheduleError(at + "micro-batch " + mbs + " is never run forward (F" + mbs + ")");
-        if (b < 0 && (i < 0 || w < 0))
-          throw ScheduleError(at + "micro-batch " + mbs + " has no backward (B" + mbs + ", or I" + mbs + " and W" + mbs + ")");
-        if (b >= 0 && (i >= 0 || w >= 0)) throw ScheduleError(at + "micro-batch " + mbs + " has both B and I/W");
-        const int bin = b >= 0 ? b : i;
-        if (bin < f) throw ScheduleError(at + "the backward of " + mbs + " comes before its forward");
-        if (b < 0 && w < i) throw ScheduleError(at + "W" + mbs + " comes before I" + mbs);
-        auto need = [&](Op op, bool wanted, bool before, int ref) {
-          const int k = find(op, j, c);
-          const std::string t = std::string(op_token(op)) + mbs;
-          if (!wanted && k >= 0) throw ScheduleError(at + t + ": this piece has no neighbour there to talk to");
-          if (wanted && k < 0) throw ScheduleError(at + t + " is missing");
-          if (wanted && (before ? k > ref : k < ref))
-            throw ScheduleError(at + t + " must come " + (before ? "before" : "after") + " the action it serves");
-        };
-        need(Op::RecvF, vs > 0, true, f);
-        need(Op::SendF, vs < last, false, f);
-        need(Op::RecvB, vs < last, true, bin);
-        need(Op::SendB, vs > 0, false, bin);
-      }
-    }
-  }
-
-  // Simulation: program order per stage; a receive waits for its send; a send never blocks,
-  // or (sends_block) waits until its receiver has taken it.
-  const Costs& c = o.costs;
-  Plan plan;
-  plan.bubble.assign(p, 0);
-  plan.peak_activations.assign(p, 0);
-  plan.start.assign(p, {});
-  std::vector<std::size_t> next(p, 0);
-  std::vector<double> clock(p, 0), busy(p, 0);
-  std::vector<int> held(p, 0);
-  std::map<Key, double> sent, taken;  // when each transfer was sent / received
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (int st = 0; st < p; ++st) {
-      while (next[st] < s.actions[st].size()) {
-        const Action& a = s.actions[st][next[st]];
-        const int vs = s.virtual_stage(st, a.chunk);
-        double start = clock[st], cost = 0;
-        switch (a.op) {
-          case Op::RecvF:
-          case Op::RecvB: {
-            const Key k{a.op == Op::RecvF ? 0 : 1, a.mb, vs};
-            auto it = sent.find(k);
-            if (it == sent.end()) goto blocked;
-            start = taken[k] = std::max(start, it->second);
-            break;
-          }
-          case Op::SendF:
-          case Op::SendB: {
-            const Key k = a.op == Op::SendF ? Key{0, a.mb, vs + 1} : Key{1, a.mb, vs - 1};
-            sent.emplace(k, start);  // a blocked send is posted from its first try on
-            if (!o.sends_block) break;
-            auto it = taken.find(k);
-            if (it == taken.end()) goto blocked;
-            start = it->second;
-            break;
-          }
-          case Op::F:
-            cost = c.f;
-            if (++held[st] > plan.peak_activations[st]) plan.peak_activations[st] = held[st];
-            break;
-          case Op::B: cost = c.b; --held[st]; break;
-          case Op::I: cost = c.i; break;
-          case Op::W: cost = c.w; --held[st]; break;
-        }
-        plan.start[st].push_back(start);
-        clock[st] = start + cost;
-        busy[st] += cost;
-        ++next[st];
-        progress = true;
-      }
-    blocked:;
-    }
-  }
-  std::string stuck;
-  for (int st = 0; st < p; ++st) {
-    if (next[st] == s.actions[st].size()) continue;
-    const Action& a = s.actions[st][next[st]];
-    const int vs = s.virtual_stage(st, a.chunk);
-    const bool send = a.op == Op::SendF || a.op == Op::SendB;
-    const int peer = s.stage_of(a.op == Op::RecvF || a.op == Op::SendB ? vs - 1 : vs + 1);
-    stuck += (stuck.empty() ? "" : "; ") + std::string("stage ") + str(st) + " waits at " + to_string(a) + " (action " +
-             str(static_cast<int>(next[st])) + ") for stage " + str(peer) + (send ? " to receive it" : "");
-  }
+  Simulation sim(s, o);
+  sim.run();
+  const std::string stuck = sim.stuck();
   if (!stuck.empty())
     throw ScheduleError(name + ": deadlock: " + stuck +
                         (o.sends_block ? " (sends block until received, as the nccl backend's do: order each stage's "
                                          "sends and receives so that every send meets its receive, or use gpipe; "
                                          "nothing was sent)"
                                        : " (nothing was sent)"));
-  plan.makespan = *std::max_element(clock.begin(), clock.end());
-  for (int st = 0; st < p; ++st) plan.bubble[st] = plan.makespan > 0 ? 1.0 - busy[st] / plan.makespan : 0;
+  Plan plan = std::move(sim.plan);
+  plan.makespan = *std::max_element(sim.clock.begin(), sim.clock.end());
+  for (int st = 0; st < s.stages; ++st)
+    plan.bubble[st] = plan.makespan > 0 ? 1.0 - sim.busy[st] / plan.makespan : 0;
   if (o.max_activations > 0)
-    for (int st = 0; st < p; ++st)
+    for (int st = 0; st < s.stages; ++st)
       if (plan.peak_activations[st] > o.max_activations)
         throw ScheduleError(name + ": stage " + str(st) + " would keep " + str(plan.peak_activations[st]) +
                             " micro-batches' activations at once; the bound (max_activations) is " +
