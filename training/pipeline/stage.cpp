@@ -150,15 +150,6 @@ void PipelineStage::run(const Action& a) {
   auto release_if_done = [&] {
     if (s.backward_done && !s.send_b.defined()) sp.reset();
   };
-  // The forward graph (run again from the input when recompute is on), with the weighted loss
-  // as its root on the last virtual stage.
-  auto graph = [&] {
-    if (s.root.defined()) return;
-    s.outs.clear();
-    at::Tensor out = run_piece(a.chunk, s.input, split_ ? &s.outs : nullptr);
-    if (!split_) s.outs = {out};
-    s.root = last ? (*loss_)(out, target_mbs_[a.mb]) * (static_cast<double>(sizes_[a.mb]) / rows_) : out;
-  };
   switch (a.op) {
     case Op::RecvF:
       s.input = recv(schedule_.stage_of(vs - 1), tag_of(0, a.mb, vs, V)).requires_grad_(true);
@@ -183,7 +174,7 @@ void PipelineStage::run(const Action& a) {
         if (last) loss_sum_ += (*loss_)(out, target_mbs_[a.mb]).item<double>() * sizes_[a.mb] / rows_;
         else s.send_f = out;
       } else {
-        graph();
+        build_graph(s, a, last);
         if (last) loss_sum_ += s.root.item<double>();
         else s.send_f = s.root.detach();
       }
@@ -191,7 +182,7 @@ void PipelineStage::run(const Action& a) {
       break;
     }
     case Op::B: {
-      graph();
+      build_graph(s, a, last);
       if (last) s.root.backward();
       else torch::autograd::backward({s.root}, {s.grad});
       if (vs > 0) s.send_b = input_gradient(s.input.grad(), s.input);
@@ -200,53 +191,68 @@ void PipelineStage::run(const Action& a) {
       release_if_done();
       break;
     }
-    case Op::I: {
-      graph();
-      // Gradients of the piece's input and of every child's output, weights left for W.
-      std::vector<at::Tensor> wrt;
-      const bool input_grad = vs > 0 || s.input.requires_grad();  // stage 0: only if the data asks for it
-      if (input_grad) wrt.push_back(s.input);
-      const std::size_t n = s.outs.size();
-      std::vector<int> index(n, -1);
-      for (std::size_t k = 0; k + 1 < n || (last && k < n); ++k)
-        if (s.outs[k].requires_grad()) {
-          index[k] = static_cast<int>(wrt.size());
-          wrt.push_back(s.outs[k]);
-        }
-      std::vector<at::Tensor> g;
-      if (!wrt.empty())
-        g = torch::autograd::grad({s.root}, wrt, last ? std::vector<at::Tensor>{} : std::vector<at::Tensor>{s.grad},
-                                  /*retain_graph=*/true, /*create_graph=*/false, /*allow_unused=*/true);
-      if (vs > 0) s.send_b = input_gradient(g[0], s.input);
-      s.out_grads.assign(n, at::Tensor());
-      for (std::size_t k = 0; k < n; ++k)
-        if (index[k] >= 0) s.out_grads[k] = g[index[k]];
-      if (!last && n > 0) s.out_grads[n - 1] = s.grad;
+    case Op::I:
+      build_graph(s, a, last);
+      input_gradients(s, vs, last);
       break;
-    }
-    case Op::W: {
-      std::size_t k = 0;
-      for (auto& child : *pieces_[a.chunk]) {
-        const at::Tensor& y = s.outs[k];
-        const at::Tensor& gy = s.out_grads[k];
-        ++k;
-        if (!y.requires_grad() || !gy.defined()) continue;
-        std::vector<at::Tensor> params;
-        for (auto& p : child.ptr()->parameters())
-          if (p.requires_grad()) params.push_back(p);
-        if (params.empty()) continue;
-        auto g = torch::autograd::grad({y}, params, {gy}, /*retain_graph=*/true, false, /*allow_unused=*/true);
-        for (std::size_t i = 0; i < params.size(); ++i) {
-          if (!g[i].defined()) continue;
-          at::Tensor& acc = params[i].mutable_grad();
-          if (acc.defined()) acc.add_(g[i]);
-          else acc = g[i].clone();
-        }
-      }
+    case Op::W:
+      weight_gradients(s, a.chunk);
       --held_;
       s.backward_done = true;
       release_if_done();
       break;
+  }
+}
+
+void PipelineStage::build_graph(Slot& s, const Action& a, bool last) {
+  if (s.root.defined()) return;
+  s.outs.clear();
+  at::Tensor out = run_piece(a.chunk, s.input, split_ ? &s.outs : nullptr);
+  if (!split_) s.outs = {out};
+  s.root = last ? (*loss_)(out, target_mbs_[a.mb]) * (static_cast<double>(sizes_[a.mb]) / rows_) : out;
+}
+
+// Gradients of the piece's input and of every child's output, the weights' left for W.
+void PipelineStage::input_gradients(Slot& s, int vs, bool last) {
+  std::vector<at::Tensor> wrt;
+  const bool input_grad = vs > 0 || s.input.requires_grad();  // stage 0: only if the data asks for it
+  if (input_grad) wrt.push_back(s.input);
+  const std::size_t n = s.outs.size();
+  std::vector<int> index(n, -1);
+  for (std::size_t k = 0; k + 1 < n || (last && k < n); ++k)
+    if (s.outs[k].requires_grad()) {
+      index[k] = static_cast<int>(wrt.size());
+      wrt.push_back(s.outs[k]);
+    }
+  std::vector<at::Tensor> g;
+  if (!wrt.empty())
+    g = torch::autograd::grad({s.root}, wrt, last ? std::vector<at::Tensor>{} : std::vector<at::Tensor>{s.grad},
+                              /*retain_graph=*/true, /*create_graph=*/false, /*allow_unused=*/true);
+  if (vs > 0) s.send_b = input_gradient(g[0], s.input);
+  s.out_grads.assign(n, at::Tensor());
+  for (std::size_t k = 0; k < n; ++k)
+    if (index[k] >= 0) s.out_grads[k] = g[index[k]];
+  if (!last && n > 0) s.out_grads[n - 1] = s.grad;
+}
+
+// Each child's weights' gradients from its output's gradient (I kept them), accumulated.
+void PipelineStage::weight_gradients(Slot& s, int chunk) {
+  std::size_t k = 0;
+  for (auto& child : *pieces_[chunk]) {
+    const at::Tensor& y = s.outs[k];
+    const at::Tensor& gy = s.out_grads[k];
+    ++k;
+    if (!y.requires_grad() || !gy.defined()) continue;
+    std::vector<at::Tensor> params;
+    for (auto& p : child.ptr()->parameters())
+      if (p.requires_grad()) params.push_back(p);
+    if (params.empty()) continue;
+    auto g = torch::autograd::grad({y}, params, {gy}, /*retain_graph=*/true, false, /*allow_unused=*/true);
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      if (!g[i].defined()) continue;
+      at::Tensor& acc = params[i].mutable_grad();
+      if (acc.defined()) acc.add_(g[i]);
+      else acc = g[i].clone();
     }
   }
 }

@@ -107,6 +107,11 @@ class PipelineStage {
   struct Slot;
   void run(const Action& a);
   at::Tensor run_piece(int chunk, const at::Tensor& x, std::vector<at::Tensor>* outs);
+  // The forward graph of micro-batch mb's piece (run again from the input under recompute),
+  // with the weighted loss as its root on the last virtual stage.
+  void build_graph(Slot& s, const Action& a, bool last);
+  void input_gradients(Slot& s, int vs, bool last);  // I: the input's and outputs', not the weights'
+  void weight_gradients(Slot& s, int chunk);          // W: the weights', from I's
   void send(const at::Tensor& t, int dst, int tag);
   at::Tensor recv(int src, int tag);
   void reap_sends(bool all);
