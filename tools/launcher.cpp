@@ -180,7 +180,9 @@ void prepare_security(LaunchOptions* o) {
   transport::use_security("curve", key);
 }
 
-int launch(const LaunchOptions& o) {
+namespace {
+
+void check(const LaunchOptions& o) {
   if (o.command.empty()) throw ConfigError("no command given (usage: distrl-launch --nproc N -- CMD ARGS...)");
   if (o.nproc < 1 || o.nnodes < 1) throw ConfigError("--nproc and --nnodes must be at least 1");
   if (o.node_rank < 0 || o.node_rank >= o.nnodes)
@@ -190,107 +192,143 @@ int launch(const LaunchOptions& o) {
   if (o.max_restarts < 0) throw ConfigError("--max-restarts must not be negative");
   if (o.security == "curve" && !transport::curve_enabled())
     throw ConfigError("security: curve was asked for but not prepared (call prepare_security first)");
+}
+
+// The rendezvous store lives in node 0's launcher, not in rank 0: it outlives any rank, so every
+// rank (rank 0 too) can die and be restarted into the running world.
+std::unique_ptr<transport::StoreServer> serve_store(const LaunchOptions& o, int port) {
+  if (o.node_rank != 0) return nullptr;
+  const bool loopback = o.master_addr == "127.0.0.1" || o.master_addr == "localhost" || o.master_addr == "::1";
+  try {
+    return std::make_unique<transport::StoreServer>(
+        "tcp://" + std::string(loopback ? "127.0.0.1" : "*") + ":" + std::to_string(port),
+        transport::StoreLimits::from_env());
+  } catch (const std::exception& e) {
+    throw Error("cannot serve the rendezvous store on port " + std::to_string(port) + " (" + e.what() +
+                "); pass another --master-port");
+  }
+}
+
+// This node's ranks until every one has exited: their output pumped, a failed one restarted
+// (max_restarts) or the others stopped, the launcher's own signals passed on.
+class Supervisor {
+ public:
+  Supervisor(const LaunchOptions& o, int first, int world, int port) : o_(o), world_(world), port_(port), ranks_(o.nproc) {
+    for (int i = 0; i < o_.nproc; ++i) {
+      ranks_[i].global = first + i;
+      ranks_[i].pid = spawn(o_, i, ranks_[i].global, world_, port_, 0, &ranks_[i].out_fd);
+    }
+  }
+
+  // The first failing rank's exit code (128 + signal when the launcher was stopped), else 0.
+  int run() {
+    std::size_t running = ranks_.size();
+    while (running > 0) {
+      pump_outputs();
+      for (auto& r : ranks_)
+        if (!r.exited && reap(r)) --running;
+      on_signals();
+      if (stopping_ && Clock::now() >= kill_at_) {
+        stop_all(SIGKILL);
+        kill_at_ = Clock::time_point::max();
+      }
+    }
+    for (auto& r : ranks_)  // drain what is left in the pipes
+      while (r.out_fd >= 0 && pump(r, o_.prefix)) {
+      }
+    return first_failure_;
+  }
+
+ private:
+  void pump_outputs() {
+    std::vector<pollfd> fds;
+    for (auto& r : ranks_)
+      if (r.out_fd >= 0) fds.push_back({r.out_fd, POLLIN, 0});
+    ::poll(fds.data(), fds.size(), 50);
+    for (auto& r : ranks_)
+      if (r.out_fd >= 0) {
+        pollfd p{r.out_fd, POLLIN, 0};
+        if (::poll(&p, 1, 0) > 0 && !pump(r, o_.prefix)) {
+          ::close(r.out_fd);
+          r.out_fd = -1;
+        }
+      }
+  }
+
+  // True when r has exited for good (not restarted).
+  bool reap(Rank& r) {
+    int status = 0;
+    if (::waitpid(r.pid, &status, WNOHANG) != r.pid) return false;
+    r.code = exit_code(status);
+    transport::remove_ipc_files_of(r.pid);  // a killed rank could not
+    if (r.code != 0 && !stopping_ && r.restarts < o_.max_restarts) {
+      ++r.restarts;
+      while (r.out_fd >= 0 && pump(r, o_.prefix)) {  // its last words first
+      }
+      if (r.out_fd >= 0) ::close(r.out_fd);
+      std::cerr << "distrl-launch: rank " << r.global << " exited with code " << r.code << "; restarting it (restart "
+                << r.restarts << " of " << o_.max_restarts << ")\n";
+      r.pid = spawn(o_, static_cast<int>(&r - ranks_.data()), r.global, world_, port_, r.restarts, &r.out_fd);
+      return false;
+    }
+    r.exited = true;
+    if (r.code != 0 && first_failure_ == 0 && !stopping_) {
+      std::cerr << "distrl-launch: rank " << r.global << " exited with code " << r.code << "; stopping the others\n";
+      stop(r.code);
+    }
+    return true;
+  }
+
+  void on_signals() {
+    if (g_signal && !stopping_) {
+      std::cerr << "distrl-launch: " << (g_signal == SIGINT ? "SIGINT" : "SIGTERM")
+                << ": stopping every rank (SIGTERM: they finish their step, save and write their outputs; SIGKILL "
+                   "after --grace "
+                << std::chrono::duration<double>(o_.grace).count() << " s). Press Ctrl-C again to kill them now.\n";
+      stop(128 + g_signal);
+    } else if (g_signals > 1 && kill_at_ != Clock::time_point::max()) {
+      std::cerr << "distrl-launch: second signal: killing every rank now\n";
+      kill_at_ = Clock::now();
+    }
+  }
+
+  // SIGTERM to every rank, SIGKILL after the grace period; code is what the launcher returns.
+  void stop(int code) {
+    first_failure_ = code;
+    stopping_ = true;
+    stop_all(SIGTERM);
+    kill_at_ = Clock::now() + o_.grace;
+  }
+
+  void stop_all(int sig) {
+    for (auto& r : ranks_)
+      if (!r.exited) ::kill(-r.pid, sig);
+  }
+
+  const LaunchOptions& o_;
+  const int world_, port_;
+  std::vector<Rank> ranks_;
+  int first_failure_ = 0;
+  bool stopping_ = false;
+  Clock::time_point kill_at_ = Clock::time_point::max();
+};
+
+}  // namespace
+
+int launch(const LaunchOptions& o) {
+  check(o);
   const int port = o.master_port ? o.master_port : free_port(o.master_addr);
   const int world = o.world_size > 0 ? o.world_size : o.nproc * o.nnodes;
   const int first = o.first_rank >= 0 ? o.first_rank : o.node_rank * o.nproc;
   if (first + o.nproc > world)
     throw ConfigError("ranks " + std::to_string(first) + ".." + std::to_string(first + o.nproc - 1) +
                       " on this node do not fit a world of " + std::to_string(world));
-  // The rendezvous store lives here, not in rank 0: it outlives any rank, so every rank (rank 0
-  // too) can die and be restarted into the running world.
-  std::unique_ptr<transport::StoreServer> store;
-  if (o.node_rank == 0) {
-    const bool loopback = o.master_addr == "127.0.0.1" || o.master_addr == "localhost" || o.master_addr == "::1";
-    try {
-      store = std::make_unique<transport::StoreServer>(
-          "tcp://" + std::string(loopback ? "127.0.0.1" : "*") + ":" + std::to_string(port),
-          transport::StoreLimits::from_env());
-    } catch (const std::exception& e) {
-      throw Error("cannot serve the rendezvous store on port " + std::to_string(port) + " (" + e.what() +
-                  "); pass another --master-port");
-    }
-  }
-
+  const auto store = serve_store(o, port);
   struct sigaction sa{};
   sa.sa_handler = on_signal;
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
-
-  std::vector<Rank> ranks(o.nproc);
-  for (int i = 0; i < o.nproc; ++i) {
-    ranks[i].global = first + i;
-    ranks[i].pid = spawn(o, i, ranks[i].global, world, port, 0, &ranks[i].out_fd);
-  }
-
-  int first_failure = 0;
-  bool stopping = false;
-  Clock::time_point kill_at = Clock::time_point::max();
-  auto stop_all = [&](int sig) {
-    for (auto& r : ranks)
-      if (!r.exited) ::kill(-r.pid, sig);
-  };
-  std::size_t running = ranks.size();
-  while (running > 0) {
-    std::vector<pollfd> fds;
-    for (auto& r : ranks)
-      if (r.out_fd >= 0) fds.push_back({r.out_fd, POLLIN, 0});
-    ::poll(fds.data(), fds.size(), 50);
-    for (auto& r : ranks)
-      if (r.out_fd >= 0) {
-        pollfd p{r.out_fd, POLLIN, 0};
-        if (::poll(&p, 1, 0) > 0 && !pump(r, o.prefix)) {
-          ::close(r.out_fd);
-          r.out_fd = -1;
-        }
-      }
-    for (auto& r : ranks) {
-      if (r.exited) continue;
-      int status = 0;
-      if (::waitpid(r.pid, &status, WNOHANG) != r.pid) continue;
-      r.code = exit_code(status);
-      transport::remove_ipc_files_of(r.pid);  // a killed rank could not
-      if (r.code != 0 && !stopping && r.restarts < o.max_restarts) {
-        ++r.restarts;
-        while (r.out_fd >= 0 && pump(r, o.prefix)) {  // its last words first
-        }
-        if (r.out_fd >= 0) ::close(r.out_fd);
-        std::cerr << "distrl-launch: rank " << r.global << " exited with code " << r.code << "; restarting it (restart "
-                  << r.restarts << " of " << o.max_restarts << ")\n";
-        r.pid = spawn(o, static_cast<int>(&r - ranks.data()), r.global, world, port, r.restarts, &r.out_fd);
-        continue;
-      }
-      r.exited = true;
-      --running;
-      if (r.code != 0 && first_failure == 0 && !stopping) {
-        first_failure = r.code;
-        std::cerr << "distrl-launch: rank " << r.global << " exited with code " << r.code << "; stopping the others\n";
-        stopping = true;
-        stop_all(SIGTERM);
-        kill_at = Clock::now() + o.grace;
-      }
-    }
-    if (g_signal && !stopping) {
-      std::cerr << "distrl-launch: " << (g_signal == SIGINT ? "SIGINT" : "SIGTERM")
-                << ": stopping every rank (SIGTERM: they finish their step, save and write their outputs; SIGKILL "
-                   "after --grace "
-                << std::chrono::duration<double>(o.grace).count() << " s). Press Ctrl-C again to kill them now.\n";
-      first_failure = 128 + g_signal;
-      stopping = true;
-      stop_all(SIGTERM);
-      kill_at = Clock::now() + o.grace;
-    } else if (g_signals > 1 && kill_at != Clock::time_point::max()) {
-      std::cerr << "distrl-launch: second signal: killing every rank now\n";
-      kill_at = Clock::now();
-    }
-    if (stopping && Clock::now() >= kill_at) {
-      stop_all(SIGKILL);
-      kill_at = Clock::time_point::max();
-    }
-  }
-  for (auto& r : ranks)  // drain what is left in the pipes
-    while (r.out_fd >= 0 && pump(r, o.prefix)) {
-    }
-  return first_failure;
+  return Supervisor(o, first, world, port).run();
 }
 
 }  // namespace distrl::tools
