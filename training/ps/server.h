@@ -24,15 +24,21 @@
 // Sync over several shards (protocol.h, Decision): shard 0 decides every round -- which pushes
 // make it, which are dropped as late -- and tells the other shards before it answers its own
 // pushes; they never close a round themselves but apply exactly the pushes each decision names
-// (waiting for those still on their way; a push whose trainer is gone meanwhile counts as
-// zero), in the leader's order. So quorum, max_wait, departures and late pushes give every
-// shard the same trainers in round k. A restarted follower asks the leader where it stands
-// (ps.follow); a push of a round it had applied before it died and lost with its snapshot's
-// rollback is answered as dropped there.
+// (waiting for those still on their way; a push that cannot come -- its trainer is gone, or a
+// later push of it is here -- counts as zero), in the leader's order. So quorum, max_wait,
+// departures and late pushes give every shard the same trainers in round k. A restarted
+// follower (or one stalled 2 s, whose decisions may have been lost while it was unreachable)
+// asks the leader for the rounds after the last it applied (ps.follow) and replays them with
+// the pushes that reach it again; a push decided in a round the leader no longer keeps (1024)
+// is answered as dropped there. Across a restart of the leader the rounds are its
+// restored process's: one that mixes the retries of trainers it had not answered before it
+// died with the others' next pushes is applied by the followers as decided (the rollback's
+// loss of exactness; a follower then counts one round more than the trainers made).
 //
 // Thread-safety: every method may be called from any thread (the RPC handler pool); one lock
 // guards the shard. A timer thread (`ps-timer`, from construction to stop()) closes sync rounds
-// at max_wait, notices departed trainers every 100 ms and writes snapshots. Answers complete on
+// at max_wait, notices departed trainers every 100 ms, asks a stalled follower's leader again
+// and writes snapshots. Answers complete on
 // the thread that closed the round (a handler thread or the timer) or, on the leader of several
 // shards, on the RPC pool once every follower has the decision. Lifetime: create in the
 // RpcAgent's setup callback (register_on), watch_trainers() once the agent runs, stop() before
