@@ -46,7 +46,7 @@ void ObserverPool::finish() {
   readmit();  // one that was stalled and runs again is told too, rather than left to time out
   std::vector<transport::Future<void>> done;
   for (std::size_t i = 0; i < obs_.size(); ++i)
-    if (alive_[i]) done.push_back(obs_[i].rpc_async<void>("finish"));
+    if (alive_[i]) done.push_back(obs_[i].rpc_async<void>(rl::kFinish));
   for (auto& f : done) {
     try {
       f.value();

@@ -297,7 +297,7 @@ PpoStats Ppo::update(const std::vector<rl::Fragment>& fragments) {
 
 RoundData Ppo::round(ObserverPool& pool, bool learn) {
   const int obs_dim = actor_.net().spec().obs_dim, act_dim = actor_.net().spec().action_dim;
-  auto frags = pool.call<rl::Fragment>("run_fragment", fragment_steps_, [&](const rl::Fragment& f) {
+  auto frags = pool.call<rl::Fragment>(rl::kRunFragment, fragment_steps_, [&](const rl::Fragment& f) {
     check_fragment(f, obs_dim, act_dim);
   });
   RoundData d;

@@ -87,7 +87,7 @@ double Reinforce::update(const std::vector<rl::Rollout>& rollouts) {
 
 RoundData Reinforce::round(ObserverPool& pool, bool learn) {
   const int dim = actor_.obs_dim();
-  auto rollouts = pool.call<rl::Rollout>("run_episode", options_.max_steps,
+  auto rollouts = pool.call<rl::Rollout>(rl::kRunEpisode, options_.max_steps,
                                          [dim](const rl::Rollout& r) { check_rollout(r, dim); });
   RoundData d;
   if (learn) d.loss = update(rollouts);

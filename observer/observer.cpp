@@ -247,11 +247,11 @@ rl::Fragment Observer::run_fragment(int steps) {
 void Observer::finish() { host_.finish(); }
 
 void Observer::register_class(transport::RpcAgent& rpc, ObserverHost& host) {
-  rpc.register_class<Observer>("Observer")
+  rpc.register_class<Observer>(rl::kObserverClass)
       .factory([&rpc, &host](rl::ObserverSpec spec) { return std::make_shared<Observer>(rpc, host, std::move(spec)); })
-      .method("run_episode", &Observer::run_episode)
-      .method("run_fragment", &Observer::run_fragment)
-      .method("finish", &Observer::finish);
+      .method(rl::kRunEpisode, &Observer::run_episode)
+      .method(rl::kRunFragment, &Observer::run_fragment)
+      .method(rl::kFinish, &Observer::finish);
 }
 
 }  // namespace distrl::observer

@@ -70,7 +70,7 @@ class Observer {
   rl::Fragment run_fragment(int steps);
   void finish();
 
-  // Registers the "Observer" class (constructed by the agent) on this process's agent.
+  // Registers the rl::kObserverClass ("Observer") class (constructed by the agent) on this process's agent.
   static void register_class(transport::RpcAgent& rpc, ObserverHost& host);
 
  private:

@@ -1,10 +1,12 @@
 // What agent and observers say to each other (msgpack structs, no LibTorch types, so an
 // observer never builds a tensor):
-//   agent -> observer   remote<Observer>(name, "Observer", ObserverSpec)
-//                       observer.rpc_async<Rollout>("run_episode", max_steps)      (REINFORCE)
-//                       observer.rpc_async<Fragment>("run_fragment", steps)        (PPO)
-//                       observer.rpc_sync<void>("finish")
-//   observer -> agent   rpc_sync<ActReply>("agent", "select_action", observer_id, obs)
+//   agent -> observer   remote<Observer>(name, kObserverClass, ObserverSpec)
+//                       observer.rpc_async<Rollout>(kRunEpisode, max_steps)      (REINFORCE)
+//                       observer.rpc_async<Fragment>(kRunFragment, steps)        (PPO)
+//                       observer.rpc_async<void>(kFinish)
+//   observer -> agent   rpc_sync<ActReply>(kAgentName, kSelectAction, observer_id, obs)
+// Both sides use these names (the observer registers them, the agent calls them), so they
+// cannot drift apart.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +20,11 @@
 namespace distrl::rl {
 
 inline constexpr const char* kAgentName = "agent";  // the agent's RPC worker name
-inline constexpr const char* kSelectAction = "select_action";
+inline constexpr const char* kSelectAction = "select_action";  // function on the agent
+inline constexpr const char* kObserverClass = "Observer";      // class registered by observers
+inline constexpr const char* kRunEpisode = "run_episode";      // Observer methods
+inline constexpr const char* kRunFragment = "run_fragment";
+inline constexpr const char* kFinish = "finish";
 
 struct ObserverSpec {
   std::string agent;          // the agent's worker name
@@ -134,5 +140,4 @@ inline int observation_rows(const std::vector<float>& obs, int obs_dim, int max_
 
 // The observer's object as the agent's RRefs see it (only its methods are called remotely).
 struct ObserverObject;
-inline constexpr const char* kObserverClass = "Observer";
 }  // namespace distrl::rl

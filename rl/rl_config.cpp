@@ -66,13 +66,10 @@ void bind(Settings& s, RlConfig& c) {
 }
 
 transport::RpcOptions rpc_options(const RlConfig& c, const WorldFlags& w, const std::string& name) {
-  transport::RpcOptions o;
+  transport::RpcOptions o =
+      transport::rank_options(w.rank, w.world_size, w.resolved_init_method(),
+                              std::chrono::milliseconds(static_cast<long long>(c.rpc_timeout_s * 1000)), c.transport);
   o.name = name;
-  o.rank = w.rank;
-  o.world_size = w.world_size;
-  o.init_method = w.resolved_init_method();
-  o.transport = c.transport;
-  o.rpc_timeout = std::chrono::milliseconds(static_cast<long long>(c.rpc_timeout_s * 1000));
   o.num_worker_threads = c.rpc_threads;
   return o;
 }

@@ -18,13 +18,10 @@ namespace distrl::training {
 inline transport::RpcOptions rpc_options_for(const WorldFlags& world, double timeout_s, const std::string& transport,
                                              int torch_threads) {
   at::set_num_threads(torch_threads);
-  transport::RpcOptions o;
-  o.init_method = world.resolved_init_method();
-  o.rank = world.rank;
-  o.world_size = world.world_size;
-  o.rpc_timeout = std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
+  transport::RpcOptions o =
+      transport::rank_options(world.rank, world.world_size, world.resolved_init_method(),
+                              std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000)), transport);
   o.rendezvous_timeout = o.rpc_timeout;
-  o.transport = transport;
   o.thread_init = [] { at::init_num_threads(); };
   return o;
 }

@@ -13,13 +13,8 @@ namespace distrl::testing {
 
 inline transport::RpcOptions rpc_options(const TempDir& dir, int rank, int world, const std::string& transport = "auto") {
   using namespace std::chrono_literals;
-  transport::RpcOptions o;
-  o.init_method = "file://" + dir.file("rendezvous");
-  o.rank = rank;
-  o.world_size = world;
-  o.transport = transport;
+  transport::RpcOptions o = transport::rank_options(rank, world, "file://" + dir.file("rendezvous"), 20s, transport);
   o.rendezvous_timeout = 30s;
-  o.rpc_timeout = 20s;
   o.shutdown_timeout = 30s;
   return o;
 }

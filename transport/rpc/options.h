@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 
 #include <msgpack.hpp>
 
@@ -45,6 +46,21 @@ struct RpcOptions {
   std::size_t max_unknown_objects = 1024;
   std::size_t max_parked_bytes = 64 << 20;
 };
+
+// The one way a launched rank's options are built (the RL tools, the training tools and the
+// tests): its rank and the world's size (-1: from the environment), where the ranks meet
+// (env://, tcp://host:port, file:///path), the default per-call deadline and the transport.
+// The caller then sets what is its own (name, threads, rendezvous and shutdown deadlines).
+inline RpcOptions rank_options(int rank, int world_size, std::string init_method,
+                               std::chrono::milliseconds rpc_timeout, std::string transport) {
+  RpcOptions o;
+  o.rank = rank;
+  o.world_size = world_size;
+  o.init_method = std::move(init_method);
+  o.rpc_timeout = rpc_timeout;
+  o.transport = std::move(transport);
+  return o;
+}
 
 struct WorkerInfo {
   std::string name;
