@@ -27,6 +27,11 @@ double percentile(std::vector<double> v, double q);
 // Runs argv with its output in log; when it exits non-zero, prints the log to stderr and throws
 // Error("<what> failed (its log is above)").
 void run_or_show_log(const std::vector<std::string>& argv, const std::string& log, const std::string& what);
+// A configuration file or directory a suite reads: `path` when it exists from the current
+// directory; else, for a relative path, the same path in the source tree this binary was built
+// from (as the tests find theirs), so the suites run from any directory. ConfigError naming
+// both places and `flag` when neither has it.
+std::string find_config(const std::string& path, const std::string& flag);
 // A CSV file's rows (header line first), up to the first blank line, as column -> cell; empty
 // when the file is missing or has no rows.
 std::vector<std::map<std::string, std::string>> read_csv(const std::string& path);

@@ -129,7 +129,9 @@ int run_pipeline_worker(const std::string& out, const std::string& schedule, int
   return 0;
 }
 
-int run_pipeline_bench(const PipelineBenchOptions& o) {
+int run_pipeline_bench(const PipelineBenchOptions& options) {
+  PipelineBenchOptions o = options;
+  o.configs = find_config(o.configs, "--configs");
   std::filesystem::create_directories(o.out_dir);
   std::cout << "distrl-bench pipeline on " << machine_description() << "\n\n";
   std::ofstream csv(o.out_dir + "/bubble.csv");

@@ -69,9 +69,9 @@ RlResult run_one(const RlBenchOptions& o, const std::string& model, int observer
 
 }  // namespace
 
-int run_rl_bench(const RlBenchOptions& o) {
-  if (!std::filesystem::exists(o.config))
-    throw ConfigError("--config: no file '" + o.config + "' (run from the repository root or pass --config)");
+int run_rl_bench(const RlBenchOptions& options) {
+  RlBenchOptions o = options;
+  o.config = find_config(o.config, "--config");
   const auto work = std::filesystem::temp_directory_path() / ("distrl-bench-rl-" + std::to_string(::getpid()));
   std::cout << "distrl-bench rl on " << machine_description() << "\n"
             << o.episodes << " rounds x " << o.steps << " steps, " << o.envs_per_observer

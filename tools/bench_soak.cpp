@@ -111,21 +111,10 @@ std::map<std::string, double> summarize(const std::vector<ProcSample>& tree) {
   return v;
 }
 
-}  // namespace
+using Samples = std::map<std::string, std::vector<std::pair<double, std::map<std::string, double>>>>;  // by mode
 
-int run_soak_bench(const SoakBenchOptions& o) {
-  if (!std::filesystem::exists(o.config))
-    throw ConfigError("--config: no file '" + o.config + "' (run from the repository root or pass --config)");
-  if (o.warmup_minutes >= o.minutes)
-    throw ConfigError("--warmup-minutes (" + std::to_string(o.warmup_minutes) + ") must be less than --minutes (" +
-                      std::to_string(o.minutes) + ")");
-  std::filesystem::create_directories(o.out_dir);
-  const std::string csv_path = o.out_dir + "/soak.csv";
-  std::ofstream csv = open_csv(csv_path);
-  std::cout << "distrl-bench soak on " << machine_description() << "\n"
-            << o.minutes << " min, " << o.observers << " observers per run, modes side by side; a sample every "
-            << o.interval_s << " s; warm-up " << o.warmup_minutes << " min; outputs in " << o.out_dir << "\n\n";
-
+// One distrl-launch per mode, each writing under out_dir/<mode>.
+std::vector<Run> start_runs(const SoakBenchOptions& o) {
   std::vector<Run> runs;
   for (const auto& mode : o.modes) {
     Run r;
@@ -140,18 +129,10 @@ int run_soak_bench(const SoakBenchOptions& o) {
     r.launcher = start_process(cmd, r.dir + "/log.txt");
     runs.push_back(r);
   }
-  // Whatever happens below, no run is left behind.
-  struct Reaper {
-    std::vector<Run>* runs;
-    ~Reaper() {
-      for (auto& r : *runs)
-        if (r.code < 0) {
-          ::kill(r.launcher, SIGTERM);  // it stops its ranks (SIGKILL after its grace)
-          wait_process(r.launcher);
-        }
-    }
-  } reaper{&runs};
+  return runs;
+}
 
+void write_headers(std::ostream& csv, const std::vector<Run>& runs) {
   csv << "minutes";
   for (const auto& r : runs) {
     csv << ',' << r.mode << "_rounds," << r.mode << "_env_steps";
@@ -164,41 +145,33 @@ int run_soak_bench(const SoakBenchOptions& o) {
               << std::setw(11) << "fds" << std::setw(13) << "observer MB" << std::setw(9) << "fds" << std::setw(13)
               << "launch MB" << "   " << std::left;
   std::cout << "\n";
+}
 
-  std::map<std::string, std::vector<std::pair<double, std::map<std::string, double>>>> samples;  // after warm-up
-  const auto start = Clock::now();
-  const auto end = start + std::chrono::duration<double, std::ratio<60>>(o.minutes);
-  for (auto next = start + std::chrono::duration<double>(o.interval_s);; next += std::chrono::duration<double>(o.interval_s)) {
-    while (Clock::now() < std::min(next, end)) {
-      for (auto& r : runs)
-        if (r.code < 0 && (r.code = wait_process(r.launcher, false)) >= 0)
-          throw Error("soak: the " + r.mode + " run ended early (exit " + std::to_string(r.code) + "); its log: " +
-                      r.dir + "/log.txt");
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    }
-    if (Clock::now() >= end) break;
-    const double minutes = std::chrono::duration<double, std::ratio<60>>(Clock::now() - start).count();
-    csv << std::fixed << std::setprecision(2) << minutes;
-    std::cout << std::left << std::fixed << std::setprecision(1) << std::setw(8) << minutes;
-    for (auto& r : runs) {
-      auto v = summarize(sample_tree(r.launcher));
-      auto rows = read_csv(r.dir + "/metrics.csv");  // its last row: the run's progress
-      const std::string rounds = rows.empty() ? "" : rows.back()["round"];
-      const std::string steps = rows.empty() ? "" : rows.back()["env_steps"];
-      csv << ',' << rounds << ',' << steps;
-      for (const auto& s : kSeries) csv << ',' << v[s];
-      std::cout << std::setw(11) << r.mode << std::right << std::setw(9) << rounds << std::setw(13) << v["agent_rss_mb"]
-                << std::setw(11) << std::setprecision(0) << v["agent_fds"] << std::setw(13) << std::setprecision(1)
-                << v["observer_rss_mb"] << std::setw(9) << std::setprecision(0) << v["observer_fds"] << std::setw(13)
-                << std::setprecision(1) << v["launcher_rss_mb"] << "   " << std::left;
-      if (minutes >= o.warmup_minutes) samples[r.mode].push_back({minutes, v});
-    }
-    csv << '\n';
-    csv.flush();
-    std::cout << std::endl;
+// One sample of every run at `minutes`: a CSV row and a table line; kept for the summary once
+// past the warm-up.
+void sample_runs(std::ostream& csv, std::vector<Run>& runs, double minutes, double warmup_minutes, Samples& samples) {
+  csv << std::fixed << std::setprecision(2) << minutes;
+  std::cout << std::left << std::fixed << std::setprecision(1) << std::setw(8) << minutes;
+  for (auto& r : runs) {
+    auto v = summarize(sample_tree(r.launcher));
+    auto rows = read_csv(r.dir + "/metrics.csv");  // its last row: the run's progress
+    const std::string rounds = rows.empty() ? "" : rows.back()["round"];
+    const std::string steps = rows.empty() ? "" : rows.back()["env_steps"];
+    csv << ',' << rounds << ',' << steps;
+    for (const auto& s : kSeries) csv << ',' << v[s];
+    std::cout << std::setw(11) << r.mode << std::right << std::setw(9) << rounds << std::setw(13) << v["agent_rss_mb"]
+              << std::setw(11) << std::setprecision(0) << v["agent_fds"] << std::setw(13) << std::setprecision(1)
+              << v["observer_rss_mb"] << std::setw(9) << std::setprecision(0) << v["observer_fds"] << std::setw(13)
+              << std::setprecision(1) << v["launcher_rss_mb"] << "   " << std::left;
+    if (minutes >= warmup_minutes) samples[r.mode].push_back({minutes, v});
   }
+  csv << '\n';
+  csv.flush();
+  std::cout << std::endl;
+}
 
-  // The graceful stop: every run finishes its round, saves and exits 143.
+// The graceful stop: every run finishes its round, saves and exits 143.
+void stop_runs(std::vector<Run>& runs) {
   for (auto& r : runs) ::kill(r.launcher, SIGTERM);
   for (auto& r : runs) {
     r.code = wait_process(r.launcher);
@@ -206,17 +179,20 @@ int run_soak_bench(const SoakBenchOptions& o) {
     std::cout << r.mode << ": SIGTERM -> exit " << r.code << (r.code == 143 ? " (graceful)" : " (expected 143)")
               << ", policy.pt + summary.csv " << (saved ? "written" : "MISSING") << "\n";
   }
-  csv.close();
+}
 
-  std::cout << "\nafter the warm-up (" << o.warmup_minutes << " min): first sample -> last, largest\n";
+// First sample after the warm-up -> last, and the largest, per run and series; false when
+// something grew (or too few samples were taken to tell).
+bool report_growth(const std::vector<Run>& runs, const Samples& samples) {
   bool flat = true;
   for (const auto& r : runs) {
-    const auto& ss = samples[r.mode];
-    if (ss.size() < 2) {
+    const auto found = samples.find(r.mode);
+    if (found == samples.end() || found->second.size() < 2) {
       std::cout << r.mode << ": fewer than 2 samples after the warm-up (raise --minutes)\n";
       flat = false;
       continue;
     }
+    const auto& ss = found->second;
     for (const auto& s : kSeries) {
       double hi = 0;
       for (const auto& x : ss) hi = std::max(hi, x.second.at(s));
@@ -230,8 +206,10 @@ int run_soak_bench(const SoakBenchOptions& o) {
                 << "   max " << std::setw(9) << hi << (grows ? "   GROWS" : "") << "\n";
     }
   }
-  std::cout << (flat ? "\nflat after the warm-up\n" : "\nsomething grew after the warm-up (above)\n") << "wrote " << csv_path
-            << "\n";
+  return flat;
+}
+
+void plot_runs(const std::vector<Run>& runs, const std::string& csv_path, const std::string& out_dir) {
   std::vector<Series> rss, fds;
   for (const auto& r : runs) {
     rss.emplace_back("minutes", r.mode + "_agent_rss_mb", r.mode + " agent");
@@ -239,9 +217,63 @@ int run_soak_bench(const SoakBenchOptions& o) {
     fds.emplace_back("minutes", r.mode + "_agent_fds", r.mode + " agent");
     fds.emplace_back("minutes", r.mode + "_observer_fds", r.mode + " largest observer");
   }
-  if (plot_csv(csv_path, o.out_dir + "/soak.png",
+  if (plot_csv(csv_path, out_dir + "/soak.png",
                {{"resident memory, MB", "minutes", rss}, {"open file descriptors", "minutes", fds}}))
-    std::cout << "plot: " << o.out_dir << "/soak.png\n";
+    std::cout << "plot: " << out_dir << "/soak.png\n";
+}
+
+}  // namespace
+
+int run_soak_bench(const SoakBenchOptions& options) {
+  SoakBenchOptions o = options;
+  o.config = find_config(o.config, "--config");
+  if (o.warmup_minutes >= o.minutes)
+    throw ConfigError("--warmup-minutes (" + std::to_string(o.warmup_minutes) + ") must be less than --minutes (" +
+                      std::to_string(o.minutes) + ")");
+  std::filesystem::create_directories(o.out_dir);
+  const std::string csv_path = o.out_dir + "/soak.csv";
+  std::ofstream csv = open_csv(csv_path);
+  std::cout << "distrl-bench soak on " << machine_description() << "\n"
+            << o.minutes << " min, " << o.observers << " observers per run, modes side by side; a sample every "
+            << o.interval_s << " s; warm-up " << o.warmup_minutes << " min; outputs in " << o.out_dir << "\n\n";
+
+  std::vector<Run> runs = start_runs(o);
+  // Whatever happens below, no run is left behind.
+  struct Reaper {
+    std::vector<Run>* runs;
+    ~Reaper() {
+      for (auto& r : *runs)
+        if (r.code < 0) {
+          ::kill(r.launcher, SIGTERM);  // it stops its ranks (SIGKILL after its grace)
+          wait_process(r.launcher);
+        }
+    }
+  } reaper{&runs};
+  write_headers(csv, runs);
+
+  Samples samples;  // after warm-up
+  const auto start = Clock::now();
+  const auto end = start + std::chrono::duration<double, std::ratio<60>>(o.minutes);
+  for (auto next = start + std::chrono::duration<double>(o.interval_s);; next += std::chrono::duration<double>(o.interval_s)) {
+    while (Clock::now() < std::min(next, end)) {
+      for (auto& r : runs)
+        if (r.code < 0 && (r.code = wait_process(r.launcher, false)) >= 0)
+          throw Error("soak: the " + r.mode + " run ended early (exit " + std::to_string(r.code) + "); its log: " +
+                      r.dir + "/log.txt");
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    if (Clock::now() >= end) break;
+    sample_runs(csv, runs, std::chrono::duration<double, std::ratio<60>>(Clock::now() - start).count(),
+                o.warmup_minutes, samples);
+  }
+  stop_runs(runs);
+  csv.close();
+
+  std::cout << "\nafter the warm-up (" << o.warmup_minutes << " min): first sample -> last, largest\n";
+  const bool flat = report_growth(runs, samples);
+  std::cout << (flat ? "\nflat after the warm-up\n" : "\nsomething grew after the warm-up (above)\n") << "wrote "
+            << csv_path << "\n";
+  plot_runs(runs, csv_path, o.out_dir);
   return 0;
 }
 

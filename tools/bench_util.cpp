@@ -74,6 +74,16 @@ void run_or_show_log(const std::vector<std::string>& argv, const std::string& lo
   throw Error(what + " failed (its log is above)");
 }
 
+std::string find_config(const std::string& path, const std::string& flag) {
+  namespace fs = std::filesystem;
+  if (fs::exists(path)) return path;
+  const fs::path in_source = fs::path(DISTRL_SOURCE_DIR) / path;
+  if (fs::path(path).is_relative() && fs::exists(in_source)) return in_source.string();
+  throw ConfigError(flag + ": no '" + path + "' here (" + fs::current_path().string() + ")" +
+                    (fs::path(path).is_relative() ? " nor in the source tree (" + in_source.string() + ")" : "") +
+                    "; pass " + flag + " with its path");
+}
+
 std::vector<std::map<std::string, std::string>> read_csv(const std::string& path) {
   std::ifstream f(path);
   std::string header;

@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
                  "keys=1048576,mb=64,value_mb=1,waiters=65536); sets DISTRL_STORE_LIMITS for every rank");
   app.add_option("--security", o.security,
                  "off or curve: authenticate and encrypt every socket of the world with ZeroMQ CURVE (default:\n"
-                 "the config's security key, else off; needed across hosts; README: Security)")
+                 "the config's security key, else off; needed across hosts; docs/security.md)")
       ->check(CLI::IsMember({"off", "curve"}));
   app.add_option("--security-key", o.security_key,
                  "the world's key file for --security curve (distrl-keygen FILE; default: a key made for this\n"

@@ -163,7 +163,7 @@ void prepare_security(LaunchOptions* o) {
   if (o->security == "off") {
     if (o->nnodes > 1)
       DISTRL_LOG(Warn, "security is off across " << o->nnodes << " nodes: anyone who can reach these ports can join "
-                                                  "or read the world (set security: curve; README: Security)");
+                                                  "or read the world (set security: curve; docs/security.md)");
     return;
   }
   if (!o->security_key.empty()) {
