@@ -57,7 +57,7 @@ class CommandLine {
     settings
         .bind("security", &flags.security,
               "off: plain sockets (fine on one host); curve: every socket authenticated and encrypted with "
-              "ZeroMQ CURVE (needed across hosts; README: Security)")
+              "ZeroMQ CURVE (needed across hosts; docs/security.md)")
         .choices({"off", "curve"});
     settings.bind("security_key", &flags.security_key,
                   "the world's key file for security: curve (make one: distrl-keygen FILE; empty: "

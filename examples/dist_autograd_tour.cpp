@@ -1,4 +1,4 @@
-// The distributed-autograd tour (README "Distributed autograd"): a parameter on worker1, a
+// The distributed-autograd tour (docs/autograd.md): a parameter on worker1, a
 // model half on each worker, backward across both, a DistributedOptimizer step, and the same
 // numbers checked against one process. Run:
 //   build/bin/distrl-launch --nproc 2 -- build/bin/dist_autograd_tour

@@ -357,7 +357,7 @@ struct Store::Impl {
     if (refused)
       throw TransportError("store " + endpoint + ": " + what + ": the store refused this process's handshake: one side "
                            "runs with security: curve and the other does not, or their key files differ (give every "
-                           "process the same security and security_key; README: Security)");
+                           "process the same security and security_key; docs/security.md)");
     throw TimeoutError("store " + endpoint + ": " + what + " timed out after " + std::to_string((wait + slack).count()) +
                        " ms (are all ranks started, and MASTER_ADDR/MASTER_PORT the same everywhere?)");
   }

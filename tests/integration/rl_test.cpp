@@ -56,7 +56,7 @@ TEST_P(RlRunTest, AgentAndTwoObserversRunEpisodesAndShutDownCleanly) {
 
 INSTANTIATE_TEST_SUITE_P(Modes, RlRunTest, ::testing::Values("batched", "unbatched"));
 
-// security: curve (README: Security): the same run with every socket authenticated and
+// security: curve (docs/security.md): the same run with every socket authenticated and
 // encrypted, with a key distrl-launch makes and with one from distrl-keygen; a key file others
 // can read is refused before anything starts.
 TEST(RlSecurityTest, ACurveRunTrainsAsAPlainOneWithAMadeOrAGivenKey) {
@@ -214,7 +214,7 @@ Run start_run(Spawned& procs, const TempDir& dir, const std::vector<std::string>
   return r;
 }
 
-// The README promises: exit 1 and "lost the agent: ..." within rpc.timeout_s.
+// docs/rl.md promises: exit 1 and "lost the agent: ..." within rpc.timeout_s.
 TEST(RlFailureTest, ObserversExitWithAClearMessageWhenTheAgentIsKilled) {
   TempDir dir;
   const std::vector<std::string> args{"--config", kConfig, "rpc.timeout_s=5", "learner.episodes=100000",

@@ -45,7 +45,7 @@ struct PullRequest {
 };
 struct PullReply {
   std::vector<at::Tensor> values;
-  std::int64_t round = 0;  // the shard's round (sync) or update count
+  std::int64_t round = 0;  // sync: the rounds the shard has closed; 0 in async and SSP
   MSGPACK_DEFINE(values, round);
 };
 
@@ -74,11 +74,12 @@ struct PushRequest {
   MSGPACK_DEFINE(id, round, names, grads, fetch);
 };
 struct PushReply {
-  std::int64_t round = 0;  // the round the push was applied in (sync), else the update count
+  std::int64_t round = 0;  // sync: the round the push was applied in (or the last closed, when dropped); else 0
+  std::int64_t clock = 0;  // async and SSP: the pushing trainer's pushes applied here so far; 0 in sync
   bool dropped = false;    // sync, late pushes dropped: this push was not applied
   bool duplicate = false;  // this push had reached the shard before: answered, not applied again
   std::vector<at::Tensor> values;  // fetch: the new values, in the order of names
-  MSGPACK_DEFINE(round, dropped, duplicate, values);
+  MSGPACK_DEFINE(round, clock, dropped, duplicate, values);
 };
 
 // Sync rounds over several shards: shard 0, the leader, decides which pushes make each round

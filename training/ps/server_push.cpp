@@ -129,7 +129,7 @@ void ShardServer::repeat_locked(Held h, Outcome& out) {
     out.done.push_back(std::move(h));
     return;
   }
-  h.reply.round = trainers_[h.id.trainer].clock;
+  h.reply.clock = trainers_[h.id.trainer].clock;
   if (opt_.mode == ServerOptions::Mode::Async) {
     h.reply.values = values_locked(h.fetch);
     out.done.push_back(std::move(h));
@@ -169,7 +169,7 @@ void ShardServer::accept_locked(Held h, std::int64_t round, Outcome& out) {
   ts.clock++;
   ++progress_;
   remember_locked(h.id, false);
-  h.reply.round = ts.clock;
+  h.reply.clock = ts.clock;
   if (failpoint("ps.shard.crash_before_answer")) crash_after_snapshot_locked();
   if (opt_.mode == ServerOptions::Mode::Async) {
     h.reply.values = values_locked(h.fetch);
