@@ -12,7 +12,7 @@
 
 #include "transport/future.h"
 #include "transport/rpc/options.h"
-#include "transport/serialize.h"
+#include "transport/detail/message.h"
 
 namespace distrl::transport {
 class Store;
@@ -20,8 +20,6 @@ class Store;
 
 namespace distrl::transport::detail {
 
-using Packer = msgpack::packer<msgpack::sbuffer>;
-using BodyWriter = std::function<void(Packer&)>;
 // Exactly one of (message, error) is set. Runs on the I/O thread: decode only, no user code.
 using Completion = std::function<void(InMessage*, std::exception_ptr)>;
 
