@@ -8,10 +8,7 @@
 #include <cstring>
 
 #include "transport/detail/wire_codec.h"
-#include "transport/detail/zmq_context.h"
 #include "transport/rpc/detail/rpc_state.h"
-
-#include <zmq_addon.hpp>
 
 namespace distrl::transport::detail {
 
@@ -110,10 +107,10 @@ void RpcCore::call(int dest, Header h, const BodyWriter& body, Completion done, 
   s_->calls.begin();
   State* s = s_.get();
   auto shared_done = std::make_shared<Completion>(std::move(done));
-  const bool queued = s->io->post([s, dest, id = h.call_id, fn = h.fn, msg, shared_done, timeout]() mutable {
+  const bool queued = s->link->post([s, dest, id = h.call_id, fn = h.fn, msg, shared_done, timeout]() mutable {
     auto frames = encode_message(std::move(*msg));
     std::string err;
-    if (!s->io->send_to_peer(dest, frames, &err)) {
+    if (!s->link->send_to_peer(dest, frames, &err)) {
       (*shared_done)(nullptr, call_failed(*s, dest, fn, err));
       s->calls.end();
       return;
@@ -131,23 +128,18 @@ void RpcCore::call(int dest, Header h, const BodyWriter& body, Completion done, 
 
 namespace {
 
-// An idle channel to `dest`, or a new one (then the I/O loop is asked to connect its own
-// DEALER to dest too, so that it watches the connection and reports the peer's death).
-// nullptr once the agent is shutting down.
+// An idle channel to `dest`, or a new one (then the I/O thread is asked to connect to dest
+// too, so that it watches the connection and reports the peer's death). nullptr once the agent
+// is shutting down. Throws TransportError when the link cannot open a channel.
 ChannelPtr acquire_channel(RpcCore::State& s, int dest) {
+  bool closed = false;
+  if (ChannelPtr c = s.channels.take(dest, s.peers.incarnation(dest), &closed)) return c;
+  if (closed) return nullptr;
   std::int64_t incarnation = 0;
   const std::string endpoint = s.peers.endpoint(dest, &incarnation);  // a rejoin changes both together
-  bool closed = false;
-  if (ChannelPtr c = s.channels.take(dest, incarnation, &closed)) return c;
-  if (closed) return nullptr;
-  auto c = std::make_unique<Channel>(Channel{zmq::socket_t(*s.ctx, zmq::socket_type::dealer), incarnation});
-  apply_common_options(c->socket, 0);
-  secure_client(c->socket);
-  c->socket.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(s.opts.limits.max_message_bytes));
-  c->socket.set(zmq::sockopt::routing_id, s.identity_prefix + "c" + std::to_string(++s.channels_made));
-  c->socket.connect(endpoint);
-  IoLoop* io = s.io.get();
-  io->post([io, dest] { io->watch_peer(dest); });
+  auto c = std::make_unique<PooledChannel>(PooledChannel{s.link->open_channel(dest, endpoint), incarnation});
+  Link* link = s.link.get();
+  link->post([link, dest] { link->watch_peer(dest); });
   return c;
 }
 
@@ -161,8 +153,8 @@ struct SyncOutcome {
 // Reads what arrived on the channel: the call's answer ends it; a late reply of an earlier call
 // (it timed out) or a refused message is skipped.
 SyncOutcome read_reply(RpcCore::State& s, Channel& chan, int dest, const Header& h) {
-  std::vector<zmq::message_t> in;
-  const Received got = recv_bounded(chan.socket, in, s.opts.limits.max_frames + 1);
+  Frames in;
+  const Received got = chan.receive(in, s.opts.limits.max_frames + 1);
   if (got == Received::TooManyParts) {
     count_bad(s, "a reply of more than " + std::to_string(s.opts.limits.max_frames + 1) + " frames", false);
     return {};
@@ -185,7 +177,7 @@ SyncOutcome read_reply(RpcCore::State& s, Channel& chan, int dest, const Header&
 }
 
 // Between waits: what the I/O loop saw (a dead peer, a restart), shutdown and the deadline.
-std::exception_ptr sync_call_ended(RpcCore::State& s, const Channel& chan, int dest, const Header& h,
+std::exception_ptr sync_call_ended(RpcCore::State& s, const PooledChannel& chan, int dest, const Header& h,
                                    Clock::time_point deadline, std::chrono::milliseconds timeout) {
   if (!s.running.load()) return call_failed(s, dest, h.fn, "agent " + s.opts.name + " shut down");
   if (const std::string gone = s.peers.down_reason(dest); !gone.empty()) return call_failed(s, dest, h.fn, gone);
@@ -201,24 +193,23 @@ std::exception_ptr sync_call_ended(RpcCore::State& s, const Channel& chan, int d
 
 // Waits on the channel for the call's answer, in slices: between them, see what the I/O loop
 // saw (a dead peer) and shutdown.
-SyncOutcome await_reply(RpcCore::State& s, Channel& chan, int dest, const Header& h,
+SyncOutcome await_reply(RpcCore::State& s, PooledChannel& chan, int dest, const Header& h,
                         std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
   const auto spin_until = Clock::now() + future_spin();
-  zmq::pollitem_t item{chan.socket.handle(), 0, ZMQ_POLLIN, 0};
   for (;;) {
     const auto now = Clock::now();
     long slice_ms = 0;
     if (now >= spin_until)
       slice_ms = std::clamp<long>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1, 0, 10);
-    int ready = 0;
+    bool ready = false;
     try {
-      ready = poll_nointr(&item, 1, std::chrono::milliseconds(slice_ms));
-    } catch (const zmq::error_t& e) {
+      ready = chan.channel->readable(std::chrono::milliseconds(slice_ms));
+    } catch (const TransportError& e) {
       return {std::nullopt, call_failed(s, dest, h.fn, e.what())};
     }
-    if (ready > 0) {
-      SyncOutcome out = read_reply(s, chan, dest, h);
+    if (ready) {
+      SyncOutcome out = read_reply(s, *chan.channel, dest, h);
       if (out.done()) return out;
       continue;
     }
@@ -234,7 +225,7 @@ void RpcCore::call_sync(int dest, Header h, const BodyWriter& body, const Comple
   if (!s.running.load()) return done(nullptr, agent_shut_down(s, h.fn));
   if (const std::string why = s.peers.down_reason(dest); !why.empty())
     return done(nullptr, call_failed(s, dest, h.fn, why));
-  std::vector<zmq::message_t> frames;
+  Frames frames;
   try {
     frames = encode_message(request_message(*this, s, dest, h, body));
   } catch (...) {
@@ -253,24 +244,29 @@ void RpcCore::call_sync(int dest, Header h, const BodyWriter& body, const Comple
     }
     s.calls.end();
   };
+  std::exception_ptr failed;
   try {
     chan = acquire_channel(s, dest);
-    if (!chan) return finish(nullptr, agent_shut_down(s, h.fn));
     const std::size_t bytes = frames_bytes(frames);
-    if (!zmq::send_multipart(chan->socket, frames, zmq::send_flags::dontwait))
-      return finish(nullptr, call_failed(s, dest, h.fn, "send queue full (peer not reading?)"));
-    s.sync_bytes_sent.fetch_add(bytes, std::memory_order_relaxed);
-    DISTRL_LOG(Debug, "rpc: sync call #" << h.call_id << " '" << h.fn << "' sent to " << s.worker_name(dest));
-  } catch (const zmq::error_t& e) {
-    return finish(nullptr, call_failed(s, dest, h.fn, e.what()));
+    if (!chan) {
+      failed = agent_shut_down(s, h.fn);
+    } else if (!chan->channel->send(frames)) {
+      failed = call_failed(s, dest, h.fn, "send queue full (peer not reading?)");
+    } else {
+      s.sync_bytes_sent.fetch_add(bytes, std::memory_order_relaxed);
+      DISTRL_LOG(Debug, "rpc: sync call #" << h.call_id << " '" << h.fn << "' sent to " << s.worker_name(dest));
+    }
+  } catch (const TransportError& e) {
+    failed = call_failed(s, dest, h.fn, e.what());
   }
+  if (failed) return finish(nullptr, failed);
   SyncOutcome out = await_reply(s, *chan, dest, h, timeout);
   finish(out.reply ? &*out.reply : nullptr, out.error);
 }
 
 // ------------------------------------------------------------------ the I/O loop's side
 
-void on_reply(RpcCore::State& s, int peer, IoLoop::Frames&& frames) {
+void on_reply(RpcCore::State& s, int peer, Frames&& frames) {
   DecodeFailure why;
   auto m = decode_message(std::move(frames), s.opts.limits, &why);
   if (!m) {
@@ -324,7 +320,7 @@ void on_rejoin(RpcCore::State& s, int peer, const InMessage& m) {
     on_peer_down(s, peer, s.worker_name(peer) + " restarted (incarnation " + std::to_string(incarnation) + ")");
   s.peers.rejoined(peer, incarnation, endpoint);  // channels to the earlier process retire
   s.channels.retire(peer);
-  s.io->replace_peer(peer, endpoint);
+  s.link->replace_peer(peer, endpoint);
   s.peers.up(peer);
   DISTRL_LOG(Info, "rpc: " << s.worker_name(peer) << " (rank " << peer << ") rejoined (incarnation " << incarnation
                            << ") at " << endpoint);

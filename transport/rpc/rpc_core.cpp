@@ -7,11 +7,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <set>
 #include <thread>
 
 #include "transport/detail/endpoints.h"
+#include "transport/detail/io_loop.h"
 #include "transport/detail/wire_codec.h"
 #include "transport/detail/zmq_context.h"
 #include "transport/rpc/detail/rpc_state.h"
@@ -41,8 +41,8 @@ RpcStats RpcCore::stats() const {
   st.bad_messages = s_->bad.load();
   st.dropped_messages = s_->dropped.load();
   st.timeouts = s_->timeouts.load();
-  st.bytes_sent = s_->sync_bytes_sent.load() + (s_->io ? s_->io->bytes_sent() : 0);
-  st.bytes_received = s_->sync_bytes_received.load() + (s_->io ? s_->io->bytes_received() : 0);
+  st.bytes_sent = s_->sync_bytes_sent.load() + (s_->link ? s_->link->bytes_sent() : 0);
+  st.bytes_received = s_->sync_bytes_received.load() + (s_->link ? s_->link->bytes_received() : 0);
   st.live_objects = s_->objects.live();
   st.releases_refused = s_->objects.releases_refused();
   return st;
@@ -53,9 +53,9 @@ std::uint64_t RpcCore::connection_drops(int rank) const { return s_->peers.drops
 bool RpcCore::connection_lost(int rank) const { return s_->peers.is_down(rank); }
 
 void RpcCore::watch(int rank) {
-  IoLoop* io = s_->io.get();
-  if (!io) throw Error("rpc: watch() needs a started agent");
-  io->post([io, rank] { io->watch_peer(rank); });
+  Link* link = s_->link.get();
+  if (!link) throw Error("rpc: watch() needs a started agent");
+  link->post([link, rank] { link->watch_peer(rank); });
 }
 
 void RpcCore::serve_until_shutdown(int rank) {
@@ -138,10 +138,10 @@ void announce_rejoin(RpcCore::State& s) {
     auto notice = std::make_tuple(s.incarnation, s.me);
     auto m = std::make_shared<OutMessage>(build_message(h, nullptr, r, [&](Packer& pk) { pk.pack(notice); }, nullptr));
     RpcCore::State* sp = &s;
-    s.io->post([sp, r, m] {
+    s.link->post([sp, r, m] {
       auto frames = encode_message(std::move(*m));
       std::string err;
-      sp->io->send_to_peer(r, frames, &err);
+      sp->link->send_to_peer(r, frames, &err);
     });
   }
 }
@@ -159,18 +159,12 @@ void RpcCore::start(const std::function<void()>& before_publish) {
   // A rank that has been here before (its process died) rejoins: same rank and name, a new
   // address, peers told once it runs.
   s.incarnation = s.rdv->store().add("rpc/incarnation/" + std::to_string(s.rank), 1);
-  s.ctx = shared_zmq_context();
-  {
-    char nonce[17];
-    std::snprintf(nonce, sizeof(nonce), "%016llx", static_cast<unsigned long long>(new_object_id()));
-    s.identity_prefix = "rpc-r" + std::to_string(s.rank) + "-" + nonce + "-";
-  }
   s.pool = std::make_unique<ThreadPool>(s.opts.num_worker_threads, "rpc-handlers", s.opts.thread_init);
 
-  IoLoop::Callbacks cb;
+  Link::Events cb;
   State* sp = &s;
-  cb.on_request = [this, sp](zmq::message_t&& id, IoLoop::Frames&& f) { on_request(*this, *sp, std::move(id), std::move(f)); };
-  cb.on_reply = [sp](int peer, IoLoop::Frames&& f) { on_reply(*sp, peer, std::move(f)); };
+  cb.on_request = [this, sp](Caller&& from, Frames&& f) { on_request(*this, *sp, std::move(from), std::move(f)); };
+  cb.on_reply = [sp](int peer, Frames&& f) { on_reply(*sp, peer, std::move(f)); };
   cb.on_peer_down = [sp](int peer, const std::string& why) { on_peer_down(*sp, peer, why); };
   cb.on_peer_up = [sp](int peer) { on_peer_up(*sp, peer); };
   cb.on_tick = [sp](Clock::time_point now) { expire(*sp, now); };
@@ -179,10 +173,17 @@ void RpcCore::start(const std::function<void()>& before_publish) {
   };
   cb.on_dropped = [sp](const std::string& what) { count_bad(*sp, what, false); };
   cb.next_deadline = [sp] { return sp->calls.next_deadline(); };
-  s.io = std::make_unique<IoLoop>(s.ctx, IoLoop::Options{s.opts.limits.max_message_bytes, s.opts.limits.max_frames + 2, s.opts.io_spin, s.opts.thread_init, s.identity_prefix}, std::move(cb));
+  // The ZeroMQ link, today's only one. Every connection of this process is made under its
+  // member identity, so that a server can check that a message's src is the rank of the
+  // connection it came on.
+  s.link = std::make_unique<IoLoop>(
+      shared_zmq_context(),
+      IoLoop::Options{s.opts.limits.max_message_bytes, s.opts.limits.max_frames + 2, s.opts.io_spin, s.opts.thread_init,
+                      IoLoop::member_identity(s.rank, new_object_id())},
+      std::move(cb));
 
   // Bind tcp and/or ipc on the one ROUTER; peers pick ipc when they share our host.
-  auto bound = s.io->bind(endpoints_to_bind(s.opts.transport, bind_ip(w, s.opts.bind_host),
+  auto bound = s.link->bind(endpoints_to_bind(s.opts.transport, bind_ip(w, s.opts.bind_host),
                                             std::to_string(s.rank), &s.ipc_path));
   const Address me = make_address(s.opts.name, s.opts.transport, bound);
   if (before_publish) before_publish();  // registrations land before any peer can reach us
@@ -207,7 +208,7 @@ void RpcCore::start(const std::function<void()>& before_publish) {
     }
     s.workers.push_back(WorkerInfo{p.name, r, p.hostname, endpoints.back()});
   }
-  s.io->set_peers(endpoints);
+  s.link->set_peers(endpoints);
   s.peers.reset(endpoints, std::move(incarnations));
   s.channels.resize(s.world);
   // Running before the loop starts: peers have our address already, so requests may be waiting,
@@ -215,7 +216,7 @@ void RpcCore::start(const std::function<void()>& before_publish) {
   // load: the main thread was preempted between the two lines, a handler's nested rpc_sync failed
   // "agent is shut down", and the 4-process dist-autograd test failed about once in 60 runs.)
   s.running.store(true);
-  s.io->start();
+  s.link->start();
   if (s.incarnation > 1) announce_rejoin(s);
 }
 
@@ -268,7 +269,7 @@ void RpcCore::shutdown(bool graceful) {
   if (s.stopped.exchange(true)) return;
   std::string failure;
   const auto until = Clock::now() + s.opts.shutdown_timeout;  // one bound for all of shutdown
-  if (graceful && s.io) {
+  if (graceful && s.link) {
     // 1. Our own calls finish (their timeouts bound this).
     if (std::size_t left = 0; !s.calls.wait_idle(until, &left)) failure = std::to_string(left) + " call(s) still pending";
     // 2. Everyone has finished theirs: after this barrier nobody sends new requests.
@@ -290,7 +291,7 @@ void RpcCore::shutdown(bool graceful) {
     }
   }
   s.running.store(false);
-  if (s.io) s.io->stop();
+  if (s.link) s.link->stop();
   if (s.pool) s.pool->stop();
   s.channels.close();  // a channel in use is closed when given back
   // The I/O thread is gone: no call it sent can be answered now.

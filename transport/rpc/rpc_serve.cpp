@@ -1,14 +1,12 @@
 // Incoming requests: decoded and checked on the I/O thread, run on the handler pool, answered
-// through the ROUTER. RRef bookkeeping messages (fork, release) are handled on the I/O thread.
-#include <string_view>
-
+// through the link. RRef bookkeeping messages (fork, release) are handled on the I/O thread.
 #include "transport/rpc/detail/rpc_state.h"
 #include "transport/detail/wire_codec.h"
 
 namespace distrl::transport::detail {
 namespace {
 
-using RoutingId = std::shared_ptr<zmq::message_t>;
+using RoutingId = std::shared_ptr<const Caller>;  // where a reply goes
 
 // What a served call produced: the value and how to pack it.
 struct Outcome {
@@ -20,10 +18,10 @@ struct Outcome {
 void send_frames(RpcCore::State& s, const RoutingId& to, std::shared_ptr<OutMessage> m) {
   auto send = [&s, to, m] {
     auto frames = encode_message(std::move(*m));
-    if (!s.io->send_reply(*to, frames)) s.dropped.fetch_add(1);  // the caller is gone
+    if (!s.link->send_reply(*to, frames)) s.dropped.fetch_add(1);  // the caller is gone
   };
-  if (s.io->on_io_thread()) send();
-  else s.io->post(send);
+  if (s.link->on_io_thread()) send();
+  else s.link->post(send);
 }
 
 void reply(RpcCore& core, RpcCore::State& s, const RoutingId& to, const Header& req, Kind kind, const BodyWriter& body) {
@@ -162,27 +160,16 @@ void count_bad(RpcCore::State& s, const std::string& what, bool answered) {
                                    << (held ? " (" + std::to_string(held) + " more since the last report)" : ""));
 }
 
-// The rank a member's connection was made under ("rpc-r<rank>-..."), or -1 for any other
-// routing id (libzmq's own, an outsider's).
-static int rank_of_identity(const zmq::message_t& id) {
-  const std::string_view v(static_cast<const char*>(id.data()), id.size());
-  if (v.substr(0, 5) != "rpc-r") return -1;
-  long r = 0;
-  std::size_t i = 5;
-  for (; i < v.size() && i < 12 && v[i] >= '0' && v[i] <= '9'; ++i) r = r * 10 + (v[i] - '0');
-  return i > 5 && i < v.size() && v[i] == '-' ? static_cast<int>(r) : -1;
-}
-
-void on_request(RpcCore& core, RpcCore::State& s, zmq::message_t&& routing, IoLoop::Frames&& frames) {
-  auto to = std::make_shared<zmq::message_t>(std::move(routing));
+void on_request(RpcCore& core, RpcCore::State& s, Caller&& from_conn, Frames&& frames) {
+  auto to = std::make_shared<const Caller>(std::move(from_conn));
   DecodeFailure why;
   auto decoded = decode_message(std::move(frames), s.opts.limits, &why);
   // No trust in identity fields: a message that names a member as its src must come on a
   // connection that member made. An outsider (src -1) stays an outsider: it can call, never act
   // as a member (hold forks, rejoin, enter autograd contexts as one). Dropped unanswered.
   const int claimed = decoded ? decoded->header.src : why.src;
-  if (claimed >= 0 && claimed != rank_of_identity(*to)) {
-    const int conn = rank_of_identity(*to);
+  if (claimed >= 0 && claimed != to->rank) {
+    const int conn = to->rank;
     count_bad(s, "a message claiming to come from rank " + std::to_string(claimed) + " on " +
                      (conn >= 0 ? "a connection of rank " + std::to_string(conn) : std::string("a connection of no member")),
               false);

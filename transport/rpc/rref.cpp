@@ -98,10 +98,10 @@ void RpcCore::release_rref(int owner, std::uint64_t id, std::uint64_t fork) {
   std::tuple<std::uint64_t, std::uint64_t> ids{id, fork};
   auto m = std::make_shared<OutMessage>(build_message(h, this, owner, [&](Packer& pk) { pk.pack(ids); }));
   State* sp = &s;
-  s.io->post([sp, owner, m] {
+  s.link->post([sp, owner, m] {
     auto frames = encode_message(std::move(*m));
     std::string err;
-    sp->io->send_to_peer(owner, frames, &err);  // a dead owner has nothing left to free
+    sp->link->send_to_peer(owner, frames, &err);  // a dead owner has nothing left to free
   });
 }
 

@@ -1,4 +1,4 @@
-// The synchronous fast path's idle channels (docs/threads.md): a connection per peer and per
+// The synchronous fast path's idle channels (docs/threads.md): a link Channel per peer and per
 // concurrent synchronous caller, checked out by the calling thread for one call and given
 // back after it. A channel belongs to the thread holding it; the pool's one lock covers only
 // the idle ones. Each channel remembers the incarnation of the process it connected to: after
@@ -11,15 +11,15 @@
 #include <mutex>
 #include <vector>
 
-#include <zmq.hpp>
+#include "transport/detail/link.h"
 
 namespace distrl::transport::detail {
 
-struct Channel {
-  zmq::socket_t socket;
+struct PooledChannel {
+  std::unique_ptr<Channel> channel;
   std::int64_t incarnation = 0;  // of the peer's process when it connected
 };
-using ChannelPtr = std::unique_ptr<Channel>;
+using ChannelPtr = std::unique_ptr<PooledChannel>;
 
 class ChannelPool {
  public:

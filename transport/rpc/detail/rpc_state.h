@@ -12,7 +12,7 @@
 
 #include "common/log.h"
 #include "transport/detail/endpoints.h"
-#include "transport/detail/io_loop.h"
+#include "transport/detail/link.h"
 #include "transport/message_hooks.h"
 #include "transport/rendezvous.h"
 #include "transport/rpc/detail/call_table.h"
@@ -43,14 +43,11 @@ struct RpcCore::State {
   std::unordered_map<std::string, int> by_name;
   Address me;                     // as published at rendezvous
   std::int64_t incarnation = 1;   // this process's: 1, or more for a rank that rejoined
-  // "rpc-r<rank>-<random>-": every DEALER of this process connects under it, so a server can
-  // check that a message's src is the rank of the connection it came on (rank_of_identity).
-  std::string identity_prefix;
   std::string ipc_path;
   std::unique_ptr<Rendezvous> rdv;
-  std::shared_ptr<zmq::context_t> ctx;
   std::unique_ptr<ThreadPool> pool;
-  std::unique_ptr<IoLoop> io;
+  // The transport (detail/link.h): its I/O thread runs the entry points below.
+  std::unique_ptr<Link> link;
   std::atomic<bool> running{false};
   std::atomic<bool> stopped{false};
   // Set once in setup, before any traffic (RpcAgent::set_hooks); read by every thread after.
@@ -64,7 +61,6 @@ struct RpcCore::State {
   PeerTable peers;
   CallTable calls;
   ChannelPool channels;
-  std::atomic<std::uint64_t> channels_made{0};
 
   std::atomic<std::uint64_t> calls_served{0}, bad{0}, dropped{0}, timeouts{0};
   std::atomic<std::uint64_t> sync_bytes_sent{0}, sync_bytes_received{0};  // the fast path's (the I/O loop counts its own)
@@ -82,7 +78,7 @@ std::string describe_call(const RpcCore::State& s, int dest, const std::string& 
 std::exception_ptr call_failed(const RpcCore::State& s, int dest, const std::string& fn, const std::string& why);
 
 // I/O thread entry points (rpc_call.cpp).
-void on_reply(RpcCore::State& s, int peer, IoLoop::Frames&& frames);
+void on_reply(RpcCore::State& s, int peer, Frames&& frames);
 void on_peer_down(RpcCore::State& s, int peer, const std::string& why);
 void on_peer_up(RpcCore::State& s, int peer);  // its connection came back: calls go through again
 // A rank announced it restarted (kRejoinFn): calls to the earlier process fail, the connection
@@ -95,6 +91,6 @@ void attach_hooks(RpcCore::State& s, InMessage& m);
 // (rpc_serve.cpp).
 void count_bad(RpcCore::State& s, const std::string& what, bool answered);
 // I/O thread entry point (rpc_serve.cpp).
-void on_request(RpcCore& core, RpcCore::State& s, zmq::message_t&& routing, IoLoop::Frames&& frames);
+void on_request(RpcCore& core, RpcCore::State& s, Caller&& from, Frames&& frames);
 
 }  // namespace distrl::transport::detail
