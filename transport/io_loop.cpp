@@ -7,6 +7,8 @@
 #include <zmq_addon.hpp>
 
 #include <algorithm>
+#include <cstdio>
+#include <string_view>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -14,6 +16,59 @@
 #include "common/thread_name.h"
 
 namespace distrl::transport::detail {
+
+namespace {
+
+// The rank a member's connection was made under ("rpc-r<rank>-..."), or -1 for any other
+// routing id (libzmq's own, an outsider's).
+int rank_of_identity(const zmq::message_t& id) {
+  const std::string_view v(static_cast<const char*>(id.data()), id.size());
+  if (v.substr(0, 5) != "rpc-r") return -1;
+  long r = 0;
+  std::size_t i = 5;
+  for (; i < v.size() && i < 12 && v[i] >= '0' && v[i] <= '9'; ++i) r = r * 10 + (v[i] - '0');
+  return i > 5 && i < v.size() && v[i] == '-' ? static_cast<int>(r) : -1;
+}
+
+// libzmq's errors as the seam's: a TransportError with libzmq's words.
+template <typename F>
+auto zmq_call(F&& f) {
+  try {
+    return f();
+  } catch (const zmq::error_t& e) {
+    throw TransportError(e.what());
+  }
+}
+
+// The sync fast path's connection: a DEALER the calling thread holds, polled by that thread.
+class ZmqChannel final : public Channel {
+ public:
+  ZmqChannel(std::shared_ptr<zmq::context_t> ctx, const std::string& identity, std::size_t max_frame_bytes,
+             const std::string& endpoint)
+      : ctx_(std::move(ctx)), socket_(*ctx_, zmq::socket_type::dealer) {
+    apply_common_options(socket_, 0);
+    secure_client(socket_);
+    socket_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(max_frame_bytes));
+    socket_.set(zmq::sockopt::routing_id, identity);
+    socket_.connect(endpoint);
+  }
+  bool send(Frames& frames) override {
+    return zmq_call([&] { return zmq::send_multipart(socket_, frames, zmq::send_flags::dontwait).has_value(); });
+  }
+  bool readable(std::chrono::milliseconds wait) override {
+    zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
+    return zmq_call([&] { return poll_nointr(&item, 1, wait) > 0; });
+  }
+  Received receive(Frames& out, std::size_t max_parts) override {
+    return zmq_call([&] { return recv_bounded(socket_, out, max_parts); });
+  }
+
+ private:
+  std::shared_ptr<zmq::context_t> ctx_;  // outlives the socket
+  zmq::socket_t socket_;
+};
+
+}  // namespace
 
 struct IoLoop::Peer {
   zmq::socket_t dealer;
@@ -34,6 +89,12 @@ IoLoop::IoLoop(std::shared_ptr<zmq::context_t> ctx, Options options, Callbacks c
   router_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.max_frame_bytes));
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) throw TransportError("transport: eventfd failed");
+}
+
+std::string IoLoop::member_identity(int rank, std::uint64_t nonce) {
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(nonce));
+  return "rpc-r" + std::to_string(rank) + "-" + hex + "-";
 }
 
 IoLoop::~IoLoop() {
@@ -166,10 +227,10 @@ bool IoLoop::send_to_peer(int peer, Frames& frames, std::string* error) {
   return false;
 }
 
-bool IoLoop::send_reply(const zmq::message_t& routing_id, Frames& frames) {
+bool IoLoop::send_reply(const Caller& to, Frames& frames) {
   mark(router_.handle());  // sending may take in the signal of a request that already came
   try {
-    router_.send(zmq::const_buffer(routing_id.data(), routing_id.size()), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+    router_.send(zmq::const_buffer(to.route.data(), to.route.size()), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
     const std::size_t bytes = frames_bytes(frames);
     if (!zmq::send_multipart(router_, frames, zmq::send_flags::dontwait)) return false;
     bytes_sent_.fetch_add(bytes, std::memory_order_relaxed);
@@ -177,6 +238,11 @@ bool IoLoop::send_reply(const zmq::message_t& routing_id, Frames& frames) {
   } catch (const zmq::error_t&) {
     return false;  // EHOSTUNREACH: the caller is gone
   }
+}
+
+std::unique_ptr<Channel> IoLoop::open_channel(int, const std::string& endpoint) {
+  const std::string identity = options_.identity_prefix + "c" + std::to_string(++channels_made_);
+  return zmq_call([&] { return std::make_unique<ZmqChannel>(ctx_, identity, options_.max_frame_bytes, endpoint); });
 }
 
 void IoLoop::rebuild_poll_items() {
@@ -251,10 +317,11 @@ bool IoLoop::drain_router() {
       continue;
     }
     if (frames.size() < 2) continue;  // a routing id alone: nothing to answer
-    zmq::message_t id = std::move(frames.front());
+    Caller from{std::move(frames.front()), -1};
+    from.rank = rank_of_identity(from.route);
     frames.erase(frames.begin());
     bytes_received_.fetch_add(frames_bytes(frames), std::memory_order_relaxed);
-    guarded("serving a request", [&] { cb_.on_request(std::move(id), std::move(frames)); });
+    guarded("serving a request", [&] { cb_.on_request(std::move(from), std::move(frames)); });
   }
   return true;
 }

@@ -11,9 +11,6 @@
 namespace distrl::transport::detail {
 namespace {
 
-thread_local PackScope* t_pack = nullptr;
-thread_local UnpackScope* t_unpack = nullptr;
-
 // Wire dtype codes are ours, stable across LibTorch versions (tensor.cpp maps them to
 // c10::ScalarType in the same order).
 struct DtypeInfo {
@@ -30,28 +27,6 @@ constexpr std::size_t kDtypeCount = sizeof(kDtypes) / sizeof(kDtypes[0]);
 
 std::size_t dtype_size(std::uint8_t code) { return code < kDtypeCount ? kDtypes[code].size : 0; }
 const char* dtype_name(std::uint8_t code) { return code < kDtypeCount ? kDtypes[code].name : "unknown"; }
-
-PackScope::PackScope(std::vector<OutFrame>* f, RpcCore* a, int dest)
-    : frames(f), agent(a), dest_rank(dest), previous_(t_pack) {
-  t_pack = this;
-}
-PackScope::~PackScope() { t_pack = previous_; }
-
-UnpackScope::UnpackScope(const InFrames* f, std::shared_ptr<RpcCore> a)
-    : frames(f), agent(std::move(a)), previous_(t_unpack) {
-  t_unpack = this;
-}
-UnpackScope::~UnpackScope() { t_unpack = previous_; }
-
-PackScope* current_pack_scope() { return t_pack; }
-const UnpackScope* current_unpack_scope() { return t_unpack; }
-
-RpcCore* current_pack_agent(int* dest_rank) {
-  if (!t_pack) return nullptr;
-  *dest_rank = t_pack->dest_rank;
-  return t_pack->agent;
-}
-std::shared_ptr<RpcCore> current_unpack_agent() { return t_unpack ? t_unpack->agent : nullptr; }
 
 TensorDesc parse_tensor_descriptor(const char* data, std::size_t size) {
   if (size < 6) throw ProtocolError("tensor descriptor of " + std::to_string(size) + " bytes is truncated");

@@ -1,8 +1,9 @@
-// The one thread that touches ZeroMQ sockets: a ROUTER bound to this process's endpoints
-// (requests in, replies out), one DEALER per peer, connected on first use (requests out,
-// replies in), and a monitor per DEALER that reports lost connections. Other threads hand it
-// work with post(); an eventfd wakes it. It polls without sleeping for `spin` after activity,
-// which on a 2-vCPU VM saves a cross-CPU wake-up per message. Private to transport/.
+// The ZeroMQ link (detail/link.h): one thread touches its sockets: a ROUTER bound to this
+// process's endpoints (requests in, replies out), one DEALER per peer, connected on first use
+// (requests out, replies in), and a monitor per DEALER that reports lost connections. Other
+// threads hand it work with post(); an eventfd wakes it. It polls without sleeping for `spin`
+// after activity, which on a 2-vCPU VM saves a cross-CPU wake-up per message. Channels are
+// DEALERs of their own. Private to transport/.
 //
 // It sleeps in poll(2) on the sockets' ZMQ_FDs (edge-style: readable when the socket's command
 // mailbox was signalled) and reads only the sockets that fired or that it sent on since their
@@ -24,41 +25,20 @@
 
 #include <zmq.hpp>
 
+#include "transport/detail/link.h"
+
 namespace distrl::transport::detail {
 
-// The bytes of a message's frames.
-inline std::size_t frames_bytes(const std::vector<zmq::message_t>& frames) {
-  std::size_t n = 0;
-  for (const auto& f : frames) n += f.size();
-  return n;
-}
-
-class IoLoop {
+class IoLoop final : public Link {
  public:
-  using Clock = std::chrono::steady_clock;
-  using Frames = std::vector<zmq::message_t>;
-  struct Callbacks {
-    std::function<void(zmq::message_t&& routing_id, Frames&& frames)> on_request;  // at the ROUTER
-    std::function<void(int peer, Frames&& frames)> on_reply;                       // at a DEALER
-    std::function<void(int peer, const std::string& why)> on_peer_down;
-    // Optional: a connection reported down came back at the same endpoint (the process was
-    // stopped or its host unreachable for a while, not gone).
-    std::function<void(int peer)> on_peer_up;
-    std::function<void(Clock::time_point now)> on_tick;                            // after each round
-    // After a round that read messages: every request that had arrived by then has been served
-    // (optional; the RL batcher closes a batch here).
-    std::function<void()> on_served;
-    std::function<Clock::time_point()> next_deadline;
-    // A message refused before any callback saw it (too many frames), or a callback that threw:
-    // counted and reported by the owner; the loop goes on.
-    std::function<void(const std::string& what)> on_dropped;
-  };
+  using Callbacks = Link::Events;
   struct Options {
     std::size_t max_frame_bytes = 1ull << 30;
     std::size_t max_parts = 4096 + 2;  // frames per message, routing id included
     std::chrono::microseconds spin{0};
     std::function<void()> thread_init;  // runs first on the I/O thread (RpcOptions::thread_init)
-    // The DEALERs' routing ids start with this (rpc_identity_prefix); a counter ends each.
+    // The DEALERs' routing ids start with this (member_identity); a counter ends each. Empty:
+    // libzmq's own ids (the connections of no member).
     std::string identity_prefix;
   };
 
@@ -67,31 +47,37 @@ class IoLoop {
   IoLoop(const IoLoop&) = delete;
   IoLoop& operator=(const IoLoop&) = delete;
 
+  // "rpc-r<rank>-<nonce>-": the routing-id prefix of member `rank`'s connections. A server
+  // reads the rank back from the connection (Caller::rank), never from the message.
+  static std::string member_identity(int rank, std::uint64_t nonce);
+
   // Before start(): binds the ROUTER to each endpoint; returns the bound endpoints.
-  std::vector<std::string> bind(const std::vector<std::string>& endpoints);
+  std::vector<std::string> bind(const std::vector<std::string>& endpoints) override;
   // Before start(): the endpoint to dial for each peer rank.
-  void set_peers(std::vector<std::string> endpoints);
-  void start();
+  void set_peers(std::vector<std::string> endpoints) override;
+  void start() override;
   // Runs every posted task, closes the sockets and joins. Idempotent.
-  void stop();
+  void stop() override;
 
   // Any thread: run fn on the I/O thread. False (fn dropped) once stop() has begun.
-  bool post(std::function<void()> fn);
-  bool on_io_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
+  bool post(std::function<void()> fn) override;
+  bool on_io_thread() const override { return std::this_thread::get_id() == thread_.get_id(); }
   // Message bytes this loop sent and read (frames, routing ids not counted). Any thread.
-  std::uint64_t bytes_sent() const { return bytes_sent_.load(std::memory_order_relaxed); }
-  std::uint64_t bytes_received() const { return bytes_received_.load(std::memory_order_relaxed); }
+  std::uint64_t bytes_sent() const override { return bytes_sent_.load(std::memory_order_relaxed); }
+  std::uint64_t bytes_received() const override { return bytes_received_.load(std::memory_order_relaxed); }
 
   // I/O thread only. False (and *error) when the message cannot be queued.
-  bool send_to_peer(int peer, Frames& frames, std::string* error);
-  bool send_reply(const zmq::message_t& routing_id, Frames& frames);
+  bool send_to_peer(int peer, Frames& frames, std::string* error) override;
+  bool send_reply(const Caller& to, Frames& frames) override;
   // I/O thread only: connects this loop's DEALER to `peer` (if not yet), so that its death is
   // watched and reported (on_peer_down) even when every call to it takes another path.
-  void watch_peer(int peer);
+  void watch_peer(int peer) override;
   // I/O thread only: `peer` restarted and now listens at `endpoint` (a rank that rejoined).
   // Closes the connection to the earlier process (dropping what was queued for it) and, if it
   // was connected, connects to the new one at once so that it is watched again.
-  void replace_peer(int peer, const std::string& endpoint);
+  void replace_peer(int peer, const std::string& endpoint) override;
+  // Any thread: a DEALER of its own, connected under this process's identity prefix.
+  std::unique_ptr<Channel> open_channel(int peer, const std::string& endpoint) override;
 
  private:
   struct Peer;
@@ -116,6 +102,7 @@ class IoLoop {
   std::vector<std::string> peer_endpoints_;
   std::vector<std::unique_ptr<Peer>> peers_;
   std::uint64_t connections_made_ = 0;  // names each connection's monitor uniquely
+  std::atomic<std::uint64_t> channels_made_{0};  // names each channel's routing id uniquely
   enum class Source { Router, Reply, Monitor };
   struct Watched {
     void* socket;

@@ -9,7 +9,7 @@
 
 #include <zmq.hpp>
 
-#include "transport/serialize.h"
+#include "transport/detail/message.h"
 
 namespace distrl::transport::detail {
 

@@ -10,6 +10,8 @@
 
 #include <zmq.hpp>
 
+#include "transport/detail/link.h"
+
 namespace distrl::transport::detail {
 
 // With security on (transport/security.h) it also runs the ZAP handler and handshake monitors.
@@ -38,8 +40,7 @@ void watch_connection(zmq::context_t& ctx, zmq::socket_t& dealer, zmq::socket_t&
 void read_connection_events(zmq::socket_t& monitor, const std::function<void(int)>& on_event);
 // Receives one multipart message (non-blocking) keeping at most max_parts frames: a longer one
 // is read to its end and the rest discarded, so no peer can make a reader hold an unbounded
-// number of frames (ZeroMQ's maxmsgsize bounds each frame, not their count).
-enum class Received { Nothing, Message, TooManyParts };
+// number of frames (ZeroMQ's maxmsgsize bounds each frame, not their count). (Received: link.h.)
 Received recv_bounded(zmq::socket_t& s, std::vector<zmq::message_t>& out, std::size_t max_parts);
 
 // A monitor (PAIR) of s's failed handshakes: the server refused our key, or one side runs

@@ -1,27 +1,24 @@
-// The RPC engine. Threads: the I/O loop (sockets, pending-call table, deadlines, RRef control
-// messages) and the handler pool (user functions, packing replies). Pending calls are touched
-// only on the I/O thread; the registry and the object table have their own locks.
+// The RPC engine's lifecycle: start (rendezvous, bind, threads), the accessors, and shutdown.
+// Threads: the I/O loop (sockets, replies, deadlines, RRef control messages) and the handler
+// pool (user functions, packing replies). Outgoing calls are rpc_call.cpp, incoming requests
+// rpc_serve.cpp; each owned part of the State has its own lock (rpc_state.h).
 #include "transport/rpc/detail/rpc_core.h"
 
-#include <sys/random.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
+#include <set>
 #include <thread>
 
-#include "transport/rpc/detail/rpc_state.h"
 #include "transport/detail/endpoints.h"
+#include "transport/detail/io_loop.h"
 #include "transport/detail/wire_codec.h"
 #include "transport/detail/zmq_context.h"
-
-#include <zmq_addon.hpp>
+#include "transport/rpc/detail/rpc_state.h"
 
 namespace distrl::transport::detail {
 
-RpcCore::RpcCore(RpcOptions options) : s_(std::make_unique<State>()) { s_->opts = std::move(options); }
+RpcCore::RpcCore(RpcOptions options) : s_(std::make_unique<State>(std::move(options))) {}
 
 RpcCore::~RpcCore() { shutdown(false); }
 
@@ -39,32 +36,26 @@ Executor* RpcCore::callback_executor() { return s_->pool.get(); }
 
 RpcStats RpcCore::stats() const {
   RpcStats st;
-  st.calls_sent = s_->calls_sent.load();
+  st.calls_sent = s_->calls.sent();
   st.calls_served = s_->calls_served.load();
   st.bad_messages = s_->bad.load();
   st.dropped_messages = s_->dropped.load();
   st.timeouts = s_->timeouts.load();
-  st.bytes_sent = s_->sync_bytes_sent.load() + (s_->io ? s_->io->bytes_sent() : 0);
-  st.bytes_received = s_->sync_bytes_received.load() + (s_->io ? s_->io->bytes_received() : 0);
-  std::lock_guard<std::mutex> lock(s_->obj_mu);
-  st.live_objects = s_->objects.size();
-  st.releases_refused = s_->releases_refused;
+  st.bytes_sent = s_->sync_bytes_sent.load() + (s_->link ? s_->link->bytes_sent() : 0);
+  st.bytes_received = s_->sync_bytes_received.load() + (s_->link ? s_->link->bytes_received() : 0);
+  st.live_objects = s_->objects.live();
+  st.releases_refused = s_->objects.releases_refused();
   return st;
 }
 
-std::uint64_t RpcCore::connection_drops(int rank) const {
-  return rank >= 0 && rank < s_->world && s_->peer_drops ? s_->peer_drops[rank].load() : 0;
-}
+std::uint64_t RpcCore::connection_drops(int rank) const { return s_->peers.drops(rank); }
 
-bool RpcCore::connection_lost(int rank) const {
-  std::lock_guard<std::mutex> lock(s_->down_mu);
-  return s_->down_peers.count(rank) > 0;
-}
+bool RpcCore::connection_lost(int rank) const { return s_->peers.is_down(rank); }
 
 void RpcCore::watch(int rank) {
-  IoLoop* io = s_->io.get();
-  if (!io) throw Error("rpc: watch() needs a started agent");
-  io->post([io, rank] { io->watch_peer(rank); });
+  Link* link = s_->link.get();
+  if (!link) throw Error("rpc: watch() needs a started agent");
+  link->post([link, rank] { link->watch_peer(rank); });
 }
 
 void RpcCore::serve_until_shutdown(int rank) {
@@ -98,16 +89,9 @@ std::chrono::milliseconds RpcCore::timeout_for(const Target& to) const {
   return to.timeout.count() > 0 ? to.timeout : s_->opts.rpc_timeout;
 }
 
-void RpcCore::add_callable(const std::string& name, Callable c) {
-  std::unique_lock<std::shared_mutex> lock(s_->reg_mu);
-  s_->functions[name] = std::make_shared<const Callable>(std::move(c));
-}
+void RpcCore::add_callable(const std::string& name, Callable c) { s_->registry.add_function(name, std::move(c)); }
 
-void RpcCore::add_class(const std::string& name, ClassInfo info) {
-  std::unique_lock<std::shared_mutex> lock(s_->reg_mu);
-  auto type = info.type;
-  s_->classes[type] = std::make_shared<const ClassInfo>(std::move(info));
-}
+void RpcCore::add_class(const std::string&, ClassInfo info) { s_->registry.add_class(std::move(info)); }
 
 void RpcCore::set_hooks(std::shared_ptr<MessageHooks> hooks) {
   if (s_->running.load() && s_->hooks != hooks)
@@ -122,406 +106,6 @@ void RpcCore::after_requests_read(std::function<void()> fn) {
     throw Error("rpc: after_requests_read must be called in the agent's setup callback, before any peer can send");
   s_->after_requests_read = std::move(fn);
 }
-
-void attach_hooks(RpcCore::State& s, InMessage& m) {
-  if (!s.hooks || m.header.ctx < 0 || m.header.rg.empty()) return;
-  m.frames->hooks = s.hooks;
-  m.frames->tag = MessageTag{m.header.ctx, m.header.am, m.header.rg};
-  m.frames->src = m.header.src;
-}
-
-std::uint64_t RpcCore::new_object_id() {
-  // Random 64 bits from the kernel: unique in practice (a repeat among 10^6 live ids is a
-  // 1-in-10^7 event) and unguessable, so that nobody who has not been handed an RRef can call
-  // or release its object (sequential ids let a peer release others' objects: issue 14, case 4).
-  std::uint64_t id = 0;
-  while (id == 0) {
-    if (::getrandom(&id, sizeof(id), 0) != static_cast<ssize_t>(sizeof(id))) {
-      if (errno == EINTR) continue;
-      throw Error(std::string("rpc: getrandom failed: ") + std::strerror(errno));
-    }
-  }
-  return id;
-}
-
-// ------------------------------------------------------------------ outgoing calls
-
-namespace {
-// "rpc to worker1 (rank 1) 'fn'": how every call failure names the call.
-std::string describe_call(const RpcCore::State& s, int dest, const std::string& fn) {
-  return "rpc to " + s.worker_name(dest) + " (rank " + std::to_string(dest) + ") '" + fn + "'";
-}
-std::exception_ptr call_failed(const RpcCore::State& s, int dest, const std::string& fn, const std::string& why) {
-  return std::make_exception_ptr(TransportError(describe_call(s, dest, fn) + " failed: " + why));
-}
-std::exception_ptr agent_shut_down(const RpcCore::State& s, const std::string& fn) {
-  if (!s.stopped.load())
-    return std::make_exception_ptr(TransportError("rpc: agent " + s.opts.name + " is not started yet; cannot call '" + fn +
-                                                  "' (the setup callback runs before the peers are known: call out "
-                                                  "after the RpcAgent is constructed)"));
-  return std::make_exception_ptr(TransportError("rpc: agent " + s.opts.name + " is shut down; cannot call '" + fn + "'"));
-}
-
-// A request's header stamped (kind, source, a fresh call id, the hooks' context) and packed.
-// Throws what packing the body throws.
-OutMessage request_message(RpcCore& core, RpcCore::State& s, int dest, Header& h, const BodyWriter& body) {
-  h.kind = Kind::Request;
-  h.src = s.rank;
-  h.call_id = s.next_call_id.fetch_add(1);
-  MessageHooks* hooks = s.hooks.get();
-  if (hooks && h.ctx < 0) h.ctx = hooks->current_context();
-  return build_message(h, &core, dest, body, hooks);
-}
-
-// A call is in flight (shutdown waits for it) from start_inflight until finish_inflight.
-void start_inflight(RpcCore::State& s) {
-  {
-    std::lock_guard<std::mutex> lock(s.inflight_mu);
-    ++s.inflight;
-  }
-  s.calls_sent.fetch_add(1, std::memory_order_relaxed);
-}
-void finish_inflight(RpcCore::State& s) {
-  std::lock_guard<std::mutex> lock(s.inflight_mu);
-  if (--s.inflight == 0) s.inflight_cv.notify_all();
-}
-
-std::exception_ptr malformed_reply(const RpcCore::State& s, int peer, const std::string& what) {
-  return std::make_exception_ptr(ProtocolError("rpc: malformed reply from " + s.worker_name(peer) + ": " + what));
-}
-}  // namespace
-
-void RpcCore::call(int dest, Header h, const BodyWriter& body, Completion done, std::chrono::milliseconds timeout) {
-  if (!s_->running.load()) {
-    done(nullptr, agent_shut_down(*s_, h.fn));
-    return;
-  }
-  std::shared_ptr<OutMessage> msg;
-  try {
-    msg = std::make_shared<OutMessage>(request_message(*this, *s_, dest, h, body));
-  } catch (...) {
-    done(nullptr, std::current_exception());
-    return;
-  }
-  start_inflight(*s_);
-  State* s = s_.get();
-  auto shared_done = std::make_shared<Completion>(std::move(done));
-  const bool queued = s->io->post([s, dest, id = h.call_id, fn = h.fn, msg, shared_done, timeout]() mutable {
-    auto frames = encode_message(std::move(*msg));
-    std::string err;
-    if (!s->io->send_to_peer(dest, frames, &err)) {
-      (*shared_done)(nullptr, call_failed(*s, dest, fn, err));
-      finish_inflight(*s);
-      return;
-    }
-    DISTRL_LOG(Debug, "rpc: call #" << id << " '" << fn << "' sent to " << s->worker_name(dest));
-    auto deadline = Clock::now() + timeout;
-    s->deadlines.emplace(deadline, id);
-    s->pending.emplace(id, State::Pending{dest, std::move(fn), std::move(*shared_done), deadline, timeout});
-  });
-  if (!queued) {  // raced with shutdown
-    (*shared_done)(nullptr, agent_shut_down(*s, h.fn));
-    finish_inflight(*s);
-  }
-}
-
-namespace {
-
-// I/O thread: completes one pending call with a message or an error.
-void complete(RpcCore::State& s, std::uint64_t id, InMessage* m, std::exception_ptr err) {
-  auto it = s.pending.find(id);
-  if (it == s.pending.end()) return;  // timed out earlier, or a stray reply
-  auto p = std::move(it->second);
-  s.pending.erase(it);
-  auto range = s.deadlines.equal_range(p.deadline);
-  for (auto d = range.first; d != range.second; ++d)
-    if (d->second == id) {
-      s.deadlines.erase(d);
-      break;
-    }
-  try {
-    p.done(m, err);
-  } catch (const std::exception& e) {
-    DISTRL_LOG(Error, "rpc: completion of '" << p.fn << "' threw " << e.what());
-  }
-  finish_inflight(s);
-}
-
-std::exception_ptr error_from_reply(RpcCore::State& s, const InMessage& m, const std::string& fn) {
-  std::string origin, type, message;
-  try {
-    std::tuple<std::string, std::string, std::string> t;
-    m.body().convert(t);
-    std::tie(origin, type, message) = t;
-  } catch (const std::exception&) {
-    return std::make_exception_ptr(ProtocolError("rpc: malformed error reply from " + s.worker_name(m.header.src) + " to '" + fn + "'"));
-  }
-  if (origin == "agent")
-    return std::make_exception_ptr(ProtocolError("rpc '" + fn + "' refused by " + s.worker_name(m.header.src) + ": " + message));
-  return std::make_exception_ptr(RemoteError(s.worker_name(m.header.src), type, message));
-}
-
-}  // namespace
-
-// ------------------------------------------------------------------ the synchronous fast path
-
-namespace {
-
-using ChannelPtr = std::unique_ptr<RpcCore::State::Channel>;
-
-// An idle channel to `dest`, or a new one (then the I/O loop is asked to connect its own
-// DEALER to dest too, so that it watches the connection and reports the peer's death).
-ChannelPtr acquire_channel(RpcCore::State& s, int dest) {
-  {
-    std::lock_guard<std::mutex> lock(s.chan_mu);
-    if (s.channels_closed) return nullptr;
-    auto& idle = s.idle_channels[dest];
-    if (!idle.empty()) {
-      ChannelPtr c = std::move(idle.back());
-      idle.pop_back();
-      return c;
-    }
-  }
-  auto c = std::make_unique<RpcCore::State::Channel>(RpcCore::State::Channel{zmq::socket_t(*s.ctx, zmq::socket_type::dealer), 0});
-  apply_common_options(c->socket, 0);
-  secure_client(c->socket);
-  c->socket.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(s.opts.limits.max_message_bytes));
-  c->socket.set(zmq::sockopt::routing_id, s.identity_prefix + "c" + std::to_string(++s.channels_made));
-  std::string endpoint;
-  {
-    std::lock_guard<std::mutex> lock(s.chan_mu);  // a rejoin changes both together
-    endpoint = s.endpoints[dest];
-    c->epoch = s.peer_epoch[dest].load();
-  }
-  c->socket.connect(endpoint);
-  IoLoop* io = s.io.get();
-  io->post([io, dest] { io->watch_peer(dest); });
-  return c;
-}
-
-void release_channel(RpcCore::State& s, int dest, ChannelPtr c) {
-  std::lock_guard<std::mutex> lock(s.chan_mu);
-  if (!s.channels_closed && c->epoch == s.peer_epoch[dest].load()) s.idle_channels[dest].push_back(std::move(c));
-  // else: closed here, under the lock that shutdown (or the peer's rejoin) took to close the idle ones
-}
-
-std::string down_reason(RpcCore::State& s, int dest) {
-  std::lock_guard<std::mutex> lock(s.down_mu);
-  auto it = s.down_peers.find(dest);
-  return it == s.down_peers.end() ? std::string() : it->second;
-}
-
-}  // namespace
-
-void RpcCore::call_sync(int dest, Header h, const BodyWriter& body, const Completion& done,
-                        std::chrono::milliseconds timeout) {
-  State& s = *s_;
-  if (!s.running.load()) return done(nullptr, agent_shut_down(s, h.fn));
-  if (const std::string why = down_reason(s, dest); !why.empty())
-    return done(nullptr, call_failed(s, dest, h.fn, why));
-  std::vector<zmq::message_t> frames;
-  try {
-    frames = encode_message(request_message(*this, s, dest, h, body));
-  } catch (...) {
-    return done(nullptr, std::current_exception());
-  }
-  start_inflight(s);
-  // Exactly one of these ends the call: done runs, the channel goes back, shutdown may go on.
-  ChannelPtr chan;
-  auto finish = [&](InMessage* m, std::exception_ptr err) {
-    if (chan) release_channel(s, dest, std::move(chan));
-    try {
-      done(m, err);
-    } catch (...) {
-      finish_inflight(s);
-      throw;
-    }
-    finish_inflight(s);
-  };
-  try {
-    chan = acquire_channel(s, dest);
-    if (!chan) return finish(nullptr, agent_shut_down(s, h.fn));
-    const std::size_t bytes = frames_bytes(frames);
-    if (!zmq::send_multipart(chan->socket, frames, zmq::send_flags::dontwait))
-      return finish(nullptr, call_failed(s, dest, h.fn, "send queue full (peer not reading?)"));
-    s.sync_bytes_sent.fetch_add(bytes, std::memory_order_relaxed);
-    DISTRL_LOG(Debug, "rpc: sync call #" << h.call_id << " '" << h.fn << "' sent to " << s.worker_name(dest));
-  } catch (const zmq::error_t& e) {
-    return finish(nullptr, call_failed(s, dest, h.fn, e.what()));
-  }
-
-  const auto deadline = Clock::now() + timeout;
-  const auto spin_until = Clock::now() + future_spin();
-  zmq::pollitem_t item{chan->socket.handle(), 0, ZMQ_POLLIN, 0};
-  for (;;) {
-    // Wait in slices: between them, see what the I/O loop saw (a dead peer) and shutdown.
-    const auto now = Clock::now();
-    long slice_ms = 0;
-    if (now >= spin_until)
-      slice_ms = std::clamp<long>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1, 0, 10);
-    int ready = 0;
-    try {
-      ready = poll_nointr(&item, 1, std::chrono::milliseconds(slice_ms));
-    } catch (const zmq::error_t& e) {
-      return finish(nullptr, call_failed(s, dest, h.fn, e.what()));
-    }
-    if (ready > 0) {
-      std::vector<zmq::message_t> in;
-      const Received got = recv_bounded(chan->socket, in, s.opts.limits.max_frames + 1);
-      if (got == Received::TooManyParts) {
-        count_bad(s, "a reply of more than " + std::to_string(s.opts.limits.max_frames + 1) + " frames", false);
-        continue;
-      }
-      if (got == Received::Nothing) continue;
-      s.sync_bytes_received.fetch_add(frames_bytes(in), std::memory_order_relaxed);
-      DecodeFailure why;
-      auto m = decode_message(std::move(in), s.opts.limits, &why);
-      if (!m) {
-        s.bad.fetch_add(1);
-        if (why.call_id && *why.call_id == h.call_id) return finish(nullptr, malformed_reply(s, dest, why.what));
-        continue;
-      }
-      if (m->header.call_id != h.call_id) continue;  // the late reply of an earlier call that timed out
-      attach_hooks(s, *m);
-      DISTRL_LOG(Debug, "rpc: sync call #" << h.call_id << " '" << h.fn << "' answered");
-      if (m->header.kind == Kind::Response) return finish(&*m, nullptr);
-      if (m->header.kind == Kind::Error) return finish(nullptr, error_from_reply(s, *m, h.fn));
-      continue;
-    }
-    if (!s.running.load())
-      return finish(nullptr, call_failed(s, dest, h.fn, "agent " + s.opts.name + " shut down"));
-    if (const std::string gone = down_reason(s, dest); !gone.empty())
-      return finish(nullptr, call_failed(s, dest, h.fn, gone));
-    if (s.peer_epoch[dest].load() != chan->epoch)
-      return finish(nullptr, call_failed(s, dest, h.fn, "the process restarted (its rank rejoined) before answering"));
-    if (Clock::now() >= deadline) {
-      s.timeouts.fetch_add(1);
-      return finish(nullptr, std::make_exception_ptr(TimeoutError(describe_call(s, dest, h.fn) + " timed out after " +
-                                                                  std::to_string(timeout.count()) + " ms")));
-    }
-  }
-}
-
-void on_reply(RpcCore::State& s, int peer, IoLoop::Frames&& frames) {
-  DecodeFailure why;
-  auto m = decode_message(std::move(frames), s.opts.limits, &why);
-  if (!m) {
-    s.bad.fetch_add(1);
-    if (why.call_id)
-      complete(s, *why.call_id, nullptr, malformed_reply(s, peer, why.what));
-    return;
-  }
-  attach_hooks(s, *m);
-  auto it = s.pending.find(m->header.call_id);
-  if (it == s.pending.end()) return;
-  DISTRL_LOG(Debug, "rpc: call #" << m->header.call_id << " '" << it->second.fn << "' answered");
-  if (m->header.kind == Kind::Response) complete(s, m->header.call_id, &*m, nullptr);
-  else if (m->header.kind == Kind::Error) complete(s, m->header.call_id, nullptr, error_from_reply(s, *m, it->second.fn));
-}
-
-void on_peer_down(RpcCore::State& s, int peer, const std::string& why) {
-  {
-    std::lock_guard<std::mutex> lock(s.down_mu);
-    s.down_peers.emplace(peer, why);
-  }
-  if (peer >= 0 && peer < s.world) s.peer_drops[peer].fetch_add(1);
-  if (s.hooks) s.hooks->on_peer_down(peer, why);
-  std::vector<std::uint64_t> ids;
-  for (auto& [id, p] : s.pending)
-    if (p.dest == peer) ids.push_back(id);
-  if (!ids.empty())
-    DISTRL_LOG(Warn, "rpc: peer " << s.worker_name(peer) << " (rank " << peer << ") is gone: failing " << ids.size() << " pending call(s)");
-  for (auto id : ids) {
-    const std::string fn = s.pending[id].fn;
-    complete(s, id, nullptr, call_failed(s, peer, fn, why));
-  }
-}
-
-void on_peer_up(RpcCore::State& s, int peer) {
-  std::string why;
-  {
-    std::lock_guard<std::mutex> lock(s.down_mu);
-    auto it = s.down_peers.find(peer);
-    if (it == s.down_peers.end()) return;
-    why = it->second;
-    s.down_peers.erase(it);
-  }
-  DISTRL_LOG(Warn, "rpc: " << s.worker_name(peer) << " (rank " << peer << ") is reachable again (its " << why
-                           << "); new calls to it go through");
-}
-
-void on_rejoin(RpcCore::State& s, int peer, const InMessage& m) {
-  if (peer < 0 || peer >= s.world || peer == s.rank)
-    return count_bad(s, "a rejoin notice from rank " + std::to_string(peer) + ", which is not a peer", false);
-  std::tuple<std::int64_t, Address> notice;
-  std::string endpoint;
-  try {
-    notice = m.body_as<std::tuple<std::int64_t, Address>>(nullptr, "rejoin notice");
-    endpoint = endpoint_for(s.me, std::get<1>(notice), s.opts.transport);
-  } catch (const Error& e) {
-    return count_bad(s, "from rank " + std::to_string(peer) + ": " + e.what(), false);
-  }
-  const std::int64_t incarnation = std::get<0>(notice);
-  if (incarnation <= s.peer_incarnation[peer]) return;  // an older or repeated notice
-  s.peer_incarnation[peer] = incarnation;
-  bool was_down;
-  {
-    std::lock_guard<std::mutex> lock(s.down_mu);
-    was_down = s.down_peers.count(peer) > 0;
-  }
-  // Calls to the earlier process will never be answered: fail them now, as its death would
-  // have (this worker may not have noticed the death yet).
-  if (!was_down) on_peer_down(s, peer, s.worker_name(peer) + " restarted (incarnation " + std::to_string(incarnation) + ")");
-  {
-    std::lock_guard<std::mutex> lock(s.chan_mu);
-    s.peer_epoch[peer].fetch_add(1);
-    s.endpoints[peer] = endpoint;
-    if (!s.channels_closed) s.idle_channels[peer].clear();
-  }
-  s.io->replace_peer(peer, endpoint);
-  {
-    std::lock_guard<std::mutex> lock(s.down_mu);
-    s.down_peers.erase(peer);
-  }
-  DISTRL_LOG(Info, "rpc: " << s.worker_name(peer) << " (rank " << peer << ") rejoined (incarnation " << incarnation
-                           << ") at " << endpoint);
-}
-
-void expire(RpcCore::State& s, Clock::time_point now) {
-  // Objects named by calls or notices whose creation never came (a forged or stale id, or an
-  // object already released): their queued calls fail, their memory goes.
-  std::vector<std::pair<std::uint64_t, std::shared_ptr<RpcCore::State::Object>>> unknown;
-  if (now >= s.next_unknown_sweep) {
-    s.next_unknown_sweep = now + std::chrono::milliseconds(100);
-    std::lock_guard<std::mutex> lock(s.obj_mu);
-    while (!s.unknown_objects.empty() && s.unknown_objects.front().first + s.opts.unknown_object_wait <= now) {
-      const std::uint64_t id = s.unknown_objects.front().second;
-      s.unknown_objects.pop_front();
-      auto it = s.objects.find(id);
-      if (it == s.objects.end() || it->second->constructed_seen) continue;
-      unknown.emplace_back(id, std::move(it->second));
-      s.objects.erase(it);
-    }
-  }
-  for (auto& [id, o] : unknown)  // callbacks answer the queued calls: outside obj_mu
-    o->promise.set_error(std::make_exception_ptr(BadCallError(
-        "no object " + std::to_string(id) + " on " + s.opts.name + ": nothing created it within " +
-        std::to_string(s.opts.unknown_object_wait.count()) + " ms (never created, or already released)")));
-  while (!s.deadlines.empty() && s.deadlines.begin()->first <= now) {
-    auto id = s.deadlines.begin()->second;
-    auto it = s.pending.find(id);
-    if (it == s.pending.end()) {
-      s.deadlines.erase(s.deadlines.begin());
-      continue;
-    }
-    s.timeouts.fetch_add(1);
-    auto& p = it->second;
-    complete(s, id, nullptr,
-             std::make_exception_ptr(TimeoutError(describe_call(s, p.dest, p.fn) + " timed out after " +
-                                                  std::to_string(p.timeout.count()) + " ms")));
-  }
-}
-
 
 // ------------------------------------------------------------------ lifecycle
 
@@ -554,10 +138,10 @@ void announce_rejoin(RpcCore::State& s) {
     auto notice = std::make_tuple(s.incarnation, s.me);
     auto m = std::make_shared<OutMessage>(build_message(h, nullptr, r, [&](Packer& pk) { pk.pack(notice); }, nullptr));
     RpcCore::State* sp = &s;
-    s.io->post([sp, r, m] {
+    s.link->post([sp, r, m] {
       auto frames = encode_message(std::move(*m));
       std::string err;
-      sp->io->send_to_peer(r, frames, &err);
+      sp->link->send_to_peer(r, frames, &err);
     });
   }
 }
@@ -575,18 +159,12 @@ void RpcCore::start(const std::function<void()>& before_publish) {
   // A rank that has been here before (its process died) rejoins: same rank and name, a new
   // address, peers told once it runs.
   s.incarnation = s.rdv->store().add("rpc/incarnation/" + std::to_string(s.rank), 1);
-  s.ctx = shared_zmq_context();
-  {
-    char nonce[17];
-    std::snprintf(nonce, sizeof(nonce), "%016llx", static_cast<unsigned long long>(new_object_id()));
-    s.identity_prefix = "rpc-r" + std::to_string(s.rank) + "-" + nonce + "-";
-  }
   s.pool = std::make_unique<ThreadPool>(s.opts.num_worker_threads, "rpc-handlers", s.opts.thread_init);
 
-  IoLoop::Callbacks cb;
+  Link::Events cb;
   State* sp = &s;
-  cb.on_request = [this, sp](zmq::message_t&& id, IoLoop::Frames&& f) { on_request(*this, *sp, std::move(id), std::move(f)); };
-  cb.on_reply = [sp](int peer, IoLoop::Frames&& f) { on_reply(*sp, peer, std::move(f)); };
+  cb.on_request = [this, sp](Caller&& from, Frames&& f) { on_request(*this, *sp, std::move(from), std::move(f)); };
+  cb.on_reply = [sp](int peer, Frames&& f) { on_reply(*sp, peer, std::move(f)); };
   cb.on_peer_down = [sp](int peer, const std::string& why) { on_peer_down(*sp, peer, why); };
   cb.on_peer_up = [sp](int peer) { on_peer_up(*sp, peer); };
   cb.on_tick = [sp](Clock::time_point now) { expire(*sp, now); };
@@ -594,11 +172,18 @@ void RpcCore::start(const std::function<void()>& before_publish) {
     if (sp->after_requests_read) sp->after_requests_read();
   };
   cb.on_dropped = [sp](const std::string& what) { count_bad(*sp, what, false); };
-  cb.next_deadline = [sp] { return sp->deadlines.empty() ? Clock::time_point::max() : sp->deadlines.begin()->first; };
-  s.io = std::make_unique<IoLoop>(s.ctx, IoLoop::Options{s.opts.limits.max_message_bytes, s.opts.limits.max_frames + 2, s.opts.io_spin, s.opts.thread_init, s.identity_prefix}, std::move(cb));
+  cb.next_deadline = [sp] { return sp->calls.next_deadline(); };
+  // The ZeroMQ link, today's only one. Every connection of this process is made under its
+  // member identity, so that a server can check that a message's src is the rank of the
+  // connection it came on.
+  s.link = std::make_unique<IoLoop>(
+      shared_zmq_context(),
+      IoLoop::Options{s.opts.limits.max_message_bytes, s.opts.limits.max_frames + 2, s.opts.io_spin, s.opts.thread_init,
+                      IoLoop::member_identity(s.rank, new_object_id())},
+      std::move(cb));
 
   // Bind tcp and/or ipc on the one ROUTER; peers pick ipc when they share our host.
-  auto bound = s.io->bind(endpoints_to_bind(s.opts.transport, bind_ip(w, s.opts.bind_host),
+  auto bound = s.link->bind(endpoints_to_bind(s.opts.transport, bind_ip(w, s.opts.bind_host),
                                             std::to_string(s.rank), &s.ipc_path));
   const Address me = make_address(s.opts.name, s.opts.transport, bound);
   if (before_publish) before_publish();  // registrations land before any peer can reach us
@@ -606,9 +191,9 @@ void RpcCore::start(const std::function<void()>& before_publish) {
   auto& store = s.rdv->store();
   s.me = me;
   const auto peers = exchange_addresses(store, "rpc/worker/", s.rank, s.world, me, s.opts.rendezvous_timeout);
-  s.peer_incarnation.assign(s.world, 1);
+  std::vector<std::int64_t> incarnations(s.world, 1);
   if (s.incarnation > 1)
-    for (int r = 0; r < s.world; ++r) s.peer_incarnation[r] = std::max<std::int64_t>(1, store.add("rpc/incarnation/" + std::to_string(r), 0));
+    for (int r = 0; r < s.world; ++r) incarnations[r] = std::max<std::int64_t>(1, store.add("rpc/incarnation/" + std::to_string(r), 0));
   std::vector<std::string> endpoints;
   for (int r = 0; r < s.world; ++r) {
     const Address& p = peers[r];
@@ -623,17 +208,15 @@ void RpcCore::start(const std::function<void()>& before_publish) {
     }
     s.workers.push_back(WorkerInfo{p.name, r, p.hostname, endpoints.back()});
   }
-  s.io->set_peers(endpoints);
-  s.endpoints = endpoints;
-  s.idle_channels.resize(s.world);
-  s.peer_epoch = std::make_unique<std::atomic<std::uint64_t>[]>(s.world);
-  s.peer_drops = std::make_unique<std::atomic<std::uint64_t>[]>(s.world);
+  s.link->set_peers(endpoints);
+  s.peers.reset(endpoints, std::move(incarnations));
+  s.channels.resize(s.world);
   // Running before the loop starts: peers have our address already, so requests may be waiting,
   // and a handler that calls out must never see this agent as not running. (It once did, under
   // load: the main thread was preempted between the two lines, a handler's nested rpc_sync failed
   // "agent is shut down", and the 4-process dist-autograd test failed about once in 60 runs.)
   s.running.store(true);
-  s.io->start();
+  s.link->start();
   if (s.incarnation > 1) announce_rejoin(s);
 }
 
@@ -660,12 +243,7 @@ void store_barrier(RpcCore::State& s, const std::string& stage, Clock::time_poin
     if (r != s.rank) missing.push_back(r);
   std::set<int> published;
   for (auto pause = std::chrono::milliseconds(1);; pause = std::min(pause * 2, std::chrono::milliseconds(50))) {
-    std::vector<int> down;
-    {
-      std::lock_guard<std::mutex> lock(s.down_mu);
-      for (const auto& kv : s.down_peers) down.push_back(kv.first);
-    }
-    for (int peer : down)
+    for (int peer : s.peers.down_peers())
       if (published.insert(peer).second) store.set("rpc/dead/" + std::to_string(peer), "1", time_left(until));
     std::vector<int> still;
     for (int r : missing)
@@ -691,13 +269,9 @@ void RpcCore::shutdown(bool graceful) {
   if (s.stopped.exchange(true)) return;
   std::string failure;
   const auto until = Clock::now() + s.opts.shutdown_timeout;  // one bound for all of shutdown
-  if (graceful && s.io) {
+  if (graceful && s.link) {
     // 1. Our own calls finish (their timeouts bound this).
-    {
-      std::unique_lock<std::mutex> lock(s.inflight_mu);
-      if (!s.inflight_cv.wait_until(lock, until, [&] { return s.inflight == 0; }))
-        failure = std::to_string(s.inflight) + " call(s) still pending";
-    }
+    if (std::size_t left = 0; !s.calls.wait_idle(until, &left)) failure = std::to_string(left) + " call(s) still pending";
     // 2. Everyone has finished theirs: after this barrier nobody sends new requests.
     try {
       store_barrier(s, "arrived", until);
@@ -717,26 +291,12 @@ void RpcCore::shutdown(bool graceful) {
     }
   }
   s.running.store(false);
-  if (s.io) s.io->stop();
+  if (s.link) s.link->stop();
   if (s.pool) s.pool->stop();
-  {
-    std::lock_guard<std::mutex> lock(s.chan_mu);  // a channel in use is closed when given back
-    s.channels_closed = true;
-    s.idle_channels.clear();
-  }
-  // The I/O thread is gone: its tables are ours now.
-  std::vector<std::uint64_t> ids;
-  for (auto& kv : s.pending) ids.push_back(kv.first);
-  for (auto id : ids) {
-    auto p = std::move(s.pending[id]);
-    s.pending.erase(id);
-    p.done(nullptr, call_failed(s, p.dest, p.fn, "agent " + s.opts.name + " shut down"));
-  }
-  {
-    decltype(s.objects) dying;  // destroyed after the unlock: objects may hold RRefs
-    std::lock_guard<std::mutex> lock(s.obj_mu);
-    dying.swap(s.objects);
-  }
+  s.channels.close();  // a channel in use is closed when given back
+  // The I/O thread is gone: no call it sent can be answered now.
+  for (auto& p : s.calls.take_all()) p.done(nullptr, call_failed(s, p.dest, p.fn, "agent " + s.opts.name + " shut down"));
+  s.objects.clear();
   s.rdv.reset();
   if (!s.ipc_path.empty()) ::unlink(s.ipc_path.c_str());
   if (!failure.empty()) throw TimeoutError("rpc shutdown of " + s.opts.name + ": " + failure);

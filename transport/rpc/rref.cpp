@@ -62,8 +62,7 @@ std::shared_ptr<RRefState> unpack_rref_descriptor(const msgpack::object& o) {
 std::uint64_t RpcCore::fork_rref(int owner, std::uint64_t id, std::shared_ptr<const void> keep, int holder) {
   const std::uint64_t fork = new_object_id();
   if (owner == s_->rank) {
-    std::lock_guard<std::mutex> lock(s_->obj_mu);
-    s_->add_fork_locked(id, fork, holder);
+    s_->objects.add_fork(id, fork, holder);
     return fork;
   }
   Header h;
@@ -81,13 +80,7 @@ std::uint64_t RpcCore::fork_rref(int owner, std::uint64_t id, std::shared_ptr<co
 std::uint64_t RpcCore::adopt_object(std::shared_ptr<void> value, std::type_index type,
                                     std::function<void(const void*, Packer&)> pack) {
   const std::uint64_t id = new_object_id();
-  std::lock_guard<std::mutex> lock(s_->obj_mu);
-  auto o = s_->object_locked(id);
-  o->type = type;
-  o->pack = std::move(pack);
-  o->constructed_seen = true;
-  o->promise.set_value(std::move(value));
-  s_->add_fork_locked(id, id, s_->rank);  // the owner's own reference, released like any other
+  s_->objects.adopt(id, std::move(value), type, std::move(pack), s_->rank);
   return id;
 }
 
@@ -95,9 +88,7 @@ void RpcCore::release_rref(int owner, std::uint64_t id, std::uint64_t fork) {
   auto& s = *s_;
   if (!s.running.load()) return;  // the group is gone; owners dropped their objects
   if (owner == s.rank) {
-    std::shared_ptr<State::Object> last;  // declared first: destroyed after the unlock
-    std::lock_guard<std::mutex> lock(s.obj_mu);
-    last = s.release_fork_locked(id, fork, s.rank);
+    (void)s.objects.release(id, fork, s.rank);  // a last reference goes here, outside the table's lock
     return;
   }
   Header h;
@@ -107,28 +98,15 @@ void RpcCore::release_rref(int owner, std::uint64_t id, std::uint64_t fork) {
   std::tuple<std::uint64_t, std::uint64_t> ids{id, fork};
   auto m = std::make_shared<OutMessage>(build_message(h, this, owner, [&](Packer& pk) { pk.pack(ids); }));
   State* sp = &s;
-  s.io->post([sp, owner, m] {
+  s.link->post([sp, owner, m] {
     auto frames = encode_message(std::move(*m));
     std::string err;
-    sp->io->send_to_peer(owner, frames, &err);  // a dead owner has nothing left to free
+    sp->link->send_to_peer(owner, frames, &err);  // a dead owner has nothing left to free
   });
 }
 
 std::shared_ptr<void> RpcCore::local_object(std::uint64_t id, std::type_index type, std::chrono::milliseconds timeout) {
-  std::shared_ptr<State::Object> obj;
-  {
-    std::lock_guard<std::mutex> lock(s_->obj_mu);
-    auto it = s_->objects.find(id);
-    if (it == s_->objects.end()) throw Error("RRef::local_value: no object " + std::to_string(id) + " on " + s_->opts.name);
-    obj = it->second;
-  }
-  if (!obj->value.wait_for(timeout))
-    throw TimeoutError("RRef::local_value: object " + std::to_string(id) + " not constructed within " + std::to_string(timeout.count()) + " ms");
-  auto value = obj->value.value();
-  std::lock_guard<std::mutex> lock(s_->obj_mu);
-  if (obj->type != type)
-    throw Error("RRef::local_value: object " + std::to_string(id) + " holds " + demangle(obj->type.name()) + ", not " + demangle(type.name()));
-  return value;
+  return s_->objects.local(id, type, timeout);
 }
 
 }  // namespace distrl::transport::detail

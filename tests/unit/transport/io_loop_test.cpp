@@ -25,13 +25,13 @@ struct Loop {
 
   explicit Loop(std::size_t max_parts) {
     IoLoop::Callbacks cb;
-    cb.on_request = [this](zmq::message_t&&, IoLoop::Frames&& frames) {
+    cb.on_request = [this](Caller&&, Frames&& frames) {
       const std::string body = frames.at(0).to_string();
       if (body == "throw") throw std::runtime_error("a handler bug");
       std::lock_guard<std::mutex> lock(mu);
       served.push_back(body);
     };
-    cb.on_reply = [](int, IoLoop::Frames&&) {};
+    cb.on_reply = [](int, Frames&&) {};
     cb.on_peer_down = [](int, const std::string&) {};
     cb.on_tick = [](IoLoop::Clock::time_point) {};
     cb.next_deadline = [] { return IoLoop::Clock::time_point::max(); };

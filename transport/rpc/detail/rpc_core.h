@@ -1,6 +1,7 @@
 // The RPC agent's engine, shared by RpcAgent, RRef and the typed templates. It owns the I/O
-// loop (one thread, all sockets), the handler pool, pending calls and the RRef owner table.
-// Private to transport/: the public face is RpcAgent. ZeroMQ stays behind State.
+// loop (one thread, all sockets), the handler pool and the owned parts of its State (registry,
+// object table, peer table, call table, channel pool: rpc_state.h). Private to transport/: the
+// public face is RpcAgent. ZeroMQ stays behind State.
 #pragma once
 
 #include <chrono>
@@ -12,42 +13,15 @@
 
 #include "transport/future.h"
 #include "transport/rpc/options.h"
-#include "transport/serialize.h"
+#include "transport/detail/message.h"
+#include "transport/rpc/detail/call_table.h"
+#include "transport/rpc/detail/registry.h"
 
 namespace distrl::transport {
 class Store;
 }  // namespace distrl::transport
 
 namespace distrl::transport::detail {
-
-using Packer = msgpack::packer<msgpack::sbuffer>;
-using BodyWriter = std::function<void(Packer&)>;
-// Exactly one of (message, error) is set. Runs on the I/O thread: decode only, no user code.
-using Completion = std::function<void(InMessage*, std::exception_ptr)>;
-
-// Thrown while decoding a call's arguments: reported to the caller as its ProtocolError.
-class BadCallError : public ProtocolError {
- public:
-  using ProtocolError::ProtocolError;
-};
-
-// A registered function, constructor or method, type-erased. invoke decodes the arguments
-// (throwing BadCallError), runs the callable and returns its result boxed (nullptr for void).
-struct Callable {
-  std::function<Future<std::shared_ptr<void>>(void* self, const InMessage&, const std::shared_ptr<RpcCore>&)> invoke;
-  std::function<void(const void* result, Packer&)> pack_result;  // empty when the result cannot be packed
-  std::type_index result_type = typeid(void);
-  std::string result_type_name;
-  bool run_inline = false;  // served on the I/O thread (RunOn::IoThread)
-};
-
-// A remotely constructible class: its methods and, when fetchable, how to pack an instance.
-struct ClassInfo {
-  std::type_index type = typeid(void);
-  std::string type_name;
-  std::vector<std::pair<std::string, Callable>> methods;
-  std::function<void(const void* object, Packer&)> pack_object;
-};
 
 class RpcCore : public std::enable_shared_from_this<RpcCore> {
  public:

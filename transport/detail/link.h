@@ -1,0 +1,110 @@
+// The transport seam: how RPC reaches its peers. A Link is one process's connections to the
+// ranks of its world, run by one I/O thread: it listens for requests, sends requests and
+// replies as frames, reads replies, and reports a peer's connection lost and back. A Channel
+// is a connection of one calling thread's own (the sync fast path). Frames are opaque here:
+// call ids, deadlines, dead-peer errors, rejoin, decoder limits and hooks live above, in RPC.
+// ZeroMQ (detail/io_loop.h) is today's only implementation. Private to transport/.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <zmq.hpp>
+
+namespace distrl::transport::detail {
+
+// One message: its frames (zmq::message_t as the buffer type: refcounted, zero-copy capable).
+using Frames = std::vector<zmq::message_t>;
+
+// The bytes of a message's frames.
+inline std::size_t frames_bytes(const Frames& frames) {
+  std::size_t n = 0;
+  for (const auto& f : frames) n += f.size();
+  return n;
+}
+
+// Who sent a request: the route its reply takes (the link's own token, opaque above) and the
+// member rank the connection was opened under (-1: not a member's connection). The rank comes
+// from the connection, not from the message, so that RPC can refuse a message whose header
+// claims another rank.
+struct Caller {
+  zmq::message_t route;
+  int rank = -1;
+};
+
+// What reading a channel or socket gave: nothing waiting, one message, or a message of more
+// frames than allowed (read to its end and dropped).
+enum class Received { Nothing, Message, TooManyParts };
+
+// A connection of the calling thread's own to one peer's process. Used by one thread at a time
+// (checked out of RPC's channel pool); closed when destroyed. Errors throw TransportError.
+class Channel {
+ public:
+  virtual ~Channel() = default;
+  // Queues a message without blocking; false when the send queue is full.
+  virtual bool send(Frames& frames) = 0;
+  // Waits up to `wait` (0: just looks) for input; true when a message may be read.
+  virtual bool readable(std::chrono::milliseconds wait) = 0;
+  // Reads one waiting message (non-blocking), keeping at most max_parts frames.
+  virtual Received receive(Frames& out, std::size_t max_parts) = 0;
+};
+
+class Link {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // Run on the link's I/O thread. A callback that throws is reported through on_dropped.
+  struct Events {
+    std::function<void(Caller&& from, Frames&& frames)> on_request;
+    std::function<void(int peer, Frames&& frames)> on_reply;
+    std::function<void(int peer, const std::string& why)> on_peer_down;
+    // Optional: a connection reported down came back at the same endpoint (the process was
+    // stopped or its host unreachable for a while, not gone).
+    std::function<void(int peer)> on_peer_up;
+    std::function<void(Clock::time_point now)> on_tick;  // after each round
+    // After a round that read messages: every request that had arrived by then has been served
+    // (optional; the RL batcher closes a batch here).
+    std::function<void()> on_served;
+    std::function<Clock::time_point()> next_deadline;  // the loop wakes for it
+    // A message refused before any callback saw it (too many frames), or a callback that threw.
+    std::function<void(const std::string& what)> on_dropped;
+  };
+
+  virtual ~Link() = default;
+
+  // Before start(): listens at each endpoint; returns where peers reach it.
+  virtual std::vector<std::string> bind(const std::vector<std::string>& endpoints) = 0;
+  // Before start(): where each peer rank listens.
+  virtual void set_peers(std::vector<std::string> endpoints) = 0;
+  virtual void start() = 0;
+  // Runs every posted task, closes the connections and joins. Idempotent.
+  virtual void stop() = 0;
+
+  // Any thread: run fn on the I/O thread. False (fn dropped) once stop() has begun.
+  virtual bool post(std::function<void()> fn) = 0;
+  virtual bool on_io_thread() const = 0;
+  // Message bytes the I/O thread sent and read (channels count their own). Any thread.
+  virtual std::uint64_t bytes_sent() const = 0;
+  virtual std::uint64_t bytes_received() const = 0;
+
+  // I/O thread only. False (and *error) when the message cannot be queued.
+  virtual bool send_to_peer(int peer, Frames& frames, std::string* error) = 0;
+  // I/O thread only. False when the caller is gone or its queue is full.
+  virtual bool send_reply(const Caller& to, Frames& frames) = 0;
+  // I/O thread only: connect to `peer` (if not yet), so that its death is reported
+  // (on_peer_down) even when every call to it takes a channel.
+  virtual void watch_peer(int peer) = 0;
+  // I/O thread only: `peer` restarted and now listens at `endpoint` (a rank that rejoined).
+  // Drops the connection to the earlier process (and what was queued for it); a watched peer
+  // is connected again at once.
+  virtual void replace_peer(int peer, const std::string& endpoint) = 0;
+
+  // Any thread: a new channel to the process listening at `endpoint` (peer's, as the caller
+  // read it together with its incarnation).
+  virtual std::unique_ptr<Channel> open_channel(int peer, const std::string& endpoint) = 0;
+};
+
+}  // namespace distrl::transport::detail
