@@ -260,7 +260,16 @@ void RpcCore::call_sync(int dest, Header h, const BodyWriter& body, const Comple
     failed = call_failed(s, dest, h.fn, e.what());
   }
   if (failed) return finish(nullptr, failed);
-  SyncOutcome out = await_reply(s, *chan, dest, h, timeout);
+  SyncOutcome out;
+  try {
+    out = await_reply(s, *chan, dest, h, timeout);
+  } catch (const TransportError& e) {  // the channel failed mid-read: it is closed, not reused
+    chan.reset();
+    out.error = call_failed(s, dest, h.fn, e.what());
+  } catch (...) {  // anything else still ends the call (done runs, shutdown's count drops)
+    chan.reset();
+    out.error = std::current_exception();
+  }
   finish(out.reply ? &*out.reply : nullptr, out.error);
 }
 

@@ -1,7 +1,8 @@
-// The RPC agent's engine, shared by RpcAgent, RRef and the typed templates. It owns the I/O
-// loop (one thread, all sockets), the handler pool and the owned parts of its State (registry,
+// The RPC agent's engine, shared by RpcAgent, RRef and the typed templates. It owns its link to
+// the peers (transport/detail/link.h: one I/O thread, every connection; ZeroMQ's IoLoop today,
+// named only in RpcCore::start), the handler pool and the owned parts of its State (registry,
 // object table, peer table, call table, channel pool: rpc_state.h). Private to transport/: the
-// public face is RpcAgent. ZeroMQ stays behind State.
+// public face is RpcAgent.
 #pragma once
 
 #include <chrono>
