@@ -19,6 +19,7 @@
 #include "training/ddp/ddp.h"
 #include "training/run_outputs.h"
 #include "training/stop_agreement.h"
+#include "training/workload.h"
 
 namespace distrl::training {
 namespace {
@@ -221,4 +222,28 @@ std::vector<EpochResult> train(const TrainConfig& cfg, const std::string& config
   return results;
 }
 
+namespace {
+
+int dist_world_size(const TrainConfig& c) { return c.world_size; }
+
+void ddp_rank(const TrainConfig& cfg, const RunContext& ctx) {
+  transport::ProcessGroupOptions o;
+  o.backend = cfg.backend;
+  o.init_method = ctx.world.resolved_init_method();
+  o.rank = ctx.world.rank;
+  o.world_size = ctx.world.world_size;
+  o.timeout = std::chrono::milliseconds(static_cast<long long>(cfg.timeout_s * 1000));
+  o.transport = cfg.transport;
+  o.max_message_bytes = static_cast<std::size_t>(cfg.max_message_mb * (1 << 20));
+  o.max_queued_bytes = static_cast<std::size_t>(cfg.max_queued_mb * (1 << 20));
+  train(cfg, ctx.config_yaml, transport::init_process_group(o), ctx.resume);
+}
+
+}  // namespace
+
+std::vector<Workload> ddp_workloads() {
+  return {make_workload<TrainConfig>("ddp", "distrl-train", dist_world_size, nullptr, ddp_rank)};
+}
+
 }  // namespace distrl::training
+

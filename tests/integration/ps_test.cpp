@@ -116,6 +116,27 @@ int serve(const TempDir& dir, int rank, ServerOptions o, const std::function<voi
   return 0;
 }
 
+// distrl-ps --check-config validates what a rank would (the workload registry's checks), not
+// only the keys: before, it returned before the workload's checks and a rank failed later.
+TEST(PsConfigTest, CheckConfigRefusesAWorkloadLevelErrorNamingTheKey) {
+  const std::string hybrid = std::string(DISTRL_SOURCE_DIR) + "/configs/ps_hybrid.yaml";
+  auto r = distrl::testing::run_command(distrl::testing::bin_path("distrl-ps") + " --check-config --config " + hybrid +
+                                        " roles.servers=2");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("roles.servers: the hybrid form has one ps, not 2"), std::string::npos) << r.output;
+  r = distrl::testing::run_command(distrl::testing::bin_path("distrl-ps") + " --check-config --config " + kConfig +
+                                   " roles.trainers=2 ps.quorum=3");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("ps.quorum: 3 is not in [0, 2]"), std::string::npos) << r.output;
+  // ... and under distrl-launch nothing starts.
+  r = launch("--config " + hybrid + " roles.servers=2");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("roles.servers: the hybrid form has one ps, not 2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("nothing started"), std::string::npos) << r.output;
+  r = distrl::testing::run_command(distrl::testing::bin_path("distrl-ps") + " --check-config --config " + kConfig);
+  EXPECT_EQ(r.code, 0) << r.output;
+}
+
 // A shard SIGKILLed mid-run (rank 0, so the store must outlive it: distrl-launch hosts it) is
 // restarted by distrl-launch, rejoins under its rank, reloads its last snapshot; the trainers'
 // calls fail while it is down, they retry and carry on to the last round. The kill lands at a

@@ -27,7 +27,6 @@
 namespace distrl::training::pipeline {
 
 struct PipelineConfig {
-  std::string workload = "pipeline_fashion_mnist";
   std::string preset = "full";        // resnet: full (the tutorial's 120 @ 128x128) | small (24 @ 64x64)
   int stages = 2;                     // roles.stages
   std::string out_dir = "runs/pipeline";
@@ -61,8 +60,8 @@ struct PipelineConfig {
 };
 
 void bind(Settings& s, PipelineConfig& c);
-// Applies the preset and checks combinations (ConfigError naming the key).
-void finish(PipelineConfig& c);
+// resnet: c with the preset applied (small: batch 24 of 64x64 images).
+PipelineConfig with_preset(PipelineConfig c);
 
 // pipeline.schedule built (by name) or read (a path, or a file that exists), checked against
 // roles.stages, pipeline.chunks and pipeline.microbatches and verified with max_activations.

@@ -8,8 +8,6 @@
 namespace distrl::training::ps {
 
 void bind(Settings& s, PsConfig& c) {
-  s.bind("workload", &c.workload, "what distrl-launch runs for this file")
-      .choices({"ps_batch_update", "ps_model_on_server", "ps_hybrid", "ps_skipgram"});
   s.bind("roles.servers", &c.servers, "server shards (ranks 0..servers-1)").range(1, 64);
   s.bind("roles.trainers", &c.trainers, "trainer processes (the ranks after the servers)").range(1, 256);
   s.bind("run.out_dir", &c.out_dir, "directory for metrics.csv, ps_stats.csv, params.pt and config.yaml")

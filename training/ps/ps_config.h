@@ -11,7 +11,6 @@
 namespace distrl::training::ps {
 
 struct PsConfig {
-  std::string workload = "ps_batch_update";
   int servers = 1;                   // roles.servers
   int trainers = 2;                  // roles.trainers
   // run

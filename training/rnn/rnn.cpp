@@ -13,12 +13,15 @@
 #include "autograd/context.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/malloc_tuning.h"
 #include "common/plot.h"
 #include "common/stop_signal.h"
 #include "models/checkpoint.h"
 #include "transport/rpc/rpc_agent.h"
 #include "transport/tensor.h"
 #include "training/data.h"
+#include "training/rpc_world.h"
+#include "training/workload.h"
 
 namespace distrl::training {
 namespace {
@@ -277,4 +280,29 @@ void run_rnn(const RnnConfig& cfg, const std::string& config_yaml, transport::Rp
   }
 }
 
+namespace {
+
+int ps_and_trainers(const RnnConfig& c) { return c.trainers + 1; }
+
+void rnn_rank(const RnnConfig& cfg, const RunContext& ctx) {
+  keep_large_blocks_on_heap();
+  transport::RpcAgent agent(rpc_options_for(ctx.world, cfg.timeout_s, cfg.transport, cfg.torch_threads),
+                            [](transport::RpcAgent& a) { register_rnn(a); });
+  if (agent.world_size() != cfg.trainers + 1)
+    throw ConfigError("roles.trainers is " + std::to_string(cfg.trainers) + " but the world has " +
+                      std::to_string(agent.world_size()) + " processes (1 ps + trainers)");
+  // From here a first SIGINT/SIGTERM ends the run at a step boundary: trainers save and
+  // report, the ps serves until they have shut down.
+  install_stop_handlers();
+  run_rnn(cfg, ctx.config_yaml, agent, ctx.resume);
+  agent.shutdown();
+}
+
+}  // namespace
+
+std::vector<Workload> rnn_workloads() {
+  return {make_workload<RnnConfig>("rnn_dist_autograd", "distrl-rnn", ps_and_trainers, nullptr, rnn_rank)};
+}
+
 }  // namespace distrl::training
+

@@ -3,7 +3,6 @@
 namespace distrl::training {
 
 void bind(Settings& s, RnnConfig& c) {
-  s.bind("workload", &c.workload, "what distrl-launch runs for this file").choices({"rnn_dist_autograd"});
   s.bind("roles.trainers", &c.trainers, "trainer processes (ranks 1..N); rank 0 is the ps").range(1, 64);
   s.bind("run.out_dir", &c.out_dir, "directory for metrics.csv, learning_curve.png, config.yaml and the checkpoint")
       .output_dir();

@@ -10,7 +10,6 @@
 namespace distrl::training {
 
 struct RnnConfig {
-  std::string workload = "rnn_dist_autograd";
   int trainers = 1;                  // roles.trainers: ranks 1..trainers; rank 0 is the ps
   // run
   std::string out_dir = "runs/rnn_dist_autograd";
