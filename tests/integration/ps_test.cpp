@@ -50,7 +50,7 @@ void expect_saved_params_equal(const std::string& dir, const std::vector<torch::
 
 TEST(PsBatchUpdateTest, EqualsOneProcessOnTheSummedBatch) {
   TempDir dir;
-  PsConfig cfg;
+  BatchUpdateConfig cfg;
   cfg.servers = 2;
   cfg.trainers = 3;
   cfg.model = "mlp";
@@ -572,7 +572,7 @@ TEST(PsHybridTest, EqualsOneProcessAfterKSteps) {
   auto r = launch("--config " + config + " train.epochs=3 train.batches=4 optimizer.momentum=0.9 run.out_dir=" +
                   dir.path());
   ASSERT_EQ(r.code, 0) << r.output;
-  PsConfig cfg;
+  HybridConfig cfg;
   cfg.classes = 8;
   cfg.batches = 4;
   torch::manual_seed(1);
@@ -619,7 +619,7 @@ void expect_refused(const std::function<void()>& call, const std::string& words)
 // The model server's calls refuse what does not fit, by name, and it keeps serving.
 TEST(PsModelOnServerTest, MalformedCallsAreRefusedByNameAndTheServerKeepsServing) {
   TempDir dir;
-  PsConfig cfg;
+  ModelOnServerConfig cfg;
   cfg.model = "mlp";
   cfg.hidden = {8};
   cfg.classes = 10;
@@ -652,7 +652,7 @@ TEST(PsModelOnServerTest, MalformedCallsAreRefusedByNameAndTheServerKeepsServing
 // A bogus trainer id cannot count towards the hybrid master's "every trainer done".
 TEST(PsHybridTest, ADoneFromAnUnknownTrainerIsRefused) {
   TempDir dir;
-  PsConfig cfg;
+  HybridConfig cfg;
   cfg.trainers = 2;
   auto codes = run_ranks(2, [&](int rank) {
     std::shared_ptr<HybridRank> me;

@@ -40,11 +40,7 @@ void bind(Settings& s, PipelineConfig& c) {
       .choices({"full", "small"});
   s.bind("roles.stages", &c.stages, "fashion-mnist: pipeline stages, one process each (resnet: 2 workers + the master)")
       .range(1, 8);
-  s.bind("run.out_dir", &c.out_dir, "directory for metrics.csv, timeline.json/png, sweep.csv, checkpoints/ and config.yaml")
-      .output_dir();
-  s.bind("run.seed", &c.seed, "seed of the model and of the data order").range(0, 2147483647);
-  s.bind("run.log_interval", &c.log_interval, "steps between progress lines").range(1, 1000000000);
-  s.bind("run.torch_threads", &c.torch_threads, "LibTorch intra-op threads per process").range(1, 256);
+  bind_run(s, c, "metrics.csv, timeline.json/png, sweep.csv, checkpoints/ and config.yaml");
   s.bind("model.classes", &c.classes, "output classes (the tutorial's ResNet-50: 1000)").range(1, 100000);
   s.bind("model.image_size", &c.image_size, "resnet: side of the random square images").range(32, 4096);
   s.bind("data.path", &c.data_path, "fashion-mnist: an MNIST-layout directory");
@@ -81,8 +77,7 @@ void bind(Settings& s, PipelineConfig& c) {
          "losses and the parameters after the first step agree (1e-4)");
   s.bind("optimizer.lr", &c.lr, "SGD learning rate").range(1e-12, 100);
   s.bind("optimizer.momentum", &c.momentum, "SGD momentum (fashion-mnist)").range(0, 1);
-  s.bind("dist.timeout_s", &c.timeout_s, "deadline of every receive, RPC and of rendezvous").range(0.1, 86400);
-  s.bind("dist.transport", &c.transport, "auto: ipc between processes on one host, else tcp").choices({"auto", "tcp", "ipc"});
+  bind_dist(s, c);
 }
 
 namespace {

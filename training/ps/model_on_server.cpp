@@ -31,7 +31,7 @@ namespace {
 
 constexpr int kServerRank = 0;
 
-std::shared_ptr<models::Net> build_cnn(const PsConfig& cfg) {
+std::shared_ptr<models::Net> build_cnn(const ModelOnServerConfig& cfg) {
   torch::manual_seed(cfg.seed);
   models::NetSpec spec;
   spec.name = cfg.model;
@@ -79,7 +79,7 @@ struct ModelServer {
   std::int64_t steps = 0;
 };
 
-std::shared_ptr<ModelServer> setup_model_on_server(transport::RpcAgent& agent, const PsConfig& cfg) {
+std::shared_ptr<ModelServer> setup_model_on_server(transport::RpcAgent& agent, const ModelOnServerConfig& cfg) {
   autograd::enable(agent);
   if (agent.rank() != kServerRank) return nullptr;
   auto s = std::make_shared<ModelServer>();
@@ -88,9 +88,8 @@ std::shared_ptr<ModelServer> setup_model_on_server(transport::RpcAgent& agent, c
   s->guard = autograd::ParameterGuard::create(agent, s->net->parameters(), autograd::parse_step_policy(cfg.step_policy),
                                               std::chrono::milliseconds(static_cast<long long>(cfg.timeout_s * 1000)));
   for (auto& p : s->net->parameters()) s->params.push_back(agent.make_rref(std::make_shared<at::Tensor>(p)));
-  ServerOptions tracking = cfg.server_options();
-  tracking.snapshot_path.clear();  // it holds no parameters: the model lives in this process
-  s->tracker = std::make_shared<ShardServer>(0, 1, cfg.trainers, cfg.servers, tracking);
+  // the trainers' books only, no snapshots: the model lives in this process
+  s->tracker = std::make_shared<ShardServer>(0, 1, cfg.trainers, cfg.servers, cfg.server_options());
   ShardServer::register_on(agent, s->tracker);
   if (cfg.step_policy == "serialize") {
     std::filesystem::create_directories(cfg.out_dir);
@@ -132,7 +131,7 @@ std::shared_ptr<ModelServer> setup_model_on_server(transport::RpcAgent& agent, c
 
 namespace {
 
-void serve(const PsConfig& cfg, transport::RpcAgent& agent, ModelServer& s) {
+void serve(const ModelOnServerConfig& cfg, transport::RpcAgent& agent, ModelServer& s) {
   s.tracker->watch_trainers(agent);
   std::cout << "ps0: the model (" << cfg.model << ") lives here; " << cfg.trainers << " trainer(s), step policy "
             << cfg.step_policy << ", " << cfg.optimizer << " lr " << cfg.lr << std::endl;
@@ -179,7 +178,7 @@ void serve(const PsConfig& cfg, transport::RpcAgent& agent, ModelServer& s) {
 
 }  // namespace
 
-void run_model_on_server(const PsConfig& cfg, const std::string& config_yaml, transport::RpcAgent& agent,
+void run_model_on_server(const ModelOnServerConfig& cfg, const std::string& config_yaml, transport::RpcAgent& agent,
                          const std::shared_ptr<ModelServer>& server) {
   torch::set_num_threads(cfg.torch_threads);
   if (server) return serve(cfg, agent, *server);

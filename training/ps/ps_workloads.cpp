@@ -16,29 +16,32 @@
 namespace distrl::training::ps {
 namespace {
 
-int servers_and_trainers(const PsConfig& c) { return c.servers + c.trainers; }
-int with_a_master(const PsConfig& c) { return c.servers + c.trainers + 1; }
+template <typename Config>
+int servers_and_trainers(const Config& c) {
+  return c.servers + c.trainers;
+}
+int with_a_master(const HybridConfig& c) { return c.servers + c.trainers + 1; }
 
-void check_engine(const PsConfig& c) { check_options(c.server_options(), c.trainers); }
+void check_engine(const PsEngineConfig& c) { check_options(c.server_options(), c.trainers); }
+void check_skipgram(const SkipgramConfig& c) { check_engine(c); }
 
-void check_batch_update(const PsConfig& c) {
+void check_batch_update(const BatchUpdateConfig& c) {
   check_engine(c);
   if (c.model == "resnet50" && c.channels != 3) throw ConfigError("model.channels: resnet50 takes 3-channel images");
 }
 
-void check_model_on_server(const PsConfig& c) {
+void check_model_on_server(const ModelOnServerConfig& c) {
   check_engine(c);  // the server tracks its trainers with a shard's bookkeeping
   if (c.servers != 1)
     throw ConfigError("roles.servers: the model-on-server form has one server, not " + std::to_string(c.servers));
-  if (c.model == "resnet50") throw ConfigError("model.name: the model-on-server form trains mnist_cnn or mlp on 28x28 images");
 }
 
-void check_hybrid(const PsConfig& c) {
+void check_hybrid(const HybridConfig& c) {
   if (c.servers != 1) throw ConfigError("roles.servers: the hybrid form has one ps, not " + std::to_string(c.servers));
 }
 
 // A rank's RPC options: servers are named ps0, ps1, ...; LibTorch's threads as configured.
-transport::RpcOptions rank_options(const PsConfig& cfg, const RunContext& ctx) {
+transport::RpcOptions rank_options(const PsCommon& cfg, const RunContext& ctx) {
   keep_large_blocks_on_heap();  // tensors of a few MB each step: no mmap + page faults each time
   transport::RpcOptions o = rpc_options_for(ctx.world, cfg.timeout_s, cfg.transport, cfg.torch_threads);
   o.name = o.rank >= 0 && o.rank < cfg.servers ? "ps" + std::to_string(o.rank) : "";
@@ -56,17 +59,17 @@ void run_rank(transport::RpcOptions o, Setup setup, Run run) {
   agent.shutdown();
 }
 
-void batch_update_rank(const PsConfig& cfg, const RunContext& ctx) {
+void batch_update_rank(const BatchUpdateConfig& cfg, const RunContext& ctx) {
   run_rank(rank_options(cfg, ctx), [&](transport::RpcAgent& a) { return setup_rank(a, cfg); },
            [&](transport::RpcAgent& a, const auto& server) { run_batch_update(cfg, ctx.config_yaml, a, server); });
 }
 
-void skipgram_rank(const PsConfig& cfg, const RunContext& ctx) {
+void skipgram_rank(const SkipgramConfig& cfg, const RunContext& ctx) {
   run_rank(rank_options(cfg, ctx), [&](transport::RpcAgent& a) { return setup_rank(a, cfg); },
            [&](transport::RpcAgent& a, const auto& server) { run_skipgram(cfg, ctx.config_yaml, a, server); });
 }
 
-void model_on_server_rank(const PsConfig& cfg, const RunContext& ctx) {
+void model_on_server_rank(const ModelOnServerConfig& cfg, const RunContext& ctx) {
   transport::RpcOptions o = rank_options(cfg, ctx);
   // serialize parks a forward per waiting trainer on a handler thread: one each, plus room
   if (o.rank >= 0 && o.rank < cfg.servers) o.num_worker_threads = std::max(o.num_worker_threads, cfg.trainers + 2);
@@ -74,7 +77,7 @@ void model_on_server_rank(const PsConfig& cfg, const RunContext& ctx) {
            [&](transport::RpcAgent& a, const auto& server) { run_model_on_server(cfg, ctx.config_yaml, a, server); });
 }
 
-void hybrid_rank(const PsConfig& cfg, const RunContext& ctx) {
+void hybrid_rank(const HybridConfig& cfg, const RunContext& ctx) {
   transport::RpcOptions o = rank_options(cfg, ctx);
   if (o.rank == cfg.servers + cfg.trainers) o.name = "master";
   run_rank(o, [&](transport::RpcAgent& a) { return setup_hybrid(a, cfg); },
@@ -88,12 +91,13 @@ namespace distrl::training {
 
 std::vector<Workload> ps_workloads() {
   using namespace ps;
-  return {make_workload<PsConfig>("ps_batch_update", "distrl-ps", servers_and_trainers, check_batch_update,
-                                  batch_update_rank),
-          make_workload<PsConfig>("ps_model_on_server", "distrl-ps", servers_and_trainers, check_model_on_server,
-                                  model_on_server_rank),
-          make_workload<PsConfig>("ps_hybrid", "distrl-ps", with_a_master, check_hybrid, hybrid_rank),
-          make_workload<PsConfig>("ps_skipgram", "distrl-ps", servers_and_trainers, check_engine, skipgram_rank)};
+  return {make_workload<BatchUpdateConfig>("ps_batch_update", "distrl-ps", servers_and_trainers, check_batch_update,
+                                           batch_update_rank),
+          make_workload<ModelOnServerConfig>("ps_model_on_server", "distrl-ps", servers_and_trainers,
+                                             check_model_on_server, model_on_server_rank),
+          make_workload<HybridConfig>("ps_hybrid", "distrl-ps", with_a_master, check_hybrid, hybrid_rank),
+          make_workload<SkipgramConfig>("ps_skipgram", "distrl-ps", servers_and_trainers, check_skipgram,
+                                        skipgram_rank)};
 }
 
 }  // namespace distrl::training

@@ -94,7 +94,7 @@ namespace {
 
 // Trainer 0 waits (bounded by their deaths) until every other trainer has pushed its last step,
 // so the neighbours it reads come from the finished tables.
-void wait_for_other_trainers(const PsConfig& cfg, transport::RpcAgent& agent) {
+void wait_for_other_trainers(const PsCommon& cfg, transport::RpcAgent& agent) {
   for (int t = 1; t < cfg.trainers; ++t) {
     const int rank = cfg.servers + t;
     agent.watch(rank);
@@ -105,7 +105,7 @@ void wait_for_other_trainers(const PsConfig& cfg, transport::RpcAgent& agent) {
 
 }  // namespace
 
-void run_skipgram(const PsConfig& cfg, const std::string& config_yaml, transport::RpcAgent& agent,
+void run_skipgram(const SkipgramConfig& cfg, const std::string& config_yaml, transport::RpcAgent& agent,
                   const std::shared_ptr<ShardServer>& server) {
   if (serve_if_server(cfg, agent, server)) return;
 

@@ -121,13 +121,37 @@ TEST(WorkloadRegistryTest, EveryConfigNamesAWorkloadOfTheToolThatRunsIt) {
   EXPECT_EQ(tr::workload_named_by(kConfigs + "ps_batch_update.yaml", {"workload=ps_skipgram"}), "ps_skipgram");
 }
 
+// One config struct per workload: a key of another workload is unknown, named with the fix.
+TEST(WorkloadCheckTest, EachWorkloadTakesOnlyItsOwnKeys) {
+  EXPECT_NE(refusal("distrl-ps", {"--config", kConfigs + "ps_hybrid.yaml", "ps.consistency=async"})
+                .find("unknown key 'ps.consistency'"),
+            std::string::npos);
+  EXPECT_NE(refusal("distrl-ps", {"--config", kConfigs + "ps_model_on_server.yaml", "ps.snapshot_s=5"})
+                .find("unknown key 'ps.snapshot_s'"),
+            std::string::npos);
+  EXPECT_NE(refusal("distrl-ps", {"--config", kConfigs + "ps_skipgram.yaml", "train.rounds=5"}).find("unknown key 'train.rounds'"),
+            std::string::npos);
+  EXPECT_NE(refusal("distrl-ps", {"--config", kConfigs + "ps_batch_update.yaml", "report.words=a"})
+                .find("unknown key 'report.words'"),
+            std::string::npos);
+  // The sections every workload shares are bound once, alike.
+  for (const char* file : {"ps_batch_update.yaml", "ps_hybrid.yaml", "rnn_dist_autograd.yaml", "pipeline_resnet50.yaml",
+                           "ddp_toy.yaml"}) {
+    const std::string name = tr::workload_named_by(kConfigs + file, {});
+    EXPECT_EQ(refusal(tr::find_workload(name, file).tool,
+                      {"--config", kConfigs + file, "run.seed=3", "run.torch_threads=2", "dist.timeout_s=9", "dist.transport=tcp"}),
+              "")
+        << file;
+  }
+}
+
 TEST(WorkloadCheckTest, CheckConfigRefusesWhatARankWould) {
   const std::string ps = kConfigs + "ps_batch_update.yaml";
   EXPECT_NE(refusal("distrl-ps", {"--config", kConfigs + "ps_hybrid.yaml", "roles.servers=2"})
                 .find("roles.servers: the hybrid form has one ps, not 2"),
             std::string::npos);
   EXPECT_NE(refusal("distrl-ps", {"--config", kConfigs + "ps_model_on_server.yaml", "model.name=resnet50"})
-                .find("model.name: the model-on-server form trains mnist_cnn or mlp"),
+                .find("model.name: 'resnet50' is not one of: mnist_cnn, mlp"),
             std::string::npos);
   EXPECT_NE(refusal("distrl-ps", {"--config", ps, "roles.trainers=2", "ps.quorum=5"}).find("ps.quorum: 5 is not in [0, 2]"),
             std::string::npos);
