@@ -1,4 +1,4 @@
-#include "training/train_config.h"
+#include "training/ddp/train_config.h"
 
 #include "models/nets.h"
 

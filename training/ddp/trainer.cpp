@@ -1,4 +1,4 @@
-#include "training/trainer.h"
+#include "training/ddp/trainer.h"
 
 #include <unistd.h>
 
