@@ -53,7 +53,11 @@ bool WorkloadCommandLine::parse(int argc, char** argv) {
   DISTRL_CHECK(chosen, "no workload runs on " + tool_);
   name_ = chosen->name;
   config_ = chosen->make();
-  settings.bind("workload", &name_, "what distrl-launch runs for this file").choices(mine);
+  settings
+      .bind("workload", &name_,
+            "which workload this file runs (distrl-launch starts its ranks); the keys below are " + name_ +
+                "'s: --config FILE --help lists those of the file's workload")
+      .choices(mine);
   config_->bind(settings);
   return ToolCommandLine::parse(argc, argv);
 }
