@@ -176,6 +176,24 @@ void serve(const ModelOnServerConfig& cfg, transport::RpcAgent& agent, ModelServ
             << "}" << std::endl;
 }
 
+// The lead trainer's end of an epoch: the server's parameters as they are now, copied into its
+// local model and evaluated on the test set; a row of epochs.csv and a line.
+void evaluate_epoch(const ModelOnServerConfig& cfg, transport::RpcAgent& agent, models::Net& local, const Dataset& test,
+                    int epoch, Clock::time_point start, std::ofstream& epochs_csv) {
+  auto state = agent.rpc_sync<std::vector<at::Tensor>>(kServerRank, "ps.model.state");
+  {
+    torch::NoGradGuard no_grad;
+    auto ps = local.parameters();
+    for (std::size_t i = 0; i < ps.size(); ++i) ps[i].copy_(state[i]);
+  }
+  auto [test_loss, acc] = evaluate(local, test, cfg.test_batch_size);
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  epochs_csv << epoch << "," << test_loss << "," << acc << "," << seconds << std::endl;
+  std::cout << "epoch " << epoch << "/" << cfg.epochs << ": test loss " << std::setprecision(4) << test_loss
+            << ", test accuracy " << std::setprecision(2) << std::fixed << 100 * acc << "% (" << test.size()
+            << " images)" << std::defaultfloat << std::endl;
+}
+
 }  // namespace
 
 void run_model_on_server(const ModelOnServerConfig& cfg, const std::string& config_yaml, transport::RpcAgent& agent,
@@ -256,20 +274,7 @@ void run_model_on_server(const ModelOnServerConfig& cfg, const std::string& conf
     }
     if (stop.requested()) break;  // the epoch is not done: not evaluated as one
     epochs_done = epoch;
-    if (lead) {  // the server's parameters as they are now, on the test set
-      auto state = agent.rpc_sync<std::vector<at::Tensor>>(kServerRank, "ps.model.state");
-      {
-        torch::NoGradGuard no_grad;
-        auto ps = local->parameters();
-        for (std::size_t i = 0; i < ps.size(); ++i) ps[i].copy_(state[i]);
-      }
-      auto [test_loss, acc] = evaluate(*local, test, cfg.test_batch_size);
-      const double secs = std::chrono::duration<double>(Clock::now() - start).count();
-      epochs_csv << epoch << "," << test_loss << "," << acc << "," << secs << std::endl;
-      std::cout << "epoch " << epoch << "/" << cfg.epochs << ": test loss " << std::setprecision(4) << test_loss
-                << ", test accuracy " << std::setprecision(2) << std::fixed << 100 * acc << "% (" << test.size()
-                << " images)" << std::defaultfloat << std::endl;
-    }
+    if (lead) evaluate_epoch(cfg, agent, *local, test, epoch, start, epochs_csv);
   }
   me.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   agent.rpc_sync<void>(kServerRank, "ps.model.report", trainer, me);
