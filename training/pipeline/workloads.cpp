@@ -222,11 +222,8 @@ void write_timeline(const PipelineConfig& c, transport::ProcessGroup& pg, const 
             << c.out_dir << "/timeline.png" << std::endl;
 }
 
-}  // namespace
-
-void run_fashion_mnist(const PipelineConfig& c, const std::string& config_yaml, const WorldFlags& world,
-                       const std::string& resume) {
-  torch::set_num_threads(c.torch_threads);
+// The fashion-mnist stages' process group: roles.stages processes, dist.* as configured.
+std::shared_ptr<transport::ProcessGroup> stage_group(const PipelineConfig& c, const WorldFlags& world) {
   transport::ProcessGroupOptions po;
   po.init_method = world.resolved_init_method();
   po.rank = world.rank;
@@ -237,16 +234,14 @@ void run_fashion_mnist(const PipelineConfig& c, const std::string& config_yaml, 
   if (pg->size() != c.stages)
     throw ConfigError("roles.stages is " + std::to_string(c.stages) + " but the world has " + std::to_string(pg->size()) +
                       " processes (distrl-launch starts roles.stages)");
-  const int rank = pg->rank();
-  const Schedule sched = schedule_for(c);
-  const bool first = rank == 0, last = sched.stage_of(sched.virtual_stages() - 1) == rank;
+  return pg;
+}
 
-  const Dataset train = first_items(load_idx_dir(c.data_path, true), c.data_limit);
-  const Dataset test = first_items(load_idx_dir(c.data_path, false), c.test_limit);
-  torch::manual_seed(c.seed);
-  nn::Sequential model = make_fashion_cnn(c.classes);
+// Where the CNN is cut: pipeline.cuts; else where the resumed run cut; else balanced by stage
+// 0's measurement of each layer, broadcast so that every stage cuts alike.
+std::vector<std::string> choose_cuts(const PipelineConfig& c, nn::Sequential& model, const Dataset& train,
+                                     transport::ProcessGroup& pg, int pieces_total, const std::string& resume) {
   std::vector<std::string> cuts = split_names(c.cuts);
-  const int pieces_total = sched.virtual_stages();
   // A resumed run cuts where the checkpointed one did (a new measurement could cut elsewhere).
   if (cuts.empty() && !resume.empty()) {
     std::ifstream saved(resume + "/cuts.txt");
@@ -255,14 +250,88 @@ void run_fashion_mnist(const PipelineConfig& c, const std::string& config_yaml, 
   }
   if (cuts.empty() && pieces_total > 1) {  // balanced by stage 0's measurement, the same everywhere
     at::Tensor cost = at::zeros({static_cast<std::int64_t>(model->size())}, at::kDouble);
-    if (first) {
+    if (pg.rank() == 0) {
       const auto t = measure_child_costs(model, train.inputs.narrow(0, 0, std::min<std::int64_t>(c.batch_size, train.size())));
       for (std::size_t i = 0; i < t.size(); ++i) cost[i] = t[i];
     }
-    pg->broadcast(cost, 0);
+    pg.broadcast(cost, 0);
     std::vector<double> v(cost.data_ptr<double>(), cost.data_ptr<double>() + cost.numel());
     cuts = balanced_cuts(model, v, pieces_total);
   }
+  return cuts;
+}
+
+// run.out_dir/checkpoints/ made; stage 0 writes the cuts there (a resume cuts alike).
+void prepare_checkpoints(const std::string& ckpt_dir, int rank, const std::vector<std::string>& cuts) {
+  std::error_code ec;
+  std::filesystem::create_directories(ckpt_dir, ec);
+  if (ec) throw Error("cannot create " + ckpt_dir + ": " + ec.message() + " (check run.out_dir)");
+  if (rank == 0) {
+    std::string line;
+    for (const auto& n : cuts) line += (line.empty() ? "" : ",") + n;
+    std::ofstream(ckpt_dir + "/cuts.txt") << line << "\n";
+  }
+}
+
+// The last stage's first lines: stages, schedule, pieces, the verifier's bubble and memory.
+void print_plan(const PipelineConfig& c, const Schedule& sched, const std::vector<nn::Sequential>& pieces,
+                const PipelineStage& stage) {
+  std::string where;
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    where += (i ? " | " : "");
+    for (auto& kv : pieces[i]->named_children()) where += kv.key() + " ";
+  }
+  std::cout << "pipeline: " << c.stages << " stage(s), schedule " << sched.name << ", " << c.microbatches
+            << " micro-batches of a batch of " << c.batch_size << (c.recompute ? ", recompute" : "") << "; pieces: " << where
+            << "\n  ideal bubble " << std::setprecision(3) << stage.plan().mean_bubble() << ", peak activations per stage";
+  for (int a : stage.plan().peak_activations) std::cout << " " << a;
+  std::cout << std::endl;
+}
+
+// The test set through the pipeline in evaluation mode: (loss sum, correct), on the last stage.
+std::pair<double, double> evaluate_pipeline(const PipelineConfig& c, PipelineStage& stage, nn::Module& holder,
+                                            const Dataset& test, bool first, bool last) {
+  double test_loss = 0, correct = 0;
+  holder.eval();
+  for (std::int64_t off = 0; off < test.size(); off += c.test_batch_size) {
+    const std::int64_t b = std::min<std::int64_t>(c.test_batch_size, test.size() - off);
+    const at::Tensor out = stage.forward(first ? test.inputs.narrow(0, off, b) : at::Tensor());
+    if (last) {
+      const at::Tensor y = test.targets.narrow(0, off, b);
+      test_loss += torch::nn::functional::cross_entropy(out, y).item<double>() * b;
+      correct += out.argmax(1).eq(y).sum().item<double>();
+    }
+  }
+  holder.train();
+  return {test_loss, correct};
+}
+
+// The last stage's end: the learning curve and where everything is.
+void finish_fashion_outputs(const PipelineConfig& c, std::ofstream& metrics, const std::string& ckpt_dir) {
+  metrics.close();
+  plot_csv(c.out_dir + "/metrics.csv", c.out_dir + "/learning_curve.png",
+           {{"loss", "epoch", {{"epoch", "train_loss", "train"}, {"epoch", "test_loss", "test"}}},
+            {"test accuracy (%)", "epoch", {{"epoch", "test_accuracy", "test"}}}});
+  std::cout << "wrote " << c.out_dir << "/metrics.csv, learning_curve.png, checkpoints/ (resume: --resume " << ckpt_dir
+            << ")" << std::endl;
+}
+
+}  // namespace
+
+void run_fashion_mnist(const PipelineConfig& c, const std::string& config_yaml, const WorldFlags& world,
+                       const std::string& resume) {
+  torch::set_num_threads(c.torch_threads);
+  auto pg = stage_group(c, world);
+  const int rank = pg->rank();
+  const Schedule sched = schedule_for(c);
+  const bool first = rank == 0, last = sched.stage_of(sched.virtual_stages() - 1) == rank;
+
+  const Dataset train = first_items(load_idx_dir(c.data_path, true), c.data_limit);
+  const Dataset test = first_items(load_idx_dir(c.data_path, false), c.test_limit);
+  torch::manual_seed(c.seed);
+  nn::Sequential model = make_fashion_cnn(c.classes);
+  const int pieces_total = sched.virtual_stages();
+  const std::vector<std::string> cuts = choose_cuts(c, model, train, *pg, pieces_total, resume);
   const auto pieces = cut_model(model, cuts, pieces_total);
   std::vector<nn::Sequential> mine;
   auto holder = std::make_shared<nn::Module>();
@@ -285,29 +354,11 @@ void run_fashion_mnist(const PipelineConfig& c, const std::string& config_yaml, 
     if (last) std::cout << "resumed from " << resume << " after epoch " << start_epoch - 1 << std::endl;
   }
   std::ofstream metrics;
-  {
-    std::error_code ec;
-    std::filesystem::create_directories(ckpt_dir, ec);
-    if (ec) throw Error("cannot create " + ckpt_dir + ": " + ec.message() + " (check run.out_dir)");
-    if (rank == 0) {
-      std::string line;
-      for (const auto& n : cuts) line += (line.empty() ? "" : ",") + n;
-      std::ofstream(ckpt_dir + "/cuts.txt") << line << "\n";
-    }
-  }
+  prepare_checkpoints(ckpt_dir, rank, cuts);
   if (last) {
     metrics = open_run_outputs(c.out_dir, config_yaml, "metrics.csv",
                                "epoch,train_loss,test_loss,test_accuracy,seconds,images_per_s", !resume.empty());
-    std::string where;
-    for (std::size_t i = 0; i < pieces.size(); ++i) {
-      where += (i ? " | " : "");
-      for (auto& kv : pieces[i]->named_children()) where += kv.key() + " ";
-    }
-    std::cout << "pipeline: " << c.stages << " stage(s), schedule " << sched.name << ", " << c.microbatches
-              << " micro-batches of a batch of " << c.batch_size << (c.recompute ? ", recompute" : "") << "; pieces: " << where
-              << "\n  ideal bubble " << std::setprecision(3) << stage.plan().mean_bubble() << ", peak activations per stage";
-    for (int a : stage.plan().peak_activations) std::cout << " " << a;
-    std::cout << std::endl;
+    print_plan(c, sched, pieces, stage);
   }
   const std::int64_t n = train.size();
   // SIGINT/SIGTERM: the stages exchange every micro-batch, so all stop after the same step
@@ -352,19 +403,7 @@ void run_fashion_mnist(const PipelineConfig& c, const std::string& config_yaml, 
       break;
     }
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-    // Evaluation through the pipeline.
-    double test_loss = 0, correct = 0;
-    holder->eval();
-    for (std::int64_t off = 0; off < test.size(); off += c.test_batch_size) {
-      const std::int64_t b = std::min<std::int64_t>(c.test_batch_size, test.size() - off);
-      const at::Tensor out = stage.forward(first ? test.inputs.narrow(0, off, b) : at::Tensor());
-      if (last) {
-        const at::Tensor y = test.targets.narrow(0, off, b);
-        test_loss += torch::nn::functional::cross_entropy(out, y).item<double>() * b;
-        correct += out.argmax(1).eq(y).sum().item<double>();
-      }
-    }
-    holder->train();
+    const auto [test_loss, correct] = evaluate_pipeline(c, stage, *holder, test, first, last);
     models::save_checkpoint(ckpt_dir + my_ckpt, *holder, &opt, {{"epoch", epoch}});
     pg->barrier();  // every stage's checkpoint of this epoch exists
     if (last) {
@@ -376,14 +415,7 @@ void run_fashion_mnist(const PipelineConfig& c, const std::string& config_yaml, 
                 << std::setprecision(4) << acc << "%" << std::defaultfloat << std::endl;
     }
   }
-  if (last) {
-    metrics.close();
-    plot_csv(c.out_dir + "/metrics.csv", c.out_dir + "/learning_curve.png",
-             {{"loss", "epoch", {{"epoch", "train_loss", "train"}, {"epoch", "test_loss", "test"}}},
-              {"test accuracy (%)", "epoch", {{"epoch", "test_accuracy", "test"}}}});
-    std::cout << "wrote " << c.out_dir << "/metrics.csv, learning_curve.png, checkpoints/ (resume: --resume "
-              << ckpt_dir << ")" << std::endl;
-  }
+  if (last) finish_fashion_outputs(c, metrics, ckpt_dir);
 }
 
 // ---- the RPC tutorial -------------------------------------------------------------------
