@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <optional>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -486,6 +487,57 @@ void report_sweep_stop() {
 }
 }  // namespace
 
+namespace {
+
+// pipeline.check_one_process: the same shards (same seeds), micro-batches and optimizer in this
+// process, stepped beside the pipeline; loss gaps on every batch, parameter gaps after the first.
+class OneProcessCheck {
+ public:
+  explicit OneProcessCheck(const PipelineConfig& c)
+      : ref1_(std::make_shared<TutorialShardImpl>(ShardSpec{1, c.classes, c.seed})),
+        ref2_(std::make_shared<TutorialShardImpl>(ShardSpec{2, c.classes, c.seed + 1})) {
+    auto p = ref1_->parameters();
+    for (auto& q : ref2_->parameters()) p.push_back(q);
+    opt_ = std::make_unique<torch::optim::SGD>(p, c.lr);
+  }
+
+  // Batch b (0 = the first timed one) after the pipeline's step, whose loss was `loss`.
+  void step(const at::Tensor& inputs, const at::Tensor& labels, int size, double loss, int b,
+            const std::vector<transport::RRef<at::Tensor>>& params) {
+    opt_->zero_grad();
+    std::vector<at::Tensor> rs;
+    for (const at::Tensor& x : inputs.split(size)) rs.push_back(ref2_->forward_local(ref1_->forward_local(x)));
+    const at::Tensor ref_loss = torch::mse_loss(torch::cat(rs), labels);
+    ref_loss.backward();
+    opt_->step();
+    loss_gap_ = std::max(loss_gap_, std::abs(ref_loss.item<double>() - loss));
+    // The parameters after the first step: the same gradients, summed in another order
+    // (micro-batches arrive as they finish), so equal to rounding. Later steps are not
+    // compared: a rounding-level change can move a max-pool's choice, after which the two
+    // runs rightly part (gaps of 4e-4 in conv1.weight were measured after two steps).
+    if (b == 0) std::tie(param_gap_, worst_) = parameter_gap(params, *ref1_, *ref2_);
+  }
+
+  // The gaps of micro-batch size `size`, said; Error past 1e-4.
+  void verdict(int size) const {
+    std::cout << "one-process check (micro-batch size " << size << "): losses differ by at most " << loss_gap_
+              << ", parameters after the first step by " << param_gap_ << (worst_.empty() ? "" : " at " + worst_)
+              << std::endl;
+    if (loss_gap_ > 1e-4 || param_gap_ > 1e-4)
+      throw Error("the pipeline does not train like one process (micro-batch size " + std::to_string(size) +
+                  "): loss gap " + std::to_string(loss_gap_) + ", parameter gap after the first step " +
+                  std::to_string(param_gap_) + " at " + worst_);
+  }
+
+ private:
+  std::shared_ptr<TutorialShardImpl> ref1_, ref2_;
+  std::unique_ptr<torch::optim::SGD> opt_;
+  double loss_gap_ = 0, param_gap_ = 0;
+  std::string worst_;  // the parameter with the largest gap after the first step, named
+};
+
+}  // namespace
+
 void run_resnet_tutorial(const PipelineConfig& c, const std::string& config_yaml, const WorldFlags& world) {
   transport::RpcOptions o = rpc_options_for(world, c.timeout_s, c.transport, c.torch_threads);
   // Default names: worker0 (the master), worker1 and worker2 (the shards' owners), as in the tutorial.
@@ -518,18 +570,8 @@ void run_resnet_tutorial(const PipelineConfig& c, const std::string& config_yaml
     autograd::OptimizerSpec spec;
     spec.lr = c.lr;
     autograd::DistributedOptimizer opt(agent, spec, params);
-    // The one-process reference: the same shards (same seeds), micro-batches and optimizer.
-    std::shared_ptr<TutorialShardImpl> ref1, ref2;
-    std::unique_ptr<torch::optim::SGD> ref_opt;
-    double loss_gap = 0, param_gap = 0;
-    std::string worst;  // the parameter with the largest gap after the first step, named
-    if (c.check_one_process) {
-      ref1 = std::make_shared<TutorialShardImpl>(ShardSpec{1, c.classes, c.seed});
-      ref2 = std::make_shared<TutorialShardImpl>(ShardSpec{2, c.classes, c.seed + 1});
-      auto p = ref1->parameters();
-      for (auto& q : ref2->parameters()) p.push_back(q);
-      ref_opt = std::make_unique<torch::optim::SGD>(p, c.lr);
-    }
+    std::optional<OneProcessCheck> check;
+    if (c.check_one_process) check.emplace(c);
     torch::manual_seed(c.seed);
     double first_loss = 0, last_loss = 0, total = 0;
     const int warmup = size == c.microbatch_sizes.front() ? c.warmup : 0;
@@ -564,31 +606,10 @@ void run_resnet_tutorial(const PipelineConfig& c, const std::string& config_yaml
       last_loss = l;
       std::cout << "  batch " << done << "/" << c.batches << ": " << std::fixed << std::setprecision(3) << secs
                 << " s, loss " << std::setprecision(5) << l << std::defaultfloat << std::endl;
-      if (ref1) {
-        ref_opt->zero_grad();
-        std::vector<at::Tensor> rs;
-        for (const at::Tensor& x : inputs.split(size)) rs.push_back(ref2->forward_local(ref1->forward_local(x)));
-        const at::Tensor ref_loss = torch::mse_loss(torch::cat(rs), labels);
-        ref_loss.backward();
-        ref_opt->step();
-        loss_gap = std::max(loss_gap, std::abs(ref_loss.item<double>() - l));
-        // The parameters after the first step: the same gradients, summed in another order
-        // (micro-batches arrive as they finish), so equal to rounding. Later steps are not
-        // compared: a rounding-level change can move a max-pool's choice, after which the two
-        // runs rightly part (gaps of 4e-4 in conv1.weight were measured after two steps).
-        if (b == 0) std::tie(param_gap, worst) = parameter_gap(params, *ref1, *ref2);
-      }
+      if (check) check->step(inputs, labels, size, l, b, params);
     }
     if (done == 0) break;  // stopped before a timed batch of this setting: no row
-    if (ref1) {
-      std::cout << "one-process check (micro-batch size " << size << "): losses differ by at most " << loss_gap
-                << ", parameters after the first step by " << param_gap << (worst.empty() ? "" : " at " + worst)
-                << std::endl;
-      if (loss_gap > 1e-4 || param_gap > 1e-4)
-        throw Error("the pipeline does not train like one process (micro-batch size " + std::to_string(size) +
-                    "): loss gap " + std::to_string(loss_gap) + ", parameter gap after the first step " +
-                    std::to_string(param_gap) + " at " + worst);
-    }
+    if (check) check->verdict(size);
     const int mbs = (c.batch_size + size - 1) / size;
     sweep << size << "," << mbs << "," << c.batch_size << "," << total / done << "," << first_loss << ","
           << last_loss << std::endl;
