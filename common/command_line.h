@@ -8,6 +8,7 @@
 
 #include <iostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/error.h"
@@ -45,23 +46,14 @@ struct ToolFlags {
   std::string security_key;
 };
 
-// A tool's whole command line: flags, then the config file, then KEY=VALUE overrides. Config
-// is a struct with a `void bind(Settings&, Config&)` found by argument-dependent lookup.
-template <typename Config>
-class CommandLine {
+// A tool's whole command line: flags, then the config file, then KEY=VALUE overrides of the keys
+// bound into `settings` before parse() (CommandLine<Config> binds a struct; a tool of several
+// workloads binds the one its file names: training/workload.h). Single-threaded.
+class ToolCommandLine {
  public:
-  CommandLine(const std::string& tool, const std::string& description, const std::string& example_config,
-              const std::string& resume_help)
+  ToolCommandLine(const std::string& tool, const std::string& description, const std::string& example_config,
+                  const std::string& resume_help)
       : settings(tool), app(description) {
-    bind(settings, config);
-    settings
-        .bind("security", &flags.security,
-              "off: plain sockets (fine on one host); curve: every socket authenticated and encrypted with "
-              "ZeroMQ CURVE (needed across hosts; docs/security.md)")
-        .choices({"off", "curve"});
-    settings.bind("security_key", &flags.security_key,
-                  "the world's key file for security: curve (make one: distrl-keygen FILE; empty: "
-                  "$DISTRL_CURVE_KEY, which distrl-launch sets)");
     app.add_option("--config", flags.config, "YAML run configuration (" + example_config + ")")
         ->check(CLI::ExistingFile);
     app.add_option("--rank", flags.world.rank, "this process's rank (default: $RANK)");
@@ -77,6 +69,7 @@ class CommandLine {
 
   // Returns false after printing --help. Throws ConfigError for bad flags, keys or values.
   bool parse(int argc, char** argv) {
+    bind_security();
     app.footer("Config keys (in the YAML file as nested maps, or here as --key value / key=value):\n" +
                settings.describe());
     try {
@@ -93,10 +86,53 @@ class CommandLine {
     return true;
   }
 
-  Config config;
+  // Before parse(): the --config file argv names ("" when none) and the arguments left for
+  // overrides, for a tool that picks its keys by them. Nothing is checked here (parse() does).
+  static std::pair<std::string, std::vector<std::string>> config_and_overrides(int argc, char** argv) {
+    CLI::App scan;
+    scan.set_help_flag();
+    std::string config;
+    scan.add_option("--config", config);
+    scan.allow_extras();
+    try {
+      scan.parse(argc, argv);
+    } catch (const CLI::ParseError&) {
+      return {};
+    }
+    return {config, scan.remaining()};
+  }
+
   Settings settings;
   ToolFlags flags;
   CLI::App app;
+
+ private:
+  // The world's security: after the config's own keys, as every tool lists them.
+  void bind_security() {
+    if (settings.has("security")) return;
+    settings
+        .bind("security", &flags.security,
+              "off: plain sockets (fine on one host); curve: every socket authenticated and encrypted with "
+              "ZeroMQ CURVE (needed across hosts; docs/security.md)")
+        .choices({"off", "curve"});
+    settings.bind("security_key", &flags.security_key,
+                  "the world's key file for security: curve (make one: distrl-keygen FILE; empty: "
+                  "$DISTRL_CURVE_KEY, which distrl-launch sets)");
+  }
+};
+
+// The command line of a tool with one config struct: Config has a `void bind(Settings&, Config&)`
+// found by argument-dependent lookup.
+template <typename Config>
+class CommandLine : public ToolCommandLine {
+ public:
+  CommandLine(const std::string& tool, const std::string& description, const std::string& example_config,
+              const std::string& resume_help)
+      : ToolCommandLine(tool, description, example_config, resume_help) {
+    bind(settings, config);
+  }
+
+  Config config;
 };
 
 }  // namespace distrl

@@ -311,22 +311,57 @@ void Settings::set(const std::string& key, const std::string& value, const std::
   f.origin_ = source;
 }
 
-void Settings::load_file(const std::string& path) {
+namespace {
+
+std::string read_config_file(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw ConfigError(path + ": cannot open the config file");
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) throw ConfigError(path + ": cannot read the config file");
-  load_text(text.str(), path);
+  return text.str();
 }
 
-void Settings::load_text(const std::string& yaml, const std::string& source) {
-  YAML::Node root;
+YAML::Node parse_yaml(const std::string& yaml, const std::string& source) {
   try {
-    root = YAML::Load(yaml);
+    return YAML::Load(yaml);
   } catch (const YAML::Exception& e) {
     throw ConfigError(source + ": not valid YAML: " + e.what());
   }
+}
+
+}  // namespace
+
+void Settings::load_file(const std::string& path) { load_text(read_config_file(path), path); }
+
+std::optional<std::string> Settings::peek(const std::string& path, const std::vector<std::string>& overrides,
+                                          const std::string& key) {
+  std::optional<std::string> value;
+  YAML::Node n = parse_yaml(read_config_file(path), path);
+  std::size_t start = 0;
+  for (;;) {
+    const auto dot = key.find('.', start);
+    const std::string part = key.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (!n.IsMap() || !n[part]) {
+      n.reset();
+      break;
+    }
+    n.reset(n[part]);  // rebinds; `n = n[part]` would overwrite the node n shares with the root
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  if (n.IsDefined() && !n.IsNull()) value = n.IsScalar() ? n.Scalar() : YAML::Dump(n);
+  for (std::size_t i = 0; i < overrides.size(); ++i) {
+    const std::string& a = overrides[i];
+    if (a.rfind("--" + key + "=", 0) == 0) value = a.substr(key.size() + 3);
+    else if (a.rfind(key + "=", 0) == 0) value = a.substr(key.size() + 1);
+    else if (a == "--" + key && i + 1 < overrides.size()) value = overrides[i + 1];
+  }
+  return value;
+}
+
+void Settings::load_text(const std::string& yaml, const std::string& source) {
+  const YAML::Node root = parse_yaml(yaml, source);
   if (root.IsNull()) return;  // an empty file: all defaults
   if (!root.IsMap()) throw ConfigError(source + ": the top level must be a map of keys");
   std::vector<std::pair<std::string, std::string>> leaves;

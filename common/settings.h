@@ -14,6 +14,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,13 @@ class Settings {
   bool has(const std::string& key) const;
   // The checks that need the final values (output_dir()); after the file and overrides.
   void check() const;
+
+  // Before anything is bound: the text that a YAML file and overrides ("--key=value", "--key
+  // value", "key=value"; the last wins) give `key` -- a section's or a list's as YAML text --
+  // or nullopt when neither has it. How a tool of several workloads picks the keys to bind, and
+  // distrl-launch the tool to start. ConfigError when the file cannot be read as YAML.
+  static std::optional<std::string> peek(const std::string& path, const std::vector<std::string>& overrides,
+                                         const std::string& key);
 
   // Every key with its current value, type, origin and help (for --help and logs).
   std::string describe() const;

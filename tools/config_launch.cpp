@@ -2,53 +2,25 @@
 
 #include <unistd.h>
 
-#include <yaml-cpp/yaml.h>
-
 #include <filesystem>
 
 #include "common/error.h"
+#include "common/settings.h"
+#include "training/workload.h"
 
 namespace distrl::tools {
 namespace {
 
-YAML::Node load(const std::string& config) {
-  try {
-    return YAML::LoadFile(config);
-  } catch (const YAML::Exception& e) {
-    throw ConfigError(config + ": not valid YAML: " + e.what());
-  }
-}
-
-// A scalar setting (dotted key) from the file, or its last override; empty when neither has it.
-std::string string_setting(const YAML::Node& root, const std::vector<std::string>& overrides, const std::string& key) {
-  std::string value;
-  YAML::Node n = root;
-  std::size_t start = 0;
-  for (;;) {
-    const auto dot = key.find('.', start);
-    const std::string part = key.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-    if (!n.IsMap() || !n[part]) {
-      n.reset();
-      break;
-    }
-    n.reset(n[part]);  // rebinds; `n = n[part]` would overwrite the node n shares with root
-    if (dot == std::string::npos) break;
-    start = dot + 1;
-  }
-  if (n.IsDefined() && n.IsScalar()) value = n.as<std::string>();
-  for (std::size_t i = 0; i < overrides.size(); ++i) {
-    const std::string& a = overrides[i];
-    if (a.rfind("--" + key + "=", 0) == 0) value = a.substr(key.size() + 3);
-    else if (a.rfind(key + "=", 0) == 0) value = a.substr(key.size() + 1);
-    else if (a == "--" + key && i + 1 < overrides.size()) value = overrides[i + 1];
-  }
-  return value;
+// A setting (dotted key) from the file, or its last override; empty when neither has it.
+std::string string_setting(const std::string& config, const std::vector<std::string>& overrides,
+                           const std::string& key) {
+  return Settings::peek(config, overrides, key).value_or("");
 }
 
 // A positive integer setting from the file, or its last override.
-int int_setting(const std::string& config, const YAML::Node& root, const std::vector<std::string>& overrides,
-                const std::string& key, int fallback, int min = 1) {
-  const std::string value = string_setting(root, overrides, key);
+int int_setting(const std::string& config, const std::vector<std::string>& overrides, const std::string& key,
+                int fallback, int min = 1) {
+  const std::string value = string_setting(config, overrides, key);
   if (value.empty()) return fallback;  // the tool's default; it validates the rest
   try {
     std::size_t used = 0;
@@ -73,13 +45,6 @@ void check(const std::string& exe, const std::vector<std::string>& tail) {
   if (run_process(cmd) != 0) throw ConfigError("the configuration was refused (above); nothing started");
 }
 
-// One tool with the config on every rank, after it accepted the configuration.
-void on_every_rank(const std::string& exe, const std::vector<std::string>& tail, LaunchOptions* o) {
-  check(exe, tail);
-  o->command = {exe};
-  o->command.insert(o->command.end(), tail.begin(), tail.end());
-}
-
 }  // namespace
 
 std::string self_dir() {
@@ -93,47 +58,31 @@ namespace {
 
 // The commands of a config's ranks and the world's size (o->nproc, before the split over nodes).
 void configure_world(const std::string& config, const std::vector<std::string>& overrides, LaunchOptions* o) {
-  const YAML::Node root = load(config);
+  // The file's workload picks the tool (which refuses an override naming another tool's);
+  // reading it refuses a file that is not YAML.
+  const std::string workload = training::workload_named_by(config, {});
   // The world's security first: the configuration checks below already run under it.
-  if (o->security.empty()) o->security = string_setting(root, overrides, "security");
-  if (o->security_key.empty()) o->security_key = string_setting(root, overrides, "security_key");
+  if (o->security.empty()) o->security = string_setting(config, overrides, "security");
+  if (o->security_key.empty()) o->security_key = string_setting(config, overrides, "security_key");
   prepare_security(o);
   std::vector<std::string> tail{"--config", config};
   tail.insert(tail.end(), overrides.begin(), overrides.end());
   // The file may ask for restarts (the tool documents and checks the key); --max-restarts wins.
-  if (o->max_restarts == 0) o->max_restarts = int_setting(config, root, overrides, "launch.max_restarts", 0, 0);
-  if (root.IsMap() && root["workload"]) {  // a workload with roles: its own tool on every rank
-    const std::string workload = root["workload"].IsScalar() ? root["workload"].as<std::string>() : "";
-    if (workload == "rnn_dist_autograd") {
-      on_every_rank(tool("distrl-rnn"), tail, o);
-      o->nproc = int_setting(config, root, overrides, "roles.trainers", 1) + 1;  // rank 0 is the ps
-      return;
-    }
-    if (workload == "ps_batch_update" || workload == "ps_model_on_server" || workload == "ps_hybrid" ||
-        workload == "ps_skipgram") {
-      on_every_rank(tool("distrl-ps"), tail, o);
-      o->nproc = int_setting(config, root, overrides, "roles.servers", 1) +
-                 int_setting(config, root, overrides, "roles.trainers", 2) + (workload == "ps_hybrid" ? 1 : 0);
-      return;
-    }
-    if (workload == "pipeline_fashion_mnist" || workload == "pipeline_resnet50" ||
-        workload == "pipeline_resnet50_model_parallel") {
-      on_every_rank(tool("distrl-pipeline"), tail, o);
-      o->nproc = workload == "pipeline_resnet50" ? 3
-                 : workload == "pipeline_resnet50_model_parallel" ? 1
-                                                                   : int_setting(config, root, overrides, "roles.stages", 2);
-      return;
-    }
-    throw ConfigError(config + ": workload: '" + workload + "' is not known (known: rnn_dist_autograd, ps_batch_update, ps_model_on_server, ps_hybrid, ps_skipgram, pipeline_fashion_mnist, pipeline_resnet50, pipeline_resnet50_model_parallel)");
-  }
-  if (root.IsMap() && root["dist"]) {  // supervised training: distrl-train on every rank
-    on_every_rank(tool("distrl-train"), tail, o);
-    o->nproc = int_setting(config, root, overrides, "dist.world_size", 2);
+  if (o->max_restarts == 0) o->max_restarts = int_setting(config, overrides, "launch.max_restarts", 0, 0);
+  if (!workload.empty()) {  // a training workload: its tool on every rank, the world its roles make
+    const training::Workload& w = training::find_workload(workload, config);
+    const std::string exe = tool(w.tool);
+    check(exe, tail);
+    training::WorkloadCommandLine accepted(w.tool);  // read as the tool read it
+    accepted.parse(tail);
+    o->nproc = accepted.world_size();
+    o->command = {exe};
+    o->command.insert(o->command.end(), tail.begin(), tail.end());
     return;
   }
   const std::string agent = tool("distrl-agent"), observer = tool("distrl-observer");
   check(agent, tail);
-  o->nproc = int_setting(config, root, overrides, "observers", 4) + 1;
+  o->nproc = int_setting(config, overrides, "observers", 4) + 1;
   o->rank0_command = {agent};
   o->rank0_command.insert(o->rank0_command.end(), tail.begin(), tail.end());
   o->command = {observer};

@@ -1,9 +1,9 @@
 // distrl-launch --config: a run from one YAML file, with the same file and overrides on every
-// rank. A training config (one with a `dist` section) runs distrl-train on dist.world_size
-// ranks; an RL config runs distrl-agent as rank 0 and `observers` distrl-observer ranks; a
-// workload config its tool on the ranks its roles need. The
-// tool validates the whole configuration first (--check-config), so a bad key is reported
-// once, before anything starts.
+// rank. A training workload (the file's `workload`, or a DDP config: one with a `dist`
+// section) runs its tool on the ranks its roles make, as the workload registry
+// (training/workload.h) says; an RL config runs distrl-agent as rank 0 and `observers`
+// distrl-observer ranks. The tool validates the whole configuration first (--check-config),
+// so a bad key is reported once, before anything starts.
 #pragma once
 
 #include <string>

@@ -50,7 +50,7 @@ void expect_saved_params_equal(const std::string& dir, const std::vector<torch::
 
 TEST(PsBatchUpdateTest, EqualsOneProcessOnTheSummedBatch) {
   TempDir dir;
-  PsConfig cfg;
+  BatchUpdateConfig cfg;
   cfg.servers = 2;
   cfg.trainers = 3;
   cfg.model = "mlp";
@@ -114,6 +114,27 @@ int serve(const TempDir& dir, int rank, ServerOptions o, const std::function<voi
   } catch (const TimeoutError&) {  // only where a trainer was killed
   }
   return 0;
+}
+
+// distrl-ps --check-config validates what a rank would (the workload registry's checks), not
+// only the keys: before, it returned before the workload's checks and a rank failed later.
+TEST(PsConfigTest, CheckConfigRefusesAWorkloadLevelErrorNamingTheKey) {
+  const std::string hybrid = std::string(DISTRL_SOURCE_DIR) + "/configs/ps_hybrid.yaml";
+  auto r = distrl::testing::run_command(distrl::testing::bin_path("distrl-ps") + " --check-config --config " + hybrid +
+                                        " roles.servers=2");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("roles.servers: the hybrid form has one ps, not 2"), std::string::npos) << r.output;
+  r = distrl::testing::run_command(distrl::testing::bin_path("distrl-ps") + " --check-config --config " + kConfig +
+                                   " roles.trainers=2 ps.quorum=3");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("ps.quorum: 3 is not in [0, 2]"), std::string::npos) << r.output;
+  // ... and under distrl-launch nothing starts.
+  r = launch("--config " + hybrid + " roles.servers=2");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("roles.servers: the hybrid form has one ps, not 2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("nothing started"), std::string::npos) << r.output;
+  r = distrl::testing::run_command(distrl::testing::bin_path("distrl-ps") + " --check-config --config " + kConfig);
+  EXPECT_EQ(r.code, 0) << r.output;
 }
 
 // A shard SIGKILLed mid-run (rank 0, so the store must outlive it: distrl-launch hosts it) is
@@ -560,7 +581,7 @@ TEST(PsHybridTest, EqualsOneProcessAfterKSteps) {
   auto r = launch("--config " + config + " train.epochs=3 train.batches=4 optimizer.momentum=0.9 run.out_dir=" +
                   dir.path());
   ASSERT_EQ(r.code, 0) << r.output;
-  PsConfig cfg;
+  HybridConfig cfg;
   cfg.classes = 8;
   cfg.batches = 4;
   torch::manual_seed(1);
@@ -607,7 +628,7 @@ void expect_refused(const std::function<void()>& call, const std::string& words)
 // The model server's calls refuse what does not fit, by name, and it keeps serving.
 TEST(PsModelOnServerTest, MalformedCallsAreRefusedByNameAndTheServerKeepsServing) {
   TempDir dir;
-  PsConfig cfg;
+  ModelOnServerConfig cfg;
   cfg.model = "mlp";
   cfg.hidden = {8};
   cfg.classes = 10;
@@ -640,7 +661,7 @@ TEST(PsModelOnServerTest, MalformedCallsAreRefusedByNameAndTheServerKeepsServing
 // A bogus trainer id cannot count towards the hybrid master's "every trainer done".
 TEST(PsHybridTest, ADoneFromAnUnknownTrainerIsRefused) {
   TempDir dir;
-  PsConfig cfg;
+  HybridConfig cfg;
   cfg.trainers = 2;
   auto codes = run_ranks(2, [&](int rank) {
     std::shared_ptr<HybridRank> me;

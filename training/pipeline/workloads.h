@@ -22,18 +22,18 @@
 #include "common/command_line.h"
 #include "common/settings.h"
 #include "training/pipeline/schedule.h"
+#include "training/run_keys.h"
 #include <torch/nn/modules/container/sequential.h>
 
 namespace distrl::training::pipeline {
 
-struct PipelineConfig {
-  std::string workload = "pipeline_fashion_mnist";
+struct PipelineConfig : RunKeys, DistKeys {
+  PipelineConfig() {
+    out_dir = "runs/pipeline";
+    log_interval = 100;
+  }
   std::string preset = "full";        // resnet: full (the tutorial's 120 @ 128x128) | small (24 @ 64x64)
   int stages = 2;                     // roles.stages
-  std::string out_dir = "runs/pipeline";
-  int seed = 1;
-  int log_interval = 100;
-  int torch_threads = 1;
   int classes = 10;                   // model.classes (resnet: 1000)
   int image_size = 128;               // resnet: square side of the random images
   std::string data_path = "/usr/share/datasets/fashion-mnist";
@@ -56,13 +56,11 @@ struct PipelineConfig {
   bool check_one_process = false;     // resnet: the master also trains the model in-process and compares
   double lr = 0.05;
   double momentum = 0.0;
-  double timeout_s = 120;
-  std::string transport = "auto";
 };
 
 void bind(Settings& s, PipelineConfig& c);
-// Applies the preset and checks combinations (ConfigError naming the key).
-void finish(PipelineConfig& c);
+// resnet: c with the preset applied (small: batch 24 of 64x64 images).
+PipelineConfig with_preset(PipelineConfig c);
 
 // pipeline.schedule built (by name) or read (a path, or a file that exists), checked against
 // roles.stages, pipeline.chunks and pipeline.microbatches and verified with max_activations.

@@ -22,7 +22,7 @@ namespace distrl::training::ps {
 
 using Clock = std::chrono::steady_clock;
 
-std::shared_ptr<models::PolicyNet> build_model(const PsConfig& cfg) {
+std::shared_ptr<models::PolicyNet> build_model(const BatchUpdateConfig& cfg) {
   torch::manual_seed(cfg.seed);
   if (cfg.model == "resnet50") {
     if (cfg.channels != 3) throw ConfigError("model.channels: resnet50 takes 3-channel images");
@@ -36,7 +36,7 @@ std::shared_ptr<models::PolicyNet> build_model(const PsConfig& cfg) {
   return models::make_net(spec);
 }
 
-Batch synthetic_batch(const PsConfig& cfg, int trainer, int round) {
+Batch synthetic_batch(const BatchUpdateConfig& cfg, int trainer, int round) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(
       static_cast<std::uint64_t>(cfg.seed) * 1000003ull + static_cast<std::uint64_t>(trainer) * 7919ull + round);
   Batch b;
@@ -45,10 +45,10 @@ Batch synthetic_batch(const PsConfig& cfg, int trainer, int round) {
   return b;
 }
 
-std::shared_ptr<ShardServer> setup_rank(transport::RpcAgent& agent, const PsConfig& cfg) {
+std::shared_ptr<ShardServer> setup_rank(transport::RpcAgent& agent, const ShardedConfig& cfg) {
   if (agent.rank() >= cfg.servers) return nullptr;
   auto server = std::make_shared<ShardServer>(agent.rank(), cfg.servers, cfg.trainers, cfg.servers,
-                                              cfg.server_options(agent.rank()));
+                                              cfg.shard_options(agent.rank()));
   if (agent.incarnation() > 1) {  // this shard's earlier process died: resume from its snapshot
     const std::string path = cfg.snapshot_path(agent.rank());
     if (std::filesystem::exists(path)) {
@@ -86,7 +86,7 @@ void write_stats_csv(const std::string& path, const std::vector<ShardStats>& sha
   if (!out) throw Error("cannot write " + path + " (is the disk full?)");
 }
 
-void serve_shard(const PsConfig& cfg, transport::RpcAgent& agent, ShardServer& server) {
+void serve_shard(const PsEngineConfig& cfg, transport::RpcAgent& agent, ShardServer& server) {
   server.watch_trainers(agent);
   std::cout << "ps shard " << agent.rank() << "/" << cfg.servers << " (pid " << ::getpid() << "): serving "
             << cfg.trainers << " trainer(s), "
@@ -107,7 +107,7 @@ void serve_shard(const PsConfig& cfg, transport::RpcAgent& agent, ShardServer& s
   server.stop();
 }
 
-bool serve_if_server(const PsConfig& cfg, transport::RpcAgent& agent, const std::shared_ptr<ShardServer>& server) {
+bool serve_if_server(const PsEngineConfig& cfg, transport::RpcAgent& agent, const std::shared_ptr<ShardServer>& server) {
   torch::set_num_threads(cfg.torch_threads);
   if (agent.world_size() != cfg.servers + cfg.trainers)
     throw ConfigError("roles: " + std::to_string(cfg.servers) + " server(s) + " + std::to_string(cfg.trainers) +
@@ -118,11 +118,11 @@ bool serve_if_server(const PsConfig& cfg, transport::RpcAgent& agent, const std:
   return true;
 }
 
-ClientOptions client_options(const PsConfig& cfg, int trainer) {
+ClientOptions client_options(const ShardedConfig& cfg, int trainer) {
   return ClientOptions{trainer, cfg.servers, 0, std::chrono::milliseconds(static_cast<long long>(cfg.retry_s * 1000))};
 }
 
-void run_batch_update(const PsConfig& cfg, const std::string& config_yaml, transport::RpcAgent& agent,
+void run_batch_update(const BatchUpdateConfig& cfg, const std::string& config_yaml, transport::RpcAgent& agent,
                       const std::shared_ptr<ShardServer>& server) {
   if (serve_if_server(cfg, agent, server)) return;
 

@@ -39,11 +39,11 @@ struct BagConfig {
   MSGPACK_DEFINE(rows, dim, seed);
 };
 
-int master_rank(const PsConfig& cfg) { return cfg.servers + cfg.trainers; }
+int master_rank(const HybridConfig& cfg) { return cfg.servers + cfg.trainers; }
 
 }  // namespace
 
-HybridBatch hybrid_batch(const PsConfig& cfg, int trainer, int batch) {
+HybridBatch hybrid_batch(const HybridConfig& cfg, int trainer, int batch) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<std::uint64_t>(cfg.seed) * 1000003ull +
                                                       static_cast<std::uint64_t>(trainer) * 7919ull + batch);
   const std::int64_t n = torch::randint(20, 51, {1}, gen, torch::kLong).item<std::int64_t>();
@@ -78,7 +78,7 @@ struct HybridRank {
   }
 };
 
-std::shared_ptr<HybridRank> setup_hybrid(transport::RpcAgent& agent, const PsConfig& cfg) {
+std::shared_ptr<HybridRank> setup_hybrid(transport::RpcAgent& agent, const HybridConfig& cfg) {
   autograd::enable(agent);
   auto me = std::make_shared<HybridRank>();
   HybridRank* m = me.get();
@@ -112,7 +112,7 @@ std::shared_ptr<HybridRank> setup_hybrid(transport::RpcAgent& agent, const PsCon
 
 namespace {
 
-void run_master(const PsConfig& cfg, transport::RpcAgent& agent, HybridRank& me) {
+void run_master(const HybridConfig& cfg, transport::RpcAgent& agent, HybridRank& me) {
   std::cout << "master: creating EmbeddingBag(" << cfg.embeddings << ", " << cfg.embedding_dim
             << ", sum) on ps0 and starting " << cfg.trainers << " trainer(s)" << std::endl;
   auto bag = agent.remote<BagHost>(0, kBagClass, BagConfig{cfg.embeddings, cfg.embedding_dim, cfg.seed});
@@ -125,7 +125,7 @@ void run_master(const PsConfig& cfg, transport::RpcAgent& agent, HybridRank& me)
   std::cout << "master: every trainer done" << std::endl;
 }
 
-void run_trainer(const PsConfig& cfg, const std::string& config_yaml, transport::RpcAgent& agent, HybridRank& me) {
+void run_trainer(const HybridConfig& cfg, const std::string& config_yaml, transport::RpcAgent& agent, HybridRank& me) {
   const int trainer = agent.rank() - cfg.servers;
   const bool lead = trainer == 0;
   me.wait(agent, {master_rank(cfg)}, "the master's start", [&] { return me.bag.has_value(); });
@@ -208,7 +208,7 @@ void run_trainer(const PsConfig& cfg, const std::string& config_yaml, transport:
 
 }  // namespace
 
-void run_hybrid(const PsConfig& cfg, const std::string& config_yaml, transport::RpcAgent& agent,
+void run_hybrid(const HybridConfig& cfg, const std::string& config_yaml, transport::RpcAgent& agent,
                 const std::shared_ptr<HybridRank>& rank) {
   torch::set_num_threads(cfg.torch_threads);
   if (agent.world_size() != cfg.servers + cfg.trainers + 1)

@@ -31,15 +31,15 @@ struct HybridBatch {
   at::Tensor indices, offsets, targets;  // int64 [n], [bags], [bags]
 };
 // Trainer t's batch b (0 <= b < train.batches): a function of (run.seed, t, b) only.
-HybridBatch hybrid_batch(const PsConfig& cfg, int trainer, int batch);
+HybridBatch hybrid_batch(const HybridConfig& cfg, int trainer, int batch);
 
 struct HybridRank;  // what a rank keeps between setup and run
 
 // In the agent's setup callback on every rank (enables distributed autograd, registers the
 // embedding class on the ps and the start/done calls).
-std::shared_ptr<HybridRank> setup_hybrid(transport::RpcAgent& agent, const PsConfig& cfg);
+std::shared_ptr<HybridRank> setup_hybrid(transport::RpcAgent& agent, const HybridConfig& cfg);
 // Then: serves (ps), trains (trainers) or drives (master) until the run is over.
-void run_hybrid(const PsConfig& cfg, const std::string& config_yaml, transport::RpcAgent& agent,
+void run_hybrid(const HybridConfig& cfg, const std::string& config_yaml, transport::RpcAgent& agent,
                 const std::shared_ptr<HybridRank>& rank);
 
 }  // namespace distrl::training::ps

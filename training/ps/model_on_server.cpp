@@ -31,7 +31,7 @@ namespace {
 
 constexpr int kServerRank = 0;
 
-std::shared_ptr<models::Net> build_cnn(const PsConfig& cfg) {
+std::shared_ptr<models::Net> build_cnn(const ModelOnServerConfig& cfg) {
   torch::manual_seed(cfg.seed);
   models::NetSpec spec;
   spec.name = cfg.model;
@@ -79,7 +79,7 @@ struct ModelServer {
   std::int64_t steps = 0;
 };
 
-std::shared_ptr<ModelServer> setup_model_on_server(transport::RpcAgent& agent, const PsConfig& cfg) {
+std::shared_ptr<ModelServer> setup_model_on_server(transport::RpcAgent& agent, const ModelOnServerConfig& cfg) {
   autograd::enable(agent);
   if (agent.rank() != kServerRank) return nullptr;
   auto s = std::make_shared<ModelServer>();
@@ -88,9 +88,8 @@ std::shared_ptr<ModelServer> setup_model_on_server(transport::RpcAgent& agent, c
   s->guard = autograd::ParameterGuard::create(agent, s->net->parameters(), autograd::parse_step_policy(cfg.step_policy),
                                               std::chrono::milliseconds(static_cast<long long>(cfg.timeout_s * 1000)));
   for (auto& p : s->net->parameters()) s->params.push_back(agent.make_rref(std::make_shared<at::Tensor>(p)));
-  ServerOptions tracking = cfg.server_options();
-  tracking.snapshot_path.clear();  // it holds no parameters: the model lives in this process
-  s->tracker = std::make_shared<ShardServer>(0, 1, cfg.trainers, cfg.servers, tracking);
+  // the trainers' books only, no snapshots: the model lives in this process
+  s->tracker = std::make_shared<ShardServer>(0, 1, cfg.trainers, cfg.servers, cfg.server_options());
   ShardServer::register_on(agent, s->tracker);
   if (cfg.step_policy == "serialize") {
     std::filesystem::create_directories(cfg.out_dir);
@@ -132,7 +131,7 @@ std::shared_ptr<ModelServer> setup_model_on_server(transport::RpcAgent& agent, c
 
 namespace {
 
-void serve(const PsConfig& cfg, transport::RpcAgent& agent, ModelServer& s) {
+void serve(const ModelOnServerConfig& cfg, transport::RpcAgent& agent, ModelServer& s) {
   s.tracker->watch_trainers(agent);
   std::cout << "ps0: the model (" << cfg.model << ") lives here; " << cfg.trainers << " trainer(s), step policy "
             << cfg.step_policy << ", " << cfg.optimizer << " lr " << cfg.lr << std::endl;
@@ -177,9 +176,27 @@ void serve(const PsConfig& cfg, transport::RpcAgent& agent, ModelServer& s) {
             << "}" << std::endl;
 }
 
+// The lead trainer's end of an epoch: the server's parameters as they are now, copied into its
+// local model and evaluated on the test set; a row of epochs.csv and a line.
+void evaluate_epoch(const ModelOnServerConfig& cfg, transport::RpcAgent& agent, models::Net& local, const Dataset& test,
+                    int epoch, Clock::time_point start, std::ofstream& epochs_csv) {
+  auto state = agent.rpc_sync<std::vector<at::Tensor>>(kServerRank, "ps.model.state");
+  {
+    torch::NoGradGuard no_grad;
+    auto ps = local.parameters();
+    for (std::size_t i = 0; i < ps.size(); ++i) ps[i].copy_(state[i]);
+  }
+  auto [test_loss, acc] = evaluate(local, test, cfg.test_batch_size);
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  epochs_csv << epoch << "," << test_loss << "," << acc << "," << seconds << std::endl;
+  std::cout << "epoch " << epoch << "/" << cfg.epochs << ": test loss " << std::setprecision(4) << test_loss
+            << ", test accuracy " << std::setprecision(2) << std::fixed << 100 * acc << "% (" << test.size()
+            << " images)" << std::defaultfloat << std::endl;
+}
+
 }  // namespace
 
-void run_model_on_server(const PsConfig& cfg, const std::string& config_yaml, transport::RpcAgent& agent,
+void run_model_on_server(const ModelOnServerConfig& cfg, const std::string& config_yaml, transport::RpcAgent& agent,
                          const std::shared_ptr<ModelServer>& server) {
   torch::set_num_threads(cfg.torch_threads);
   if (server) return serve(cfg, agent, *server);
@@ -257,20 +274,7 @@ void run_model_on_server(const PsConfig& cfg, const std::string& config_yaml, tr
     }
     if (stop.requested()) break;  // the epoch is not done: not evaluated as one
     epochs_done = epoch;
-    if (lead) {  // the server's parameters as they are now, on the test set
-      auto state = agent.rpc_sync<std::vector<at::Tensor>>(kServerRank, "ps.model.state");
-      {
-        torch::NoGradGuard no_grad;
-        auto ps = local->parameters();
-        for (std::size_t i = 0; i < ps.size(); ++i) ps[i].copy_(state[i]);
-      }
-      auto [test_loss, acc] = evaluate(*local, test, cfg.test_batch_size);
-      const double secs = std::chrono::duration<double>(Clock::now() - start).count();
-      epochs_csv << epoch << "," << test_loss << "," << acc << "," << secs << std::endl;
-      std::cout << "epoch " << epoch << "/" << cfg.epochs << ": test loss " << std::setprecision(4) << test_loss
-                << ", test accuracy " << std::setprecision(2) << std::fixed << 100 * acc << "% (" << test.size()
-                << " images)" << std::defaultfloat << std::endl;
-    }
+    if (lead) evaluate_epoch(cfg, agent, *local, test, epoch, start, epochs_csv);
   }
   me.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   agent.rpc_sync<void>(kServerRank, "ps.model.report", trainer, me);

@@ -24,9 +24,9 @@ struct ModelServer;  // the server's state (model, guard, per-trainer reports)
 
 // In the agent's setup callback on every rank: enables distributed autograd; on rank 0 builds
 // the model and registers ps.model.* (returns it; nullptr on trainers).
-std::shared_ptr<ModelServer> setup_model_on_server(transport::RpcAgent& agent, const PsConfig& cfg);
+std::shared_ptr<ModelServer> setup_model_on_server(transport::RpcAgent& agent, const ModelOnServerConfig& cfg);
 // Then: serves until every trainer is done (server) or trains (trainers).
-void run_model_on_server(const PsConfig& cfg, const std::string& config_yaml, transport::RpcAgent& agent,
+void run_model_on_server(const ModelOnServerConfig& cfg, const std::string& config_yaml, transport::RpcAgent& agent,
                          const std::shared_ptr<ModelServer>& server);
 
 }  // namespace distrl::training::ps

@@ -21,6 +21,16 @@ ServerOptions::Mode parse_mode(const std::string& mode) {
   throw ConfigError("ps: consistency '" + mode + "' is not known (sync, async or ssp)");
 }
 
+void check_options(const ServerOptions& o, int num_trainers) {
+  if (o.quorum < 0 || o.quorum > num_trainers)
+    throw ConfigError("ps.quorum: " + std::to_string(o.quorum) + " is not in [0, " + std::to_string(num_trainers) +
+                      "] (0: every trainer present)");
+  if (o.staleness < 0) throw ConfigError("ps.staleness must not be negative");
+  const auto& k = o.optimizer.kind;
+  if (k != "sgd" && k != "adagrad" && k != "adam")
+    throw ConfigError("ps optimizer '" + k + "' is not known (sgd, adagrad or adam)");
+}
+
 namespace {
 
 // eps < 0 in an OptimizerSpec means LibTorch's default for the kind; the shard's own optimizer
@@ -45,13 +55,7 @@ ShardServer::ShardServer(int shard, int num_shards, int num_trainers, int first_
       opt_(with_default_eps(std::move(options))), sync_shards_(opt_.mode == ServerOptions::Mode::Sync && num_shards > 1) {
   if (num_shards < 1 || shard < 0 || shard >= num_shards || num_trainers < 1)
     throw ConfigError("ps: a shard needs 0 <= shard < shards and at least one trainer");
-  if (opt_.quorum < 0 || opt_.quorum > num_trainers)
-    throw ConfigError("ps.quorum: " + std::to_string(opt_.quorum) + " is not in [0, " + std::to_string(num_trainers) +
-                      "] (0: every trainer present)");
-  if (opt_.staleness < 0) throw ConfigError("ps.staleness must not be negative");
-  const auto& k = opt_.optimizer.kind;
-  if (k != "sgd" && k != "adagrad" && k != "adam")
-    throw ConfigError("ps optimizer '" + k + "' is not known (sgd, adagrad or adam)");
+  check_options(opt_, num_trainers);
   pushed_.assign(num_trainers, 0);
   trainers_.resize(num_trainers);
   last_.resize(num_trainers);

@@ -90,6 +90,9 @@ struct ServerOptions {
 
 // "sync" | "async" | "ssp"; ConfigError otherwise.
 ServerOptions::Mode parse_mode(const std::string& mode);
+// What a shard serving num_trainers refuses in its options (ConfigError naming the key): its
+// constructor checks them, and so does --check-config.
+void check_options(const ServerOptions& o, int num_trainers);
 
 class ShardServer {
  public:

@@ -94,7 +94,7 @@ namespace {
 
 // Trainer 0 waits (bounded by their deaths) until every other trainer has pushed its last step,
 // so the neighbours it reads come from the finished tables.
-void wait_for_other_trainers(const PsConfig& cfg, transport::RpcAgent& agent) {
+void wait_for_other_trainers(const PsCommon& cfg, transport::RpcAgent& agent) {
   for (int t = 1; t < cfg.trainers; ++t) {
     const int rank = cfg.servers + t;
     agent.watch(rank);
@@ -103,9 +103,27 @@ void wait_for_other_trainers(const PsConfig& cfg, transport::RpcAgent& agent) {
   }
 }
 
+// Each of report.words with its 5 nearest words by the finished table, printed and written to
+// run.out_dir/neighbours.txt.
+void write_neighbours(const SkipgramConfig& cfg, const WordCorpus& corpus, const at::Tensor& table) {
+  std::ofstream out(cfg.out_dir + "/neighbours.txt");
+  std::istringstream list(cfg.words);
+  for (std::string word; std::getline(list, word, ',');) {
+    word.erase(std::remove_if(word.begin(), word.end(), [](unsigned char ch) { return std::isspace(ch); }), word.end());
+    if (word.empty()) continue;
+    std::ostringstream line;
+    line << "  " << word << ":";
+    const auto near = nearest(corpus, table, word, 5);
+    if (near.empty()) line << " (not in the vocabulary)";
+    for (const auto& [w, sim] : near) line << " " << w << " (" << std::fixed << std::setprecision(2) << sim << ")";
+    std::cout << line.str() << std::endl;
+    out << line.str() << "\n";
+  }
+}
+
 }  // namespace
 
-void run_skipgram(const PsConfig& cfg, const std::string& config_yaml, transport::RpcAgent& agent,
+void run_skipgram(const SkipgramConfig& cfg, const std::string& config_yaml, transport::RpcAgent& agent,
                   const std::shared_ptr<ShardServer>& server) {
   if (serve_if_server(cfg, agent, server)) return;
 
@@ -185,22 +203,10 @@ void run_skipgram(const PsConfig& cfg, const std::string& config_yaml, transport
     wait_for_other_trainers(cfg, agent);
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     const at::Tensor table = ps.pull_rows(kIn, torch::arange(V));
-    std::ofstream out(cfg.out_dir + "/neighbours.txt");
     if (stop.requested()) stop.report("distrl-ps", "step", steps, cfg.steps);
     std::cout << "trainer 0: loss " << std::setprecision(4) << first_loss << " -> " << last_loss << " in " << steps
               << " steps (" << std::setprecision(3) << seconds << " s); nearest words:" << std::endl;
-    std::istringstream list(cfg.words);
-    for (std::string word; std::getline(list, word, ',');) {
-      word.erase(std::remove_if(word.begin(), word.end(), [](unsigned char ch) { return std::isspace(ch); }), word.end());
-      if (word.empty()) continue;
-      std::ostringstream line;
-      line << "  " << word << ":";
-      const auto near = nearest(corpus, table, word, 5);
-      if (near.empty()) line << " (not in the vocabulary)";
-      for (const auto& [w, sim] : near) line << " " << w << " (" << std::fixed << std::setprecision(2) << sim << ")";
-      std::cout << line.str() << std::endl;
-      out << line.str() << "\n";
-    }
+    write_neighbours(cfg, corpus, table);
     models::save_file(table, cfg.out_dir + "/embeddings.pt");
     write_stats_csv(cfg.out_dir + "/ps_stats.csv", ps.stats());
     plot_csv(cfg.out_dir + "/metrics.csv", cfg.out_dir + "/learning_curve.png",

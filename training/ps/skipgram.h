@@ -35,7 +35,7 @@ std::vector<std::pair<std::string, double>> nearest(const WordCorpus& c, const a
                                                     int k);
 
 // Servers serve (serve_shard); trainers train.
-void run_skipgram(const PsConfig& cfg, const std::string& config_yaml, transport::RpcAgent& agent,
+void run_skipgram(const SkipgramConfig& cfg, const std::string& config_yaml, transport::RpcAgent& agent,
                   const std::shared_ptr<ShardServer>& server);
 
 }  // namespace distrl::training::ps

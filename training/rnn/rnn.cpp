@@ -13,12 +13,15 @@
 #include "autograd/context.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/malloc_tuning.h"
 #include "common/plot.h"
 #include "common/stop_signal.h"
 #include "models/checkpoint.h"
 #include "transport/rpc/rpc_agent.h"
 #include "transport/tensor.h"
 #include "training/data.h"
+#include "training/rpc_world.h"
+#include "training/workload.h"
 
 namespace distrl::training {
 namespace {
@@ -156,6 +159,50 @@ double RnnTrainerModel::evaluate(const at::Tensor& input, const at::Tensor& targ
   return torch::nn::functional::cross_entropy(out.reshape({-1, out.size(-1)}), target.reshape({-1})).item<double>();
 }
 
+namespace {
+
+// A trainer's LSTM from the checkpoint and the ps's tables from the extras saved with it; the
+// step to go on from.
+int resume_from(const std::string& resume, RnnTrainerModel& model, transport::RpcAgent& agent) {
+  std::map<std::string, torch::Tensor> extra;
+  auto numbers = models::load_checkpoint(resume, *model.lstm(), nullptr, torch::kCPU, &extra);
+  for (const auto& [name, p] : model.ps_parameters()) {
+    auto it = extra.find(name);
+    if (it == extra.end()) throw ConfigError("checkpoint " + resume + " has no '" + name + "': it was not written by distrl-rnn");
+    agent.rpc_sync<void>(0, kAssign, p, it->second);
+  }
+  const int first_step = static_cast<int>(numbers["step"]) + 1;
+  std::cout << "trainer " << agent.rank() << ": resumed from " << resume << " at step " << first_step << std::endl;
+  return first_step;
+}
+
+// The lead trainer's progress line and metrics.csv row (the validation columns empty between
+// validations).
+void report_step(const RnnConfig& cfg, std::ofstream& metrics, int step, double train_loss, double rate,
+                 double last_val, bool evaluated, double seconds) {
+  char val_text[64] = "val loss -";
+  if (!std::isnan(last_val))
+    std::snprintf(val_text, sizeof(val_text), "val loss %.3f (perplexity %.2f)", last_val, std::exp(last_val));
+  std::printf("step %d/%d  train loss %.3f  %s  %.0f chars/s  %.1f s\n", step, cfg.steps, train_loss, val_text, rate,
+              seconds);
+  std::fflush(stdout);
+  metrics << step << ',' << train_loss << ',' << (evaluated ? std::to_string(last_val) : "") << ','
+          << (evaluated ? std::to_string(std::exp(last_val)) : "") << ',' << rate << ',' << seconds << '\n';
+  metrics.flush();
+}
+
+// The lead trainer's end: the learning curve from metrics.csv and where everything is.
+void finish_outputs(const RnnConfig& cfg, std::ofstream& metrics, const std::string& csv, const std::string& ckpt) {
+  metrics.close();
+  std::vector<Chart> charts{{"cross-entropy (nats/char)", "step", {{"step", "train_loss", "train"}, {"step", "val_loss", "validation"}}},
+                            {"validation perplexity", "step", {{"step", "val_perplexity", "validation"}}}};
+  if (plot_csv(csv, cfg.out_dir + "/learning_curve.png", charts))
+    std::cout << "wrote " << cfg.out_dir << "/learning_curve.png" << std::endl;
+  std::cout << "trainer: done; metrics in " << csv << ", checkpoint " << ckpt << std::endl;
+}
+
+}  // namespace
+
 void run_rnn(const RnnConfig& cfg, const std::string& config_yaml, transport::RpcAgent& agent, const std::string& resume) {
   torch::set_num_threads(cfg.torch_threads);
   const int rank = agent.rank();
@@ -184,18 +231,7 @@ void run_rnn(const RnnConfig& cfg, const std::string& config_yaml, transport::Rp
   std::filesystem::create_directories(cfg.out_dir);
   const std::string ckpt = cfg.checkpoint.empty() ? cfg.out_dir + "/checkpoint.pt" : cfg.checkpoint;
   const std::string csv = cfg.out_dir + "/metrics.csv";
-  int first_step = 1;
-  if (!resume.empty()) {
-    std::map<std::string, torch::Tensor> extra;
-    auto numbers = models::load_checkpoint(resume, *model.lstm(), nullptr, torch::kCPU, &extra);
-    for (const auto& [name, p] : model.ps_parameters()) {
-      auto it = extra.find(name);
-      if (it == extra.end()) throw ConfigError("checkpoint " + resume + " has no '" + name + "': it was not written by distrl-rnn");
-      agent.rpc_sync<void>(0, kAssign, p, it->second);
-    }
-    first_step = static_cast<int>(numbers["step"]) + 1;
-    std::cout << "trainer " << rank << ": resumed from " << resume << " at step " << first_step << std::endl;
-  }
+  const int first_step = resume.empty() ? 1 : resume_from(resume, model, agent);
   std::ofstream metrics;
   if (lead) {
     std::ofstream(cfg.out_dir + "/config.yaml") << config_yaml;
@@ -246,15 +282,7 @@ void run_rnn(const RnnConfig& cfg, const std::string& config_yaml, transport::Rp
       const double train_loss = loss_sum / loss_n;
       const double rate = static_cast<double>(loss_n) * cfg.bptt * cfg.batch_size / since(window);
       if (eval_now) last_val = validate();
-      char val_text[64] = "val loss -";
-      if (!std::isnan(last_val))
-        std::snprintf(val_text, sizeof(val_text), "val loss %.3f (perplexity %.2f)", last_val, std::exp(last_val));
-      std::printf("step %d/%d  train loss %.3f  %s  %.0f chars/s  %.1f s\n", step, cfg.steps, train_loss, val_text, rate,
-                  since(start));
-      std::fflush(stdout);
-      metrics << step << ',' << train_loss << ',' << (eval_now ? std::to_string(last_val) : "") << ','
-              << (eval_now ? std::to_string(std::exp(last_val)) : "") << ',' << rate << ',' << since(start) << '\n';
-      metrics.flush();
+      report_step(cfg, metrics, step, train_loss, rate, last_val, eval_now, since(start));
       loss_sum = 0;
       loss_n = 0;
       window = Clock::now();
@@ -267,14 +295,32 @@ void run_rnn(const RnnConfig& cfg, const std::string& config_yaml, transport::Rp
     std::cout << "trainer " << rank << ": stopped by " << stop_signal_name() << " after step " << done << " of "
               << cfg.steps << (lead ? "; checkpoint " + ckpt + " (go on with --resume " + ckpt + ")" : std::string())
               << std::endl;
-  if (lead) {
-    metrics.close();
-    std::vector<Chart> charts{{"cross-entropy (nats/char)", "step", {{"step", "train_loss", "train"}, {"step", "val_loss", "validation"}}},
-                              {"validation perplexity", "step", {{"step", "val_perplexity", "validation"}}}};
-    if (plot_csv(csv, cfg.out_dir + "/learning_curve.png", charts))
-      std::cout << "wrote " << cfg.out_dir << "/learning_curve.png" << std::endl;
-    std::cout << "trainer: done; metrics in " << csv << ", checkpoint " << ckpt << std::endl;
-  }
+  if (lead) finish_outputs(cfg, metrics, csv, ckpt);
+}
+
+namespace {
+
+int ps_and_trainers(const RnnConfig& c) { return c.trainers + 1; }
+
+void rnn_rank(const RnnConfig& cfg, const RunContext& ctx) {
+  keep_large_blocks_on_heap();
+  transport::RpcAgent agent(rpc_options_for(ctx.world, cfg.timeout_s, cfg.transport, cfg.torch_threads),
+                            [](transport::RpcAgent& a) { register_rnn(a); });
+  if (agent.world_size() != cfg.trainers + 1)
+    throw ConfigError("roles.trainers is " + std::to_string(cfg.trainers) + " but the world has " +
+                      std::to_string(agent.world_size()) + " processes (1 ps + trainers)");
+  // From here a first SIGINT/SIGTERM ends the run at a step boundary: trainers save and
+  // report, the ps serves until they have shut down.
+  install_stop_handlers();
+  run_rnn(cfg, ctx.config_yaml, agent, ctx.resume);
+  agent.shutdown();
+}
+
+}  // namespace
+
+std::vector<Workload> rnn_workloads() {
+  return {make_workload<RnnConfig>("rnn_dist_autograd", "distrl-rnn", ps_and_trainers, nullptr, rnn_rank)};
 }
 
 }  // namespace distrl::training
+

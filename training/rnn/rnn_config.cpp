@@ -3,13 +3,8 @@
 namespace distrl::training {
 
 void bind(Settings& s, RnnConfig& c) {
-  s.bind("workload", &c.workload, "what distrl-launch runs for this file").choices({"rnn_dist_autograd"});
   s.bind("roles.trainers", &c.trainers, "trainer processes (ranks 1..N); rank 0 is the ps").range(1, 64);
-  s.bind("run.out_dir", &c.out_dir, "directory for metrics.csv, learning_curve.png, config.yaml and the checkpoint")
-      .output_dir();
-  s.bind("run.seed", &c.seed, "seed of the model and the batch order").range(0, 2147483647);
-  s.bind("run.log_interval", &c.log_interval, "steps between progress lines").range(1, 1000000000);
-  s.bind("run.torch_threads", &c.torch_threads, "LibTorch intra-op threads per process").range(1, 256);
+  bind_run(s, c, "metrics.csv, learning_curve.png, config.yaml and the checkpoint");
   s.bind("data.path", &c.data_path, "a text file, or a directory whose files are read in name order");
   s.bind("data.val_fraction", &c.val_fraction, "share of the text held out for validation").range(0.01, 0.5);
   s.bind("data.max_chars", &c.max_chars, "read at most this many characters; 0: all").range(0, 1000000000000);
@@ -25,8 +20,7 @@ void bind(Settings& s, RnnConfig& c) {
   s.bind("optimizer.name", &c.optimizer, "DistributedOptimizer kind").choices({"sgd", "adam", "adagrad"});
   s.bind("optimizer.lr", &c.lr, "learning rate").range(1e-12, 100);
   s.bind("optimizer.momentum", &c.momentum, "sgd: momentum").range(0, 1);
-  s.bind("dist.timeout_s", &c.timeout_s, "deadline of every RPC and of rendezvous").range(0.1, 86400);
-  s.bind("dist.transport", &c.transport, "auto: ipc between processes on one host, else tcp").choices({"auto", "tcp", "ipc"});
+  bind_dist(s, c);
   s.bind("checkpoint.path", &c.checkpoint, "checkpoint file; default OUT_DIR/checkpoint.pt");
   s.bind("checkpoint.every", &c.checkpoint_every, "steps between checkpoints; 0: at the end only").range(0, 2000000000);
 }

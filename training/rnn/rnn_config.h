@@ -6,17 +6,16 @@
 #include <string>
 
 #include "common/settings.h"
+#include "training/run_keys.h"
 
 namespace distrl::training {
 
-struct RnnConfig {
-  std::string workload = "rnn_dist_autograd";
+struct RnnConfig : RunKeys, DistKeys {
+  RnnConfig() {
+    out_dir = "runs/rnn_dist_autograd";
+    timeout_s = 60;
+  }
   int trainers = 1;                  // roles.trainers: ranks 1..trainers; rank 0 is the ps
-  // run
-  std::string out_dir = "runs/rnn_dist_autograd";
-  int seed = 1;
-  int log_interval = 20;             // steps between progress lines
-  int torch_threads = 1;
   // data
   std::string data_path = "/usr/share/common-licenses";  // a text file, or a directory of them
   double val_fraction = 0.1;         // the last part of the text, for validation
@@ -36,9 +35,6 @@ struct RnnConfig {
   std::string optimizer = "adam";
   double lr = 0.003;
   double momentum = 0.0;
-  // dist
-  double timeout_s = 60;
-  std::string transport = "auto";
   // checkpoint
   std::string checkpoint;            // default OUT_DIR/checkpoint.pt
   int checkpoint_every = 100;        // steps; 0: at the end only

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "training/train_config.h"
+#include "training/ddp/train_config.h"
 #include "transport/collectives/process_group.h"
 
 namespace distrl::training {

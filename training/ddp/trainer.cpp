@@ -1,4 +1,4 @@
-#include "training/trainer.h"
+#include "training/ddp/trainer.h"
 
 #include <unistd.h>
 
@@ -19,6 +19,7 @@
 #include "training/ddp/ddp.h"
 #include "training/run_outputs.h"
 #include "training/stop_agreement.h"
+#include "training/workload.h"
 
 namespace distrl::training {
 namespace {
@@ -97,6 +98,65 @@ std::array<double, 3> evaluate(const Data& d, models::Net& net, int rank, int wo
 
 }  // namespace
 
+namespace {
+
+// The run's first line on rank 0.
+void print_header(const TrainConfig& cfg, const Data& data, int world, std::size_t buckets) {
+  std::printf("distrl-train: %s on %s (%lld train / %lld test samples), %d rank(s) x batch %d, %s lr %g, "
+              "%zu gradient bucket(s)\n",
+              cfg.model.c_str(), data.train.name.c_str(), static_cast<long long>(data.train.size()),
+              static_cast<long long>(data.test.size()), world, cfg.batch_size, cfg.optimizer.c_str(), cfg.lr, buckets);
+  std::fflush(stdout);
+}
+
+// An epoch's counts on this rank, before they are summed over ranks.
+struct EpochCounts {
+  double loss_sum = 0;
+  long long done = 0, samples = 0;  // steps and samples of this epoch
+  bool stopped = false;             // the ranks agreed to stop inside it
+};
+
+// The epoch's result: this rank's counts and test pass summed over every rank.
+EpochResult sum_epoch(const Data& data, models::Net& net, transport::ProcessGroup& pg, const TrainConfig& cfg,
+                      const EpochCounts& n, int epoch, long long steps, double seconds) {
+  EpochResult r;
+  r.epoch = epoch;
+  r.steps = steps;
+  r.seconds = seconds;
+  r.samples_per_s = n.samples * pg.size() / std::max(r.seconds, 1e-9);
+  auto ev = evaluate(data, net, pg.rank(), pg.size(), cfg.test_batch_size);
+  auto sums = torch::tensor({n.loss_sum, static_cast<double>(n.done), ev[0], ev[1], ev[2]}, torch::kDouble);
+  pg.all_reduce(sums);
+  auto s = sums.accessor<double, 1>();
+  r.train_loss = s[1] > 0 ? s[0] / s[1] : 0;
+  r.test_loss = s[4] > 0 ? s[2] / s[4] : 0;
+  r.test_accuracy = data.classify && s[4] > 0 ? s[3] / s[4] : -1;
+  return r;
+}
+
+// Rank 0's epoch line and metrics.csv row.
+void report_epoch(const TrainConfig& cfg, const EpochResult& r, const EpochCounts& n, long long per_epoch,
+                  std::ofstream& csv) {
+  progress(r.epoch, cfg.epochs, n.done, per_epoch, r.train_loss, r.samples_per_s, true);
+  std::printf("epoch %d/%d: train loss %.4f, test loss %.4f", r.epoch, cfg.epochs, r.train_loss, r.test_loss);
+  if (r.test_accuracy >= 0) std::printf(", test accuracy %.2f%%", 100 * r.test_accuracy);
+  std::printf(", %.0f samples/s, %.1f s\n", r.samples_per_s, r.seconds);
+  std::fflush(stdout);
+  csv << r.epoch << ',' << r.steps << ',' << r.train_loss << ',' << r.test_loss << ',' << r.test_accuracy << ','
+      << r.samples_per_s << ',' << r.seconds << '\n';
+  check_written(csv, cfg.out_dir + "/metrics.csv");
+}
+
+// Rank 0's learning curve from metrics.csv (loss; accuracy when classifying).
+void plot_learning_curve(const TrainConfig& cfg, bool classify) {
+  std::vector<Chart> charts{{"loss", "epoch", {{"epoch", "train_loss", "train"}, {"epoch", "test_loss", "test"}}}};
+  if (classify) charts.push_back({"test accuracy", "epoch", {{"epoch", "test_accuracy", "test accuracy"}}});
+  if (plot_csv(cfg.out_dir + "/metrics.csv", cfg.out_dir + "/learning_curve.png", charts))
+    std::printf("distrl-train: learning curve %s/learning_curve.png\n", cfg.out_dir.c_str());
+}
+
+}  // namespace
+
 std::vector<EpochResult> train(const TrainConfig& cfg, const std::string& config_yaml,
                                std::shared_ptr<transport::ProcessGroup> pg, const std::string& resume) {
   const int rank = pg->rank(), world = pg->size();
@@ -128,22 +188,15 @@ std::vector<EpochResult> train(const TrainConfig& cfg, const std::string& config
     if (lead) std::printf("distrl-train: resumed from %s after epoch %d (%lld steps)\n", resume.c_str(), first_epoch - 1, steps);
   }
   std::ofstream csv;
-  const std::string csv_path = cfg.out_dir + "/metrics.csv";
   if (lead) {
     csv = open_run_outputs(cfg.out_dir, config_yaml, "metrics.csv",
                            "epoch,steps,train_loss,test_loss,test_accuracy,samples_per_s,seconds", !resume.empty());
-    std::printf("distrl-train: %s on %s (%lld train / %lld test samples), %d rank(s) x batch %d, %s lr %g, "
-                "%zu gradient bucket(s)\n",
-                cfg.model.c_str(), data.train.name.c_str(), static_cast<long long>(data.train.size()),
-                static_cast<long long>(data.test.size()), world, cfg.batch_size, cfg.optimizer.c_str(), cfg.lr,
-                ddp.buckets().size());
-    std::fflush(stdout);
+    print_header(cfg, data, world, ddp.buckets().size());
   }
 
   // SIGINT/SIGTERM: every rank must stop after the same step (each step all-reduces the
   // gradients): training/stop_agreement.h.
   install_stop_handlers();
-  bool stopped = false;
   DistributedSampler sampler(data.train.size(), rank, world, true, static_cast<std::uint64_t>(cfg.seed));
   const long long per_epoch = (sampler.per_rank() + cfg.batch_size - 1) / cfg.batch_size;
   std::vector<EpochResult> results;
@@ -152,8 +205,7 @@ std::vector<EpochResult> train(const TrainConfig& cfg, const std::string& config
     sampler.set_epoch(epoch);
     auto idx = torch::tensor(sampler.indices(), torch::kLong);
     const auto start = Clock::now();
-    double loss_sum = 0;
-    long long done = 0, samples = 0;
+    EpochCounts n;
     for (std::int64_t off = 0; off < idx.numel(); off += cfg.batch_size) {
       if (cfg.max_steps > 0 && steps >= cfg.max_steps) break;
       auto b = idx.narrow(0, off, std::min<std::int64_t>(cfg.batch_size, idx.numel() - off));
@@ -162,18 +214,18 @@ std::vector<EpochResult> train(const TrainConfig& cfg, const std::string& config
       opt->zero_grad();
       loss.backward();
       opt->step();
-      loss_sum += loss.item<double>();
-      ++done;
+      n.loss_sum += loss.item<double>();
+      ++n.done;
       ++steps;
-      samples += b.numel();
-      if (lead && done % cfg.log_interval == 0)
-        progress(epoch, cfg.epochs, done, per_epoch, loss_sum / done, samples * world / since(start), false);
+      n.samples += b.numel();
+      if (lead && n.done % cfg.log_interval == 0)
+        progress(epoch, cfg.epochs, n.done, per_epoch, n.loss_sum / n.done, n.samples * world / since(start), false);
       if (steps % kStopCheckSteps == 0 && stop_agreed(pg.get())) {
-        stopped = true;
+        n.stopped = true;
         break;
       }
     }
-    if (stopped) {  // the model is saved as it is; the epoch counts as not done, so a resume repeats it
+    if (n.stopped) {  // the model is saved as it is; the epoch counts as not done, so a resume repeats it
       save_checkpoint(ckpt, *net, opt.get(), {{"epoch", double(epoch - 1)}, {"steps", double(steps)}}, *pg);
       if (lead)
         std::printf("\ndistrl-train: stopped by %s in epoch %d after step %lld; checkpoint %s (go on with --resume "
@@ -183,42 +235,40 @@ std::vector<EpochResult> train(const TrainConfig& cfg, const std::string& config
       std::fflush(stdout);
       break;
     }
-    EpochResult r;
-    r.epoch = epoch;
-    r.steps = steps;
-    r.seconds = since(start);
-    r.samples_per_s = samples * world / std::max(r.seconds, 1e-9);
-    auto ev = evaluate(data, *net, rank, world, cfg.test_batch_size);
-    auto sums = torch::tensor({loss_sum, static_cast<double>(done), ev[0], ev[1], ev[2]}, torch::kDouble);
-    pg->all_reduce(sums);
-    auto s = sums.accessor<double, 1>();
-    r.train_loss = s[1] > 0 ? s[0] / s[1] : 0;
-    r.test_loss = s[4] > 0 ? s[2] / s[4] : 0;
-    r.test_accuracy = data.classify && s[4] > 0 ? s[3] / s[4] : -1;
-    results.push_back(r);
-    if (lead) {
-      progress(epoch, cfg.epochs, done, per_epoch, r.train_loss, r.samples_per_s, true);
-      std::printf("epoch %d/%d: train loss %.4f, test loss %.4f", epoch, cfg.epochs, r.train_loss, r.test_loss);
-      if (r.test_accuracy >= 0) std::printf(", test accuracy %.2f%%", 100 * r.test_accuracy);
-      std::printf(", %.0f samples/s, %.1f s\n", r.samples_per_s, r.seconds);
-      std::fflush(stdout);
-      csv << epoch << ',' << steps << ',' << r.train_loss << ',' << r.test_loss << ',' << r.test_accuracy << ','
-          << r.samples_per_s << ',' << r.seconds << '\n';
-      check_written(csv, csv_path);
-    }
+    results.push_back(sum_epoch(data, *net, *pg, cfg, n, epoch, steps, since(start)));
+    if (lead) report_epoch(cfg, results.back(), n, per_epoch, csv);
     const bool last = epoch == cfg.epochs || (cfg.max_steps > 0 && steps >= cfg.max_steps);
     if (last || (cfg.checkpoint_every > 0 && epoch % cfg.checkpoint_every == 0)) {
       save_checkpoint(ckpt, *net, opt.get(), {{"epoch", double(epoch)}, {"steps", double(steps)}}, *pg);
       if (lead) std::printf("distrl-train: checkpoint %s (epoch %d)\n", ckpt.c_str(), epoch);
     }
   }
-  if (lead && !results.empty()) {
-    std::vector<Chart> charts{{"loss", "epoch", {{"epoch", "train_loss", "train"}, {"epoch", "test_loss", "test"}}}};
-    if (data.classify) charts.push_back({"test accuracy", "epoch", {{"epoch", "test_accuracy", "test accuracy"}}});
-    if (plot_csv(cfg.out_dir + "/metrics.csv", cfg.out_dir + "/learning_curve.png", charts))
-      std::printf("distrl-train: learning curve %s/learning_curve.png\n", cfg.out_dir.c_str());
-  }
+  if (lead && !results.empty()) plot_learning_curve(cfg, data.classify);
   return results;
 }
 
+namespace {
+
+int dist_world_size(const TrainConfig& c) { return c.world_size; }
+
+void ddp_rank(const TrainConfig& cfg, const RunContext& ctx) {
+  transport::ProcessGroupOptions o;
+  o.backend = cfg.backend;
+  o.init_method = ctx.world.resolved_init_method();
+  o.rank = ctx.world.rank;
+  o.world_size = ctx.world.world_size;
+  o.timeout = std::chrono::milliseconds(static_cast<long long>(cfg.timeout_s * 1000));
+  o.transport = cfg.transport;
+  o.max_message_bytes = static_cast<std::size_t>(cfg.max_message_mb * (1 << 20));
+  o.max_queued_bytes = static_cast<std::size_t>(cfg.max_queued_mb * (1 << 20));
+  train(cfg, ctx.config_yaml, transport::init_process_group(o), ctx.resume);
+}
+
+}  // namespace
+
+std::vector<Workload> ddp_workloads() {
+  return {make_workload<TrainConfig>("ddp", "distrl-train", dist_world_size, nullptr, ddp_rank)};
+}
+
 }  // namespace distrl::training
+

@@ -6,15 +6,12 @@
 #include <vector>
 
 #include "common/settings.h"
+#include "training/run_keys.h"
 
 namespace distrl::training {
 
-struct TrainConfig {
-  // run
-  std::string out_dir = "runs/ddp";
-  int seed = 1;
-  int log_interval = 20;   // steps between progress-bar refreshes
-  int torch_threads = 1;   // LibTorch intra-op threads per rank
+struct TrainConfig : RunKeys, DistKeys {
+  TrainConfig() { out_dir = "runs/ddp"; }
   // model
   std::string model = "mlp";
   std::vector<int> hidden{256};
@@ -40,8 +37,6 @@ struct TrainConfig {
   // dist
   std::string backend = "zmq";
   int world_size = 2;           // ranks distrl-launch starts
-  double timeout_s = 120;
-  std::string transport = "auto";
   double max_message_mb = 1024;  // ProcessGroupOptions::max_message_bytes
   double max_queued_mb = 2048;   // ProcessGroupOptions::max_queued_bytes
   // checkpoint

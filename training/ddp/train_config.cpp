@@ -1,15 +1,11 @@
-#include "training/train_config.h"
+#include "training/ddp/train_config.h"
 
 #include "models/nets.h"
 
 namespace distrl::training {
 
 void bind(Settings& s, TrainConfig& c) {
-  s.bind("run.out_dir", &c.out_dir, "directory for metrics.csv, config.yaml and the checkpoint")
-      .output_dir();
-  s.bind("run.seed", &c.seed, "seed for the model, the data order and the toy data").range(0, 2147483647);
-  s.bind("run.log_interval", &c.log_interval, "steps between progress updates").range(1, 1000000000);
-  s.bind("run.torch_threads", &c.torch_threads, "LibTorch intra-op threads per rank").range(1, 256);
+  bind_run(s, c, "metrics.csv, config.yaml and the checkpoint");
   s.bind("model.name", &c.model, "network").choices(models::net_names());
   s.bind("model.hidden", &c.hidden, "mlp: hidden layer widths").range(1, 65536);
   s.bind("data.name", &c.dataset, "idx: IDX image files (MNIST layout) in data.path; toy: the DDP tutorial's "
@@ -32,8 +28,7 @@ void bind(Settings& s, TrainConfig& c) {
   s.bind("ddp.broadcast_buffers", &c.broadcast_buffers, "copy rank 0's buffers to all ranks before each forward");
   s.bind("dist.backend", &c.backend, "collective backend: zmq (CPU) or nccl (CUDA builds)").choices({"zmq", "nccl"});
   s.bind("dist.world_size", &c.world_size, "ranks (distrl-launch starts this many)").range(1, 4096);
-  s.bind("dist.timeout_s", &c.timeout_s, "deadline of every collective and of rendezvous").range(0.1, 86400);
-  s.bind("dist.transport", &c.transport, "auto: ipc between ranks on one host, else tcp").choices({"auto", "tcp", "ipc"});
+  bind_dist(s, c);
   s.bind("dist.max_message_mb", &c.max_message_mb, "largest message a rank sends or accepts (a larger frame closes "
                                                    "that connection unread)").range(1, 65536);
   s.bind("dist.max_queued_mb", &c.max_queued_mb, "data that may wait unread in a rank's mailboxes; more is dropped "

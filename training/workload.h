@@ -1,0 +1,122 @@
+// The workload registry: every training workload a config file can name (`workload: X`), with
+// the tool that runs its ranks, how its roles make the world, its keys (bind + validate) and
+// its run. distrl-launch, --check-config and the tools' mains ask it; nothing else switches on
+// a workload's name. Each mode's folder gives its entries (make_workload); workloads() lists
+// them all.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/command_line.h"
+#include "common/settings.h"
+
+namespace distrl::training {
+
+// What a rank's run gets besides its keys.
+struct RunContext {
+  WorldFlags world;         // --rank, --world-size, ... (unset: the environment's)
+  std::string resume;       // --resume ("" for a fresh run)
+  std::string config_yaml;  // the effective configuration, for OUT_DIR/config.yaml
+};
+
+// A workload's configuration as one process holds it: made by Workload::make, bound, loaded,
+// validated, then run once, all on the tool's main thread.
+class WorkloadConfig {
+ public:
+  virtual ~WorkloadConfig() = default;
+  // The workload's keys (all but `workload` and `security`, which the command line binds).
+  virtual void bind(Settings& s) = 0;
+  // After the file and the overrides: every check a rank makes before it starts that needs no
+  // other rank (combinations of keys); ConfigError naming the key.
+  virtual void validate() const = 0;
+  // The ranks its roles make: what distrl-launch starts.
+  virtual int world_size() const = 0;
+  // This rank's part of the run, to its end or a stop (the tool then exits stop_exit_code()).
+  virtual void run(const RunContext& ctx) const = 0;
+};
+
+struct Workload {
+  std::string name;  // a config's `workload` value
+  std::string tool;  // the executable every rank runs (distrl-launch finds it beside itself)
+  std::function<std::unique_ptr<WorkloadConfig>()> make;
+};
+
+// Each mode's entries, defined in its folder.
+std::vector<Workload> rnn_workloads();       // rnn/
+std::vector<Workload> ps_workloads();        // ps/
+std::vector<Workload> pipeline_workloads();  // pipeline/
+std::vector<Workload> ddp_workloads();       // ddp/
+
+// Every workload, in a fixed order; names are unique.
+const std::vector<Workload>& workloads();
+// The workload called `name`; else ConfigError "<source>: workload: 'x' is not known (known: ...)".
+const Workload& find_workload(const std::string& name, const std::string& source);
+// The workload a config file names, with its overrides: its `workload` key, else "ddp" for a
+// file with a `dist` section (the supervised trainer's configs name none), else "" (not a
+// training config: an RL one). ConfigError when the file cannot be read as YAML.
+std::string workload_named_by(const std::string& file, const std::vector<std::string>& overrides);
+
+namespace detail {
+// Outside any class, so that `bind` is found by argument-dependent lookup.
+template <typename Config>
+void bind_config(Settings& s, Config& c) {
+  bind(s, c);
+}
+}  // namespace detail
+
+// A registry entry over a Config struct with `void bind(Settings&, Config&)` (found by
+// argument-dependent lookup) and the workload's functions; validate may be null (nothing to
+// check beyond the keys' own ranges).
+template <typename Config>
+Workload make_workload(std::string name, std::string tool, int (*world_size)(const Config&),
+                       void (*validate)(const Config&), void (*run)(const Config&, const RunContext&)) {
+  class Bound final : public WorkloadConfig {
+   public:
+    Bound(int (*w)(const Config&), void (*v)(const Config&), void (*r)(const Config&, const RunContext&))
+        : world_size_(w), validate_(v), run_(r) {}
+    void bind(Settings& s) override { detail::bind_config(s, config_); }
+    void validate() const override {
+      if (validate_) validate_(config_);
+    }
+    int world_size() const override { return world_size_(config_); }
+    void run(const RunContext& ctx) const override { run_(config_, ctx); }
+
+   private:
+    Config config_;
+    int (*world_size_)(const Config&);
+    void (*validate_)(const Config&);
+    void (*run_)(const Config&, const RunContext&);
+  };
+  return Workload{std::move(name), std::move(tool),
+                  [=] { return std::unique_ptr<WorkloadConfig>(std::make_unique<Bound>(world_size, validate, run)); }};
+}
+
+// The command line of a tool that runs workloads (distrl-train, distrl-rnn, distrl-ps,
+// distrl-pipeline): the keys bound are those of the workload its config file names (the
+// tool's first workload when it names none of the tool's, so that loading the file says what
+// is wrong), `workload` among them.
+class WorkloadCommandLine : public ToolCommandLine {
+ public:
+  WorkloadCommandLine(const std::string& tool, const std::string& description = "",
+                      const std::string& example_config = "", const std::string& resume_help = "");
+
+  // The flags, the file and the overrides; false after --help. ConfigError.
+  bool parse(int argc, char** argv);
+  bool parse(const std::vector<std::string>& args);  // the same without argv[0]
+  // Everything a rank checks before it starts: the security key file, the workload's checks.
+  void validate() const;
+  int world_size() const { return config_->world_size(); }
+  // The tool's whole life after its flags: parse, validate, --check-config or run; the exit
+  // code (0, or 128 + the signal that stopped the run).
+  int main(int argc, char** argv);
+
+ private:
+  std::string tool_;
+  std::string name_;  // the `workload` key
+  std::unique_ptr<WorkloadConfig> config_;
+};
+
+}  // namespace distrl::training
