@@ -56,7 +56,7 @@ void bind(Settings& s, PipelineConfig& c) {
          "resnet: untimed batches before the sweep (the first batches of a process pay for its memory: page "
          "faults, allocator growth)")
       .range(0, 1000);
-  s.bind("pipeline.schedule", &c.schedule, "gpipe | 1f1b | interleaved | zb-h1, or a schedule file (see README)");
+  s.bind("pipeline.schedule", &c.schedule, "gpipe | 1f1b | interleaved | zb-h1, or a schedule file (docs/pipeline.md)");
   s.bind("pipeline.microbatches", &c.microbatches, "fashion-mnist: micro-batches per batch").range(1, 100000);
   s.bind("pipeline.chunks", &c.chunks, "model pieces per stage (interleaved: 2 or more)").range(1, 64);
   s.bind("pipeline.recompute", &c.recompute, "keep only each micro-batch's input and run the forward again at backward");
