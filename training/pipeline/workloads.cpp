@@ -15,7 +15,6 @@
 
 #include "autograd/context.h"
 #include "autograd/optimizer.h"
-#include "autograd/remote_module.h"
 #include "common/error.h"
 #include "common/malloc_tuning.h"
 #include "common/plot.h"
@@ -29,7 +28,6 @@
 #include "training/stop_agreement.h"
 #include "training/workload.h"
 #include "transport/collectives/process_group.h"
-#include "transport/rpc/rpc_agent.h"
 
 namespace distrl::training::pipeline {
 
@@ -81,8 +79,6 @@ void bind(Settings& s, PipelineConfig& c) {
   bind_dist(s, c);
 }
 
-namespace {
-
 std::pair<torch::Device, torch::Device> model_parallel_devices(const std::string& spec) {
   if (spec == "auto") {
     const auto gpus = torch::cuda::device_count();
@@ -100,8 +96,6 @@ std::pair<torch::Device, torch::Device> model_parallel_devices(const std::string
                       e.what());
   }
 }
-
-}  // namespace
 
 PipelineConfig with_preset(PipelineConfig c) {
   if (c.preset == "small") {
@@ -417,297 +411,6 @@ void run_fashion_mnist(const PipelineConfig& c, const std::string& config_yaml, 
     }
   }
   if (last) finish_fashion_outputs(c, metrics, ckpt_dir);
-}
-
-// ---- the RPC tutorial -------------------------------------------------------------------
-
-namespace {
-
-struct ShardSpec {
-  int part = 1, classes = 1000, seed = 0;
-  MSGPACK_DEFINE(part, classes, seed);
-};
-
-// The tutorial's ResNetShard1/2: a part of ResNet-50 whose forward fetches its input from an
-// RRef and runs under the shard's lock (concurrent micro-batches queue here).
-class TutorialShardImpl : public nn::Module {
- public:
-  explicit TutorialShardImpl(const ShardSpec& s) {
-    torch::manual_seed(s.seed);
-    net_ = register_module(
-        "net", std::make_shared<models::ResNet50>(s.classes, s.part == 1 ? models::ResNet50::Part::Shard1
-                                                                           : models::ResNet50::Part::Shard2));
-  }
-  at::Tensor forward(transport::RRef<at::Tensor> x) {
-    const at::Tensor in = x.to_here();
-    std::lock_guard<std::mutex> lock(mu_);
-    return net_->forward(in);
-  }
-  at::Tensor forward_local(const at::Tensor& x) { return net_->forward(x); }
-
- private:
-  std::shared_ptr<models::ResNet50> net_;
-  std::mutex mu_;
-};
-
-using Shard = autograd::RemoteModule<TutorialShardImpl>;
-
-}  // namespace
-
-namespace {
-// The sweeps' line when a signal ended them early: sweep.csv holds the settings done (the last
-// one with the batches it finished).
-// The largest |distributed - reference| over the shards' parameters, and which one it is.
-std::pair<double, std::string> parameter_gap(const std::vector<transport::RRef<at::Tensor>>& params,
-                                             TutorialShardImpl& ref1, TutorialShardImpl& ref2) {
-  std::vector<std::pair<std::string, at::Tensor>> refs;
-  for (const auto& [shard, ref] : {std::pair{"shard 1", &ref1}, std::pair{"shard 2", &ref2}})
-    for (const auto& q : ref->named_parameters()) refs.emplace_back(std::string(shard) + " " + q.key(), q.value());
-  double gap = 0;
-  std::string worst;
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    const double g = (params[i].to_here() - refs[i].second).abs().max().item<double>();
-    if (g > gap) {
-      gap = g;
-      worst = refs[i].first + " (max |value| " + std::to_string(refs[i].second.abs().max().item<double>()) + ")";
-    }
-  }
-  return {gap, worst};
-}
-
-// " (10 of 100 batches)" for a setting a signal cut short, "" for a whole one.
-std::string partial_note(int done, int planned) {
-  return done < planned ? " (" + std::to_string(done) + " of " + std::to_string(planned) + " batches)" : "";
-}
-
-void report_sweep_stop() {
-  if (stop_signal())
-    std::cout << "distrl-pipeline: stopped by " << stop_signal_name()
-              << "; sweep.csv holds the settings measured so far" << std::endl;
-}
-}  // namespace
-
-namespace {
-
-// pipeline.check_one_process: the same shards (same seeds), micro-batches and optimizer in this
-// process, stepped beside the pipeline; loss gaps on every batch, parameter gaps after the first.
-class OneProcessCheck {
- public:
-  explicit OneProcessCheck(const PipelineConfig& c)
-      : ref1_(std::make_shared<TutorialShardImpl>(ShardSpec{1, c.classes, c.seed})),
-        ref2_(std::make_shared<TutorialShardImpl>(ShardSpec{2, c.classes, c.seed + 1})) {
-    auto p = ref1_->parameters();
-    for (auto& q : ref2_->parameters()) p.push_back(q);
-    opt_ = std::make_unique<torch::optim::SGD>(p, c.lr);
-  }
-
-  // Batch b (0 = the first timed one) after the pipeline's step, whose loss was `loss`.
-  void step(const at::Tensor& inputs, const at::Tensor& labels, int size, double loss, int b,
-            const std::vector<transport::RRef<at::Tensor>>& params) {
-    opt_->zero_grad();
-    std::vector<at::Tensor> rs;
-    for (const at::Tensor& x : inputs.split(size)) rs.push_back(ref2_->forward_local(ref1_->forward_local(x)));
-    const at::Tensor ref_loss = torch::mse_loss(torch::cat(rs), labels);
-    ref_loss.backward();
-    opt_->step();
-    loss_gap_ = std::max(loss_gap_, std::abs(ref_loss.item<double>() - loss));
-    // The parameters after the first step: the same gradients, summed in another order
-    // (micro-batches arrive as they finish), so equal to rounding. Later steps are not
-    // compared: a rounding-level change can move a max-pool's choice, after which the two
-    // runs rightly part (gaps of 4e-4 in conv1.weight were measured after two steps).
-    if (b == 0) std::tie(param_gap_, worst_) = parameter_gap(params, *ref1_, *ref2_);
-  }
-
-  // The gaps of micro-batch size `size`, said; Error past 1e-4.
-  void verdict(int size) const {
-    std::cout << "one-process check (micro-batch size " << size << "): losses differ by at most " << loss_gap_
-              << ", parameters after the first step by " << param_gap_ << (worst_.empty() ? "" : " at " + worst_)
-              << std::endl;
-    if (loss_gap_ > 1e-4 || param_gap_ > 1e-4)
-      throw Error("the pipeline does not train like one process (micro-batch size " + std::to_string(size) +
-                  "): loss gap " + std::to_string(loss_gap_) + ", parameter gap after the first step " +
-                  std::to_string(param_gap_) + " at " + worst_);
-  }
-
- private:
-  std::shared_ptr<TutorialShardImpl> ref1_, ref2_;
-  std::unique_ptr<torch::optim::SGD> opt_;
-  double loss_gap_ = 0, param_gap_ = 0;
-  std::string worst_;  // the parameter with the largest gap after the first step, named
-};
-
-}  // namespace
-
-void run_resnet_tutorial(const PipelineConfig& c, const std::string& config_yaml, const WorldFlags& world) {
-  transport::RpcOptions o = rpc_options_for(world, c.timeout_s, c.transport, c.torch_threads);
-  // Default names: worker0 (the master), worker1 and worker2 (the shards' owners), as in the tutorial.
-  o.num_worker_threads = std::max(o.num_worker_threads, 8);  // queued micro-batches wait on the shard lock
-  transport::RpcAgent agent(o, [](transport::RpcAgent& a) {
-    autograd::enable(a);
-    autograd::register_remote_module<TutorialShardImpl, ShardSpec, at::Tensor(transport::RRef<at::Tensor>)>(
-        a, "ResNetShard", [](const ShardSpec& s) { return std::make_shared<TutorialShardImpl>(s); });
-  });
-  if (agent.world_size() != 3) throw ConfigError("pipeline_resnet50 runs on 3 processes (master, worker1, worker2)");
-  // SIGINT/SIGTERM: the master stops after its current batch, writes the row of the setting it
-  // was in (the batches done) and shuts down; the workers serve on until it has.
-  install_stop_handlers();
-  if (agent.rank() != 0) {
-    agent.serve_until_shutdown(0);  // the master's sweep may take many minutes
-    agent.shutdown();
-    return;
-  }
-  std::ofstream sweep = open_run_outputs(c.out_dir, config_yaml, "sweep.csv",
-                                        "microbatch_size,microbatches,batch,seconds_per_batch,first_loss,last_loss");
-  std::cout << "pipeline_resnet50: ResNet-50 (" << c.classes << " classes) in two shards on worker1 and worker2, batch "
-            << c.batch_size << " of " << c.image_size << "x" << c.image_size << ", " << c.batches << " batches per setting"
-            << std::endl;
-  for (int size : c.microbatch_sizes) {
-    if (stop_signal()) break;
-    Shard s1(agent, "worker1", "ResNetShard", ShardSpec{1, c.classes, c.seed});
-    Shard s2(agent, "worker2", "ResNetShard", ShardSpec{2, c.classes, c.seed + 1});
-    auto params = s1.remote_parameters();
-    for (auto& p : s2.remote_parameters()) params.push_back(p);
-    autograd::OptimizerSpec spec;
-    spec.lr = c.lr;
-    autograd::DistributedOptimizer opt(agent, spec, params);
-    std::optional<OneProcessCheck> check;
-    if (c.check_one_process) check.emplace(c);
-    torch::manual_seed(c.seed);
-    double first_loss = 0, last_loss = 0, total = 0;
-    const int warmup = size == c.microbatch_sizes.front() ? c.warmup : 0;
-    int done = 0;  // timed batches
-    for (int b = -warmup; b < c.batches && !stop_signal(); ++b) {
-      const at::Tensor inputs = torch::randn({c.batch_size, 3, c.image_size, c.image_size});
-      const at::Tensor labels = torch::zeros({c.batch_size, c.classes})
-                                    .scatter_(1, torch::randint(c.classes, {c.batch_size, 1}, torch::kLong), 1);
-      const auto t0 = Clock::now();
-      autograd::Context ctx(agent);
-      std::vector<transport::Future<at::Tensor>> outs;
-      for (const at::Tensor& x : inputs.split(size)) {
-        auto x_rref = agent.make_rref(std::make_shared<at::Tensor>(x));
-        auto y_rref = s1.module_rref().remote<at::Tensor>("forward", x_rref);
-        outs.push_back(s2.module_rref().rpc_async<at::Tensor>("forward", y_rref));
-      }
-      std::vector<at::Tensor> ys;
-      for (auto& f : outs) ys.push_back(f.value());
-      const at::Tensor loss = torch::mse_loss(torch::cat(ys), labels);
-      autograd::backward(ctx, {loss});
-      if (b >= 0) opt.step(ctx);  // a warm-up batch leaves the parameters as they were
-      const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-      if (b < 0) {
-        std::cout << "warm-up batch: " << std::fixed << std::setprecision(3) << secs << " s (untimed)"
-                  << std::defaultfloat << std::endl;
-        continue;
-      }
-      total += secs;
-      ++done;
-      const double l = loss.item<double>();
-      if (b == 0) first_loss = l;
-      last_loss = l;
-      std::cout << "  batch " << done << "/" << c.batches << ": " << std::fixed << std::setprecision(3) << secs
-                << " s, loss " << std::setprecision(5) << l << std::defaultfloat << std::endl;
-      if (check) check->step(inputs, labels, size, l, b, params);
-    }
-    if (done == 0) break;  // stopped before a timed batch of this setting: no row
-    if (check) check->verdict(size);
-    const int mbs = (c.batch_size + size - 1) / size;
-    sweep << size << "," << mbs << "," << c.batch_size << "," << total / done << "," << first_loss << ","
-          << last_loss << std::endl;
-    std::cout << "micro-batch size " << std::setw(4) << size << " (" << std::setw(3) << mbs
-              << " micro-batches): " << std::fixed << std::setprecision(3) << total / done
-              << " s per batch, loss " << std::setprecision(5) << first_loss << " -> " << last_loss << std::defaultfloat
-              << partial_note(done, c.batches)
-              << std::endl;
-  }
-  report_sweep_stop();
-  std::cout << "wrote " << c.out_dir << "/sweep.csv" << std::endl;
-  agent.shutdown();
-}
-
-
-void run_model_parallel(const PipelineConfig& c, const std::string& config_yaml) {
-  torch::set_num_threads(c.torch_threads);
-  install_stop_handlers();  // SIGINT/SIGTERM: the setting in progress ends after its current batch
-  const auto [d0, d1] = model_parallel_devices(c.devices);  // checked by check_model_parallel
-  std::ofstream sweep = open_run_outputs(c.out_dir, config_yaml, "sweep.csv",
-                                        "form,split_size,microbatches,batch,seconds_per_batch,first_loss,last_loss");
-  std::cout << "pipeline_resnet50_model_parallel: ResNet-50 (" << c.classes << " classes), shard 1 on " << d0.str()
-            << ", shard 2 on " << d1.str() << ", batch " << c.batch_size << " of " << c.image_size << "x" << c.image_size
-            << ", " << c.batches << " batches per setting" << std::endl;
-  // The tutorial's table: the whole model on one device, the two shards without and with
-  // micro-batches (split_size rows each).
-  struct Setting {
-    std::string form;
-    int split;
-  };
-  std::vector<Setting> settings{{"single_device", 0}, {"model_parallel", 0}};
-  for (int s : c.microbatch_sizes)
-    if (s < c.batch_size) settings.push_back({"pipelined", s});
-  for (const Setting& st : settings) {
-    if (stop_signal()) break;
-    // Every form starts from the same weights (the whole model's, seeded) and sees the same
-    // batches, after one untimed warm-up batch (allocator, kernels) of its own.
-    torch::manual_seed(c.seed);
-    auto whole = models::make_resnet50(c.classes);
-    std::shared_ptr<models::PolicyNet> net = whole;
-    torch::Device out_device = d0;
-    if (st.form == "single_device") {
-      whole->to(d0);
-    } else {
-      auto mp = std::make_shared<models::ModelParallelResNet50>(c.classes, d0, d1, st.split);
-      mp->load_from(*whole);
-      net = mp;
-      out_device = d1;
-    }
-    torch::optim::SGD opt(net->parameters(), c.lr);
-    auto train_batch = [&](const at::Tensor& inputs, const at::Tensor& labels) {
-      opt.zero_grad();
-      const at::Tensor loss = torch::mse_loss(net->forward(inputs.to(d0)), labels.to(out_device));
-      loss.backward();
-      opt.step();
-      return loss.item<double>();  // waits for the devices
-    };
-    torch::manual_seed(c.seed + 1);
-    auto batch = [&] {
-      at::Tensor inputs = torch::randn({c.batch_size, 3, c.image_size, c.image_size});
-      at::Tensor labels = torch::zeros({c.batch_size, c.classes})
-                              .scatter_(1, torch::randint(c.classes, {c.batch_size, 1}, torch::kLong), 1);
-      return std::make_pair(inputs, labels);
-    };
-    {
-      auto [wx, wy] = batch();
-      std::vector<at::Tensor> saved;  // the warm-up must not move the weights
-      for (auto& p : net->parameters()) saved.push_back(p.detach().clone());
-      train_batch(wx, wy);
-      torch::NoGradGuard none;
-      auto ps = net->parameters();
-      for (std::size_t i = 0; i < ps.size(); ++i) ps[i].copy_(saved[i]);
-    }
-    torch::manual_seed(c.seed + 2);
-    double first_loss = 0, last_loss = 0, total = 0;
-    int done = 0;
-    for (int b = 0; b < c.batches && !stop_signal(); ++b, ++done) {
-      auto [inputs, labels] = batch();
-      const auto t0 = Clock::now();
-      const double l = train_batch(inputs, labels);
-      total += std::chrono::duration<double>(Clock::now() - t0).count();
-      if (b == 0) first_loss = l;
-      last_loss = l;
-    }
-    if (done == 0) break;  // stopped in the warm-up: no row
-    const int mbs = st.split > 0 ? (c.batch_size + st.split - 1) / st.split : 1;
-    sweep << st.form << "," << st.split << "," << mbs << "," << c.batch_size << "," << total / done << ","
-          << first_loss << "," << last_loss << std::endl;
-    std::cout << std::left << std::setw(15) << st.form << std::right;
-    if (st.split > 0) std::cout << " split " << std::setw(4) << st.split << " (" << std::setw(3) << mbs << " micro-batches)";
-    else std::cout << std::string(30, ' ');
-    std::cout << ": " << std::fixed << std::setprecision(3) << total / done << " s per batch, loss "
-              << std::setprecision(5) << first_loss << " -> " << last_loss << std::defaultfloat
-              << partial_note(done, c.batches)
-              << std::endl;
-  }
-  report_sweep_stop();
-  std::cout << "wrote " << c.out_dir << "/sweep.csv" << std::endl;
 }
 
 namespace {

@@ -17,12 +17,14 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/command_line.h"
 #include "common/settings.h"
 #include "training/pipeline/schedule.h"
 #include "training/run_keys.h"
+#include <c10/core/Device.h>
 #include <torch/nn/modules/container/sequential.h>
 
 namespace distrl::training::pipeline {
@@ -61,6 +63,10 @@ struct PipelineConfig : RunKeys, DistKeys {
 void bind(Settings& s, PipelineConfig& c);
 // resnet: c with the preset applied (small: batch 24 of 64x64 images).
 PipelineConfig with_preset(PipelineConfig c);
+
+// pipeline.devices as the model-parallel tutorial's two devices (auto: two GPUs, one GPU twice,
+// or the CPU twice). Throws ConfigError naming the key.
+std::pair<torch::Device, torch::Device> model_parallel_devices(const std::string& spec);
 
 // pipeline.schedule built (by name) or read (a path, or a file that exists), checked against
 // roles.stages, pipeline.chunks and pipeline.microbatches and verified with max_activations.
