@@ -41,7 +41,7 @@ void check_hybrid(const HybridConfig& c) {
 }
 
 // A rank's RPC options: servers are named ps0, ps1, ...; LibTorch's threads as configured.
-transport::RpcOptions rank_options(const PsCommon& cfg, const RunContext& ctx) {
+transport::RpcOptions ps_rpc_options(const PsCommon& cfg, const RunContext& ctx) {
   keep_large_blocks_on_heap();  // tensors of a few MB each step: no mmap + page faults each time
   transport::RpcOptions o = rpc_options_for(ctx.world, cfg.timeout_s, cfg.transport, cfg.torch_threads);
   o.name = o.rank >= 0 && o.rank < cfg.servers ? "ps" + std::to_string(o.rank) : "";
@@ -60,17 +60,17 @@ void run_rank(transport::RpcOptions o, Setup setup, Run run) {
 }
 
 void batch_update_rank(const BatchUpdateConfig& cfg, const RunContext& ctx) {
-  run_rank(rank_options(cfg, ctx), [&](transport::RpcAgent& a) { return setup_rank(a, cfg); },
+  run_rank(ps_rpc_options(cfg, ctx), [&](transport::RpcAgent& a) { return setup_rank(a, cfg); },
            [&](transport::RpcAgent& a, const auto& server) { run_batch_update(cfg, ctx.config_yaml, a, server); });
 }
 
 void skipgram_rank(const SkipgramConfig& cfg, const RunContext& ctx) {
-  run_rank(rank_options(cfg, ctx), [&](transport::RpcAgent& a) { return setup_rank(a, cfg); },
+  run_rank(ps_rpc_options(cfg, ctx), [&](transport::RpcAgent& a) { return setup_rank(a, cfg); },
            [&](transport::RpcAgent& a, const auto& server) { run_skipgram(cfg, ctx.config_yaml, a, server); });
 }
 
 void model_on_server_rank(const ModelOnServerConfig& cfg, const RunContext& ctx) {
-  transport::RpcOptions o = rank_options(cfg, ctx);
+  transport::RpcOptions o = ps_rpc_options(cfg, ctx);
   // serialize parks a forward per waiting trainer on a handler thread: one each, plus room
   if (o.rank >= 0 && o.rank < cfg.servers) o.num_worker_threads = std::max(o.num_worker_threads, cfg.trainers + 2);
   run_rank(o, [&](transport::RpcAgent& a) { return setup_model_on_server(a, cfg); },
@@ -78,7 +78,7 @@ void model_on_server_rank(const ModelOnServerConfig& cfg, const RunContext& ctx)
 }
 
 void hybrid_rank(const HybridConfig& cfg, const RunContext& ctx) {
-  transport::RpcOptions o = rank_options(cfg, ctx);
+  transport::RpcOptions o = ps_rpc_options(cfg, ctx);
   if (o.rank == cfg.servers + cfg.trainers) o.name = "master";
   run_rank(o, [&](transport::RpcAgent& a) { return setup_hybrid(a, cfg); },
            [&](transport::RpcAgent& a, const auto& rank) { run_hybrid(cfg, ctx.config_yaml, a, rank); });

@@ -41,7 +41,9 @@ struct Caller {
 enum class Received { Nothing, Message, TooManyParts };
 
 // A connection of the calling thread's own to one peer's process. Used by one thread at a time
-// (checked out of RPC's channel pool); closed when destroyed. Errors throw TransportError.
+// (checked out of RPC's channel pool); closed when destroyed, which may be after its Link has
+// stopped (an implementation keeps what the channel needs alive itself: ZeroMQ's holds the
+// context). Errors throw TransportError.
 class Channel {
  public:
   virtual ~Channel() = default;
@@ -103,7 +105,8 @@ class Link {
   virtual void replace_peer(int peer, const std::string& endpoint) = 0;
 
   // Any thread: a new channel to the process listening at `endpoint` (peer's, as the caller
-  // read it together with its incarnation).
+  // read it together with its incarnation). A channel's replies bypass the I/O thread, so the
+  // caller also posts watch_peer(peer) (post(), any thread) for the peer's death to be seen.
   virtual std::unique_ptr<Channel> open_channel(int peer, const std::string& endpoint) = 0;
 };
 

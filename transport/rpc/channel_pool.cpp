@@ -1,13 +1,16 @@
 #include "transport/rpc/detail/channel_pool.h"
 
+#include <algorithm>
+
 namespace distrl::transport::detail {
 
-void ChannelPool::resize(int world) {
+void ChannelPool::reset(std::vector<std::int64_t> incarnations) {
   std::lock_guard<std::mutex> lock(mu_);
-  idle_.resize(world);
+  idle_.assign(incarnations.size(), {});
+  current_ = std::move(incarnations);
 }
 
-ChannelPtr ChannelPool::take(int dest, std::int64_t incarnation, bool* closed) {
+ChannelPtr ChannelPool::take(int dest, bool* closed) {
   std::vector<ChannelPtr> stale;  // closed after the unlock
   std::lock_guard<std::mutex> lock(mu_);
   *closed = closed_;
@@ -16,22 +19,25 @@ ChannelPtr ChannelPool::take(int dest, std::int64_t incarnation, bool* closed) {
   while (!idle.empty()) {
     ChannelPtr c = std::move(idle.back());
     idle.pop_back();
-    if (c->incarnation == incarnation) return c;
-    stale.push_back(std::move(c));  // the rank rejoined since: retire() is on its way
+    if (c->incarnation == current_[dest]) return c;
+    stale.push_back(std::move(c));  // not expected: retire() cleared them and give_back() refuses them
   }
   return nullptr;
 }
 
-void ChannelPool::give_back(int dest, ChannelPtr c, std::int64_t incarnation) {
+void ChannelPool::give_back(int dest, ChannelPtr c) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!closed_ && c->incarnation == incarnation && dest >= 0 && dest < static_cast<int>(idle_.size()))
+  if (!closed_ && dest >= 0 && dest < static_cast<int>(idle_.size()) && c->incarnation == current_[dest])
     idle_[dest].push_back(std::move(c));
-  // else: closed here, under the lock that close() (or retire()) took to close the idle ones
+  // else: c is destroyed (closed) on return, after the unlock
 }
 
-void ChannelPool::retire(int peer) {
+void ChannelPool::retire(int peer, std::int64_t incarnation) {
+  std::vector<ChannelPtr> stale;  // closed after the unlock
   std::lock_guard<std::mutex> lock(mu_);
-  if (!closed_ && peer >= 0 && peer < static_cast<int>(idle_.size())) idle_[peer].clear();
+  if (closed_ || peer < 0 || peer >= static_cast<int>(idle_.size())) return;
+  current_[peer] = std::max(current_[peer], incarnation);
+  stale.swap(idle_[peer]);
 }
 
 void ChannelPool::close() {

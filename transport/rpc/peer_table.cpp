@@ -41,8 +41,9 @@ std::string PeerTable::up(int peer) {
   return why;
 }
 
-std::string PeerTable::down_reason(int peer) const {
+std::string PeerTable::down_reason(int peer, std::int64_t* incarnation) const {
   std::lock_guard<std::mutex> lock(mu_);
+  if (incarnation) *incarnation = in_range(peer) ? incarnations_[peer] : 0;
   auto it = down_.find(peer);
   return it == down_.end() ? std::string() : it->second;
 }

@@ -41,6 +41,16 @@ void attach_hooks(RpcCore::State& s, InMessage& m) {
   m.frames->src = m.header.src;
 }
 
+// Runs a pending call's completion (it left the call table) and ends the call.
+void complete(RpcCore::State& s, CallTable::Pending& p, InMessage* m, std::exception_ptr err) {
+  try {
+    p.done(m, err);
+  } catch (const std::exception& e) {
+    DISTRL_LOG(Error, "rpc: completion of '" << p.fn << "' threw " << e.what());
+  }
+  s.calls.end();
+}
+
 namespace {
 
 std::exception_ptr agent_shut_down(const RpcCore::State& s, const std::string& fn) {
@@ -66,15 +76,6 @@ std::exception_ptr malformed_reply(const RpcCore::State& s, int peer, const std:
   return std::make_exception_ptr(ProtocolError("rpc: malformed reply from " + s.worker_name(peer) + ": " + what));
 }
 
-// Runs a pending call's completion (it left the call table) and ends the call.
-void complete(RpcCore::State& s, CallTable::Pending& p, InMessage* m, std::exception_ptr err) {
-  try {
-    p.done(m, err);
-  } catch (const std::exception& e) {
-    DISTRL_LOG(Error, "rpc: completion of '" << p.fn << "' threw " << e.what());
-  }
-  s.calls.end();
-}
 
 std::exception_ptr error_from_reply(RpcCore::State& s, const InMessage& m, const std::string& fn) {
   std::string origin, type, message;
@@ -133,7 +134,7 @@ namespace {
 // is shutting down. Throws TransportError when the link cannot open a channel.
 ChannelPtr acquire_channel(RpcCore::State& s, int dest) {
   bool closed = false;
-  if (ChannelPtr c = s.channels.take(dest, s.peers.incarnation(dest), &closed)) return c;
+  if (ChannelPtr c = s.channels.take(dest, &closed)) return c;
   if (closed) return nullptr;
   std::int64_t incarnation = 0;
   const std::string endpoint = s.peers.endpoint(dest, &incarnation);  // a rejoin changes both together
@@ -180,8 +181,10 @@ SyncOutcome read_reply(RpcCore::State& s, Channel& chan, int dest, const Header&
 std::exception_ptr sync_call_ended(RpcCore::State& s, const PooledChannel& chan, int dest, const Header& h,
                                    Clock::time_point deadline, std::chrono::milliseconds timeout) {
   if (!s.running.load()) return call_failed(s, dest, h.fn, "agent " + s.opts.name + " shut down");
-  if (const std::string gone = s.peers.down_reason(dest); !gone.empty()) return call_failed(s, dest, h.fn, gone);
-  if (s.peers.incarnation(dest) != chan.incarnation)
+  std::int64_t incarnation = 0;
+  if (const std::string gone = s.peers.down_reason(dest, &incarnation); !gone.empty())
+    return call_failed(s, dest, h.fn, gone);
+  if (incarnation != chan.incarnation)
     return call_failed(s, dest, h.fn, "the process restarted (its rank rejoined) before answering");
   if (Clock::now() >= deadline) {
     s.timeouts.fetch_add(1);
@@ -235,7 +238,7 @@ void RpcCore::call_sync(int dest, Header h, const BodyWriter& body, const Comple
   // Exactly one of these ends the call: done runs, the channel goes back, shutdown may go on.
   ChannelPtr chan;
   auto finish = [&](InMessage* m, std::exception_ptr err) {
-    if (chan) s.channels.give_back(dest, std::move(chan), s.peers.incarnation(dest));
+    if (chan) s.channels.give_back(dest, std::move(chan));
     try {
       done(m, err);
     } catch (...) {
@@ -327,8 +330,8 @@ void on_rejoin(RpcCore::State& s, int peer, const InMessage& m) {
   // have (this worker may not have noticed the death yet).
   if (!s.peers.is_down(peer))
     on_peer_down(s, peer, s.worker_name(peer) + " restarted (incarnation " + std::to_string(incarnation) + ")");
-  s.peers.rejoined(peer, incarnation, endpoint);  // channels to the earlier process retire
-  s.channels.retire(peer);
+  s.channels.retire(peer, incarnation);  // no channel to the earlier process is reused from here
+  s.peers.rejoined(peer, incarnation, endpoint);
   s.link->replace_peer(peer, endpoint);
   s.peers.up(peer);
   DISTRL_LOG(Info, "rpc: " << s.worker_name(peer) << " (rank " << peer << ") rejoined (incarnation " << incarnation

@@ -209,8 +209,8 @@ void RpcCore::start(const std::function<void()>& before_publish) {
     s.workers.push_back(WorkerInfo{p.name, r, p.hostname, endpoints.back()});
   }
   s.link->set_peers(endpoints);
+  s.channels.reset(incarnations);
   s.peers.reset(endpoints, std::move(incarnations));
-  s.channels.resize(s.world);
   // Running before the loop starts: peers have our address already, so requests may be waiting,
   // and a handler that calls out must never see this agent as not running. (It once did, under
   // load: the main thread was preempted between the two lines, a handler's nested rpc_sync failed
@@ -295,7 +295,7 @@ void RpcCore::shutdown(bool graceful) {
   if (s.pool) s.pool->stop();
   s.channels.close();  // a channel in use is closed when given back
   // The I/O thread is gone: no call it sent can be answered now.
-  for (auto& p : s.calls.take_all()) p.done(nullptr, call_failed(s, p.dest, p.fn, "agent " + s.opts.name + " shut down"));
+  for (auto& p : s.calls.take_all()) complete(s, p, nullptr, call_failed(s, p.dest, p.fn, "agent " + s.opts.name + " shut down"));
   s.objects.clear();
   s.rdv.reset();
   if (!s.ipc_path.empty()) ::unlink(s.ipc_path.c_str());

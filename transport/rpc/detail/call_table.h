@@ -20,7 +20,9 @@
 
 namespace distrl::transport::detail {
 
-// Exactly one of (message, error) is set. Runs on the I/O thread: decode only, no user code.
+// Exactly one of (message, error) is set. Runs where the call ends -- the I/O thread (replies,
+// deadlines, lost peers), the calling thread (the sync fast path) or the thread shutting the
+// agent down -- and never under a part's lock: decode only, no user code.
 using Completion = std::function<void(InMessage*, std::exception_ptr)>;
 
 class CallTable {

@@ -29,7 +29,9 @@ class PeerTable {
   void down(int peer, const std::string& why);
   // Its connection came back: returns the reason it was down (empty: it was not).
   std::string up(int peer);
-  std::string down_reason(int peer) const;  // empty while it is up
+  // Empty while it is up; *incarnation (when given) gets the incarnation known, read together
+  // with it (the fast path's one look per wait).
+  std::string down_reason(int peer, std::int64_t* incarnation = nullptr) const;
   bool is_down(int peer) const;
   std::vector<int> down_peers() const;
 

@@ -1,7 +1,10 @@
 // RpcCore's state: the agent's identity and lifecycle, its threads, and the owned parts, each
 // with its own lock and file (registry, object table, peer table, call table, channel pool).
 // Shared by rpc_core.cpp (lifecycle), rpc_call.cpp (outgoing calls), rpc_serve.cpp (incoming
-// requests) and rref.cpp. Private to transport/rpc/.
+// requests) and rref.cpp. The rule that keeps the parts apart: no part calls another, and no
+// code holds one part's lock while taking another's (each method locks, works on its own data
+// and returns), so there is no lock order to get wrong; completions and objects that die run
+// after the lock is released. Private to transport/rpc/.
 #pragma once
 
 #include <atomic>
@@ -76,6 +79,10 @@ struct RpcCore::State {
 std::string describe_call(const RpcCore::State& s, int dest, const std::string& fn);
 // TransportError: the call failed, and why.
 std::exception_ptr call_failed(const RpcCore::State& s, int dest, const std::string& fn, const std::string& why);
+
+// A pending call's completion (it has left the call table), run outside any lock; a completion
+// that throws is logged. Then the call ends (CallTable::end). rpc_call.cpp.
+void complete(RpcCore::State& s, CallTable::Pending& p, InMessage* m, std::exception_ptr err);
 
 // I/O thread entry points (rpc_call.cpp).
 void on_reply(RpcCore::State& s, int peer, Frames&& frames);
