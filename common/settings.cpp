@@ -299,7 +299,7 @@ Settings::Field& Settings::field(const std::string& key, const std::string& sour
   auto it = by_key_.find(key);
   if (it == by_key_.end())
     throw ConfigError(source + ": unknown key '" + key + "' (known keys: " + known_keys() + "; see " + tool_ +
-                      " --help)");
+                      " --config FILE --help for the keys of that file's workload)");
   return *it->second;
 }
 
@@ -385,7 +385,7 @@ void Settings::apply_overrides(const std::vector<std::string>& args) {
       throw ConfigError("command line: '" + args[i] + "' needs a value (--" + key + " VALUE or " + key + "=VALUE)");
     } else {
       throw ConfigError("command line: '" + args[i] + "' is not a known option or KEY=VALUE override (known keys: " +
-                        known_keys() + "; see " + tool_ + " --help)");
+                        known_keys() + "; see " + tool_ + " --config FILE --help)");
     }
     set(key, value, "command line");
   }
