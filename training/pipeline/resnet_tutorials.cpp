@@ -32,6 +32,7 @@
 namespace distrl::training::pipeline {
 
 namespace nn = torch::nn;
+using Clock = std::chrono::steady_clock;
 
 // ---- the RPC tutorial -------------------------------------------------------------------
 
