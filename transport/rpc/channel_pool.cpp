@@ -6,7 +6,8 @@ namespace distrl::transport::detail {
 
 void ChannelPool::reset(std::vector<std::int64_t> incarnations) {
   std::lock_guard<std::mutex> lock(mu_);
-  idle_.assign(incarnations.size(), {});
+  idle_.clear();
+  idle_.resize(incarnations.size());
   current_ = std::move(incarnations);
 }
 
