@@ -2,11 +2,15 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
 
 #include "common/error.h"
 #include "common/settings.h"
-#include "training/workload.h"
+#include "training/workload_names.h"
 
 namespace distrl::tools {
 namespace {
@@ -45,6 +49,33 @@ void check(const std::string& exe, const std::vector<std::string>& tail) {
   if (run_process(cmd) != 0) throw ConfigError("the configuration was refused (above); nothing started");
 }
 
+// A training tool's check: `exe --config F overrides --check-config`, which ends with "...; its
+// roles make N ranks" when it accepts the file; N. A refusal's output is shown and stops the
+// launch. (The launcher asks the tool rather than the registry, which would load LibTorch.)
+int checked_world_size(const std::string& exe, const std::vector<std::string>& tail) {
+  std::vector<std::string> cmd{exe};
+  cmd.insert(cmd.end(), tail.begin(), tail.end());
+  cmd.push_back("--check-config");
+  const std::string out = (std::filesystem::temp_directory_path() /
+                           ("distrl-launch-check-" + std::to_string(::getpid()))).string();
+  const int code = run_process(cmd, out);
+  std::stringstream text;
+  text << std::ifstream(out).rdbuf();
+  std::remove(out.c_str());
+  if (code != 0) {
+    std::cerr << text.str();
+    throw ConfigError("the configuration was refused (above); nothing started");
+  }
+  const std::string said = text.str(), marker = "its roles make ";
+  const auto at = said.rfind(marker);
+  try {
+    if (at != std::string::npos) return std::stoi(said.substr(at + marker.size()));
+  } catch (const std::exception&) {
+  }
+  throw Error(exe + " --check-config accepted the file but did not say how many ranks its roles make (said: '" +
+              said + "'); is it from another build than this distrl-launch?");
+}
+
 }  // namespace
 
 std::string self_dir() {
@@ -70,12 +101,8 @@ void configure_world(const std::string& config, const std::vector<std::string>& 
   // The file may ask for restarts (the tool documents and checks the key); --max-restarts wins.
   if (o->max_restarts == 0) o->max_restarts = int_setting(config, overrides, "launch.max_restarts", 0, 0);
   if (!workload.empty()) {  // a training workload: its tool on every rank, the world its roles make
-    const training::Workload& w = training::find_workload(workload, config);
-    const std::string exe = tool(w.tool);
-    check(exe, tail);
-    training::WorkloadCommandLine accepted(w.tool);  // read as the tool read it
-    accepted.parse(tail);
-    o->nproc = accepted.world_size();
+    const std::string exe = tool(training::tool_of_workload(workload, config));
+    o->nproc = checked_world_size(exe, tail);
     o->command = {exe};
     o->command.insert(o->command.end(), tail.begin(), tail.end());
     return;

@@ -1,5 +1,7 @@
 #include "training/workload.h"
 
+#include <iostream>
+
 #include "common/error.h"
 #include "common/stop_signal.h"
 #include "transport/security.h"
@@ -25,10 +27,6 @@ const Workload& find_workload(const std::string& name, const std::string& source
   throw ConfigError(source + ": workload: '" + name + "' is not known (known: " + known + ")");
 }
 
-std::string workload_named_by(const std::string& file, const std::vector<std::string>& overrides) {
-  if (auto named = Settings::peek(file, overrides, "workload")) return *named;
-  return Settings::peek(file, {}, "dist") ? "ddp" : "";
-}
 
 WorkloadCommandLine::WorkloadCommandLine(const std::string& tool, const std::string& description,
                                          const std::string& example_config, const std::string& resume_help)
@@ -78,7 +76,11 @@ void WorkloadCommandLine::validate() const {
 int WorkloadCommandLine::main(int argc, char** argv) {
   if (!parse(argc, argv)) return 0;
   validate();
-  if (flags.check_only) return 0;
+  if (flags.check_only) {  // the line distrl-launch reads the world's size from (config_launch.cpp)
+    std::cout << tool_ << ": " << name_ << ": the configuration is valid; its roles make " << config_->world_size()
+              << " ranks" << std::endl;
+    return 0;
+  }
   config_->run(RunContext{flags.world, flags.resume, settings.to_yaml()});
   return stop_exit_code();  // 0, or 128 + a SIGINT/SIGTERM that stopped the run
 }

@@ -12,6 +12,7 @@
 
 #include "common/command_line.h"
 #include "common/settings.h"
+#include "training/workload_names.h"
 
 namespace distrl::training {
 
@@ -40,7 +41,7 @@ class WorkloadConfig {
 
 struct Workload {
   std::string name;  // a config's `workload` value
-  std::string tool;  // the executable every rank runs (distrl-launch finds it beside itself)
+  std::string tool;  // the executable every rank runs: kWorkloadNames' (workload_names.h)
   std::function<std::unique_ptr<WorkloadConfig>()> make;
 };
 
@@ -54,10 +55,7 @@ std::vector<Workload> ddp_workloads();       // ddp/
 const std::vector<Workload>& workloads();
 // The workload called `name`; else ConfigError "<source>: workload: 'x' is not known (known: ...)".
 const Workload& find_workload(const std::string& name, const std::string& source);
-// The workload a config file names, with its overrides: its `workload` key, else "ddp" for a
-// file with a `dist` section (the supervised trainer's configs name none), else "" (not a
-// training config: an RL one). ConfigError when the file cannot be read as YAML.
-std::string workload_named_by(const std::string& file, const std::vector<std::string>& overrides);
+// workload_named_by, tool_of_workload: workload_names.h.
 
 namespace detail {
 // Outside any class, so that `bind` is found by argument-dependent lookup.
@@ -71,7 +69,7 @@ void bind_config(Settings& s, Config& c) {
 // argument-dependent lookup) and the workload's functions; validate may be null (nothing to
 // check beyond the keys' own ranges).
 template <typename Config>
-Workload make_workload(std::string name, std::string tool, int (*world_size)(const Config&),
+Workload make_workload(std::string name, int (*world_size)(const Config&),
                        void (*validate)(const Config&), void (*run)(const Config&, const RunContext&)) {
   class Bound final : public WorkloadConfig {
    public:
@@ -90,6 +88,7 @@ Workload make_workload(std::string name, std::string tool, int (*world_size)(con
     void (*validate_)(const Config&);
     void (*run_)(const Config&, const RunContext&);
   };
+  std::string tool = tool_of_workload(name, "the workload registry (training/workload_names.h lacks it)");
   return Workload{std::move(name), std::move(tool),
                   [=] { return std::unique_ptr<WorkloadConfig>(std::make_unique<Bound>(world_size, validate, run)); }};
 }

@@ -133,8 +133,13 @@ TEST(PsConfigTest, CheckConfigRefusesAWorkloadLevelErrorNamingTheKey) {
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.output.find("roles.servers: the hybrid form has one ps, not 2"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("nothing started"), std::string::npos) << r.output;
-  r = distrl::testing::run_command(distrl::testing::bin_path("distrl-ps") + " --check-config --config " + kConfig);
+  r = distrl::testing::run_command(distrl::testing::bin_path("distrl-ps") + " --check-config --config " + kConfig +
+                                   " roles.servers=2 roles.trainers=3");
   EXPECT_EQ(r.code, 0) << r.output;
+  // the line distrl-launch reads the world's size from
+  EXPECT_NE(r.output.find("distrl-ps: ps_batch_update: the configuration is valid; its roles make 5 ranks"),
+            std::string::npos)
+      << r.output;
 }
 
 // A shard SIGKILLed mid-run (rank 0, so the store must outlive it: distrl-launch hosts it) is

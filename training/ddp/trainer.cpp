@@ -267,7 +267,7 @@ void ddp_rank(const TrainConfig& cfg, const RunContext& ctx) {
 }  // namespace
 
 std::vector<Workload> ddp_workloads() {
-  return {make_workload<TrainConfig>("ddp", "distrl-train", dist_world_size, nullptr, ddp_rank)};
+  return {make_workload<TrainConfig>("ddp", dist_world_size, nullptr, ddp_rank)};
 }
 
 }  // namespace distrl::training

@@ -449,11 +449,11 @@ namespace distrl::training {
 
 std::vector<Workload> pipeline_workloads() {
   using namespace pipeline;
-  return {make_workload<PipelineConfig>("pipeline_fashion_mnist", "distrl-pipeline", stages, check_fashion_mnist,
+  return {make_workload<PipelineConfig>("pipeline_fashion_mnist", stages, check_fashion_mnist,
                                         fashion_mnist_rank),
-          make_workload<PipelineConfig>("pipeline_resnet50", "distrl-pipeline", master_and_two_workers, check_resnet,
+          make_workload<PipelineConfig>("pipeline_resnet50", master_and_two_workers, check_resnet,
                                         resnet_rank),
-          make_workload<PipelineConfig>("pipeline_resnet50_model_parallel", "distrl-pipeline", one_process,
+          make_workload<PipelineConfig>("pipeline_resnet50_model_parallel", one_process,
                                         check_model_parallel, model_parallel_rank)};
 }
 

@@ -91,12 +91,12 @@ namespace distrl::training {
 
 std::vector<Workload> ps_workloads() {
   using namespace ps;
-  return {make_workload<BatchUpdateConfig>("ps_batch_update", "distrl-ps", servers_and_trainers, check_batch_update,
+  return {make_workload<BatchUpdateConfig>("ps_batch_update", servers_and_trainers, check_batch_update,
                                            batch_update_rank),
-          make_workload<ModelOnServerConfig>("ps_model_on_server", "distrl-ps", servers_and_trainers,
+          make_workload<ModelOnServerConfig>("ps_model_on_server", servers_and_trainers,
                                              check_model_on_server, model_on_server_rank),
-          make_workload<HybridConfig>("ps_hybrid", "distrl-ps", with_a_master, check_hybrid, hybrid_rank),
-          make_workload<SkipgramConfig>("ps_skipgram", "distrl-ps", servers_and_trainers, check_skipgram,
+          make_workload<HybridConfig>("ps_hybrid", with_a_master, check_hybrid, hybrid_rank),
+          make_workload<SkipgramConfig>("ps_skipgram", servers_and_trainers, check_skipgram,
                                         skipgram_rank)};
 }
 

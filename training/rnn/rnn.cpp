@@ -319,7 +319,7 @@ void rnn_rank(const RnnConfig& cfg, const RunContext& ctx) {
 }  // namespace
 
 std::vector<Workload> rnn_workloads() {
-  return {make_workload<RnnConfig>("rnn_dist_autograd", "distrl-rnn", ps_and_trainers, nullptr, rnn_rank)};
+  return {make_workload<RnnConfig>("rnn_dist_autograd", ps_and_trainers, nullptr, rnn_rank)};
 }
 
 }  // namespace distrl::training

@@ -53,6 +53,12 @@ TEST(WorkloadRegistryTest, HoldsEveryWorkloadWithItsTool) {
   for (const tr::Workload& w : tr::workloads()) EXPECT_TRUE(held.emplace(w.name, w.tool).second) << w.name << " twice";
   EXPECT_EQ(held, expected);
   for (const auto& [name, tool] : expected) EXPECT_EQ(tr::find_workload(name, "test").tool, tool);
+  // The names distrl-launch reads (workload_names.h) are exactly the registry's, in its order.
+  ASSERT_EQ(std::size(tr::kWorkloadNames), tr::workloads().size());
+  for (std::size_t i = 0; i < tr::workloads().size(); ++i) {
+    EXPECT_EQ(tr::workloads()[i].name, tr::kWorkloadNames[i].name);
+    EXPECT_EQ(tr::workloads()[i].tool, tr::kWorkloadNames[i].tool);
+  }
 }
 
 TEST(WorkloadRegistryTest, EveryWorkloadsRolesMakeItsWorld) {
