@@ -41,18 +41,9 @@ std::string tool(const std::string& name) {
   return exe;
 }
 
-// Runs `exe --config F overrides --check-config`; a refusal stops the launch.
-void check(const std::string& exe, const std::vector<std::string>& tail) {
-  std::vector<std::string> cmd{exe};
-  cmd.insert(cmd.end(), tail.begin(), tail.end());
-  cmd.push_back("--check-config");
-  if (run_process(cmd) != 0) throw ConfigError("the configuration was refused (above); nothing started");
-}
-
-// A training tool's check: `exe --config F overrides --check-config`, which ends with "...; its
-// roles make N ranks" when it accepts the file; N. A refusal's output is shown and stops the
-// launch. (The launcher asks the tool rather than the registry, which would load LibTorch.)
-int checked_world_size(const std::string& exe, const std::vector<std::string>& tail) {
+// Runs `exe --config F overrides --check-config` and returns what it printed; a refusal's output
+// is shown and stops the launch.
+std::string check(const std::string& exe, const std::vector<std::string>& tail) {
   std::vector<std::string> cmd{exe};
   cmd.insert(cmd.end(), tail.begin(), tail.end());
   cmd.push_back("--check-config");
@@ -66,7 +57,13 @@ int checked_world_size(const std::string& exe, const std::vector<std::string>& t
     std::cerr << text.str();
     throw ConfigError("the configuration was refused (above); nothing started");
   }
-  const std::string said = text.str(), marker = "its roles make ";
+  return text.str();
+}
+
+// A training tool's check ends with "...; its roles make N ranks" when it accepts the file; N.
+// (The launcher asks the tool rather than the registry, which would load LibTorch.)
+int checked_world_size(const std::string& exe, const std::vector<std::string>& tail) {
+  const std::string said = check(exe, tail), marker = "its roles make ";
   const auto at = said.rfind(marker);
   try {
     if (at != std::string::npos) return std::stoi(said.substr(at + marker.size()));
