@@ -1,0 +1,51 @@
+// Unix-domain stream sockets that carry shared-memory descriptors between processes of one
+// host and signal a peer's death: the kernel closes a dead process's socket, so the other end
+// reads EOF at once (SIGKILL included). A connection is accepted only from a process of our
+// own user (SO_PEERCRED), and the listening socket is made 0600: shared memory reaches only
+// the same user. Every call that can wait has a deadline. Private to transport/shm/.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace distrl::transport::detail {
+
+class UnixSocket {
+ public:
+  using Clock = std::chrono::steady_clock;
+  UnixSocket() = default;
+  explicit UnixSocket(int fd) : fd_(fd) {}
+  ~UnixSocket();
+  UnixSocket(UnixSocket&& o) noexcept;
+  UnixSocket& operator=(UnixSocket&& o) noexcept;
+  UnixSocket(const UnixSocket&) = delete;
+  UnixSocket& operator=(const UnixSocket&) = delete;
+
+  // Listens at `path` (a stale socket file there is replaced), mode 0600. TransportError naming
+  // the path when it cannot (too long for sun_path: 107 bytes; no such directory).
+  static UnixSocket listen(const std::string& path);
+  // Connects to a listener at path, retrying until the deadline while it is not there yet.
+  static UnixSocket connect(const std::string& path, Clock::time_point deadline);
+  // A connection from a process of our own user; an empty socket at the deadline. A connection
+  // from another user is closed and refused (TransportError naming its uid).
+  UnixSocket accept(Clock::time_point deadline);
+
+  // Sends bytes with descriptors attached (SCM_RIGHTS; the descriptors stay ours). Small
+  // messages only (the handshake): sent whole or TransportError.
+  void send(const std::string& bytes, const std::vector<int>& fds = {});
+  // Receives one message of at most max_bytes and the descriptors sent with it (ours to close);
+  // TransportError on EOF ("closed") or error, TimeoutError at the deadline.
+  std::string receive(std::size_t max_bytes, std::vector<int>* fds, Clock::time_point deadline);
+  // Non-blocking: true when the peer closed its end or the connection failed.
+  bool peer_closed() const;
+
+  int fd() const { return fd_; }
+  explicit operator bool() const { return fd_ >= 0; }
+  void close();
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace distrl::transport::detail
