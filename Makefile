@@ -74,7 +74,7 @@ test-asan: deps
 FUZZ_DIR ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_JOBS ?= $(JOBS)
-FUZZ_TARGETS ?= rpc store pg settings idx
+FUZZ_TARGETS ?= rpc store pg settings idx ring
 FUZZ_DEPS := clang-14 libclang-rt-14-dev
 fuzz: deps
 	$(call install_packages,$(FUZZ_DEPS))

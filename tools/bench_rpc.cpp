@@ -21,6 +21,7 @@
 #include "tools/bench.h"
 #include "transport/rpc/rpc_agent.h"
 #include "transport/security.h"
+#include "transport/shm/detail/ring_pair.h"
 #include "transport/tensor.h"
 
 namespace distrl::tools {
@@ -37,6 +38,8 @@ struct Result {
   double floor_client_cpu_us = 0, floor_server_cpu_us = 0;
   double loop_median_us = 0, loop_p99_us = 0;  // rpc_async(...).value(): through both I/O loops
   double loop_client_cpu_us = 0, loop_server_cpu_us = 0;
+  // The shared-memory floor (same sizes, same processes): futex only, then with a spin.
+  double shm_median_us[2] = {0, 0}, shm_p99_us[2] = {0, 0}, shm_client_cpu_us[2] = {0, 0}, shm_server_cpu_us[2] = {0, 0};
 };
 
 // The floor: a libzmq DEALER/ROUTER ping-pong of two frames (an RPC header's size and the
@@ -103,6 +106,67 @@ void floor_client(const std::string& endpoint_file, const RpcBenchOptions& o, Re
   r->floor_server_cpu_us = (server_cpu("bye") - s0) / o.calls;
   r->floor_median_us = percentile(us, 0.5);
   r->floor_p99_us = percentile(us, 0.99);
+}
+
+// The shared-memory floor: the same two frames ping-ponged over a ring pair (transport/shm), the
+// waiting side sleeping on a futex at once (session 0) or after spinning up to kShmSpins[1]
+// (session 1): what a round trip between these processes costs without any socket.
+constexpr std::chrono::microseconds kShmSpins[2] = {std::chrono::microseconds(0), std::chrono::microseconds(20)};
+constexpr std::size_t kShmRing = 1 << 16;
+
+void shm_floor_server(const std::string& path) {
+  using namespace transport::detail;
+  UnixSocket listener = UnixSocket::listen(path);
+  for (const auto spin_max : kShmSpins) {
+    RingPair p = accept_ring_pair(listener, "the floor client", Clock::now() + std::chrono::seconds(30));
+    MessageDecoder decoder(8, 1 << 20);
+    MessageWriter writer;
+    Spinner spin(spin_max);
+    for (bool done = false; !done;) {
+      Frames m;
+      if (!decoder.read(p.in, m, Clock::now() + std::chrono::seconds(30), spin))
+        throw Error("rpc shm floor: the client sent nothing for 30 s");
+      if (m.size() == 1) {  // "cpu" | "bye"
+        done = m[0].to_string() == "bye";
+        const std::string cpu = std::to_string(process_cpu_us());
+        m[0] = zmq::message_t(cpu.data(), cpu.size());
+      }
+      writer.write(p.out, std::move(m), Clock::now() + std::chrono::seconds(30), spin);
+    }
+  }
+}
+
+void shm_floor_client(const std::string& path, const RpcBenchOptions& o, Result* r) {
+  using namespace transport::detail;
+  for (int session = 0; session < 2; ++session) {
+    RingPair p = connect_ring_pair(path, kShmRing, "the floor server", Clock::now() + std::chrono::seconds(30));
+    MessageDecoder decoder(8, 1 << 20);
+    MessageWriter writer;
+    Spinner spin(kShmSpins[session]);
+    const std::string header(kFloorHeader, 'h'), body(kFloorBody, 'b');
+    const auto deadline = [] { return Clock::now() + std::chrono::seconds(30); };
+    auto exchange = [&](std::vector<std::string> parts) {
+      Frames m;
+      for (auto& part : parts) m.emplace_back(part.data(), part.size());
+      writer.write(p.out, std::move(m), deadline(), spin);
+      Frames reply;
+      if (!decoder.read(p.in, reply, deadline(), spin)) throw Error("rpc shm floor: no answer for 30 s");
+      return reply;
+    };
+    auto server_cpu = [&](const char* what) { return std::stod(exchange({what}).at(0).to_string()); };
+    for (int i = 0; i < o.warmup; ++i) exchange({header, body});
+    std::vector<double> us(o.calls);
+    const double s0 = server_cpu("cpu"), c0 = process_cpu_us();
+    for (int i = 0; i < o.calls; ++i) {
+      auto t0 = Clock::now();
+      exchange({header, body});
+      us[i] = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    }
+    r->shm_client_cpu_us[session] = (process_cpu_us() - c0) / o.calls;
+    r->shm_server_cpu_us[session] = (server_cpu("bye") - s0) / o.calls;
+    r->shm_median_us[session] = percentile(us, 0.5);
+    r->shm_p99_us[session] = percentile(us, 0.99);
+  }
 }
 
 void pin(const std::string& cpus, int rank) {
@@ -189,11 +253,15 @@ Result run_pair(const RpcBenchOptions& o, const std::string& transport, const st
       ro.num_worker_threads = 2;
       if (o.spin_us >= 0) ro.io_spin = std::chrono::microseconds(o.spin_us);
       const std::string floor_endpoint = (dir / "floor-endpoint").string();
-      if (rank == 1) {
-        floor_server(floor_endpoint, transport, dir.string());  // first the floor, same processes
-      }
+      const std::string shm_path = (dir / "shm-floor.sock").string();
       Result r;
-      if (rank == 0) floor_client(floor_endpoint, o, &r);
+      if (rank == 1) {
+        floor_server(floor_endpoint, transport, dir.string());  // first the floors, same processes
+        shm_floor_server(shm_path);
+      } else {
+        floor_client(floor_endpoint, o, &r);
+        shm_floor_client(shm_path, o, &r);
+      }
       RpcAgent agent(ro, [](RpcAgent& a) {
         a.register_function("echo", [](at::Tensor t) { return t; }, RunOn::IoThread);  // returns at once
         a.register_function("cpu_us", [] { return process_cpu_us(); });
@@ -204,7 +272,11 @@ Result run_pair(const RpcBenchOptions& o, const std::string& transport, const st
         f << rr.median_us << " " << rr.p99_us << " " << rr.calls_per_s << " " << rr.big_gbps << " " << rr.client_cpu_us
           << " " << rr.server_cpu_us << " " << r.floor_median_us << " " << r.floor_p99_us << " "
           << r.floor_client_cpu_us << " " << r.floor_server_cpu_us << " " << rr.loop_median_us << " "
-          << rr.loop_p99_us << " " << rr.loop_client_cpu_us << " " << rr.loop_server_cpu_us << "\n";
+          << rr.loop_p99_us << " " << rr.loop_client_cpu_us << " " << rr.loop_server_cpu_us;
+        for (int k = 0; k < 2; ++k)
+          f << " " << r.shm_median_us[k] << " " << r.shm_p99_us[k] << " " << r.shm_client_cpu_us[k] << " "
+            << r.shm_server_cpu_us[k];
+        f << "\n";
       }
       agent.shutdown();
     } catch (const std::exception& e) {
@@ -225,7 +297,9 @@ Result run_pair(const RpcBenchOptions& o, const std::string& transport, const st
   std::ifstream f(out);
   if (!ok || !(f >> r.median_us >> r.p99_us >> r.calls_per_s >> r.big_gbps >> r.client_cpu_us >> r.server_cpu_us >>
                  r.floor_median_us >> r.floor_p99_us >> r.floor_client_cpu_us >> r.floor_server_cpu_us >>
-                 r.loop_median_us >> r.loop_p99_us >> r.loop_client_cpu_us >> r.loop_server_cpu_us))
+                 r.loop_median_us >> r.loop_p99_us >> r.loop_client_cpu_us >> r.loop_server_cpu_us >>
+                 r.shm_median_us[0] >> r.shm_p99_us[0] >> r.shm_client_cpu_us[0] >> r.shm_server_cpu_us[0] >>
+                 r.shm_median_us[1] >> r.shm_p99_us[1] >> r.shm_client_cpu_us[1] >> r.shm_server_cpu_us[1]))
     throw Error("rpc: the " + transport + " run (security " + security + ") failed (see its output above)");
   std::filesystem::remove_all(dir);
   return r;
@@ -272,10 +346,14 @@ int run_rpc_bench(const RpcBenchOptions& o) {
           << "," << ccpu << "," << scpu << "," << calls << "," << o.inflight << "," << o.big_mib << "," << gbps << "\n";
     };
     row("libzmq", r.floor_median_us, r.floor_p99_us, r.floor_client_cpu_us, r.floor_server_cpu_us, 0, 0);
+    row("shm-futex", r.shm_median_us[0], r.shm_p99_us[0], r.shm_client_cpu_us[0], r.shm_server_cpu_us[0], 0, 0);
+    row("shm-spin", r.shm_median_us[1], r.shm_p99_us[1], r.shm_client_cpu_us[1], r.shm_server_cpu_us[1], 0, 0);
     row("async+wait", r.loop_median_us, r.loop_p99_us, r.loop_client_cpu_us, r.loop_server_cpu_us, 0, 0);
     row("rpc_sync", r.median_us, r.p99_us, r.client_cpu_us, r.server_cpu_us, r.calls_per_s, r.big_gbps);
   }
   std::cout << "\n  libzmq: the floor, a plain DEALER/ROUTER ping-pong of the same sizes between the same two processes;\n"
+               "  shm-futex / shm-spin: the same ping-pong over a shared-memory ring pair (transport/shm), the waiting\n"
+               "  side sleeping on a futex at once / after spinning up to 20 us: the same-host transport's floor;\n"
                "  async+wait: rpc_async(...).value(), through the caller's I/O loop (rpc_sync before its fast path);\n"
                "  rpc_sync: the fast path (the caller sends and waits on its own channel); the server answers on its\n"
                "  I/O thread (RunOn::IoThread) in both;\n"

@@ -10,6 +10,7 @@ DISTRL_FUZZ_DECLARE(store)
 DISTRL_FUZZ_DECLARE(pg)
 DISTRL_FUZZ_DECLARE(settings)
 DISTRL_FUZZ_DECLARE(idx)
+DISTRL_FUZZ_DECLARE(ring)
 #undef DISTRL_FUZZ_DECLARE
 
 const std::vector<Target>& fuzz_targets() {
@@ -17,7 +18,8 @@ const std::vector<Target>& fuzz_targets() {
                                            {"store", fuzz_store, seeds_store},
                                            {"pg", fuzz_pg, seeds_pg},
                                            {"settings", fuzz_settings, seeds_settings},
-                                           {"idx", fuzz_idx, seeds_idx}};
+                                           {"idx", fuzz_idx, seeds_idx},
+                                           {"ring", fuzz_ring, seeds_ring}};
   return targets;
 }
 
