@@ -27,6 +27,11 @@ void futex_wake_all(std::atomic<std::uint32_t>* word) {
   (void)syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
+void signal_eventfd(int fd) {
+  const std::uint64_t one = 1;
+  (void)!::write(fd, &one, sizeof one);
+}
+
 void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   _mm_pause();

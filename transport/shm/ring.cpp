@@ -61,7 +61,7 @@ void RingWriter::publish() {
   if (tail_ == published_) return;
   published_ = tail_;
   ctl_->tail.store(tail_, std::memory_order_release);
-  ctl_->data_bell.ring();
+  ctl_->data_bell.ring(wake_fd_);
 }
 
 bool RingWriter::wait_writable(std::size_t want, std::chrono::steady_clock::time_point deadline, Spinner& spinner) {
@@ -72,7 +72,7 @@ bool RingWriter::wait_writable(std::size_t want, std::chrono::steady_clock::time
 void RingWriter::close() {
   publish();
   ctl_->writer_closed.store(1, std::memory_order_release);
-  ctl_->data_bell.ring();
+  ctl_->data_bell.ring(wake_fd_);
 }
 
 // ---- reader
@@ -96,7 +96,7 @@ void RingReader::release() {
   if (head_ == released_) return;
   released_ = head_;
   ctl_->head.store(head_, std::memory_order_release);
-  ctl_->space_bell.ring();
+  ctl_->space_bell.ring(wake_fd_);
 }
 
 bool RingReader::wait_readable(std::chrono::steady_clock::time_point deadline, Spinner& spinner) {

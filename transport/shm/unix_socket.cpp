@@ -47,6 +47,25 @@ int ms_until(UnixSocket::Clock::time_point deadline) {
 
 }  // namespace
 
+OwnedFd::~OwnedFd() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+OwnedFd& OwnedFd::operator=(OwnedFd&& o) noexcept {
+  if (this != &o) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = o.release();
+  }
+  return *this;
+}
+
+bool is_eventfd(int fd) {
+  char target[64] = {};
+  const std::string link = "/proc/self/fd/" + std::to_string(fd);
+  const ssize_t n = ::readlink(link.c_str(), target, sizeof target - 1);
+  return n > 0 && std::string(target, static_cast<std::size_t>(n)) == "anon_inode:[eventfd]";
+}
+
 UnixSocket::~UnixSocket() { close(); }
 UnixSocket::UnixSocket(UnixSocket&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
 UnixSocket& UnixSocket::operator=(UnixSocket&& o) noexcept {

@@ -18,6 +18,8 @@ static_assert(std::atomic<std::uint32_t>::is_always_lock_free && std::atomic<std
 void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected, std::chrono::nanoseconds timeout);
 // Wakes every thread sleeping on word.
 void futex_wake_all(std::atomic<std::uint32_t>* word);
+// Adds one to an eventfd (non-blocking; a full counter is as good as a wake-up).
+void signal_eventfd(int fd);
 
 // One party waits for a condition another process makes true. Lives in shared memory (plain
 // atomics, no constructor run in the mapping: zero bytes are its initial state).
@@ -32,12 +34,16 @@ struct Doorbell {
   std::atomic<std::uint32_t> seq;
   std::atomic<std::uint32_t> waiters;
 
-  // Notifier: call after publishing.
-  void ring() {
+  // Notifier: call after publishing. wake_fd: the waiter's eventfd when it sleeps in poll(2)
+  // (an I/O thread watching many rings and sockets) rather than on this futex; -1: the futex.
+  void ring(int wake_fd = -1) {
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (waiters.load(std::memory_order_relaxed) != 0) {
       seq.fetch_add(1, std::memory_order_release);
-      futex_wake_all(&seq);
+      if (wake_fd >= 0)
+        signal_eventfd(wake_fd);
+      else
+        futex_wake_all(&seq);
     }
   }
 };

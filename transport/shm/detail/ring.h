@@ -47,6 +47,9 @@ class RingEnd {
   std::size_t capacity() const { return static_cast<std::size_t>(mask_ + 1); }
   RingControl* control() const { return ctl_; }
   const std::string& peer() const { return peer_; }
+  // The other end's eventfd, when it waits in poll(2) instead of on the futex (not owned; -1:
+  // the futex). Set once the handshake brought it.
+  void set_peer_wake_fd(int fd) { wake_fd_ = fd; }
 
  protected:
   RingEnd() = default;
@@ -56,6 +59,7 @@ class RingEnd {
   RingControl* ctl_ = nullptr;
   char* data_ = nullptr;
   std::uint64_t mask_ = 0;
+  int wake_fd_ = -1;
   std::string peer_;  // for errors: "rank 1's requests"
 };
 

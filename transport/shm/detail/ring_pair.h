@@ -2,7 +2,12 @@
 // segments the connecting side creates and passes, with their descriptors, over a Unix socket
 // that stays open for the connection's life (its EOF is the peer's death). The accepting side
 // checks what it maps (sealed memfds of the announced size, ring layout) before using it.
-// Private to transport/shm/.
+//
+// The handshake: the connector sends a hello ("distrl-shm/1 <capacity> <kind> <rank>" with the
+// two ring descriptors and, when it waits in poll(2), its eventfd); the acceptor maps the rings
+// and answers "ok" (with its own eventfd when it has one). The connector may write into its
+// ring before the answer comes (the acceptor reads what is there once it has mapped it), so a
+// connecting I/O thread never blocks on the other side's. Private to transport/shm/.
 #pragma once
 
 #include <chrono>
@@ -19,15 +24,36 @@ struct RingPair {
   Segment out_segment, in_segment;
   RingWriter out;
   RingReader in;
+  OwnedFd peer_wake;  // the other side's eventfd, when it sent one (the rings ring it)
 };
 
-// Connects to the listener at path and hands it two rings of `capacity` bytes each (a power of
-// two). `peer` names the other side in errors.
-RingPair connect_ring_pair(const std::string& path, std::size_t capacity, const std::string& peer,
-                           std::chrono::steady_clock::time_point deadline);
-// Accepts one connection on listener and maps the rings it brings (TimeoutError when none
-// comes; TransportError/ProtocolError, the connection dropped, when what it brings is wrong).
-RingPair accept_ring_pair(UnixSocket& listener, const std::string& peer,
-                          std::chrono::steady_clock::time_point deadline);
+// What a connector says about itself: kind "io" (an I/O thread's connection: requests out,
+// replies in) or "channel" (one calling thread's) or "plain"; the rank it is (-1: none).
+struct Hello {
+  std::size_t capacity = 0;
+  std::string kind = "plain";
+  int rank = -1;
+};
+
+using Deadline = std::chrono::steady_clock::time_point;
+
+// Connector, step 1: creates the rings, connects to path and sends the hello (with wake_fd
+// unless -1). Does not wait for the answer.
+RingPair open_ring_pair(const std::string& path, const Hello& hello, int wake_fd, const std::string& peer,
+                        Deadline deadline);
+// Connector, step 2: reads the answer (blocking until the deadline: TimeoutError); takes the
+// acceptor's eventfd into pair.peer_wake and points the rings at it.
+void finish_ring_pair(RingPair& pair, Deadline deadline);
+
+// Acceptor: reads the hello on a connection just accepted (blocking until the deadline) and
+// maps its rings. ProtocolError/TransportError (and every descriptor that came closed) when
+// what it brings is wrong.
+RingPair admit_ring_pair(UnixSocket&& connection, Hello* hello, const std::string& peer, Deadline deadline);
+// Acceptor: answers the hello (with wake_fd unless -1).
+void answer_ring_pair(RingPair& pair, int wake_fd);
+
+// The blocking compositions (benchmarks, tests): no eventfds, futex wake-ups both ways.
+RingPair connect_ring_pair(const std::string& path, std::size_t capacity, const std::string& peer, Deadline deadline);
+RingPair accept_ring_pair(UnixSocket& listener, const std::string& peer, Deadline deadline);
 
 }  // namespace distrl::transport::detail

@@ -11,6 +11,31 @@
 
 namespace distrl::transport::detail {
 
+// A descriptor we own: closed when destroyed.
+class OwnedFd {
+ public:
+  OwnedFd() = default;
+  explicit OwnedFd(int fd) : fd_(fd) {}
+  ~OwnedFd();
+  OwnedFd(OwnedFd&& o) noexcept : fd_(o.release()) {}
+  OwnedFd& operator=(OwnedFd&& o) noexcept;
+  OwnedFd(const OwnedFd&) = delete;
+  OwnedFd& operator=(const OwnedFd&) = delete;
+  int get() const { return fd_; }
+  int release() {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// True when fd is an eventfd (a peer's wake-up descriptor is checked before we write to it:
+// anything else could block or be a file).
+bool is_eventfd(int fd);
+
 class UnixSocket {
  public:
   using Clock = std::chrono::steady_clock;
