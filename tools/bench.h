@@ -43,7 +43,7 @@ struct RpcBenchOptions {
   int inflight = 64;
   int big_mib = 4;
   int big_iters = 50;
-  std::vector<std::string> transports{"ipc", "tcp"};
+  std::vector<std::string> transports{"ipc", "tcp", "shm"};
   std::string cpus = "any";                // any | same | split: where the two processes run
   std::vector<std::string> security{"off"};  // off, curve: each setting measured (transport/security.h)
   int spin_us = -1;                        // -1: defaults; else both the I/O loop and future spin

@@ -20,7 +20,7 @@ CLI::App* add_rpc(CLI::App& app, RpcBenchOptions& o) {
   s->add_option("--throughput-calls", o.throughput_calls, "rpc_async calls in the throughput run")->check(CLI::Range(10, 100000000));
   s->add_option("--inflight", o.inflight, "rpc_async calls kept in flight")->check(CLI::Range(1, 100000));
   s->add_option("--big-mib", o.big_mib, "size of the bandwidth tensor in MiB")->check(CLI::Range(1, 1024));
-  s->add_option("--transports", o.transports, "transports to measure")->check(CLI::IsMember({"ipc", "tcp"}))->delimiter(',');
+  s->add_option("--transports", o.transports, "transports to measure")->check(CLI::IsMember({"ipc", "tcp", "shm"}))->delimiter(',');
   s->add_option("--cpus", o.cpus, "any: let the OS place both processes; same: pin both to CPU 0; split: one per CPU")
       ->check(CLI::IsMember({"any", "same", "split"}));
   s->add_option("--spin-us", o.spin_us, "busy-poll time before sleeping, for the I/O loop and waiting futures (-1: defaults)");

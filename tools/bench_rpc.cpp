@@ -51,7 +51,7 @@ void floor_server(const std::string& endpoint_file, const std::string& transport
   zmq::context_t ctx(1);
   zmq::socket_t router(ctx, zmq::socket_type::router);
   router.set(zmq::sockopt::linger, 0);
-  router.bind(transport == "ipc" ? "ipc://" + dir + "/floor.ipc" : "tcp://127.0.0.1:*");
+  router.bind(transport != "tcp" ? "ipc://" + dir + "/floor.ipc" : "tcp://127.0.0.1:*");
   { std::ofstream(endpoint_file + ".tmp") << router.get(zmq::sockopt::last_endpoint); }
   std::filesystem::rename(endpoint_file + ".tmp", endpoint_file);
   for (;;) {

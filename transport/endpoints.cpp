@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -44,7 +45,7 @@ std::vector<std::string> endpoints_to_bind(const std::string& transport, const s
 
 Address make_address(const std::string& name, const std::string& transport, const std::vector<std::string>& bound) {
   return Address{name, host_id(), hostname(), transport != "ipc" ? bound.at(0) : "",
-                 transport != "tcp" ? bound.back() : ""};
+                 transport != "tcp" ? bound.back() : "", ""};
 }
 
 std::vector<Address> exchange_addresses(Store& store, const std::string& key_prefix, int rank, int world,
@@ -79,7 +80,46 @@ std::vector<Address> exchange_addresses(Store& store, const std::string& key_pre
   return out;
 }
 
+std::string checked_transport(const std::string& transport, const std::string& who) {
+  std::string t = transport;
+  if (t == "auto") {
+    const char* env = std::getenv("DISTRL_TRANSPORT");
+    if (env != nullptr && *env != '\0') t = env;
+  }
+  if (t != "auto" && t != "shm" && t != "zmq" && t != "tcp" && t != "ipc")
+    throw ConfigError(who + ": transport is '" + t + "'" + (t != transport ? " (from DISTRL_TRANSPORT)" : "") +
+                      ", allowed: auto, shm, zmq, tcp, ipc");
+  return t;
+}
+
+std::string zmq_transport(const std::string& transport) {
+  if (transport == "auto" || transport == "zmq") return "auto";
+  return transport == "shm" ? "ipc" : transport;
+}
+
+std::string shm_endpoint_to_bind(const std::string& tag) {
+  std::random_device rd;
+  return "shm:///tmp/distrl-" + std::to_string(::getpid()) + "-" + tag + "-shm-" + std::to_string(rd()) + ".ipc";
+}
+
+bool world_uses_shm(const Address& me, const std::vector<Address>& peers, const std::string& transport) {
+  if (transport != "auto" && transport != "shm") return false;
+  for (const auto& p : peers) {
+    if (p.host_id == me.host_id && !p.shm.empty()) continue;
+    if (transport == "auto") return false;
+    throw ConfigError("transport shm: '" + p.name + "' runs on another host (" + p.hostname +
+                      ") or serves no shared memory; use transport auto, zmq or tcp");
+  }
+  return true;
+}
+
 std::string endpoint_for(const Address& me, const Address& peer, const std::string& transport) {
+  if (transport == "shm") {
+    if (peer.shm.empty() || peer.host_id != me.host_id)
+      throw ConfigError("'" + peer.name + "' serves no shared memory on this host (" + peer.hostname +
+                        "); use transport auto, zmq or tcp");
+    return peer.shm;
+  }
   const bool same_host = peer.host_id == me.host_id && !peer.ipc.empty() && transport != "tcp";
   if (!same_host && peer.tcp.empty())
     throw ConfigError("'" + peer.name + "' serves only ipc:// but runs on another host (" + peer.hostname +

@@ -92,8 +92,9 @@ struct Mesh::Peer {
 Mesh::Mesh(Store& store, const std::string& prefix, int rank, int world, const ProcessGroupOptions& options)
     : rank_(rank), world_(world), options_(options), ctx_(shared_zmq_context()),
       router_(*ctx_, zmq::socket_type::router), gone_since_(world) {
-  if (options_.transport != "auto" && options_.transport != "tcp" && options_.transport != "ipc")
-    throw ConfigError("process group: transport is '" + options_.transport + "', allowed: auto, tcp, ipc");
+  // Collectives run over ZeroMQ for every transport (shm: its same-host ipc form, until the
+  // shared-memory collectives exist).
+  const std::string transport = zmq_transport(checked_transport(options_.transport, "process group"));
   apply_common_options(router_, 2000);
   secure_server(*ctx_, router_);
   router_.set(zmq::sockopt::rcvhwm, 0);
@@ -111,12 +112,12 @@ Mesh::Mesh(Store& store, const std::string& prefix, int rank, int world, const P
                                                                             : ep.substr(start + 3, colon - start - 3));
   }
   std::vector<std::string> bound;
-  for (const auto& ep : endpoints_to_bind(options_.transport, ip,
+  for (const auto& ep : endpoints_to_bind(transport, ip,
                                           prefix + "-" + std::to_string(rank), &ipc_path_)) {
     router_.bind(ep);
     bound.push_back(router_.get(zmq::sockopt::last_endpoint));
   }
-  const Address me = make_address(rank_name(rank), options_.transport, bound);
+  const Address me = make_address(rank_name(rank), transport, bound);
   const auto peers = exchange_addresses(store, prefix + "/addr/", rank, world, me, options_.timeout);
 
   items_.push_back({router_.handle(), 0, ZMQ_POLLIN, 0});
@@ -124,7 +125,7 @@ Mesh::Mesh(Store& store, const std::string& prefix, int rank, int world, const P
   endpoints_.resize(world);
   for (int r = 0; r < world; ++r) {
     if (r == rank) continue;
-    endpoints_[r] = endpoint_for(me, peers[r], options_.transport);
+    endpoints_[r] = endpoint_for(me, peers[r], transport);
     auto p = std::make_unique<Peer>();
     p->dealer = zmq::socket_t(*ctx_, zmq::socket_type::dealer);
     apply_common_options(p->dealer, 2000);

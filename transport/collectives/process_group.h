@@ -60,7 +60,7 @@ struct ProcessGroupOptions {
   int rank = -1;                       // -1: from the environment
   int world_size = -1;                 // -1: from the environment
   std::chrono::milliseconds timeout{60000};  // deadline of every operation and of rendezvous
-  std::string transport = "auto";      // zmq: auto (ipc between ranks on one host), tcp, ipc
+  std::string transport = "auto";      // as RpcOptions::transport; collectives run over ZeroMQ for all (shm: ipc)
   std::string bind_host;               // zmq: tcp interface (default: the one reaching the master)
   // zmq algorithm choice: all_reduce and broadcast of at most small_bytes use recursive
   // doubling / a binomial tree (fewest hops); larger ones a ring / chain pipelined in chunks.

@@ -16,8 +16,25 @@ namespace distrl::transport::detail {
 // One process's addresses, as published in the store.
 struct Address {
   std::string name, host_id, hostname, tcp, ipc;
-  MSGPACK_DEFINE(name, host_id, hostname, tcp, ipc);
+  std::string shm;  // "shm://<socket path>" when it serves shared memory (transport auto or shm)
+  MSGPACK_DEFINE(name, host_id, hostname, tcp, ipc, shm);
 };
+
+// The transports a user names: auto (shared memory when every process of the world is on this
+// host, else ZeroMQ: ipc on one host, tcp between hosts), shm, zmq (ZeroMQ's auto), tcp, ipc.
+// An RpcOptions/ProcessGroupOptions transport of "auto" yields to DISTRL_TRANSPORT when that
+// is set (the test suites run once per transport that way). ConfigError for anything else.
+std::string checked_transport(const std::string& transport, const std::string& who);
+// What the ZeroMQ side binds for a transport: "auto" (tcp + ipc) for auto and zmq, "ipc" for
+// shm (ZeroMQ's same-host form, where no shared-memory path exists yet: the process group),
+// else tcp or ipc as named.
+std::string zmq_transport(const std::string& transport);
+// The Unix socket a shared-memory link listens at ("shm:///tmp/distrl-<pid>-<tag>-<n>.ipc",
+// removed at exit; remove_ipc_files_of finds those of a killed process).
+std::string shm_endpoint_to_bind(const std::string& tag);
+// Whether the world runs over shared memory: transport shm (ConfigError naming a peer on
+// another host) or auto with every process on this host serving it.
+bool world_uses_shm(const Address& me, const std::vector<Address>& peers, const std::string& transport);
 
 std::string hostname();
 // Equal on processes that can reach each other over ipc:// (same host and boot).
@@ -33,8 +50,9 @@ Address make_address(const std::string& name, const std::string& transport, cons
 // Publishes `me` under key_prefix + rank and reads every rank's address (waits up to timeout).
 std::vector<Address> exchange_addresses(Store& store, const std::string& key_prefix, int rank, int world,
                                         const Address& me, std::chrono::milliseconds timeout);
-// The endpoint `me` uses to reach `peer`: ipc on the same host unless transport is tcp.
-// Throws ConfigError when the peer serves only ipc from another host.
+// The endpoint `me` uses to reach `peer`: its shm endpoint for transport shm, else ipc on the
+// same host unless transport is tcp. Throws ConfigError when the peer serves only ipc (or shm)
+// from another host.
 std::string endpoint_for(const Address& me, const Address& peer, const std::string& transport);
 
 }  // namespace distrl::transport::detail

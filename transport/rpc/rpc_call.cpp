@@ -320,7 +320,7 @@ void on_rejoin(RpcCore::State& s, int peer, const InMessage& m) {
   std::string endpoint;
   try {
     notice = m.body_as<std::tuple<std::int64_t, Address>>(nullptr, "rejoin notice");
-    endpoint = endpoint_for(s.me, std::get<1>(notice), s.opts.transport);
+    endpoint = endpoint_for(s.me, std::get<1>(notice), s.link_transport);
   } catch (const Error& e) {
     return count_bad(s, "from rank " + std::to_string(peer) + ": " + e.what(), false);
   }

@@ -15,6 +15,7 @@
 #include "transport/detail/wire_codec.h"
 #include "transport/detail/zmq_context.h"
 #include "transport/rpc/detail/rpc_state.h"
+#include "transport/shm/shm_link.h"
 
 namespace distrl::transport::detail {
 
@@ -115,14 +116,50 @@ void validate(const RpcOptions& o) {
   auto bad = [](const std::string& what) { throw ConfigError("rpc options: " + what); };
   if (o.num_worker_threads < 1 || o.num_worker_threads > 1024)
     bad("num_worker_threads is " + std::to_string(o.num_worker_threads) + ", allowed 1..1024");
-  if (o.transport != "auto" && o.transport != "tcp" && o.transport != "ipc")
-    bad("transport is '" + o.transport + "', allowed: auto, tcp, ipc");
   if (o.rpc_timeout.count() <= 0) bad("rpc_timeout must be positive");
   if (o.rendezvous_timeout.count() <= 0) bad("rendezvous_timeout must be positive");
   if (o.shutdown_timeout.count() <= 0) bad("shutdown_timeout must be positive");
   if (o.unknown_object_wait.count() <= 0) bad("unknown_object_wait must be positive");
   if (o.max_unknown_objects < 1) bad("max_unknown_objects must be at least 1");
   if (o.max_parked_bytes < 1) bad("max_parked_bytes must be at least 1");
+}
+
+struct Links {
+  std::unique_ptr<Link> zmq, shm;
+};
+
+// Makes and binds the links `transport` may use and sets s.me to where they listen. nonce:
+// part of ZeroMQ's member identity.
+Links bind_links(RpcCore::State& s, const WorldSpec& w, const std::string& transport, Link::Events events,
+                 std::uint64_t nonce) {
+  Links l;
+  std::vector<std::string> bound;
+  const std::string zt = zmq_transport(transport);
+  if (transport != "shm") {
+    // Every connection of this process is made under its member identity, so that a server
+    // can check that a message's src is the rank of the connection it came on.
+    l.zmq = std::make_unique<IoLoop>(
+        shared_zmq_context(),
+        IoLoop::Options{s.opts.limits.max_message_bytes, s.opts.limits.max_frames + 2, s.opts.io_spin,
+                        s.opts.thread_init, IoLoop::member_identity(s.rank, nonce)},
+        events);
+    // tcp and/or ipc on the one ROUTER; peers pick ipc when they share our host.
+    bound = l.zmq->bind(endpoints_to_bind(zt, bind_ip(w, s.opts.bind_host), std::to_string(s.rank), &s.ipc_path));
+  }
+  s.me = transport == "shm" ? Address{s.opts.name, host_id(), hostname(), "", "", ""}
+                            : make_address(s.opts.name, zt, bound);
+  if (transport == "shm" || transport == "auto") {
+    ShmLink::Options o;
+    o.max_message_bytes = s.opts.limits.max_message_bytes;
+    o.max_parts = s.opts.limits.max_frames + 2;
+    o.spin = s.opts.shm_spin;
+    o.send_timeout = s.opts.rpc_timeout;
+    o.thread_init = s.opts.thread_init;
+    o.rank = s.rank;
+    l.shm = std::make_unique<ShmLink>(std::move(o), std::move(events));
+    s.me.shm = l.shm->bind({shm_endpoint_to_bind(std::to_string(s.rank))}).front();
+  }
+  return l;
 }
 
 // Tells every peer where this restarted rank listens now (one-way notices; a peer that is
@@ -173,24 +210,19 @@ void RpcCore::start(const std::function<void()>& before_publish) {
   };
   cb.on_dropped = [sp](const std::string& what) { count_bad(*sp, what, false); };
   cb.next_deadline = [sp] { return sp->calls.next_deadline(); };
-  // The ZeroMQ link, today's only one. Every connection of this process is made under its
-  // member identity, so that a server can check that a message's src is the rank of the
-  // connection it came on.
-  s.link = std::make_unique<IoLoop>(
-      shared_zmq_context(),
-      IoLoop::Options{s.opts.limits.max_message_bytes, s.opts.limits.max_frames + 2, s.opts.io_spin, s.opts.thread_init,
-                      IoLoop::member_identity(s.rank, new_object_id())},
-      std::move(cb));
-
-  // Bind tcp and/or ipc on the one ROUTER; peers pick ipc when they share our host.
-  auto bound = s.link->bind(endpoints_to_bind(s.opts.transport, bind_ip(w, s.opts.bind_host),
-                                            std::to_string(s.rank), &s.ipc_path));
-  const Address me = make_address(s.opts.name, s.opts.transport, bound);
+  // The links: ZeroMQ (unless shm is asked for) and shared memory (when it may be used), both
+  // bound before the addresses are published; the world's addresses decide which one runs
+  // (the same answer on every rank), and the other is closed unused.
+  const std::string transport = checked_transport(s.opts.transport, "rpc options");
+  auto links = bind_links(s, w, transport, std::move(cb), new_object_id());
   if (before_publish) before_publish();  // registrations land before any peer can reach us
 
   auto& store = s.rdv->store();
-  s.me = me;
+  const Address& me = s.me;
   const auto peers = exchange_addresses(store, "rpc/worker/", s.rank, s.world, me, s.opts.rendezvous_timeout);
+  const bool shm = world_uses_shm(me, peers, transport);
+  s.link_transport = shm ? "shm" : zmq_transport(transport);
+  s.link = shm ? std::move(links.shm) : std::move(links.zmq);
   std::vector<std::int64_t> incarnations(s.world, 1);
   if (s.incarnation > 1)
     for (int r = 0; r < s.world; ++r) incarnations[r] = std::max<std::int64_t>(1, store.add("rpc/incarnation/" + std::to_string(r), 0));
@@ -202,7 +234,7 @@ void RpcCore::start(const std::function<void()>& before_publish) {
                         " and " + std::to_string(r) + "); give each a unique name");
     s.by_name[p.name] = r;
     try {
-      endpoints.push_back(endpoint_for(me, p, s.opts.transport));
+      endpoints.push_back(endpoint_for(me, p, s.link_transport));
     } catch (const ConfigError& e) {
       throw ConfigError(std::string("rpc: worker ") + e.what());
     }

@@ -47,6 +47,7 @@ struct RpcCore::State {
   Address me;                     // as published at rendezvous
   std::int64_t incarnation = 1;   // this process's: 1, or more for a rank that rejoined
   std::string ipc_path;
+  std::string link_transport;     // "shm", or ZeroMQ's: auto, tcp, ipc (endpoint_for's argument)
   std::unique_ptr<Rendezvous> rdv;
   std::unique_ptr<ThreadPool> pool;
   // The transport (detail/link.h): its I/O thread runs the entry points below.

@@ -1,0 +1,492 @@
+#include "transport/shm/shm_link.h"
+
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "common/thread_name.h"
+
+namespace distrl::transport::detail {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kDrainCap = 256;                  // messages per connection per round
+constexpr std::size_t kMaxQueued = 1u << 16;    // messages waiting for room, per connection
+constexpr auto kHandshakeWait = std::chrono::milliseconds(2000);
+constexpr auto kSocketCheck = std::chrono::milliseconds(1);  // deaths and connections, while busy
+
+// A caller's route: its connection's id, 8 bytes.
+zmq::message_t route_of(std::uint64_t id) { return zmq::message_t(&id, sizeof id); }
+std::uint64_t id_of(const zmq::message_t& route) {
+  std::uint64_t id = 0;
+  if (route.size() == sizeof id) std::memcpy(&id, route.data(), sizeof id);
+  return id;
+}
+
+// The sync fast path's connection: a ring pair the calling thread holds.
+class ShmChannel final : public Channel {
+ public:
+  ShmChannel(RingPair pair, const ShmLink::Options& o)
+      : pair_(std::move(pair)), decoder_(o.max_parts, o.max_message_bytes), spinner_(o.spin),
+        send_timeout_(o.send_timeout) {}
+  bool send(Frames& frames) override {
+    writer_.write(pair_.out, std::move(frames), Clock::now() + send_timeout_, spinner_);
+    return true;
+  }
+  bool readable(std::chrono::milliseconds wait) override {
+    if (pair_.in.wait_readable(Clock::now() + wait, spinner_)) return true;
+    if (pair_.socket.peer_closed()) throw TransportError("shared-memory connection to " + pair_.in.peer() + " lost");
+    return false;
+  }
+  Received receive(Frames& out, std::size_t) override {
+    if (decoder_.next(pair_.in, out)) return Received::Message;
+    if (pair_.in.closed()) throw TransportError("shared-memory connection to " + pair_.in.peer() + " closed");
+    return Received::Nothing;
+  }
+
+ private:
+  RingPair pair_;
+  MessageDecoder decoder_;
+  MessageWriter writer_;
+  Spinner spinner_;
+  std::chrono::milliseconds send_timeout_;
+};
+
+}  // namespace
+
+struct ShmLink::Conn {
+  Conn(RingPair p, const Options& o, int r, bool out) : pair(std::move(p)), decoder(o.max_parts, o.max_message_bytes), rank(r), outgoing(out) {}
+  RingPair pair;
+  MessageDecoder decoder;
+  MessageWriter writer;
+  std::deque<Frames> waiting;  // behind the message writer
+  int rank;                    // outgoing: the peer; accepted: the caller's rank (-1: not a member)
+  bool outgoing;
+  bool answered = true;        // outgoing: the acceptor's answer read
+  std::uint64_t id = 0;        // accepted: the route
+};
+
+ShmLink::ShmLink(Options options, Events events) : options_(std::move(options)), cb_(std::move(events)) {
+  wake_ = OwnedFd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (wake_.get() < 0) throw TransportError("shared memory: eventfd failed: " + std::string(std::strerror(errno)));
+}
+
+ShmLink::~ShmLink() { stop(); }
+
+std::string ShmLink::path_of(const std::string& endpoint) {
+  if (endpoint.rfind("shm://", 0) != 0) throw ConfigError("shared memory: '" + endpoint + "' is not an shm:// endpoint");
+  return endpoint.substr(6);
+}
+
+std::vector<std::string> ShmLink::bind(const std::vector<std::string>& endpoints) {
+  if (endpoints.empty()) throw ArgumentError("shared memory: bind needs an endpoint");
+  path_ = path_of(endpoints.front());
+  listener_ = UnixSocket::listen(path_);
+  return {endpoints.front()};
+}
+
+void ShmLink::set_peers(std::vector<std::string> endpoints) {
+  peer_endpoints_ = std::move(endpoints);
+  peers_.resize(peer_endpoints_.size());
+  peer_down_.resize(peer_endpoints_.size());
+}
+
+void ShmLink::start() {
+  thread_ = std::thread([this] {
+    name_this_thread("distrl-io");
+    if (options_.thread_init) options_.thread_init();
+    run();
+  });
+}
+
+void ShmLink::stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_.store(true);
+  }
+  signal_eventfd(wake_.get());
+  if (thread_.joinable()) thread_.join();
+  if (!path_.empty()) ::unlink(path_.c_str());
+}
+
+bool ShmLink::post(std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_.load(std::memory_order_relaxed)) return false;
+    posted_.push_back(std::move(fn));
+  }
+  if (sleeping_.exchange(false)) signal_eventfd(wake_.get());
+  return true;
+}
+
+bool ShmLink::run_posted() {
+  std::vector<std::function<void()>> batch;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    batch.swap(posted_);
+  }
+  for (auto& fn : batch) {
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      DISTRL_LOG(Error, "transport: I/O task threw " << e.what());
+    }
+  }
+  return !batch.empty();
+}
+
+template <typename F>
+void ShmLink::guarded(const char* what, F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    if (cb_.on_dropped) cb_.on_dropped(std::string(what) + " failed: " + e.what());
+  } catch (...) {
+    if (cb_.on_dropped) cb_.on_dropped(std::string(what) + " failed with a non-standard exception");
+  }
+}
+
+void ShmLink::report_dropped(const std::string& what) {
+  guarded("reporting a refused message", [&] {
+    if (cb_.on_dropped) cb_.on_dropped(what);
+  });
+}
+
+// ------------------------------------------------------------------ sending
+
+ShmLink::Conn* ShmLink::connect_peer(int peer, std::string* error) {
+  if (peer < 0 || peer >= static_cast<int>(peers_.size())) {
+    *error = "no such rank " + std::to_string(peer);
+    return nullptr;
+  }
+  if (!peer_down_[peer].empty()) {
+    *error = peer_down_[peer];
+    return nullptr;
+  }
+  if (peers_[peer]) return peers_[peer].get();
+  const std::string name = "rank " + std::to_string(peer);
+  try {
+    Hello h;
+    h.capacity = options_.ring_bytes;
+    h.kind = "io";
+    h.rank = options_.rank;
+    // One attempt (no deadline to retry until): the peer listened before it published its
+    // address, so a refusal means it is gone, and this thread must not wait for it.
+    RingPair p = open_ring_pair(path_of(peer_endpoints_.at(peer)), h, wake_.get(), name, Clock::now());
+    peers_[peer] = std::make_unique<Conn>(std::move(p), options_, peer, true);
+    peers_[peer]->answered = false;
+    return peers_[peer].get();
+  } catch (const std::exception& e) {
+    peer_lost(peer, "cannot connect to " + peer_endpoints_.at(peer) + ": " + e.what());
+    *error = peer_down_[peer];
+    return nullptr;
+  }
+}
+
+bool ShmLink::queue(Conn& c, Frames& frames) {
+  const std::size_t bytes = frames_bytes(frames);
+  if (c.writer.idle() && c.waiting.empty()) {
+    c.writer.start(std::move(frames));
+    pump(c);
+  } else {
+    if (c.waiting.size() >= kMaxQueued) return false;
+    c.waiting.push_back(std::move(frames));
+  }
+  bytes_sent_.fetch_add(bytes, std::memory_order_relaxed);
+  return true;
+}
+
+bool ShmLink::pump(Conn& c) {
+  bool moved = false;
+  while (!c.writer.idle() || !c.waiting.empty()) {
+    if (c.writer.idle()) {
+      c.writer.start(std::move(c.waiting.front()));
+      c.waiting.pop_front();
+    }
+    const bool done = c.writer.pump(c.pair.out);
+    moved = true;
+    if (!done) break;
+  }
+  return moved;
+}
+
+bool ShmLink::send_to_peer(int peer, Frames& frames, std::string* error) {
+  Conn* c = connect_peer(peer, error);
+  if (c == nullptr) return false;
+  try {
+    if (queue(*c, frames)) return true;
+    *error = "send queue full (peer not reading?)";
+  } catch (const std::exception& e) {
+    *error = e.what();
+  }
+  return false;
+}
+
+bool ShmLink::send_reply(const Caller& to, Frames& frames) {
+  auto it = accepted_.find(id_of(to.route));
+  if (it == accepted_.end()) return false;  // the caller is gone
+  try {
+    return queue(*it->second, frames);
+  } catch (const std::exception& e) {
+    close_accepted(it->first, e.what());
+    return false;
+  }
+}
+
+void ShmLink::watch_peer(int peer) {
+  std::string ignored;
+  (void)connect_peer(peer, &ignored);
+}
+
+void ShmLink::replace_peer(int peer, const std::string& endpoint) {
+  if (peer < 0 || peer >= static_cast<int>(peers_.size())) return;
+  const bool was_connected = peers_[peer] != nullptr;
+  if (was_connected) retired_.push_back(std::move(peers_[peer]));  // a reader may be inside it
+  peer_endpoints_[peer] = endpoint;
+  peer_down_[peer].clear();
+  if (was_connected) watch_peer(peer);
+}
+
+std::unique_ptr<Channel> ShmLink::open_channel(int peer, const std::string& endpoint) {
+  Hello h;
+  h.capacity = options_.ring_bytes;
+  h.kind = "channel";
+  h.rank = options_.rank;
+  const auto deadline = Clock::now() + kHandshakeWait;
+  RingPair p = open_ring_pair(path_of(endpoint), h, -1, "rank " + std::to_string(peer), deadline);
+  finish_ring_pair(p, deadline);
+  return std::make_unique<ShmChannel>(std::move(p), options_);
+}
+
+// ------------------------------------------------------------------ the I/O thread
+
+bool ShmLink::serve(Conn& c) {
+  bool moved = pump(c);
+  for (int n = 0; n < kDrainCap; ++n) {
+    Frames frames;
+    if (!c.decoder.next(c.pair.in, frames)) break;
+    moved = true;
+    bytes_received_.fetch_add(frames_bytes(frames), std::memory_order_relaxed);
+    if (c.outgoing) {
+      guarded("reading a reply", [&] { cb_.on_reply(c.rank, std::move(frames)); });
+    } else {
+      Caller from{route_of(c.id), c.rank};
+      guarded("serving a request", [&] { cb_.on_request(std::move(from), std::move(frames)); });
+    }
+  }
+  return moved;
+}
+
+bool ShmLink::serve_all() {
+  bool any = false;
+  for (std::size_t i = 0; i < peers_.size(); ++i) {
+    if (!peers_[i]) continue;
+    try {
+      any = serve(*peers_[i]) || any;
+    } catch (const std::exception& e) {
+      peer_lost(static_cast<int>(i), std::string("its ring is unusable: ") + e.what());
+    }
+  }
+  std::vector<std::uint64_t> broken;
+  for (auto& [id, c] : accepted_) {
+    try {
+      any = serve(*c) || any;
+    } catch (const std::exception& e) {
+      report_dropped("a shared-memory connection from rank " + std::to_string(c->rank) + ": " + e.what());
+      broken.push_back(id);
+    }
+  }
+  for (auto id : broken) close_accepted(id, "");
+  retired_.clear();
+  return any;
+}
+
+void ShmLink::close_accepted(std::uint64_t id, const std::string& why) {
+  auto it = accepted_.find(id);
+  if (it == accepted_.end()) return;
+  if (!why.empty()) DISTRL_LOG(Debug, "shared memory: closing a connection from rank " << it->second->rank << ": " << why);
+  retired_.push_back(std::move(it->second));
+  accepted_.erase(it);
+}
+
+void ShmLink::peer_lost(int peer, const std::string& why) {
+  if (peers_[peer]) retired_.push_back(std::move(peers_[peer]));
+  if (!peer_down_[peer].empty()) return;
+  peer_down_[peer] = why;
+  guarded("reporting a lost peer", [&] { cb_.on_peer_down(peer, why); });
+}
+
+void ShmLink::accept_all() {
+  for (;;) {
+    try {
+      UnixSocket c = listener_.accept(Clock::now());
+      if (!c) return;
+      handshaking_.push_back(std::move(c));
+    } catch (const std::exception& e) {
+      report_dropped(std::string("a shared-memory connection: ") + e.what());
+    }
+  }
+}
+
+void ShmLink::admit(std::size_t index) {
+  UnixSocket s = std::move(handshaking_[index]);
+  handshaking_.erase(handshaking_.begin() + static_cast<std::ptrdiff_t>(index));
+  try {
+    Hello h;
+    RingPair p = admit_ring_pair(std::move(s), &h, "a peer", Clock::now() + std::chrono::milliseconds(100));
+    answer_ring_pair(p, wake_.get());
+    auto c = std::make_unique<Conn>(std::move(p), options_, h.rank, false);
+    c->id = ++next_id_;
+    accepted_.emplace(c->id, std::move(c));
+  } catch (const std::exception& e) {
+    report_dropped(std::string("a shared-memory connection's handshake: ") + e.what());
+  }
+}
+
+void ShmLink::wait_for_events(int timeout_ms) {
+  fds_.clear();
+  poll_ids_.clear();
+  fds_.push_back({wake_.get(), POLLIN, 0});
+  fds_.push_back({listener_.fd(), POLLIN, 0});
+  for (auto& s : handshaking_) fds_.push_back({s.fd(), POLLIN, 0});
+  for (auto& [id, c] : accepted_) {
+    fds_.push_back({c->pair.socket.fd(), POLLRDHUP, 0});
+    poll_ids_.push_back(id);
+  }
+  for (auto& c : peers_)
+    if (c) fds_.push_back({c->pair.socket.fd(), static_cast<short>(c->answered ? POLLRDHUP : POLLIN | POLLRDHUP), 0});
+  // Before sleeping, ask every ring to wake us (their writers write our eventfd), then look
+  // once more: what arrived before the request is seen here, what arrives after wakes us.
+  std::vector<Doorbell*> armed;
+  if (timeout_ms > 0) {
+    auto arm = [&](Conn& c) {
+      armed.push_back(&c.pair.in.control()->data_bell);
+      if (!c.writer.idle()) armed.push_back(&c.pair.out.control()->space_bell);
+    };
+    for (auto& [id, c] : accepted_) arm(*c);
+    for (auto& c : peers_)
+      if (c) arm(*c);
+    for (auto* b : armed) b->waiters.fetch_add(1, std::memory_order_seq_cst);
+    sleeping_.store(true);
+    bool ready = false;
+    auto check = [&](Conn& c) {
+      ready = ready || c.pair.in.readable() > 0 || (!c.writer.idle() && c.pair.out.writable() > 0);
+    };
+    try {
+      for (auto& [id, c] : accepted_) check(*c);
+      for (auto& c : peers_)
+        if (c) check(*c);
+    } catch (const std::exception&) {
+      ready = true;  // a corrupt index: the next round's read names it
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (ready || !posted_.empty() || stopping_.load()) timeout_ms = 0;
+    }
+  }
+  const int n = ::poll(fds_.data(), fds_.size(), timeout_ms);
+  sleeping_.store(false);
+  for (auto* b : armed) b->waiters.fetch_sub(1, std::memory_order_relaxed);
+  if (n <= 0) return;
+  for (std::size_t i = fds_.size(); i-- > 0;)  // back to front: admit() erases handshakes
+    if (fds_[i].revents != 0) on_socket_events(i, fds_[i].revents);
+}
+
+void ShmLink::on_socket_events(std::size_t i, short revents) {
+  const std::size_t shakes = handshaking_.size(), first_accepted = 2 + shakes,
+                    first_peer = first_accepted + poll_ids_.size();
+  if (i == 0) {
+    std::uint64_t v;
+    (void)!::read(wake_.get(), &v, sizeof v);
+  } else if (i == 1) {
+    accept_all();
+  } else if (i < first_accepted) {
+    admit(i - 2);
+  } else if (i < first_peer) {
+    // What the caller wrote before it closed (one-way notices at its shutdown) is read first.
+    auto it = accepted_.find(poll_ids_[i - first_accepted]);
+    if (it != accepted_.end()) guarded("reading a closed connection", [&] { serve(*it->second); });
+    close_accepted(poll_ids_[i - first_accepted], "the caller closed it");
+  } else {
+    std::size_t k = i - first_peer;
+    for (std::size_t p = 0; p < peers_.size(); ++p) {
+      if (!peers_[p]) continue;
+      if (k-- != 0) continue;
+      Conn& c = *peers_[p];
+      if ((revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) {
+        guarded("reading a closed connection", [&] { serve(c); });
+        peer_lost(static_cast<int>(p), "connection to " + peer_endpoints_[p] +
+                                           " lost (the process exited or crashed)");
+      } else if (!c.answered) {
+        try {
+          finish_ring_pair(c.pair, Clock::now() + std::chrono::milliseconds(100));
+          c.answered = true;
+          signal_eventfd(c.pair.peer_wake.get());  // what we wrote before its answer: look now
+        } catch (const std::exception& e) {
+          peer_lost(static_cast<int>(p), std::string("its handshake failed: ") + e.what());
+        }
+      }
+      break;
+    }
+  }
+}
+
+void ShmLink::run() {
+  auto last_activity = Clock::now(), next_check = Clock::now();
+  for (;;) {
+    bool active = run_posted();
+    if (stopping_.load()) break;
+    if (serve_all()) {
+      active = true;
+      if (cb_.on_served) guarded("finishing a round of requests", [&] { cb_.on_served(); });
+    }
+    auto now = Clock::now();
+    if (active) last_activity = now;
+    if (!active && now - last_activity >= options_.spin) {
+      const auto until = std::min(cb_.next_deadline(), now + std::chrono::milliseconds(100));
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count() + 1;
+      wait_for_events(static_cast<int>(std::max<long long>(1, ms)));
+      next_check = Clock::now() + kSocketCheck;
+    } else if (now >= next_check) {
+      wait_for_events(0);
+      next_check = now + kSocketCheck;
+    } else {
+      cpu_relax();
+    }
+    guarded("checking deadlines", [&] { cb_.on_tick(Clock::now()); });
+  }
+  run_posted();  // last replies and releases go out before the rings close
+  // Flush what fits for up to 100 ms; a reader that stopped reading gets nothing more.
+  std::vector<Conn*> all;
+  for (auto& [id, c] : accepted_) all.push_back(c.get());
+  for (auto& c : peers_)
+    if (c) all.push_back(c.get());
+  for (int round = 0; round < 100; ++round) {
+    bool pending = false;
+    for (Conn* c : all) {
+      try {
+        pump(*c);
+        pending = pending || !c->writer.idle();
+      } catch (const std::exception&) {
+      }
+    }
+    if (!pending) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  for (Conn* c : all) c->pair.out.close();
+  accepted_.clear();
+  peers_.clear();
+  handshaking_.clear();
+  retired_.clear();
+  listener_.close();
+}
+
+}  // namespace distrl::transport::detail

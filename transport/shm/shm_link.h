@@ -1,0 +1,121 @@
+// The shared-memory link (detail/link.h's seam) for worlds whose processes share one host.
+// Each connection is a ring pair (detail/ring_pair.h) over a Unix socket: the I/O thread keeps
+// one to every peer it calls (requests out, replies in) and accepts the connections of the
+// peers' I/O threads and calling threads (requests in, replies out). A channel is a ring pair of
+// the calling thread's own: it writes its request into shared memory and sleeps on a futex
+// until the reply is there, with no thread of ours in between.
+//
+// The I/O thread waits in poll(2) on its eventfd, the listening socket and every connection's
+// socket: a peer that writes into one of its rings while it sleeps writes the eventfd (the
+// ring's Doorbell says whether it sleeps), so one wait covers rings, posted work, new
+// connections and deaths (a socket's EOF: the peer process is gone, SIGKILL included). After
+// activity it spins for up to Options::spin before it sleeps. Ring contents are untrusted: a
+// connection whose ring is corrupt is dropped (on_dropped names it), never read past.
+// Private to transport/.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include <poll.h>
+
+#include "transport/detail/link.h"
+#include "transport/shm/detail/ring_pair.h"
+
+namespace distrl::transport::detail {
+
+class ShmLink final : public Link {
+ public:
+  struct Options {
+    std::size_t max_message_bytes = 1ull << 30;
+    std::size_t max_parts = 4096 + 1;  // frames per message
+    std::size_t ring_bytes = 1u << 20;  // per direction per connection; a power of two
+    // How long the I/O thread polls after activity, and the most a channel waits spinning
+    // before it sleeps (adaptive: detail/futex.h's Spinner).
+    std::chrono::microseconds spin{20};
+    // How long a channel's send waits for room in a full ring before it fails.
+    std::chrono::milliseconds send_timeout{60000};
+    std::function<void()> thread_init;  // runs first on the I/O thread
+    int rank = -1;                      // this process's rank, told to the peers it connects to
+  };
+
+  ShmLink(Options options, Events events);
+  ~ShmLink() override;
+  ShmLink(const ShmLink&) = delete;
+  ShmLink& operator=(const ShmLink&) = delete;
+
+  // "shm://<path of a Unix socket>" for a path; listens at the first endpoint, returns it.
+  std::vector<std::string> bind(const std::vector<std::string>& endpoints) override;
+  void set_peers(std::vector<std::string> endpoints) override;
+  void start() override;
+  // Runs every posted task, closes the rings (peers read an orderly close) and the sockets,
+  // removes the socket file and joins. Idempotent.
+  void stop() override;
+
+  bool post(std::function<void()> fn) override;
+  bool on_io_thread() const override { return std::this_thread::get_id() == thread_.get_id(); }
+  std::uint64_t bytes_sent() const override { return bytes_sent_.load(std::memory_order_relaxed); }
+  std::uint64_t bytes_received() const override { return bytes_received_.load(std::memory_order_relaxed); }
+
+  bool send_to_peer(int peer, Frames& frames, std::string* error) override;
+  bool send_reply(const Caller& to, Frames& frames) override;
+  void watch_peer(int peer) override;
+  void replace_peer(int peer, const std::string& endpoint) override;
+  std::unique_ptr<Channel> open_channel(int peer, const std::string& endpoint) override;
+
+  // The socket path in an endpoint ("shm:///tmp/x" -> "/tmp/x"); ConfigError for another scheme.
+  static std::string path_of(const std::string& endpoint);
+
+ private:
+  struct Conn;
+  void run();
+  bool serve_all();  // reads and writes every connection; true when anything moved
+  bool serve(Conn& c);
+  bool pump(Conn& c);
+  bool queue(Conn& c, Frames& frames);
+  void wait_for_events(int timeout_ms);
+  void on_socket_events(std::size_t fd_index, short revents);
+  void accept_all();
+  void admit(std::size_t index);
+  void close_accepted(std::uint64_t id, const std::string& why);
+  void peer_lost(int peer, const std::string& why);
+  Conn* connect_peer(int peer, std::string* error);
+  template <typename F>
+  void guarded(const char* what, F&& f);
+  void report_dropped(const std::string& what);
+  bool run_posted();
+
+  Options options_;
+  Events cb_;
+  std::string path_;
+  UnixSocket listener_;
+  OwnedFd wake_;
+  std::vector<std::string> peer_endpoints_;
+  std::vector<std::unique_ptr<Conn>> peers_;                      // I/O thread only
+  std::vector<std::string> peer_down_;                            // why, or "" (I/O thread only)
+  std::unordered_map<std::uint64_t, std::unique_ptr<Conn>> accepted_;  // I/O thread only
+  std::vector<UnixSocket> handshaking_;                           // accepted, hello not read yet
+  std::vector<std::unique_ptr<Conn>> retired_;                    // freed after the round
+  std::uint64_t next_id_ = 0;
+  // poll(2) set: wake_, listener_, handshaking_, accepted_ (in poll_ids_ order), peers_.
+  std::vector<struct pollfd> fds_;
+  std::vector<std::uint64_t> poll_ids_;
+  std::mutex mu_;
+  std::vector<std::function<void()>> posted_;
+  std::atomic<std::uint64_t> bytes_sent_{0}, bytes_received_{0};
+  std::atomic<bool> sleeping_{false};
+  std::atomic<bool> stopping_{false};
+  bool stopped_ = false;
+  std::thread thread_;
+};
+
+}  // namespace distrl::transport::detail
