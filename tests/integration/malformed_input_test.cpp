@@ -452,7 +452,7 @@ TEST(MalformedReplyTest, BadRepliesFailTheCallTheyNameWithProtocolError) {
   zmq::socket_t router(ctx, zmq::socket_type::router);
   router.set(zmq::sockopt::linger, 0);
   router.bind("tcp://127.0.0.1:*");
-  distrl::transport::detail::Address me{"fake", "not-this-host", "fake-host", router.get(zmq::sockopt::last_endpoint), ""};
+  distrl::transport::detail::Address me{"fake", "not-this-host", "fake-host", router.get(zmq::sockopt::last_endpoint), "", ""};
   msgpack::sbuffer buf;
   msgpack::pack(buf, me);
   store.set("rpc/worker/1", std::string(buf.data(), buf.size()));

@@ -87,7 +87,9 @@ TEST(SecurityTest, ACurveWorldWorksAndRefusesStrangersAtTheHandshake) {
   const WorldKey key = generate_world_key();  // no ZeroMQ context yet: the ranks fork clean
   auto codes = run_ranks(2, [&](int rank) {
     use_curve(key);
-    RpcAgent agent(rpc_options(dir, rank, 2), [](RpcAgent& a) {
+    auto o = rpc_options(dir, rank, 2);
+    o.transport = "zmq";  // CURVE is ZeroMQ's (on one host, auto takes shared memory: docs/security.md)
+    RpcAgent agent(o, [](RpcAgent& a) {
       a.register_function("add", [](int x, int y) { return x + y; });
       a.register_function("scale", [](at::Tensor t, double f) { return t * f; });
       a.register_function("refused", [] { return security_stats().handshakes_refused; });

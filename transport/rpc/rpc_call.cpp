@@ -178,13 +178,13 @@ SyncOutcome read_reply(RpcCore::State& s, Channel& chan, int dest, const Header&
 }
 
 // Between waits: what the I/O loop saw (a dead peer, a restart), shutdown and the deadline.
-std::exception_ptr sync_call_ended(RpcCore::State& s, const PooledChannel& chan, int dest, const Header& h,
+std::exception_ptr sync_call_ended(RpcCore::State& s, std::int64_t chan_incarnation, int dest, const Header& h,
                                    Clock::time_point deadline, std::chrono::milliseconds timeout) {
   if (!s.running.load()) return call_failed(s, dest, h.fn, "agent " + s.opts.name + " shut down");
   std::int64_t incarnation = 0;
   if (const std::string gone = s.peers.down_reason(dest, &incarnation); !gone.empty())
     return call_failed(s, dest, h.fn, gone);
-  if (incarnation != chan.incarnation)
+  if (incarnation != chan_incarnation)
     return call_failed(s, dest, h.fn, "the process restarted (its rank rejoined) before answering");
   if (Clock::now() >= deadline) {
     s.timeouts.fetch_add(1);
@@ -205,18 +205,12 @@ SyncOutcome await_reply(RpcCore::State& s, PooledChannel& chan, int dest, const 
     long slice_ms = 0;
     if (now >= spin_until)
       slice_ms = std::clamp<long>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1, 0, 10);
-    bool ready = false;
-    try {
-      ready = chan.channel->readable(std::chrono::milliseconds(slice_ms));
-    } catch (const TransportError& e) {
-      return {std::nullopt, call_failed(s, dest, h.fn, e.what())};
-    }
-    if (ready) {
+    if (chan.channel->readable(std::chrono::milliseconds(slice_ms))) {
       SyncOutcome out = read_reply(s, *chan.channel, dest, h);
       if (out.done()) return out;
       continue;
     }
-    if (auto ended = sync_call_ended(s, chan, dest, h, deadline, timeout)) return {std::nullopt, ended};
+    if (auto ended = sync_call_ended(s, chan.incarnation, dest, h, deadline, timeout)) return {std::nullopt, ended};
   }
 }
 
@@ -266,9 +260,13 @@ void RpcCore::call_sync(int dest, Header h, const BodyWriter& body, const Comple
   SyncOutcome out;
   try {
     out = await_reply(s, *chan, dest, h, timeout);
-  } catch (const TransportError& e) {  // the channel failed mid-read: it is closed, not reused
+  } catch (const TransportError& e) {  // the channel failed: it is closed, not reused
+    const std::int64_t incarnation = chan->incarnation;
     chan.reset();
-    out.error = call_failed(s, dest, h.fn, e.what());
+    // What the agent knows says more than the channel (it closed because this agent or the
+    // peer shut down, or the peer died).
+    out.error = sync_call_ended(s, incarnation, dest, h, Clock::time_point::max(), timeout);
+    if (!out.error) out.error = call_failed(s, dest, h.fn, e.what());
   } catch (...) {  // anything else still ends the call (done runs, shutdown's count drops)
     chan.reset();
     out.error = std::current_exception();

@@ -157,7 +157,14 @@ Links bind_links(RpcCore::State& s, const WorldSpec& w, const std::string& trans
     o.thread_init = s.opts.thread_init;
     o.rank = s.rank;
     l.shm = std::make_unique<ShmLink>(std::move(o), std::move(events));
-    s.me.shm = l.shm->bind({shm_endpoint_to_bind(std::to_string(s.rank))}).front();
+    try {
+      s.me.shm = l.shm->bind({shm_endpoint_to_bind(std::to_string(s.rank))}).front();
+    } catch (const TransportError& e) {
+      if (transport == "shm") throw;
+      // auto: this process offers no shared memory, so the world takes ZeroMQ.
+      DISTRL_LOG(Warn, "rpc: " << s.opts.name << " cannot use shared memory (" << e.what() << "); using ZeroMQ");
+      l.shm.reset();
+    }
   }
   return l;
 }

@@ -46,7 +46,7 @@ class ShmChannel final : public Channel {
   }
   Received receive(Frames& out, std::size_t) override {
     if (decoder_.next(pair_.in, out)) return Received::Message;
-    if (pair_.in.closed()) throw TransportError("shared-memory connection to " + pair_.in.peer() + " closed");
+    if (pair_.in.closed()) throw TransportError("shared-memory connection to " + pair_.in.peer() + " closed by its agent (it shut down)");
     return Received::Nothing;
   }
 
@@ -69,7 +69,12 @@ struct ShmLink::Conn {
   int rank;                    // outgoing: the peer; accepted: the caller's rank (-1: not a member)
   bool outgoing;
   bool answered = true;        // outgoing: the acceptor's answer read
+  bool io = false;             // accepted: an I/O thread's connection (we beat on it)
   std::uint64_t id = 0;        // accepted: the route
+  // Outgoing: the peer's beat as last seen, when it last changed, and whether it is overdue.
+  std::uint64_t beat = 0;
+  Clock::time_point beat_seen{};
+  bool stalled = false;
 };
 
 ShmLink::ShmLink(Options options, Events events) : options_(std::move(options)), cb_(std::move(events)) {
@@ -86,6 +91,8 @@ std::string ShmLink::path_of(const std::string& endpoint) {
 
 std::vector<std::string> ShmLink::bind(const std::vector<std::string>& endpoints) {
   if (endpoints.empty()) throw ArgumentError("shared memory: bind needs an endpoint");
+  // A ring this process can create, or no shared memory at all (the caller falls back).
+  (void)Segment::create("distrl-probe", ring_segment_bytes(options_.ring_bytes));
   path_ = path_of(endpoints.front());
   listener_ = UnixSocket::listen(path_);
   return {endpoints.front()};
@@ -324,6 +331,31 @@ void ShmLink::peer_lost(int peer, const std::string& why) {
   guarded("reporting a lost peer", [&] { cb_.on_peer_down(peer, why); });
 }
 
+// Every second: beat on the connections peers' I/O threads watch, and look at theirs.
+void ShmLink::heartbeats(Clock::time_point now) {
+  for (auto& [id, c] : accepted_)
+    if (c->io) c->pair.out.control()->writer_beat.fetch_add(1, std::memory_order_relaxed);
+  for (std::size_t p = 0; p < peers_.size(); ++p) {
+    Conn* c = peers_[p].get();
+    if (c == nullptr || !c->answered) continue;
+    const std::uint64_t beat = c->pair.in.control()->writer_beat.load(std::memory_order_relaxed);
+    if (beat != c->beat) {
+      c->beat = beat;
+      c->beat_seen = now;
+      if (c->stalled) {
+        c->stalled = false;
+        peer_down_[p].clear();
+        if (cb_.on_peer_up) guarded("reporting a peer back", [&] { cb_.on_peer_up(static_cast<int>(p)); });
+      }
+    } else if (!c->stalled && now - c->beat_seen > options_.heartbeat_timeout && peer_down_[p].empty()) {
+      c->stalled = true;  // the connection stays: a stopped process that runs again is back
+      peer_down_[p] = "no heartbeat from " + peer_endpoints_[p] + " for " +
+                      std::to_string(options_.heartbeat_timeout.count() / 1000) + " s (the process is stopped or hung)";
+      guarded("reporting a lost peer", [&] { cb_.on_peer_down(static_cast<int>(p), peer_down_[p]); });
+    }
+  }
+}
+
 void ShmLink::accept_all() {
   for (;;) {
     try {
@@ -345,6 +377,7 @@ void ShmLink::admit(std::size_t index) {
     answer_ring_pair(p, wake_.get());
     auto c = std::make_unique<Conn>(std::move(p), options_, h.rank, false);
     c->id = ++next_id_;
+    c->io = h.kind == "io";
     accepted_.emplace(c->id, std::move(c));
   } catch (const std::exception& e) {
     report_dropped(std::string("a shared-memory connection's handshake: ") + e.what());
@@ -429,6 +462,7 @@ void ShmLink::on_socket_events(std::size_t i, short revents) {
         try {
           finish_ring_pair(c.pair, Clock::now() + std::chrono::milliseconds(100));
           c.answered = true;
+          c.beat_seen = Clock::now();
           signal_eventfd(c.pair.peer_wake.get());  // what we wrote before its answer: look now
         } catch (const std::exception& e) {
           peer_lost(static_cast<int>(p), std::string("its handshake failed: ") + e.what());
@@ -440,7 +474,7 @@ void ShmLink::on_socket_events(std::size_t i, short revents) {
 }
 
 void ShmLink::run() {
-  auto last_activity = Clock::now(), next_check = Clock::now();
+  auto last_activity = Clock::now(), next_check = Clock::now(), next_beat = Clock::now();
   for (;;) {
     bool active = run_posted();
     if (stopping_.load()) break;
@@ -461,7 +495,12 @@ void ShmLink::run() {
     } else {
       cpu_relax();
     }
-    guarded("checking deadlines", [&] { cb_.on_tick(Clock::now()); });
+    now = Clock::now();
+    if (now >= next_beat) {
+      heartbeats(now);
+      next_beat = now + std::chrono::seconds(1);
+    }
+    guarded("checking deadlines", [&] { cb_.on_tick(now); });
   }
   run_posted();  // last replies and releases go out before the rings close
   // Flush what fits for up to 100 ms; a reader that stopped reading gets nothing more.

@@ -44,6 +44,9 @@ class ShmLink final : public Link {
     std::chrono::microseconds spin{20};
     // How long a channel's send waits for room in a full ring before it fails.
     std::chrono::milliseconds send_timeout{60000};
+    // A peer whose I/O thread has not beaten for this long is reported down (stopped or hung),
+    // and up again when it beats (ZeroMQ's heartbeat timeout is the same 10 s).
+    std::chrono::milliseconds heartbeat_timeout{10000};
     std::function<void()> thread_init;  // runs first on the I/O thread
     int rank = -1;                      // this process's rank, told to the peers it connects to
   };
@@ -54,6 +57,8 @@ class ShmLink final : public Link {
   ShmLink& operator=(const ShmLink&) = delete;
 
   // "shm://<path of a Unix socket>" for a path; listens at the first endpoint, returns it.
+  // TransportError when shared memory cannot be used here (no memfd, or a ring's size is over
+  // the process's file-size limit, RLIMIT_FSIZE: memfds count as files).
   std::vector<std::string> bind(const std::vector<std::string>& endpoints) override;
   void set_peers(std::vector<std::string> endpoints) override;
   void start() override;
@@ -88,6 +93,7 @@ class ShmLink final : public Link {
   void admit(std::size_t index);
   void close_accepted(std::uint64_t id, const std::string& why);
   void peer_lost(int peer, const std::string& why);
+  void heartbeats(std::chrono::steady_clock::time_point now);
   Conn* connect_peer(int peer, std::string* error);
   template <typename F>
   void guarded(const char* what, F&& f);

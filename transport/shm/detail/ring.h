@@ -33,6 +33,9 @@ struct RingControl {
   alignas(64) Doorbell data_bell;   // the reader sleeps here for data
   alignas(64) Doorbell space_bell;  // the writer sleeps here for space
   alignas(64) std::atomic<std::uint32_t> writer_closed;  // an orderly end, for the reader's error
+  // Raised by the writing process's I/O thread every second while it runs (ShmLink's liveness:
+  // a process stopped or hung stops raising it, as ZeroMQ's heartbeats stop).
+  std::atomic<std::uint64_t> writer_beat;
 };
 static_assert(sizeof(RingControl) <= kRingControlBytes, "RingControl fits its page");
 
