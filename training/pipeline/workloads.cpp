@@ -42,9 +42,7 @@ void bind(Settings& s, PipelineConfig& c) {
   bind_run(s, c, "metrics.csv, timeline.json/png, sweep.csv, checkpoints/ and config.yaml");
   s.bind("model.classes", &c.classes, "output classes (the tutorial's ResNet-50: 1000)").range(1, 100000);
   s.bind("model.image_size", &c.image_size, "resnet: side of the random square images").range(32, 4096);
-  s.bind("data.path", &c.data_path, "fashion-mnist: an MNIST-layout directory");
-  s.bind("data.limit", &c.data_limit, "training images used (0: all)").range(0, 1000000000);
-  s.bind("data.test_limit", &c.test_limit, "test images used (0: all)").range(0, 1000000000);
+  bind_data(s, c, "fashion-mnist: an MNIST-layout directory");
   s.bind("train.epochs", &c.epochs, "fashion-mnist: passes over the training images").range(1, 1000000);
   s.bind("train.batch_size", &c.batch_size, "rows per step, split into micro-batches").range(1, 1000000);
   s.bind("train.test_batch_size", &c.test_batch_size, "rows per evaluation forward").range(1, 1000000);
