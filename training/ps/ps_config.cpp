@@ -1,7 +1,5 @@
 #include "training/ps/ps_config.h"
 
-#include "training/run_outputs.h"
-
 namespace distrl::training::ps {
 namespace {
 
@@ -97,10 +95,6 @@ void bind(Settings& s, HybridConfig& c) {
   s.bind("model.classes", &c.classes, "the Linear's outputs").range(1, 100000);
   s.bind("train.epochs", &c.epochs, "passes over each trainer's batches").range(1, 1000000);
   s.bind("train.batches", &c.batches, "batches per trainer, repeated every epoch").range(1, 1000000);
-}
-
-std::ofstream open_run_outputs(const PsCommon& c, const std::string& config_yaml, const std::string& csv_header) {
-  return training::open_run_outputs(c.out_dir, config_yaml, "metrics.csv", csv_header);
 }
 
 autograd::OptimizerSpec PsCommon::optimizer_spec() const {

@@ -3,7 +3,6 @@
 // the trainers (ps_hybrid: then the master).
 #pragma once
 
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -106,9 +105,5 @@ void bind(Settings& s, BatchUpdateConfig& c);
 void bind(Settings& s, SkipgramConfig& c);
 void bind(Settings& s, ModelOnServerConfig& c);
 void bind(Settings& s, HybridConfig& c);
-
-// The lead trainer's outputs: creates run.out_dir, writes config.yaml there and opens
-// metrics.csv with its header line (Error naming the directory when it cannot).
-std::ofstream open_run_outputs(const PsCommon& c, const std::string& config_yaml, const std::string& csv_header);
 
 }  // namespace distrl::training::ps
