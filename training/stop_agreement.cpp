@@ -2,8 +2,6 @@
 
 #include <torch/torch.h>
 
-#include <iostream>
-
 #include "common/stop_signal.h"
 #include "common/error.h"
 #include "transport/collectives/process_group.h"
@@ -47,15 +45,6 @@ bool StopFlag::requested() {
   }
   stop_ = true;
   return true;
-}
-
-void report_stop(const std::string& tool, const std::string& by, const char* unit, long long done, long long planned) {
-  std::cout << tool << ": stopped by " << by << " after " << unit << " " << done << " of " << planned
-            << "; the outputs hold the run so far" << std::endl;
-}
-
-void StopFlag::report(const std::string& tool, const char* unit, long long done, long long planned) const {
-  report_stop(tool, by_, unit, done, planned);
 }
 
 }  // namespace distrl::training

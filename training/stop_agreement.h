@@ -4,7 +4,7 @@
 // (every kStopCheckSteps steps: cheap next to a step's own collectives).
 // Ranks that run at their own pace (the parameter-server trainers) share a stop through the
 // run's store instead: StopFlag. Call install_stop_handlers() (common/stop_signal.h) before
-// the loop.
+// the loop. A workload's loop uses both through training/run_loop.h.
 #pragma once
 
 #include <chrono>
@@ -23,10 +23,6 @@ constexpr long long kStopCheckSteps = 10;
 // at the same point. pg null or of size 1: this process's own stop_signal().
 bool stop_agreed(transport::ProcessGroup* pg);
 
-// Prints "<tool>: stopped by <by> after <unit> <done> of <planned>; the outputs hold the run so
-// far" (by: "SIGINT", "SIGTERM on another rank", ...).
-void report_stop(const std::string& tool, const std::string& by, const char* unit, long long done, long long planned);
-
 // A stop shared through the store, for ranks not in lock-step: a rank that got SIGINT/SIGTERM
 // publishes it (key "run/stop", holding the signal's name) when it first asks; every rank
 // sees its own signal at once and another rank's within kPollInterval of asking. Asking is
@@ -41,8 +37,6 @@ class StopFlag {
   bool requested();
   // Who asked: "SIGINT", "SIGTERM on another rank", or "" before requested() was true.
   const std::string& by() const { return by_; }
-  // report_stop(tool, by(), ...).
-  void report(const std::string& tool, const char* unit, long long done, long long planned) const;
 
  private:
   transport::Store& store_;

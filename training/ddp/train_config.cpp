@@ -18,9 +18,7 @@ void bind(Settings& s, TrainConfig& c) {
   s.bind("train.batch_size", &c.batch_size, "samples per step on each rank").range(1, 1000000);
   s.bind("train.test_batch_size", &c.test_batch_size, "samples per evaluation batch").range(1, 1000000);
   s.bind("train.max_steps", &c.max_steps, "stop after this many steps; 0: run every epoch").range(0, 2000000000);
-  s.bind("optimizer.name", &c.optimizer, "optimizer").choices({"sgd", "adam"});
-  s.bind("optimizer.lr", &c.lr, "learning rate").range(1e-12, 100);
-  s.bind("optimizer.momentum", &c.momentum, "sgd: momentum").range(0, 1);
+  bind_optimizer(s, c, "optimizer", {"sgd", "adam"});
   s.bind("optimizer.weight_decay", &c.weight_decay, "L2 penalty").range(0, 10);
   s.bind("ddp.bucket_cap_mb", &c.bucket_cap_mb, "gradient bucket size in MiB").range(0.001, 100000);
   s.bind("ddp.find_unused_parameters", &c.find_unused_parameters,
@@ -33,8 +31,7 @@ void bind(Settings& s, TrainConfig& c) {
                                                    "that connection unread)").range(1, 65536);
   s.bind("dist.max_queued_mb", &c.max_queued_mb, "data that may wait unread in a rank's mailboxes; more is dropped "
                                                  "and counted").range(1, 1048576);
-  s.bind("checkpoint.path", &c.checkpoint, "checkpoint file; default OUT_DIR/checkpoint.pt");
-  s.bind("checkpoint.every", &c.checkpoint_every, "epochs between checkpoints; 0: at the end only").range(0, 100000);
+  bind_checkpoint(s, c, "epochs", 100000);
 }
 
 }  // namespace distrl::training

@@ -10,8 +10,12 @@
 
 namespace distrl::training {
 
-struct TrainConfig : RunKeys, DistKeys {
-  TrainConfig() { out_dir = "runs/ddp"; }
+struct TrainConfig : RunKeys, DistKeys, OptimizerKeys, CheckpointKeys {
+  TrainConfig() {
+    out_dir = "runs/ddp";
+    lr = 0.05;
+    momentum = 0.9;
+  }
   // model
   std::string model = "mlp";
   std::vector<int> hidden{256};
@@ -25,11 +29,7 @@ struct TrainConfig : RunKeys, DistKeys {
   int batch_size = 64;          // per rank
   int test_batch_size = 1000;
   int max_steps = 0;            // stop after this many steps (0: run all epochs)
-  // optimizer
-  std::string optimizer = "sgd";
-  double lr = 0.05;
-  double momentum = 0.9;
-  double weight_decay = 0.0;
+  double weight_decay = 0.0;   // optimizer.weight_decay
   // ddp
   double bucket_cap_mb = 25;
   bool find_unused_parameters = false;
@@ -39,9 +39,6 @@ struct TrainConfig : RunKeys, DistKeys {
   int world_size = 2;           // ranks distrl-launch starts
   double max_message_mb = 1024;  // ProcessGroupOptions::max_message_bytes
   double max_queued_mb = 2048;   // ProcessGroupOptions::max_queued_bytes
-  // checkpoint
-  std::string checkpoint;       // default OUT_DIR/checkpoint.pt
-  int checkpoint_every = 1;     // epochs; 0: only at the end
 };
 
 void bind(Settings& s, TrainConfig& c);

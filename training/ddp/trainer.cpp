@@ -6,26 +6,17 @@
 
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 
 #include "common/error.h"
-#include "common/output_file.h"
-#include "common/plot.h"
-#include "common/stop_signal.h"
 #include "models/nets.h"
 #include "training/checkpoint.h"
 #include "training/data.h"
 #include "training/ddp/ddp.h"
-#include "training/run_outputs.h"
-#include "training/stop_agreement.h"
+#include "training/run_loop.h"
 #include "training/workload.h"
 
 namespace distrl::training {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 struct Data {
   Dataset train, test;
@@ -109,23 +100,16 @@ void print_header(const TrainConfig& cfg, const Data& data, int world, std::size
   std::fflush(stdout);
 }
 
-// An epoch's counts on this rank, before they are summed over ranks.
-struct EpochCounts {
-  double loss_sum = 0;
-  long long done = 0, samples = 0;  // steps and samples of this epoch
-  bool stopped = false;             // the ranks agreed to stop inside it
-};
-
-// The epoch's result: this rank's counts and test pass summed over every rank.
+// The epoch's result: this rank's window (loss, steps, samples) and test pass summed over every rank.
 EpochResult sum_epoch(const Data& data, models::Net& net, transport::ProcessGroup& pg, const TrainConfig& cfg,
-                      const EpochCounts& n, int epoch, long long steps, double seconds) {
+                      const Window& w, int epoch, long long steps) {
   EpochResult r;
   r.epoch = epoch;
   r.steps = steps;
-  r.seconds = seconds;
-  r.samples_per_s = n.samples * pg.size() / std::max(r.seconds, 1e-9);
+  r.seconds = w.seconds();
+  r.samples_per_s = w.items * pg.size() / std::max(r.seconds, 1e-9);
   auto ev = evaluate(data, net, pg.rank(), pg.size(), cfg.test_batch_size);
-  auto sums = torch::tensor({n.loss_sum, static_cast<double>(n.done), ev[0], ev[1], ev[2]}, torch::kDouble);
+  auto sums = torch::tensor({w.loss_sum, static_cast<double>(w.steps), ev[0], ev[1], ev[2]}, torch::kDouble);
   pg.all_reduce(sums);
   auto s = sums.accessor<double, 1>();
   r.train_loss = s[1] > 0 ? s[0] / s[1] : 0;
@@ -135,24 +119,20 @@ EpochResult sum_epoch(const Data& data, models::Net& net, transport::ProcessGrou
 }
 
 // Rank 0's epoch line and metrics.csv row.
-void report_epoch(const TrainConfig& cfg, const EpochResult& r, const EpochCounts& n, long long per_epoch,
-                  std::ofstream& csv) {
-  progress(r.epoch, cfg.epochs, n.done, per_epoch, r.train_loss, r.samples_per_s, true);
+void report_epoch(const TrainConfig& cfg, const EpochResult& r, long long done, long long per_epoch, RunLoop& loop) {
+  progress(r.epoch, cfg.epochs, done, per_epoch, r.train_loss, r.samples_per_s, true);
   std::printf("epoch %d/%d: train loss %.4f, test loss %.4f", r.epoch, cfg.epochs, r.train_loss, r.test_loss);
   if (r.test_accuracy >= 0) std::printf(", test accuracy %.2f%%", 100 * r.test_accuracy);
   std::printf(", %.0f samples/s, %.1f s\n", r.samples_per_s, r.seconds);
   std::fflush(stdout);
-  csv << r.epoch << ',' << r.steps << ',' << r.train_loss << ',' << r.test_loss << ',' << r.test_accuracy << ','
-      << r.samples_per_s << ',' << r.seconds << '\n';
-  check_written(csv, cfg.out_dir + "/metrics.csv");
+  loop.row(r.epoch, r.steps, r.train_loss, r.test_loss, r.test_accuracy, r.samples_per_s, r.seconds);
 }
 
 // Rank 0's learning curve from metrics.csv (loss; accuracy when classifying).
-void plot_learning_curve(const TrainConfig& cfg, bool classify) {
+void plot_learning_curve(const TrainConfig& cfg, bool classify, RunLoop& loop) {
   std::vector<Chart> charts{{"loss", "epoch", {{"epoch", "train_loss", "train"}, {"epoch", "test_loss", "test"}}}};
   if (classify) charts.push_back({"test accuracy", "epoch", {{"epoch", "test_accuracy", "test accuracy"}}});
-  if (plot_csv(cfg.out_dir + "/metrics.csv", cfg.out_dir + "/learning_curve.png", charts))
-    std::printf("distrl-train: learning curve %s/learning_curve.png\n", cfg.out_dir.c_str());
+  if (loop.finish(charts)) std::printf("distrl-train: learning curve %s/learning_curve.png\n", cfg.out_dir.c_str());
 }
 
 }  // namespace
@@ -178,7 +158,7 @@ std::vector<EpochResult> train(const TrainConfig& cfg, const std::string& config
   DistributedDataParallel ddp(net, pg, dopt);
   auto opt = make_optimizer(cfg, *net);
 
-  const std::string ckpt = cfg.checkpoint.empty() ? cfg.out_dir + "/checkpoint.pt" : cfg.checkpoint;
+  const std::string ckpt = cfg.checkpoint_path(cfg.out_dir);
   int first_epoch = 1;
   long long steps = 0;
   if (!resume.empty()) {
@@ -187,16 +167,12 @@ std::vector<EpochResult> train(const TrainConfig& cfg, const std::string& config
     steps = static_cast<long long>(numbers["steps"]);
     if (lead) std::printf("distrl-train: resumed from %s after epoch %d (%lld steps)\n", resume.c_str(), first_epoch - 1, steps);
   }
-  std::ofstream csv;
-  if (lead) {
-    csv = open_run_outputs(cfg.out_dir, config_yaml, "metrics.csv",
-                           "epoch,steps,train_loss,test_loss,test_accuracy,samples_per_s,seconds", !resume.empty());
-    print_header(cfg, data, world, ddp.buckets().size());
-  }
+  RunLoop loop(cfg, "distrl-train", lead);
+  loop.stop_in_lock_step(*pg, "rank");  // each step all-reduces the gradients
+  loop.open(config_yaml, "metrics.csv", "epoch,steps,train_loss,test_loss,test_accuracy,samples_per_s,seconds",
+            !resume.empty());
+  if (lead) print_header(cfg, data, world, ddp.buckets().size());
 
-  // SIGINT/SIGTERM: every rank must stop after the same step (each step all-reduces the
-  // gradients): training/stop_agreement.h.
-  install_stop_handlers();
   DistributedSampler sampler(data.train.size(), rank, world, true, static_cast<std::uint64_t>(cfg.seed));
   const long long per_epoch = (sampler.per_rank() + cfg.batch_size - 1) / cfg.batch_size;
   std::vector<EpochResult> results;
@@ -204,8 +180,7 @@ std::vector<EpochResult> train(const TrainConfig& cfg, const std::string& config
     if (cfg.max_steps > 0 && steps >= cfg.max_steps) break;
     sampler.set_epoch(epoch);
     auto idx = torch::tensor(sampler.indices(), torch::kLong);
-    const auto start = Clock::now();
-    EpochCounts n;
+    Window w;  // this epoch's steps and samples on this rank
     for (std::int64_t off = 0; off < idx.numel(); off += cfg.batch_size) {
       if (cfg.max_steps > 0 && steps >= cfg.max_steps) break;
       auto b = idx.narrow(0, off, std::min<std::int64_t>(cfg.batch_size, idx.numel() - off));
@@ -214,36 +189,30 @@ std::vector<EpochResult> train(const TrainConfig& cfg, const std::string& config
       opt->zero_grad();
       loss.backward();
       opt->step();
-      n.loss_sum += loss.item<double>();
-      ++n.done;
+      w.add(loss.item<double>(), b.numel());
       ++steps;
-      n.samples += b.numel();
-      if (lead && n.done % cfg.log_interval == 0)
-        progress(epoch, cfg.epochs, n.done, per_epoch, n.loss_sum / n.done, n.samples * world / since(start), false);
-      if (steps % kStopCheckSteps == 0 && stop_agreed(pg.get())) {
-        n.stopped = true;
-        break;
-      }
+      if (loop.log_due(w.steps))
+        progress(epoch, cfg.epochs, w.steps, per_epoch, w.mean_loss(), w.items * world / w.seconds(), false);
+      if (loop.stop_requested(steps)) break;
     }
-    if (n.stopped) {  // the model is saved as it is; the epoch counts as not done, so a resume repeats it
+    if (loop.stopped()) {  // the model is saved as it is; the epoch counts as not done, so a resume repeats it
       save_checkpoint(ckpt, *net, opt.get(), {{"epoch", double(epoch - 1)}, {"steps", double(steps)}}, *pg);
-      if (lead)
-        std::printf("\ndistrl-train: stopped by %s in epoch %d after step %lld; checkpoint %s (go on with --resume "
-                    "%s; epoch %d starts again)\n",
-                    stop_signal() ? stop_signal_name() : "a signal on another rank", epoch, steps, ckpt.c_str(),
-                    ckpt.c_str(), epoch);
-      std::fflush(stdout);
+      if (lead) {
+        std::printf("\n");  // ends a progress bar left open on a terminal
+        loop.report_stop("in epoch " + std::to_string(epoch) + " after step " + std::to_string(steps),
+                         "checkpoint " + ckpt + " (go on with --resume " + ckpt + "; epoch " + std::to_string(epoch) +
+                             " starts again)");
+      }
       break;
     }
-    results.push_back(sum_epoch(data, *net, *pg, cfg, n, epoch, steps, since(start)));
-    if (lead) report_epoch(cfg, results.back(), n, per_epoch, csv);
-    const bool last = epoch == cfg.epochs || (cfg.max_steps > 0 && steps >= cfg.max_steps);
-    if (last || (cfg.checkpoint_every > 0 && epoch % cfg.checkpoint_every == 0)) {
+    results.push_back(sum_epoch(data, *net, *pg, cfg, w, epoch, steps));
+    if (lead) report_epoch(cfg, results.back(), w.steps, per_epoch, loop);
+    if (cfg.checkpoint_due(epoch, epoch == cfg.epochs || (cfg.max_steps > 0 && steps >= cfg.max_steps))) {
       save_checkpoint(ckpt, *net, opt.get(), {{"epoch", double(epoch)}, {"steps", double(steps)}}, *pg);
       if (lead) std::printf("distrl-train: checkpoint %s (epoch %d)\n", ckpt.c_str(), epoch);
     }
   }
-  if (lead && !results.empty()) plot_learning_curve(cfg, data.classify);
+  if (lead && !results.empty()) plot_learning_curve(cfg, data.classify, loop);
   return results;
 }
 

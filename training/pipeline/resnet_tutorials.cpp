@@ -26,7 +26,7 @@
 #include "common/stop_signal.h"
 #include "models/resnet.h"
 #include "training/rpc_world.h"
-#include "training/run_outputs.h"
+#include "training/run_loop.h"
 #include "transport/rpc/rpc_agent.h"
 
 namespace distrl::training::pipeline {
@@ -70,8 +70,6 @@ using Shard = autograd::RemoteModule<TutorialShardImpl>;
 }  // namespace
 
 namespace {
-// The sweeps' line when a signal ended them early: sweep.csv holds the settings done (the last
-// one with the batches it finished).
 // The largest |distributed - reference| over the shards' parameters, and which one it is.
 std::pair<double, std::string> parameter_gap(const std::vector<transport::RRef<at::Tensor>>& params,
                                              TutorialShardImpl& ref1, TutorialShardImpl& ref2) {
@@ -95,10 +93,12 @@ std::string partial_note(int done, int planned) {
   return done < planned ? " (" + std::to_string(done) + " of " + std::to_string(planned) + " batches)" : "";
 }
 
-void report_sweep_stop() {
-  if (stop_signal())
-    std::cout << "distrl-pipeline: stopped by " << stop_signal_name()
-              << "; sweep.csv holds the settings measured so far" << std::endl;
+// The sweeps' end: the stop line when a signal ended them early (sweep.csv holds the settings
+// done, the last one with the batches it finished) and where the table is.
+void finish_sweep(RunLoop& loop) {
+  if (loop.stop_requested()) loop.report_stop("", "sweep.csv holds the settings measured so far");
+  loop.finish();
+  std::cout << "wrote " << loop.out_dir() << "/sweep.csv" << std::endl;
 }
 }  // namespace
 
@@ -171,13 +171,13 @@ void run_resnet_tutorial(const PipelineConfig& c, const std::string& config_yaml
     agent.shutdown();
     return;
   }
-  std::ofstream sweep = open_run_outputs(c.out_dir, config_yaml, "sweep.csv",
-                                        "microbatch_size,microbatches,batch,seconds_per_batch,first_loss,last_loss");
+  RunLoop loop(c, "distrl-pipeline", true);  // this process's own signal: the workers serve on
+  loop.open(config_yaml, "sweep.csv", "microbatch_size,microbatches,batch,seconds_per_batch,first_loss,last_loss");
   std::cout << "pipeline_resnet50: ResNet-50 (" << c.classes << " classes) in two shards on worker1 and worker2, batch "
             << c.batch_size << " of " << c.image_size << "x" << c.image_size << ", " << c.batches << " batches per setting"
             << std::endl;
   for (int size : c.microbatch_sizes) {
-    if (stop_signal()) break;
+    if (loop.stop_requested()) break;
     Shard s1(agent, "worker1", "ResNetShard", ShardSpec{1, c.classes, c.seed});
     Shard s2(agent, "worker2", "ResNetShard", ShardSpec{2, c.classes, c.seed + 1});
     auto params = s1.remote_parameters();
@@ -191,7 +191,7 @@ void run_resnet_tutorial(const PipelineConfig& c, const std::string& config_yaml
     double first_loss = 0, last_loss = 0, total = 0;
     const int warmup = size == c.microbatch_sizes.front() ? c.warmup : 0;
     int done = 0;  // timed batches
-    for (int b = -warmup; b < c.batches && !stop_signal(); ++b) {
+    for (int b = -warmup; b < c.batches && !loop.stop_requested(); ++b) {
       const at::Tensor inputs = torch::randn({c.batch_size, 3, c.image_size, c.image_size});
       const at::Tensor labels = torch::zeros({c.batch_size, c.classes})
                                     .scatter_(1, torch::randint(c.classes, {c.batch_size, 1}, torch::kLong), 1);
@@ -226,26 +226,23 @@ void run_resnet_tutorial(const PipelineConfig& c, const std::string& config_yaml
     if (done == 0) break;  // stopped before a timed batch of this setting: no row
     if (check) check->verdict(size);
     const int mbs = (c.batch_size + size - 1) / size;
-    sweep << size << "," << mbs << "," << c.batch_size << "," << total / done << "," << first_loss << ","
-          << last_loss << std::endl;
+    loop.row(size, mbs, c.batch_size, total / done, first_loss, last_loss);
     std::cout << "micro-batch size " << std::setw(4) << size << " (" << std::setw(3) << mbs
               << " micro-batches): " << std::fixed << std::setprecision(3) << total / done
               << " s per batch, loss " << std::setprecision(5) << first_loss << " -> " << last_loss << std::defaultfloat
               << partial_note(done, c.batches)
               << std::endl;
   }
-  report_sweep_stop();
-  std::cout << "wrote " << c.out_dir << "/sweep.csv" << std::endl;
+  finish_sweep(loop);
   agent.shutdown();
 }
 
 
 void run_model_parallel(const PipelineConfig& c, const std::string& config_yaml) {
   torch::set_num_threads(c.torch_threads);
-  install_stop_handlers();  // SIGINT/SIGTERM: the setting in progress ends after its current batch
   const auto [d0, d1] = model_parallel_devices(c.devices);  // checked by check_model_parallel
-  std::ofstream sweep = open_run_outputs(c.out_dir, config_yaml, "sweep.csv",
-                                        "form,split_size,microbatches,batch,seconds_per_batch,first_loss,last_loss");
+  RunLoop loop(c, "distrl-pipeline", true);  // SIGINT/SIGTERM: the setting in progress ends after its current batch
+  loop.open(config_yaml, "sweep.csv", "form,split_size,microbatches,batch,seconds_per_batch,first_loss,last_loss");
   std::cout << "pipeline_resnet50_model_parallel: ResNet-50 (" << c.classes << " classes), shard 1 on " << d0.str()
             << ", shard 2 on " << d1.str() << ", batch " << c.batch_size << " of " << c.image_size << "x" << c.image_size
             << ", " << c.batches << " batches per setting" << std::endl;
@@ -259,7 +256,7 @@ void run_model_parallel(const PipelineConfig& c, const std::string& config_yaml)
   for (int s : c.microbatch_sizes)
     if (s < c.batch_size) settings.push_back({"pipelined", s});
   for (const Setting& st : settings) {
-    if (stop_signal()) break;
+    if (loop.stop_requested()) break;
     // Every form starts from the same weights (the whole model's, seeded) and sees the same
     // batches, after one untimed warm-up batch (allocator, kernels) of its own.
     torch::manual_seed(c.seed);
@@ -301,7 +298,7 @@ void run_model_parallel(const PipelineConfig& c, const std::string& config_yaml)
     torch::manual_seed(c.seed + 2);
     double first_loss = 0, last_loss = 0, total = 0;
     int done = 0;
-    for (int b = 0; b < c.batches && !stop_signal(); ++b, ++done) {
+    for (int b = 0; b < c.batches && !loop.stop_requested(); ++b, ++done) {
       auto [inputs, labels] = batch();
       const auto t0 = Clock::now();
       const double l = train_batch(inputs, labels);
@@ -311,8 +308,7 @@ void run_model_parallel(const PipelineConfig& c, const std::string& config_yaml)
     }
     if (done == 0) break;  // stopped in the warm-up: no row
     const int mbs = st.split > 0 ? (c.batch_size + st.split - 1) / st.split : 1;
-    sweep << st.form << "," << st.split << "," << mbs << "," << c.batch_size << "," << total / done << ","
-          << first_loss << "," << last_loss << std::endl;
+    loop.row(st.form, st.split, mbs, c.batch_size, total / done, first_loss, last_loss);
     std::cout << std::left << std::setw(15) << st.form << std::right;
     if (st.split > 0) std::cout << " split " << std::setw(4) << st.split << " (" << std::setw(3) << mbs << " micro-batches)";
     else std::cout << std::string(30, ' ');
@@ -321,8 +317,7 @@ void run_model_parallel(const PipelineConfig& c, const std::string& config_yaml)
               << partial_note(done, c.batches)
               << std::endl;
   }
-  report_sweep_stop();
-  std::cout << "wrote " << c.out_dir << "/sweep.csv" << std::endl;
+  finish_sweep(loop);
 }
 
 }  // namespace distrl::training::pipeline

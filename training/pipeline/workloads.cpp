@@ -4,35 +4,24 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <optional>
-#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
-#include <mutex>
 #include <sstream>
 
-#include "autograd/context.h"
-#include "autograd/optimizer.h"
 #include "common/error.h"
 #include "common/malloc_tuning.h"
-#include "common/plot.h"
-#include "common/stop_signal.h"
 #include "models/checkpoint.h"
-#include "models/resnet.h"
 #include "training/data.h"
 #include "training/pipeline/stage.h"
-#include "training/rpc_world.h"
-#include "training/run_outputs.h"
-#include "training/stop_agreement.h"
+#include "training/run_loop.h"
 #include "training/workload.h"
 #include "transport/collectives/process_group.h"
 
 namespace distrl::training::pipeline {
 
 namespace nn = torch::nn;
-using Clock = std::chrono::steady_clock;
 
 void bind(Settings& s, PipelineConfig& c) {
   s.bind("preset", &c.preset, "resnet: full (the tutorial's batch 120 of 128x128 images) or small (24 of 64x64, for tests)")
@@ -42,9 +31,7 @@ void bind(Settings& s, PipelineConfig& c) {
   bind_run(s, c, "metrics.csv, timeline.json/png, sweep.csv, checkpoints/ and config.yaml");
   s.bind("model.classes", &c.classes, "output classes (the tutorial's ResNet-50: 1000)").range(1, 100000);
   s.bind("model.image_size", &c.image_size, "resnet: side of the random square images").range(32, 4096);
-  s.bind("data.path", &c.data_path, "fashion-mnist: an MNIST-layout directory");
-  s.bind("data.limit", &c.data_limit, "training images used (0: all)").range(0, 1000000000);
-  s.bind("data.test_limit", &c.test_limit, "test images used (0: all)").range(0, 1000000000);
+  bind_data(s, c, "fashion-mnist: an MNIST-layout directory");
   s.bind("train.epochs", &c.epochs, "fashion-mnist: passes over the training images").range(1, 1000000);
   s.bind("train.batch_size", &c.batch_size, "rows per step, split into micro-batches").range(1, 1000000);
   s.bind("train.test_batch_size", &c.test_batch_size, "rows per evaluation forward").range(1, 1000000);
@@ -301,16 +288,6 @@ std::pair<double, double> evaluate_pipeline(const PipelineConfig& c, PipelineSta
   return {test_loss, correct};
 }
 
-// The last stage's end: the learning curve and where everything is.
-void finish_fashion_outputs(const PipelineConfig& c, std::ofstream& metrics, const std::string& ckpt_dir) {
-  metrics.close();
-  plot_csv(c.out_dir + "/metrics.csv", c.out_dir + "/learning_curve.png",
-           {{"loss", "epoch", {{"epoch", "train_loss", "train"}, {"epoch", "test_loss", "test"}}},
-            {"test accuracy (%)", "epoch", {{"epoch", "test_accuracy", "test"}}}});
-  std::cout << "wrote " << c.out_dir << "/metrics.csv, learning_curve.png, checkpoints/ (resume: --resume " << ckpt_dir
-            << ")" << std::endl;
-}
-
 }  // namespace
 
 void run_fashion_mnist(const PipelineConfig& c, const std::string& config_yaml, const WorldFlags& world,
@@ -348,69 +325,58 @@ void run_fashion_mnist(const PipelineConfig& c, const std::string& config_yaml, 
     start_epoch = static_cast<int>(numbers["epoch"]) + 1;
     if (last) std::cout << "resumed from " << resume << " after epoch " << start_epoch - 1 << std::endl;
   }
-  std::ofstream metrics;
+  // SIGINT/SIGTERM: the stages exchange every micro-batch, so all stop after the same step,
+  // save their shard as of the last finished epoch's label and write outputs.
+  RunLoop loop(c, "distrl-pipeline", last);
+  loop.stop_in_lock_step(*pg, "stage");
   prepare_checkpoints(ckpt_dir, rank, cuts);
-  if (last) {
-    metrics = open_run_outputs(c.out_dir, config_yaml, "metrics.csv",
-                               "epoch,train_loss,test_loss,test_accuracy,seconds,images_per_s", !resume.empty());
-    print_plan(c, sched, pieces, stage);
-  }
+  loop.open(config_yaml, "metrics.csv", "epoch,train_loss,test_loss,test_accuracy,seconds,images_per_s",
+            !resume.empty());
+  if (last) print_plan(c, sched, pieces, stage);
   const std::int64_t n = train.size();
-  // SIGINT/SIGTERM: the stages exchange every micro-batch, so all stop after the same step
-  // (stop_agreement.h), save their shard as of the last finished epoch's label and write outputs.
-  install_stop_handlers();
-  bool stopped = false;
-  for (int epoch = start_epoch; epoch <= c.epochs && !stopped; ++epoch) {
-    const auto t0 = Clock::now();
+  for (int epoch = start_epoch; epoch <= c.epochs; ++epoch) {
     at::Generator gen = at::detail::createCPUGenerator(static_cast<std::uint64_t>(c.seed) * 1000 + epoch);
     const at::Tensor order = at::randperm(n, gen, at::kLong);
-    double loss_sum = 0;
-    std::int64_t steps = 0;
+    Window w;  // this epoch's steps (the loss on the last stage only)
     for (std::int64_t off = 0; off + c.batch_size <= n; off += c.batch_size) {  // full batches
       const at::Tensor idx = order.narrow(0, off, c.batch_size);
       opt.zero_grad();
       const StepStats st = stage.step(first ? train.inputs.index_select(0, idx) : at::Tensor(),
                                       last ? train.targets.index_select(0, idx) : at::Tensor(), cross_entropy);
       opt.step();
-      ++steps;
-      if (epoch == start_epoch && steps == c.timeline_step) write_timeline(c, *pg, stage);
-      if (last) {
-        loss_sum += st.loss;
-        if (steps % c.log_interval == 0) {
-          const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-          std::cout << "epoch " << epoch << "/" << c.epochs << "  step " << std::setw(6) << steps << "/"
-                    << n / c.batch_size << "  loss " << std::fixed << std::setprecision(4) << loss_sum / steps << "  "
-                    << std::setprecision(0) << steps * c.batch_size / secs << " img/s" << std::defaultfloat << std::endl;
-        }
-      }
-      if (steps % kStopCheckSteps == 0 && stop_agreed(pg.get())) {
-        stopped = true;
-        break;
-      }
+      w.add(st.loss, c.batch_size);
+      if (epoch == start_epoch && w.steps == c.timeline_step) write_timeline(c, *pg, stage);
+      if (loop.log_due(w.steps))
+        std::cout << "epoch " << epoch << "/" << c.epochs << "  step " << std::setw(6) << w.steps << "/"
+                  << n / c.batch_size << "  loss " << std::fixed << std::setprecision(4) << w.mean_loss() << "  "
+                  << std::setprecision(0) << w.items_per_s() << " img/s" << std::defaultfloat << std::endl;
+      if (loop.stop_requested(w.steps)) break;
     }
-    if (stopped) {  // the weights as they are; the epoch counts as not done, so a resume repeats it
+    if (loop.stopped()) {  // the weights as they are; the epoch counts as not done, so a resume repeats it
       models::save_checkpoint(ckpt_dir + my_ckpt, *holder, &opt, {{"epoch", epoch - 1}});
       pg->barrier();
       if (last)
-        std::cout << "distrl-pipeline: stopped by " << (stop_signal() ? stop_signal_name() : "a signal on another stage")
-                  << " in epoch " << epoch << " after step " << steps << "; checkpoints in " << ckpt_dir
-                  << " (go on with --resume " << ckpt_dir << "; epoch " << epoch << " starts again)" << std::endl;
+        loop.report_stop("in epoch " + std::to_string(epoch) + " after step " + std::to_string(w.steps),
+                         "checkpoints in " + ckpt_dir + " (go on with --resume " + ckpt_dir + "; epoch " +
+                             std::to_string(epoch) + " starts again)");
       break;
     }
-    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    const double secs = w.seconds();
     const auto [test_loss, correct] = evaluate_pipeline(c, stage, *holder, test, first, last);
     models::save_checkpoint(ckpt_dir + my_ckpt, *holder, &opt, {{"epoch", epoch}});
     pg->barrier();  // every stage's checkpoint of this epoch exists
-    if (last) {
-      const double acc = 100.0 * correct / static_cast<double>(test.size());
-      metrics << epoch << "," << loss_sum / steps << "," << test_loss / test.size() << "," << acc << "," << secs << ","
-              << steps * c.batch_size / secs << std::endl;
+    const double acc = 100.0 * correct / static_cast<double>(test.size());
+    loop.row(epoch, w.mean_loss(), test_loss / test.size(), acc, secs, w.items / secs);
+    if (last)
       std::cout << "epoch " << epoch << "/" << c.epochs << " done in " << std::setprecision(3) << secs
-                << " s: train loss " << loss_sum / steps << ", test loss " << test_loss / test.size() << ", test accuracy "
-                << std::setprecision(4) << acc << "%" << std::defaultfloat << std::endl;
-    }
+                << " s: train loss " << w.mean_loss() << ", test loss " << test_loss / test.size()
+                << ", test accuracy " << std::setprecision(4) << acc << "%" << std::defaultfloat << std::endl;
   }
-  if (last) finish_fashion_outputs(c, metrics, ckpt_dir);
+  if (!last) return;
+  loop.finish({{"loss", "epoch", {{"epoch", "train_loss", "train"}, {"epoch", "test_loss", "test"}}},
+               {"test accuracy (%)", "epoch", {{"epoch", "test_accuracy", "test"}}}});
+  std::cout << "wrote " << c.out_dir << "/metrics.csv, learning_curve.png, checkpoints/ (resume: --resume " << ckpt_dir
+            << ")" << std::endl;
 }
 
 namespace {

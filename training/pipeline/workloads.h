@@ -29,7 +29,7 @@
 
 namespace distrl::training::pipeline {
 
-struct PipelineConfig : RunKeys, DistKeys {
+struct PipelineConfig : RunKeys, DistKeys, DataKeys {
   PipelineConfig() {
     out_dir = "runs/pipeline";
     log_interval = 100;
@@ -38,9 +38,6 @@ struct PipelineConfig : RunKeys, DistKeys {
   int stages = 2;                     // roles.stages
   int classes = 10;                   // model.classes (resnet: 1000)
   int image_size = 128;               // resnet: square side of the random images
-  std::string data_path = "/usr/share/datasets/fashion-mnist";
-  int data_limit = 0;
-  int test_limit = 0;
   int epochs = 1;
   int batch_size = 64;
   int test_batch_size = 1000;

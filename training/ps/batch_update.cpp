@@ -10,12 +10,11 @@
 
 #include "common/error.h"
 #include "common/log.h"
-#include "common/plot.h"
 #include "models/checkpoint.h"
 #include "models/nets.h"
 #include "models/resnet.h"
 #include "training/ps/client.h"
-#include "training/stop_agreement.h"
+#include "training/run_loop.h"
 #include "transport/store.h"
 
 namespace distrl::training::ps {
@@ -24,10 +23,7 @@ using Clock = std::chrono::steady_clock;
 
 std::shared_ptr<models::PolicyNet> build_model(const BatchUpdateConfig& cfg) {
   torch::manual_seed(cfg.seed);
-  if (cfg.model == "resnet50") {
-    if (cfg.channels != 3) throw ConfigError("model.channels: resnet50 takes 3-channel images");
-    return models::make_resnet50(cfg.classes);
-  }
+  if (cfg.model == "resnet50") return models::make_resnet50(cfg.classes);  // 3 channels: the workload's check
   models::NetSpec spec;
   spec.name = "mlp";
   spec.inputs = cfg.channels * cfg.image_size * cfg.image_size;
@@ -150,17 +146,15 @@ void run_batch_update(const BatchUpdateConfig& cfg, const std::string& config_ya
   if (store.add("ps/started", 1) >= cfg.trainers) store.set("ps/started/all", "1");
   store.wait({"ps/started/all"}, std::chrono::milliseconds(static_cast<long long>(cfg.timeout_s * 1000)));
 
-  std::ofstream metrics;
-  if (lead) {
-    metrics = open_run_outputs(cfg, config_yaml, "round,loss,round_ms,compute_ms,dropped");
+  RunLoop loop(cfg, "distrl-ps", lead);
+  loop.stop_through(agent.store());  // SIGINT/SIGTERM: every trainer stops after its current round
+  loop.open(config_yaml, "metrics.csv", "round,loss,round_ms,compute_ms,dropped");
+  if (lead)
     std::cout << "trainer 0: " << cfg.trainers << " trainer(s), " << cfg.servers << " server(s), model " << cfg.model
               << " (" << names.size() << " tensors), " << cfg.rounds << " rounds of batch " << cfg.batch_size << std::endl;
-  }
-  const auto start = Clock::now();
   const transport::RpcStats wire0 = agent.stats();
   int dropped = 0, rounds = 0;
-  StopFlag stop(agent.store());  // SIGINT/SIGTERM: every trainer stops after its current round
-  for (int r = 0; r < cfg.rounds && !stop.requested(); ++r, ++rounds) {
+  for (int r = 0; r < cfg.rounds && !loop.stop_requested(); ++r, ++rounds) {
     const auto t0 = Clock::now();
     const Batch b = synthetic_batch(cfg, trainer, r);
     model->zero_grad();
@@ -175,20 +169,18 @@ void run_batch_update(const BatchUpdateConfig& cfg, const std::string& config_ya
     load(res.values);
     dropped += res.dropped;
     const auto t2 = Clock::now();
-    if (lead) {
-      const double round_ms = std::chrono::duration<double, std::milli>(t2 - t0).count();
-      const double compute_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
-      metrics << r + 1 << "," << loss.item<double>() << "," << round_ms << "," << compute_ms << "," << res.dropped << "\n";
-      if ((r + 1) % cfg.log_interval == 0 || r + 1 == cfg.rounds)
-        std::cout << "round " << std::setw(5) << r + 1 << "/" << cfg.rounds << "  loss " << std::fixed
-                  << std::setprecision(4) << loss.item<double>() << "  round " << std::setprecision(1) << round_ms
-                  << " ms (compute " << compute_ms << " ms)" << std::defaultfloat << std::endl;
-    }
+    const double round_ms = std::chrono::duration<double, std::milli>(t2 - t0).count();
+    const double compute_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
+    loop.row(r + 1, loss.item<double>(), round_ms, compute_ms, res.dropped);
+    if (loop.log_due(r + 1) || (lead && r + 1 == cfg.rounds))
+      std::cout << "round " << std::setw(5) << r + 1 << "/" << cfg.rounds << "  loss " << std::fixed
+                << std::setprecision(4) << loss.item<double>() << "  round " << std::setprecision(1) << round_ms
+                << " ms (compute " << compute_ms << " ms)" << std::defaultfloat << std::endl;
   }
-  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const double seconds = loop.seconds();
   const transport::RpcStats wire1 = agent.stats();
   if (lead) {
-    if (stop.requested()) stop.report("distrl-ps", "round", rounds, cfg.rounds);
+    if (loop.stop_requested()) loop.report_stop("round", rounds, cfg.rounds);
     // Each round a trainer sends its gradients and receives the new values: twice the tensors.
     double tensor_bytes = 0;
     for (auto& p : params) tensor_bytes += 2.0 * static_cast<double>(p.nbytes());
@@ -197,7 +189,7 @@ void run_batch_update(const BatchUpdateConfig& cfg, const std::string& config_ya
     std::cout << "trainer 0: " << std::setprecision(4) << wire / 1e6 << " MB on the wire per round for "
               << tensor_bytes / 1e6 << " MB of gradients and values (" << std::fixed << std::setprecision(4)
               << wire / tensor_bytes << "x)" << std::defaultfloat << std::endl;
-    metrics.close();
+    loop.finish();  // no learning curve: the losses are of random images
     models::save_file(ps.pull(names), cfg.out_dir + "/params.pt");
     write_stats_csv(cfg.out_dir + "/ps_stats.csv", ps.stats());
     std::cout << "trainer 0: " << rounds << " rounds in " << std::setprecision(3) << seconds << " s ("

@@ -19,7 +19,8 @@
 
 namespace distrl::training::ps {
 
-// The model every trainer builds (the same weights from run.seed).
+// The model every trainer builds (the same weights from run.seed); cfg as the workload checks
+// it (resnet50: model.channels 3).
 std::shared_ptr<models::PolicyNet> build_model(const BatchUpdateConfig& cfg);
 
 // Trainer t's batch of round r: random images and labels, a function of (seed, t, r) only.

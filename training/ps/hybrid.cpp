@@ -16,17 +16,14 @@
 #include "autograd/optimizer.h"
 #include "autograd/remote_module.h"
 #include "common/error.h"
-#include "common/plot.h"
 #include "models/checkpoint.h"
 #include "models/nets.h"
-#include "common/stop_signal.h"
 #include "training/ddp/ddp.h"
-#include "training/stop_agreement.h"
+#include "training/run_loop.h"
 #include "transport/collectives/process_group.h"
 
 namespace distrl::training::ps {
 
-using Clock = std::chrono::steady_clock;
 using BagHost = autograd::ModuleHost<torch::nn::EmbeddingBagImpl>;
 
 namespace {
@@ -150,55 +147,43 @@ void run_trainer(const HybridConfig& cfg, const std::string& config_yaml, transp
 
   std::vector<HybridBatch> batches;
   for (int b = 0; b < cfg.batches; ++b) batches.push_back(hybrid_batch(cfg, trainer, b));
-  std::ofstream metrics;
-  if (lead) {
-    metrics = open_run_outputs(cfg, config_yaml, "epoch,loss,seconds");
+  RunLoop loop(cfg, "distrl-ps", lead);
+  loop.stop_in_lock_step(*pg, "trainer");  // the trainers all-reduce every step (DDP)
+  loop.open(config_yaml, "metrics.csv", "epoch,loss,seconds");
+  if (lead)
     std::cout << "trainer 0: EmbeddingBag on ps0 by RPC, Linear(" << cfg.embedding_dim << ", " << cfg.classes
               << ") DDP'd over " << cfg.trainers << " trainer(s); " << cfg.epochs << " epoch(s) of " << cfg.batches
               << " batches" << std::endl;
-  }
-  const auto start = Clock::now();
-  // SIGINT/SIGTERM: the trainers all-reduce every step (DDP), so all stop after the same one.
-  bool stopped = false;
   long long steps = 0;
   int epochs_done = 0;
-  for (int epoch = 1; epoch <= cfg.epochs && !stopped; ++epoch) {
-    double sum = 0;
+  for (int epoch = 1; epoch <= cfg.epochs; ++epoch) {
+    Window w;  // this epoch's steps
     for (const auto& b : batches) {
-      if (++steps % kStopCheckSteps == 0 && stop_agreed(pg.get())) {
-        stopped = true;
-        break;
-      }
+      if (loop.stop_requested(++steps)) break;
       autograd::Context ctx(agent);
       at::Tensor out = ddp.forward(emb.forward(b.indices, b.offsets));
       at::Tensor loss = torch::nn::functional::cross_entropy(out, b.targets);
       autograd::backward(ctx, {loss});
       opt.step(ctx);
       pg->barrier();  // every trainer's embedding update is in before the next forward
-      sum += loss.item<double>();
+      w.add(loss.item<double>());
     }
-    if (stopped) break;  // a part of an epoch: no row for it
+    if (loop.stopped()) break;  // a part of an epoch: no row for it
     epochs_done = epoch;
-    if (lead) {
-      const double secs = std::chrono::duration<double>(Clock::now() - start).count();
-      metrics << epoch << "," << sum / cfg.batches << "," << secs << "\n";
-      if (epoch % cfg.log_interval == 0 || epoch == cfg.epochs)
-        std::cout << "epoch " << std::setw(4) << epoch << "/" << cfg.epochs << "  loss " << std::fixed
-                  << std::setprecision(4) << sum / cfg.batches << "  " << std::setprecision(1)
-                  << epoch * cfg.batches / secs << " steps/s" << std::defaultfloat << std::endl;
-    }
+    const double secs = loop.seconds();
+    loop.row(epoch, w.mean_loss(), secs);
+    if (loop.log_due(epoch) || (lead && epoch == cfg.epochs))
+      std::cout << "epoch " << std::setw(4) << epoch << "/" << cfg.epochs << "  loss " << std::fixed
+                << std::setprecision(4) << w.mean_loss() << "  " << std::setprecision(1)
+                << epoch * cfg.batches / secs << " steps/s" << std::defaultfloat << std::endl;
   }
   if (lead) {
-    metrics.close();
-    if (stopped)
-      report_stop("distrl-ps", stop_signal() ? stop_signal_name() : "a signal on another trainer", "epoch", epochs_done,
-                  cfg.epochs);
+    if (loop.stopped()) loop.report_stop("epoch", epochs_done, cfg.epochs);
     std::vector<at::Tensor> state;
     for (auto& p : emb.remote_parameters()) state.push_back(p.to_here());
     for (auto& p : fc->parameters()) state.push_back(p.detach().clone());
     models::save_file(state, cfg.out_dir + "/params.pt");
-    plot_csv(cfg.out_dir + "/metrics.csv", cfg.out_dir + "/learning_curve.png",
-             {{"training loss", "epoch", {{"epoch", "loss", "loss"}}}});
+    loop.finish({{"training loss", "epoch", {{"epoch", "loss", "loss"}}}});
     std::cout << "trainer 0: wrote " << cfg.out_dir << "/{metrics.csv,learning_curve.png,params.pt,config.yaml}"
               << std::endl;
   }

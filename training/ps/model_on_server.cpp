@@ -15,13 +15,12 @@
 #include "autograd/step_guard.h"
 #include "common/error.h"
 #include "common/output_file.h"
-#include "common/plot.h"
 #include "models/checkpoint.h"
 #include "models/nets.h"
 #include "training/data.h"
 #include "training/ps/client.h"
 #include "training/ps/server.h"
-#include "training/stop_agreement.h"
+#include "training/run_loop.h"
 
 namespace distrl::training::ps {
 
@@ -179,7 +178,7 @@ void serve(const ModelOnServerConfig& cfg, transport::RpcAgent& agent, ModelServ
 // The lead trainer's end of an epoch: the server's parameters as they are now, copied into its
 // local model and evaluated on the test set; a row of epochs.csv and a line.
 void evaluate_epoch(const ModelOnServerConfig& cfg, transport::RpcAgent& agent, models::Net& local, const Dataset& test,
-                    int epoch, Clock::time_point start, std::ofstream& epochs_csv) {
+                    int epoch, const RunLoop& loop, CsvFile& epochs_csv) {
   auto state = agent.rpc_sync<std::vector<at::Tensor>>(kServerRank, "ps.model.state");
   {
     torch::NoGradGuard no_grad;
@@ -187,11 +186,44 @@ void evaluate_epoch(const ModelOnServerConfig& cfg, transport::RpcAgent& agent, 
     for (std::size_t i = 0; i < ps.size(); ++i) ps[i].copy_(state[i]);
   }
   auto [test_loss, acc] = evaluate(local, test, cfg.test_batch_size);
-  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  epochs_csv << epoch << "," << test_loss << "," << acc << "," << seconds << std::endl;
+  epochs_csv.row(epoch, test_loss, acc, loop.seconds());
   std::cout << "epoch " << epoch << "/" << cfg.epochs << ": test loss " << std::setprecision(4) << test_loss
             << ", test accuracy " << std::setprecision(2) << std::fixed << 100 * acc << "% (" << test.size()
             << " images)" << std::defaultfloat << std::endl;
+}
+
+// This trainer's time in each phase, summed over its steps.
+struct StepTimes {
+  double forward = 0, backward = 0, step = 0;
+};
+
+// One batch: the forward on the server inside a distributed autograd context, the backward, the
+// DistributedOptimizer's step; a step refused as stale (versioned) is tried again, up to
+// train.retries times. The loss.
+double train_step(const ModelOnServerConfig& cfg, transport::RpcAgent& agent, autograd::DistributedOptimizer& opt,
+                  int trainer, const at::Tensor& x, const at::Tensor& y, Report& me, StepTimes& spent) {
+  for (int attempt = 0;; ++attempt) {
+    autograd::Context ctx(agent);
+    const auto t0 = Clock::now();
+    auto out = agent.rpc_sync<at::Tensor>(kServerRank, "ps.model.forward", trainer, x);
+    auto l = torch::nn::functional::cross_entropy(out, y);
+    const auto t1 = Clock::now();
+    autograd::backward(ctx, {l});
+    const auto t2 = Clock::now();
+    spent.forward += std::chrono::duration<double>(t1 - t0).count();
+    spent.backward += std::chrono::duration<double>(t2 - t1).count();
+    try {
+      opt.step(ctx);
+      spent.step += std::chrono::duration<double>(Clock::now() - t2).count();
+      return l.item<double>();
+    } catch (const autograd::StaleStepError& e) {
+      ++me.retries;
+      if (attempt >= cfg.retries)
+        throw Error("trainer " + std::to_string(trainer) + ": a batch was refused as stale " +
+                    std::to_string(attempt + 1) + " times (train.retries " + std::to_string(cfg.retries) +
+                    "): " + e.what());
+    }
+  }
 }
 
 }  // namespace
@@ -211,84 +243,54 @@ void run_model_on_server(const ModelOnServerConfig& cfg, const std::string& conf
   autograd::DistributedOptimizer opt(agent, cfg.optimizer_spec(), params);  // the tutorial's TrainerNet
   auto local = lead ? build_cnn(cfg) : nullptr;            // for evaluation only
 
-  std::ofstream metrics, epochs_csv;
+  RunLoop loop(cfg, "distrl-ps", lead);
+  loop.stop_through(agent.store());  // SIGINT/SIGTERM: every trainer stops after its current step
+  loop.open(config_yaml, "metrics.csv", "epoch,step,loss,samples_per_s,retries");
+  CsvFile epochs_csv;
   if (lead) {
-    metrics = open_run_outputs(cfg, config_yaml, "epoch,step,loss,samples_per_s,retries");
-    epochs_csv.open(cfg.out_dir + "/epochs.csv");
-    if (!epochs_csv) throw Error("cannot write " + cfg.out_dir + "/epochs.csv (check run.out_dir)");
-    epochs_csv << "epoch,test_loss,test_accuracy,seconds\n";
+    epochs_csv = CsvFile(cfg.out_dir + "/epochs.csv", "epoch,test_loss,test_accuracy,seconds");
     std::cout << "trainer 0: " << cfg.trainers << " trainer(s), the model on ps0, step policy " << cfg.step_policy
               << "; " << train.size() << " training images (" << sampler.per_rank() << " per trainer), " << cfg.epochs
               << " epoch(s) of batch " << cfg.batch_size << std::endl;
   }
   Report me;
-  double fwd_s = 0, bwd_s = 0, step_s = 0;  // this trainer's time in each phase
-  const auto start = Clock::now();
-  StopFlag stop(agent.store());  // SIGINT/SIGTERM: every trainer stops after its current step
+  StepTimes spent;
   int epochs_done = 0;
-  for (int epoch = 1; epoch <= cfg.epochs && !stop.requested(); ++epoch) {
+  for (int epoch = 1; epoch <= cfg.epochs && !loop.stop_requested(); ++epoch) {
     sampler.set_epoch(epoch);
     const auto idx = torch::tensor(sampler.indices(), torch::kLong);
-    double loss_sum = 0;
-    int loss_n = 0;
-    for (std::int64_t off = 0; off < idx.numel() && !stop.requested(); off += cfg.batch_size) {
+    Window w;  // the steps since the last progress line
+    for (std::int64_t off = 0; off < idx.numel() && !loop.stop_requested(); off += cfg.batch_size) {
       const auto b = idx.narrow(0, off, std::min<std::int64_t>(cfg.batch_size, idx.numel() - off));
-      const auto x = train.inputs.index_select(0, b), y = train.targets.index_select(0, b);
-      double loss = 0;
-      for (int attempt = 0;; ++attempt) {
-        autograd::Context ctx(agent);
-        const auto t0 = Clock::now();
-        auto out = agent.rpc_sync<at::Tensor>(kServerRank, "ps.model.forward", trainer, x);
-        auto l = torch::nn::functional::cross_entropy(out, y);
-        const auto t1 = Clock::now();
-        autograd::backward(ctx, {l});
-        const auto t2 = Clock::now();
-        fwd_s += std::chrono::duration<double>(t1 - t0).count();
-        bwd_s += std::chrono::duration<double>(t2 - t1).count();
-        try {
-          opt.step(ctx);
-          step_s += std::chrono::duration<double>(Clock::now() - t2).count();
-          loss = l.item<double>();
-          break;
-        } catch (const autograd::StaleStepError& e) {
-          ++me.retries;
-          if (attempt >= cfg.retries)
-            throw Error("trainer " + std::to_string(trainer) + ": a batch was refused as stale " +
-                        std::to_string(attempt + 1) + " times (train.retries " + std::to_string(cfg.retries) +
-                        "): " + e.what());
-        }
-      }
+      w.add(train_step(cfg, agent, opt, trainer, train.inputs.index_select(0, b), train.targets.index_select(0, b),
+                       me, spent));
       me.samples += b.numel();
       ++me.steps;
-      loss_sum += loss;
-      ++loss_n;
-      if (lead && me.steps % cfg.log_interval == 0) {
-        const double rate = me.samples / std::chrono::duration<double>(Clock::now() - start).count();
-        metrics << epoch << "," << me.steps << "," << loss_sum / loss_n << "," << rate << "," << me.retries << "\n";
+      if (loop.log_due(me.steps)) {
+        const double rate = me.samples / loop.seconds();
+        loop.row(epoch, me.steps, w.mean_loss(), rate, me.retries);
         std::cout << "epoch " << epoch << "/" << cfg.epochs << "  step " << std::setw(6) << me.steps << "  loss "
-                  << std::fixed << std::setprecision(4) << loss_sum / loss_n << "  " << std::setprecision(0) << rate
+                  << std::fixed << std::setprecision(4) << w.mean_loss() << "  " << std::setprecision(0) << rate
                   << " samples/s (this trainer)  " << me.retries << " stale retries" << std::defaultfloat << std::endl;
-        loss_sum = 0;
-        loss_n = 0;
+        w.reset();
       }
     }
-    if (stop.requested()) break;  // the epoch is not done: not evaluated as one
+    if (loop.stop_requested()) break;  // the epoch is not done: not evaluated as one
     epochs_done = epoch;
-    if (lead) evaluate_epoch(cfg, agent, *local, test, epoch, start, epochs_csv);
+    if (lead) evaluate_epoch(cfg, agent, *local, test, epoch, loop, epochs_csv);
   }
-  me.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  me.seconds = loop.seconds();
   agent.rpc_sync<void>(kServerRank, "ps.model.report", trainer, me);
   if (lead) {
-    metrics.close();
     epochs_csv.close();
-    plot_csv(cfg.out_dir + "/epochs.csv", cfg.out_dir + "/learning_curve.png",
-             {{"test accuracy", "epoch", {{"epoch", "test_accuracy", "test accuracy"}}},
-              {"test loss", "epoch", {{"epoch", "test_loss", "test loss"}}}});
-    if (stop.requested()) stop.report("distrl-ps", "epoch", epochs_done, cfg.epochs);
+    loop.finish({{"test accuracy", "epoch", {{"epoch", "test_accuracy", "test accuracy"}}},
+                 {"test loss", "epoch", {{"epoch", "test_loss", "test loss"}}}},
+                "epochs.csv");
+    if (loop.stop_requested()) loop.report_stop("epoch", epochs_done, cfg.epochs);
     const double per = 1000.0 / std::max<std::int64_t>(1, me.steps);
     std::cout << "trainer 0: " << me.steps << " steps in " << std::setprecision(3) << me.seconds << " s ("
-              << "forward " << fwd_s * per << " ms, backward " << bwd_s * per << " ms, step " << step_s * per
-              << " ms per step), " << me.retries << " stale retries; wrote " << cfg.out_dir
+              << "forward " << spent.forward * per << " ms, backward " << spent.backward * per << " ms, step "
+              << spent.step * per << " ms per step), " << me.retries << " stale retries; wrote " << cfg.out_dir
               << "/{metrics.csv,epochs.csv,learning_curve.png,config.yaml} (ps0 writes params.pt once every "
                  "trainer is done)" << std::endl;
   }

@@ -1,7 +1,5 @@
 #include "training/ps/ps_config.h"
 
-#include "training/run_outputs.h"
-
 namespace distrl::training::ps {
 namespace {
 
@@ -10,9 +8,7 @@ void bind_common(Settings& s, PsCommon& c, const std::string& outputs, const std
   s.bind("roles.servers", &c.servers, "server shards (ranks 0..servers-1)").range(1, 64);
   s.bind("roles.trainers", &c.trainers, "trainer processes (the ranks after the servers)").range(1, 256);
   bind_run(s, c, outputs, progress);
-  s.bind("optimizer.name", &c.optimizer, "the servers' optimizer").choices({"sgd", "adagrad", "adam"});
-  s.bind("optimizer.lr", &c.lr, "learning rate").range(1e-12, 100);
-  s.bind("optimizer.momentum", &c.momentum, "sgd: momentum").range(0, 1);
+  bind_optimizer(s, c, "the servers' optimizer", {"sgd", "adagrad", "adam"});
   s.bind("optimizer.weight_decay", &c.weight_decay, "L2 penalty").range(0, 10);
   s.bind("launch.max_restarts", &c.max_restarts,
          "distrl-launch restarts a rank that dies up to N times (it rejoins under its rank; a shard "
@@ -79,9 +75,7 @@ void bind(Settings& s, ModelOnServerConfig& c) {
   s.bind("model.name", &c.model, "mnist_cnn (the tutorial's) or mlp").choices({"mnist_cnn", "mlp"});
   s.bind("model.classes", &c.classes, "output classes").range(1, 100000);
   s.bind("model.hidden", &c.hidden, "mlp: hidden widths").range(1, 65536);
-  s.bind("data.path", &c.data_path, "an MNIST-layout directory (Fashion-MNIST by default)");
-  s.bind("data.limit", &c.data_limit, "training images used (0: all)").range(0, 1000000000);
-  s.bind("data.test_limit", &c.test_limit, "test images used (0: all)").range(0, 1000000000);
+  bind_data(s, c, "an MNIST-layout directory (Fashion-MNIST by default)");
   s.bind("train.epochs", &c.epochs, "passes over each trainer's share").range(1, 1000000);
   s.bind("train.batch_size", &c.batch_size, "images per trainer and step").range(1, 100000);
   s.bind("train.test_batch_size", &c.test_batch_size, "images per evaluation forward").range(1, 1000000);
@@ -101,10 +95,6 @@ void bind(Settings& s, HybridConfig& c) {
   s.bind("model.classes", &c.classes, "the Linear's outputs").range(1, 100000);
   s.bind("train.epochs", &c.epochs, "passes over each trainer's batches").range(1, 1000000);
   s.bind("train.batches", &c.batches, "batches per trainer, repeated every epoch").range(1, 1000000);
-}
-
-std::ofstream open_run_outputs(const PsCommon& c, const std::string& config_yaml, const std::string& csv_header) {
-  return training::open_run_outputs(c.out_dir, config_yaml, "metrics.csv", csv_header);
 }
 
 autograd::OptimizerSpec PsCommon::optimizer_spec() const {

@@ -3,7 +3,6 @@
 // the trainers (ps_hybrid: then the master).
 #pragma once
 
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -14,19 +13,17 @@
 namespace distrl::training::ps {
 
 // What every parameter-server workload has: run, dist, roles, the optimizer, restarts.
-struct PsCommon : RunKeys, DistKeys {
+struct PsCommon : RunKeys, DistKeys, OptimizerKeys {  // the optimizer applied on the servers
   PsCommon() {
     out_dir = "runs/ps";
     log_interval = 1;
+    lr = 0.001;
+    momentum = 0.9;
   }
   int servers = 1;                   // roles.servers
   int trainers = 2;                  // roles.trainers
   int max_restarts = 0;              // launch.max_restarts: distrl-launch restarts a dead rank
-  // optimizer (applied on the servers)
-  std::string optimizer = "sgd";
-  double lr = 0.001;
-  double momentum = 0.9;
-  double weight_decay = 0.0;
+  double weight_decay = 0.0;         // optimizer.weight_decay
 
   // optimizer.* as the spec servers and DistributedOptimizers step with (momentum: sgd only;
   // adagrad's eps LibTorch's 1e-10).
@@ -84,13 +81,10 @@ struct SkipgramConfig : ShardedConfig {
 };
 
 // ps_model_on_server: the tutorial's ParameterServer + TrainerNet on Fashion-MNIST.
-struct ModelOnServerConfig : PsEngineConfig {
+struct ModelOnServerConfig : PsEngineConfig, DataKeys {
   std::string model = "mnist_cnn";   // mnist_cnn | mlp
   int classes = 30;
   std::vector<int> hidden{64};       // mlp
-  std::string data_path = "/usr/share/datasets/fashion-mnist";
-  int data_limit = 0;                // training images used (0: all)
-  int test_limit = 0;                // test images used (0: all)
   int epochs = 1;
   int batch_size = 20;
   int test_batch_size = 1000;
@@ -111,9 +105,5 @@ void bind(Settings& s, BatchUpdateConfig& c);
 void bind(Settings& s, SkipgramConfig& c);
 void bind(Settings& s, ModelOnServerConfig& c);
 void bind(Settings& s, HybridConfig& c);
-
-// The lead trainer's outputs: creates run.out_dir, writes config.yaml there and opens
-// metrics.csv with its header line (Error naming the directory when it cannot).
-std::ofstream open_run_outputs(const PsCommon& c, const std::string& config_yaml, const std::string& csv_header);
 
 }  // namespace distrl::training::ps

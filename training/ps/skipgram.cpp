@@ -13,17 +13,14 @@
 #include <unordered_map>
 
 #include "common/error.h"
-#include "common/plot.h"
 #include "models/checkpoint.h"
 #include "training/data.h"
 #include "training/ps/batch_update.h"
 #include "training/ps/client.h"
-#include "training/stop_agreement.h"
+#include "training/run_loop.h"
 #include "transport/store.h"
 
 namespace distrl::training::ps {
-
-using Clock = std::chrono::steady_clock;
 
 namespace {
 constexpr const char* kIn = "skipgram.in";    // the word vectors (what neighbours are read from)
@@ -144,19 +141,17 @@ void run_skipgram(const SkipgramConfig& cfg, const std::string& config_yaml, tra
   auto gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<std::uint64_t>(cfg.seed) * 7919ull + trainer + 1);
   const std::int64_t B = cfg.batch_size, K = cfg.negatives;
 
-  std::ofstream metrics;
-  if (lead) {
-    metrics = open_run_outputs(cfg, config_yaml, "step,loss,pairs_per_s");
+  RunLoop loop(cfg, "distrl-ps", lead);
+  loop.stop_through(agent.store());  // SIGINT/SIGTERM: every trainer stops after its current step
+  loop.open(config_yaml, "metrics.csv", "step,loss,pairs_per_s");
+  if (lead)
     std::cout << "trainer 0: skip-gram over " << n << " words (" << V << " in the vocabulary) from " << cfg.data_path
               << "; tables " << V << " x " << D << " on " << cfg.servers << " shard(s), " << cfg.trainers
               << " trainer(s), " << cfg.steps << " steps of " << B << " pairs, " << K << " negatives each" << std::endl;
-  }
-  const auto start = Clock::now();
-  auto window_start = start;
-  double window_loss = 0, first_loss = -1, last_loss = 0;
-  int window_steps = 0, steps = 0;
-  StopFlag stop(agent.store());  // SIGINT/SIGTERM: every trainer stops after its current step
-  for (int step = 1; step <= cfg.steps && !stop.requested(); ++step) {
+  Window w;  // the steps since the last progress line
+  double first_loss = -1, last_loss = 0;
+  int steps = 0;
+  for (int step = 1; step <= cfg.steps && !loop.stop_requested(); ++step) {
     steps = step;
     // A batch of (centre, context) pairs from this trainer's share, and K negatives per pair.
     const at::Tensor pos = torch::randint(lo, hi, {B}, gen, torch::kLong);
@@ -181,36 +176,29 @@ void run_skipgram(const SkipgramConfig& cfg, const std::string& config_yaml, tra
     ps.push_rows(kIn, in_rows, vin.grad());
     ps.push_rows(kOut, out_rows, vout.grad());
 
-    const double l = loss.item<double>();
-    window_loss += l;
-    ++window_steps;
-    if (lead && (step % cfg.log_interval == 0 || step == cfg.steps || (stop.requested() && window_steps > 0))) {
-      const double avg = window_loss / window_steps;
-      const double rate = window_steps * B / std::chrono::duration<double>(Clock::now() - window_start).count();
-      if (first_loss < 0) first_loss = avg;
-      last_loss = avg;
-      metrics << step << "," << avg << "," << rate << "\n";
+    w.add(loss.item<double>(), B);
+    if (loop.log_due(step) || (lead && (step == cfg.steps || loop.stop_requested()))) {
+      const double rate = w.items_per_s();
+      if (first_loss < 0) first_loss = w.mean_loss();
+      last_loss = w.mean_loss();
+      loop.row(step, last_loss, rate);
       std::cout << "step " << std::setw(6) << step << "/" << cfg.steps << "  loss " << std::fixed << std::setprecision(4)
-                << avg << "  " << std::setprecision(0) << rate << " pairs/s" << std::defaultfloat << std::endl;
-      window_loss = 0;
-      window_steps = 0;
-      window_start = Clock::now();
+                << last_loss << "  " << std::setprecision(0) << rate << " pairs/s" << std::defaultfloat << std::endl;
+      w.reset();
     }
   }
   agent.store().set(finished_key(trainer), "1");
   if (lead) {
-    metrics.close();
     wait_for_other_trainers(cfg, agent);
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    const double seconds = loop.seconds();
     const at::Tensor table = ps.pull_rows(kIn, torch::arange(V));
-    if (stop.requested()) stop.report("distrl-ps", "step", steps, cfg.steps);
+    if (loop.stop_requested()) loop.report_stop("step", steps, cfg.steps);
     std::cout << "trainer 0: loss " << std::setprecision(4) << first_loss << " -> " << last_loss << " in " << steps
               << " steps (" << std::setprecision(3) << seconds << " s); nearest words:" << std::endl;
     write_neighbours(cfg, corpus, table);
     models::save_file(table, cfg.out_dir + "/embeddings.pt");
     write_stats_csv(cfg.out_dir + "/ps_stats.csv", ps.stats());
-    plot_csv(cfg.out_dir + "/metrics.csv", cfg.out_dir + "/learning_curve.png",
-             {{"skip-gram loss", "step", {{"step", "loss", "loss"}}}});
+    loop.finish({{"skip-gram loss", "step", {{"step", "loss", "loss"}}}});
     std::cout << "trainer 0: wrote " << cfg.out_dir
               << "/{metrics.csv,learning_curve.png,neighbours.txt,embeddings.pt,ps_stats.csv,config.yaml}" << std::endl;
   }

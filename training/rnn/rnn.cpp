@@ -4,8 +4,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <set>
 #include <sstream>
@@ -14,13 +12,13 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/malloc_tuning.h"
-#include "common/plot.h"
 #include "common/stop_signal.h"
 #include "models/checkpoint.h"
 #include "transport/rpc/rpc_agent.h"
 #include "transport/tensor.h"
 #include "training/data.h"
 #include "training/rpc_world.h"
+#include "training/run_loop.h"
 #include "training/workload.h"
 
 namespace distrl::training {
@@ -178,27 +176,18 @@ int resume_from(const std::string& resume, RnnTrainerModel& model, transport::Rp
 
 // The lead trainer's progress line and metrics.csv row (the validation columns empty between
 // validations).
-void report_step(const RnnConfig& cfg, std::ofstream& metrics, int step, double train_loss, double rate,
-                 double last_val, bool evaluated, double seconds) {
+void report_step(const RnnConfig& cfg, RunLoop& loop, int step, double train_loss, double rate, double last_val,
+                 bool evaluated) {
   char val_text[64] = "val loss -";
   if (!std::isnan(last_val))
     std::snprintf(val_text, sizeof(val_text), "val loss %.3f (perplexity %.2f)", last_val, std::exp(last_val));
+  const double seconds = loop.seconds();
   std::printf("step %d/%d  train loss %.3f  %s  %.0f chars/s  %.1f s\n", step, cfg.steps, train_loss, val_text, rate,
               seconds);
   std::fflush(stdout);
-  metrics << step << ',' << train_loss << ',' << (evaluated ? std::to_string(last_val) : "") << ','
-          << (evaluated ? std::to_string(std::exp(last_val)) : "") << ',' << rate << ',' << seconds << '\n';
-  metrics.flush();
-}
-
-// The lead trainer's end: the learning curve from metrics.csv and where everything is.
-void finish_outputs(const RnnConfig& cfg, std::ofstream& metrics, const std::string& csv, const std::string& ckpt) {
-  metrics.close();
-  std::vector<Chart> charts{{"cross-entropy (nats/char)", "step", {{"step", "train_loss", "train"}, {"step", "val_loss", "validation"}}},
-                            {"validation perplexity", "step", {{"step", "val_perplexity", "validation"}}}};
-  if (plot_csv(csv, cfg.out_dir + "/learning_curve.png", charts))
-    std::cout << "wrote " << cfg.out_dir << "/learning_curve.png" << std::endl;
-  std::cout << "trainer: done; metrics in " << csv << ", checkpoint " << ckpt << std::endl;
+  const std::string none;
+  loop.row(step, train_loss, evaluated ? std::to_string(last_val) : none,
+           evaluated ? std::to_string(std::exp(last_val)) : none, rate, seconds);
 }
 
 }  // namespace
@@ -228,19 +217,14 @@ void run_rnn(const RnnConfig& cfg, const std::string& config_yaml, transport::Rp
     throw ConfigError("the text is too short for train.batch_size " + std::to_string(cfg.batch_size) + " x train.bptt " +
                       std::to_string(cfg.bptt) + ": use a smaller batch or more data (data.path, data.max_chars)");
 
-  std::filesystem::create_directories(cfg.out_dir);
-  const std::string ckpt = cfg.checkpoint.empty() ? cfg.out_dir + "/checkpoint.pt" : cfg.checkpoint;
-  const std::string csv = cfg.out_dir + "/metrics.csv";
+  const std::string ckpt = cfg.checkpoint_path(cfg.out_dir);
   const int first_step = resume.empty() ? 1 : resume_from(resume, model, agent);
-  std::ofstream metrics;
-  if (lead) {
-    std::ofstream(cfg.out_dir + "/config.yaml") << config_yaml;
-    const bool append = !resume.empty() && std::filesystem::exists(csv);
-    metrics.open(csv, append ? std::ios::app : std::ios::trunc);
-    if (!append) metrics << "step,train_loss,val_loss,val_perplexity,chars_per_s,seconds\n";
+  // SIGINT/SIGTERM: each trainer on its own signal (the launcher signals them all), after its step.
+  RunLoop loop(cfg, "trainer " + std::to_string(rank), lead);
+  loop.open(config_yaml, "metrics.csv", "step,train_loss,val_loss,val_perplexity,chars_per_s,seconds", !resume.empty());
+  if (lead)
     std::cout << "trainer: " << tokens << " characters in the alphabet, " << corpus.train.size(0) << " training and "
               << corpus.val.size(0) << " validation characters from " << cfg.data_path << std::endl;
-  }
   auto save = [&](int step) {
     if (!lead) return;
     std::map<std::string, torch::Tensor> extra;
@@ -259,43 +243,41 @@ void run_rnn(const RnnConfig& cfg, const std::string& config_yaml, transport::Rp
     return sum / std::max(1, n);
   };
 
-  const auto start = Clock::now();
-  double loss_sum = 0;
-  int loss_n = 0;
-  auto window = Clock::now();
+  Window w;  // the steps since the last progress line
   torch::manual_seed(cfg.seed + rank);
   std::int64_t pos = (torch::randint(train.size(0) - cfg.bptt - 1, {1}).item<std::int64_t>() / cfg.bptt) * cfg.bptt;
   model.reset_state(cfg.batch_size);
   double last_val = std::nan("");
   int done = first_step - 1;  // the last finished step
   for (int step = first_step; step <= cfg.steps; ++step) {
-    if (stop_signal()) break;  // SIGINT/SIGTERM: the last step is finished; save and report below
+    if (loop.stop_requested()) break;  // the last step is finished; save and report below
     if (pos + cfg.bptt + 1 >= train.size(0)) {
       pos = 0;
       model.reset_state(cfg.batch_size);
     }
-    loss_sum += model.train_step(train.slice(0, pos, pos + cfg.bptt), train.slice(0, pos + 1, pos + 1 + cfg.bptt));
-    ++loss_n;
+    w.add(model.train_step(train.slice(0, pos, pos + cfg.bptt), train.slice(0, pos + 1, pos + 1 + cfg.bptt)),
+          static_cast<long long>(cfg.bptt) * cfg.batch_size);
     pos += cfg.bptt;
     const bool eval_now = step % cfg.eval_interval == 0 || step == cfg.steps;
-    if (lead && (step % cfg.log_interval == 0 || eval_now)) {
-      const double train_loss = loss_sum / loss_n;
-      const double rate = static_cast<double>(loss_n) * cfg.bptt * cfg.batch_size / since(window);
+    if (loop.log_due(step) || (lead && eval_now)) {
+      const double rate = w.items_per_s();
       if (eval_now) last_val = validate();
-      report_step(cfg, metrics, step, train_loss, rate, last_val, eval_now, since(start));
-      loss_sum = 0;
-      loss_n = 0;
-      window = Clock::now();
+      report_step(cfg, loop, step, w.mean_loss(), rate, last_val, eval_now);
+      w.reset();
     }
-    if (cfg.checkpoint_every > 0 && step % cfg.checkpoint_every == 0) save(step);
+    if (cfg.checkpoint_due(step, false)) save(step);
     done = step;
   }
   save(done);
-  if (stop_signal())
-    std::cout << "trainer " << rank << ": stopped by " << stop_signal_name() << " after step " << done << " of "
-              << cfg.steps << (lead ? "; checkpoint " + ckpt + " (go on with --resume " + ckpt + ")" : std::string())
-              << std::endl;
-  if (lead) finish_outputs(cfg, metrics, csv, ckpt);
+  if (loop.stop_requested())
+    loop.report_stop("after step " + std::to_string(done) + " of " + std::to_string(cfg.steps),
+                     lead ? "checkpoint " + ckpt + " (go on with --resume " + ckpt + ")" : "");
+  if (!lead) return;
+  const std::vector<Chart> charts{
+      {"cross-entropy (nats/char)", "step", {{"step", "train_loss", "train"}, {"step", "val_loss", "validation"}}},
+      {"validation perplexity", "step", {{"step", "val_perplexity", "validation"}}}};
+  if (loop.finish(charts)) std::cout << "wrote " << cfg.out_dir << "/learning_curve.png" << std::endl;
+  std::cout << "trainer: done; metrics in " << cfg.out_dir << "/metrics.csv, checkpoint " << ckpt << std::endl;
 }
 
 namespace {

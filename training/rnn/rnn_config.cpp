@@ -17,12 +17,9 @@ void bind(Settings& s, RnnConfig& c) {
   s.bind("train.batch_size", &c.batch_size, "sequences per step").range(1, 100000);
   s.bind("train.eval_interval", &c.eval_interval, "steps between validation passes").range(1, 2000000000);
   s.bind("train.eval_batches", &c.eval_batches, "validation batches per pass").range(1, 1000000);
-  s.bind("optimizer.name", &c.optimizer, "DistributedOptimizer kind").choices({"sgd", "adam", "adagrad"});
-  s.bind("optimizer.lr", &c.lr, "learning rate").range(1e-12, 100);
-  s.bind("optimizer.momentum", &c.momentum, "sgd: momentum").range(0, 1);
+  bind_optimizer(s, c, "DistributedOptimizer kind", {"sgd", "adam", "adagrad"});
   bind_dist(s, c);
-  s.bind("checkpoint.path", &c.checkpoint, "checkpoint file; default OUT_DIR/checkpoint.pt");
-  s.bind("checkpoint.every", &c.checkpoint_every, "steps between checkpoints; 0: at the end only").range(0, 2000000000);
+  bind_checkpoint(s, c, "steps", 2000000000);
 }
 
 }  // namespace distrl::training

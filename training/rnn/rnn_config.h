@@ -10,10 +10,13 @@
 
 namespace distrl::training {
 
-struct RnnConfig : RunKeys, DistKeys {
+struct RnnConfig : RunKeys, DistKeys, OptimizerKeys, CheckpointKeys {
   RnnConfig() {
     out_dir = "runs/rnn_dist_autograd";
     timeout_s = 60;
+    checkpoint_every = 100;  // steps
+    optimizer = "adam";
+    lr = 0.003;
   }
   int trainers = 1;                  // roles.trainers: ranks 1..trainers; rank 0 is the ps
   // data
@@ -31,13 +34,6 @@ struct RnnConfig : RunKeys, DistKeys {
   int batch_size = 32;               // sequences per step
   int eval_interval = 100;           // steps between validation passes
   int eval_batches = 8;
-  // optimizer
-  std::string optimizer = "adam";
-  double lr = 0.003;
-  double momentum = 0.0;
-  // checkpoint
-  std::string checkpoint;            // default OUT_DIR/checkpoint.pt
-  int checkpoint_every = 100;        // steps; 0: at the end only
 };
 
 void bind(Settings& s, RnnConfig& c);

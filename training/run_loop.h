@@ -1,0 +1,139 @@
+// What every training workload's loop does besides its step, written once: the lead rank's
+// outputs (config.yaml, a CSV with its header, appended to on resume, every row checked), the
+// progress cadence (run.log_interval), the stop on SIGINT/SIGTERM (agreed the way the ranks
+// need it, training/stop_agreement.h), the stop line and the learning curve. The workload
+// keeps its step, the text of its lines and its checkpoint format.
+//
+//   RunLoop loop(cfg, "distrl-train", rank == 0);
+//   loop.stop_in_lock_step(*pg, "rank");
+//   loop.open(config_yaml, "metrics.csv", "epoch,loss", !resume.empty());
+//   for (...) { ...; if (loop.log_due(step)) print(...); if (loop.stop_requested(step)) break; }
+//   loop.row(epoch, loss);  ...  loop.finish({charts});
+//
+// Lifetime: one per run, on the thread that runs the loop; not thread-safe. No callbacks.
+#pragma once
+
+#include <chrono>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/output_file.h"
+#include "common/plot.h"
+#include "training/run_keys.h"
+#include "training/stop_agreement.h"
+
+namespace distrl::transport {
+class ProcessGroup;
+class Store;
+}
+
+namespace distrl::training {
+
+// A CSV file of a run: opened with its header (or appended to), one comma-joined row at a
+// time, each flushed and checked (OutputError naming the file when a write fails: a full disk
+// stops the run there, not at its end). Default-constructed: closed, and row() writes nothing.
+class CsvFile {
+ public:
+  CsvFile() = default;
+  // Appended to when `append` and the file exists (a resumed run), else truncated and given
+  // `header`. OutputError naming the file when it cannot be opened.
+  CsvFile(std::string path, const std::string& header, bool append = false);
+
+  template <typename... V>
+  void row(const V&... values) {
+    if (!out_.is_open()) return;
+    const char* sep = "";
+    ((out_ << sep << values, sep = ","), ...);
+    out_ << '\n';
+    check_written(out_, path_);
+  }
+  void close() { out_.close(); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::ofstream out_;
+  std::string path_;
+};
+
+// Losses and items (samples, pairs, characters) since the last reset: a progress line's numbers.
+struct Window {
+  double loss_sum = 0;
+  long long steps = 0, items = 0;
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+
+  void add(double loss, long long n_items = 0) {
+    loss_sum += loss;
+    ++steps;
+    items += n_items;
+  }
+  double mean_loss() const { return steps > 0 ? loss_sum / static_cast<double>(steps) : 0; }
+  double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); }
+  double items_per_s() const { return static_cast<double>(items) / seconds(); }
+  void reset() { *this = Window{}; }
+};
+
+class RunLoop {
+ public:
+  // tool: the stop line's first words ("distrl-train", "trainer 1"); lead: this rank writes the
+  // outputs and prints progress. Installs the stop handlers (common/stop_signal.h); the run's
+  // clock (seconds()) starts here. The stop rule is this process's own signal until one of the
+  // stop_* below is called (for ranks whose peers serve on until told, like the RPC masters').
+  RunLoop(const RunKeys& run, std::string tool, bool lead);
+
+  // Ranks in lock step (each step is a collective over pg): stop_agreed(pg) every
+  // kStopCheckSteps steps, so that all stop after the same one. `peer` words the stop that
+  // came from elsewhere: "a signal on another <peer>". pg must outlive the loop.
+  void stop_in_lock_step(transport::ProcessGroup& pg, std::string peer);
+  // Ranks at their own pace: a StopFlag on the run's store (which must outlive the loop).
+  void stop_through(transport::Store& store);
+
+  bool lead() const { return lead_; }
+  const std::string& out_dir() const { return out_dir_; }
+
+  // The lead: writes out_dir/config.yaml and opens out_dir/csv_name with `header` (appended to
+  // when `append` and it exists). OutputError naming the file when any of it fails. Others: nothing.
+  void open(const std::string& config_yaml, const std::string& csv_name, const std::string& header, bool append = false);
+  // The lead: one row of the CSV that open() opened. Others: nothing.
+  template <typename... V>
+  void row(const V&... values) {
+    csv_.row(values...);
+  }
+
+  // Whether the n-th step (epoch, round; from 1) prints a progress line: every run.log_interval-th, on the lead.
+  bool log_due(long long n) const { return lead_ && n % log_interval_ == 0; }
+
+  // Call between steps on every rank; `steps_done` counts this rank's steps (lock step: the
+  // same on every rank, as the agreement is a collective every kStopCheckSteps of them). True
+  // from the first stop on.
+  bool stop_requested(long long steps_done = 0);
+  bool stopped() const { return stopped_; }
+
+  // "<tool>: stopped by <who>[ <where>][; <then>]", who being "SIGINT", "SIGTERM on another
+  // rank" or "a signal on another <peer>".
+  void report_stop(const std::string& where, const std::string& then) const;
+  // "<tool>: stopped by <who> after <unit> <done> of <planned>; the outputs hold the run so far".
+  void report_stop(const char* unit, long long done, long long planned) const;
+
+  // Seconds since the loop was made.
+  double seconds() const;
+
+  // The lead: closes the CSV and, given charts, draws out_dir/learning_curve.png from
+  // out_dir/csv_name (default: the CSV open() opened). True when the picture was drawn; never
+  // throws for a missing gnuplot (common/plot.h).
+  bool finish(const std::vector<Chart>& charts = {}, const std::string& csv_name = "");
+
+ private:
+  std::string tool_, out_dir_;
+  int log_interval_;
+  bool lead_;
+  CsvFile csv_;
+  std::chrono::steady_clock::time_point start_;
+  transport::ProcessGroup* pg_ = nullptr;
+  std::string peer_;
+  std::optional<StopFlag> flag_;
+  bool stopped_ = false;
+};
+
+}  // namespace distrl::training
