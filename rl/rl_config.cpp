@@ -58,8 +58,7 @@ void bind(Settings& s, RlConfig& c) {
       .range(-10.0, 5.0);
   s.bind("ppo.solved_window", &c.solved_window, "solved when the mean return of the last N episodes reaches "
                                                 "learner.target_reward").range(1, 100000);
-  s.bind("rpc.transport", &c.transport, "auto: ipc between processes on one host, else tcp")
-      .choices({"auto", "tcp", "ipc"});
+  s.bind("rpc.transport", &c.transport, transport::kTransportHelp).choices(transport::transport_choices());
   s.bind("rpc.timeout_s", &c.rpc_timeout_s, "per-call timeout; also how long an observer waits for a silent agent")
       .range(0.1, 86400);
   s.bind("rpc.threads", &c.rpc_threads, "RPC handler threads per process").range(1, 256);

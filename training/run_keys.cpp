@@ -1,5 +1,7 @@
 #include "training/run_keys.h"
 
+#include "transport/rpc/options.h"
+
 namespace distrl::training {
 
 void bind_run(Settings& s, RunKeys& c, const std::string& outputs, const std::string& progress) {
@@ -12,8 +14,7 @@ void bind_run(Settings& s, RunKeys& c, const std::string& outputs, const std::st
 void bind_dist(Settings& s, DistKeys& c) {
   s.bind("dist.timeout_s", &c.timeout_s, "deadline of every call (RPC, collective, receive) and of rendezvous")
       .range(0.1, 86400);
-  s.bind("dist.transport", &c.transport, "auto: ipc between processes on one host, else tcp")
-      .choices({"auto", "tcp", "ipc"});
+  s.bind("dist.transport", &c.transport, transport::kTransportHelp).choices(transport::transport_choices());
 }
 
 void bind_optimizer(Settings& s, OptimizerKeys& c, const std::string& what, std::vector<std::string> names) {

@@ -21,7 +21,7 @@ struct RunKeys {
 
 struct DistKeys {
   double timeout_s = 120;          // dist.timeout_s
-  std::string transport = "auto";  // dist.transport: auto | tcp | ipc
+  std::string transport = "auto";  // dist.transport: auto | shm | zmq | tcp | ipc
 };
 
 // optimizer.name, .lr and .momentum (distrl-train, the RNN, the parameter servers).

@@ -53,7 +53,11 @@ struct Script {
 // Reads every whole message the ring holds now, checking each against the limits.
 void drain(RingReader& reader, MessageDecoder& decoder) {
   Frames out;
-  while (decoder.next(reader, out)) {
+  for (Received got; (got = decoder.next(reader, out)) != Received::Nothing;) {
+    if (got == Received::TooManyParts) {
+      FUZZ_CHECK(!decoder.dropped().empty());
+      continue;
+    }
     FUZZ_CHECK(out.size() <= kMaxParts);
     FUZZ_CHECK(frames_bytes(out) <= kMaxBytes);
   }
@@ -74,7 +78,7 @@ int fuzz_ring(const std::uint8_t* data, std::size_t size) {
   Script s{data, size};
   try {
     while (s.more()) {
-      switch (s.byte() % 6) {
+      switch (s.byte() % 7) {
         case 0: {  // raw bytes
           const std::string b = s.bytes(s.number(2) % 2048);
           writer.put(b.data(), b.size());
@@ -98,7 +102,13 @@ int fuzz_ring(const std::uint8_t* data, std::size_t size) {
         case 3:  // the writer's index nudged (a few bytes ahead or behind)
           ctl->tail.fetch_add(static_cast<std::uint64_t>(static_cast<std::int8_t>(s.byte())));
           break;
-        case 4:
+        case 4:  // the reader's index, as the writer meets a reader that misbehaves
+          if (s.byte() % 2 == 0)
+            ctl->head.store(s.number(8));
+          else
+            ctl->head.fetch_add(static_cast<std::uint64_t>(static_cast<std::int8_t>(s.byte())));
+          break;
+        case 5:
           writer.close();
           break;
         default:
@@ -114,17 +124,19 @@ int fuzz_ring(const std::uint8_t* data, std::size_t size) {
 }
 
 std::vector<std::string> seeds_ring() {
-  // A message of two frames ("hdr", "body"), read; raw garbage; an index moved backwards.
+  // A message of two frames ("hdr", "body"), read; raw garbage; an index moved backwards; the
+  // reader's index moved back under the writer; a message cut by a close.
   std::string one;
   one += '\x01';  // a message
   one += '\x02';  // two frames
   one += std::string("\x03\x00", 2) + "hdr";
   one += std::string("\x04\x00", 2) + "body";
-  one += '\x05';  // drain
-  std::string garbage = one + '\x00' + std::string("\x08\x00", 2) + "garbage!" + '\x05';
-  std::string backwards = one + '\x03' + '\xfe' + '\x05';
-  std::string closed = one + '\x00' + std::string("\x04\x00", 2) + std::string("\x01\x00\x5a\xd1", 4) + '\x04' + '\x05';
-  return {one, garbage, backwards, closed};
+  one += '\x06';  // drain
+  std::string garbage = one + '\x00' + std::string("\x08\x00", 2) + "garbage!" + '\x06';
+  std::string backwards = one + '\x03' + '\xfe' + '\x06';
+  std::string head_back = one + '\x04' + '\x01' + '\xf0' + one;
+  std::string closed = one + '\x00' + std::string("\x04\x00", 2) + std::string("\x01\x00\x5a\xd1", 4) + '\x05' + '\x06';
+  return {one, garbage, backwards, head_back, closed};
 }
 
 }  // namespace distrl::fuzz

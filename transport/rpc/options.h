@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 #include <utility>
 
 #include <msgpack.hpp>
@@ -12,6 +13,16 @@
 #include "transport/wire_limits.h"
 
 namespace distrl::transport {
+
+// The transports a config names (rpc.transport, dist.transport) and what they mean, one text
+// for every tool's --help.
+inline const std::vector<std::string>& transport_choices() {
+  static const std::vector<std::string> c{"auto", "shm", "zmq", "tcp", "ipc"};
+  return c;
+}
+constexpr const char* kTransportHelp =
+    "auto: shared memory when every process is on this host, else ZeroMQ (ipc on one host, tcp between hosts); "
+    "shm; zmq; tcp; ipc (ZeroMQ over that only). DISTRL_TRANSPORT overrides auto";
 
 struct RpcOptions {
   std::string name;                     // worker name; default "worker<rank>"

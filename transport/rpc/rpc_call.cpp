@@ -254,6 +254,7 @@ void RpcCore::call_sync(int dest, Header h, const BodyWriter& body, const Comple
       DISTRL_LOG(Debug, "rpc: sync call #" << h.call_id << " '" << h.fn << "' sent to " << s.worker_name(dest));
     }
   } catch (const TransportError& e) {
+    chan.reset();  // a send that failed may have left part of a message: never reused
     failed = call_failed(s, dest, h.fn, e.what());
   }
   if (failed) return finish(nullptr, failed);

@@ -41,14 +41,16 @@ void RingEnd::corrupt(const std::string& what) const {
 
 std::size_t RingWriter::writable() {
   const std::uint64_t head = ctl_->head.load(std::memory_order_acquire);
-  if (head > published_ || published_ - head > capacity())
+  // The reader's index only moves forward and never past what we published.
+  if (head < head_seen_ || head > published_ || tail_ - head > capacity())
     corrupt("the reader's index " + std::to_string(head) + " is impossible (written " + std::to_string(published_) +
-            ")");
+            ", read before " + std::to_string(head_seen_) + ")");
+  head_seen_ = head;
   return capacity() - static_cast<std::size_t>(tail_ - head);
 }
 
 std::size_t RingWriter::put(const void* p, std::size_t n) {
-  n = std::min(n, writable());
+  n = std::min({n, writable(), capacity()});
   const std::size_t at = static_cast<std::size_t>(tail_ & mask_);
   const std::size_t first = std::min(n, capacity() - at);
   std::memcpy(data_ + at, p, first);
@@ -79,8 +81,10 @@ void RingWriter::close() {
 
 std::size_t RingReader::readable() {
   const std::uint64_t tail = ctl_->tail.load(std::memory_order_acquire);
-  if (tail < head_ || tail - released_ > capacity())
-    corrupt("the writer's index " + std::to_string(tail) + " is impossible (read " + std::to_string(head_) + ")");
+  if (tail < tail_seen_ || tail < head_ || tail - released_ > capacity())
+    corrupt("the writer's index " + std::to_string(tail) + " is impossible (read " + std::to_string(head_) +
+            ", written before " + std::to_string(tail_seen_) + ")");
+  tail_seen_ = tail;
   return static_cast<std::size_t>(tail - head_);
 }
 
@@ -165,12 +169,10 @@ bool MessageDecoder::read_header(RingReader& ring) {
     std::uint32_t w = 0;
     if (!fill_word(ring, &w)) return false;
     if ((w & 0xFFFF0000u) != kFrameMagic)
-      throw ProtocolError("shared-memory ring: a message does not start with the frame marker (read " +
-                          std::to_string(w) + "): the writer's bytes are out of step");
+      throw ProtocolError("shared-memory ring of " + ring.peer() +
+                          ": a message does not start with the frame marker (read " + std::to_string(w) +
+                          "): the writer's bytes are out of step");
     count_ = w & 0xFFFFu;
-    if (count_ > max_parts_)
-      throw ProtocolError("shared-memory ring: a message of " + std::to_string(count_) + " frames (at most " +
-                          std::to_string(max_parts_) + ")");
     lengths_.clear();
     stage_ = Stage::Lengths;
   }
@@ -179,9 +181,15 @@ bool MessageDecoder::read_header(RingReader& ring) {
   if (lengths_.size() < count_) return false;
   std::uint64_t total = 0;
   for (auto l : lengths_) total += l;
-  if (total > max_bytes_)
-    throw ProtocolError("shared-memory ring: a message of " + std::to_string(total) + " bytes (at most " +
-                        std::to_string(max_bytes_) + ")");
+  if (count_ > max_parts_ || total > max_bytes_) {
+    dropped_ = count_ > max_parts_ ? "a message of " + std::to_string(count_) + " frames (at most " +
+                                         std::to_string(max_parts_) + ")"
+                                   : "a message of " + std::to_string(total) + " bytes (at most " +
+                                         std::to_string(max_bytes_) + ")";
+    skip_ = total;
+    stage_ = Stage::Skip;
+    return true;
+  }
   frames_.clear();
   frames_.reserve(count_);
   for (auto l : lengths_) frames_.emplace_back(static_cast<std::size_t>(l));
@@ -190,8 +198,17 @@ bool MessageDecoder::read_header(RingReader& ring) {
   return true;
 }
 
-bool MessageDecoder::next(RingReader& ring, Frames& out) {
-  const bool header = stage_ == Stage::Body || read_header(ring);
+Received MessageDecoder::next(RingReader& ring, Frames& out) {
+  const bool header = stage_ == Stage::Body || stage_ == Stage::Skip || read_header(ring);
+  if (header && stage_ == Stage::Skip) {
+    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(skip_, ring.readable()));
+    ring.skip(n);
+    skip_ -= n;
+    ring.release();
+    if (skip_ != 0) return Received::Nothing;
+    stage_ = Stage::Count;
+    return Received::TooManyParts;
+  }
   // The frames in order; have_ is how much of frames_[part_] is filled.
   while (header && part_ < frames_.size()) {
     auto& f = frames_[part_];
@@ -203,20 +220,22 @@ bool MessageDecoder::next(RingReader& ring, Frames& out) {
     have_ = 0;
   }
   ring.release();
-  if (!header || part_ < frames_.size()) return false;
+  if (!header || part_ < frames_.size()) return Received::Nothing;
   out = std::move(frames_);
   frames_.clear();
   stage_ = Stage::Count;
-  return true;
+  return Received::Message;
 }
 
 bool MessageDecoder::read(RingReader& ring, Frames& out, std::chrono::steady_clock::time_point deadline,
                           Spinner& spinner) {
-  while (!next(ring, out)) {
+  for (;;) {
+    const Received got = next(ring, out);
+    if (got == Received::Message) return true;
+    if (got == Received::TooManyParts) continue;
     if (ring.closed()) throw TransportError("shared-memory ring of " + ring.peer() + ": closed by the writer");
     if (!ring.wait_readable(deadline, spinner)) return false;
   }
-  return true;
 }
 
 }  // namespace distrl::transport::detail

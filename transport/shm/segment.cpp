@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -25,6 +26,13 @@ constexpr int kSeals = F_SEAL_SHRINK | F_SEAL_GROW;
 Segment Segment::create(const std::string& name, std::size_t bytes) {
   const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
   bytes = (bytes + page - 1) / page * page;
+  // A memfd counts as a file: sizing one past RLIMIT_FSIZE would raise SIGXFSZ (which kills
+  // the process) instead of failing, so look first.
+  rlimit fsize{};
+  if (getrlimit(RLIMIT_FSIZE, &fsize) == 0 && fsize.rlim_cur != RLIM_INFINITY && bytes > fsize.rlim_cur) {
+    errno = EFBIG;
+    fail("sizing (over the file-size limit, ulimit -f)", name);
+  }
   const int fd = memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) fail("memfd_create", name);
   if (ftruncate(fd, static_cast<off_t>(bytes)) != 0 || fcntl(fd, F_ADD_SEALS, kSeals | F_SEAL_SEAL) != 0) {

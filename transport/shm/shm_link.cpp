@@ -29,28 +29,61 @@ std::uint64_t id_of(const zmq::message_t& route) {
   return id;
 }
 
-// The sync fast path's connection: a ring pair the calling thread holds.
+// Runs f, turning any error into a TransportError (what the seam promises a channel throws).
+template <typename F>
+auto guard(F&& f) {
+  try {
+    return f();
+  } catch (const TransportError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw TransportError(e.what());
+  }
+}
+
+// The sync fast path's connection: a ring pair the calling thread holds. Every failure is a
+// TransportError (the seam's promise); a channel whose send failed part-way is not reused (RPC
+// drops a channel that threw).
 class ShmChannel final : public Channel {
  public:
   ShmChannel(RingPair pair, const ShmLink::Options& o)
       : pair_(std::move(pair)), decoder_(o.max_parts, o.max_message_bytes), spinner_(o.spin),
         send_timeout_(o.send_timeout) {}
+  // Writes the whole message, waiting for room in slices: a peer that died or stopped reading
+  // ends the wait (at its socket's EOF, or after send_timeout), never a hang.
   bool send(Frames& frames) override {
-    writer_.write(pair_.out, std::move(frames), Clock::now() + send_timeout_, spinner_);
+    guard([&] {
+      writer_.start(std::move(frames));
+      const auto deadline = Clock::now() + send_timeout_;
+      while (!writer_.pump(pair_.out)) {
+        if (pair_.socket.peer_closed()) throw TransportError("shared-memory connection to " + pair_.out.peer() + " lost");
+        if (Clock::now() >= deadline)
+          throw TimeoutError("shared-memory connection to " + pair_.out.peer() + ": no room in its ring for " +
+                             std::to_string(send_timeout_.count()) + " ms (it stopped reading)");
+        pair_.out.wait_writable(pair_.out.capacity() / 4, std::min(deadline, Clock::now() + kSlice), spinner_);
+      }
+    });
     return true;
   }
   bool readable(std::chrono::milliseconds wait) override {
-    if (pair_.in.wait_readable(Clock::now() + wait, spinner_)) return true;
-    if (pair_.socket.peer_closed()) throw TransportError("shared-memory connection to " + pair_.in.peer() + " lost");
-    return false;
+    return guard([&] {
+      if (wait.count() == 0) return pair_.in.readable() > 0 || pair_.in.closed();  // a look: no spin, no syscall
+      if (pair_.in.wait_readable(Clock::now() + wait, spinner_)) return true;
+      if (pair_.socket.peer_closed()) throw TransportError("shared-memory connection to " + pair_.in.peer() + " lost");
+      return false;
+    });
   }
   Received receive(Frames& out, std::size_t) override {
-    if (decoder_.next(pair_.in, out)) return Received::Message;
-    if (pair_.in.closed()) throw TransportError("shared-memory connection to " + pair_.in.peer() + " closed by its agent (it shut down)");
-    return Received::Nothing;
+    return guard([&] {
+      const Received got = decoder_.next(pair_.in, out);
+      if (got == Received::Nothing && pair_.in.closed())
+        throw TransportError("shared-memory connection to " + pair_.in.peer() + " closed by its agent (it shut down)");
+      return got;
+    });
   }
 
  private:
+  static constexpr auto kSlice = std::chrono::milliseconds(10);
   RingPair pair_;
   MessageDecoder decoder_;
   MessageWriter writer_;
@@ -70,6 +103,7 @@ struct ShmLink::Conn {
   bool outgoing;
   bool answered = true;        // outgoing: the acceptor's answer read
   bool io = false;             // accepted: an I/O thread's connection (we beat on it)
+  bool broken = false;         // a write failed (its ring is unusable): closed after the round
   std::uint64_t id = 0;        // accepted: the route
   // Outgoing: the peer's beat as last seen, when it last changed, and whether it is overdue.
   std::uint64_t beat = 0;
@@ -190,6 +224,7 @@ ShmLink::Conn* ShmLink::connect_peer(int peer, std::string* error) {
     RingPair p = open_ring_pair(path_of(peer_endpoints_.at(peer)), h, wake_.get(), name, Clock::now());
     peers_[peer] = std::make_unique<Conn>(std::move(p), options_, peer, true);
     peers_[peer]->answered = false;
+    peers_[peer]->beat_seen = Clock::now();  // an acceptor that never answers is overdue too
     return peers_[peer].get();
   } catch (const std::exception& e) {
     peer_lost(peer, "cannot connect to " + peer_endpoints_.at(peer) + ": " + e.what());
@@ -239,11 +274,13 @@ bool ShmLink::send_to_peer(int peer, Frames& frames, std::string* error) {
 
 bool ShmLink::send_reply(const Caller& to, Frames& frames) {
   auto it = accepted_.find(id_of(to.route));
-  if (it == accepted_.end()) return false;  // the caller is gone
+  if (it == accepted_.end() || it->second->broken) return false;  // the caller is gone
   try {
     return queue(*it->second, frames);
   } catch (const std::exception& e) {
-    close_accepted(it->first, e.what());
+    // Closed after the round: this may run inside serve() of the same connection.
+    report_dropped("a reply to rank " + std::to_string(it->second->rank) + ": " + e.what());
+    it->second->broken = true;
     return false;
   }
 }
@@ -268,19 +305,31 @@ std::unique_ptr<Channel> ShmLink::open_channel(int peer, const std::string& endp
   h.kind = "channel";
   h.rank = options_.rank;
   const auto deadline = Clock::now() + kHandshakeWait;
-  RingPair p = open_ring_pair(path_of(endpoint), h, -1, "rank " + std::to_string(peer), deadline);
-  finish_ring_pair(p, deadline);
-  return std::make_unique<ShmChannel>(std::move(p), options_);
+  try {
+    RingPair p = open_ring_pair(path_of(endpoint), h, -1, "rank " + std::to_string(peer), deadline);
+    finish_ring_pair(p, deadline);
+    return std::make_unique<ShmChannel>(std::move(p), options_);
+  } catch (const TransportError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw TransportError(std::string("shared memory: a channel to rank ") + std::to_string(peer) + ": " + e.what());
+  }
 }
 
 // ------------------------------------------------------------------ the I/O thread
 
 bool ShmLink::serve(Conn& c) {
   bool moved = pump(c);
-  for (int n = 0; n < kDrainCap; ++n) {
+  for (int n = 0; n < kDrainCap && !c.broken; ++n) {
     Frames frames;
-    if (!c.decoder.next(c.pair.in, frames)) break;
+    const Received got = c.decoder.next(c.pair.in, frames);
+    if (got == Received::Nothing) break;
     moved = true;
+    if (got == Received::TooManyParts) {
+      report_dropped((c.outgoing ? "a reply from rank " : "a request from rank ") + std::to_string(c.rank) + ": " +
+                     c.decoder.dropped());
+      continue;
+    }
     bytes_received_.fetch_add(frames_bytes(frames), std::memory_order_relaxed);
     if (c.outgoing) {
       guarded("reading a reply", [&] { cb_.on_reply(c.rank, std::move(frames)); });
@@ -303,13 +352,14 @@ bool ShmLink::serve_all() {
     }
   }
   std::vector<std::uint64_t> broken;
-  for (auto& [id, c] : accepted_) {
+  for (auto& [id, c] : accepted_) {  // nothing erases from accepted_ inside this loop
     try {
       any = serve(*c) || any;
     } catch (const std::exception& e) {
       report_dropped("a shared-memory connection from rank " + std::to_string(c->rank) + ": " + e.what());
-      broken.push_back(id);
+      c->broken = true;
     }
+    if (c->broken) broken.push_back(id);
   }
   for (auto id : broken) close_accepted(id, "");
   retired_.clear();
@@ -331,13 +381,19 @@ void ShmLink::peer_lost(int peer, const std::string& why) {
   guarded("reporting a lost peer", [&] { cb_.on_peer_down(peer, why); });
 }
 
-// Every second: beat on the connections peers' I/O threads watch, and look at theirs.
+// Every second: beat on the connections peers' I/O threads watch, look at theirs, and drop
+// connections that never said hello.
 void ShmLink::heartbeats(Clock::time_point now) {
+  for (std::size_t i = handshaking_.size(); i-- > 0;)
+    if (now - handshaking_[i].since > kHandshakeWait) {
+      report_dropped("a shared-memory connection that sent no handshake for 2 s");
+      handshaking_.erase(handshaking_.begin() + static_cast<std::ptrdiff_t>(i));
+    }
   for (auto& [id, c] : accepted_)
     if (c->io) c->pair.out.control()->writer_beat.fetch_add(1, std::memory_order_relaxed);
   for (std::size_t p = 0; p < peers_.size(); ++p) {
     Conn* c = peers_[p].get();
-    if (c == nullptr || !c->answered) continue;
+    if (c == nullptr) continue;
     const std::uint64_t beat = c->pair.in.control()->writer_beat.load(std::memory_order_relaxed);
     if (beat != c->beat) {
       c->beat = beat;
@@ -361,7 +417,7 @@ void ShmLink::accept_all() {
     try {
       UnixSocket c = listener_.accept(Clock::now());
       if (!c) return;
-      handshaking_.push_back(std::move(c));
+      handshaking_.push_back(Handshake{std::move(c), Clock::now()});
     } catch (const std::exception& e) {
       report_dropped(std::string("a shared-memory connection: ") + e.what());
     }
@@ -369,7 +425,7 @@ void ShmLink::accept_all() {
 }
 
 void ShmLink::admit(std::size_t index) {
-  UnixSocket s = std::move(handshaking_[index]);
+  UnixSocket s = std::move(handshaking_[index].socket);
   handshaking_.erase(handshaking_.begin() + static_cast<std::ptrdiff_t>(index));
   try {
     Hello h;
@@ -389,13 +445,17 @@ void ShmLink::wait_for_events(int timeout_ms) {
   poll_ids_.clear();
   fds_.push_back({wake_.get(), POLLIN, 0});
   fds_.push_back({listener_.fd(), POLLIN, 0});
-  for (auto& s : handshaking_) fds_.push_back({s.fd(), POLLIN, 0});
+  for (auto& h : handshaking_) fds_.push_back({h.socket.fd(), POLLIN, 0});
   for (auto& [id, c] : accepted_) {
     fds_.push_back({c->pair.socket.fd(), POLLRDHUP, 0});
     poll_ids_.push_back(id);
   }
-  for (auto& c : peers_)
-    if (c) fds_.push_back({c->pair.socket.fd(), static_cast<short>(c->answered ? POLLRDHUP : POLLIN | POLLRDHUP), 0});
+  poll_peers_.clear();
+  for (std::size_t p = 0; p < peers_.size(); ++p) {
+    if (!peers_[p]) continue;
+    fds_.push_back({peers_[p]->pair.socket.fd(), static_cast<short>(peers_[p]->answered ? POLLRDHUP : POLLIN | POLLRDHUP), 0});
+    poll_peers_.push_back({static_cast<int>(p), peers_[p].get()});
+  }
   // Before sleeping, ask every ring to wake us (their writers write our eventfd), then look
   // once more: what arrived before the request is seen here, what arrives after wakes us.
   std::vector<Doorbell*> armed;
@@ -408,6 +468,7 @@ void ShmLink::wait_for_events(int timeout_ms) {
     for (auto& c : peers_)
       if (c) arm(*c);
     for (auto* b : armed) b->waiters.fetch_add(1, std::memory_order_seq_cst);
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // the announcements before the re-check
     sleeping_.store(true);
     bool ready = false;
     auto check = [&](Conn& c) {
@@ -449,26 +510,21 @@ void ShmLink::on_socket_events(std::size_t i, short revents) {
     if (it != accepted_.end()) guarded("reading a closed connection", [&] { serve(*it->second); });
     close_accepted(poll_ids_[i - first_accepted], "the caller closed it");
   } else {
-    std::size_t k = i - first_peer;
-    for (std::size_t p = 0; p < peers_.size(); ++p) {
-      if (!peers_[p]) continue;
-      if (k-- != 0) continue;
-      Conn& c = *peers_[p];
-      if ((revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) {
-        guarded("reading a closed connection", [&] { serve(c); });
-        peer_lost(static_cast<int>(p), "connection to " + peer_endpoints_[p] +
-                                           " lost (the process exited or crashed)");
-      } else if (!c.answered) {
-        try {
-          finish_ring_pair(c.pair, Clock::now() + std::chrono::milliseconds(100));
-          c.answered = true;
-          c.beat_seen = Clock::now();
-          signal_eventfd(c.pair.peer_wake.get());  // what we wrote before its answer: look now
-        } catch (const std::exception& e) {
-          peer_lost(static_cast<int>(p), std::string("its handshake failed: ") + e.what());
-        }
+    const auto [p, conn] = poll_peers_[i - first_peer];
+    if (peers_[p].get() != conn) return;  // replaced or lost since the poll
+    Conn& c = *conn;
+    if ((revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) {
+      guarded("reading a closed connection", [&] { serve(c); });
+      if (peers_[p].get() == conn)
+        peer_lost(p, "connection to " + peer_endpoints_[p] + " lost (the process exited or crashed)");
+    } else if (!c.answered) {
+      try {
+        finish_ring_pair(c.pair, Clock::now() + std::chrono::milliseconds(100));
+        c.answered = true;
+        signal_eventfd(c.pair.peer_wake.get());  // what we wrote before its answer: look now
+      } catch (const std::exception& e) {
+        peer_lost(p, std::string("its handshake failed: ") + e.what());
       }
-      break;
     }
   }
 }

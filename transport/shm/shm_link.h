@@ -109,12 +109,17 @@ class ShmLink final : public Link {
   std::vector<std::unique_ptr<Conn>> peers_;                      // I/O thread only
   std::vector<std::string> peer_down_;                            // why, or "" (I/O thread only)
   std::unordered_map<std::uint64_t, std::unique_ptr<Conn>> accepted_;  // I/O thread only
-  std::vector<UnixSocket> handshaking_;                           // accepted, hello not read yet
+  struct Handshake {
+    UnixSocket socket;
+    std::chrono::steady_clock::time_point since;
+  };
+  std::vector<Handshake> handshaking_;                            // accepted, hello not read yet
   std::vector<std::unique_ptr<Conn>> retired_;                    // freed after the round
   std::uint64_t next_id_ = 0;
   // poll(2) set: wake_, listener_, handshaking_, accepted_ (in poll_ids_ order), peers_.
   std::vector<struct pollfd> fds_;
   std::vector<std::uint64_t> poll_ids_;
+  std::vector<std::pair<int, Conn*>> poll_peers_;  // the peers' entries: rank, connection
   std::mutex mu_;
   std::vector<std::function<void()>> posted_;
   std::atomic<std::uint64_t> bytes_sent_{0}, bytes_received_{0};

@@ -63,7 +63,10 @@ bool is_eventfd(int fd) {
   char target[64] = {};
   const std::string link = "/proc/self/fd/" + std::to_string(fd);
   const ssize_t n = ::readlink(link.c_str(), target, sizeof target - 1);
-  return n > 0 && std::string(target, static_cast<std::size_t>(n)) == "anon_inode:[eventfd]";
+  const int flags = fcntl(fd, F_GETFL);
+  // Non-blocking too: a write to a full blocking eventfd would hold our thread.
+  return n > 0 && std::string(target, static_cast<std::size_t>(n)) == "anon_inode:[eventfd]" && flags >= 0 &&
+         (flags & O_NONBLOCK) != 0;
 }
 
 UnixSocket::~UnixSocket() { close(); }
@@ -97,8 +100,15 @@ UnixSocket UnixSocket::listen(const std::string& path) {
 UnixSocket UnixSocket::connect(const std::string& path, Clock::time_point deadline) {
   const sockaddr_un a = address(path);
   for (auto pause = std::chrono::microseconds(200);; pause = std::min(pause * 2, std::chrono::microseconds(20000))) {
+    // Non-blocking: a listener whose backlog is full (its process stopped) answers EAGAIN
+    // instead of holding this thread; the connection is made blocking again once it stands.
     UnixSocket s(new_socket());
-    if (::connect(s.fd_, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0) return s;
+    const int flags = fcntl(s.fd_, F_GETFL);
+    if (flags < 0 || fcntl(s.fd_, F_SETFL, flags | O_NONBLOCK) != 0) fail("fcntl");
+    if (::connect(s.fd_, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0) {
+      if (fcntl(s.fd_, F_SETFL, flags) != 0) fail("fcntl");
+      return s;
+    }
     if (errno != ENOENT && errno != ECONNREFUSED && errno != EAGAIN) fail("connect " + path);
     if (Clock::now() >= deadline)
       throw TimeoutError("unix socket: nobody listens at " + path + " (" + std::strerror(errno) + ")");

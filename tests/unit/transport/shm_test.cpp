@@ -59,7 +59,7 @@ TEST(ShmRing, MessagesRoundTripThroughWrapAround) {
     const std::string a(static_cast<std::size_t>(i % 97), 'a'), b = "body" + std::to_string(i);
     mw.write(ring.w, frames_of({a, b, ""}), Clock::now() + 1s, spin);
     Frames out;
-    ASSERT_TRUE(ring.decoder.next(ring.r, out));
+    ASSERT_EQ(ring.decoder.next(ring.r, out), Received::Message);
     EXPECT_EQ(strings_of(out), (std::vector<std::string>{a, b, ""}));
   }
 }
@@ -106,7 +106,7 @@ TEST(ShmRing, IndexThatMovesBackwardsIsAProtocolError) {
   Spinner spin;
   mw.write(ring.w, frames_of({"one"}), Clock::now() + 1s, spin);
   Frames out;
-  ASSERT_TRUE(ring.decoder.next(ring.r, out));
+  ASSERT_EQ(ring.decoder.next(ring.r, out), Received::Message);
   ring.ctl()->tail.store(2);  // behind what was read
   try {
     ring.decoder.next(ring.r, out);
@@ -127,6 +127,18 @@ TEST(ShmRing, IndexPastTheCapacityIsAProtocolError) {
   EXPECT_THROW(other.w.writable(), ProtocolError);
 }
 
+TEST(ShmRing, ReaderIndexMovedBackwardsNeverMakesTheWriterWritePastTheRing) {
+  LocalRing ring;
+  const std::string block(kCap / 2, 'x');
+  ring.w.put(block.data(), block.size());  // published: kCap / 2
+  ring.w.publish();
+  ring.ctl()->head.store(kCap / 2);  // the reader took it all
+  ASSERT_EQ(ring.w.writable(), kCap);
+  ring.w.put(block.data(), block.size());  // put, not yet published
+  ring.ctl()->head.store(0);  // then moves its index back
+  EXPECT_THROW(ring.w.put(block.data(), block.size()), ProtocolError);
+}
+
 // Raw bytes written as a misbehaving writer would: past the index checks, into the decoder.
 void write_raw(LocalRing& ring, const std::vector<std::uint32_t>& words) {
   ring.w.put(words.data(), words.size() * 4);
@@ -141,16 +153,26 @@ TEST(ShmRing, GarbageAndLiesAreProtocolErrors) {
     EXPECT_THROW(ring.decoder.next(ring.r, out), ProtocolError);  // no frame marker
   }
   {
-    LocalRing ring;
-    write_raw(ring, {kFrameMagic | 17u});  // 17 frames, the reader allows 16
+    LocalRing ring;  // 17 frames, the reader allows 16: read past and dropped, the next one read
+    std::vector<std::uint32_t> words{kFrameMagic | 17u};
+    for (int i = 0; i < 17; ++i) words.push_back(4);
+    for (int i = 0; i < 17; ++i) words.push_back(0xABABABABu);
+    write_raw(ring, words);
+    MessageWriter mw;
+    Spinner spin;
+    mw.write(ring.w, frames_of({"after"}), Clock::now() + 1s, spin);
     Frames out;
-    EXPECT_THROW(ring.decoder.next(ring.r, out), ProtocolError);
+    EXPECT_EQ(ring.decoder.next(ring.r, out), Received::TooManyParts);
+    EXPECT_EQ(ring.decoder.dropped(), "a message of 17 frames (at most 16)");
+    ASSERT_EQ(ring.decoder.next(ring.r, out), Received::Message);
+    EXPECT_EQ(strings_of(out), std::vector<std::string>{"after"});
   }
   {
-    LocalRing ring;
-    write_raw(ring, {kFrameMagic | 2u, 0x7FFFFFFFu, 0x7FFFFFFFu});  // 4 GiB claimed, 1 MiB allowed
+    LocalRing ring;  // 4 GiB claimed, 1 MiB allowed: nothing allocated, the claimed bytes skipped
+    write_raw(ring, {kFrameMagic | 2u, 0x7FFFFFFFu, 0x7FFFFFFFu});
     Frames out;
-    EXPECT_THROW(ring.decoder.next(ring.r, out), ProtocolError);
+    EXPECT_EQ(ring.decoder.next(ring.r, out), Received::Nothing);  // waits to read past them
+    EXPECT_TRUE(ring.decoder.mid_message());
   }
   {
     LocalRing ring;  // truncated: a header promising 100 bytes, 3 written, then the writer closes

@@ -98,7 +98,14 @@ bool wait_on(Doorbell& bell, Spinner& spinner, std::chrono::steady_clock::time_p
   for (;;) {
     const std::uint32_t s = bell.seq.load(std::memory_order_acquire);
     bell.waiters.fetch_add(1, std::memory_order_seq_cst);
-    const bool now_ready = ready();
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // the announcement before the re-check
+    bool now_ready = true;
+    try {
+      now_ready = ready();
+    } catch (...) {
+      bell.waiters.fetch_sub(1, std::memory_order_relaxed);
+      throw;
+    }
     const auto now = Clock::now();
     if (!now_ready && now < deadline) futex_wait(&bell.seq, s, std::min<Clock::duration>(deadline - now, slice));
     bell.waiters.fetch_sub(1, std::memory_order_relaxed);

@@ -82,7 +82,7 @@ class RingWriter : public RingEnd {
   void close();
 
  private:
-  std::uint64_t tail_ = 0, published_ = 0;
+  std::uint64_t tail_ = 0, published_ = 0, head_seen_ = 0;
 };
 
 class RingReader : public RingEnd {
@@ -95,13 +95,15 @@ class RingReader : public RingEnd {
   void get(void* out, std::size_t n);
   // Returns the space read so far to the writer and wakes it if it waits for space.
   void release();
+  // Reads past n bytes (at most readable()) without copying them.
+  void skip(std::size_t n) { head_ += n; }
   // Until something is readable; false at the deadline.
   bool wait_readable(std::chrono::steady_clock::time_point deadline, Spinner& spinner);
   // True when the writer closed the ring and everything it wrote was read.
   bool closed();
 
  private:
-  std::uint64_t head_ = 0, released_ = 0;
+  std::uint64_t head_ = 0, released_ = 0, tail_seen_ = 0;
 };
 
 // A message in a ring: one word (kFrameMagic | frame count), a u32 length per frame, then the
@@ -129,34 +131,42 @@ class MessageWriter {
   std::size_t part_ = 0, offset_ = 0;  // part 0 is the header, then frames_[part - 1]
 };
 
-// Reads messages back, checking them as untrusted input: the magic, the frame count (at most
-// max_parts), every length and their sum (at most max_message_bytes) before anything is
-// allocated. One per RingReader.
+// Reads messages back, checking them as untrusted input: the marker, then the frame count and
+// every length, all before anything is allocated. A well-framed message over the limits (more
+// than max_parts frames or max_message_bytes in all) is read past and dropped, not kept (as
+// ZeroMQ drops a message of too many parts); a stream out of step is a ProtocolError. One per
+// RingReader.
 class MessageDecoder {
  public:
   MessageDecoder(std::size_t max_parts, std::size_t max_message_bytes)
       : max_parts_(max_parts), max_bytes_(max_message_bytes) {}
-  // Reads what the ring holds of the current message; true (and the message in out) when it
-  // is complete. Throws ProtocolError naming the ring's peer and what was wrong.
-  bool next(RingReader& ring, Frames& out);
-  // Blocking form: until a whole message arrived (false at the deadline, the part read kept).
+  // Reads what the ring holds of the current message: Message (in out) when one is complete,
+  // TooManyParts when one over the limits was read past (what() says which), Nothing while the
+  // ring holds only part of one. Throws ProtocolError naming the ring's peer.
+  Received next(RingReader& ring, Frames& out);
+  // Blocking form: until a whole message arrived (false at the deadline, the part read kept;
+  // messages over the limits are skipped).
   bool read(RingReader& ring, Frames& out, std::chrono::steady_clock::time_point deadline, Spinner& spinner);
+  // What the last TooManyParts dropped: "a message of 9 frames (at most 8)".
+  const std::string& dropped() const { return dropped_; }
   // True while a message is begun but not finished.
   bool mid_message() const { return stage_ != Stage::Count || have_ != 0; }
-  // Reads and checks the count word and the lengths, then allocates the frames; false when
-  // the ring ran dry first.
-  bool read_header(RingReader& ring);
 
  private:
-  enum class Stage { Count, Lengths, Body };
+  enum class Stage { Count, Lengths, Body, Skip };
+  // Reads and checks the count word and the lengths, then allocates the frames (or prepares to
+  // skip the message); false when the ring ran dry first.
+  bool read_header(RingReader& ring);
   bool fill_word(RingReader& ring, std::uint32_t* word);
   std::size_t max_parts_, max_bytes_;
   Stage stage_ = Stage::Count;
   std::uint32_t count_ = 0, word_ = 0;
   std::size_t have_ = 0;  // bytes of the current word or frame already read
   std::size_t part_ = 0;  // the frame being filled
+  std::uint64_t skip_ = 0;  // bytes of a dropped message still to read past
   std::vector<std::uint32_t> lengths_;
   Frames frames_;
+  std::string dropped_;
 };
 
 }  // namespace distrl::transport::detail

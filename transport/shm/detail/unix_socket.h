@@ -32,8 +32,8 @@ class OwnedFd {
   int fd_ = -1;
 };
 
-// True when fd is an eventfd (a peer's wake-up descriptor is checked before we write to it:
-// anything else could block or be a file).
+// True when fd is a non-blocking eventfd (a peer's wake-up descriptor is checked before we
+// write to it: anything else could block or be a file).
 bool is_eventfd(int fd);
 
 class UnixSocket {
