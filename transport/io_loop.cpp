@@ -1,7 +1,6 @@
 #include "transport/detail/io_loop.h"
 
 #include <poll.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <zmq_addon.hpp>
@@ -87,8 +86,6 @@ IoLoop::IoLoop(std::shared_ptr<zmq::context_t> ctx, Options options, Callbacks c
   // the newcomer for good: a readmitted observer then never got the agent's requests.
   router_.set(zmq::sockopt::router_handover, 1);
   router_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.max_frame_bytes));
-  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (wake_fd_ < 0) throw TransportError("transport: eventfd failed");
 }
 
 std::string IoLoop::member_identity(int rank, std::uint64_t nonce) {
@@ -97,10 +94,7 @@ std::string IoLoop::member_identity(int rank, std::uint64_t nonce) {
   return "rpc-r" + std::to_string(rank) + "-" + hex + "-";
 }
 
-IoLoop::~IoLoop() {
-  stop();
-  if (wake_fd_ >= 0) ::close(wake_fd_);
-}
+IoLoop::~IoLoop() { stop(); }
 
 std::vector<std::string> IoLoop::bind(const std::vector<std::string>& endpoints) {
   std::vector<std::string> out;
@@ -131,44 +125,11 @@ void IoLoop::start() {
 void IoLoop::stop() {
   if (stopped_) return;
   stopped_ = true;
-  {
-    std::lock_guard<std::mutex> lock(mu_);  // post() sees stopping_ under the same lock
-    stopping_.store(true);
-  }
-  std::uint64_t one = 1;
-  (void)!::write(wake_fd_, &one, sizeof(one));
+  tasks_.stop();
   if (thread_.joinable()) thread_.join();
 }
 
-bool IoLoop::post(std::function<void()> fn) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_.load(std::memory_order_relaxed)) return false;
-    posted_.push_back(std::move(fn));
-  }
-  // Only a sleeping loop needs the syscall; a spinning one sees the queue on its next round.
-  if (sleeping_.exchange(false)) {
-    std::uint64_t one = 1;
-    (void)!::write(wake_fd_, &one, sizeof(one));
-  }
-  return true;
-}
-
-bool IoLoop::run_posted() {
-  std::vector<std::function<void()>> batch;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    batch.swap(posted_);
-  }
-  for (auto& fn : batch) {
-    try {
-      fn();
-    } catch (const std::exception& e) {
-      DISTRL_LOG(Error, "transport: I/O task threw " << e.what());
-    }
-  }
-  return !batch.empty();
-}
+bool IoLoop::post(std::function<void()> fn) { return tasks_.post(std::move(fn)); }
 
 IoLoop::Peer& IoLoop::connect_peer(int peer) {
   auto& p = peers_.at(peer);
@@ -254,7 +215,7 @@ void IoLoop::rebuild_poll_items() {
     watched_.push_back({peers_[i]->monitor.handle(), Source::Monitor, static_cast<int>(i), true});
   }
   fds_.clear();
-  fds_.push_back({wake_fd_, POLLIN, 0});
+  fds_.push_back({tasks_.wake_fd(), POLLIN, 0});
   for (auto& w : watched_) {
     int fd = -1;
     std::size_t len = sizeof(fd);
@@ -288,32 +249,13 @@ bool IoLoop::serve_marked() {
   return any;
 }
 
-// Runs a callback at the I/O thread's boundary: whatever it throws is reported, never lets the
-// exception end the thread (which would take every pending call of the process with it).
-template <typename F>
-void IoLoop::guarded(const char* what, F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    if (cb_.on_dropped) cb_.on_dropped(std::string(what) + " failed: " + e.what());
-  } catch (...) {
-    if (cb_.on_dropped) cb_.on_dropped(std::string(what) + " failed with a non-standard exception");
-  }
-}
-
-void IoLoop::report_dropped(const std::string& what) {
-  guarded("reporting a refused message", [&] {
-    if (cb_.on_dropped) cb_.on_dropped(what);
-  });
-}
-
 bool IoLoop::drain_router() {
   for (int n = 0; n < kDrainCap; ++n) {
     Frames frames;
     const Received got = recv_bounded(router_, frames, options_.max_parts);
     if (got == Received::Nothing) return false;
     if (got == Received::TooManyParts) {
-      report_dropped("a message of more than " + std::to_string(options_.max_parts - 1) + " frames");
+      report_dropped(cb_, "a message of more than " + std::to_string(options_.max_parts - 1) + " frames");
       continue;
     }
     if (frames.size() < 2) continue;  // a routing id alone: nothing to answer
@@ -321,7 +263,7 @@ bool IoLoop::drain_router() {
     from.rank = rank_of_identity(from.route);
     frames.erase(frames.begin());
     bytes_received_.fetch_add(frames_bytes(frames), std::memory_order_relaxed);
-    guarded("serving a request", [&] { cb_.on_request(std::move(from), std::move(frames)); });
+    guarded(cb_, "serving a request", [&] { cb_.on_request(std::move(from), std::move(frames)); });
   }
   return true;
 }
@@ -332,11 +274,11 @@ bool IoLoop::drain_peer(int peer) {
     const Received got = recv_bounded(peers_[peer]->dealer, frames, options_.max_parts - 1);
     if (got == Received::Nothing) return false;
     if (got == Received::TooManyParts) {
-      report_dropped("a reply of more than " + std::to_string(options_.max_parts - 1) + " frames");
+      report_dropped(cb_, "a reply of more than " + std::to_string(options_.max_parts - 1) + " frames");
       continue;
     }
     bytes_received_.fetch_add(frames_bytes(frames), std::memory_order_relaxed);
-    guarded("reading a reply", [&] { cb_.on_reply(peer, std::move(frames)); });
+    guarded(cb_, "reading a reply", [&] { cb_.on_reply(peer, std::move(frames)); });
   }
   return true;
 }
@@ -345,12 +287,12 @@ void IoLoop::read_monitor(int peer) {
   Peer& p = *peers_[peer];
   read_connection_events(p.monitor, [&](int event) {
     if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
-      if (p.down && cb_.on_peer_up) guarded("reporting a peer back", [&] { cb_.on_peer_up(peer); });
+      if (p.down && cb_.on_peer_up) guarded(cb_, "reporting a peer back", [&] { cb_.on_peer_up(peer); });
       p.down = false;
     } else if (!p.down) {
       p.down = true;
       p.down_reason = "connection to " + peer_endpoints_[peer] + " lost (the process exited or crashed, or its host became unreachable)";
-      guarded("reporting a lost peer", [&] { cb_.on_peer_down(peer, p.down_reason); });
+      guarded(cb_, "reporting a lost peer", [&] { cb_.on_peer_down(peer, p.down_reason); });
     }
   });
 }
@@ -358,12 +300,12 @@ void IoLoop::read_monitor(int peer) {
 void IoLoop::run() {
   auto last_activity = Clock::now();
   for (;;) {
-    bool active = run_posted();
-    if (stopping_.load()) break;
+    bool active = tasks_.run();
+    if (tasks_.stopping()) break;
     if (items_dirty_) rebuild_poll_items();
     if (serve_marked()) {
       active = true;
-      if (cb_.on_served) guarded("finishing a round of requests", [&] { cb_.on_served(); });
+      if (cb_.on_served) guarded(cb_, "finishing a round of requests", [&] { cb_.on_served(); });
     }
     if (items_dirty_) rebuild_poll_items();  // a callback connected or replaced a peer
     auto now = Clock::now();
@@ -372,27 +314,19 @@ void IoLoop::run() {
     if (!marked && now - last_activity >= options_.spin) {
       auto until = std::min(cb_.next_deadline(), now + std::chrono::milliseconds(100));
       timeout_ms = std::max<long>(0, std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count() + 1);
-      sleeping_.store(true);
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (!posted_.empty() || stopping_.load()) timeout_ms = 0;
-      }
+      if (tasks_.going_to_sleep()) timeout_ms = 0;
     }
     const int ready = ::poll(fds_.data(), fds_.size(), static_cast<int>(timeout_ms));
-    sleeping_.store(false);
+    tasks_.woke(ready > 0 && (fds_[0].revents & POLLIN) != 0);
     if (ready > 0) {
-      if (fds_[0].revents & POLLIN) {
-        std::uint64_t v;
-        (void)!::read(wake_fd_, &v, sizeof(v));
-      }
       for (std::size_t i = 1; i < fds_.size(); ++i)
         if (fds_[i].revents & (POLLIN | POLLERR | POLLHUP)) watched_[i - 1].check = true;
     }
     now = Clock::now();
     if (active) last_activity = now;
-    guarded("checking deadlines", [&] { cb_.on_tick(now); });
+    guarded(cb_, "checking deadlines", [&] { cb_.on_tick(now); });
   }
-  run_posted();  // last replies and releases go out before the sockets close
+  tasks_.run();  // last replies and releases go out before the sockets close
   for (auto& p : peers_) {
     if (p) unwatch_connection(p->dealer, p->monitor);
   }

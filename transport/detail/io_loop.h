@@ -26,6 +26,7 @@
 #include <zmq.hpp>
 
 #include "transport/detail/link.h"
+#include "transport/detail/link_thread.h"
 
 namespace distrl::transport::detail {
 
@@ -86,14 +87,10 @@ class IoLoop final : public Link {
   void mark(void* socket);  // read this socket before the next sleep
   bool serve_marked();      // drains the marked sockets; true when any was
   static constexpr int kDrainCap = 256;  // messages per socket per round, so no socket starves the rest
-  template <typename F>
-  void guarded(const char* what, F&& f);
-  void report_dropped(const std::string& what);  // on_dropped, guarded
   bool drain_router();  // true: stopped at kDrainCap with more maybe waiting
   bool drain_peer(int peer);
   void read_monitor(int peer);
   Peer& connect_peer(int peer);
-  bool run_posted();
 
   std::shared_ptr<zmq::context_t> ctx_;
   Options options_;
@@ -111,14 +108,10 @@ class IoLoop final : public Link {
     bool check;  // may have input: drain before sleeping
   };
   std::vector<Watched> watched_;
-  std::vector<pollfd> fds_;  // wake_fd_, then each watched socket's ZMQ_FD
+  std::vector<pollfd> fds_;  // tasks_.wake_fd(), then each watched socket's ZMQ_FD
   bool items_dirty_ = true;
-  int wake_fd_ = -1;
-  std::mutex mu_;
-  std::vector<std::function<void()>> posted_;
+  PostedTasks tasks_;
   std::atomic<std::uint64_t> bytes_sent_{0}, bytes_received_{0};
-  std::atomic<bool> sleeping_{false};
-  std::atomic<bool> stopping_{false};
   bool stopped_ = false;
   std::thread thread_;
 };

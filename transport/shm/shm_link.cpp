@@ -1,6 +1,5 @@
 #include "transport/shm/shm_link.h"
 
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -111,10 +110,7 @@ struct ShmLink::Conn {
   bool stalled = false;
 };
 
-ShmLink::ShmLink(Options options, Events events) : options_(std::move(options)), cb_(std::move(events)) {
-  wake_ = OwnedFd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  if (wake_.get() < 0) throw TransportError("shared memory: eventfd failed: " + std::string(std::strerror(errno)));
-}
+ShmLink::ShmLink(Options options, Events events) : options_(std::move(options)), cb_(std::move(events)) {}
 
 ShmLink::~ShmLink() { stop(); }
 
@@ -149,57 +145,12 @@ void ShmLink::start() {
 void ShmLink::stop() {
   if (stopped_) return;
   stopped_ = true;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_.store(true);
-  }
-  signal_eventfd(wake_.get());
+  tasks_.stop();
   if (thread_.joinable()) thread_.join();
   if (!path_.empty()) ::unlink(path_.c_str());
 }
 
-bool ShmLink::post(std::function<void()> fn) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_.load(std::memory_order_relaxed)) return false;
-    posted_.push_back(std::move(fn));
-  }
-  if (sleeping_.exchange(false)) signal_eventfd(wake_.get());
-  return true;
-}
-
-bool ShmLink::run_posted() {
-  std::vector<std::function<void()>> batch;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    batch.swap(posted_);
-  }
-  for (auto& fn : batch) {
-    try {
-      fn();
-    } catch (const std::exception& e) {
-      DISTRL_LOG(Error, "transport: I/O task threw " << e.what());
-    }
-  }
-  return !batch.empty();
-}
-
-template <typename F>
-void ShmLink::guarded(const char* what, F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    if (cb_.on_dropped) cb_.on_dropped(std::string(what) + " failed: " + e.what());
-  } catch (...) {
-    if (cb_.on_dropped) cb_.on_dropped(std::string(what) + " failed with a non-standard exception");
-  }
-}
-
-void ShmLink::report_dropped(const std::string& what) {
-  guarded("reporting a refused message", [&] {
-    if (cb_.on_dropped) cb_.on_dropped(what);
-  });
-}
+bool ShmLink::post(std::function<void()> fn) { return tasks_.post(std::move(fn)); }
 
 // ------------------------------------------------------------------ sending
 
@@ -221,7 +172,7 @@ ShmLink::Conn* ShmLink::connect_peer(int peer, std::string* error) {
     h.rank = options_.rank;
     // One attempt (no deadline to retry until): the peer listened before it published its
     // address, so a refusal means it is gone, and this thread must not wait for it.
-    RingPair p = open_ring_pair(path_of(peer_endpoints_.at(peer)), h, wake_.get(), name, Clock::now());
+    RingPair p = open_ring_pair(path_of(peer_endpoints_.at(peer)), h, tasks_.wake_fd(), name, Clock::now());
     peers_[peer] = std::make_unique<Conn>(std::move(p), options_, peer, true);
     peers_[peer]->answered = false;
     peers_[peer]->beat_seen = Clock::now();  // an acceptor that never answers is overdue too
@@ -279,7 +230,7 @@ bool ShmLink::send_reply(const Caller& to, Frames& frames) {
     return queue(*it->second, frames);
   } catch (const std::exception& e) {
     // Closed after the round: this may run inside serve() of the same connection.
-    report_dropped("a reply to rank " + std::to_string(it->second->rank) + ": " + e.what());
+    report_dropped(cb_, "a reply to rank " + std::to_string(it->second->rank) + ": " + e.what());
     it->second->broken = true;
     return false;
   }
@@ -326,16 +277,16 @@ bool ShmLink::serve(Conn& c) {
     if (got == Received::Nothing) break;
     moved = true;
     if (got == Received::TooManyParts) {
-      report_dropped((c.outgoing ? "a reply from rank " : "a request from rank ") + std::to_string(c.rank) + ": " +
+      report_dropped(cb_, (c.outgoing ? "a reply from rank " : "a request from rank ") + std::to_string(c.rank) + ": " +
                      c.decoder.dropped());
       continue;
     }
     bytes_received_.fetch_add(frames_bytes(frames), std::memory_order_relaxed);
     if (c.outgoing) {
-      guarded("reading a reply", [&] { cb_.on_reply(c.rank, std::move(frames)); });
+      guarded(cb_, "reading a reply", [&] { cb_.on_reply(c.rank, std::move(frames)); });
     } else {
       Caller from{route_of(c.id), c.rank};
-      guarded("serving a request", [&] { cb_.on_request(std::move(from), std::move(frames)); });
+      guarded(cb_, "serving a request", [&] { cb_.on_request(std::move(from), std::move(frames)); });
     }
   }
   return moved;
@@ -356,7 +307,7 @@ bool ShmLink::serve_all() {
     try {
       any = serve(*c) || any;
     } catch (const std::exception& e) {
-      report_dropped("a shared-memory connection from rank " + std::to_string(c->rank) + ": " + e.what());
+      report_dropped(cb_, "a shared-memory connection from rank " + std::to_string(c->rank) + ": " + e.what());
       c->broken = true;
     }
     if (c->broken) broken.push_back(id);
@@ -378,7 +329,7 @@ void ShmLink::peer_lost(int peer, const std::string& why) {
   if (peers_[peer]) retired_.push_back(std::move(peers_[peer]));
   if (!peer_down_[peer].empty()) return;
   peer_down_[peer] = why;
-  guarded("reporting a lost peer", [&] { cb_.on_peer_down(peer, why); });
+  guarded(cb_, "reporting a lost peer", [&] { cb_.on_peer_down(peer, why); });
 }
 
 // Every second: beat on the connections peers' I/O threads watch, look at theirs, and drop
@@ -386,7 +337,7 @@ void ShmLink::peer_lost(int peer, const std::string& why) {
 void ShmLink::heartbeats(Clock::time_point now) {
   for (std::size_t i = handshaking_.size(); i-- > 0;)
     if (now - handshaking_[i].since > kHandshakeWait) {
-      report_dropped("a shared-memory connection that sent no handshake for 2 s");
+      report_dropped(cb_, "a shared-memory connection that sent no handshake for 2 s");
       handshaking_.erase(handshaking_.begin() + static_cast<std::ptrdiff_t>(i));
     }
   for (auto& [id, c] : accepted_)
@@ -401,13 +352,13 @@ void ShmLink::heartbeats(Clock::time_point now) {
       if (c->stalled) {
         c->stalled = false;
         peer_down_[p].clear();
-        if (cb_.on_peer_up) guarded("reporting a peer back", [&] { cb_.on_peer_up(static_cast<int>(p)); });
+        if (cb_.on_peer_up) guarded(cb_, "reporting a peer back", [&] { cb_.on_peer_up(static_cast<int>(p)); });
       }
     } else if (!c->stalled && now - c->beat_seen > options_.heartbeat_timeout && peer_down_[p].empty()) {
       c->stalled = true;  // the connection stays: a stopped process that runs again is back
       peer_down_[p] = "no heartbeat from " + peer_endpoints_[p] + " for " +
                       std::to_string(options_.heartbeat_timeout.count() / 1000) + " s (the process is stopped or hung)";
-      guarded("reporting a lost peer", [&] { cb_.on_peer_down(static_cast<int>(p), peer_down_[p]); });
+      guarded(cb_, "reporting a lost peer", [&] { cb_.on_peer_down(static_cast<int>(p), peer_down_[p]); });
     }
   }
 }
@@ -419,7 +370,7 @@ void ShmLink::accept_all() {
       if (!c) return;
       handshaking_.push_back(Handshake{std::move(c), Clock::now()});
     } catch (const std::exception& e) {
-      report_dropped(std::string("a shared-memory connection: ") + e.what());
+      report_dropped(cb_, std::string("a shared-memory connection: ") + e.what());
     }
   }
 }
@@ -430,20 +381,20 @@ void ShmLink::admit(std::size_t index) {
   try {
     Hello h;
     RingPair p = admit_ring_pair(std::move(s), &h, "a peer", Clock::now() + std::chrono::milliseconds(100));
-    answer_ring_pair(p, wake_.get());
+    answer_ring_pair(p, tasks_.wake_fd());
     auto c = std::make_unique<Conn>(std::move(p), options_, h.rank, false);
     c->id = ++next_id_;
     c->io = h.kind == "io";
     accepted_.emplace(c->id, std::move(c));
   } catch (const std::exception& e) {
-    report_dropped(std::string("a shared-memory connection's handshake: ") + e.what());
+    report_dropped(cb_, std::string("a shared-memory connection's handshake: ") + e.what());
   }
 }
 
 void ShmLink::wait_for_events(int timeout_ms) {
   fds_.clear();
   poll_ids_.clear();
-  fds_.push_back({wake_.get(), POLLIN, 0});
+  fds_.push_back({tasks_.wake_fd(), POLLIN, 0});
   fds_.push_back({listener_.fd(), POLLIN, 0});
   for (auto& h : handshaking_) fds_.push_back({h.socket.fd(), POLLIN, 0});
   for (auto& [id, c] : accepted_) {
@@ -469,7 +420,6 @@ void ShmLink::wait_for_events(int timeout_ms) {
       if (c) arm(*c);
     for (auto* b : armed) b->waiters.fetch_add(1, std::memory_order_seq_cst);
     std::atomic_thread_fence(std::memory_order_seq_cst);  // the announcements before the re-check
-    sleeping_.store(true);
     bool ready = false;
     auto check = [&](Conn& c) {
       ready = ready || c.pair.in.readable() > 0 || (!c.writer.idle() && c.pair.out.writable() > 0);
@@ -481,13 +431,10 @@ void ShmLink::wait_for_events(int timeout_ms) {
     } catch (const std::exception&) {
       ready = true;  // a corrupt index: the next round's read names it
     }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (ready || !posted_.empty() || stopping_.load()) timeout_ms = 0;
-    }
+    if (tasks_.going_to_sleep() || ready) timeout_ms = 0;
   }
   const int n = ::poll(fds_.data(), fds_.size(), timeout_ms);
-  sleeping_.store(false);
+  tasks_.woke(n > 0 && (fds_[0].revents & POLLIN) != 0);  // posted tasks and rings alike
   for (auto* b : armed) b->waiters.fetch_sub(1, std::memory_order_relaxed);
   if (n <= 0) return;
   for (std::size_t i = fds_.size(); i-- > 0;)  // back to front: admit() erases handshakes
@@ -498,8 +445,7 @@ void ShmLink::on_socket_events(std::size_t i, short revents) {
   const std::size_t shakes = handshaking_.size(), first_accepted = 2 + shakes,
                     first_peer = first_accepted + poll_ids_.size();
   if (i == 0) {
-    std::uint64_t v;
-    (void)!::read(wake_.get(), &v, sizeof v);
+    // drained by woke(): the loop runs the tasks and reads the rings next round
   } else if (i == 1) {
     accept_all();
   } else if (i < first_accepted) {
@@ -507,14 +453,14 @@ void ShmLink::on_socket_events(std::size_t i, short revents) {
   } else if (i < first_peer) {
     // What the caller wrote before it closed (one-way notices at its shutdown) is read first.
     auto it = accepted_.find(poll_ids_[i - first_accepted]);
-    if (it != accepted_.end()) guarded("reading a closed connection", [&] { serve(*it->second); });
+    if (it != accepted_.end()) guarded(cb_, "reading a closed connection", [&] { serve(*it->second); });
     close_accepted(poll_ids_[i - first_accepted], "the caller closed it");
   } else {
     const auto [p, conn] = poll_peers_[i - first_peer];
     if (peers_[p].get() != conn) return;  // replaced or lost since the poll
     Conn& c = *conn;
     if ((revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) {
-      guarded("reading a closed connection", [&] { serve(c); });
+      guarded(cb_, "reading a closed connection", [&] { serve(c); });
       if (peers_[p].get() == conn)
         peer_lost(p, "connection to " + peer_endpoints_[p] + " lost (the process exited or crashed)");
     } else if (!c.answered) {
@@ -532,11 +478,11 @@ void ShmLink::on_socket_events(std::size_t i, short revents) {
 void ShmLink::run() {
   auto last_activity = Clock::now(), next_check = Clock::now(), next_beat = Clock::now();
   for (;;) {
-    bool active = run_posted();
-    if (stopping_.load()) break;
+    bool active = tasks_.run();
+    if (tasks_.stopping()) break;
     if (serve_all()) {
       active = true;
-      if (cb_.on_served) guarded("finishing a round of requests", [&] { cb_.on_served(); });
+      if (cb_.on_served) guarded(cb_, "finishing a round of requests", [&] { cb_.on_served(); });
     }
     auto now = Clock::now();
     if (active) last_activity = now;
@@ -556,9 +502,9 @@ void ShmLink::run() {
       heartbeats(now);
       next_beat = now + std::chrono::seconds(1);
     }
-    guarded("checking deadlines", [&] { cb_.on_tick(now); });
+    guarded(cb_, "checking deadlines", [&] { cb_.on_tick(now); });
   }
-  run_posted();  // last replies and releases go out before the rings close
+  tasks_.run();  // last replies and releases go out before the rings close
   // Flush what fits for up to 100 ms; a reader that stopped reading gets nothing more.
   std::vector<Conn*> all;
   for (auto& [id, c] : accepted_) all.push_back(c.get());

@@ -29,6 +29,7 @@
 #include <poll.h>
 
 #include "transport/detail/link.h"
+#include "transport/detail/link_thread.h"
 #include "transport/shm/detail/ring_pair.h"
 
 namespace distrl::transport::detail {
@@ -95,16 +96,12 @@ class ShmLink final : public Link {
   void peer_lost(int peer, const std::string& why);
   void heartbeats(std::chrono::steady_clock::time_point now);
   Conn* connect_peer(int peer, std::string* error);
-  template <typename F>
-  void guarded(const char* what, F&& f);
-  void report_dropped(const std::string& what);
-  bool run_posted();
 
   Options options_;
   Events cb_;
   std::string path_;
   UnixSocket listener_;
-  OwnedFd wake_;
+  PostedTasks tasks_;  // its eventfd also wakes us for the rings: peers get it in the handshake
   std::vector<std::string> peer_endpoints_;
   std::vector<std::unique_ptr<Conn>> peers_;                      // I/O thread only
   std::vector<std::string> peer_down_;                            // why, or "" (I/O thread only)
@@ -116,15 +113,11 @@ class ShmLink final : public Link {
   std::vector<Handshake> handshaking_;                            // accepted, hello not read yet
   std::vector<std::unique_ptr<Conn>> retired_;                    // freed after the round
   std::uint64_t next_id_ = 0;
-  // poll(2) set: wake_, listener_, handshaking_, accepted_ (in poll_ids_ order), peers_.
+  // poll(2) set: the tasks' eventfd, listener_, handshaking_, accepted_ (in poll_ids_ order), peers_.
   std::vector<struct pollfd> fds_;
   std::vector<std::uint64_t> poll_ids_;
   std::vector<std::pair<int, Conn*>> poll_peers_;  // the peers' entries: rank, connection
-  std::mutex mu_;
-  std::vector<std::function<void()>> posted_;
   std::atomic<std::uint64_t> bytes_sent_{0}, bytes_received_{0};
-  std::atomic<bool> sleeping_{false};
-  std::atomic<bool> stopping_{false};
   bool stopped_ = false;
   std::thread thread_;
 };
