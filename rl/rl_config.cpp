@@ -62,6 +62,9 @@ void bind(Settings& s, RlConfig& c) {
   s.bind("rpc.timeout_s", &c.rpc_timeout_s, "per-call timeout; also how long an observer waits for a silent agent")
       .range(0.1, 86400);
   s.bind("rpc.threads", &c.rpc_threads, "RPC handler threads per process").range(1, 256);
+  s.bind("rpc.shm_spin_us", &c.shm_spin_us,
+         "shared memory: the most a waiter spins before it sleeps (adaptive; 0: sleep at once)")
+      .range(0, 100000);
 }
 
 transport::RpcOptions rpc_options(const RlConfig& c, const WorldFlags& w, const std::string& name) {
@@ -70,6 +73,7 @@ transport::RpcOptions rpc_options(const RlConfig& c, const WorldFlags& w, const 
                               std::chrono::milliseconds(static_cast<long long>(c.rpc_timeout_s * 1000)), c.transport);
   o.name = name;
   o.num_worker_threads = c.rpc_threads;
+  o.shm_spin = std::chrono::microseconds(c.shm_spin_us);
   return o;
 }
 

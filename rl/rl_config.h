@@ -55,6 +55,7 @@ struct RlConfig {
   std::string transport = "auto";
   double rpc_timeout_s = 60;
   int rpc_threads = 4;
+  int shm_spin_us = 20;      // RpcOptions::shm_spin
 };
 
 void bind(Settings& s, RlConfig& c);
