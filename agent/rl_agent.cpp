@@ -17,6 +17,7 @@
 #include "common/stop_signal.h"
 #include "envs/env.h"
 #include "envs/render.h"
+#include "models/torch_threads.h"
 
 namespace distrl::agent {
 
@@ -25,7 +26,7 @@ RlAgent::RlAgent(rl::RlConfig config, const std::string& resume) : cfg_(std::mov
   const auto space = env->action_space();
   obs_dim_ = env->observation_space().dim();
   act_dim_ = space.kind == envs::Space::Kind::Box ? space.dim() : 0;
-  at::set_num_threads(cfg_.torch_threads);
+  models::set_torch_threads(cfg_.torch_threads);
   algo_ = make_algorithm(cfg_, obs_dim_, space.kind == envs::Space::Kind::Discrete ? space.n : 0, act_dim_);
   if (resume.empty()) return;
   progress_ = load_run(*algo_.learner, resume, cfg_);

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/command_line.h"
+#include "models/torch_threads.h"
 #include "transport/rpc/options.h"
 
 namespace distrl::training {
@@ -17,7 +18,7 @@ namespace distrl::training {
 // adopted by each of them (RpcOptions::thread_init): the handlers run the model.
 inline transport::RpcOptions rpc_options_for(const WorldFlags& world, double timeout_s, const std::string& transport,
                                              int torch_threads) {
-  at::set_num_threads(torch_threads);
+  models::set_torch_threads(torch_threads);
   transport::RpcOptions o =
       transport::rank_options(world.rank, world.world_size, world.resolved_init_method(),
                               std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000)), transport);

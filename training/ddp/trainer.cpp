@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "models/nets.h"
+#include "models/torch_threads.h"
 #include "training/checkpoint.h"
 #include "training/data.h"
 #include "training/ddp/ddp.h"
@@ -141,7 +142,7 @@ std::vector<EpochResult> train(const TrainConfig& cfg, const std::string& config
                                std::shared_ptr<transport::ProcessGroup> pg, const std::string& resume) {
   const int rank = pg->rank(), world = pg->size();
   const bool lead = rank == 0;
-  at::set_num_threads(cfg.torch_threads);
+  models::set_torch_threads(cfg.torch_threads);
   torch::manual_seed(cfg.seed);
   const Data data = load_data(cfg);
 

@@ -25,6 +25,7 @@
 #include "common/malloc_tuning.h"
 #include "common/stop_signal.h"
 #include "models/resnet.h"
+#include "models/torch_threads.h"
 #include "training/rpc_world.h"
 #include "training/run_loop.h"
 #include "transport/rpc/rpc_agent.h"
@@ -239,7 +240,7 @@ void run_resnet_tutorial(const PipelineConfig& c, const std::string& config_yaml
 
 
 void run_model_parallel(const PipelineConfig& c, const std::string& config_yaml) {
-  torch::set_num_threads(c.torch_threads);
+  models::set_torch_threads(c.torch_threads);
   const auto [d0, d1] = model_parallel_devices(c.devices);  // checked by check_model_parallel
   RunLoop loop(c, "distrl-pipeline", true);  // SIGINT/SIGTERM: the setting in progress ends after its current batch
   loop.open(config_yaml, "sweep.csv", "form,split_size,microbatches,batch,seconds_per_batch,first_loss,last_loss");

@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "common/malloc_tuning.h"
 #include "models/checkpoint.h"
+#include "models/torch_threads.h"
 #include "training/data.h"
 #include "training/pipeline/stage.h"
 #include "training/run_loop.h"
@@ -292,7 +293,7 @@ std::pair<double, double> evaluate_pipeline(const PipelineConfig& c, PipelineSta
 
 void run_fashion_mnist(const PipelineConfig& c, const std::string& config_yaml, const WorldFlags& world,
                        const std::string& resume) {
-  torch::set_num_threads(c.torch_threads);
+  models::set_torch_threads(c.torch_threads);
   auto pg = stage_group(c, world);
   const int rank = pg->rank();
   const Schedule sched = schedule_for(c);

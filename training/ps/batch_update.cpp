@@ -13,6 +13,7 @@
 #include "models/checkpoint.h"
 #include "models/nets.h"
 #include "models/resnet.h"
+#include "models/torch_threads.h"
 #include "training/ps/client.h"
 #include "training/run_loop.h"
 #include "transport/store.h"
@@ -104,7 +105,7 @@ void serve_shard(const PsEngineConfig& cfg, transport::RpcAgent& agent, ShardSer
 }
 
 bool serve_if_server(const PsEngineConfig& cfg, transport::RpcAgent& agent, const std::shared_ptr<ShardServer>& server) {
-  torch::set_num_threads(cfg.torch_threads);
+  models::set_torch_threads(cfg.torch_threads);
   if (agent.world_size() != cfg.servers + cfg.trainers)
     throw ConfigError("roles: " + std::to_string(cfg.servers) + " server(s) + " + std::to_string(cfg.trainers) +
                       " trainer(s) need a world of " + std::to_string(cfg.servers + cfg.trainers) + ", not " +

@@ -18,6 +18,7 @@
 #include "common/error.h"
 #include "models/checkpoint.h"
 #include "models/nets.h"
+#include "models/torch_threads.h"
 #include "training/ddp/ddp.h"
 #include "training/run_loop.h"
 #include "transport/collectives/process_group.h"
@@ -195,7 +196,7 @@ void run_trainer(const HybridConfig& cfg, const std::string& config_yaml, transp
 
 void run_hybrid(const HybridConfig& cfg, const std::string& config_yaml, transport::RpcAgent& agent,
                 const std::shared_ptr<HybridRank>& rank) {
-  torch::set_num_threads(cfg.torch_threads);
+  models::set_torch_threads(cfg.torch_threads);
   if (agent.world_size() != cfg.servers + cfg.trainers + 1)
     throw ConfigError("roles: the hybrid form needs 1 ps + " + std::to_string(cfg.trainers) +
                       " trainer(s) + 1 master = " + std::to_string(cfg.trainers + 2) + " ranks, not " +

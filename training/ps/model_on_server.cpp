@@ -17,6 +17,7 @@
 #include "common/output_file.h"
 #include "models/checkpoint.h"
 #include "models/nets.h"
+#include "models/torch_threads.h"
 #include "training/data.h"
 #include "training/ps/client.h"
 #include "training/ps/server.h"
@@ -230,7 +231,7 @@ double train_step(const ModelOnServerConfig& cfg, transport::RpcAgent& agent, au
 
 void run_model_on_server(const ModelOnServerConfig& cfg, const std::string& config_yaml, transport::RpcAgent& agent,
                          const std::shared_ptr<ModelServer>& server) {
-  torch::set_num_threads(cfg.torch_threads);
+  models::set_torch_threads(cfg.torch_threads);
   if (server) return serve(cfg, agent, *server);
 
   const int trainer = agent.rank() - cfg.servers;

@@ -14,6 +14,7 @@
 #include "common/malloc_tuning.h"
 #include "common/stop_signal.h"
 #include "models/checkpoint.h"
+#include "models/torch_threads.h"
 #include "transport/rpc/rpc_agent.h"
 #include "transport/tensor.h"
 #include "training/data.h"
@@ -193,7 +194,7 @@ void report_step(const RnnConfig& cfg, RunLoop& loop, int step, double train_los
 }  // namespace
 
 void run_rnn(const RnnConfig& cfg, const std::string& config_yaml, transport::RpcAgent& agent, const std::string& resume) {
-  torch::set_num_threads(cfg.torch_threads);
+  models::set_torch_threads(cfg.torch_threads);
   const int rank = agent.rank();
   if (rank == 0) {
     std::cout << "ps: holding the embedding table and the decoder for " << agent.world_size() - 1 << " trainer(s)"
