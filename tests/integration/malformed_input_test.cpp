@@ -16,6 +16,7 @@
 #include "tests/support/wire_craft.h"
 #include "transport/detail/endpoints.h"
 #include "transport/rpc/rpc_agent.h"
+#include "transport/shm/detail/ring_pair.h"
 #include "transport/tensor.h"
 #include "transport/store.h"
 
@@ -576,5 +577,70 @@ TEST(UnknownObjectsTest, AMembersCallsWaitingForCreationsAreBoundedInBytesAndNam
     agent.shutdown();
     return 0;
   }, 120s);
+  EXPECT_EQ(codes, (std::vector<int>{0, 0}));
+}
+
+// The shared-memory link's rings are untrusted input like a socket: a member process that
+// writes garbage into its ring, moves its index past the ring, or dies mid-message loses that
+// connection (dropped and counted, the peer named in the log), and the agent goes on serving
+// everyone else -- including the same process on a new connection.
+TEST(ShmRingInputTest, GarbageAnImpossibleIndexAndATruncatedMessageDropOnlyThatConnection) {
+  const char* forced = std::getenv("DISTRL_TRANSPORT");
+  if (forced != nullptr && std::string(forced) != "auto" && std::string(forced) != "shm")
+    GTEST_SKIP() << "needs the shared-memory link (DISTRL_TRANSPORT=" << forced << ")";
+  namespace d = distrl::transport::detail;
+  TempDir dir;
+  auto codes = run_ranks(2, [&](int rank) {
+    RpcAgent agent(rpc_options(dir, rank, 2), [](RpcAgent& a) {
+      a.register_function("add", [](int x, int y) { return x + y; });
+      a.register_function("stats", [&a]() { return a.stats(); });
+    });
+    if (rank == 0) {
+      agent.shutdown();  // serves until rank 1 is done
+      return 0;
+    }
+    const std::string endpoint = agent.worker(0).endpoint;
+    expect(endpoint.rfind("shm://", 0) == 0, "rank 0 is reached over shared memory (" + endpoint + ")");
+    const std::string path = endpoint.substr(6);
+    const auto bad_before = agent.rpc_sync<RpcStats>(0, "stats").bad_messages;
+    auto open = [&] {
+      d::Hello h;
+      h.capacity = 4096;
+      h.kind = "channel";
+      h.rank = 1;
+      const auto deadline = std::chrono::steady_clock::now() + 5s;
+      d::RingPair p = d::open_ring_pair(path, h, -1, "rank 0", deadline);
+      d::finish_ring_pair(p, deadline);
+      return p;
+    };
+    auto dropped_by_agent = [&](d::RingPair& p) {
+      return distrl::testing::wait_until([&] { return p.socket.peer_closed(); }, 10s);
+    };
+    // Garbage where a message's frame marker belongs.
+    d::RingPair garbage = open();
+    const std::uint32_t junk[4] = {0x12345678u, 0xffffffffu, 0u, 42u};
+    garbage.out.put(junk, sizeof junk);
+    garbage.out.publish();
+    expect(dropped_by_agent(garbage), "the agent kept a connection whose ring held garbage");
+    // The writer's index far past the ring.
+    d::RingPair wild = open();
+    wild.out.control()->tail.store(1ull << 40);
+    wild.out.control()->data_bell.ring(wild.peer_wake.get());
+    expect(dropped_by_agent(wild), "the agent kept a connection whose index was impossible");
+    // Half a message, then the connection closes (as a process killed mid-write).
+    {
+      d::RingPair cut = open();
+      const std::uint32_t header[2] = {d::kFrameMagic | 1u, 100u};
+      cut.out.put(header, sizeof header);
+      cut.out.put("abc", 3);
+      cut.out.publish();
+    }
+    expect(distrl::testing::wait_until(
+               [&] { return agent.rpc_sync<RpcStats>(0, "stats").bad_messages >= bad_before + 2; }, 10s),
+           "the two broken rings were counted");
+    expect(agent.rpc_sync<int>(0, "add", 2, 3) == 5, "rank 0 still serves");
+    agent.shutdown();
+    return 0;
+  }, 60s);
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
