@@ -19,6 +19,9 @@ constexpr int kDrainCap = 256;                  // messages per connection per r
 constexpr std::size_t kMaxQueued = 1u << 16;    // messages waiting for room, per connection
 constexpr auto kHandshakeWait = std::chrono::milliseconds(2000);
 constexpr auto kSocketCheck = std::chrono::milliseconds(1);  // deaths and connections, while busy
+// Connections accepted at once (handshakes included): what a peer can make this process hold
+// (two mapped rings and a descriptor each). A world of N processes uses N + its calling threads.
+constexpr std::size_t kMaxAccepted = 4096;
 
 // A caller's route: its connection's id, 8 bytes.
 zmq::message_t route_of(std::uint64_t id) { return zmq::message_t(&id, sizeof id); }
@@ -368,6 +371,11 @@ void ShmLink::accept_all() {
     try {
       UnixSocket c = listener_.accept(Clock::now());
       if (!c) return;
+      if (accepted_.size() + handshaking_.size() >= kMaxAccepted) {
+        report_dropped(cb_, "a shared-memory connection: " + std::to_string(kMaxAccepted) +
+                                " are open already (closed at once)");
+        continue;
+      }
       handshaking_.push_back(Handshake{std::move(c), Clock::now()});
     } catch (const std::exception& e) {
       report_dropped(cb_, std::string("a shared-memory connection: ") + e.what());
