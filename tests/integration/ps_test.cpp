@@ -212,7 +212,12 @@ TEST(PsFaultTest, AKilledTrainerLeavesTheQuorumAndTheOthersCarryOn) {
     ps.declare("b", torch::zeros({1}));
     ps.declare_table("emb", torch::zeros({10, 2}));
     for (int r = 0; r < rounds; ++r) {
-      if (trainer == 1 && r == 3) std::raise(SIGKILL);
+      if (trainer == 1 && r == 3) {
+        // Die while round 3 waits for us: the others have pushed it by then (over shared memory
+        // the death is seen at once; dying first left no round for the departure to close).
+        std::this_thread::sleep_for(500ms);
+        std::raise(SIGKILL);
+      }
       auto res = ps.push({"w", "b"}, {torch::ones({3}), torch::ones({1})});
       expect(res.values.size() == 2 && res.values[0].size(0) == 3, "the new values come back");
       ps.push_rows("emb", torch::tensor({trainer, 9}), torch::ones({2, 2}));
