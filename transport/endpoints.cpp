@@ -102,10 +102,17 @@ std::string shm_endpoint_to_bind(const std::string& tag) {
   return "shm:///tmp/distrl-" + std::to_string(::getpid()) + "-" + tag + "-shm-" + std::to_string(rd()) + ".ipc";
 }
 
+namespace {
+
+// The one test of whether `me` can reach `peer` over shared memory.
+bool shm_reachable(const Address& me, const Address& peer) { return peer.host_id == me.host_id && !peer.shm.empty(); }
+
+}  // namespace
+
 bool world_uses_shm(const Address& me, const std::vector<Address>& peers, const std::string& transport) {
   if (transport != "auto" && transport != "shm") return false;
   for (const auto& p : peers) {
-    if (p.host_id == me.host_id && !p.shm.empty()) continue;
+    if (shm_reachable(me, p)) continue;
     if (transport == "auto") return false;
     throw ConfigError("transport shm: '" + p.name + "' runs on another host (" + p.hostname +
                       ") or serves no shared memory; use transport auto, zmq or tcp");
@@ -115,7 +122,7 @@ bool world_uses_shm(const Address& me, const std::vector<Address>& peers, const 
 
 std::string endpoint_for(const Address& me, const Address& peer, const std::string& transport) {
   if (transport == "shm") {
-    if (peer.shm.empty() || peer.host_id != me.host_id)
+    if (!shm_reachable(me, peer))
       throw ConfigError("'" + peer.name + "' serves no shared memory on this host (" + peer.hostname +
                         "); use transport auto, zmq or tcp");
     return peer.shm;

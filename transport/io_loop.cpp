@@ -12,7 +12,6 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "transport/detail/zmq_context.h"
-#include "common/thread_name.h"
 
 namespace distrl::transport::detail {
 
@@ -115,21 +114,12 @@ void IoLoop::set_peers(std::vector<std::string> endpoints) {
 }
 
 void IoLoop::start() {
-  thread_ = std::thread([this] {
-    name_this_thread("distrl-io");
-    if (options_.thread_init) options_.thread_init();
-    run();
-  });
+  io_.start(options_.thread_init, [this] { run(); });
 }
 
-void IoLoop::stop() {
-  if (stopped_) return;
-  stopped_ = true;
-  tasks_.stop();
-  if (thread_.joinable()) thread_.join();
-}
+void IoLoop::stop() { io_.stop(); }
 
-bool IoLoop::post(std::function<void()> fn) { return tasks_.post(std::move(fn)); }
+bool IoLoop::post(std::function<void()> fn) { return io_.post(std::move(fn)); }
 
 IoLoop::Peer& IoLoop::connect_peer(int peer) {
   auto& p = peers_.at(peer);
@@ -215,7 +205,7 @@ void IoLoop::rebuild_poll_items() {
     watched_.push_back({peers_[i]->monitor.handle(), Source::Monitor, static_cast<int>(i), true});
   }
   fds_.clear();
-  fds_.push_back({tasks_.wake_fd(), POLLIN, 0});
+  fds_.push_back({io_.wake_fd(), POLLIN, 0});
   for (auto& w : watched_) {
     int fd = -1;
     std::size_t len = sizeof(fd);
@@ -300,8 +290,8 @@ void IoLoop::read_monitor(int peer) {
 void IoLoop::run() {
   auto last_activity = Clock::now();
   for (;;) {
-    bool active = tasks_.run();
-    if (tasks_.stopping()) break;
+    bool active = io_.run();
+    if (io_.stopping()) break;
     if (items_dirty_) rebuild_poll_items();
     if (serve_marked()) {
       active = true;
@@ -314,10 +304,10 @@ void IoLoop::run() {
     if (!marked && now - last_activity >= options_.spin) {
       auto until = std::min(cb_.next_deadline(), now + std::chrono::milliseconds(100));
       timeout_ms = std::max<long>(0, std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count() + 1);
-      if (tasks_.going_to_sleep()) timeout_ms = 0;
+      if (io_.going_to_sleep()) timeout_ms = 0;
     }
     const int ready = ::poll(fds_.data(), fds_.size(), static_cast<int>(timeout_ms));
-    tasks_.woke(ready > 0 && (fds_[0].revents & POLLIN) != 0);
+    io_.woke(ready > 0 && (fds_[0].revents & POLLIN) != 0);
     if (ready > 0) {
       for (std::size_t i = 1; i < fds_.size(); ++i)
         if (fds_[i].revents & (POLLIN | POLLERR | POLLHUP)) watched_[i - 1].check = true;
@@ -326,7 +316,7 @@ void IoLoop::run() {
     if (active) last_activity = now;
     guarded(cb_, "checking deadlines", [&] { cb_.on_tick(now); });
   }
-  tasks_.run();  // last replies and releases go out before the sockets close
+  io_.run();  // last replies and releases go out before the sockets close
   for (auto& p : peers_) {
     if (p) unwatch_connection(p->dealer, p->monitor);
   }

@@ -7,19 +7,20 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/thread_name.h"
 
 namespace distrl::transport::detail {
 
-PostedTasks::PostedTasks() {
+LinkThread::LinkThread() {
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) throw TransportError("transport: eventfd failed");
 }
 
-PostedTasks::~PostedTasks() {
+LinkThread::~LinkThread() {
   if (wake_fd_ >= 0) ::close(wake_fd_);
 }
 
-bool PostedTasks::post(std::function<void()> fn) {
+bool LinkThread::post(std::function<void()> fn) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_.load(std::memory_order_relaxed)) return false;
@@ -33,7 +34,7 @@ bool PostedTasks::post(std::function<void()> fn) {
   return true;
 }
 
-bool PostedTasks::run() {
+bool LinkThread::run() {
   std::vector<std::function<void()>> batch;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -49,22 +50,34 @@ bool PostedTasks::run() {
   return !batch.empty();
 }
 
-void PostedTasks::stop() {
+void LinkThread::start(std::function<void()> init, std::function<void()> run) {
+  thread_ = std::thread([init = std::move(init), run = std::move(run)] {
+    name_this_thread("distrl-io");
+    if (init) init();
+    run();
+  });
+}
+
+bool LinkThread::stop() {
+  if (stopped_) return false;
+  stopped_ = true;
   {
     std::lock_guard<std::mutex> lock(mu_);  // post() sees stopping_ under the same lock
     stopping_.store(true);
   }
   const std::uint64_t one = 1;
   (void)!::write(wake_fd_, &one, sizeof one);
+  if (thread_.joinable()) thread_.join();
+  return true;
 }
 
-bool PostedTasks::going_to_sleep() {
+bool LinkThread::going_to_sleep() {
   sleeping_.store(true);
   std::lock_guard<std::mutex> lock(mu_);
   return !posted_.empty() || stopping_.load();
 }
 
-void PostedTasks::woke(bool wake_fd_fired) {
+void LinkThread::woke(bool wake_fd_fired) {
   sleeping_.store(false);
   if (wake_fd_fired) {
     std::uint64_t v;

@@ -62,7 +62,7 @@ class IoLoop final : public Link {
 
   // Any thread: run fn on the I/O thread. False (fn dropped) once stop() has begun.
   bool post(std::function<void()> fn) override;
-  bool on_io_thread() const override { return std::this_thread::get_id() == thread_.get_id(); }
+  bool on_io_thread() const override { return io_.on_thread(); }
   // Message bytes this loop sent and read (frames, routing ids not counted). Any thread.
   std::uint64_t bytes_sent() const override { return bytes_sent_.load(std::memory_order_relaxed); }
   std::uint64_t bytes_received() const override { return bytes_received_.load(std::memory_order_relaxed); }
@@ -108,12 +108,10 @@ class IoLoop final : public Link {
     bool check;  // may have input: drain before sleeping
   };
   std::vector<Watched> watched_;
-  std::vector<pollfd> fds_;  // tasks_.wake_fd(), then each watched socket's ZMQ_FD
+  std::vector<pollfd> fds_;  // io_.wake_fd(), then each watched socket's ZMQ_FD
   bool items_dirty_ = true;
-  PostedTasks tasks_;
+  LinkThread io_;
   std::atomic<std::uint64_t> bytes_sent_{0}, bytes_received_{0};
-  bool stopped_ = false;
-  std::thread thread_;
 };
 
 }  // namespace distrl::transport::detail

@@ -1,25 +1,34 @@
 // What every link's I/O thread shares (ZeroMQ's IoLoop and the shared-memory ShmLink): the
-// tasks other threads post to it, an eventfd that wakes it only while it sleeps, and the
-// boundary its callbacks run inside. Private to transport/.
+// thread itself (started, stopped, named), the tasks other threads post to it, an eventfd that
+// wakes it only while it sleeps, and the boundary its callbacks run inside. Private to transport/.
 #pragma once
 
 #include <atomic>
 #include <functional>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "transport/detail/link.h"
 
 namespace distrl::transport::detail {
 
-// Tasks for the I/O thread. post() and stop() from any thread; the rest on the I/O thread.
-class PostedTasks {
+// A link's I/O thread ("distrl-io") and the tasks posted to it. start(), stop(), post() and
+// on_thread() from any thread; the rest on the I/O thread. stop() before destruction.
+class LinkThread {
  public:
-  PostedTasks();  // TransportError when no eventfd can be made
-  ~PostedTasks();
-  PostedTasks(const PostedTasks&) = delete;
-  PostedTasks& operator=(const PostedTasks&) = delete;
+  LinkThread();  // TransportError when no eventfd can be made
+  ~LinkThread();
+  LinkThread(const LinkThread&) = delete;
+  LinkThread& operator=(const LinkThread&) = delete;
+
+  // Starts the thread: names it, runs init (when set), then run.
+  void start(std::function<void()> init, std::function<void()> run);
+  // Refuses further posts, wakes the thread and joins it (run returns once stopping() is
+  // true). True the first time, false when already stopped.
+  bool stop();
+  bool on_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
 
   // The descriptor to poll: readable after a post() or stop() while the thread slept.
   int wake_fd() const { return wake_fd_; }
@@ -28,8 +37,6 @@ class PostedTasks {
   bool post(std::function<void()> fn);
   // Runs every queued task (one that throws is logged); true when there was any.
   bool run();
-  // Refuses further posts and wakes the thread.
-  void stop();
   bool stopping() const { return stopping_.load(); }
   // The I/O thread is about to sleep: true when it must not (a task waits, or stop began).
   // Posts from here on write the eventfd.
@@ -43,6 +50,8 @@ class PostedTasks {
   std::vector<std::function<void()>> posted_;
   std::atomic<bool> sleeping_{false};
   std::atomic<bool> stopping_{false};
+  bool stopped_ = false;
+  std::thread thread_;
 };
 
 // Runs a link callback at the I/O thread's boundary: whatever it throws is reported through

@@ -151,7 +151,7 @@ Links bind_links(RpcCore::State& s, const WorldSpec& w, const std::string& trans
   if (transport == "shm" || transport == "auto") {
     ShmLink::Options o;
     o.max_message_bytes = s.opts.limits.max_message_bytes;
-    o.max_parts = s.opts.limits.max_frames + 2;
+    o.max_parts = s.opts.limits.max_frames + 1;  // header + tensor frames (ZeroMQ's + 2 counts the routing id)
     o.spin = s.opts.shm_spin;
     o.send_timeout = s.opts.rpc_timeout;
     o.thread_init = s.opts.thread_init;

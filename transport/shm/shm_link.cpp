@@ -8,7 +8,6 @@
 
 #include "common/error.h"
 #include "common/log.h"
-#include "common/thread_name.h"
 
 namespace distrl::transport::detail {
 
@@ -138,22 +137,14 @@ void ShmLink::set_peers(std::vector<std::string> endpoints) {
 }
 
 void ShmLink::start() {
-  thread_ = std::thread([this] {
-    name_this_thread("distrl-io");
-    if (options_.thread_init) options_.thread_init();
-    run();
-  });
+  io_.start(options_.thread_init, [this] { run(); });
 }
 
 void ShmLink::stop() {
-  if (stopped_) return;
-  stopped_ = true;
-  tasks_.stop();
-  if (thread_.joinable()) thread_.join();
-  if (!path_.empty()) ::unlink(path_.c_str());
+  if (io_.stop() && !path_.empty()) ::unlink(path_.c_str());
 }
 
-bool ShmLink::post(std::function<void()> fn) { return tasks_.post(std::move(fn)); }
+bool ShmLink::post(std::function<void()> fn) { return io_.post(std::move(fn)); }
 
 // ------------------------------------------------------------------ sending
 
@@ -175,7 +166,7 @@ ShmLink::Conn* ShmLink::connect_peer(int peer, std::string* error) {
     h.rank = options_.rank;
     // One attempt (no deadline to retry until): the peer listened before it published its
     // address, so a refusal means it is gone, and this thread must not wait for it.
-    RingPair p = open_ring_pair(path_of(peer_endpoints_.at(peer)), h, tasks_.wake_fd(), name, Clock::now());
+    RingPair p = open_ring_pair(path_of(peer_endpoints_.at(peer)), h, io_.wake_fd(), name, Clock::now());
     peers_[peer] = std::make_unique<Conn>(std::move(p), options_, peer, true);
     peers_[peer]->answered = false;
     peers_[peer]->beat_seen = Clock::now();  // an acceptor that never answers is overdue too
@@ -389,7 +380,7 @@ void ShmLink::admit(std::size_t index) {
   try {
     Hello h;
     RingPair p = admit_ring_pair(std::move(s), &h, "a peer", Clock::now() + std::chrono::milliseconds(100));
-    answer_ring_pair(p, tasks_.wake_fd());
+    answer_ring_pair(p, io_.wake_fd());
     auto c = std::make_unique<Conn>(std::move(p), options_, h.rank, false);
     c->id = ++next_id_;
     c->io = h.kind == "io";
@@ -402,7 +393,7 @@ void ShmLink::admit(std::size_t index) {
 void ShmLink::wait_for_events(int timeout_ms) {
   fds_.clear();
   poll_ids_.clear();
-  fds_.push_back({tasks_.wake_fd(), POLLIN, 0});
+  fds_.push_back({io_.wake_fd(), POLLIN, 0});
   fds_.push_back({listener_.fd(), POLLIN, 0});
   for (auto& h : handshaking_) fds_.push_back({h.socket.fd(), POLLIN, 0});
   for (auto& [id, c] : accepted_) {
@@ -439,10 +430,10 @@ void ShmLink::wait_for_events(int timeout_ms) {
     } catch (const std::exception&) {
       ready = true;  // a corrupt index: the next round's read names it
     }
-    if (tasks_.going_to_sleep() || ready) timeout_ms = 0;
+    if (io_.going_to_sleep() || ready) timeout_ms = 0;
   }
   const int n = ::poll(fds_.data(), fds_.size(), timeout_ms);
-  tasks_.woke(n > 0 && (fds_[0].revents & POLLIN) != 0);  // posted tasks and rings alike
+  io_.woke(n > 0 && (fds_[0].revents & POLLIN) != 0);  // posted tasks and rings alike
   for (auto* b : armed) b->waiters.fetch_sub(1, std::memory_order_relaxed);
   if (n <= 0) return;
   for (std::size_t i = fds_.size(); i-- > 0;)  // back to front: admit() erases handshakes
@@ -486,8 +477,8 @@ void ShmLink::on_socket_events(std::size_t i, short revents) {
 void ShmLink::run() {
   auto last_activity = Clock::now(), next_check = Clock::now(), next_beat = Clock::now();
   for (;;) {
-    bool active = tasks_.run();
-    if (tasks_.stopping()) break;
+    bool active = io_.run();
+    if (io_.stopping()) break;
     if (serve_all()) {
       active = true;
       if (cb_.on_served) guarded(cb_, "finishing a round of requests", [&] { cb_.on_served(); });
@@ -512,7 +503,7 @@ void ShmLink::run() {
     }
     guarded(cb_, "checking deadlines", [&] { cb_.on_tick(now); });
   }
-  tasks_.run();  // last replies and releases go out before the rings close
+  io_.run();  // last replies and releases go out before the rings close
   // Flush what fits for up to 100 ms; a reader that stopped reading gets nothing more.
   std::vector<Conn*> all;
   for (auto& [id, c] : accepted_) all.push_back(c.get());

@@ -68,7 +68,7 @@ class ShmLink final : public Link {
   void stop() override;
 
   bool post(std::function<void()> fn) override;
-  bool on_io_thread() const override { return std::this_thread::get_id() == thread_.get_id(); }
+  bool on_io_thread() const override { return io_.on_thread(); }
   std::uint64_t bytes_sent() const override { return bytes_sent_.load(std::memory_order_relaxed); }
   std::uint64_t bytes_received() const override { return bytes_received_.load(std::memory_order_relaxed); }
 
@@ -101,7 +101,7 @@ class ShmLink final : public Link {
   Events cb_;
   std::string path_;
   UnixSocket listener_;
-  PostedTasks tasks_;  // its eventfd also wakes us for the rings: peers get it in the handshake
+  LinkThread io_;  // its eventfd also wakes us for the rings: peers get it in the handshake
   std::vector<std::string> peer_endpoints_;
   std::vector<std::unique_ptr<Conn>> peers_;                      // I/O thread only
   std::vector<std::string> peer_down_;                            // why, or "" (I/O thread only)
@@ -118,8 +118,6 @@ class ShmLink final : public Link {
   std::vector<std::uint64_t> poll_ids_;
   std::vector<std::pair<int, Conn*>> poll_peers_;  // the peers' entries: rank, connection
   std::atomic<std::uint64_t> bytes_sent_{0}, bytes_received_{0};
-  bool stopped_ = false;
-  std::thread thread_;
 };
 
 }  // namespace distrl::transport::detail
