@@ -18,8 +18,10 @@ std::string temp_file(const std::string& tag);
 // distrl-launch --nproc N -- distrl-bench WORKER --out FILE ARGS: FILE's lines. Throws Error
 // (after printing the workers' output) when a rank fails or nothing was written.
 // security: "off" or "curve" (distrl-launch --security: the workers' sockets use CURVE).
+// transport: the workers' DISTRL_TRANSPORT (what their "auto" means: shm, zmq, ...); empty:
+// this process's own.
 std::vector<std::string> run_workers(int ranks, const std::string& worker, const std::vector<std::string>& args,
-                                     const std::string& security = "off");
+                                     const std::string& security = "off", const std::string& transport = "");
 // A worker's CSV line as exactly n fields (Error otherwise: the worker and the table disagree).
 std::vector<std::string> fields(const std::string& line, std::size_t n, const std::string& worker);
 // The q-quantile (0..1) of v, nearest rank; 0 for an empty v.
@@ -87,6 +89,7 @@ struct AllreduceBenchOptions {
   std::vector<int> ranks{2, 4};
   std::vector<std::int64_t> sizes{4 << 10, 1 << 20, 16 << 20, 64 << 20};  // bytes
   std::vector<std::string> security{"off"};  // off, curve: each setting measured
+  std::vector<std::string> transports{"shm", "zmq"};  // each measured (ranks on one host)
   std::string csv = "runs/bench/allreduce.csv";
 };
 int run_allreduce_bench(const AllreduceBenchOptions& options);
@@ -98,6 +101,7 @@ struct DdpBenchOptions {
   int steps = 30;
   int batch = 64;  // per rank
   double bucket_mb = 25;
+  std::vector<std::string> transports{"shm", "zmq"};  // each measured (ranks on one host)
   std::string csv = "runs/bench/ddp.csv";
 };
 int run_ddp_bench(const DdpBenchOptions& options);

@@ -16,6 +16,7 @@
 
 #include "common/error.h"
 #include "models/nets.h"
+#include "models/torch_threads.h"
 #include "tools/bench.h"
 #include "tools/config_launch.h"
 #include "tools/launcher.h"
@@ -70,7 +71,7 @@ int run_allreduce_worker(const std::string& out, const std::vector<std::int64_t>
     const double lo = max_over_ranks(*pg, per.front()), hi = max_over_ranks(*pg, per.back());
     const double alg = bytes / median / 1e9;
     if (f)
-      f << n << ',' << bytes << ',' << iters << ',' << median * 1e6 << ',' << alg << ',' << alg * 2 * (n - 1) / n << ','
+      f << pg->transport() << ',' << n << ',' << bytes << ',' << iters << ',' << median * 1e6 << ',' << alg << ',' << alg * 2 * (n - 1) / n << ','
         << lo * 1e6 << ',' << hi * 1e6 << '\n';
   }
   return 0;
@@ -78,31 +79,33 @@ int run_allreduce_worker(const std::string& out, const std::vector<std::int64_t>
 
 int run_allreduce_bench(const AllreduceBenchOptions& o) {
   std::ofstream csv = open_csv(o.csv);
-  csv << "security,ranks,bytes,iters,median_us,algbw_GBps,busbw_GBps,min_us,max_us\n";
-  std::cout << "all_reduce(SUM, float32), ZeroMQ process group; time per call: median of the timed calls, with the\n"
-               "fastest and slowest (min / max), each the slowest rank's; sizes run in the order given\n"
+  csv << "security,transport,ranks,bytes,iters,median_us,algbw_GBps,busbw_GBps,min_us,max_us\n";
+  std::cout << "all_reduce(SUM, float32), the zmq process group over shared memory (shm) or its sockets (zmq); time\n"
+               "per call: median of the timed calls, with the fastest and slowest (min / max), each the slowest rank's;\n"
+               "sizes run in the order given\n"
             << machine_description() << "\n\n"
-            << "| security | ranks | size | calls | time per call | min / max | algbw GB/s | busbw GB/s |\n"
-               "|---|---:|---:|---:|---:|---:|---:|---:|\n";
+            << "| security | transport | ranks | size | calls | time per call | min / max | algbw GB/s | busbw GB/s |\n"
+               "|---|---|---:|---:|---:|---:|---:|---:|---:|\n";
   std::vector<std::string> args;
   for (auto s : o.sizes) args.push_back(std::to_string(s));
   for (int ranks : o.ranks)
     for (const auto& security : o.security)
-      for (const auto& line : run_workers(ranks, "allreduce-worker", args, security)) {
-        auto c = fields(line, 8, "allreduce-worker");
-        csv << security << ',' << line << '\n';
-        std::cout << "| " << security << " | " << c[0] << " | " << human_bytes(std::stoll(c[1])) << " | " << c[2]
-                  << " | " << std::fixed << std::setprecision(1) << std::stod(c[3]) << " µs | " << std::stod(c[6])
-                  << " / " << std::stod(c[7]) << " µs | " << std::setprecision(2) << std::stod(c[4]) << " | "
-                  << std::stod(c[5]) << " |\n";
-      }
+      for (const auto& transport : o.transports)
+        for (const auto& line : run_workers(ranks, "allreduce-worker", args, security, transport)) {
+          auto c = fields(line, 9, "allreduce-worker");
+          csv << security << ',' << line << '\n';
+          std::cout << "| " << security << " | " << c[0] << " | " << c[1] << " | " << human_bytes(std::stoll(c[2]))
+                    << " | " << c[3] << " | " << std::fixed << std::setprecision(1) << std::stod(c[4]) << " µs | "
+                    << std::stod(c[7]) << " / " << std::stod(c[8]) << " µs | " << std::setprecision(2) << std::stod(c[5])
+                    << " | " << std::stod(c[6]) << " |\n";
+        }
   std::cout << "\nwrote " << o.csv << "\n";
   return 0;
 }
 
 int run_ddp_worker(const std::string& out, const std::string& model, int steps, int batch, double bucket_mb) {
   auto pg = join();
-  at::set_num_threads(1);
+  models::set_torch_threads(1);  // OpenBLAS's threads too: spinning ones steal the other rank's vCPU
   torch::manual_seed(1);
   models::NetSpec spec;
   spec.name = model;
@@ -158,7 +161,7 @@ int run_ddp_worker(const std::string& out, const std::string& model, int steps, 
     // Not clamped: below 0 the communication cost more than the all-reduce alone (it slowed
     // backward down); above 1 no_sync was slower than DDP (noise).
     const double hidden = pg->size() > 1 && comm > 0 ? 1 - exposed / comm : 0;
-    f << model << ',' << pg->size() << ',' << batch << ',' << steps / seconds << ',' << steps * batch * pg->size() / seconds
+    f << pg->transport() << ',' << model << ',' << pg->size() << ',' << batch << ',' << steps / seconds << ',' << steps * batch * pg->size() / seconds
       << ',' << backward / steps * 1e3 << ',' << comm * 1e3 << ',' << exposed * 1e3 << ',' << hidden << ','
       << ddp.buckets().size() << '\n';
   }
@@ -167,30 +170,35 @@ int run_ddp_worker(const std::string& out, const std::string& model, int steps, 
 
 int run_ddp_bench(const DdpBenchOptions& o) {
   std::ofstream csv = open_csv(o.csv);
-  csv << "model,ranks,batch_per_rank,steps_per_s,samples_per_s,backward_ms,comm_ms,exposed_comm_ms,hidden_fraction,"
-         "buckets\n";
+  csv << "transport,model,ranks,batch_per_rank,steps_per_s,samples_per_s,backward_ms,comm_ms,exposed_comm_ms,"
+         "hidden_fraction,buckets\n";
   std::cout << "DDP training steps (SGD, batch " << o.batch << " per rank, bucket cap " << o.bucket_mb
-            << " MiB, 1 LibTorch thread per rank)\n"
+            << " MiB, 1 LibTorch thread per rank); collectives over shared memory (shm) or ZeroMQ sockets (zmq)\n"
             << machine_description() << "\n\n"
             << "exposed = step time with DDP - step time of the same processes under no_sync; hidden = 1 - exposed / "
                "(the buckets all-reduced alone)\n\n"
-            << "| model | ranks | buckets | steps/s | samples/s | backward ms | all-reduce alone ms | exposed ms | comm hidden |\n"
-            << "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
-  for (const auto& model : o.models) {
-    for (int ranks : o.ranks) {
-      for (const auto& line : run_workers(ranks, "ddp-worker",
-                                          {model, std::to_string(o.steps), std::to_string(o.batch), std::to_string(o.bucket_mb)})) {
-        auto c = fields(line, 10, "ddp-worker");
-        csv << line << '\n';
-        std::cout << std::fixed << "| " << c[0] << (c[0] == "mlp" ? " 3x1024" : "") << " | " << c[1] << " | " << c[9] << " | "
-                  << std::setprecision(1) << std::stod(c[3]) << " | " << std::setprecision(0) << std::stod(c[4])
-                  << " | " << std::setprecision(1) << std::stod(c[5]) << " | " << std::stod(c[6]) << " | "
-                  << std::stod(c[7]) << " | "
-                  << (c[1] == "1" ? std::string("-") : std::to_string(static_cast<int>(std::lround(std::stod(c[8]) * 100))) + " %")
-                  << " |\n";
+            << "| model | transport | ranks | buckets | steps/s | samples/s | backward ms | all-reduce alone ms | exposed ms "
+               "| comm hidden |\n"
+            << "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (const auto& model : o.models)
+    for (int ranks : o.ranks)
+      for (const auto& transport : o.transports) {
+        if (ranks == 1 && transport != o.transports.front()) continue;  // one rank: no collectives to compare
+        const std::vector<std::string> args{model, std::to_string(o.steps), std::to_string(o.batch),
+                                            std::to_string(o.bucket_mb)};
+        for (const auto& line : run_workers(ranks, "ddp-worker", args, "off", transport)) {
+          auto c = fields(line, 11, "ddp-worker");
+          csv << line << '\n';
+          std::cout << std::fixed << "| " << c[1] << (c[1] == "mlp" ? " 3x1024" : "") << " | "
+                    << (c[2] == "1" ? std::string("-") : c[0]) << " | " << c[2] << " | " << c[10] << " | "
+                    << std::setprecision(1) << std::stod(c[4]) << " | " << std::setprecision(0) << std::stod(c[5])
+                    << " | " << std::setprecision(1) << std::stod(c[6]) << " | " << std::stod(c[7]) << " | "
+                    << std::stod(c[8]) << " | "
+                    << (c[2] == "1" ? std::string("-")
+                                    : std::to_string(static_cast<int>(std::lround(std::stod(c[9]) * 100))) + " %")
+                    << " |\n";
+        }
       }
-    }
-  }
   std::cout << "\nwrote " << o.csv << "\n";
   return 0;
 }

@@ -69,6 +69,14 @@ CLI::App* add_soak(CLI::App& app, SoakBenchOptions& o) {
   return s;
 }
 
+// --transports for the process-group suites (every rank on this host).
+void add_group_transports(CLI::App* s, std::vector<std::string>& transports) {
+  s->add_option("--transports", transports,
+                "what the collectives run over, each measured: shm (shared memory), zmq (ZeroMQ sockets)")
+      ->check(CLI::IsMember({"shm", "zmq"}))
+      ->delimiter(',');
+}
+
 CLI::App* add_allreduce(CLI::App& app, AllreduceBenchOptions& o) {
   CLI::App* s = app.add_subcommand("allreduce", "all_reduce time, algorithm and bus bandwidth by size and rank count");
   s->add_option("--ranks", o.ranks, "rank counts")->delimiter(',')->check(CLI::Range(2, 1024));
@@ -76,6 +84,7 @@ CLI::App* add_allreduce(CLI::App& app, AllreduceBenchOptions& o) {
   s->add_option("--security", o.security, "off, curve or both (off,curve): ZeroMQ CURVE on the group's sockets")
       ->check(CLI::IsMember({"off", "curve"}))
       ->delimiter(',');
+  add_group_transports(s, o.transports);
   s->add_option("--csv", o.csv, "CSV output path");
   return s;
 }
@@ -88,6 +97,7 @@ CLI::App* add_ddp(CLI::App& app, DdpBenchOptions& o) {
   s->add_option("--steps", o.steps, "timed steps")->check(CLI::Range(1, 1000000));
   s->add_option("--batch", o.batch, "samples per rank per step")->check(CLI::Range(1, 100000));
   s->add_option("--bucket-mb", o.bucket_mb, "DDP bucket cap in MiB")->check(CLI::Range(0.01, 10000.0));
+  add_group_transports(s, o.transports);
   s->add_option("--csv", o.csv, "CSV output path");
   return s;
 }

@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <optional>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -33,8 +35,21 @@ std::string temp_file(const std::string& tag) {
 
 // distrl-launch --nproc N -- distrl-bench WORKER ARGS --out FILE; returns FILE's lines.
 std::vector<std::string> run_workers(int ranks, const std::string& worker, const std::vector<std::string>& args,
-                                     const std::string& security) {
+                                     const std::string& security, const std::string& transport) {
   const std::string out = temp_file(worker);
+  // The workers inherit DISTRL_TRANSPORT from this process: set it for them, put it back after.
+  const char* before = std::getenv("DISTRL_TRANSPORT");
+  const std::optional<std::string> saved = before ? std::optional<std::string>(before) : std::nullopt;
+  struct Restore {
+    const std::optional<std::string>& saved;
+    bool active;
+    ~Restore() {
+      if (!active) return;
+      if (saved) ::setenv("DISTRL_TRANSPORT", saved->c_str(), 1);
+      else ::unsetenv("DISTRL_TRANSPORT");
+    }
+  } restore{saved, !transport.empty()};
+  if (!transport.empty()) ::setenv("DISTRL_TRANSPORT", transport.c_str(), 1);
   std::vector<std::string> cmd{self_dir() + "/distrl-launch", "--nproc", std::to_string(ranks), "--security", security,
                                "--", self_dir() + "/distrl-bench", worker, "--out", out};
   cmd.insert(cmd.end(), args.begin(), args.end());

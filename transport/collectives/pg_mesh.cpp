@@ -89,12 +89,14 @@ struct Mesh::Peer {
   std::mutex send_mu;
 };
 
-Mesh::Mesh(Store& store, const std::string& prefix, int rank, int world, const ProcessGroupOptions& options)
+Mesh::Mesh(Store& store, const std::string& prefix, int rank, int world, const ProcessGroupOptions& options,
+           const std::string& shm_offer)
     : rank_(rank), world_(world), options_(options), ctx_(shared_zmq_context()),
       router_(*ctx_, zmq::socket_type::router), gone_since_(world) {
-  // Collectives run over ZeroMQ for every transport (shm: its same-host ipc form, until the
-  // shared-memory collectives exist).
-  const std::string transport = zmq_transport(checked_transport(options_.transport, "process group"));
+  // The sockets carry point-to-point calls always and collectives unless the world runs them in
+  // shared memory (shm: ZeroMQ's same-host ipc form).
+  const std::string chosen = checked_transport(options_.transport, "process group");
+  const std::string transport = zmq_transport(chosen);
   apply_common_options(router_, 2000);
   secure_server(*ctx_, router_);
   router_.set(zmq::sockopt::rcvhwm, 0);
@@ -117,8 +119,11 @@ Mesh::Mesh(Store& store, const std::string& prefix, int rank, int world, const P
     router_.bind(ep);
     bound.push_back(router_.get(zmq::sockopt::last_endpoint));
   }
-  const Address me = make_address(rank_name(rank), transport, bound);
+  Address me = make_address(rank_name(rank), transport, bound);
+  me.shm = shm_offer;
   const auto peers = exchange_addresses(store, prefix + "/addr/", rank, world, me, options_.timeout);
+  shm_world_ = world > 1 && world_uses_shm(me, peers, chosen) && peers[0].shm.rfind("shm://", 0) == 0;
+  if (shm_world_) shm_address_ = peers[0].shm;
 
   items_.push_back({router_.handle(), 0, ZMQ_POLLIN, 0});
   peers_.resize(world);

@@ -60,10 +60,15 @@ struct ProcessGroupOptions {
   int rank = -1;                       // -1: from the environment
   int world_size = -1;                 // -1: from the environment
   std::chrono::milliseconds timeout{60000};  // deadline of every operation and of rendezvous
-  std::string transport = "auto";      // as RpcOptions::transport; collectives run over ZeroMQ for all (shm: ipc)
+  // As RpcOptions::transport. auto/shm: when every rank runs on this host, collectives run in
+  // shared memory (transport/collectives/detail/shm_collectives.h) and point-to-point calls over
+  // ZeroMQ's ipc; auto falls back to ZeroMQ when shared memory cannot be set up, shm fails.
+  std::string transport = "auto";
   std::string bind_host;               // zmq: tcp interface (default: the one reaching the master)
   // zmq algorithm choice: all_reduce and broadcast of at most small_bytes use recursive
   // doubling / a binomial tree (fewest hops); larger ones a ring / chain pipelined in chunks.
+  // In shared memory, chunk_bytes is each rank's slot (two per rank: a segment of
+  // 2 * world * chunk_bytes) and all_reduce of at most small_bytes takes one barrier, not two.
   std::size_t small_bytes = 64 << 10;
   std::size_t chunk_bytes = 1 << 20;
   // zmq: the largest message a rank accepts (a larger frame closes that connection unread) and
@@ -91,6 +96,9 @@ class ProcessGroup {
   int rank() const { return rank_; }  // in this group
   int size() const { return size_; }
   virtual std::string backend() const = 0;
+  // What the collectives travel over: "shm" (the zmq backend with every rank on this host),
+  // "zmq" (its sockets), "nccl".
+  virtual std::string transport() const { return backend(); }
 
   // Point to point (ranks are group ranks). The receiver's tensor must match the sender's
   // dtype and element count.

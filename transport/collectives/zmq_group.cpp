@@ -21,7 +21,11 @@
 #include "common/malloc_tuning.h"
 #include "transport/collectives/detail/algorithms.h"
 #include "transport/collectives/detail/reduce_ops.h"
+#include "transport/collectives/detail/shm_collectives.h"
 #include "transport/collectives/detail/works.h"
+#include "transport/detail/endpoints.h"
+
+#include <ATen/ops/full.h>
 
 #include <mutex>
 
@@ -61,6 +65,11 @@ class ZmqGroup final : public ProcessGroup {
   }
 
   std::string backend() const override { return "zmq"; }
+  std::string transport() const override { return shm_ ? "shm" : "zmq"; }
+
+  // Collectives from now on run in shared memory (every rank of the group switches together,
+  // before the first collective is issued).
+  void use_shared_memory(std::unique_ptr<ShmCollectives> shm) { shm_ = std::move(shm); }
 
   WorkPtr isend(const at::Tensor& tensor, int dst, int tag) override {
     check_p2p(tensor, dst, tag, "isend to");
@@ -86,6 +95,7 @@ class ZmqGroup final : public ProcessGroup {
       std::lock_guard<std::mutex> lock(mu_);
       if (broken_.empty()) broken_ = "aborted here: " + reason;
     }
+    if (shm_) shm_->abort("TransportError", reason);
     mesh_->send_abort(id_, members_, "TransportError", reason);
   }
 
@@ -249,8 +259,10 @@ class ZmqGroup final : public ProcessGroup {
         std::lock_guard<std::mutex> lock(mu_);
         if (broken_.empty()) broken_ = ex.what();
       }
-      if (std::string(ex.what()).find("the group was aborted by rank") == std::string::npos)
+      if (std::string(ex.what()).find("the group was aborted by rank") == std::string::npos) {
+        if (shm_) shm_->abort(error_type(ex), ex.what());
         mesh_->send_abort(id_, members_, error_type(ex), ex.what());
+      }
       throw;
     }
     for (auto& [orig, cpu] : staged) orig.copy_(cpu);
@@ -262,6 +274,7 @@ class ZmqGroup final : public ProcessGroup {
     const std::int64_t numel = e.h.numel;
     const std::size_t bytes = numel * e.esize;
     e.keep = keep;
+    if (shm_) return shm_->run(c, e.h.seq, e.deadline, e.what);
     if (is_rooted(c.kind) && n > 1) agree_on_root(e);
     switch (c.kind) {
       case Kind::Barrier: {
@@ -335,6 +348,7 @@ class ZmqGroup final : public ProcessGroup {
   std::uint32_t id_;
   std::vector<int> members_;
   std::shared_ptr<void> keepalive_;
+  std::unique_ptr<ShmCollectives> shm_;  // set before the first collective; the executing thread uses it
   std::uint64_t seq_ = 0;          // the executing thread only
   std::uint32_t children_ = 0;
 
@@ -346,6 +360,29 @@ class ZmqGroup final : public ProcessGroup {
   std::string broken_;
   std::thread worker_;
 };
+
+// Hands rank 0's segment to every rank; the group switches to it only if every rank mapped it
+// (agreed over the sockets), else stays on ZeroMQ (transport auto) or fails (shm).
+void attach_shared_memory(ZmqGroup& pg, Mesh& mesh, std::unique_ptr<ShmCollectives> shm, const std::string& transport) {
+  const auto timeout = std::min<std::chrono::milliseconds>(mesh.options().timeout, std::chrono::seconds(10));
+  const auto deadline = Clock::now() + timeout;
+  std::string why;
+  try {
+    if (pg.rank() == 0)
+      shm->admit_members(deadline);
+    else
+      shm = ShmCollectives::join(mesh.shm_address(), pg.rank(), pg.size(), mesh.options(), deadline);
+  } catch (const std::exception& e) {
+    why = e.what();
+    shm.reset();
+  }
+  at::Tensor ok = at::full({1}, shm ? 1 : 0, at::kInt);
+  pg.all_reduce(ok, ReduceOp::Min);
+  if (ok.item<int>() == 1) return pg.use_shared_memory(std::move(shm));
+  const std::string reason = why.empty() ? "another rank could not map the shared memory" : why;
+  if (transport == "shm") throw TransportError("process group: transport shm: " + reason);
+  DISTRL_LOG(Info, "process group: collectives over ZeroMQ (shared memory failed: " << reason << ")");
+}
 
 }  // namespace
 
@@ -359,11 +396,27 @@ std::shared_ptr<ProcessGroup> make_zmq_process_group(Store& store, int rank, int
   if (options.max_message_bytes < std::max(options.chunk_bytes, options.small_bytes))
     throw ConfigError("process group: max_message_bytes must be at least chunk_bytes and small_bytes");
   if (options.tune_malloc) keep_large_blocks_on_heap();
-  auto mesh = std::make_shared<Mesh>(store, prefix, rank, world_size, options);
+  // Shared-memory collectives when every rank is on this host: rank 0 makes the segment before
+  // the address exchange and offers it there; the others say they would use it.
+  const std::string transport = checked_transport(options.transport, "process group");
+  std::unique_ptr<ShmCollectives> shm;
+  std::string offer;
+  if (world_size > 1 && (transport == "auto" || transport == "shm")) {
+    offer = "shm";
+    if (rank == 0) {
+      std::string why;
+      shm = ShmCollectives::host(world_size, options, &why);
+      if (!shm && transport == "shm") throw TransportError("process group: transport shm: " + why);
+      if (!shm) DISTRL_LOG(Info, "process group: collectives over ZeroMQ (no shared memory: " << why << ")");
+      offer = shm ? shm->address() : "";
+    }
+  }
+  auto mesh = std::make_shared<Mesh>(store, prefix, rank, world_size, options, offer);
   std::vector<int> members(world_size);
   for (int r = 0; r < world_size; ++r) members[r] = r;
-  auto pg = std::make_shared<ZmqGroup>(std::move(mesh), 0, std::move(members), rank, std::move(keepalive));
+  auto pg = std::make_shared<ZmqGroup>(mesh, 0, std::move(members), rank, std::move(keepalive));
   pg->barrier();  // every rank reachable before the first real collective
+  if (mesh->shm_world()) attach_shared_memory(*pg, *mesh, std::move(shm), transport);
   return pg;
 }
 

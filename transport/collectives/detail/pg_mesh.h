@@ -79,14 +79,21 @@ class SendTracker {
 
 class Mesh {
  public:
-  // Binds, publishes its address under prefix, connects to every peer.
-  Mesh(Store& store, const std::string& prefix, int rank, int world, const ProcessGroupOptions& options);
+  // Binds, publishes its address under prefix, connects to every peer. shm_offer goes into the
+  // address record's shm field: rank 0's shared-memory collectives address, "shm" on a rank
+  // that would use rank 0's, empty on one that will not (transport zmq, tcp or ipc).
+  Mesh(Store& store, const std::string& prefix, int rank, int world, const ProcessGroupOptions& options,
+       const std::string& shm_offer = {});
   ~Mesh();
   Mesh(const Mesh&) = delete;
   Mesh& operator=(const Mesh&) = delete;
 
   int rank() const { return rank_; }
   int world() const { return world_; }
+  // Whether collectives run in shared memory: every rank is on this host and offered it (the
+  // same answer on every rank), and rank 0's address to fetch it from.
+  bool shm_world() const { return shm_world_; }
+  const std::string& shm_address() const { return shm_address_; }
   const ProcessGroupOptions& options() const { return options_; }
 
   // Sends header + bytes to global rank dst. Below kCopyBelow bytes, or without a tracker,
@@ -134,6 +141,8 @@ class Mesh {
   std::vector<std::unique_ptr<Peer>> peers_;
   std::vector<zmq::pollitem_t> items_;
   std::string ipc_path_;
+  bool shm_world_ = false;
+  std::string shm_address_;
 
   std::mutex mu_;
   std::condition_variable cv_;
