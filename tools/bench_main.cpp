@@ -24,6 +24,9 @@ CLI::App* add_rpc(CLI::App& app, RpcBenchOptions& o) {
   s->add_option("--cpus", o.cpus, "any: let the OS place both processes; same: pin both to CPU 0; split: one per CPU")
       ->check(CLI::IsMember({"any", "same", "split"}));
   s->add_option("--spin-us", o.spin_us, "busy-poll time before sleeping, for the I/O loop and waiting futures (-1: defaults)");
+  s->add_option("--idle-peers", o.idle_peers, "then an idle world: one process and this many peers, every pair connected")
+      ->check(CLI::Range(1, 256));
+  s->add_option("--idle-s", o.idle_s, "how long the idle world is measured (0: skip it)")->check(CLI::Range(0.0, 3600.0));
   s->add_option("--security", o.security, "off, curve or both (off,curve): ZeroMQ CURVE on the RPC sockets")
       ->check(CLI::IsMember({"off", "curve"}))
       ->delimiter(',');

@@ -21,6 +21,7 @@
 #include "tools/bench.h"
 #include "transport/rpc/rpc_agent.h"
 #include "transport/security.h"
+#include "transport/store.h"
 #include "transport/shm/detail/ring_pair.h"
 #include "transport/tensor.h"
 
@@ -305,6 +306,63 @@ Result run_pair(const RpcBenchOptions& o, const std::string& transport, const st
   return r;
 }
 
+// The idle cost: 1 + peers processes, each pair having called each other once (rings or sockets
+// set up, heartbeats running), then idle for idle_s; their CPU time in all, as % of one core.
+double run_idle_world(const RpcBenchOptions& o, const std::string& transport) {
+  const int world = 1 + o.idle_peers;
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("distrl-bench-idle-" + std::to_string(::getpid()) + "-" + transport);
+  std::filesystem::create_directories(dir);
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < world; ++rank) {
+    const pid_t pid = ::fork();
+    if (pid != 0) {
+      pids.push_back(pid);
+      continue;
+    }
+    int code = 0;
+    try {
+      RpcOptions ro;
+      ro.init_method = "file://" + (dir / "rendezvous").string();
+      ro.rank = rank;
+      ro.world_size = world;
+      ro.transport = transport;
+      ro.num_worker_threads = 2;
+      RpcAgent agent(ro, [](RpcAgent& a) { a.register_function("ping", [] { return 1; }); });
+      if (rank == 0)  // the agent calls every observer, every observer calls the agent
+        for (int r = 1; r < world; ++r) agent.rpc_sync<int>(r, "ping");
+      else
+        agent.rpc_sync<int>(0, "ping");
+      agent.store().add("idle/ready", 1);
+      while (agent.store().add("idle/ready", 0) < world) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // spins after the last call end
+      const double c0 = process_cpu_us();
+      std::this_thread::sleep_for(std::chrono::duration<double>(o.idle_s));
+      std::ofstream((dir / ("cpu-" + std::to_string(rank))).string()) << process_cpu_us() - c0 << "\n";
+      agent.shutdown();
+    } catch (const std::exception& e) {
+      std::cerr << "idle rank " << rank << ": " << e.what() << "\n";
+      code = 1;
+    }
+    ::_exit(code);
+  }
+  bool ok = true;
+  for (pid_t p : pids) {
+    int status = 0;
+    ::waitpid(p, &status, 0);
+    ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }
+  double total_us = 0;
+  for (int rank = 0; rank < world && ok; ++rank) {
+    double us = 0;
+    ok = static_cast<bool>(std::ifstream((dir / ("cpu-" + std::to_string(rank))).string()) >> us);
+    total_us += us;
+  }
+  std::filesystem::remove_all(dir);
+  if (!ok) throw Error("rpc: the idle " + transport + " world failed (see its output above)");
+  return total_us / 1e6 / o.idle_s * 100;
+}
+
 }  // namespace
 
 std::string machine_description() {
@@ -330,7 +388,7 @@ int run_rpc_bench(const RpcBenchOptions& o) {
             << std::setw(16) << "async calls/s" << std::setw(13) << (std::to_string(o.big_mib) + "MiB GB/s") << "\n";
   std::ofstream csv = open_csv(o.csv);
   csv << "transport,security,path,cpus,median_us,p99_us,x_floor,client_cpu_us,server_cpu_us,async_calls_per_s,inflight,big_mib,"
-         "big_gbps\n";
+         "big_gbps,idle_cpu_pct\n";
   for (auto& r : results) {
     const auto row = [&](const char* path, double med, double p99, double ccpu, double scpu, double calls, double gbps) {
       std::cout << std::left << std::setw(10) << r.transport << std::setw(9) << r.security << std::setw(12) << path << std::right << std::fixed
@@ -343,7 +401,7 @@ int run_rpc_bench(const RpcBenchOptions& o) {
       if (gbps > 0) std::cout << gbps; else std::cout << "-";
       std::cout << "\n";
       csv << r.transport << "," << r.security << "," << path << "," << o.cpus << "," << med << "," << p99 << "," << med / r.floor_median_us
-          << "," << ccpu << "," << scpu << "," << calls << "," << o.inflight << "," << o.big_mib << "," << gbps << "\n";
+          << "," << ccpu << "," << scpu << "," << calls << "," << o.inflight << "," << o.big_mib << "," << gbps << ",\n";
     };
     row("libzmq", r.floor_median_us, r.floor_p99_us, r.floor_client_cpu_us, r.floor_server_cpu_us, 0, 0);
     row("shm-futex", r.shm_median_us[0], r.shm_p99_us[0], r.shm_client_cpu_us[0], r.shm_server_cpu_us[0], 0, 0);
@@ -359,6 +417,16 @@ int run_rpc_bench(const RpcBenchOptions& o) {
                "  I/O thread (RunOn::IoThread) in both;\n"
                "  security curve: the RPC sockets authenticated and encrypted (ZeroMQ CURVE); the floor stays plain;\n"
                "  x floor: median / the floor's; cpu us/call: client + server CPU time (getrusage) per call.\n";
+  if (o.idle_s > 0) {
+    std::cout << "\nidle world: 1 + " << o.idle_peers << " processes, every peer and process 0 having called each "
+              << "other once, then idle " << o.idle_s << " s; CPU of all of them together:\n";
+    for (auto& t : o.transports) {
+      const double pct = run_idle_world(o, t);
+      std::cout << "  " << std::left << std::setw(10) << t << std::right << std::fixed << std::setprecision(2) << pct
+                << " % of one core\n";
+      csv << t << ",off,idle-" << o.idle_peers << "-peers," << o.cpus << ",,,,,,,,,," << pct << "\n";
+    }
+  }
   std::cout << "\nwrote " << o.csv << "\n";
   return 0;
 }

@@ -132,6 +132,7 @@ void run_trainer(const HybridConfig& cfg, const std::string& config_yaml, transp
   // The trainers' own process group, on the RPC world's store.
   transport::ProcessGroupOptions po;
   po.timeout = std::chrono::milliseconds(static_cast<long long>(cfg.timeout_s * 1000));
+  po.transport = agent.options().transport;  // dist.transport, as the RPC world's
   auto pg = transport::make_zmq_process_group(agent.store(), trainer, cfg.trainers, po, "hybrid-trainers");
   torch::manual_seed(cfg.seed);
   models::NetSpec spec;

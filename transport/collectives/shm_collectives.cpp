@@ -29,6 +29,7 @@ const std::string kAnswer = "segment";
 constexpr auto kPeerCheck = std::chrono::milliseconds(20);
 // How long a waiter spins before it sleeps on the futex (adaptive, see Spinner).
 constexpr auto kSpin = std::chrono::microseconds(20);
+constexpr std::size_t kMaxSlot = std::size_t{1} << 30;
 
 enum class AbortType : std::uint32_t { Transport = 0, Mismatch = 1, Timeout = 2 };
 
@@ -47,6 +48,7 @@ struct alignas(64) Control {
   std::uint32_t magic;  // written by rank 0 before anyone else maps the segment
   std::uint32_t world;
   std::uint64_t slot_bytes;
+  std::uint64_t small_bytes;  // decides the all_reduce path: every rank must use the same
   alignas(64) Doorbell bell;  // rung after every arrival and by an abort
   alignas(64) std::atomic<std::uint32_t> claim;    // the first aborter takes it
   std::atomic<std::uint32_t> aborted;             // set after the fields below
@@ -86,9 +88,13 @@ char* data(const at::Tensor& t) { return static_cast<char*>(t.data_ptr()); }
 struct ShmCollectives::Impl {
   Impl(int r, int n, const ProcessGroupOptions& o)
       : rank(r), world(n), small_bytes(o.small_bytes), slot_bytes(round_up(o.chunk_bytes, 64)), spinner(kSpin) {
+    const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
     blocks_off = round_up(sizeof(Control), 128);
-    slots_off = round_up(blocks_off + sizeof(RankBlock) * n, 4096);
-    total = slots_off + slot_bytes * 2 * n;
+    slots_off = round_up(blocks_off + sizeof(RankBlock) * n, page);
+    if (o.chunk_bytes > kMaxSlot)  // also keeps the sizes below far from overflowing
+      throw ConfigError("chunk_bytes " + std::to_string(o.chunk_bytes) + " is over the shared-memory slot limit (" +
+                        std::to_string(kMaxSlot) + ")");
+    total = round_up(slots_off + slot_bytes * 2 * n, page);  // what Segment::create makes: whole pages
   }
 
   int rank, world;
@@ -261,7 +267,7 @@ void ShmCollectives::Impl::reduce(char* t, std::int64_t numel, int root) {
 void ShmCollectives::Impl::all_gather(const std::vector<at::Tensor>& out, const char* in, std::int64_t numel,
                                       bool only_root, int root) {
   const std::int64_t per = slot_bytes / esize;
-  if (!only_root || rank == root) std::memcpy(data(out[rank]), in, numel * esize);
+  if ((!only_root || rank == root) && data(out[rank]) != in) std::memcpy(data(out[rank]), in, numel * esize);
   for (std::int64_t off = 0; off < numel; off += per, ++chunks) {
     const std::int64_t len = std::min(per, numel - off);
     fill(slot(rank), in + off * esize, len);
@@ -310,6 +316,7 @@ std::unique_ptr<ShmCollectives> ShmCollectives::host(int world, const ProcessGro
     c.magic = kMagic;
     c.world = static_cast<std::uint32_t>(world);
     c.slot_bytes = impl->slot_bytes;
+    c.small_bytes = impl->small_bytes;
     const std::string ep = shm_endpoint_to_bind("pg");
     impl->path = ep.substr(std::string("shm://").size());
     impl->listener = UnixSocket::listen(impl->path);
@@ -374,9 +381,10 @@ std::unique_ptr<ShmCollectives> ShmCollectives::join(const std::string& address,
     throw ProtocolError("process group: rank 0 answered the shared-memory hello with something else");
   impl->seg = Segment::attach(fds[0].release(), impl->total, "rank 0's collectives segment");
   const Control& c = impl->ctl();
-  if (c.magic != kMagic || c.world != static_cast<std::uint32_t>(world) || c.slot_bytes != impl->slot_bytes)
-    throw ConfigError("process group: rank 0 made its shared memory for another group (world size or chunk_bytes "
-                      "differ between ranks)");
+  if (c.magic != kMagic || c.world != static_cast<std::uint32_t>(world) || c.slot_bytes != impl->slot_bytes ||
+      c.small_bytes != impl->small_bytes)
+    throw ConfigError("process group: rank 0 made its shared memory for another group (world size, chunk_bytes or "
+                      "small_bytes differ between ranks)");
   impl->peers.push_back(std::move(s));
   return std::unique_ptr<ShmCollectives>(new ShmCollectives(std::move(impl)));
 }

@@ -406,8 +406,10 @@ std::shared_ptr<ProcessGroup> make_zmq_process_group(Store& store, int rank, int
     if (rank == 0) {
       std::string why;
       shm = ShmCollectives::host(world_size, options, &why);
-      if (!shm && transport == "shm") throw TransportError("process group: transport shm: " + why);
-      if (!shm) DISTRL_LOG(Info, "process group: collectives over ZeroMQ (no shared memory: " << why << ")");
+      // Without it rank 0 offers nothing: under shm every rank then refuses at the exchange
+      // (rather than waiting for a rank 0 that gave up before it); under auto all use ZeroMQ.
+      if (!shm && transport == "shm") DISTRL_LOG(Error, "process group: transport shm: no shared memory (" << why << ")");
+      if (!shm && transport != "shm") DISTRL_LOG(Info, "process group: collectives over ZeroMQ (no shared memory: " << why << ")");
       offer = shm ? shm->address() : "";
     }
   }

@@ -98,6 +98,39 @@ TEST(ShmCollectivesTest, AllReduceSmallAndLargeGiveTheSumOnBothRanks) {
   }
 }
 
+TEST(ShmCollectivesTest, ChunksThatAreNotWholePagesAndUnevenTensorsWork) {
+  ProcessGroupOptions o;
+  o.chunk_bytes = 100000;  // slots of 100,032 bytes: the segment is no whole number of pages
+  o.small_bytes = 1024;
+  TwoRanks g(o);
+  for (std::int64_t n : {1, 255, 25001, 77777}) {  // one element, small path, chunk edges, several chunks
+    auto a = torch::arange(n, torch::kDouble), b = -torch::arange(n, torch::kDouble) * 3;
+    auto want = torch::max(a, b);
+    auto [e0, e1] = g.run(ProcessGroup::Call::all_reduce(a, ReduceOp::Max),
+                          ProcessGroup::Call::all_reduce(b, ReduceOp::Max), 5s);
+    ASSERT_EQ(e0, "");
+    ASSERT_EQ(e1, "");
+    EXPECT_TRUE(torch::equal(a, want) && torch::equal(b, want)) << n;
+  }
+}
+
+TEST(ShmCollectivesTest, RanksWithDifferentAlgorithmOptionsAreRefusedAtJoin) {
+  ProcessGroupOptions o0, o1;
+  o1.small_bytes = o0.small_bytes / 2;  // would take another all_reduce path for some sizes
+  std::string why;
+  auto r0 = ShmCollectives::host(2, o0, &why);
+  ASSERT_NE(r0, nullptr) << why;
+  auto joined = std::async(std::launch::async,
+                           [&] { return ShmCollectives::join(r0->address(), 1, 2, o1, Clock::now() + 5s); });
+  r0->admit_members(Clock::now() + 5s);
+  try {
+    joined.get();
+    FAIL() << "joined with another small_bytes";
+  } catch (const distrl::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("small_bytes"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ShmCollectivesTest, AMissingRankTimesOutNamingIt) {
   TwoRanks g(ProcessGroupOptions{});
   auto t = torch::ones({4});
