@@ -61,6 +61,7 @@ struct RlBenchOptions {
   int episodes = 10;           // rounds: every observer runs one episode per round
   int steps = 10;              // steps per episode
   int envs_per_observer = 1;
+  int repeats = 3;             // each cell runs batched and unbatched alternately this often: the median run
   std::string config = "configs/cartpole.yaml";
   // Policy sizes to sweep: "tutorial" (Linear 128, Dropout, ReLU, Linear) or "mlp:W1xW2..."
   // (hidden widths), e.g. mlp:256x256.

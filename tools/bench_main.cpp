@@ -1,6 +1,7 @@
 // distrl-bench: benchmarks as tools (speed is measured here, never asserted in tests).
 #include <CLI/CLI.hpp>
 
+#include <cstdlib>
 #include <functional>
 #include <iostream>
 #include <utility>
@@ -41,6 +42,10 @@ CLI::App* add_rl(CLI::App& app, RlBenchOptions& o) {
   s->add_option("--episodes", o.episodes, "rounds per run (each observer runs one episode per round)")
       ->check(CLI::Range(1, 1000000));
   s->add_option("--steps", o.steps, "steps per episode")->check(CLI::Range(1, 1000000));
+  s->add_option("--repeats", o.repeats,
+                "runs per cell, batched and unbatched alternating; the table shows each mode's median run (these "
+                "runs last well under a second: one run is mostly noise)")
+      ->check(CLI::Range(1, 1000));
   s->add_option("--envs-per-observer", o.envs_per_observer, "envs each observer steps together")
       ->check(CLI::Range(1, 4096));
   s->add_option("--config", o.config, "base RL configuration");
@@ -222,10 +227,20 @@ int main(int argc, char** argv) {
       {add_pipeline(app, pipeline), [&] { return run_pipeline_bench(pipeline); }},
   };
   add_workers(app, workers, runs);
+  std::string transport;
+  app.add_option("--transport", transport,
+                 "what every process a suite starts uses (its DISTRL_TRANSPORT): auto (shared memory on one host), "
+                 "shm, zmq, tcp, ipc. Before the suite's name: distrl-bench --transport zmq rl. rpc, allreduce and "
+                 "ddp measure several side by side instead (their --transports)")
+      ->check(CLI::IsMember({"auto", "shm", "zmq", "tcp", "ipc"}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  }
+  if (!transport.empty()) {
+    ::setenv("DISTRL_TRANSPORT", transport.c_str(), 1);
+    std::cout << "transport: " << transport << " (DISTRL_TRANSPORT for every process started)\n";
   }
   return distrl::guarded_main("distrl-bench", [&] {
     for (auto& [command, run] : runs)

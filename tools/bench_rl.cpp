@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -67,6 +68,12 @@ RlResult run_one(const RlBenchOptions& o, const std::string& model, int observer
   return r;
 }
 
+// The run with the median env-steps/s (the upper median of an even count).
+RlResult median_run(std::vector<RlResult> runs) {
+  std::sort(runs.begin(), runs.end(), [](const RlResult& a, const RlResult& b) { return a.steps_per_s < b.steps_per_s; });
+  return runs[runs.size() / 2];
+}
+
 }  // namespace
 
 int run_rl_bench(const RlBenchOptions& options) {
@@ -75,7 +82,8 @@ int run_rl_bench(const RlBenchOptions& options) {
   const auto work = std::filesystem::temp_directory_path() / ("distrl-bench-rl-" + std::to_string(::getpid()));
   std::cout << "distrl-bench rl on " << machine_description() << "\n"
             << o.episodes << " rounds x " << o.steps << " steps, " << o.envs_per_observer
-            << " env(s) per observer; times taken inside the agent; latency = observers' select_action round trip;\n"
+            << " env(s) per observer; each cell the median of " << o.repeats
+            << " runs per mode (alternating); times taken inside the agent;\nlatency = observers' select_action round trip;\n"
             << "cpu us/req = CPU time per select_action request (agent: its serving threads; observer: its process, env "
                "steps included), batched / unbatched\n\n";
   for (const auto& m : o.models) model_overrides(m);  // refuse a bad name before anything runs
@@ -90,8 +98,12 @@ int run_rl_bench(const RlBenchOptions& options) {
   for (const auto& model : o.models) {
     for (int n : o.observers) {
       const std::string tag = std::to_string(&model - o.models.data()) + "-" + std::to_string(n);
-      RlResult b = run_one(o, model, n, "batched", (work / ("b" + tag)).string());
-      RlResult u = run_one(o, model, n, "unbatched", (work / ("u" + tag)).string());
+      std::vector<RlResult> bs, us;
+      for (int k = 0; k < o.repeats; ++k) {
+        bs.push_back(run_one(o, model, n, "batched", (work / ("b" + tag + "-" + std::to_string(k))).string()));
+        us.push_back(run_one(o, model, n, "unbatched", (work / ("u" + tag + "-" + std::to_string(k))).string()));
+      }
+      const RlResult b = median_run(bs), u = median_run(us);
       const double speedup = u.steps_per_s > 0 ? b.steps_per_s / u.steps_per_s : 0;
       std::ostringstream bl, ul, cpu, ocpu;
       bl << std::fixed << std::setprecision(0) << b.median_us << " / " << b.p99_us;
