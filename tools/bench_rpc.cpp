@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
@@ -226,62 +227,21 @@ Result client(RpcAgent& agent, const RpcBenchOptions& o) {
   return r;
 }
 
-// Runs server (rank 1) and client (rank 0) as two processes; the client writes its result.
-Result run_pair(const RpcBenchOptions& o, const std::string& transport, const std::string& security) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("distrl-bench-" + std::to_string(::getpid()) + "-" + transport + "-" + security);
-  const WorldKey key = generate_world_key();  // before the fork: no ZeroMQ context in this process
-  std::filesystem::create_directories(dir);
-  const std::string out = (dir / "result").string();
+// Forks one process per rank to run body(rank) (an exception: printed, exit 1) and waits for
+// them all; true when every one exited 0.
+bool run_forked(int ranks, const std::string& what, const std::function<void(int)>& body) {
   std::vector<pid_t> pids;
-  for (int rank = 0; rank < 2; ++rank) {
-    pid_t pid = ::fork();
+  for (int rank = 0; rank < ranks; ++rank) {
+    const pid_t pid = ::fork();
     if (pid != 0) {
       pids.push_back(pid);
       continue;
     }
     int code = 0;
     try {
-      pin(o.cpus, rank);
-      if (security == "curve") use_curve(key);  // the RPC sockets; the libzmq floor stays plain
-      torch::set_num_threads(1);
-      if (o.spin_us >= 0) set_future_spin(std::chrono::microseconds(o.spin_us));
-      RpcOptions ro;
-      ro.init_method = "file://" + (dir / "rendezvous").string();
-      ro.rank = rank;
-      ro.world_size = 2;
-      ro.transport = transport;
-      ro.num_worker_threads = 2;
-      if (o.spin_us >= 0) ro.io_spin = std::chrono::microseconds(o.spin_us);
-      const std::string floor_endpoint = (dir / "floor-endpoint").string();
-      const std::string shm_path = (dir / "shm-floor.sock").string();
-      Result r;
-      if (rank == 1) {
-        floor_server(floor_endpoint, transport, dir.string());  // first the floors, same processes
-        shm_floor_server(shm_path);
-      } else {
-        floor_client(floor_endpoint, o, &r);
-        shm_floor_client(shm_path, o, &r);
-      }
-      RpcAgent agent(ro, [](RpcAgent& a) {
-        a.register_function("echo", [](at::Tensor t) { return t; }, RunOn::IoThread);  // returns at once
-        a.register_function("cpu_us", [] { return process_cpu_us(); });
-      });
-      if (rank == 0) {
-        Result rr = client(agent, o);
-        std::ofstream f(out);
-        f << rr.median_us << " " << rr.p99_us << " " << rr.calls_per_s << " " << rr.big_gbps << " " << rr.client_cpu_us
-          << " " << rr.server_cpu_us << " " << r.floor_median_us << " " << r.floor_p99_us << " "
-          << r.floor_client_cpu_us << " " << r.floor_server_cpu_us << " " << rr.loop_median_us << " "
-          << rr.loop_p99_us << " " << rr.loop_client_cpu_us << " " << rr.loop_server_cpu_us;
-        for (int k = 0; k < 2; ++k)
-          f << " " << r.shm_median_us[k] << " " << r.shm_p99_us[k] << " " << r.shm_client_cpu_us[k] << " "
-            << r.shm_server_cpu_us[k];
-        f << "\n";
-      }
-      agent.shutdown();
+      body(rank);
     } catch (const std::exception& e) {
-      std::cerr << "bench rank " << rank << ": " << e.what() << "\n";
+      std::cerr << what << " rank " << rank << ": " << e.what() << "\n";
       code = 1;
     }
     ::_exit(code);
@@ -292,6 +252,56 @@ Result run_pair(const RpcBenchOptions& o, const std::string& transport, const st
     ::waitpid(p, &status, 0);
     ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
   }
+  return ok;
+}
+
+// Runs server (rank 1) and client (rank 0) as two processes; the client writes its result.
+Result run_pair(const RpcBenchOptions& o, const std::string& transport, const std::string& security) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("distrl-bench-" + std::to_string(::getpid()) + "-" + transport + "-" + security);
+  const WorldKey key = generate_world_key();  // before the fork: no ZeroMQ context in this process
+  std::filesystem::create_directories(dir);
+  const std::string out = (dir / "result").string();
+  const bool ok = run_forked(2, "bench", [&](int rank) {
+    pin(o.cpus, rank);
+    if (security == "curve") use_curve(key);  // the RPC sockets; the libzmq floor stays plain
+    torch::set_num_threads(1);
+    if (o.spin_us >= 0) set_future_spin(std::chrono::microseconds(o.spin_us));
+    RpcOptions ro;
+    ro.init_method = "file://" + (dir / "rendezvous").string();
+    ro.rank = rank;
+    ro.world_size = 2;
+    ro.transport = transport;
+    ro.num_worker_threads = 2;
+    if (o.spin_us >= 0) ro.io_spin = std::chrono::microseconds(o.spin_us);
+    const std::string floor_endpoint = (dir / "floor-endpoint").string();
+    const std::string shm_path = (dir / "shm-floor.sock").string();
+    Result r;
+    if (rank == 1) {
+      floor_server(floor_endpoint, transport, dir.string());  // first the floors, same processes
+      shm_floor_server(shm_path);
+    } else {
+      floor_client(floor_endpoint, o, &r);
+      shm_floor_client(shm_path, o, &r);
+    }
+    RpcAgent agent(ro, [](RpcAgent& a) {
+      a.register_function("echo", [](at::Tensor t) { return t; }, RunOn::IoThread);  // returns at once
+      a.register_function("cpu_us", [] { return process_cpu_us(); });
+    });
+    if (rank == 0) {
+      Result rr = client(agent, o);
+      std::ofstream f(out);
+      f << rr.median_us << " " << rr.p99_us << " " << rr.calls_per_s << " " << rr.big_gbps << " " << rr.client_cpu_us
+        << " " << rr.server_cpu_us << " " << r.floor_median_us << " " << r.floor_p99_us << " "
+        << r.floor_client_cpu_us << " " << r.floor_server_cpu_us << " " << rr.loop_median_us << " "
+        << rr.loop_p99_us << " " << rr.loop_client_cpu_us << " " << rr.loop_server_cpu_us;
+      for (int k = 0; k < 2; ++k)
+        f << " " << r.shm_median_us[k] << " " << r.shm_p99_us[k] << " " << r.shm_client_cpu_us[k] << " "
+          << r.shm_server_cpu_us[k];
+      f << "\n";
+    }
+    agent.shutdown();
+  });
   Result r;
   r.transport = transport;
   r.security = security;
@@ -313,45 +323,26 @@ double run_idle_world(const RpcBenchOptions& o, const std::string& transport) {
   const auto dir = std::filesystem::temp_directory_path() /
                    ("distrl-bench-idle-" + std::to_string(::getpid()) + "-" + transport);
   std::filesystem::create_directories(dir);
-  std::vector<pid_t> pids;
-  for (int rank = 0; rank < world; ++rank) {
-    const pid_t pid = ::fork();
-    if (pid != 0) {
-      pids.push_back(pid);
-      continue;
-    }
-    int code = 0;
-    try {
-      RpcOptions ro;
-      ro.init_method = "file://" + (dir / "rendezvous").string();
-      ro.rank = rank;
-      ro.world_size = world;
-      ro.transport = transport;
-      ro.num_worker_threads = 2;
-      RpcAgent agent(ro, [](RpcAgent& a) { a.register_function("ping", [] { return 1; }); });
-      if (rank == 0)  // the agent calls every observer, every observer calls the agent
-        for (int r = 1; r < world; ++r) agent.rpc_sync<int>(r, "ping");
-      else
-        agent.rpc_sync<int>(0, "ping");
-      agent.store().add("idle/ready", 1);
-      while (agent.store().add("idle/ready", 0) < world) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // spins after the last call end
-      const double c0 = process_cpu_us();
-      std::this_thread::sleep_for(std::chrono::duration<double>(o.idle_s));
-      std::ofstream((dir / ("cpu-" + std::to_string(rank))).string()) << process_cpu_us() - c0 << "\n";
-      agent.shutdown();
-    } catch (const std::exception& e) {
-      std::cerr << "idle rank " << rank << ": " << e.what() << "\n";
-      code = 1;
-    }
-    ::_exit(code);
-  }
-  bool ok = true;
-  for (pid_t p : pids) {
-    int status = 0;
-    ::waitpid(p, &status, 0);
-    ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-  }
+  bool ok = run_forked(world, "idle", [&](int rank) {
+    RpcOptions ro;
+    ro.init_method = "file://" + (dir / "rendezvous").string();
+    ro.rank = rank;
+    ro.world_size = world;
+    ro.transport = transport;
+    ro.num_worker_threads = 2;
+    RpcAgent agent(ro, [](RpcAgent& a) { a.register_function("ping", [] { return 1; }); });
+    if (rank == 0)  // the agent calls every observer, every observer calls the agent
+      for (int r = 1; r < world; ++r) agent.rpc_sync<int>(r, "ping");
+    else
+      agent.rpc_sync<int>(0, "ping");
+    agent.store().add("idle/ready", 1);
+    while (agent.store().add("idle/ready", 0) < world) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // spins after the last call end
+    const double c0 = process_cpu_us();
+    std::this_thread::sleep_for(std::chrono::duration<double>(o.idle_s));
+    std::ofstream((dir / ("cpu-" + std::to_string(rank))).string()) << process_cpu_us() - c0 << "\n";
+    agent.shutdown();
+  });
   double total_us = 0;
   for (int rank = 0; rank < world && ok; ++rank) {
     double us = 0;
