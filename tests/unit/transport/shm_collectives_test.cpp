@@ -1,8 +1,7 @@
 // The shared-memory collectives of one host, two ranks as two threads of this process (each
 // with its own mapping, as two processes would have): results, and the segment as untrusted
 // input -- a third party scribbling random bytes over every word while collectives run can make
-// them compute garbage or fail, never crash, hang past the deadline or read out of bounds (the
-// fuzz-like run below also runs under ASan in `make fuzz`'s build).
+// them compute garbage or fail, never crash, hang past the deadline or read out of bounds.
 #include "transport/collectives/detail/shm_collectives.h"
 
 #include <gtest/gtest.h>
