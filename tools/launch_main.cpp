@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/main_guard.h"
+#include "transport/cluster_env.h"
 #include "tools/launcher.h"
 #include "tools/config_launch.h"
 #include "transport/store.h"
@@ -73,6 +74,24 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.grace = std::chrono::milliseconds(static_cast<long long>(grace_s * 1000));
+  // One distrl-launch per node under srun (--ntasks-per-node=1) or a Kubeflow TrainJob: the node
+  // count, this node's index, the master and (TrainJob) ranks per node come from the job, unless
+  // given on the command line.
+  try {
+    const auto node = distrl::transport::read_node_env();
+    if (node.found()) {
+      if (!app.count("--nnodes")) o.nnodes = node.nnodes;
+      if (!app.count("--node-rank")) o.node_rank = node.node_rank;
+      if (!app.count("--master-addr") && !node.master_addr.empty()) o.master_addr = node.master_addr;
+      if (!app.count("--master-port") && node.master_port != 0) o.master_port = node.master_port;
+      if (!app.count("--nproc") && node.nproc_per_node > 0) o.nproc = node.nproc_per_node;
+      std::cerr << "distrl-launch: " << node.source << ": node " << o.node_rank << " of " << o.nnodes << ", master "
+                << o.master_addr << ":" << o.master_port << "\n";
+    }
+  } catch (const distrl::ConfigError& e) {
+    std::cerr << "distrl-launch: " << e.what() << "\n";
+    return 2;
+  }
   struct RemoveMadeKey {  // on every way out of main, not only a finished launch
     const std::string& path;
     ~RemoveMadeKey() {

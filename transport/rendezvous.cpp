@@ -5,24 +5,17 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <thread>
 
 #include "common/error.h"
 #include "common/log.h"
+#include "transport/cluster_env.h"
 
 namespace distrl::transport {
 namespace {
-
-const char* first_env(std::initializer_list<const char*> names, std::string* which) {
-  for (const char* n : names)
-    if (const char* v = std::getenv(n); v && *v) {
-      *which = n;
-      return v;
-    }
-  return nullptr;
-}
 
 int parse_int(const std::string& text, const std::string& what, int lo, int hi) {
   try {
@@ -34,12 +27,6 @@ int parse_int(const std::string& text, const std::string& what, int lo, int hi) 
     throw ConfigError("rendezvous: " + what + " is '" + text + "', expected an integer in [" + std::to_string(lo) +
                       ", " + std::to_string(hi) + "]");
   }
-}
-
-int env_int(std::initializer_list<const char*> names, int lo, int hi, int fallback) {
-  std::string which;
-  const char* v = first_env(names, &which);
-  return v ? parse_int(v, which, lo, hi) : fallback;
 }
 
 }  // namespace
@@ -73,30 +60,37 @@ std::string local_address_towards(const std::string& host) {
 
 WorldSpec resolve_world(const std::string& init_method, int rank, int world_size) {
   WorldSpec w;
-  const int kMaxWorld = 1 << 16;
-  w.rank = rank >= 0 ? rank : env_int({"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"}, 0, kMaxWorld, -1);
-  w.world_size = world_size > 0
-                     ? world_size
-                     : env_int({"WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}, 1, kMaxWorld, -1);
-  w.local_rank = env_int({"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"}, 0, kMaxWorld, 0);
+  const bool env_method = init_method == "env://" || init_method.empty();
+  // The launcher's variables (torchrun, distrl-launch, PyTorchJob, srun, TrainJob, mpirun), read
+  // only when something is to come from them.
+  ClusterEnv cluster;
+  if (rank < 0 || world_size < 1 || env_method) cluster = read_cluster_env();
+  w.rank = rank >= 0 ? rank : cluster.rank;
+  w.world_size = world_size > 0 ? world_size : cluster.world_size;
+  w.local_rank = std::max(0, cluster.local_rank);
+  w.source = cluster.source;
+  if (w.rank < 0 && cluster.source == "trainjob")
+    throw ConfigError("rendezvous: TrainJob runs " +
+                      (cluster.local_world_size > 1 ? std::to_string(cluster.local_world_size) : std::string("several")) +
+                      " ranks per node (PET_NPROC_PER_NODE): start them with distrl-launch on each node (it reads "
+                      "PET_*), or set RANK and WORLD_SIZE per rank");
   if (w.rank < 0)
-    throw ConfigError("rendezvous: rank unknown: set RANK (or run under distrl-launch, srun or mpirun), or pass a rank");
+    throw ConfigError("rendezvous: rank unknown: set RANK (or run under distrl-launch, torchrun, srun or mpirun), or "
+                      "pass a rank");
   if (w.world_size < 1)
-    throw ConfigError("rendezvous: world size unknown: set WORLD_SIZE (or run under distrl-launch, srun or mpirun), "
-                      "or pass a world size");
+    throw ConfigError("rendezvous: world size unknown: set WORLD_SIZE (or run under distrl-launch, torchrun, srun or "
+                      "mpirun), or pass a world size");
   if (w.rank >= w.world_size)
     throw ConfigError("rendezvous: rank " + std::to_string(w.rank) + " is not below world size " +
                       std::to_string(w.world_size));
 
-  if (init_method == "env://" || init_method.empty()) {
+  if (env_method) {
     w.method = "env";
-    const char* addr = std::getenv("MASTER_ADDR");
-    w.master_addr = addr && *addr ? addr : "127.0.0.1";
-    const char* port = std::getenv("MASTER_PORT");
-    if (!port || !*port)
+    w.master_addr = cluster.master_addr.empty() ? "127.0.0.1" : cluster.master_addr;
+    if (cluster.master_port == 0)
       throw ConfigError("rendezvous: env:// needs MASTER_PORT (and MASTER_ADDR on more than one host); "
-                        "distrl-launch sets both");
-    w.master_port = parse_int(port, "MASTER_PORT", 1, 65535);
+                        "distrl-launch and torchrun set both, under srun the job id gives the port");
+    w.master_port = cluster.master_port;
   } else if (init_method.rfind("tcp://", 0) == 0) {
     w.method = "tcp";
     std::string rest = init_method.substr(6);

@@ -23,9 +23,11 @@ struct WorldSpec {
   int master_port = 0;       // env/tcp
   std::string file_path;     // file
   bool store_hosted = false; // env/tcp: DISTRL_STORE_HOSTED=1, the store already runs elsewhere
+  std::string source;        // where rank and world came from (transport/cluster_env.h); empty: passed in
 };
 
-// Resolves an init method with explicit rank/world_size (-1: from the environment).
+// Resolves an init method with explicit rank/world_size (-1: from the environment the launcher
+// set: torchrun, distrl-launch, PyTorchJob, srun, TrainJob, mpirun; transport/cluster_env.h).
 // Throws ConfigError naming the missing or bad variable and how to fix it.
 WorldSpec resolve_world(const std::string& init_method, int rank, int world_size);
 

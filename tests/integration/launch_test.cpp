@@ -41,6 +41,42 @@ TEST(LaunchTest, MultiNodeRanksAreOffsetByNodeRank) {
   EXPECT_NE(r.output.find("[5] r=5 w=6 p=29999 l=1 lws=2 g=2"), std::string::npos) << r.output;
 }
 
+// One distrl-launch per node, as `srun --ntasks-per-node=1 distrl-launch ...` and a Kubeflow
+// TrainJob start it: node count, node index, master (and TrainJob's ranks per node) come from
+// the job's variables.
+TEST(LaunchTest, NodesComeFromSrunAndTrainJobVariables) {
+  const std::string echo = " -- sh -c 'echo r=$RANK w=$WORLD_SIZE a=$MASTER_ADDR p=$MASTER_PORT l=$LOCAL_RANK g=$GROUP_RANK'";
+  auto srun = distrl::testing::run_command(
+      "env SLURM_PROCID=1 SLURM_NTASKS=3 SLURM_NNODES=3 SLURM_NODEID=1 SLURM_LOCALID=0 SLURM_TASKS_PER_NODE='1(x3)' "
+      "SLURM_JOB_ID=4242 SLURM_STEP_NODELIST='n[0-2]' " +
+      distrl::testing::bin_path("distrl-launch") + " --nproc 2" + echo);
+  EXPECT_EQ(srun.code, 0) << srun.output;
+  EXPECT_NE(srun.output.find("slurm: node 1 of 3, master n0:24242"), std::string::npos) << srun.output;
+  EXPECT_NE(srun.output.find("[2] r=2 w=6 a=n0 p=24242 l=0 g=1"), std::string::npos) << srun.output;
+  EXPECT_NE(srun.output.find("[3] r=3 w=6 a=n0 p=24242 l=1 g=1"), std::string::npos) << srun.output;
+
+  auto trainjob = distrl::testing::run_command(
+      "env PET_NNODES=2 PET_NPROC_PER_NODE=3 PET_NODE_RANK=1 PET_MASTER_ADDR=trainer-0 PET_MASTER_PORT=29400 " +
+      distrl::testing::bin_path("distrl-launch") + echo);
+  EXPECT_EQ(trainjob.code, 0) << trainjob.output;
+  for (int r = 3; r < 6; ++r)
+    EXPECT_NE(trainjob.output.find("[" + std::to_string(r) + "] r=" + std::to_string(r) +
+                                   " w=6 a=trainer-0 p=29400 l=" + std::to_string(r - 3) + " g=1"),
+              std::string::npos)
+        << trainjob.output;
+
+  // The command line still wins.
+  auto given = distrl::testing::run_command(
+      "env PET_NNODES=2 PET_NPROC_PER_NODE=3 PET_NODE_RANK=1 PET_MASTER_ADDR=trainer-0 PET_MASTER_PORT=29400 " +
+      distrl::testing::bin_path("distrl-launch") + " --nproc 1 --node-rank 0 --nnodes 1 --master-port 0 --master-addr 127.0.0.1" + echo);
+  EXPECT_EQ(given.code, 0) << given.output;
+  EXPECT_NE(given.output.find("[0] r=0 w=1 a=127.0.0.1"), std::string::npos) << given.output;
+
+  auto broken = distrl::testing::run_command("env PET_NNODES=2 " + distrl::testing::bin_path("distrl-launch") + echo);
+  EXPECT_EQ(broken.code, 2) << broken.output;
+  EXPECT_NE(broken.output.find("PET_NODE_RANK is not set"), std::string::npos) << broken.output;
+}
+
 namespace {
 
 // Shell: the rank's pid into DIR/pid.RANK, whole when the name appears (rename is atomic).

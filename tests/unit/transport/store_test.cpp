@@ -153,14 +153,29 @@ TEST(StoreTest, ConcurrentCountersAreAtomic) {
   EXPECT_EQ(s.add("c", 0), 200);
 }
 
+// Clears the launcher variables, sets vars, and puts everything back when done.
 class EnvGuard {
  public:
   explicit EnvGuard(std::vector<std::pair<std::string, std::string>> vars) {
     for (const char* k : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS",
-                          "SLURM_LOCALID", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE"})
+                          "SLURM_LOCALID", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE"}) {
+      if (const char* old = std::getenv(k)) saved_.emplace_back(k, old);
+      else unset_.push_back(k);
       ::unsetenv(k);
-    for (auto& [k, v] : vars) ::setenv(k.c_str(), v.c_str(), 1);
+    }
+    for (auto& [k, v] : vars) {
+      ::setenv(k.c_str(), v.c_str(), 1);
+      unset_.push_back(k);
+    }
   }
+  ~EnvGuard() {
+    for (const auto& k : unset_) ::unsetenv(k.c_str());
+    for (const auto& [k, v] : saved_) ::setenv(k.c_str(), v.c_str(), 1);
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::string>> saved_;
+  std::vector<std::string> unset_;
 };
 
 TEST(RendezvousTest, EnvMethodReadsTorchVariables) {
