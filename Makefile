@@ -8,10 +8,10 @@ DEPS := build-essential cmake ninja-build pkg-config ccache \
         libtorch-dev libopenblas0-pthread \
         libzmq3-dev cppzmq-dev libmsgpack-cxx-dev \
         libbox2d-dev libgif-dev libyaml-cpp-dev zlib1g-dev libcli11-dev \
-        libgtest-dev libgmock-dev gnuplot-nox dataset-fashion-mnist iproute2
+        libgtest-dev libgmock-dev gnuplot-nox dataset-fashion-mnist iproute2 python3-venv
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps configure build test test-unit test-integration test-asan fuzz fuzz-seeds demo bench clean
+.PHONY: all deps reference-venv configure build test test-unit test-integration test-asan fuzz fuzz-seeds demo bench clean
 
 all: build
 
@@ -39,9 +39,22 @@ build: configure
 	CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime \
 	    cmake --build $(BUILD_DIR) -j $(JOBS)
 
+# What some tests read results back with, from PyPI into a venv outside the source tree, pinned:
+# TensorBoard's own event reader. Without PyPI those tests skip, saying so.
+REFERENCE_VENV ?= $(HOME)/.cache/distrl/reference-venv
+REFERENCE_PIP := tensorboard==2.21.0
+reference-venv:
+	@if $(REFERENCE_VENV)/bin/python -c "import tensorboard" 2>/dev/null; then \
+	    echo "make $@: $(REFERENCE_VENV) ready"; \
+	else \
+	    echo "make $@: installing $(REFERENCE_PIP) into $(REFERENCE_VENV)"; \
+	    (/usr/bin/python3 -m venv $(REFERENCE_VENV) && $(REFERENCE_VENV)/bin/pip install -q $(REFERENCE_PIP)) || \
+	    echo "make $@: could not install $(REFERENCE_PIP) (no network?): the tests that read event files with it skip"; \
+	fi
+
 test: deps
-	$(MAKE) build
-	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+	$(MAKE) build reference-venv
+	cd $(BUILD_DIR) && DISTRL_REFERENCE_PYTHON=$(REFERENCE_VENV)/bin/python ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
 test-unit: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -L unit

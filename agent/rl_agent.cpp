@@ -86,7 +86,7 @@ void RlAgent::serve(transport::RpcAgent& rpc) {
 RunSummary RlAgent::run(transport::RpcAgent& rpc) {
   Learner& learner = *algo_.learner;
   ObserverPool pool(rpc, cfg_, learner.fragments(), batcher_.get());
-  RoundLog log(cfg_.out_dir, cfg_.log_interval, progress_);
+  RoundLog log(cfg_.out_dir, cfg_.log_interval, progress_, cfg_.tensorboard);
   if (progress_.rounds >= cfg_.episodes)
     DISTRL_LOG(Warn, "agent: the checkpoint is at round " << progress_.rounds << " and learner.episodes is "
                                                           << cfg_.episodes

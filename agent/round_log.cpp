@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/event_file.h"
 #include "common/output_file.h"
 
 namespace distrl::agent {
@@ -21,8 +22,12 @@ std::string thousands(double v) {
 
 }  // namespace
 
-RoundLog::RoundLog(const std::string& out_dir, int log_interval, const Progress& start)
-    : log_interval_(log_interval), last_print_(std::chrono::steady_clock::now()), steps_at_print_(start.env_steps) {
+RoundLog::RoundLog(const std::string& out_dir, int log_interval, const Progress& start, bool tensorboard)
+    : log_interval_(log_interval),
+      last_print_(std::chrono::steady_clock::now()),
+      steps_at_print_(start.env_steps),
+      steps_at_row_(start.env_steps),
+      seconds_at_row_(start.seconds) {
   std::filesystem::create_directories(out_dir);
   const std::string path = out_dir + "/metrics.csv";
   std::error_code ec;
@@ -33,6 +38,7 @@ RoundLog::RoundLog(const std::string& out_dir, int log_interval, const Progress&
     csv_ << "round,episodes,env_steps,seconds,mean_reward,min_reward,max_reward,running_reward,loss,mean_batch\n";
   path_ = path;
   check_written(csv_, path_);
+  if (tensorboard) events_ = std::make_unique<EventFile>(out_dir);
 }
 
 void RoundLog::round(const Progress& p, const std::vector<double>& returns, double loss, const BatchStats* batch,
@@ -48,6 +54,22 @@ void RoundLog::round(const Progress& p, const std::vector<double>& returns, doub
   csv_ << p.rounds << ',' << p.episodes << ',' << p.env_steps << ',' << p.seconds << ',' << mean << ',' << lo << ','
        << hi << ',' << p.running_reward << ',' << loss << ',' << (batch ? bs.mean_rows() : 1.0) << '\n';
   check_written(csv_, path_);  // a full disk stops the run here, by name, not at the end
+  if (events_) {
+    const long long step = p.rounds;
+    const double dt = p.seconds - seconds_at_row_;
+    events_->scalar("reward/mean", step, mean);  // NaN (no episode ended) is skipped
+    events_->scalar("reward/min", step, lo);
+    events_->scalar("reward/max", step, hi);
+    events_->scalar("reward/running", step, p.running_reward);
+    events_->scalar("loss", step, loss);
+    if (dt > 0) events_->scalar("env_steps_per_s", step, static_cast<double>(p.env_steps - steps_at_row_) / dt);
+    events_->scalar("seconds_per_round", step, dt);
+    events_->scalar("episodes", step, static_cast<double>(p.episodes));
+    events_->scalar("mean_batch", step, batch ? bs.mean_rows() : 1.0);
+    events_->flush();
+    steps_at_row_ = p.env_steps;
+    seconds_at_row_ = p.seconds;
+  }
 
   if (!force_print && p.rounds % log_interval_ != 0) return;
   const auto now = std::chrono::steady_clock::now();

@@ -1,16 +1,20 @@
 // What a run reports as it goes: OUT_DIR/metrics.csv, one row per round (flushed, so
-// `tail -f` follows it; a resumed run appends), and a progress line on stdout every
+// `tail -f` follows it; a resumed run appends), the same round as TensorBoard scalars in a new
+// event file when `tensorboard` (reward/mean, reward/min, reward/max, reward/running, loss,
+// env_steps_per_s, seconds_per_round, episodes, mean_batch), and a progress line on stdout every
 // learner.log_interval rounds, at the last round and when solved. Not thread-safe: the
 // round loop's thread owns it.
 #pragma once
 
 #include <chrono>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "agent/batcher.h"
 #include "agent/learner.h"
+#include "common/event_file.h"
 
 namespace distrl::agent {
 
@@ -19,7 +23,7 @@ class RoundLog {
   // Opens OUT_DIR/metrics.csv (creating OUT_DIR): appended to when the run resumes (`start`
   // has rounds) and the file is not empty, else written anew with its header. Every row is
   // flushed and checked: OutputError (naming the file and the reason) when a write fails.
-  RoundLog(const std::string& out_dir, int log_interval, const Progress& start);
+  RoundLog(const std::string& out_dir, int log_interval, const Progress& start, bool tensorboard = true);
 
   // One round done: `progress` already counts it; `returns` are its episodes' returns (none
   // when no episode ended, e.g. a PPO fragment); `batch` the batcher's totals (null:
@@ -34,6 +38,9 @@ class RoundLog {
   std::chrono::steady_clock::time_point last_print_;
   long long steps_at_print_;
   BatchStats batch_at_print_;
+  std::unique_ptr<EventFile> events_;
+  long long steps_at_row_;
+  double seconds_at_row_;
 };
 
 }  // namespace distrl::agent

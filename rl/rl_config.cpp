@@ -9,6 +9,9 @@ void bind(Settings& s, RlConfig& c) {
   s.bind("run.seed", &c.seed, "seed for the network, action sampling and environments").range(0, 2147483647);
   s.bind("run.out_dir", &c.out_dir, "directory for metrics.csv, the checkpoint and the effective config")
       .output_dir();
+  s.bind("run.tensorboard", &c.tensorboard,
+         "write TensorBoard event files (events.out.tfevents.*) beside metrics.csv: reward, running reward, "
+         "loss, env-steps/s, seconds per round; tensorboard --logdir <run.out_dir>");
   s.bind("env.name", &c.env, "environment").choices(envs::env_names());
   s.bind("env.per_observer", &c.envs_per_observer, "environments each observer steps together").range(1, 4096);
   s.bind("observers", &c.observers, "observer processes (distrl-launch starts this many)").range(1, 1024);

@@ -18,6 +18,7 @@ struct RlConfig {
   // run
   int seed = 1;
   std::string out_dir = "runs/cartpole";
+  bool tensorboard = true;  // run.tensorboard: TensorBoard event files beside metrics.csv
   // env
   std::string env = "CartPole-v1";
   int envs_per_observer = 1;

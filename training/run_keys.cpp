@@ -9,6 +9,9 @@ void bind_run(Settings& s, RunKeys& c, const std::string& outputs, const std::st
   s.bind("run.seed", &c.seed, "seed of the model and of the data").range(0, 2147483647);
   s.bind("run.log_interval", &c.log_interval, progress + " between progress lines").range(1, 1000000000);
   s.bind("run.torch_threads", &c.torch_threads, "LibTorch intra-op threads per process").range(1, 256);
+  s.bind("run.tensorboard", &c.tensorboard,
+         "write TensorBoard event files (events.out.tfevents.*) beside the CSV: the same scalars; "
+         "tensorboard --logdir " "<run.out_dir>");
 }
 
 void bind_dist(Settings& s, DistKeys& c) {

@@ -17,6 +17,7 @@ struct RunKeys {
   int seed = 1;           // run.seed
   int log_interval = 20;  // run.log_interval: steps (rounds, epochs) between progress lines
   int torch_threads = 1;  // run.torch_threads: LibTorch intra-op threads per process
+  bool tensorboard = true;  // run.tensorboard: TensorBoard event files beside the CSV
 };
 
 struct DistKeys {

@@ -21,6 +21,7 @@ RunLoop::RunLoop(const RunKeys& run, std::string tool, bool lead)
       out_dir_(run.out_dir),
       log_interval_(run.log_interval),
       lead_(lead),
+      tensorboard_(run.tensorboard),
       start_(std::chrono::steady_clock::now()) {
   install_stop_handlers();
 }
@@ -36,6 +37,7 @@ void RunLoop::open(const std::string& config_yaml, const std::string& csv_name, 
   if (!lead_) return;
   write_file_atomically(out_dir_ + "/config.yaml", config_yaml);  // creates out_dir
   csv_ = CsvFile(out_dir_ + "/" + csv_name, header, append);
+  if (tensorboard_) events_ = std::make_unique<CsvEvents>(out_dir_, header);
 }
 
 bool RunLoop::stop_requested(long long steps_done) {
@@ -68,6 +70,7 @@ double RunLoop::seconds() const {
 bool RunLoop::finish(const std::vector<Chart>& charts, const std::string& csv_name) {
   if (!lead_) return false;
   csv_.close();
+  events_.reset();
   if (charts.empty()) return false;
   const std::string csv = csv_name.empty() ? csv_.path() : out_dir_ + "/" + csv_name;
   return plot_csv(csv, out_dir_ + "/learning_curve.png", charts);

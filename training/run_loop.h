@@ -15,10 +15,13 @@
 
 #include <chrono>
 #include <fstream>
+#include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "common/event_file.h"
 #include "common/output_file.h"
 #include "common/plot.h"
 #include "training/run_keys.h"
@@ -93,12 +96,23 @@ class RunLoop {
   const std::string& out_dir() const { return out_dir_; }
 
   // The lead: writes out_dir/config.yaml and opens out_dir/csv_name with `header` (appended to
-  // when `append` and it exists). OutputError naming the file when any of it fails. Others: nothing.
+  // when `append` and it exists), and with run.tensorboard a new TensorBoard event file holding
+  // the same rows (common/event_file.h). OutputError naming the file when any of it fails.
+  // Others: nothing.
   void open(const std::string& config_yaml, const std::string& csv_name, const std::string& header, bool append = false);
   // The lead: one row of the CSV that open() opened. Others: nothing.
   template <typename... V>
   void row(const V&... values) {
     csv_.row(values...);
+    if (!events_) return;
+    std::vector<std::string> cells;
+    auto cell = [&cells](const auto& v) {
+      std::ostringstream s;
+      s << v;
+      cells.push_back(s.str());
+    };
+    (cell(values), ...);
+    events_->row(cells);
   }
 
   // Whether the n-th step (epoch, round; from 1) prints a progress line: every run.log_interval-th, on the lead.
@@ -128,7 +142,9 @@ class RunLoop {
   std::string tool_, out_dir_;
   int log_interval_;
   bool lead_;
+  bool tensorboard_;
   CsvFile csv_;
+  std::unique_ptr<CsvEvents> events_;
   std::chrono::steady_clock::time_point start_;
   transport::ProcessGroup* pg_ = nullptr;
   std::string peer_;

@@ -18,6 +18,7 @@
 
 #include "tests/support/child_process.h"
 #include "tests/support/command.h"
+#include "tests/support/tfevents.h"
 #include "tests/support/multiproc.h"
 
 namespace {
@@ -49,6 +50,14 @@ TEST_P(RlRunTest, AgentAndTwoObserversRunEpisodesAndShutDownCleanly) {
   EXPECT_EQ(count_lines(dir.path() + "/metrics.csv"), 7);  // header + one row per round
   EXPECT_TRUE(std::filesystem::exists(dir.path() + "/policy.pt"));
   EXPECT_TRUE(std::filesystem::exists(dir.path() + "/learning_curve.png"));  // gnuplot comes with make deps
+  EXPECT_EQ(distrl::testing::count_event_files(dir.path()), 1);  // run.tensorboard is on by default
+  const auto events = distrl::testing::read_tfevents(dir.path());
+  if (events.ran) {  // TensorBoard's own reader sees every round
+    EXPECT_EQ(events.code, 0) << events.out;
+    EXPECT_EQ(events.points("reward/running"), 6) << events.out;
+    EXPECT_EQ(events.points("env_steps_per_s"), 6) << events.out;
+    EXPECT_EQ(events.points("loss"), 6) << events.out;
+  }
   EXPECT_NE(read_file(dir.path() + "/config.yaml").find("mode: " + GetParam()), std::string::npos);
   const std::string summary = read_file(dir.path() + "/summary.csv");
   EXPECT_NE(summary.find("\n2," + GetParam() + ",1,6,12,"), std::string::npos) << summary;
@@ -62,8 +71,9 @@ INSTANTIATE_TEST_SUITE_P(Modes, RlRunTest, ::testing::Values("batched", "unbatch
 TEST(RlSecurityTest, ACurveRunTrainsAsAPlainOneWithAMadeOrAGivenKey) {
   TempDir dir;
   const std::string run = "--config " + kConfig + " observers=2 learner.episodes=4 learner.max_steps=40 run.out_dir=";
-  auto made = launch(run + dir.file("made") + " security=curve");
+  auto made = launch(run + dir.file("made") + " security=curve run.tensorboard=false");
   ASSERT_EQ(made.code, 0) << made.output;
+  EXPECT_EQ(distrl::testing::count_event_files(dir.file("made")), 0);  // turned off
   EXPECT_NE(made.output.find("Stopped after 4 rounds (8 episodes"), std::string::npos) << made.output;
   EXPECT_EQ(count_lines(dir.file("made") + "/metrics.csv"), 5);
 

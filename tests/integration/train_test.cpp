@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "tests/support/command.h"
+#include "tests/support/tfevents.h"
 #include "tests/support/multiproc.h"
 #include "training/data.h"
 
@@ -65,6 +66,14 @@ TEST(TrainTest, TwoRanksLearnFromIdxFilesAndResume) {
   EXPECT_TRUE(std::filesystem::exists(out.file("checkpoint.pt")));
   EXPECT_TRUE(std::filesystem::exists(out.file("config.yaml")));
   EXPECT_TRUE(std::filesystem::exists(out.file("learning_curve.png")));  // gnuplot comes with make deps
+  EXPECT_EQ(distrl::testing::count_event_files(out.path()), 1);  // the CSV's columns as TensorBoard scalars
+  const auto events = distrl::testing::read_tfevents(out.path());
+  if (events.ran) {
+    EXPECT_EQ(events.code, 0) << events.out;
+    EXPECT_EQ(events.points("train_loss"), 2) << events.out;
+    EXPECT_EQ(events.points("test_accuracy"), 2) << events.out;
+    EXPECT_EQ(events.points("seconds_per_epoch"), 1) << events.out;
+  }
 
   auto resumed = launch("--config " + kConfig + common + " train.epochs=3 --resume " + out.file("checkpoint.pt"));
   ASSERT_EQ(resumed.code, 0) << resumed.output;

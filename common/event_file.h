@@ -1,0 +1,59 @@
+// TensorBoard event files: scalars in the format TensorFlow's summary writer uses, so that
+// `tensorboard --logdir RUN_DIR` (and TensorBoard's own readers) show a run beside its CSV.
+//
+// The format is small: a file named events.out.tfevents.<unix seconds>.<host>.<pid>.<n> holds
+// TFRecords (u64 length, masked CRC-32C of the length, the payload, masked CRC-32C of the
+// payload), each payload an `Event` protobuf: wall_time (1, double), step (2, int64), and either
+// file_version (3, "brain.Event:2", the first record) or summary (5) with one value: tag (1)
+// and simple_value (2, float). Those six fields are encoded here by hand — smaller than
+// building TensorBoard's .proto files with protoc at build time for them; the test reads the
+// files back with TensorBoard's own reader.
+//
+// Lifetime: one per run directory and process; not thread-safe (the run loop's thread owns it).
+#pragma once
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace distrl {
+
+class EventFile {
+ public:
+  // Creates a new event file in dir (which must exist; earlier files of a resumed run stay:
+  // TensorBoard reads every file of a directory). OutputError naming the file when it cannot.
+  explicit EventFile(const std::string& dir);
+  // One scalar at `step`, stamped with the current wall time. NaN and infinities are skipped
+  // (TensorBoard would draw them as gaps at best). OutputError when the write fails.
+  void scalar(const std::string& tag, long long step, double value);
+  // Written through to the file (after each row: `tensorboard` follows a live run).
+  void flush();
+  const std::string& path() const { return path_; }
+
+ private:
+  void record(const std::string& payload);
+  std::ofstream out_;
+  std::string path_;
+};
+
+// A CSV's rows as scalars: the first column is the step (epoch, round, iteration), every other
+// cell that is a number becomes a scalar tagged with its column's name; with a cumulative
+// `seconds` column, the time per step too (`seconds_per_<first column>`). The same numbers as
+// the CSV, no second list of what a workload measures.
+class CsvEvents {
+ public:
+  CsvEvents(const std::string& dir, const std::string& header);
+  void row(const std::vector<std::string>& cells);
+  const std::string& path() const { return file_.path(); }
+
+ private:
+  EventFile file_;
+  std::vector<std::string> columns_;
+  int seconds_column_ = -1;
+  double last_seconds_ = -1;
+};
+
+// CRC-32C (Castagnoli), as TFRecord uses it (exposed for the tests).
+unsigned crc32c(const void* data, std::size_t n);
+
+}  // namespace distrl
