@@ -11,7 +11,7 @@ DEPS := build-essential cmake ninja-build pkg-config ccache \
         libgtest-dev libgmock-dev gnuplot-nox dataset-fashion-mnist iproute2 python3-venv
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps reference-venv configure build test test-unit test-integration test-asan fuzz fuzz-seeds demo bench clean
+.PHONY: all deps reference-venv consumer configure build test test-unit test-integration test-asan fuzz fuzz-seeds demo bench clean
 
 all: build
 
@@ -55,6 +55,17 @@ reference-venv:
 test: deps
 	$(MAKE) build reference-venv
 	cd $(BUILD_DIR) && DISTRL_REFERENCE_PYTHON=$(REFERENCE_VENV)/bin/python ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+	$(MAKE) consumer
+
+# find_package(distrl) as a user sees it: install into BUILD_DIR/install, then configure, build
+# and run examples/consumer (its own CMake project) against that tree.
+consumer: build
+	cmake --install $(BUILD_DIR) --prefix $(CURDIR)/$(BUILD_DIR)/install > /dev/null
+	cmake -S examples/consumer -B $(BUILD_DIR)/consumer -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
+	    -DCMAKE_PREFIX_PATH=$(CURDIR)/$(BUILD_DIR)/install > /dev/null
+	CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime \
+	    cmake --build $(BUILD_DIR)/consumer
+	$(BUILD_DIR)/consumer/consumer
 
 test-unit: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -L unit

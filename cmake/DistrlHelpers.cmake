@@ -8,15 +8,21 @@ endif()
 
 function(distrl_target_defaults target)
   target_compile_options(${target} PRIVATE ${DISTRL_WARNINGS})
-  target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR}/generated/distrl)
+  target_include_directories(${target} PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
+                                              $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}/generated/distrl>
+                                              $<INSTALL_INTERFACE:include/distrl>)
 endfunction()
 
+# Installed by `cmake --install` with its headers (cmake/Install.cmake) and exported as
+# distrl::<folder> to find_package(distrl) users.
 function(distrl_add_library folder)
   cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
   add_library(distrl_${folder} STATIC ${ARG_SOURCES})
   add_library(distrl::${folder} ALIAS distrl_${folder})
+  set_target_properties(distrl_${folder} PROPERTIES EXPORT_NAME ${folder})
   distrl_target_defaults(distrl_${folder})
   target_link_libraries(distrl_${folder} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
+  install(TARGETS distrl_${folder} EXPORT distrlTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 endfunction()
 
 function(distrl_add_executable name)
