@@ -1,4 +1,19 @@
 # distrl — one-command build. `make demo` and `make test` install what they need first.
+# LIBTORCH=debian (default): Debian's libtorch-dev 1.13 (CPU). LIBTORCH=wheel: the official
+# LibTorch 2.x inside PyPI's torch wheel (CUDA 13), pinned below, fetched by `make libtorch-wheel`
+# into a cache outside the source tree and built in its own directory, build-torch2.
+LIBTORCH ?= debian
+TORCH_WHEEL_VERSION := 2.15.0
+TORCH_CACHE ?= $(HOME)/.cache/distrl/torch-$(TORCH_WHEEL_VERSION)
+ifeq ($(LIBTORCH),wheel)
+BUILD_DIR ?= build-torch2
+CMAKE_ARGS += -DCMAKE_PREFIX_PATH=$(TORCH_CACHE)/torch
+TORCH_PREREQ := libtorch-wheel
+else ifeq ($(LIBTORCH),debian)
+TORCH_PREREQ :=
+else
+$(error LIBTORCH is '$(LIBTORCH)': use debian (Debian's 1.13) or wheel (PyPI's torch $(TORCH_WHEEL_VERSION)))
+endif
 BUILD_DIR ?= build
 BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
@@ -8,10 +23,10 @@ DEPS := build-essential cmake ninja-build pkg-config ccache \
         libtorch-dev libopenblas0-pthread \
         libzmq3-dev cppzmq-dev libmsgpack-cxx-dev \
         libbox2d-dev libgif-dev libyaml-cpp-dev zlib1g-dev libcli11-dev \
-        libgtest-dev libgmock-dev gnuplot-nox dataset-fashion-mnist iproute2 python3-venv
+        libgtest-dev libgmock-dev gnuplot-nox dataset-fashion-mnist iproute2 python3-venv unzip
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps reference-venv consumer configure build test test-unit test-integration test-asan fuzz fuzz-seeds demo bench clean
+.PHONY: all deps reference-venv libtorch-wheel consumer configure build test test-unit test-integration test-asan fuzz fuzz-seeds demo bench clean
 
 all: build
 
@@ -30,7 +45,27 @@ endef
 deps:
 	$(call install_packages,$(DEPS))
 
-$(BUILD_DIR)/build.ninja:
+# The wheel's LibTorch, as it sits in site-packages: torch/{lib,include,share} beside the CUDA
+# libraries libtorch_cuda.so finds through its RPATH ($$ORIGIN/../../nvidia/...) and the toolkit
+# does not ship (cuSPARSELt, NVSHMEM, cuFile). Python code, triton and the rest of the wheel
+# are not unpacked. Pinned: torch $(TORCH_WHEEL_VERSION) and the versions its metadata names.
+TORCH_WHEELS := torch==$(TORCH_WHEEL_VERSION) nvidia-cusparselt-cu13==0.8.1 nvidia-nvshmem-cu13==3.7.2 \
+                nvidia-cufile==1.17.1.22
+libtorch-wheel:
+	@if [ -f $(TORCH_CACHE)/torch/share/cmake/Torch/TorchConfig.cmake ]; then \
+	    echo "make $@: $(TORCH_CACHE) ready"; \
+	else \
+	    echo "make $@: fetching $(TORCH_WHEELS) into $(TORCH_CACHE)" && \
+	    mkdir -p $(TORCH_CACHE)/wheels && \
+	    ( [ -x $(TORCH_CACHE)/pip/bin/pip ] || /usr/bin/python3 -m venv $(TORCH_CACHE)/pip ) && \
+	    $(TORCH_CACHE)/pip/bin/pip download -q --no-deps --only-binary=:all: --python-version 3.11 \
+	        -d $(TORCH_CACHE)/wheels $(TORCH_WHEELS) && \
+	    cd $(TORCH_CACHE) && unzip -q -o wheels/torch-$(TORCH_WHEEL_VERSION)-*.whl 'torch/lib/*' 'torch/include/*' 'torch/share/*' && \
+	    for w in wheels/nvidia_*.whl; do unzip -q -o $$w 'nvidia/*'; done && \
+	    du -sh $(TORCH_CACHE)/wheels $(TORCH_CACHE)/torch $(TORCH_CACHE)/nvidia; \
+	fi
+
+$(BUILD_DIR)/build.ninja: $(TORCH_PREREQ)
 	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_ARGS)
 
 configure: $(BUILD_DIR)/build.ninja

@@ -304,7 +304,7 @@ at::Tensor Engine::on_receive(const transport::MessageTag& tag, int src, std::ui
   auto it = s->recvs.find(tag.msg);
   if (it == s->recvs.end()) {
     check_room(*s, "take one more from", src);
-    it = s->recvs.emplace(tag.msg, std::make_shared<RecvBackward>(tag.ctx, tag.msg, src)).first;
+    it = s->recvs.emplace(tag.msg, make_node<RecvBackward>(tag.ctx, tag.msg, src)).first;
     recvs_.fetch_add(1, std::memory_order_relaxed);
   }
   RecvBackward& node = *it->second;

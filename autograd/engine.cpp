@@ -130,13 +130,13 @@ namespace {
 
 // An output of a part: a leaf's accumulator, or one input of a received message's node.
 struct Out {
-  std::shared_ptr<RecvBackward> recv;  // null: a leaf
+  NodePtrOf<RecvBackward> recv;  // null: a leaf
   torch::autograd::AccumulateGrad* leaf = nullptr;
   std::uint32_t input = 0;
 };
 // What goes back over the wire: per received message, its frames and their gradients.
 struct Back {
-  std::shared_ptr<RecvBackward> recv;
+  NodePtrOf<RecvBackward> recv;
   std::vector<std::uint32_t> frames;
   std::vector<at::Tensor> grads;
 };
@@ -153,12 +153,12 @@ std::vector<Out> outputs_of(const edge_list& roots, edge_list* outputs) {
     Node* n = stack.back();
     stack.pop_back();
     if (auto* acc = dynamic_cast<torch::autograd::AccumulateGrad*>(n)) {
-      outputs->emplace_back(acc->shared_from_this(), 0);
+      outputs->emplace_back(share_node(acc), 0);
       outs.push_back(Out{nullptr, acc, 0});
       continue;
     }
     if (auto* recv = dynamic_cast<RecvBackward*>(n)) {
-      auto keep = std::static_pointer_cast<RecvBackward>(recv->shared_from_this());
+      auto keep = share_node(recv);
       for (std::uint32_t i = 0; i < recv->num_inputs(); ++i) {
         outputs->emplace_back(keep, i);
         outs.push_back(Out{keep, nullptr, i});

@@ -4,6 +4,16 @@ find_package(PkgConfig REQUIRED)          # cppzmq finds libzmq through pkg-conf
 find_package(cppzmq REQUIRED)             # target: cppzmq
 find_package(msgpack REQUIRED)            # Debian 4.1.3: config "msgpack", target msgpackc-cxx
 find_package(Torch REQUIRED)              # target: torch (CPU-only on Debian)
+# Two LibTorch installs on one machine (Debian's and a downloaded one) mix silently: TorchConfig
+# from one, libtorch.so from the system's library path. Refuse that.
+get_filename_component(_torch_prefix "${Torch_DIR}/../../.." ABSOLUTE)
+if(TORCH_LIBRARY AND NOT TORCH_LIBRARY MATCHES "^${_torch_prefix}/")
+  message(FATAL_ERROR "LibTorch's CMake files are from ${Torch_DIR} but libtorch was found at ${TORCH_LIBRARY}: "
+                      "two LibTorch installs are mixed. Put the one you want first with "
+                      "-DCMAKE_PREFIX_PATH=<its prefix> (the directory holding lib/ and share/cmake/Torch; "
+                      "make LIBTORCH=wheel does this).")
+endif()
+message(STATUS "distrl: LibTorch ${Torch_VERSION} from ${_torch_prefix}")
 find_package(CLI11 REQUIRED)              # target: CLI11::CLI11
 find_package(yaml-cpp REQUIRED)           # target: yaml-cpp
 find_package(ZLIB REQUIRED)               # target: ZLIB::ZLIB (gzipped IDX datasets)
@@ -37,8 +47,12 @@ message(STATUS "distrl: CUDA ${DISTRL_WITH_CUDA} (DISTRL_CUDA=${DISTRL_CUDA}, Li
 set(DISTRL_WITH_NCCL OFF)
 if(NOT DISTRL_NCCL STREQUAL "OFF")
   set(_cuda_hints $ENV{CUDA_HOME} $ENV{CUDA_PATH} /usr/local/cuda)
-  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${_cuda_hints} PATH_SUFFIXES include)
-  find_library(NCCL_LIBRARY nccl HINTS ${_cuda_hints} PATH_SUFFIXES lib lib64)
+  # A LibTorch from the torch wheel links its own NCCL (site-packages' nvidia/nccl, found through
+  # its RPATH) and needs symbols an older toolkit's lacks: build against that one when present.
+  set(_wheel_nccl ${_torch_prefix}/../nvidia/nccl)
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${_wheel_nccl} ${_cuda_hints} PATH_SUFFIXES include NO_DEFAULT_PATH)
+  find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 NAMES_PER_DIR HINTS ${_wheel_nccl} ${_cuda_hints} PATH_SUFFIXES lib lib64
+               NO_DEFAULT_PATH)
   find_path(CUDART_INCLUDE_DIR cuda_runtime_api.h HINTS ${_cuda_hints} PATH_SUFFIXES include)
   find_library(CUDART_LIBRARY cudart HINTS ${_cuda_hints} PATH_SUFFIXES lib64 lib)
   if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY AND CUDART_INCLUDE_DIR AND CUDART_LIBRARY)

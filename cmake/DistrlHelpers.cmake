@@ -5,6 +5,12 @@ set(DISTRL_WARNINGS -Wall -Wextra -Wno-unused-parameter)
 if(DISTRL_WERROR)
   list(APPEND DISTRL_WARNINGS -Werror)
 endif()
+# GCC 12 at -O3 warns (stringop-overflow, array-bounds, restrict) on std::string concatenation in C++20 (LibTorch 2.x's CMake asks for
+# C++20) with a bound it computes wrongly (GCC bugs 105329, 105651); GCC 13 fixed it.
+if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 13 AND
+   Torch_VERSION VERSION_GREATER_EQUAL 2)
+  list(APPEND DISTRL_WARNINGS -Wno-stringop-overflow -Wno-array-bounds -Wno-restrict)
+endif()
 
 function(distrl_target_defaults target)
   target_compile_options(${target} PRIVATE ${DISTRL_WARNINGS})

@@ -163,7 +163,10 @@ int run_pipeline_bench(const PipelineBenchOptions& options) {
   if (o.resnet_sizes.empty() || o.resnet_sizes == std::vector<int>{0}) return 0;
   // The tutorial at full size through distrl-launch, then one process.
   std::string sizes = "[";
-  for (std::size_t i = 0; i < o.resnet_sizes.size(); ++i) sizes += (i ? "," : "") + std::to_string(o.resnet_sizes[i]);
+  for (std::size_t i = 0; i < o.resnet_sizes.size(); ++i) {  // piecewise: GCC 12 -Wstringop-overflow, C++20
+    if (i) sizes += ',';
+    sizes += std::to_string(o.resnet_sizes[i]);
+  }
   sizes += "]";
   const std::string rdir = o.out_dir + "/resnet";
   std::cout << "\nThe RPC tutorial's ResNet-50 pipeline (batch 120 @ 128x128, 1000 classes, " << o.resnet_batches

@@ -16,6 +16,7 @@
 #include <torch/csrc/autograd/function.h>
 
 #include "autograd/context.h"
+#include "autograd/detail/node_ptr.h"
 #include "autograd/step_guard.h"
 #include "transport/future.h"
 #include "transport/message_hooks.h"
@@ -61,7 +62,7 @@ struct ContextState {
   std::mutex mu;       // guards the members below
   std::mutex exec_mu;  // one local backward part at a time
   std::unordered_map<std::int64_t, SendRecord> sends;
-  std::unordered_map<std::int64_t, std::shared_ptr<RecvBackward>> recvs;
+  std::unordered_map<std::int64_t, NodePtrOf<RecvBackward>> recvs;
   std::set<int> peers;    // workers this context's messages went to: they get its release
   std::set<int> senders;  // workers whose messages brought it here: its release comes through them
   bool dropped = false;   // released or reaped: nothing more is recorded or sent in it

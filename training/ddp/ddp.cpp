@@ -3,6 +3,8 @@
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
+
+#include <utility>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
 
@@ -76,7 +78,8 @@ struct DistributedDataParallel::Reducer {
   DistributedDataParallel& ddp;
   std::vector<torch::Tensor> params;
   std::vector<std::string> names;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;  // kept alive, or hooks vanish
+  // Kept alive, or hooks vanish. std::shared_ptr<Node> in LibTorch 1.x, c10::intrusive_ptr in 2.x.
+  std::vector<decltype(torch::autograd::impl::grad_accumulator(std::declval<const at::Tensor&>()))> accumulators;
   std::vector<std::uintptr_t> hook_keys;
   std::vector<Bucket> buckets;
   std::vector<Slot> slots;

@@ -141,7 +141,10 @@ bool is_compute(Op op) { return op == Op::F || op == Op::B || op == Op::I || op 
 
 std::string to_string(const Action& a) {
   std::string t = op_token(a.op) + str(a.mb);
-  if (a.chunk != 0) t += "." + str(a.chunk);
+  if (a.chunk != 0) {  // appended piecewise: GCC 12's -Wstringop-overflow misfires on "." + s in C++20
+    t += '.';
+    t += str(a.chunk);
+  }
   return t;
 }
 
@@ -317,7 +320,11 @@ void check_stage(const std::string& name, const Schedule& s, int st) {
   for (int c = 0; c < v; ++c) {
     const int vs = s.virtual_stage(st, c);
     for (int j = 0; j < m; ++j) {
-      const std::string mbs = str(j) + (c ? "." + str(c) : "");
+      std::string mbs = str(j);
+      if (c) {
+        mbs += '.';
+        mbs += str(c);
+      }
       const int f = find(Op::F, j, c), b = find(Op::B, j, c), i = find(Op::I, j, c), w = find(Op::W, j, c);
       if (f < 0) throw ScheduleError(at + "micro-batch " + mbs + " is never run forward (F" + mbs + ")");
       if (b < 0 && (i < 0 || w < 0))
