@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <functional>
 #include <sstream>
+#include <type_traits>
 #include <unordered_set>
 #include <utility>
 
@@ -174,11 +175,19 @@ std::vector<Out> outputs_of(const edge_list& roots, edge_list* outputs) {
 // As the local engine would for a leaf: the accumulator's pre hooks, the leaf's tensor hooks
 // (Tensor::register_hook; AccumulateGrad::apply runs them), accumulate (here: into the
 // context), then the accumulator's post hooks (DDP's gradient-ready hooks).
+// LibTorch 2.x keeps a leaf's tensor hooks as the accumulator's tensor_pre_hooks() and its engine
+// runs them on a gradient it captures for us; 1.x left them to AccumulateGrad::apply.
+template <class N, class = void>
+struct EngineRunsTensorHooks : std::false_type {};
+template <class N>
+struct EngineRunsTensorHooks<N, std::void_t<decltype(std::declval<N&>().tensor_pre_hooks())>> : std::true_type {};
+
 void accumulate_leaf(ContextState& state, torch::autograd::AccumulateGrad& leaf, at::Tensor g) {
   const at::Tensor& var = leaf.variable;
   variable_list in{std::move(g)};
   for (const auto& hook : leaf.pre_hooks()) in = (*hook)(in);
-  for (const auto& hook : torch::autograd::impl::hooks(var)) in = (*hook)(in);
+  if constexpr (!EngineRunsTensorHooks<torch::autograd::Node>::value)
+    for (const auto& hook : torch::autograd::impl::hooks(var)) in = (*hook)(in);
   if (!in.at(0).defined()) return;
   {
     std::lock_guard<std::mutex> lock(state.mu);
