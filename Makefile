@@ -9,6 +9,7 @@ ifeq ($(LIBTORCH),wheel)
 BUILD_DIR ?= build-torch2
 CMAKE_ARGS += -DCMAKE_PREFIX_PATH=$(TORCH_CACHE)/torch
 TORCH_PREREQ := libtorch-wheel
+TORCH_PREFIX := ;$(TORCH_CACHE)/torch
 else ifeq ($(LIBTORCH),debian)
 TORCH_PREREQ :=
 else
@@ -97,7 +98,7 @@ test: deps
 consumer: build
 	cmake --install $(BUILD_DIR) --prefix $(CURDIR)/$(BUILD_DIR)/install > /dev/null
 	cmake -S examples/consumer -B $(BUILD_DIR)/consumer -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
-	    -DCMAKE_PREFIX_PATH=$(CURDIR)/$(BUILD_DIR)/install > /dev/null
+	    "-DCMAKE_PREFIX_PATH=$(CURDIR)/$(BUILD_DIR)/install$(TORCH_PREFIX)" > /dev/null
 	CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime \
 	    cmake --build $(BUILD_DIR)/consumer
 	$(BUILD_DIR)/consumer/consumer
