@@ -10,22 +10,10 @@
 #include <filesystem>
 #include <string>
 
+#include "tests/support/multiproc.h"
 #include "tests/support/tfevents.h"
 
-namespace {
-
-namespace fs = std::filesystem;
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/distrl-events-XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
-
-}  // namespace
+using distrl::testing::TempDir;
 
 TEST(EventFileTest, Crc32cIsCastagnoli) {
   EXPECT_EQ(distrl::crc32c("123456789", 9), 0xE3069283u);  // the standard check value
@@ -35,7 +23,7 @@ TEST(EventFileTest, Crc32cIsCastagnoli) {
 TEST(EventFileTest, TensorBoardReadsTheScalarsBack) {
   TempDir dir;
   {
-    distrl::EventFile f(dir.path.string());
+    distrl::EventFile f(dir.path());
     EXPECT_NE(f.path().find("events.out.tfevents."), std::string::npos);
     for (int step = 1; step <= 3; ++step) f.scalar("loss", step, 1.0 / step);
     f.scalar("reward/mean", 5, 195.5);
@@ -44,12 +32,12 @@ TEST(EventFileTest, TensorBoardReadsTheScalarsBack) {
     f.flush();
   }
   {
-    distrl::CsvEvents csv(dir.path.string(), "epoch,train_loss,test_accuracy,seconds,note");
+    distrl::CsvEvents csv(dir.path(), "epoch,train_loss,test_accuracy,seconds,note");
     csv.row({"1", "0.5", "0.8125", "2.5", "warmup"});
     csv.row({"2", "0.25", "0.875", "4", "x"});
     csv.row({"not-a-step", "9"});  // skipped whole
   }
-  const auto r = distrl::testing::read_tfevents(dir.path.string());
+  const auto r = distrl::testing::read_tfevents(dir.path());
   if (!r.ran) GTEST_SKIP() << r.why;
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(r.out,
