@@ -48,12 +48,13 @@ deps:
 
 # The wheel's LibTorch, as it sits in site-packages: torch/{lib,include,share} beside the CUDA
 # libraries libtorch_cuda.so finds through its RPATH ($$ORIGIN/../../nvidia/...) and the toolkit
-# does not ship (cuSPARSELt, NVSHMEM, cuFile). Python code, triton and the rest of the wheel
+# does not ship (cuSPARSELt, NVSHMEM, cuFile) or ships older than the wheel was built with (NCCL:
+# the toolkit has 2.28, the wheel pins 2.30.7). Python code, triton and the rest of the wheel
 # are not unpacked. Pinned: torch $(TORCH_WHEEL_VERSION) and the versions its metadata names.
 TORCH_WHEELS := torch==$(TORCH_WHEEL_VERSION) nvidia-cusparselt-cu13==0.8.1 nvidia-nvshmem-cu13==3.7.2 \
-                nvidia-cufile==1.17.1.22
+                nvidia-cufile==1.17.1.22 nvidia-nccl-cu13==2.30.7
 libtorch-wheel:
-	@if [ -f $(TORCH_CACHE)/torch/share/cmake/Torch/TorchConfig.cmake ]; then \
+	@if [ -f $(TORCH_CACHE)/unpacked ]; then \
 	    echo "make $@: $(TORCH_CACHE) ready"; \
 	else \
 	    echo "make $@: fetching $(TORCH_WHEELS) into $(TORCH_CACHE)" && \
@@ -63,7 +64,9 @@ libtorch-wheel:
 	        -d $(TORCH_CACHE)/wheels $(TORCH_WHEELS) && \
 	    cd $(TORCH_CACHE) && unzip -q -o wheels/torch-$(TORCH_WHEEL_VERSION)-*.whl 'torch/lib/*' 'torch/include/*' 'torch/share/*' && \
 	    for w in wheels/nvidia_*.whl; do unzip -q -o $$w 'nvidia/*'; done && \
-	    du -sh $(TORCH_CACHE)/wheels $(TORCH_CACHE)/torch $(TORCH_CACHE)/nvidia; \
+	    echo "make $@: downloaded $$(du -sh wheels | cut -f1) of wheels (deleted now), unpacked" \
+	        "$$(du -sh torch | cut -f1) of LibTorch and $$(du -sh nvidia | cut -f1) of CUDA libraries" && \
+	    rm -rf wheels && touch unpacked; \
 	fi
 
 $(BUILD_DIR)/build.ninja: $(TORCH_PREREQ)

@@ -6,9 +6,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 
 #include "common/error.h"
+#include "common/log.h"
 
 namespace distrl::transport::detail {
 
@@ -48,35 +50,131 @@ Address make_address(const std::string& name, const std::string& transport, cons
                  transport != "tcp" ? bound.back() : "", ""};
 }
 
-std::vector<Address> exchange_addresses(Store& store, const std::string& key_prefix, int rank, int world,
-                                        const Address& me, std::chrono::milliseconds timeout) {
-  msgpack::sbuffer buf;
-  msgpack::pack(buf, me);
-  store.set(key_prefix + std::to_string(rank), std::string(buf.data(), buf.size()));
+namespace {
+
+// An address record is a few strings: limits keep a forged record from asking for gigabytes.
+Address decode_address(const std::string& raw, int rank) {
+  const msgpack::unpack_limit limits(64, 64, 4096, 4096, 64, 8);
+  Address a;
+  try {
+    std::size_t off = 0;
+    msgpack::unpack(raw.data(), raw.size(), off, nullptr, nullptr, limits).get().convert(a);
+  } catch (const std::exception& e) {
+    throw ProtocolError("rendezvous: the address record of rank " + std::to_string(rank) + " is malformed: " + e.what());
+  }
+  return a;
+}
+
+// "rank 1 ('observer1', pid 4242 on gpu3)".
+std::string who(int rank, const Address& a) {
+  return "rank " + std::to_string(rank) + " ('" + a.name + "', pid " + std::to_string(a.pid) + " on " + a.hostname + ")";
+}
+
+// True while pid runs on this host (a zombie, dead but not yet reaped, does not count).
+bool process_runs(int pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  const auto paren = line.rfind(')');  // the command name may hold spaces and parentheses
+  return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] != 'Z' && line[paren + 2] != 'X';
+}
+
+// A store that hosted the world and stopped answering mid-rendezvous: its host (rank 0, or the
+// launcher) exited, e.g. refusing this world. Say so now rather than at the rendezvous timeout.
+constexpr std::chrono::milliseconds kStoreAnswer{5000};
+template <class F>
+auto answered(Store& store, F&& call) -> decltype(call()) {
+  try {
+    return call();
+  } catch (const TimeoutError&) {
+    throw TimeoutError("rendezvous: the store at " + store.endpoint() + " stopped answering for " +
+                       std::to_string(kStoreAnswer.count() / 1000) +
+                       " s: the process that hosts it (rank 0, or distrl-launch) has exited or hangs; see its output");
+  }
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string out;
+  for (std::size_t i = 0; i < ranks.size() && i < 8; ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+  if (ranks.size() > 8) out += ", ... (" + std::to_string(ranks.size()) + " ranks)";
+  return out;
+}
+
+}  // namespace
+
+std::vector<Address> exchange_addresses(Store& store, const std::string& key_prefix, int rank, int world, Address me,
+                                        std::chrono::milliseconds timeout) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  const auto deadline = start + timeout;
+  me.world = world;
+  me.pid = static_cast<int>(::getpid());
   std::vector<std::string> keys;
   for (int r = 0; r < world; ++r) keys.push_back(key_prefix + std::to_string(r));
-  try {
-    store.wait(keys, timeout);
-  } catch (const TimeoutError&) {
-    std::string missing;
-    for (int r = 0; r < world; ++r)
-      if (!store.check({keys[r]})) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-    throw TimeoutError("rendezvous: rank(s) " + missing + " of world size " + std::to_string(world) +
-                       " did not join within " + std::to_string(timeout.count()) +
-                       " ms (started? same world size and master address?)");
-  }
-  std::vector<Address> out(world);
-  // An address record is a few strings: limits keep a forged record from asking for gigabytes.
-  const msgpack::unpack_limit limits(64, 64, 4096, 4096, 64, 8);
-  for (int r = 0; r < world; ++r) {
-    const std::string raw = store.get(keys[r]);
-    try {
-      std::size_t off = 0;
-      msgpack::unpack(raw.data(), raw.size(), off, nullptr, nullptr, limits).get().convert(out[r]);
-    } catch (const std::exception& e) {
-      throw ProtocolError("rendezvous: the address record of rank " + std::to_string(r) + " is malformed: " + e.what());
+  const std::string self = "this process (rank " + std::to_string(rank) + ", '" + me.name + "', pid " +
+                           std::to_string(me.pid) + " on " + me.hostname + ")";
+
+  // Who held this rank before: the claim counter is atomic, so of two processes started as one
+  // rank at the same moment exactly one sees that it is the second.
+  if (store.add(key_prefix + "claims/" + std::to_string(rank), 1) > 1) {
+    std::optional<Address> holder;
+    try {  // the holder claims, then publishes: give it a moment
+      holder = decode_address(store.get(keys[rank], std::chrono::milliseconds(3000)), rank);
+    } catch (const TimeoutError&) {
+    }  // it died between the two: nothing to check
+    if (holder && holder->pid != me.pid) {
+      if (holder->host_id == me.host_id && process_runs(holder->pid))
+        throw ConfigError("rendezvous: rank " + std::to_string(rank) + " is taken: " + who(rank, *holder) +
+                          " runs already, so " + self + " stops; give each process its own rank (RANK or --rank)");
+      DISTRL_LOG(Info, "rendezvous: " << self << " takes over rank " << rank << " from "
+                                       << (holder->host_id == me.host_id ? "" : "(cannot check one on another host) ")
+                                       << who(rank, *holder) << ": a restart");
     }
   }
+  msgpack::sbuffer buf;
+  msgpack::pack(buf, me);
+  store.set(keys[rank], std::string(buf.data(), buf.size()));
+
+  // Wait in slices, reading each record as it comes: a record of another world size is refused
+  // at once, and every 5 s the ranks still missing are named.
+  std::vector<std::optional<Address>> seen(world);
+  auto next_report = start + std::chrono::seconds(5);
+  for (;;) {
+    std::vector<int> missing;
+    for (int r = 0; r < world; ++r) {
+      if (!seen[r] && answered(store, [&] { return store.check({keys[r]}, kStoreAnswer); })) {
+        seen[r] = decode_address(answered(store, [&] { return store.get(keys[r], kStoreAnswer); }), r);
+        if (seen[r]->world != world)
+          throw ConfigError("rendezvous: world size mismatch: " + who(r, *seen[r]) + " was started with world size " +
+                            std::to_string(seen[r]->world) + ", " + self + " with " + std::to_string(world) +
+                            "; start every process with the same world size (WORLD_SIZE or --world-size)");
+      }
+      if (!seen[r]) missing.push_back(r);
+    }
+    if (missing.empty()) break;
+    const auto now = Clock::now();
+    const auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - start).count();
+    if (now >= deadline)
+      throw TimeoutError("rendezvous: rank(s) " + rank_list(missing) + " of world size " + std::to_string(world) +
+                         " did not join within " + std::to_string(timeout.count()) +
+                         " ms (started? same world size and master address?)");
+    if (now >= next_report) {
+      DISTRL_LOG(Info, "rendezvous: " << me.name << " waiting for rank" << (missing.size() > 1 ? "s " : " ")
+                                      << rank_list(missing) << ": " << world - static_cast<int>(missing.size())
+                                      << " of " << world << " joined, " << waited << " s (gives up after "
+                                      << timeout.count() / 1000 << " s)");
+      next_report = now + std::chrono::seconds(5);
+    }
+    std::vector<std::string> wanted;
+    for (int r : missing) wanted.push_back(keys[r]);
+    const auto slice = std::min<Clock::duration>(std::chrono::milliseconds(500), deadline - now);
+    try {
+      store.wait(wanted, std::max(std::chrono::milliseconds(1), std::chrono::duration_cast<std::chrono::milliseconds>(slice)));
+    } catch (const TimeoutError&) {
+    }  // the loop above reads what came and decides
+  }
+  std::vector<Address> out;
+  for (auto& a : seen) out.push_back(std::move(*a));
   return out;
 }
 

@@ -454,6 +454,7 @@ TEST(MalformedReplyTest, BadRepliesFailTheCallTheyNameWithProtocolError) {
   router.set(zmq::sockopt::linger, 0);
   router.bind("tcp://127.0.0.1:*");
   distrl::transport::detail::Address me{"fake", "not-this-host", "fake-host", router.get(zmq::sockopt::last_endpoint), "", ""};
+  me.world = 2;  // the agent's world size: another one is refused at the rendezvous
   msgpack::sbuffer buf;
   msgpack::pack(buf, me);
   store.set("rpc/worker/1", std::string(buf.data(), buf.size()));

@@ -183,11 +183,15 @@ TEST(RlConfigTest, BadKeysAndValuesStopTheLaunchWithTheirNames) {
 class Spawned {
  public:
   // Starts cmd as rank `rank` of `world`, rendezvous through file:// in dir, output to log.
-  pid_t start(std::vector<std::string> cmd, const std::string& log, int rank, int world, const TempDir& dir) {
+  // log_level: DISTRL_LOG_LEVEL (ctest's is warn).
+  pid_t start(std::vector<std::string> cmd, const std::string& log, int rank, int world, const TempDir& dir,
+              const std::string& log_level = "warn") {
     cmd.push_back("--init-method");
     cmd.push_back("file://" + dir.file("rendezvous"));
     procs_.push_back(std::make_unique<distrl::testing::ChildProcess>(
-        cmd, log, distrl::testing::ChildProcess::Env{{"RANK", std::to_string(rank)}, {"WORLD_SIZE", std::to_string(world)}}));
+        cmd, log,
+        distrl::testing::ChildProcess::Env{
+            {"RANK", std::to_string(rank)}, {"WORLD_SIZE", std::to_string(world)}, {"DISTRL_LOG_LEVEL", log_level}}));
     return procs_.back()->pid();
   }
   // Waits up to `limit` for pid; returns its exit code (128 + signal), or -1 if it still runs.
@@ -339,6 +343,63 @@ TEST(RlFailureTest, ObserversGiveUpOnAHungAgentAfterTheTimeout) {
         << log;
   }
   ::kill(agent, SIGCONT);  // Spawned kills it
+}
+
+// Issue 35: processes started with different world sizes are refused at once, each naming the
+// other (before: the agent waited silently until killed, the observer blamed the agent after
+// 10 s). The agent is left alone first until it says whom it waits for.
+TEST(RlWorldTest, AWorldSizeMismatchIsRefusedAtOnceNamingBothProcesses) {
+  TempDir dir;
+  const std::vector<std::string> args{"--config", kConfig, "run.out_dir=" + dir.path()};
+  Spawned procs;
+  const pid_t agent = procs.start(tool("distrl-agent", args), dir.file("agent.log"), 0, 3, dir, "info");
+  ASSERT_TRUE(distrl::testing::wait_until(
+      [&] { return read_file(dir.file("agent.log")).find("waiting for ranks 1, 2: 1 of 3 joined") != std::string::npos; },
+      30s))
+      << read_file(dir.file("agent.log"));
+  const auto started = std::chrono::steady_clock::now();
+  const pid_t observer = procs.start(tool("distrl-observer", args), dir.file("obs.log"), 1, 2, dir);
+  EXPECT_NE(procs.wait_exit(observer, 30s), 0);
+  EXPECT_NE(procs.wait_exit(agent, 30s), 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 10s) << "refused, but not at once";
+  const std::string agent_log = read_file(dir.file("agent.log")), obs_log = read_file(dir.file("obs.log"));
+  EXPECT_NE(agent_log.find("world size mismatch: rank 1 ('observer1', pid " + std::to_string(observer)),
+            std::string::npos) << agent_log;
+  EXPECT_NE(agent_log.find("was started with world size 2, this process (rank 0, 'agent'"), std::string::npos)
+      << agent_log;
+  EXPECT_NE(obs_log.find("world size mismatch: rank 0 ('agent', pid " + std::to_string(agent)), std::string::npos)
+      << obs_log;
+  EXPECT_NE(obs_log.find("was started with world size 3, this process (rank 1, 'observer1'"), std::string::npos)
+      << obs_log;
+}
+
+// ... and a second process started as a rank a live one holds is refused naming the holder,
+// while the rest of the world goes on waiting for the rank that is really missing.
+TEST(RlWorldTest, ASecondProcessAsOneRankIsRefusedNamingTheFirst) {
+  TempDir dir;
+  const std::vector<std::string> args{"--config", kConfig, "run.out_dir=" + dir.path()};
+  Spawned procs;
+  const pid_t agent = procs.start(tool("distrl-agent", args), dir.file("agent.log"), 0, 3, dir, "info");
+  const pid_t first = procs.start(tool("distrl-observer", args), dir.file("obs1.log"), 1, 3, dir);
+  const auto agent_says = [&](const std::string& text) {
+    return distrl::testing::wait_until(
+        [&] { return read_file(dir.file("agent.log")).find(text) != std::string::npos; }, 30s);
+  };
+  ASSERT_TRUE(agent_says("waiting for rank 2: 2 of 3 joined")) << read_file(dir.file("agent.log"));
+  const pid_t second = procs.start(tool("distrl-observer", args), dir.file("obs1b.log"), 1, 3, dir);
+  EXPECT_NE(procs.wait_exit(second, 20s), 0);
+  const std::string log = read_file(dir.file("obs1b.log"));
+  EXPECT_NE(log.find("rank 1 is taken: rank 1 ('observer1', pid " + std::to_string(first)), std::string::npos) << log;
+  EXPECT_NE(log.find("pid " + std::to_string(second)), std::string::npos) << log;
+  const std::size_t reports = read_file(dir.file("agent.log")).size();
+  EXPECT_TRUE(distrl::testing::wait_until(  // still waiting, and still saying so
+      [&] {
+        const std::string now = read_file(dir.file("agent.log"));
+        return now.find("waiting for rank 2: 2 of 3 joined", reports) != std::string::npos;
+      },
+      20s))
+      << read_file(dir.file("agent.log"));
+  EXPECT_EQ(procs.wait_exit(agent, 0ms), -1) << "the agent should still wait for rank 2";
 }
 
 // Checkpoints while a run goes on: every `learner.checkpoint_every` rounds, and on SIGUSR1.

@@ -17,7 +17,9 @@ namespace distrl::transport::detail {
 struct Address {
   std::string name, host_id, hostname, tcp, ipc;
   std::string shm;  // "shm://<socket path>" when it serves shared memory (transport auto or shm)
-  MSGPACK_DEFINE(name, host_id, hostname, tcp, ipc, shm);
+  int world = 0;    // the world size it was started with, and its pid (set by exchange_addresses)
+  int pid = 0;
+  MSGPACK_DEFINE(name, host_id, hostname, tcp, ipc, shm, world, pid);
 };
 
 // The transports a user names: auto (shared memory when every process of the world is on this
@@ -47,9 +49,15 @@ std::vector<std::string> endpoints_to_bind(const std::string& transport, const s
                                            std::string* ipc_path);
 // This process's address from the endpoints it bound (same order as endpoints_to_bind).
 Address make_address(const std::string& name, const std::string& transport, const std::vector<std::string>& bound);
-// Publishes `me` under key_prefix + rank and reads every rank's address (waits up to timeout).
+// Publishes `me` (with its world size and pid) under key_prefix + rank and reads every rank's
+// address, waiting up to timeout. Refused at once, naming both processes (ConfigError):
+//  - a record that says another world size (processes started with different --world-size);
+//  - this rank already held by a live process on this host (two processes started as one rank).
+//    A holder that is gone is taken over (a restart); one on another host cannot be checked and
+//    is taken over too, saying so.
+// While ranks are missing it logs who every 5 s ("waiting for rank 2: 2 of 3 joined, 5 s").
 std::vector<Address> exchange_addresses(Store& store, const std::string& key_prefix, int rank, int world,
-                                        const Address& me, std::chrono::milliseconds timeout);
+                                        Address me, std::chrono::milliseconds timeout);
 // The endpoint `me` uses to reach `peer`: its shm endpoint for transport shm, else ipc on the
 // same host unless transport is tcp. Throws ConfigError when the peer serves only ipc (or shm)
 // from another host.
