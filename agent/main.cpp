@@ -2,6 +2,7 @@
 // one) and learns from their episodes. Rank 0 of an RL run; see docs/rl.md.
 #include <chrono>
 #include <csignal>
+#include <iostream>
 
 #include <ATen/Parallel.h>
 
@@ -9,6 +10,7 @@
 #include "agent/policy_actor.h"
 #include "agent/rl_agent.h"
 #include "agent/run_report.h"
+#include "common/run_lock.h"
 #include "common/log.h"
 #include "common/main_guard.h"
 #include "common/stop_signal.h"
@@ -48,10 +50,17 @@ int main(int argc, char** argv) {
     const rl::RlConfig& cfg = cmd.config;
     const ToolFlags& cli = cmd.flags;
     agent::parse_device(cfg.device);  // fail before rendezvous, not after
-    if (cli.check_only) return 0;
+    if (cli.check_only) {  // the line distrl-launch reads the world's size and out_dir from (config_launch.cpp)
+      if (!cli.resume.empty()) agent::RlAgent(cfg, cli.resume);  // a checkpoint that does not fit, or has no rounds left
+      std::cout << "distrl-agent: ok: rl, " << cfg.observers + 1 << " ranks (1 agent + " << cfg.observers
+                << " observer" << (cfg.observers == 1 ? "" : "s") << "; " << cfg.env << ", " << cfg.algo << ", "
+                << cfg.mode << (cmd.flags.security == "curve" ? ", security curve" : "") << "); outputs in "
+                << cfg.out_dir << std::endl;
+      return 0;
+    }
     if (eval) {
       if (checkpoint.empty()) throw ConfigError("--eval needs --checkpoint FILE (e.g. " + cfg.out_dir + "/policy.pt)");
-      agent::RlAgent rl(cfg, checkpoint);
+      agent::RlAgent rl(cfg, checkpoint, agent::RlAgent::Load::Evaluate);
       const auto start = std::chrono::steady_clock::now();
       const auto r = rl.evaluate(eval_episodes, static_cast<std::uint64_t>(cfg.seed) * 7919 + 1000003, render);
       agent::print_evaluation(cfg, r, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
@@ -61,9 +70,10 @@ int main(int argc, char** argv) {
 
     set_log_tag("agent");
     agent::RlAgent rl(cfg, cli.resume);
+    const RunLock claim(cfg.out_dir);  // nothing written before it; distrl-launch's is inherited
     g_agent = &rl;
     std::signal(SIGUSR1, on_usr1);
-    agent::print_banner(cfg);
+    agent::print_banner(cfg, cli.security);
     transport::RpcOptions ro = rl::rpc_options(cfg, cli.world, rl::kAgentName);
     ro.thread_init = [] { at::init_num_threads(); };  // agent.torch_threads on the threads that serve
     transport::RpcAgent rpc(ro, [&](transport::RpcAgent& a) { rl.serve(a); });

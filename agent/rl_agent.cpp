@@ -21,7 +21,7 @@
 
 namespace distrl::agent {
 
-RlAgent::RlAgent(rl::RlConfig config, const std::string& resume) : cfg_(std::move(config)) {
+RlAgent::RlAgent(rl::RlConfig config, const std::string& resume, Load load) : cfg_(std::move(config)) {
   auto env = envs::make_env(cfg_.env);
   const auto space = env->action_space();
   obs_dim_ = env->observation_space().dim();
@@ -30,6 +30,11 @@ RlAgent::RlAgent(rl::RlConfig config, const std::string& resume) : cfg_(std::mov
   algo_ = make_algorithm(cfg_, obs_dim_, space.kind == envs::Space::Kind::Discrete ? space.n : 0, act_dim_);
   if (resume.empty()) return;
   progress_ = load_run(*algo_.learner, resume, cfg_);
+  if (load == Load::Evaluate) return;
+  if (progress_.rounds >= cfg_.rounds)  // it ran on and rewrote summary.csv with nothing in it
+    throw ConfigError("--resume " + resume + ": the checkpoint is at round " + std::to_string(progress_.rounds) +
+                      " and learner.rounds is " + std::to_string(cfg_.rounds) + ": nothing is left to run; raise it "
+                      "(e.g. learner.rounds=" + std::to_string(progress_.rounds + cfg_.rounds) + ")");
   std::ostringstream line;  // progress output, shown at every log level like the round lines
   line << "agent: resumed from " << resume << " at round " << progress_.rounds << " (" << progress_.episodes
        << " episodes, " << progress_.env_steps << " env steps, running reward " << progress_.running_reward
@@ -87,10 +92,6 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
   Learner& learner = *algo_.learner;
   ObserverPool pool(rpc, cfg_, learner.fragments(), batcher_.get());
   RoundLog log(cfg_.out_dir, cfg_.log_interval, progress_, cfg_.tensorboard);
-  if (progress_.rounds >= cfg_.episodes)
-    DISTRL_LOG(Warn, "agent: the checkpoint is at round " << progress_.rounds << " and learner.episodes is "
-                                                          << cfg_.episodes
-                                                          << ": nothing to run (raise learner.episodes)");
   RunSummary sum;
   QuantileSketch latencies;  // fixed memory however long the run (every sample kept grew 18 MB in 10 min)
   double observer_cpu = 0;
@@ -100,7 +101,7 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
   const auto seconds_now = [&] {
     return seconds_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
-  for (int round = progress_.rounds + 1; round <= cfg_.episodes; ++round) {
+  for (int round = progress_.rounds + 1; round <= cfg_.rounds; ++round) {
     RoundData d;
     try {
       d = learner.round(pool, cfg_.learn);
@@ -119,7 +120,7 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
       sum.last_reward = std::accumulate(d.returns.begin(), d.returns.end(), 0.0) / static_cast<double>(d.returns.size());
     const bool solved = cfg_.learn && learner.solved(progress_.running_reward, cfg_.target_reward);
     const BatchStats bs = batcher_ ? batcher_->stats() : BatchStats{};
-    log.round(progress_, d.returns, d.loss, batcher_ ? &bs : nullptr, solved || round == cfg_.episodes);
+    log.round(progress_, d.returns, d.loss, batcher_ ? &bs : nullptr, solved || round == cfg_.rounds);
     if (cfg_.learn && ((cfg_.checkpoint_every > 0 && round % cfg_.checkpoint_every == 0) ||
                        checkpoint_requested_.exchange(false)))
       save(checkpoint_path());
@@ -154,14 +155,14 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
                        : std::string());
   else if (sum.solved)
     why << "running reward " << sum.running_reward << " >= " << cfg_.target_reward;
-  else if (stop_signal() && progress_.rounds < cfg_.episodes)
-    why << "stopped by " << stop_signal_name() << " after round " << progress_.rounds << " of " << cfg_.episodes
+  else if (stop_signal() && progress_.rounds < cfg_.rounds)
+    why << "stopped by " << stop_signal_name() << " after round " << progress_.rounds << " of " << cfg_.rounds
         << (cfg_.learn ? "; go on with --resume " + checkpoint_path() : std::string());
   else if (cfg_.learn)
-    why << "ran all " << cfg_.episodes << " rounds; running reward " << sum.running_reward << " < target "
-        << cfg_.target_reward << " (raise learner.episodes or tune learner.lr)";
+    why << "ran all " << cfg_.rounds << " rounds; running reward " << sum.running_reward << " < target "
+        << cfg_.target_reward << " (raise learner.rounds or tune learner.lr)";
   else
-    why << "ran all " << cfg_.episodes << " rounds (learner.learn is off)";
+    why << "ran all " << cfg_.rounds << " rounds (learner.learn is off)";
   sum.stop_reason = why.str();
 
   pool.finish();

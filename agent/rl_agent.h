@@ -48,15 +48,19 @@ struct RunSummary {
 
 class RlAgent {
  public:
-  // Builds the algorithm (learner.algo) and loads `resume` when not empty. Throws
-  // ConfigError for bad values.
-  explicit RlAgent(rl::RlConfig config, const std::string& resume = "");
+  // What a checkpoint given to the constructor is for: a run that goes on (--resume: it must
+  // have rounds left, and says where it resumes) or an evaluation (--eval: weights only).
+  enum class Load { Resume, Evaluate };
+  // Builds the algorithm (learner.algo) and loads `checkpoint` when not empty. Throws
+  // ConfigError for bad values, a checkpoint of another algorithm or shape, and (Resume) one
+  // already at learner.rounds ("raise it"), before anything is written.
+  explicit RlAgent(rl::RlConfig config, const std::string& checkpoint = "", Load load = Load::Resume);
   ~RlAgent();
 
   // In the RpcAgent's setup callback: registers select_action (batched or not) for the
   // world's observers (every rank but this one).
   void serve(transport::RpcAgent& rpc);
-  // Runs rounds until solved, round `episodes` (a resumed run counts on from its checkpoint),
+  // Runs rounds until solved, round learner.rounds (a resumed run counts on from its checkpoint),
   // a stop signal, or every observer is lost (then `failure` says why and the round in flight
   // is dropped); then tells the observers to finish and saves the checkpoint of the last
   // finished round. Prints progress; writes metrics.csv (a resumed run appends to it).

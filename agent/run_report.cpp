@@ -11,23 +11,24 @@
 
 namespace distrl::agent {
 
-void print_banner(const rl::RlConfig& cfg) {
+void print_banner(const rl::RlConfig& cfg, const std::string& security) {
   const std::string mode = cfg.mode == "batched" ? "batched (max_batch " + std::to_string(cfg.max_batch) +
                                                        ", max_wait " + std::to_string(cfg.max_wait_us) + " us)"
                                                  : "unbatched";
   const std::string algo = cfg.algo == "ppo" ? "ppo (actor-critic)" : "reinforce, model " + cfg.model;
-  std::printf("distrl-agent: %s, %s, %s, device %s, lr %g, gamma %g\n", cfg.env.c_str(), mode.c_str(), algo.c_str(),
-              cfg.device.c_str(), cfg.lr, cfg.gamma);
+  std::printf("distrl-agent: %s, %s, %s, device %s, lr %g, gamma %g%s\n", cfg.env.c_str(), mode.c_str(), algo.c_str(),
+              cfg.device.c_str(), cfg.lr, cfg.gamma,
+              security == "curve" ? "; security curve (every socket authenticated and encrypted)" : "");
   std::fflush(stdout);
 }
 
 void print_joined(const rl::RlConfig& cfg, int observers) {
   if (cfg.algo == "ppo")
     std::printf("distrl-agent: %d observer(s) joined; running up to %d rounds of %d steps x %d env(s) per observer\n",
-                observers, cfg.episodes, cfg.ppo_steps, cfg.envs_per_observer);
+                observers, cfg.rounds, cfg.ppo_steps, cfg.envs_per_observer);
   else
     std::printf("distrl-agent: %d observer(s) joined; running up to %d rounds of episodes of at most %d steps\n",
-                observers, cfg.episodes, cfg.max_steps);
+                observers, cfg.rounds, cfg.max_steps);
   std::fflush(stdout);
 }
 

@@ -12,7 +12,7 @@
 namespace distrl::agent {
 
 // "distrl-agent: CartPole-v1, batched (...), reinforce, model tutorial, device cpu, lr ..., gamma ..."
-void print_banner(const rl::RlConfig& cfg);
+void print_banner(const rl::RlConfig& cfg, const std::string& security);
 // "distrl-agent: N observer(s) joined; running up to ..."
 void print_joined(const rl::RlConfig& cfg, int observers);
 // Writes OUT_DIR/config.yaml (config_yaml), OUT_DIR/summary.csv and learning_curve.png, and prints

@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <utility>
@@ -40,6 +41,7 @@ struct ToolFlags {
   WorldFlags world;
   std::string resume;       // continue from this checkpoint
   bool check_only = false;  // validate the configuration and exit
+  bool force = false;       // --force: do not claim run.out_dir (DISTRL_RUN_LOCK_FORCE=1)
   // The config keys `security` (off|curve) and `security_key` (FILE): the tool passes them to
   // transport::use_security before it starts its transport.
   std::string security = "off";
@@ -63,7 +65,10 @@ class ToolCommandLine {
         ->check(CLI::Range(1, 65535));
     app.add_option("--init-method", flags.world.init_method, "env://, tcp://HOST:PORT or file:///PATH");
     app.add_option("--resume", flags.resume, resume_help);
-    app.add_flag("--check-config", flags.check_only, "validate the configuration and exit");
+    app.add_flag("--check-config", flags.check_only,
+                 "validate the configuration, print what would run (\"ok: ...\") and exit");
+    app.add_flag("--force", flags.force,
+                 "write into run.out_dir even while another run writes there (common/run_lock.h)");
     app.allow_extras();
   }
 
@@ -80,6 +85,7 @@ class ToolCommandLine {
     } catch (const CLI::ParseError& e) {
       throw ConfigError(std::string("command line: ") + e.what() + " (see --help)");
     }
+    if (flags.force) ::setenv("DISTRL_RUN_LOCK_FORCE", "1", 1);  // read where run.out_dir is claimed
     if (!flags.config.empty()) settings.load_file(flags.config);
     settings.apply_overrides(app.remaining());
     settings.check();

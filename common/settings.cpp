@@ -6,7 +6,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <algorithm>
 #include <filesystem>
+#include <iostream>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -100,8 +102,14 @@ bool valid_utf8(const std::string& s) {
   return true;
 }
 
-void flatten(const YAML::Node& node, const std::string& prefix, const std::string& path,
-             std::vector<std::pair<std::string, std::string>>* out, int depth = 0) {
+// A leaf of the file: its dotted key, its value as text and its line (1-based).
+struct Leaf {
+  std::string key, value;
+  int line = 0;
+};
+
+void flatten(const YAML::Node& node, const std::string& prefix, const std::string& path, std::vector<Leaf>* out,
+             int depth = 0) {
   if (node.IsMap()) {
     // No config nests deeper than a few levels; a bound also stops an alias cycle (&a {b: *a}).
     if (depth >= 16) throw ConfigError(path + ": " + prefix + ": maps nested more than 16 deep");
@@ -121,11 +129,32 @@ void flatten(const YAML::Node& node, const std::string& prefix, const std::strin
         throw ConfigError(path + ": " + prefix + ": lists may only hold plain values (numbers, strings)");
       joined += (i ? "," : "") + node[i].Scalar();
     }
-    out->emplace_back(prefix, joined + "]");
+    out->push_back({prefix, joined + "]", node.Mark().line + 1});
     return;
   }
   if (node.IsNull()) throw ConfigError(path + ": " + prefix + ": has no value");
-  out->emplace_back(prefix, node.Scalar());
+  out->push_back({prefix, node.Scalar(), node.Mark().line + 1});
+}
+
+// Edits (insert, delete, substitute) from a to b.
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string last_part(const std::string& key) {
+  const auto dot = key.rfind('.');
+  return dot == std::string::npos ? key : key.substr(dot + 1);
 }
 
 }  // namespace
@@ -173,6 +202,12 @@ void Settings::check() const {
                         p.string() + " (a run needs at least " + std::to_string(kMinFree >> 20) +
                         " MiB for its checkpoints and metrics; free some space or choose another " + f->key_ + ")");
   }
+}
+
+std::string Settings::output_dir() const {
+  for (const auto& f : fields_)
+    if (f->output_dir_) return f->show_();
+  return "";
 }
 
 Settings::Settings(std::string tool) : tool_(std::move(tool)) {}
@@ -289,21 +324,46 @@ Settings::Field& Settings::bind(const std::string& key, std::vector<int>* value,
   return f;
 }
 
-std::string Settings::known_keys() const {
-  std::string keys;
-  for (const auto& f : fields_) keys += (keys.empty() ? "" : ", ") + f->key_;
-  return keys;
+std::string Settings::nearest_key(const std::string& key) const {
+  std::string best;
+  std::size_t best_d = std::string::npos;
+  for (const auto& f : fields_) {
+    std::size_t d = edit_distance(key, f->key_);
+    if (last_part(key) == last_part(f->key_)) d = std::min<std::size_t>(d, 1);  // right name, wrong section
+    if (d < best_d) best_d = d, best = f->key_;
+  }
+  for (const auto& [old_key, new_key] : renamed_) {
+    const std::size_t d = edit_distance(key, old_key);
+    if (d < best_d) best_d = d, best = new_key;
+  }
+  return best_d <= std::max<std::size_t>(2, key.size() / 4) ? best : "";
+}
+
+std::string Settings::unknown_key(const std::string& key, const std::string& where) const {
+  const std::string near = nearest_key(key);
+  return where + ": unknown key '" + key + "'" + (near.empty() ? "" : " (did you mean " + near + "?)") + "; " +
+         tool_ + " --config FILE --help lists the keys of that file's workload (" +
+         std::to_string(fields_.size()) + " keys)";
+}
+
+void Settings::rename(const std::string& old_key, const std::string& new_key) {
+  DISTRL_CHECK(by_key_.count(new_key) && !by_key_.count(old_key), "Settings::rename: " + old_key + " -> " + new_key);
+  renamed_[old_key] = new_key;
 }
 
 Settings::Field& Settings::field(const std::string& key, const std::string& source) {
   auto it = by_key_.find(key);
-  if (it == by_key_.end())
-    throw ConfigError(source + ": unknown key '" + key + "' (known keys: " + known_keys() + "; see " + tool_ +
-                      " --config FILE --help for the keys of that file's workload)");
+  if (it == by_key_.end()) {
+    const auto renamed = renamed_.find(key);
+    if (renamed == renamed_.end()) throw ConfigError(unknown_key(key, source));
+    std::cerr << tool_ << ": " << source << ": " << key << " is called " << renamed->second
+              << " now; the old name still works (rename it to silence this line)\n";
+    it = by_key_.find(renamed->second);
+  }
   return *it->second;
 }
 
-bool Settings::has(const std::string& key) const { return by_key_.count(key) != 0; }
+bool Settings::has(const std::string& key) const { return by_key_.count(key) != 0 || renamed_.count(key) != 0; }
 
 void Settings::set(const std::string& key, const std::string& value, const std::string& source) {
   Field& f = field(key, source);
@@ -362,11 +422,16 @@ std::optional<std::string> Settings::peek(const std::string& path, const std::ve
 
 void Settings::load_text(const std::string& yaml, const std::string& source) {
   const YAML::Node root = parse_yaml(yaml, source);
-  if (root.IsNull()) return;  // an empty file: all defaults
+  if (root.IsNull())  // an empty file ran CartPole with every default, silently
+    throw ConfigError(source + ": the file holds no keys; a run's file names what it runs (start from one under "
+                      "configs/, e.g. configs/cartpole.yaml)");
   if (!root.IsMap()) throw ConfigError(source + ": the top level must be a map of keys");
-  std::vector<std::pair<std::string, std::string>> leaves;
+  std::vector<Leaf> leaves;
   flatten(root, "", source, &leaves);
-  for (const auto& [key, value] : leaves) set(key, value, source);
+  for (const auto& leaf : leaves) {
+    if (!has(leaf.key)) throw ConfigError(unknown_key(leaf.key, source + ":" + std::to_string(leaf.line)));
+    set(leaf.key, leaf.value, source);
+  }
 }
 
 void Settings::apply_overrides(const std::vector<std::string>& args) {
@@ -384,8 +449,9 @@ void Settings::apply_overrides(const std::vector<std::string>& args) {
     } else if (dashed && has(key)) {
       throw ConfigError("command line: '" + args[i] + "' needs a value (--" + key + " VALUE or " + key + "=VALUE)");
     } else {
-      throw ConfigError("command line: '" + args[i] + "' is not a known option or KEY=VALUE override (known keys: " +
-                        known_keys() + "; see " + tool_ + " --config FILE --help)");
+      const std::string near = nearest_key(key);
+      throw ConfigError("command line: '" + args[i] + "' is not a known option or KEY=VALUE override" +
+                        (near.empty() ? "" : " (did you mean " + near + "?)") + "; see " + tool_ + " --help");
     }
     set(key, value, "command line");
   }

@@ -64,9 +64,14 @@ class Settings {
   // that says which keys exist.
   void apply_overrides(const std::vector<std::string>& args);
   void set(const std::string& key, const std::string& value, const std::string& source);
-  bool has(const std::string& key) const;
+  bool has(const std::string& key) const;  // bound, or an old name of one
+  // old_key is what new_key (bound) was called: still accepted, with a line on stderr saying
+  // the new name.
+  void rename(const std::string& old_key, const std::string& new_key);
   // The checks that need the final values (output_dir()); after the file and overrides.
   void check() const;
+  // The value of the key marked output_dir() ("" when none is).
+  std::string output_dir() const;
 
   // Before anything is bound: the text that a YAML file and overrides ("--key=value", "--key
   // value", "key=value"; the last wins) give `key` -- a section's or a list's as YAML text --
@@ -84,11 +89,15 @@ class Settings {
   Field& add(const std::string& key, const std::string& help, const std::string& type);
   Field& field(const std::string& key, const std::string& source);
   static void integer_field(Field& f, std::function<void(long long)> store, std::function<std::string()> show);
-  std::string known_keys() const;
+  // The bound key (or an old name's new one) closest to key, "" when none is close.
+  std::string nearest_key(const std::string& key) const;
+  // "WHERE: unknown key 'x' (did you mean y?); ...".
+  std::string unknown_key(const std::string& key, const std::string& where) const;
 
   std::string tool_;
   std::vector<std::unique_ptr<Field>> fields_;
   std::map<std::string, Field*> by_key_;
+  std::map<std::string, std::string> renamed_;  // old name -> bound key
 };
 
 }  // namespace distrl

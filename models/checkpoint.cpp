@@ -86,4 +86,18 @@ std::map<std::string, double> load_checkpoint(const std::string& path, torch::nn
   return numbers;
 }
 
+std::map<std::string, double> checkpoint_numbers(const std::string& path) {
+  std::map<std::string, double> numbers;
+  try {
+    torch::serialize::InputArchive ar;
+    ar.load_from(path, torch::kCPU);
+    for (const auto& key : ar.keys()) {
+      torch::Tensor t;
+      if (key.rfind("number.", 0) == 0 && ar.try_read(key, t)) numbers[key.substr(7)] = t.item<double>();
+    }
+  } catch (const c10::Error&) {
+  }
+  return numbers;
+}
+
 }  // namespace distrl::models

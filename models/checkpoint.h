@@ -40,5 +40,8 @@ void save_checkpoint(const std::string& path, const torch::nn::Module& module, c
 std::map<std::string, double> load_checkpoint(const std::string& path, torch::nn::Module& module,
                                               torch::optim::Optimizer* optimizer, const torch::Device& device,
                                               std::map<std::string, torch::Tensor>* tensors = nullptr);
+// Only the numbers of a checkpoint (no module needed: what a refusal reads to say whose it is);
+// empty when the file cannot be read.
+std::map<std::string, double> checkpoint_numbers(const std::string& path);
 
 }  // namespace distrl::models

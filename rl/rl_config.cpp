@@ -38,8 +38,11 @@ void bind(Settings& s, RlConfig& c) {
       .choices({"reinforce", "ppo"});
   s.bind("learner.gamma", &c.gamma, "discount factor").range(0, 1);
   s.bind("learner.lr", &c.lr, "Adam learning rate").range(1e-9, 10);
-  s.bind("learner.episodes", &c.episodes, "rounds at most (each observer runs one episode per round)")
+  s.bind("learner.rounds", &c.rounds,
+         "rounds at most: each observer runs one episode (reinforce) or one fragment of ppo.steps env steps (ppo) "
+         "per round")
       .range(1, 100000000);
+  s.rename("learner.episodes", "learner.rounds");  // its name until issue 35: it always counted rounds
   s.bind("learner.max_steps", &c.max_steps, "steps per episode at most").range(1, 100000000);
   s.bind("learner.target_reward", &c.target_reward, "stop as solved when the running reward reaches this");
   s.bind("learner.learn", &c.learn, "false: act only (benchmarks)");

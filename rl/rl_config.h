@@ -41,7 +41,7 @@ struct RlConfig {
   std::string algo = "reinforce";
   double gamma = 0.99;
   double lr = 1e-2;
-  int episodes = 1000;      // rounds: every observer runs one episode per round
+  int rounds = 1000;        // learner.rounds: every observer runs one episode (REINFORCE) or one fragment (PPO) per round
   int max_steps = 500;      // steps per episode (the env's own limit still applies)
   double target_reward = 475;
   bool learn = true;

@@ -46,7 +46,7 @@ RlResult run_one(const RlBenchOptions& o, const std::string& model, int observer
   std::filesystem::create_directories(dir);
   std::vector<std::string> cmd{self_dir() + "/distrl-launch", "--config", o.config,
                                "observers=" + std::to_string(observers), "agent.mode=" + mode,
-                               "learner.episodes=" + std::to_string(o.episodes),
+                               "learner.rounds=" + std::to_string(o.episodes),
                                "learner.max_steps=" + std::to_string(o.steps), "learner.log_interval=1000000",
                                "run.out_dir=" + dir, "env.per_observer=" + std::to_string(o.envs_per_observer)};
   for (const auto& m : model_overrides(model)) cmd.push_back(m);

@@ -123,7 +123,7 @@ std::vector<Run> start_runs(const SoakBenchOptions& o) {
     std::filesystem::create_directories(r.dir);
     std::vector<std::string> cmd{self_dir() + "/distrl-launch", "--config", o.config,
                                  "observers=" + std::to_string(o.observers), "agent.mode=" + mode,
-                                 "learner.episodes=100000000", "learner.target_reward=1000000",
+                                 "learner.rounds=100000000", "learner.target_reward=1000000",
                                  "learner.log_interval=100", "run.out_dir=" + r.dir};
     for (const auto& extra : o.overrides) cmd.push_back(extra);
     r.launcher = start_process(cmd, r.dir + "/log.txt");

@@ -60,17 +60,27 @@ std::string check(const std::string& exe, const std::vector<std::string>& tail) 
   return text.str();
 }
 
-// A training tool's check ends with "...; its roles make N ranks" when it accepts the file; N.
-// (The launcher asks the tool rather than the registry, which would load LibTorch.)
-int checked_world_size(const std::string& exe, const std::vector<std::string>& tail) {
-  const std::string said = check(exe, tail), marker = "its roles make ";
-  const auto at = said.rfind(marker);
+// A tool's check ends with "TOOL: ok: WHAT, N ranks (ROLES); outputs in DIR" when it accepts the
+// file: the line, N and DIR go to o. (The launcher asks the tool rather than the registry,
+// which would load LibTorch.)
+void read_check(const std::string& exe, const std::string& said, LaunchOptions* o) {
+  const auto ok = said.rfind(": ok: ");
+  const auto comma = ok == std::string::npos ? ok : said.find(", ", ok);
+  const auto out = said.rfind("; outputs in ");
   try {
-    if (at != std::string::npos) return std::stoi(said.substr(at + marker.size()));
+    if (comma != std::string::npos && out != std::string::npos && out > comma) {
+      o->nproc = std::stoi(said.substr(comma + 2));
+      const auto line_start = said.rfind('\n', ok);
+      o->checked = said.substr(line_start == std::string::npos ? 0 : line_start + 1);
+      while (!o->checked.empty() && o->checked.back() == '\n') o->checked.pop_back();
+      o->out_dir = said.substr(out + 13);
+      while (!o->out_dir.empty() && o->out_dir.back() == '\n') o->out_dir.pop_back();
+      return;
+    }
   } catch (const std::exception&) {
   }
-  throw Error(exe + " --check-config accepted the file but did not say how many ranks its roles make (said: '" +
-              said + "'); is it from another build than this distrl-launch?");
+  throw Error(exe + " --check-config accepted the file but did not say what runs (\"ok: ..., N ranks (...); outputs "
+              "in DIR\"; said: '" + said + "'); is it from another build than this distrl-launch?");
 }
 
 }  // namespace
@@ -99,14 +109,13 @@ void configure_world(const std::string& config, const std::vector<std::string>& 
   if (o->max_restarts == 0) o->max_restarts = int_setting(config, overrides, "launch.max_restarts", 0, 0);
   if (!workload.empty()) {  // a training workload: its tool on every rank, the world its roles make
     const std::string exe = tool(training::tool_of_workload(workload, config));
-    o->nproc = checked_world_size(exe, tail);
+    read_check(exe, check(exe, tail), o);
     o->command = {exe};
     o->command.insert(o->command.end(), tail.begin(), tail.end());
     return;
   }
   const std::string agent = tool("distrl-agent"), observer = tool("distrl-observer");
-  check(agent, tail);
-  o->nproc = int_setting(config, overrides, "observers", 4) + 1;
+  read_check(agent, check(agent, tail), o);  // 1 + `observers`
   o->rank0_command = {agent};
   o->rank0_command.insert(o->rank0_command.end(), tail.begin(), tail.end());
   o->command = {observer};

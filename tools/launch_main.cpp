@@ -9,6 +9,8 @@
 
 #include "common/error.h"
 #include "common/main_guard.h"
+#include "common/run_lock.h"
+#include "training/workload_names.h"
 #include "transport/cluster_env.h"
 #include "tools/launcher.h"
 #include "tools/config_launch.h"
@@ -25,10 +27,14 @@ int main(int argc, char** argv) {
     }
   for (int i = split + 1; i < argc; ++i) o.command.emplace_back(argv[i]);
 
-  CLI::App app{"distrl-launch: run N ranks of CMD with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and\n"
-               "MASTER_PORT set, prefix their output with the rank, and stop all when one fails.\n"
-               "Two forms: distrl-launch --nproc N [options] -- CMD ARGS...\n"
-               "           distrl-launch --config FILE [KEY=VALUE ...]"};
+  std::string workloads;
+  for (const auto& w : distrl::training::kWorkloadNames)
+    workloads += std::string(workloads.empty() ? "" : ", ") + w.name + " (" + w.tool + ")";
+  const std::string usage =
+      "Two forms: distrl-launch --config FILE [--check-config] [KEY=VALUE ...]\n"
+      "           distrl-launch --nproc N [options] -- CMD ARGS...";
+  CLI::App app{"distrl-launch: run the ranks of a run with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and\n"
+               "MASTER_PORT set, prefix their output with the rank, and stop all when one fails.\n" + usage};
   app.add_option("--nproc,--nproc-per-node", o.nproc, "ranks to start on this node")->check(CLI::Range(1, 4096));
   app.add_option("--nnodes", o.nnodes,
                  "nodes in the job (with --config: the config's ranks split in blocks over the nodes, rank 0\n"
@@ -60,10 +66,18 @@ int main(int argc, char** argv) {
                  "the world's key file for --security curve (distrl-keygen FILE; default: a key made for this\n"
                  "run, one node only)");
   app.add_option("--config", config,
-                 "a run configuration: a training config (with a 'dist' section) starts distrl-train on\n"
-                 "dist.world_size ranks; an RL config starts distrl-agent as rank 0 and one distrl-observer\n"
-                 "per 'observers'; extra KEY=VALUE or --key value arguments override the file")
+                 "a run configuration (configs/*.yaml), validated before anything starts; extra KEY=VALUE or\n"
+                 "--key value arguments override the file. An RL config (no `workload` key) starts\n"
+                 "distrl-agent as rank 0 and one distrl-observer per `observers`; a file's `workload` starts\n"
+                 "the ranks its roles make with its tool: " + workloads + "; a file with a `dist` section\n"
+                 "and no `workload` is ddp")
       ->check(CLI::ExistingFile);
+  bool check_only = false, force = false;
+  app.add_flag("--check-config", check_only,
+               "with --config: validate the file and overrides, print what would run (\"ok: ...\"), start nothing");
+  app.add_flag("--force", force,
+               "with --config: start even while another run writes into the config's run.out_dir (its\n"
+               "outputs and this run's overwrite each other); without it that is refused, naming the run");
   app.allow_extras();
   try {
     app.parse(split, argv);
@@ -104,9 +118,28 @@ int main(int argc, char** argv) {
       ::setenv("DISTRL_STORE_LIMITS", store_limits.c_str(), 1);
     }
     (void)distrl::transport::StoreLimits::from_env();  // a bad inherited value too
+    if (config.empty() && o.command.empty())
+      throw distrl::ConfigError("nothing to run:\n" + usage + "\n(see --help)");
+    distrl::RunLock claim;
     if (!config.empty()) {
       if (!o.command.empty()) throw distrl::ConfigError("give either --config FILE or -- CMD, not both");
+      if (app.count("--nproc"))  // it was ignored silently: the config's roles make the world
+        throw distrl::ConfigError("--nproc does not go with --config: the config's roles say how many ranks run "
+                                  "(observers, roles.*, dist.world_size); set those instead");
+      if (force) ::setenv("DISTRL_RUN_LOCK_FORCE", "1", 1);  // the ranks' own claims (common/run_lock.h)
       distrl::tools::configure_config_launch(config, app.remaining(), &o);
+      if (check_only) {
+        std::cout << o.checked << std::endl;
+        return 0;
+      }
+      // The run's output directory, claimed for the run's life before anything starts and
+      // handed to the ranks (node 0, whose rank 0 writes the outputs).
+      if (o.node_rank == 0 && !o.out_dir.empty()) {
+        claim = distrl::RunLock(o.out_dir);
+        claim.hand_to_children();
+      }
+    } else if (check_only || force) {
+      throw distrl::ConfigError(std::string(check_only ? "--check-config" : "--force") + " goes with --config FILE");
     } else if (!app.remaining().empty()) {
       throw distrl::ConfigError("unexpected argument '" + app.remaining().front() + "' (see --help)");
     } else {

@@ -36,6 +36,10 @@ struct LaunchOptions {
   std::string security;
   std::string security_key;
   std::string made_key;  // the key file prepare_security made; the caller removes it at the end
+  // --config: what the tool's --check-config said ("distrl-agent: ok: ..."), and the run's
+  // run.out_dir, which node 0's launcher claims for the run (common/run_lock.h).
+  std::string checked;
+  std::string out_dir;
 };
 
 // Applies o->security before anything starts: with "curve", reads (or makes, one node only) the

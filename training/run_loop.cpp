@@ -23,6 +23,7 @@ RunLoop::RunLoop(const RunKeys& run, std::string tool, bool lead)
       lead_(lead),
       tensorboard_(run.tensorboard),
       start_(std::chrono::steady_clock::now()) {
+  if (lead_) lock_ = RunLock(out_dir_);  // before any output; distrl-launch's claim is inherited
   install_stop_handlers();
 }
 

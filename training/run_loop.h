@@ -24,6 +24,7 @@
 #include "common/event_file.h"
 #include "common/output_file.h"
 #include "common/plot.h"
+#include "common/run_lock.h"
 #include "training/run_keys.h"
 #include "training/stop_agreement.h"
 
@@ -80,7 +81,8 @@ struct Window {
 class RunLoop {
  public:
   // tool: the stop line's first words ("distrl-train", "trainer 1"); lead: this rank writes the
-  // outputs and prints progress. Installs the stop handlers (common/stop_signal.h); the run's
+  // outputs, claims run.out_dir for the run (common/run_lock.h: ConfigError while another run
+  // writes there) and prints progress. Installs the stop handlers (common/stop_signal.h); the run's
   // clock (seconds()) starts here. The stop rule is this process's own signal until one of the
   // stop_* below is called (for ranks whose peers serve on until told, like the RPC masters').
   RunLoop(const RunKeys& run, std::string tool, bool lead);
@@ -142,6 +144,7 @@ class RunLoop {
   std::string tool_, out_dir_;
   int log_interval_;
   bool lead_;
+  RunLock lock_;  // the lead's claim on run.out_dir (common/run_lock.h)
   bool tensorboard_;
   CsvFile csv_;
   std::unique_ptr<CsvEvents> events_;

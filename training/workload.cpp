@@ -76,9 +76,10 @@ void WorkloadCommandLine::validate() const {
 int WorkloadCommandLine::main(int argc, char** argv) {
   if (!parse(argc, argv)) return 0;
   validate();
-  if (flags.check_only) {  // the line distrl-launch reads the world's size from (config_launch.cpp)
-    std::cout << tool_ << ": " << name_ << ": the configuration is valid; its roles make " << config_->world_size()
-              << " ranks" << std::endl;
+  if (flags.check_only) {  // the line distrl-launch reads the world's size and out_dir from (config_launch.cpp)
+    const Roles roles = config_->roles();
+    std::cout << tool_ << ": ok: " << name_ << ", " << roles.ranks << " rank" << (roles.ranks == 1 ? "" : "s") << " ("
+              << roles.text << "); outputs in " << settings.output_dir() << std::endl;
     return 0;
   }
   config_->run(RunContext{flags.world, flags.resume, settings.to_yaml()});

@@ -16,6 +16,13 @@
 
 namespace distrl::training {
 
+// The ranks a workload's roles make, and those roles in words for --check-config ("1 server +
+// 2 trainers"; a pipeline adds its plan's ideal bubble).
+struct Roles {
+  int ranks = 1;
+  std::string text;
+};
+
 // What a rank's run gets besides its keys.
 struct RunContext {
   WorldFlags world;         // --rank, --world-size, ... (unset: the environment's)
@@ -33,8 +40,8 @@ class WorkloadConfig {
   // After the file and the overrides: every check a rank makes before it starts that needs no
   // other rank (combinations of keys); ConfigError naming the key.
   virtual void validate() const = 0;
-  // The ranks its roles make: what distrl-launch starts.
-  virtual int world_size() const = 0;
+  // The ranks its roles make (what distrl-launch starts) and what they are.
+  virtual Roles roles() const = 0;
   // This rank's part of the run, to its end or a stop (the tool then exits stop_exit_code()).
   virtual void run(const RunContext& ctx) const = 0;
 };
@@ -69,28 +76,28 @@ void bind_config(Settings& s, Config& c) {
 // argument-dependent lookup) and the workload's functions; validate may be null (nothing to
 // check beyond the keys' own ranges).
 template <typename Config>
-Workload make_workload(std::string name, int (*world_size)(const Config&),
+Workload make_workload(std::string name, Roles (*roles)(const Config&),
                        void (*validate)(const Config&), void (*run)(const Config&, const RunContext&)) {
   class Bound final : public WorkloadConfig {
    public:
-    Bound(int (*w)(const Config&), void (*v)(const Config&), void (*r)(const Config&, const RunContext&))
-        : world_size_(w), validate_(v), run_(r) {}
+    Bound(Roles (*w)(const Config&), void (*v)(const Config&), void (*r)(const Config&, const RunContext&))
+        : roles_(w), validate_(v), run_(r) {}
     void bind(Settings& s) override { detail::bind_config(s, config_); }
     void validate() const override {
       if (validate_) validate_(config_);
     }
-    int world_size() const override { return world_size_(config_); }
+    Roles roles() const override { return roles_(config_); }
     void run(const RunContext& ctx) const override { run_(config_, ctx); }
 
    private:
     Config config_;
-    int (*world_size_)(const Config&);
+    Roles (*roles_)(const Config&);
     void (*validate_)(const Config&);
     void (*run_)(const Config&, const RunContext&);
   };
   std::string tool = tool_of_workload(name, "the workload registry (training/workload_names.h lacks it)");
   return Workload{std::move(name), std::move(tool),
-                  [=] { return std::unique_ptr<WorkloadConfig>(std::make_unique<Bound>(world_size, validate, run)); }};
+                  [=] { return std::unique_ptr<WorkloadConfig>(std::make_unique<Bound>(roles, validate, run)); }};
 }
 
 // The command line of a tool that runs workloads (distrl-train, distrl-rnn, distrl-ps,
@@ -107,7 +114,7 @@ class WorkloadCommandLine : public ToolCommandLine {
   bool parse(const std::vector<std::string>& args);  // the same without argv[0]
   // Everything a rank checks before it starts: the security key file, the workload's checks.
   void validate() const;
-  int world_size() const { return config_->world_size(); }
+  int world_size() const { return config_->roles().ranks; }
   // The tool's whole life after its flags: parse, validate, --check-config or run; the exit
   // code (0, or 128 + the signal that stopped the run).
   int main(int argc, char** argv);

@@ -185,7 +185,7 @@ TEST(LaunchTest, AKilledRanksIpcFilesAreRemoved) {
 TEST(LaunchTest, AConfigIsSplitOverNodesInBlocks) {
   TempDir dir;
   const std::string args = "--nnodes 2 --master-port " + std::to_string(distrl::tools::free_port("127.0.0.1")) + " --config " +
-                           std::string(DISTRL_SOURCE_DIR) + "/configs/cartpole.yaml observers=3 learner.episodes=5 "
+                           std::string(DISTRL_SOURCE_DIR) + "/configs/cartpole.yaml observers=3 learner.rounds=5 "
                            "run.out_dir=" + dir.path();
   // At info level (the suite runs at warn) every rank says who it is: the observers' lines count.
   distrl::testing::ChildProcess node1(
@@ -215,4 +215,38 @@ TEST(LaunchTest, BadUsageIsAConfigError) {
   EXPECT_EQ(help.code, 0);
   EXPECT_NE(help.output.find("--nproc"), std::string::npos);
   EXPECT_EQ(launch("--nproc 1 -- /nonexistent/program").code, 127);
+
+  // Issue 35: no arguments shows both forms; --help lists --check-config, --force and every
+  // workload with its tool; --nproc beside --config (ignored before) is refused.
+  auto none = launch("");
+  EXPECT_EQ(none.code, 2) << none.output;
+  EXPECT_NE(none.output.find("distrl-launch --config FILE"), std::string::npos) << none.output;
+  EXPECT_NE(none.output.find("distrl-launch --nproc N"), std::string::npos) << none.output;
+  for (const std::string text : {"--check-config", "--force", "rnn_dist_autograd (distrl-rnn)", "ps_hybrid (distrl-ps)",
+                                 "pipeline_resnet50 (distrl-pipeline)", "ddp (distrl-train)"})
+    EXPECT_NE(help.output.find(text), std::string::npos) << text << "\n" << help.output;
+  const std::string cartpole = std::string(DISTRL_SOURCE_DIR) + "/configs/cartpole.yaml";
+  auto both = launch("--config " + cartpole + " --nproc 3");
+  EXPECT_EQ(both.code, 2) << both.output;
+  EXPECT_NE(both.output.find("--nproc does not go with --config"), std::string::npos) << both.output;
+}
+
+// --check-config: what would run, one line, and nothing started (no output directory made).
+TEST(LaunchTest, CheckConfigSaysWhatWouldRunAndStartsNothing) {
+  TempDir dir;
+  const std::string configs = std::string(DISTRL_SOURCE_DIR) + "/configs/";
+  auto rl = launch("--config " + configs + "cartpole.yaml --check-config observers=3 run.out_dir=" + dir.file("rl"));
+  EXPECT_EQ(rl.code, 0) << rl.output;
+  EXPECT_NE(rl.output.find("distrl-agent: ok: rl, 4 ranks (1 agent + 3 observers; CartPole-v1, reinforce, batched); "
+                           "outputs in " + dir.file("rl")),
+            std::string::npos)
+      << rl.output;
+  auto pipe = launch("--config " + configs + "pipeline_fashion_mnist.yaml --check-config run.out_dir=" + dir.file("p"));
+  EXPECT_EQ(pipe.code, 0) << pipe.output;
+  EXPECT_NE(pipe.output.find("distrl-pipeline: ok: pipeline_fashion_mnist, 2 ranks (2 stages; schedule 1f1b, 4 "
+                             "micro-batches: ideal bubble 20.0 %)"),
+            std::string::npos)
+      << pipe.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("rl")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("p")));
 }

@@ -136,8 +136,8 @@ TEST(PsConfigTest, CheckConfigRefusesAWorkloadLevelErrorNamingTheKey) {
   r = distrl::testing::run_command(distrl::testing::bin_path("distrl-ps") + " --check-config --config " + kConfig +
                                    " roles.servers=2 roles.trainers=3");
   EXPECT_EQ(r.code, 0) << r.output;
-  // the line distrl-launch reads the world's size from
-  EXPECT_NE(r.output.find("distrl-ps: ps_batch_update: the configuration is valid; its roles make 5 ranks"),
+  // the line distrl-launch reads the world's size and the output directory from
+  EXPECT_NE(r.output.find("distrl-ps: ok: ps_batch_update, 5 ranks (2 servers + 3 trainers); outputs in runs/"),
             std::string::npos)
       << r.output;
 }

@@ -43,7 +43,7 @@ class RlRunTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(RlRunTest, AgentAndTwoObserversRunEpisodesAndShutDownCleanly) {
   distrl::testing::TempDir dir;
   auto r = launch("--config " + kConfig + " observers=2 --agent.mode " + GetParam() +
-                  " learner.episodes=6 learner.max_steps=60 learner.log_interval=2 run.out_dir=" + dir.path());
+                  " learner.rounds=6 learner.max_steps=60 learner.log_interval=2 run.out_dir=" + dir.path());
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("Stopped after 6 rounds (12 episodes"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("round     4  episodes      8"), std::string::npos) << r.output;
@@ -70,7 +70,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, RlRunTest, ::testing::Values("batched", "unbatch
 // can read is refused before anything starts.
 TEST(RlSecurityTest, ACurveRunTrainsAsAPlainOneWithAMadeOrAGivenKey) {
   TempDir dir;
-  const std::string run = "--config " + kConfig + " observers=2 learner.episodes=4 learner.max_steps=40 run.out_dir=";
+  const std::string run = "--config " + kConfig + " observers=2 learner.rounds=4 learner.max_steps=40 run.out_dir=";
   auto made = launch(run + dir.file("made") + " security=curve run.tensorboard=false");
   ASSERT_EQ(made.code, 0) << made.output;
   EXPECT_EQ(distrl::testing::count_event_files(dir.file("made")), 0);  // turned off
@@ -97,7 +97,7 @@ TEST(RlSecurityTest, ACurveRunTrainsAsAPlainOneWithAMadeOrAGivenKey) {
 
 TEST(RlRunTest, BatchesClosedWhenTheRequestsAreReadAndThatModeNeedsInlineServing) {
   distrl::testing::TempDir dir;
-  auto r = launch("--config " + kConfig + " observers=3 agent.batch_close=read learner.episodes=4 learner.max_steps=40 "
+  auto r = launch("--config " + kConfig + " observers=3 agent.batch_close=read learner.rounds=4 learner.max_steps=40 "
                   "run.out_dir=" + dir.path());
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("Stopped after 4 rounds (12 episodes"), std::string::npos) << r.output;
@@ -129,12 +129,12 @@ enum Col { kRound = 0, kEpisodes = 1, kEnvSteps = 2, kSeconds = 3, kMean = 4, kR
 TEST(RlResumeTest, RoundsMetricsAndRunningRewardCarryOn) {
   TempDir dir;
   const std::string common = "--config " + kConfig + " observers=2 learner.max_steps=60 run.out_dir=" + dir.path();
-  auto first = launch(common + " learner.episodes=4");
+  auto first = launch(common + " learner.rounds=4");
   ASSERT_EQ(first.code, 0) << first.output;
   const auto before = read_metrics(dir.path() + "/metrics.csv");
   ASSERT_EQ(before.size(), 4u);
 
-  auto again = launch(common + " learner.episodes=7 --resume " + dir.path() + "/policy.pt");
+  auto again = launch(common + " learner.rounds=7 --resume " + dir.path() + "/policy.pt");
   ASSERT_EQ(again.code, 0) << again.output;
   EXPECT_NE(again.output.find("resumed from " + dir.path() + "/policy.pt at round 4 (8 episodes"), std::string::npos)
       << again.output;
@@ -153,14 +153,40 @@ TEST(RlResumeTest, RoundsMetricsAndRunningRewardCarryOn) {
   for (std::size_t i = 0; i < before.size(); ++i) EXPECT_EQ(rows[i], before[i]) << "row " << i << " rewritten";
 
   // A checkpoint that is missing, or does not fit the configured model: exit 2 naming the file.
-  auto missing = launch(common + " learner.episodes=8 --resume " + dir.path() + "/nothing.pt");
+  auto missing = launch(common + " learner.rounds=8 --resume " + dir.path() + "/nothing.pt");
   EXPECT_EQ(missing.code, 2) << missing.output;
   EXPECT_NE(missing.output.find("no file at '" + dir.path() + "/nothing.pt'"), std::string::npos) << missing.output;
-  auto misfit = launch(common + " learner.episodes=8 model.hidden=[32] --resume " + dir.path() + "/policy.pt");
+  auto misfit = launch(common + " learner.rounds=8 model.hidden=[32] --resume " + dir.path() + "/policy.pt");
   EXPECT_EQ(misfit.code, 2) << misfit.output;
   EXPECT_NE(misfit.output.find("checkpoint '" + dir.path() + "/policy.pt' does not fit this model: "), std::string::npos)
       << misfit.output;
   EXPECT_NE(misfit.output.find("[128, 4] in the file, Float[32, 4] in the model"), std::string::npos) << misfit.output;
+
+  // Issue 35: a checkpoint already at learner.rounds is refused before anything starts, and the
+  // outputs stay as they were (it used to say "ran all 5 rounds" and rewrite summary.csv empty).
+  const std::string summary = read_file(dir.file("summary.csv"));
+  auto done = launch(common + " learner.rounds=5 --resume " + dir.path() + "/policy.pt");
+  EXPECT_EQ(done.code, 2) << done.output;
+  EXPECT_NE(done.output.find("the checkpoint is at round 7 and learner.rounds is 5: nothing is left to run; raise it "
+                             "(e.g. learner.rounds=12)"),
+            std::string::npos)
+      << done.output;
+  EXPECT_NE(done.output.find("nothing started"), std::string::npos) << done.output;
+  EXPECT_EQ(read_file(dir.file("summary.csv")), summary);
+  EXPECT_EQ(read_metrics(dir.path() + "/metrics.csv").size(), 7u);
+  // A REINFORCE checkpoint given to a PPO run: named as such (it was LibTorch's "No such
+  // serialized submodule: 'pi'").
+  auto other = launch("--config " + std::string(DISTRL_SOURCE_DIR) + "/configs/cartpole_ppo.yaml run.out_dir=" +
+                      dir.path() + " --resume " + dir.path() + "/policy.pt");
+  EXPECT_EQ(other.code, 2) << other.output;
+  EXPECT_NE(other.output.find("was saved by a learner.algo reinforce run, and this run is ppo"), std::string::npos)
+      << other.output;
+  // learner.rounds was learner.episodes: the old name still works, saying so.
+  auto old_name = launch(common + " learner.episodes=8 --resume " + dir.path() + "/policy.pt");
+  EXPECT_EQ(old_name.code, 0) << old_name.output;
+  EXPECT_NE(old_name.output.find("learner.episodes is called learner.rounds now"), std::string::npos)
+      << old_name.output;
+  EXPECT_NE(old_name.output.find("Stopped after 8 rounds"), std::string::npos) << old_name.output;
 }
 
 TEST(RlConfigTest, BadKeysAndValuesStopTheLaunchWithTheirNames) {
@@ -231,7 +257,7 @@ Run start_run(Spawned& procs, const TempDir& dir, const std::vector<std::string>
 // docs/rl.md promises: exit 1 and "lost the agent: ..." within rpc.timeout_s.
 TEST(RlFailureTest, ObserversExitWithAClearMessageWhenTheAgentIsKilled) {
   TempDir dir;
-  const std::vector<std::string> args{"--config", kConfig, "rpc.timeout_s=5", "learner.episodes=100000",
+  const std::vector<std::string> args{"--config", kConfig, "rpc.timeout_s=5", "learner.rounds=100000",
                                       "learner.learn=false", "run.out_dir=" + dir.path()};
   Spawned procs;
   const auto [agent, observers] = start_run(procs, dir, args);
@@ -263,7 +289,7 @@ std::map<std::string, std::string> read_summary(const std::string& path) {
 // so in summary.csv; the surviving observer exits 0.
 TEST(RlFailureTest, TheAgentDropsADeadObserverAndFinishesTheRun) {
   TempDir dir;
-  const std::vector<std::string> args{"--config", kConfig, "rpc.timeout_s=10", "learner.episodes=40",
+  const std::vector<std::string> args{"--config", kConfig, "rpc.timeout_s=10", "learner.rounds=40",
                                       "learner.max_steps=50", "run.out_dir=" + dir.path()};
   Spawned procs;
   const auto [agent, observers] = start_run(procs, dir, args);
@@ -287,7 +313,7 @@ TEST(RlFailureTest, TheAgentDropsADeadObserverAndFinishesTheRun) {
 // on with both, the observer never exits, summary.csv counts it readmitted and not lost.
 TEST(RlFailureTest, AStalledObserverIsDroppedAndReadmittedWhenItRunsAgain) {
   TempDir dir;
-  const std::vector<std::string> args{"--config", kConfig, "learner.episodes=100000", "learner.max_steps=50",
+  const std::vector<std::string> args{"--config", kConfig, "learner.rounds=100000", "learner.max_steps=50",
                                       "run.out_dir=" + dir.path()};
   Spawned procs;
   const auto [agent, observers] = start_run(procs, dir, args);
@@ -328,7 +354,7 @@ TEST(RlFailureTest, AStalledObserverIsDroppedAndReadmittedWhenItRunsAgain) {
 // rpc.timeout_s, with a message that says what timed out.
 TEST(RlFailureTest, ObserversGiveUpOnAHungAgentAfterTheTimeout) {
   TempDir dir;
-  const std::vector<std::string> args{"--config", kConfig, "rpc.timeout_s=3", "learner.episodes=100000",
+  const std::vector<std::string> args{"--config", kConfig, "rpc.timeout_s=3", "learner.rounds=100000",
                                       "learner.learn=false", "run.out_dir=" + dir.path()};
   Spawned procs;
   const auto [agent, observers] = start_run(procs, dir, args);
@@ -402,12 +428,43 @@ TEST(RlWorldTest, ASecondProcessAsOneRankIsRefusedNamingTheFirst) {
   EXPECT_EQ(procs.wait_exit(agent, 0ms), -1) << "the agent should still wait for rank 2";
 }
 
+// Issue 35: two runs into one run.out_dir overwrote each other and both exited 0. The first
+// run's launcher claims the directory; a second is refused naming it (launcher or a tool started
+// by hand), --force starts all the same, and the claim ends with the run.
+TEST(RlRunDirTest, ASecondRunIntoTheSameOutDirIsRefusedNamingTheFirst) {
+  TempDir dir;
+  const std::string common = "--config " + kConfig + " observers=1 learner.max_steps=30 run.out_dir=" + dir.path();
+  distrl::testing::ChildProcess first(
+      {distrl::testing::bin_path("distrl-launch"), "--config", kConfig, "observers=1", "learner.max_steps=30",
+       "learner.rounds=100000", "learner.learn=false", "run.out_dir=" + dir.path()},
+      dir.file("first.log"));
+  ASSERT_TRUE(wait_for_rows(dir.file("metrics.csv"), 3, 60s)) << read_file(dir.file("first.log"));
+  const std::string holder = "is in use by distrl-launch (pid " + std::to_string(first.pid()) + " on ";
+  auto second = launch(common + " learner.rounds=2");
+  EXPECT_EQ(second.code, 2) << second.output;
+  EXPECT_NE(second.output.find("run.out_dir '" + dir.path() + "' " + holder), std::string::npos) << second.output;
+  EXPECT_NE(second.output.find("or pass --force"), std::string::npos) << second.output;
+  auto by_hand = distrl::testing::run_command("RANK=0 WORLD_SIZE=2 " + distrl::testing::bin_path("distrl-agent") + " " +
+                                              common + " --init-method file://" + dir.file("rdv"));
+  EXPECT_EQ(by_hand.code, 2) << by_hand.output;
+  EXPECT_NE(by_hand.output.find(holder), std::string::npos) << by_hand.output;
+  auto forced = launch("--force " + common + " learner.rounds=2");
+  EXPECT_EQ(forced.code, 0) << forced.output;
+  EXPECT_NE(forced.output.find("--force: run.out_dir '" + dir.path() + "' is not claimed"), std::string::npos)
+      << forced.output;
+  ::kill(first.pid(), SIGINT);
+  EXPECT_EQ(first.wait_for(60s), 128 + SIGINT) << read_file(dir.file("first.log"));
+  // The claim ended with the run (its lock file stays, naming a dead pid): the next run starts.
+  auto after = launch(common + " learner.rounds=2");
+  EXPECT_EQ(after.code, 0) << after.output;
+}
+
 // Checkpoints while a run goes on: every `learner.checkpoint_every` rounds, and on SIGUSR1.
 TEST(RlCheckpointTest, SavedEveryNRoundsAndOnSigusr1) {
   for (const std::string every : {"0", "2"}) {
     SCOPED_TRACE("checkpoint_every=" + every);
     TempDir dir;
-    const std::vector<std::string> args{"--config", kConfig, "learner.episodes=100000", "learner.max_steps=30",
+    const std::vector<std::string> args{"--config", kConfig, "learner.rounds=100000", "learner.max_steps=30",
                                         "learner.checkpoint_every=" + every, "run.out_dir=" + dir.path()};
     Spawned procs;
     const pid_t agent = start_run(procs, dir, args).agent;
@@ -425,7 +482,7 @@ TEST(RlCheckpointTest, SavedEveryNRoundsAndOnSigusr1) {
 TEST(PpoRunTest, FragmentsFlowForDiscreteAndContinuousEnvsAndEvalReadsTheCheckpoint) {
   const std::string ppo = std::string(DISTRL_SOURCE_DIR) + "/configs/cartpole_ppo.yaml";
   TempDir dir;
-  auto r = launch("--config " + ppo + " learner.episodes=4 ppo.steps=32 env.per_observer=4 run.out_dir=" + dir.path());
+  auto r = launch("--config " + ppo + " learner.rounds=4 ppo.steps=32 env.per_observer=4 run.out_dir=" + dir.path());
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("ppo (actor-critic)"), std::string::npos) << r.output;
   EXPECT_EQ(count_lines(dir.path() + "/metrics.csv"), 5);  // header + 4 rounds
@@ -434,10 +491,11 @@ TEST(PpoRunTest, FragmentsFlowForDiscreteAndContinuousEnvsAndEvalReadsTheCheckpo
                                         dir.path() + "/episode.gif 2>&1");
   EXPECT_EQ(e.code, 0) << e.output;
   EXPECT_NE(e.output.find("3 episodes: mean return"), std::string::npos) << e.output;
+  EXPECT_EQ(e.output.find("resumed from"), std::string::npos) << e.output;  // an evaluation resumes nothing
   EXPECT_GT(std::filesystem::file_size(dir.path() + "/episode.gif"), 1000u);
 
   // Resumed, PPO carries its normalisers and solved window on: 2 more rounds, 6 rows in all.
-  auto again = launch("--config " + ppo + " learner.episodes=6 ppo.steps=32 env.per_observer=4 run.out_dir=" +
+  auto again = launch("--config " + ppo + " learner.rounds=6 ppo.steps=32 env.per_observer=4 run.out_dir=" +
                       dir.path() + " --resume " + dir.path() + "/policy.pt");
   ASSERT_EQ(again.code, 0) << again.output;
   const auto at = again.output.find("at round 4 (");
@@ -450,7 +508,7 @@ TEST(PpoRunTest, FragmentsFlowForDiscreteAndContinuousEnvsAndEvalReadsTheCheckpo
 
   const std::string cont = std::string(DISTRL_SOURCE_DIR) + "/configs/lunarlander_continuous_ppo.yaml";
   TempDir dir2;
-  r = launch("--config " + cont + " learner.episodes=2 ppo.steps=16 env.per_observer=2 run.out_dir=" + dir2.path());
+  r = launch("--config " + cont + " learner.rounds=2 ppo.steps=16 env.per_observer=2 run.out_dir=" + dir2.path());
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(count_lines(dir2.path() + "/metrics.csv"), 3);
 
@@ -470,7 +528,7 @@ TEST(RlSignalTest, CtrlCFinishesTheRoundSavesAndWritesEveryOutput) {
   int rounds = 0;
   auto r = distrl::testing::run_command(
       "echo PID $$; exec " + distrl::testing::bin_path("distrl-launch") + " --config " + kConfig +
-          " observers=2 learner.episodes=100000 learner.max_steps=30 learner.log_interval=1 run.out_dir=" + dir.path(),
+          " observers=2 learner.rounds=100000 learner.max_steps=30 learner.log_interval=1 run.out_dir=" + dir.path(),
       [&](const std::string& line) {
         if (line.rfind("PID ", 0) == 0) launcher = std::stoi(line.substr(4));
         if (line.find("] round ") != std::string::npos && ++rounds == 5) ::kill(launcher, SIGINT);
@@ -486,7 +544,7 @@ TEST(RlSignalTest, CtrlCFinishesTheRoundSavesAndWritesEveryOutput) {
   EXPECT_NE(summary.find("\n2,batched,1," + std::to_string(rows) + ","), std::string::npos) << summary;
 
   // The checkpoint is whole: a resumed run starts after the last saved round.
-  auto again = launch("--config " + kConfig + " observers=2 learner.episodes=" + std::to_string(rows + 2) +
+  auto again = launch("--config " + kConfig + " observers=2 learner.rounds=" + std::to_string(rows + 2) +
                       " learner.max_steps=30 run.out_dir=" + dir.path() + " --resume " + dir.file("policy.pt"));
   ASSERT_EQ(again.code, 0) << again.output;
   EXPECT_NE(again.output.find("at round " + std::to_string(rows) + " ("), std::string::npos) << again.output;
@@ -499,7 +557,7 @@ TEST(RlSignalTest, CtrlCFinishesTheRoundSavesAndWritesEveryOutput) {
 TEST(RlFailureTest, AFullDiskWhileSavingIsANamedErrorAndKeepsTheLastCheckpoint) {
   TempDir dir;
   const std::string run = "--config " + kConfig + " observers=1 learner.max_steps=20 run.out_dir=" + dir.path();
-  auto first = launch(run + " learner.episodes=2");
+  auto first = launch(run + " learner.rounds=2");
   ASSERT_EQ(first.code, 0) << first.output;
   const std::string before = read_file(dir.file("policy.pt"));
   ASSERT_GT(before.size(), 6u << 10) << "the limit below must be smaller than a checkpoint";
@@ -510,7 +568,7 @@ TEST(RlFailureTest, AFullDiskWhileSavingIsANamedErrorAndKeepsTheLastCheckpoint) 
   small.rlim_cur = 6 << 10;
   ::signal(SIGXFSZ, SIG_IGN);  // inherited: a write past the limit fails with EFBIG instead of killing
   ::setrlimit(RLIMIT_FSIZE, &small);
-  auto full = launch(run + " learner.episodes=4 --resume " + dir.file("policy.pt"));
+  auto full = launch(run + " learner.rounds=4 --resume " + dir.file("policy.pt"));
   ::setrlimit(RLIMIT_FSIZE, &old);
   ::signal(SIGXFSZ, SIG_DFL);
   EXPECT_EQ(full.code, 1) << full.output;

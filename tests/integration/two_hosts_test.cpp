@@ -157,7 +157,7 @@ TEST_F(TwoHostsTest, AgentAndObserversFailNamingEachOtherWhenTheLinkIsCutAndARes
     return ps;
   };
 
-  auto run1 = world(29500, "learner.episodes=100000", "run1");
+  auto run1 = world(29500, "learner.rounds=100000", "run1");
   std::vector<int> codes;
   const double seconds = cut_when(run1, "round    20 ", &codes);
   ASSERT_GE(seconds, 0);
@@ -181,7 +181,7 @@ TEST_F(TwoHostsTest, AgentAndObserversFailNamingEachOtherWhenTheLinkIsCutAndARes
   EXPECT_EQ(m[2].str(), dir.file("policy.pt"));
 
   set_link(true);
-  auto run2 = world(29501, "learner.episodes=" + std::to_string(saved + 5) + " --resume " + dir.file("policy.pt"),
+  auto run2 = world(29501, "learner.rounds=" + std::to_string(saved + 5) + " --resume " + dir.file("policy.pt"),
                     "run2");
   codes.clear();
   wait_all(run2, 120s, &codes);
@@ -241,7 +241,7 @@ TEST_F(TwoHostsTest, AProcessGroupFailsNamingThePeerWhenTheLinkIsCutAndAResumedR
 TEST_F(TwoHostsTest, OneLaunchPerHostRunsAConfigAcrossBoth) {
   TempDir dir;
   const std::string args = "--nnodes 2 --master-addr " + std::string(kAddrA) + " --master-port 29520 --config " +
-                           kSource + "/configs/cartpole.yaml observers=3 rpc.transport=tcp learner.episodes=8 " +
+                           kSource + "/configs/cartpole.yaml observers=3 rpc.transport=tcp learner.rounds=8 " +
                            "run.out_dir=" + dir.path();
   std::vector<std::unique_ptr<Process>> ps;
   for (int node = 0; node < 2; ++node)

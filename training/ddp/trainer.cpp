@@ -219,7 +219,7 @@ std::vector<EpochResult> train(const TrainConfig& cfg, const std::string& config
 
 namespace {
 
-int dist_world_size(const TrainConfig& c) { return c.world_size; }
+Roles dist_world_size(const TrainConfig& c) { return {c.world_size, std::to_string(c.world_size) + " data-parallel trainers"}; }
 
 void ddp_rank(const TrainConfig& cfg, const RunContext& ctx) {
   transport::ProcessGroupOptions o;

@@ -382,9 +382,19 @@ void run_fashion_mnist(const PipelineConfig& c, const std::string& config_yaml, 
 
 namespace {
 
-int stages(const PipelineConfig& c) { return c.stages; }
-int master_and_two_workers(const PipelineConfig&) { return 3; }
-int one_process(const PipelineConfig&) { return 1; }
+// The stages, and what the schedule's plan promises (check_fashion_mnist has verified it).
+Roles stages(const PipelineConfig& c) {
+  std::ostringstream text;
+  text << c.stages << " stages; schedule " << c.schedule << ", " << c.microbatches << " micro-batches";
+  try {
+    text << ": ideal bubble " << std::fixed << std::setprecision(1)
+         << 100 * verify(schedule_for(c), VerifyOptions{}).mean_bubble() << " %";
+  } catch (const std::exception&) {  // validate() says what is wrong with it
+  }
+  return {c.stages, text.str()};
+}
+Roles master_and_two_workers(const PipelineConfig&) { return {3, "1 master + 2 workers"}; }
+Roles one_process(const PipelineConfig&) { return {1, "1 process"}; }
 
 void prepare_process() {
   keep_large_blocks_on_heap();  // activations of many MB each micro-batch: no mmap + page faults each time

@@ -16,11 +16,15 @@
 namespace distrl::training::ps {
 namespace {
 
+std::string count(int n, const std::string& what) { return std::to_string(n) + " " + what + (n == 1 ? "" : "s"); }
+
 template <typename Config>
-int servers_and_trainers(const Config& c) {
-  return c.servers + c.trainers;
+Roles servers_and_trainers(const Config& c) {
+  return {c.servers + c.trainers, count(c.servers, "server") + " + " + count(c.trainers, "trainer")};
 }
-int with_a_master(const HybridConfig& c) { return c.servers + c.trainers + 1; }
+Roles with_a_master(const HybridConfig& c) {
+  return {c.servers + c.trainers + 1, "1 master + " + count(c.servers, "server") + " + " + count(c.trainers, "trainer")};
+}
 
 void check_engine(const PsEngineConfig& c) { check_options(c.server_options(), c.trainers); }
 void check_skipgram(const SkipgramConfig& c) { check_engine(c); }

@@ -283,7 +283,9 @@ void run_rnn(const RnnConfig& cfg, const std::string& config_yaml, transport::Rp
 
 namespace {
 
-int ps_and_trainers(const RnnConfig& c) { return c.trainers + 1; }
+Roles ps_and_trainers(const RnnConfig& c) {
+  return {c.trainers + 1, "1 parameter server + " + std::to_string(c.trainers) + " trainer" + (c.trainers == 1 ? "" : "s")};
+}
 
 void rnn_rank(const RnnConfig& cfg, const RunContext& ctx) {
   keep_large_blocks_on_heap();

@@ -1,0 +1,150 @@
+#include "common/run_lock.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>  // program_invocation_short_name (GNU)
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "common/error.h"
+#include "common/log.h"
+
+namespace distrl {
+namespace {
+
+constexpr const char* kLockName = ".distrl-run.lock";
+constexpr const char* kFdVariable = "DISTRL_RUN_LOCK_FD";
+
+std::string this_host() {
+  char buf[256] = {0};
+  ::gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+bool same_file(int a, int b) {
+  struct stat sa{}, sb{};
+  return ::fstat(a, &sa) == 0 && ::fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+// The launcher's claim on this very file, inherited: DISTRL_RUN_LOCK_FD names an open fd of it.
+bool inherited(int fd) {
+  const char* v = std::getenv(kFdVariable);
+  if (v == nullptr || *v == '\0') return false;
+  char* end = nullptr;
+  const long other = std::strtol(v, &end, 10);
+  return end != v && *end == '\0' && other >= 0 && other < (1 << 20) && other != fd &&
+         ::fcntl(static_cast<int>(other), F_GETFD) >= 0 && same_file(fd, static_cast<int>(other));
+}
+
+std::string now_text() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  ::localtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &tm);
+  return buf;
+}
+
+// The holder's own words: "pid host tool since" as written below; empty fields when unreadable.
+struct Holder {
+  long pid = 0;
+  std::string host, tool, since;
+};
+
+Holder read_holder(int fd) {
+  Holder h;
+  char buf[512] = {0};
+  const ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
+  if (n <= 0) return h;
+  std::istringstream in(std::string(buf, static_cast<std::size_t>(n)));
+  for (std::string field; in >> field;) {
+    const auto eq = field.find('=');
+    if (eq == std::string::npos) continue;
+    const std::string k = field.substr(0, eq), v = field.substr(eq + 1);
+    if (k == "pid") h.pid = std::atol(v.c_str());
+    else if (k == "host") h.host = v;
+    else if (k == "tool") h.tool = v;
+    else if (k == "since") h.since = v;
+  }
+  return h;
+}
+
+bool runs_here(long pid) { return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM); }
+
+}  // namespace
+
+RunLock::RunLock(const std::string& dir) {
+  const std::string tool = program_invocation_short_name;  // distrl-launch, distrl-agent, distrl-train ...
+  const char* force = std::getenv("DISTRL_RUN_LOCK_FORCE");
+  if (force != nullptr && std::string(force) == "1") {
+    DISTRL_LOG(Warn, tool << ": --force: run.out_dir '" << dir
+                          << "' is not claimed; another run writing there overwrites this run's outputs");
+    return;
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw OutputError("cannot create run.out_dir '" + dir + "': " + ec.message() + " (choose another run.out_dir)");
+  const std::string path = (std::filesystem::path(dir) / kLockName).string();
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0)
+    throw OutputError("cannot open '" + path + "': " + std::strerror(errno) + " (choose a writable run.out_dir)");
+  if (inherited(fd)) {  // the launcher that started this process holds it for the run
+    ::close(fd);
+    return;
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    const Holder h = read_holder(fd);
+    ::close(fd);
+    if (err != EWOULDBLOCK)
+      throw OutputError("cannot lock '" + path + "': " + std::strerror(err) + " (choose another run.out_dir)");
+    const std::string who = (h.tool.empty() ? std::string("another run") : h.tool) +
+                            (h.pid > 0 ? " (pid " + std::to_string(h.pid) + " on " + h.host + ")" : std::string()) +
+                            (h.since.empty() ? "" : ", since " + h.since);
+    std::string gone;
+    if (h.pid > 0 && h.host == this_host() && !runs_here(h.pid))
+      gone = " (pid " + std::to_string(h.pid) + " has exited, but processes it started still run and hold the "
+             "directory: `fuser -v " + path + "` lists them)";
+    throw ConfigError("run.out_dir '" + dir + "' is in use by " + who + gone +
+                      ": two runs in one directory overwrite each other's outputs. Wait for it to finish, give this "
+                      "run another directory (run.out_dir=" + dir + "-2), or pass --force");
+  }
+  fd_ = fd;
+  const std::string text = "pid=" + std::to_string(::getpid()) + " host=" + this_host() + " tool=" + tool +
+                           " since=" + now_text() + "\n";
+  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()))
+    DISTRL_LOG(Warn, tool << ": cannot write " << path << " (" << std::strerror(errno)
+                          << "); the directory is claimed all the same");
+}
+
+RunLock::~RunLock() {
+  if (fd_ >= 0) ::close(fd_);  // the claim ends with the last process that has it open
+}
+
+RunLock::RunLock(RunLock&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+
+RunLock& RunLock::operator=(RunLock&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = other.fd_;
+    other.fd_ = -1;
+  }
+  return *this;
+}
+
+void RunLock::hand_to_children() {
+  if (fd_ < 0) return;
+  const int flags = ::fcntl(fd_, F_GETFD);
+  if (flags >= 0) ::fcntl(fd_, F_SETFD, flags & ~FD_CLOEXEC);
+  ::setenv(kFdVariable, std::to_string(fd_).c_str(), 1);
+}
+
+}  // namespace distrl

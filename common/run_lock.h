@@ -1,0 +1,45 @@
+// A run's claim on its output directory, so that two runs never write into one (two
+// `make demo`s into runs/cartpole overwrote each other and both exited 0).
+//
+// The claim is flock(2) on OUT_DIR/.distrl-run.lock, held for the holder's life: the kernel
+// drops it when the holder exits however it exits, so the lock of a dead run is simply free
+// (taken over, nothing to clean). The file says who holds it (pid, host, tool, since when) for
+// the refusal's message; it stays behind, empty of meaning once unlocked.
+//
+// distrl-launch --config takes it before it starts anything and hands it to its ranks: the fd is
+// inherited and DISTRL_RUN_LOCK_FD names it, so the rank that writes the outputs finds its
+// launcher's claim and takes none of its own. A tool started by hand takes its own. On a shared
+// filesystem (NFS) flock works across hosts as well.
+//
+// --force (DISTRL_RUN_LOCK_FORCE=1 in the environment) skips the claim with a warning.
+//
+// Lifetime: the claim lasts as long as the RunLock (and every process that inherited its fd).
+// Not thread-safe; take it on the main thread before any output is written.
+#pragma once
+
+#include <string>
+
+namespace distrl {
+
+class RunLock {
+ public:
+  RunLock() = default;  // holds nothing
+  // Claims dir (creating it) for this process. ConfigError naming the holder and how to go on
+  // when a live process holds it; OutputError when the lock file cannot be made.
+  explicit RunLock(const std::string& dir);
+  ~RunLock();
+  RunLock(RunLock&& other) noexcept;
+  RunLock& operator=(RunLock&& other) noexcept;
+  RunLock(const RunLock&) = delete;
+  RunLock& operator=(const RunLock&) = delete;
+
+  // For a launcher: makes the claim inheritable and exports DISTRL_RUN_LOCK_FD, so that the
+  // processes it starts share it (and it lasts while any of them runs).
+  void hand_to_children();
+  bool held() const { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace distrl
