@@ -78,12 +78,13 @@ build: configure
 	CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime \
 	    cmake --build $(BUILD_DIR) -j $(JOBS)
 
-# What some tests read results back with, from PyPI into a venv outside the source tree, pinned:
-# TensorBoard's own event reader. Without PyPI those tests skip, saying so.
+# What some tests compare against, from PyPI into a venv outside the source tree, pinned:
+# TensorBoard's own event reader and Gymnasium's environments. Without PyPI those tests skip,
+# saying so.
 REFERENCE_VENV ?= $(HOME)/.cache/distrl/reference-venv
-REFERENCE_PIP := tensorboard==2.21.0
+REFERENCE_PIP := tensorboard==2.21.0 gymnasium==1.4.0
 reference-venv:
-	@if $(REFERENCE_VENV)/bin/python -c "import tensorboard" 2>/dev/null; then \
+	@if $(REFERENCE_VENV)/bin/python -c "import tensorboard, gymnasium" 2>/dev/null; then \
 	    echo "make $@: $(REFERENCE_VENV) ready"; \
 	else \
 	    echo "make $@: installing $(REFERENCE_PIP) into $(REFERENCE_VENV)"; \

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <csignal>
 #include <iostream>
+#include <thread>
 
 #include <ATen/Parallel.h>
 
@@ -11,6 +12,7 @@
 #include "agent/rl_agent.h"
 #include "agent/run_report.h"
 #include "common/run_lock.h"
+#include "common/failpoint.h"
 #include "common/log.h"
 #include "common/main_guard.h"
 #include "common/stop_signal.h"
@@ -80,6 +82,8 @@ int main(int argc, char** argv) {
     agent::print_joined(cfg, rpc.world_size() - 1);
     // SIGINT/SIGTERM from here on: finish the round, save, write every output, exit 130/143.
     install_stop_handlers();
+    if (failpoint("agent.hold_before_run"))  // tests: a world that has joined, with no run yet
+      while (!stop_signal()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     agent::RunSummary s = rl.run(rpc);
     g_agent = nullptr;
     rpc.shutdown();

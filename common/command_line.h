@@ -75,8 +75,11 @@ class ToolCommandLine {
   // Returns false after printing --help. Throws ConfigError for bad flags, keys or values.
   bool parse(int argc, char** argv) {
     bind_security();
-    app.footer("Config keys (in the YAML file as nested maps, or here as --key value / key=value):\n" +
-               settings.describe());
+    app.footer(help_keys.empty()
+                   ? "Config keys (in the YAML file as nested maps, or here as --key value / key=value):\n" +
+                         settings.describe()
+                   : "Config keys this tool reads (the file may hold the others; " + help_keys_note + "):\n" +
+                         settings.describe(help_keys));
     try {
       app.parse(argc, argv);
     } catch (const CLI::CallForHelp&) {
@@ -111,6 +114,9 @@ class ToolCommandLine {
   Settings settings;
   ToolFlags flags;
   CLI::App app;
+  // When set before parse(): --help lists only the keys starting with these, and says why.
+  std::vector<std::string> help_keys;
+  std::string help_keys_note;
 
  private:
   // The world's security: after the config's own keys, as every tool lists them.

@@ -457,11 +457,19 @@ void Settings::apply_overrides(const std::vector<std::string>& args) {
   }
 }
 
-std::string Settings::describe() const {
+std::string Settings::describe(const std::vector<std::string>& prefixes) const {
+  const auto shown = [&](const Field& f) {
+    if (prefixes.empty()) return true;
+    for (const auto& p : prefixes)
+      if (f.key_.rfind(p, 0) == 0) return true;
+    return false;
+  };
   std::ostringstream os;
   std::size_t width = 0;
-  for (const auto& f : fields_) width = std::max(width, f->key_.size());
+  for (const auto& f : fields_)
+    if (shown(*f)) width = std::max(width, f->key_.size());
   for (const auto& f : fields_) {
+    if (!shown(*f)) continue;
     os << "  --" << f->key_ << std::string(width - f->key_.size() + 2, ' ') << f->help_ << " [" << f->type_;
     if (!f->choices_.empty()) {
       os << ": ";

@@ -80,8 +80,9 @@ class Settings {
   static std::optional<std::string> peek(const std::string& path, const std::vector<std::string>& overrides,
                                          const std::string& key);
 
-  // Every key with its current value, type, origin and help (for --help and logs).
-  std::string describe() const;
+  // Every key (or those starting with one of `prefixes`) with its current value, type, origin
+  // and help (for --help and logs).
+  std::string describe(const std::vector<std::string>& prefixes = {}) const;
   // The effective configuration as YAML (written next to run outputs).
   std::string to_yaml() const;
 

@@ -28,4 +28,15 @@ const char* stop_signal_name();
 // Tests: pretend that sig arrived (as the handler would), or forget it (sig 0).
 void set_stop_signal_for_test(int sig);
 
+// Socket files this process made (ipc:// endpoints, shared-memory link sockets, under /tmp):
+// it removes them itself when it shuts down, but a SIGINT, SIGTERM or SIGHUP that ends it first
+// (before install_stop_handlers, e.g. in the rendezvous, or the second one after) used to leave
+// them behind. Registered, they are removed by such a signal too (async-signal-safe unlink, then
+// the signal's default action). The first registration installs that handler for each of the
+// three signals still at its default. Best effort: up to 64 paths of up to 255 bytes at once.
+// SIGKILL cannot be caught: whoever started the process removes its files (remove_ipc_files_of).
+void remove_on_fatal_signal(const char* path);
+// Removed by the process itself: no longer the signal's to remove.
+void forget_on_fatal_signal(const char* path);
+
 }  // namespace distrl

@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "envs/cartpole.h"
+#include "envs/classic_control.h"
 #include "envs/lunar_lander.h"
 
 namespace distrl::envs {
@@ -29,6 +30,10 @@ struct Registry {
   Registry() {
     factories["CartPole-v1"] = [] { return std::make_unique<CartPole>(); };
     factories["LunarLander-v2"] = [] { return std::make_unique<LunarLander>(); };
+    factories["Acrobot-v1"] = [] { return std::make_unique<Acrobot>(); };
+    factories["MountainCar-v0"] = [] { return std::make_unique<MountainCar>(false); };
+    factories["MountainCarContinuous-v0"] = [] { return std::make_unique<MountainCar>(true); };
+    factories["Pendulum-v1"] = [] { return std::make_unique<Pendulum>(); };
     factories["LunarLanderContinuous-v2"] = [] {
       LunarLanderOptions o;
       o.continuous = true;

@@ -20,6 +20,8 @@ int main(int argc, char** argv) {
         "asks the agent for every action. Takes the same --config and overrides as distrl-agent\n"
         "(it uses the rpc.* keys; the agent sends it the rest). Exits when the agent finishes, or\n"
         "with an error within rpc.timeout_s when the agent is gone.");
+    cmd.help_keys = {"rpc.", "security"};
+    cmd.help_keys_note = "the agent sends an observer what it steps: distrl-agent --help lists every key";
     if (!cmd.parse(argc, argv)) return 0;
     distrl::transport::use_security(cmd.flags.security, cmd.flags.security_key);  // checks the key file
     const rl::RlConfig& cfg = cmd.config;
@@ -44,8 +46,11 @@ int main(int argc, char** argv) {
                  : std::string();
     };
     if (!host.wait(opts.rpc_timeout, agent_lost)) {
-      std::cerr << "distrl-observer: " << stop_signal_name()
-                << ": the agent did not end the run within 20 s of the signal; leaving without it\n";
+      if (host.started())
+        std::cerr << "distrl-observer: " << stop_signal_name()
+                  << ": the agent did not end the run within 20 s of the signal; leaving without it\n";
+      else
+        std::cerr << "distrl-observer: " << stop_signal_name() << " before the agent started a run; leaving\n";
       return stop_exit_code();
     }
     rpc.shutdown();

@@ -148,6 +148,16 @@ void ObserverHost::touch() {
   last_ = Clock::now();
 }
 
+void ObserverHost::run_started() {
+  std::lock_guard<std::mutex> lock(mu_);
+  started_ = true;
+}
+
+bool ObserverHost::started() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return started_;
+}
+
 void ObserverHost::finish() {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -171,7 +181,7 @@ bool ObserverHost::wait(std::chrono::milliseconds idle_limit, const std::functio
   auto lost_since = Clock::time_point::max();  // since when the agent's connection is down (max: it is not)
   for (;;) {
     if (finished_) return true;
-    if (!leave_at && stop_signal()) leave_at = Clock::now() + stop_grace;
+    if (!leave_at && stop_signal()) leave_at = Clock::now() + (started_ ? stop_grace : std::chrono::milliseconds(0));
     if (leave_at && Clock::now() >= *leave_at) return false;
     if (!failure_.empty()) throw TransportError(failure_);
     if (agent_lost) {
@@ -196,8 +206,9 @@ Observer::Observer(transport::RpcAgent& rpc, ObserverHost& host, rl::ObserverSpe
     : rpc_(rpc), host_(host), spec_(std::move(spec)),
       venv_(spec_.env, spec_.num_envs, spec_.seed, /*autoreset=*/spec_.fragments) {
   host_.touch();
-  DISTRL_LOG(Info, "observer " << spec_.observer_id << ": " << spec_.num_envs << " x " << spec_.env << ", agent '"
-                               << spec_.agent << "'");
+  host_.run_started();
+  // The log tag names this process ([observer2]); its index in the agent's pool is not repeated.
+  DISTRL_LOG(Info, "stepping " << spec_.num_envs << " x " << spec_.env << " for '" << spec_.agent << "'");
 }
 
 template <typename Run>

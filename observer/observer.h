@@ -43,6 +43,9 @@ class ObserverHost {
  public:
   static constexpr std::chrono::seconds kAgentLostGrace{3};
   void touch();
+  // The agent has made this process's Observer: the run is on (a stop waits for its end).
+  void run_started();
+  bool started();
   void finish();
   void fail(const std::string& why);
   // Blocks until finished (true), failed (throws TransportError with the reason), the agent's
@@ -51,7 +54,8 @@ class ObserverHost {
   // WHY") or idle for longer
   // than idle_limit (throws TimeoutError). agent_lost is polled every 200 ms. After a SIGINT or
   // SIGTERM (common/stop_signal.h) it waits at most stop_grace more for the agent to end the
-  // run (the agent, stopped too, finishes its round and says so), then returns false.
+  // run (the agent, stopped too, finishes its round and says so), then returns false; at once
+  // when no run has started.
   bool wait(std::chrono::milliseconds idle_limit, const std::function<std::string()>& agent_lost = {},
             std::chrono::milliseconds stop_grace = std::chrono::seconds(20));
 
@@ -59,6 +63,7 @@ class ObserverHost {
   std::mutex mu_;
   std::condition_variable cv_;
   bool finished_ = false;
+  bool started_ = false;
   std::string failure_;
   std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
 };

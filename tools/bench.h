@@ -30,9 +30,9 @@ double percentile(std::vector<double> v, double q);
 // Error("<what> failed (its log is above)").
 void run_or_show_log(const std::vector<std::string>& argv, const std::string& log, const std::string& what);
 // A configuration file or directory a suite reads: `path` when it exists from the current
-// directory; else, for a relative path, the same path in the source tree this binary was built
-// from (as the tests find theirs), so the suites run from any directory. ConfigError naming
-// both places and `flag` when neither has it.
+// directory; else, for a relative path (configs/...), the same path in the installation this
+// binary runs from (PREFIX/share/distrl/configs/...) or the source tree it was built from, so
+// the suites run from any directory. ConfigError naming the places and `flag` when none has it.
 std::string find_config(const std::string& path, const std::string& flag);
 // A CSV file's rows (header line first), up to the first blank line, as column -> cell; empty
 // when the file is missing or has no rows.
@@ -51,7 +51,7 @@ struct RpcBenchOptions {
   int spin_us = -1;                        // -1: defaults; else both the I/O loop and future spin
   int idle_peers = 8;                      // then a world of 1 + idle_peers processes, connected and idle
   double idle_s = 10;                      // for this long: their CPU in all (0: skip)
-  std::string csv = "runs/bench/rpc.csv";
+  std::string csv;  // --csv; "": OUT_DIR/rpc.csv (distrl-bench --out-dir)
 };
 
 int run_rpc_bench(const RpcBenchOptions& options);
@@ -67,8 +67,8 @@ struct RlBenchOptions {
   // (hidden widths), e.g. mlp:256x256.
   std::vector<std::string> models{"tutorial"};
   std::vector<std::string> overrides;  // more KEY=VALUE for every run
-  std::string csv = "runs/bench/rl.csv";
-  std::string png = "runs/bench/rl.png";  // empty: no plot
+  std::string csv;  // --csv; "": OUT_DIR/rl.csv (distrl-bench --out-dir)
+  std::string png;  // --png; "": beside the CSV (rl.csv -> rl.png); "none": no plot
 };
 
 int run_rl_bench(const RlBenchOptions& options);
@@ -83,7 +83,7 @@ struct SoakBenchOptions {
   std::vector<std::string> modes{"batched", "unbatched"};
   std::string config = "configs/cartpole.yaml";
   std::vector<std::string> overrides;  // more KEY=VALUE for every run
-  std::string out_dir = "runs/bench/soak";  // soak.csv, soak.png and each run's outputs
+  std::string out_dir;  // OUT_DIR/soak: soak.csv, soak.png and each run's outputs
 };
 
 int run_soak_bench(const SoakBenchOptions& options);
@@ -93,7 +93,7 @@ struct AllreduceBenchOptions {
   std::vector<std::int64_t> sizes{4 << 10, 1 << 20, 16 << 20, 64 << 20};  // bytes
   std::vector<std::string> security{"off"};  // off, curve: each setting measured
   std::vector<std::string> transports{"shm", "zmq"};  // each measured (ranks on one host)
-  std::string csv = "runs/bench/allreduce.csv";
+  std::string csv;  // --csv; "": OUT_DIR/allreduce.csv (distrl-bench --out-dir)
 };
 int run_allreduce_bench(const AllreduceBenchOptions& options);
 int run_allreduce_worker(const std::string& out, const std::vector<std::int64_t>& sizes);
@@ -105,15 +105,16 @@ struct DdpBenchOptions {
   int batch = 64;  // per rank
   double bucket_mb = 25;
   std::vector<std::string> transports{"shm", "zmq"};  // each measured (ranks on one host)
-  std::string csv = "runs/bench/ddp.csv";
+  std::string csv;  // --csv; "": OUT_DIR/ddp.csv (distrl-bench --out-dir)
 };
 int run_ddp_bench(const DdpBenchOptions& options);
 int run_ddp_worker(const std::string& out, const std::string& model, int steps, int batch, double bucket_mb);
 
 struct EnvBenchOptions {
-  std::vector<std::string> envs{"CartPole-v1", "LunarLander-v2", "LunarLanderContinuous-v2"};
+  std::vector<std::string> envs{"CartPole-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0", "Pendulum-v1",
+                                "LunarLander-v2", "LunarLanderContinuous-v2"};
   long long steps = 1000000;  // per env
-  std::string csv = "runs/bench/env.csv";
+  std::string csv;  // --csv; "": OUT_DIR/env.csv (distrl-bench --out-dir)
 };
 int run_env_bench(const EnvBenchOptions& options);
 
@@ -123,7 +124,7 @@ std::string machine_description();
 struct AutogradBenchOptions {
   int iterations = 50;    // the tutorial's 10 epochs x 5 batches
   int contexts = 0;       // then a loop of this many contexts (0: skip)
-  std::string csv = "runs/bench/autograd.csv";
+  std::string csv;  // --csv; "": OUT_DIR/autograd.csv (distrl-bench --out-dir)
 };
 int run_autograd_bench(const AutogradBenchOptions& options);
 int run_autograd_worker(const std::string& out, int iterations, int contexts);
@@ -135,7 +136,7 @@ struct PsBenchOptions {
   int rounds = 40;          // straggler runs: rounds per trainer
   int resnet_rounds = 4;    // ResNet-50 batch update rounds (0: skip)
   std::string configs = "configs";
-  std::string out_dir = "runs/bench_ps";
+  std::string out_dir;  // OUT_DIR/ps: ps.csv and every run's outputs
 };
 int run_ps_bench(const PsBenchOptions& options);
 int run_ps_worker(const std::string& out, int rows, int iterations);
@@ -147,7 +148,7 @@ struct PipelineBenchOptions {
   std::vector<int> resnet_sizes{1, 2, 4, 8, 20, 40, 120};  // empty or {0}: skip the tutorial
   int resnet_batches = 3;
   std::string configs = "configs";
-  std::string out_dir = "runs/bench_pipeline";
+  std::string out_dir;  // OUT_DIR/pipeline
 };
 int run_pipeline_bench(const PipelineBenchOptions& options);
 int run_pipeline_worker(const std::string& out, const std::string& schedule, int microbatches, int chunks, double f_ms,

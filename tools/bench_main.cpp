@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <iostream>
 #include <utility>
@@ -31,7 +32,7 @@ CLI::App* add_rpc(CLI::App& app, RpcBenchOptions& o) {
   s->add_option("--security", o.security, "off, curve or both (off,curve): ZeroMQ CURVE on the RPC sockets")
       ->check(CLI::IsMember({"off", "curve"}))
       ->delimiter(',');
-  s->add_option("--csv", o.csv, "CSV output path");
+  s->add_option("--csv", o.csv, "CSV output path (default: OUT_DIR/<suite>.csv)");
   return s;
 }
 
@@ -54,8 +55,8 @@ CLI::App* add_rl(CLI::App& app, RlBenchOptions& o) {
                 "--models tutorial mlp:256x256 mlp:1024x1024")
       ->delimiter(',');
   s->add_option("--set", o.overrides, "extra KEY=VALUE for every run (repeatable), e.g. --set learner.learn=false");
-  s->add_option("--csv", o.csv, "CSV output path");
-  s->add_option("--png", o.png, "plot output path (needs gnuplot; empty: no plot)");
+  s->add_option("--csv", o.csv, "CSV output path (default: OUT_DIR/<suite>.csv)");
+  s->add_option("--png", o.png, "plot output path (needs gnuplot; default: beside --csv, rl.csv -> rl.png; none: no plot)");
   return s;
 }
 
@@ -73,7 +74,6 @@ CLI::App* add_soak(CLI::App& app, SoakBenchOptions& o) {
       ->delimiter(',');
   s->add_option("--config", o.config, "base RL configuration");
   s->add_option("--set", o.overrides, "extra KEY=VALUE for every run (repeatable)");
-  s->add_option("--out-dir", o.out_dir, "where soak.csv, soak.png and the runs' outputs go");
   return s;
 }
 
@@ -93,7 +93,7 @@ CLI::App* add_allreduce(CLI::App& app, AllreduceBenchOptions& o) {
       ->check(CLI::IsMember({"off", "curve"}))
       ->delimiter(',');
   add_group_transports(s, o.transports);
-  s->add_option("--csv", o.csv, "CSV output path");
+  s->add_option("--csv", o.csv, "CSV output path (default: OUT_DIR/<suite>.csv)");
   return s;
 }
 
@@ -106,7 +106,7 @@ CLI::App* add_ddp(CLI::App& app, DdpBenchOptions& o) {
   s->add_option("--batch", o.batch, "samples per rank per step")->check(CLI::Range(1, 100000));
   s->add_option("--bucket-mb", o.bucket_mb, "DDP bucket cap in MiB")->check(CLI::Range(0.01, 10000.0));
   add_group_transports(s, o.transports);
-  s->add_option("--csv", o.csv, "CSV output path");
+  s->add_option("--csv", o.csv, "CSV output path (default: OUT_DIR/<suite>.csv)");
   return s;
 }
 
@@ -114,7 +114,7 @@ CLI::App* add_env(CLI::App& app, EnvBenchOptions& o) {
   CLI::App* s = app.add_subcommand("env", "environment steps/s, one thread, random actions");
   s->add_option("--envs", o.envs, "environments")->delimiter(',');
   s->add_option("--steps", o.steps, "timed steps per environment")->check(CLI::Range(1000LL, 1000000000000LL));
-  s->add_option("--csv", o.csv, "CSV output path");
+  s->add_option("--csv", o.csv, "CSV output path (default: OUT_DIR/<suite>.csv)");
   return s;
 }
 
@@ -124,7 +124,7 @@ CLI::App* add_autograd(CLI::App& app, AutogradBenchOptions& o) {
   s->add_option("--iterations", o.iterations, "training iterations")->check(CLI::Range(1, 10000000));
   s->add_option("--contexts", o.contexts, "then this many contexts in a loop, checking live counts and RSS (0: skip)")
       ->check(CLI::Range(0, 100000000));
-  s->add_option("--csv", o.csv, "CSV output path");
+  s->add_option("--csv", o.csv, "CSV output path (default: OUT_DIR/<suite>.csv)");
   return s;
 }
 
@@ -140,7 +140,6 @@ CLI::App* add_ps(CLI::App& app, PsBenchOptions& o) {
   s->add_option("--resnet-rounds", o.resnet_rounds, "ResNet-50 batch-update rounds (0: skip)")
       ->check(CLI::Range(0, 100000));
   s->add_option("--configs", o.configs, "the directory of the ps_*.yaml configs");
-  s->add_option("--out-dir", o.out_dir, "where ps.csv and every run's outputs go");
   return s;
 }
 
@@ -155,7 +154,6 @@ CLI::App* add_pipeline(CLI::App& app, PipelineBenchOptions& o) {
   s->add_option("--resnet-sizes", o.resnet_sizes, "ResNet-50 micro-batch sizes (0: skip the tutorial)");
   s->add_option("--resnet-batches", o.resnet_batches, "ResNet-50 batches per setting")->check(CLI::Range(1, 1000));
   s->add_option("--configs", o.configs, "the directory of pipeline_resnet50.yaml");
-  s->add_option("--out-dir", o.out_dir, "where bubble.csv, resnet/ and one_process.csv go");
   return s;
 }
 
@@ -227,6 +225,12 @@ int main(int argc, char** argv) {
       {add_pipeline(app, pipeline), [&] { return run_pipeline_bench(pipeline); }},
   };
   add_workers(app, workers, runs);
+  std::string out_dir = "runs/bench";
+  app.add_option("--out-dir", out_dir,
+                 "where every suite writes (OUT_DIR/<suite>.csv and .png; ps, pipeline and soak: OUT_DIR/<suite>/), "
+                 "before or after the suite's name")
+      ->capture_default_str();
+  app.fallthrough();  // --out-dir and --transport after the suite's name too
   std::string transport;
   app.add_option("--transport", transport,
                  "what every process a suite starts uses (its DISTRL_TRANSPORT): auto (shared memory on one host), "
@@ -238,6 +242,20 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  const auto in_out = [&](std::string& path, const std::string& name) {
+    if (path.empty()) path = out_dir + "/" + name;
+  };
+  in_out(rpc.csv, "rpc.csv");
+  in_out(rl.csv, "rl.csv");
+  if (rl.png.empty()) rl.png = std::filesystem::path(rl.csv).replace_extension(".png").string();
+  if (rl.png == "none") rl.png.clear();
+  in_out(soak.out_dir, "soak");
+  in_out(allreduce.csv, "allreduce.csv");
+  in_out(ddp.csv, "ddp.csv");
+  in_out(env.csv, "env.csv");
+  in_out(autograd.csv, "autograd.csv");
+  in_out(ps.out_dir, "ps");
+  in_out(pipeline.out_dir, "pipeline");
   if (!transport.empty()) {
     ::setenv("DISTRL_TRANSPORT", transport.c_str(), 1);
     std::cout << "transport: " << transport << " (DISTRL_TRANSPORT for every process started)\n";

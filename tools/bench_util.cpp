@@ -92,10 +92,16 @@ void run_or_show_log(const std::vector<std::string>& argv, const std::string& lo
 std::string find_config(const std::string& path, const std::string& flag) {
   namespace fs = std::filesystem;
   if (fs::exists(path)) return path;
+  const fs::path installed = fs::path(self_dir()) / ".." / "share" / "distrl" / path;
   const fs::path in_source = fs::path(DISTRL_SOURCE_DIR) / path;
-  if (fs::path(path).is_relative() && fs::exists(in_source)) return in_source.string();
+  if (fs::path(path).is_relative()) {
+    if (fs::exists(installed)) return installed.lexically_normal().string();
+    if (fs::exists(in_source)) return in_source.string();
+  }
   throw ConfigError(flag + ": no '" + path + "' here (" + fs::current_path().string() + ")" +
-                    (fs::path(path).is_relative() ? " nor in the source tree (" + in_source.string() + ")" : "") +
+                    (fs::path(path).is_relative() ? ", in the installation (" + installed.lexically_normal().string() +
+                                                        ") nor in the source tree (" + in_source.string() + ")"
+                                                  : "") +
                     "; pass " + flag + " with its path");
 }
 

@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/stop_signal.h"
 
 namespace distrl::transport::detail {
 
@@ -40,6 +41,7 @@ std::vector<std::string> endpoints_to_bind(const std::string& transport, const s
   if (transport != "tcp") {
     std::random_device rd;
     *ipc_path = "/tmp/distrl-" + std::to_string(::getpid()) + "-" + tag + "-" + std::to_string(rd()) + ".ipc";
+    remove_on_fatal_signal(ipc_path->c_str());  // ZeroMQ makes it at bind
     eps.push_back("ipc://" + *ipc_path);
   }
   return eps;

@@ -211,13 +211,13 @@ class Spawned {
   // Starts cmd as rank `rank` of `world`, rendezvous through file:// in dir, output to log.
   // log_level: DISTRL_LOG_LEVEL (ctest's is warn).
   pid_t start(std::vector<std::string> cmd, const std::string& log, int rank, int world, const TempDir& dir,
-              const std::string& log_level = "warn") {
+              const std::string& log_level = "warn", const distrl::testing::ChildProcess::Env& extra = {}) {
     cmd.push_back("--init-method");
     cmd.push_back("file://" + dir.file("rendezvous"));
-    procs_.push_back(std::make_unique<distrl::testing::ChildProcess>(
-        cmd, log,
-        distrl::testing::ChildProcess::Env{
-            {"RANK", std::to_string(rank)}, {"WORLD_SIZE", std::to_string(world)}, {"DISTRL_LOG_LEVEL", log_level}}));
+    distrl::testing::ChildProcess::Env env{
+        {"RANK", std::to_string(rank)}, {"WORLD_SIZE", std::to_string(world)}, {"DISTRL_LOG_LEVEL", log_level}};
+    env.insert(env.end(), extra.begin(), extra.end());
+    procs_.push_back(std::make_unique<distrl::testing::ChildProcess>(cmd, log, env));
     return procs_.back()->pid();
   }
   // Waits up to `limit` for pid; returns its exit code (128 + signal), or -1 if it still runs.
@@ -457,6 +457,51 @@ TEST(RlRunDirTest, ASecondRunIntoTheSameOutDirIsRefusedNamingTheFirst) {
   // The claim ended with the run (its lock file stays, naming a dead pid): the next run starts.
   auto after = launch(common + " learner.rounds=2");
   EXPECT_EQ(after.code, 0) << after.output;
+}
+
+// The socket files of this process's pid under /tmp (ipc:// and shared-memory endpoints).
+std::vector<std::string> ipc_files_of(pid_t pid) {
+  std::vector<std::string> out;
+  const std::string prefix = "distrl-" + std::to_string(pid) + "-";
+  for (const auto& e : std::filesystem::directory_iterator("/tmp"))
+    if (e.path().filename().string().rfind(prefix, 0) == 0) out.push_back(e.path().string());
+  return out;
+}
+
+// Issue 35: a process stopped by a signal before it joined removes its socket files (they were
+// left in /tmp), and an observer with no run yet leaves at once on SIGTERM (it waited 20 s for
+// an agent to end a run that never started).
+TEST(RlWorldTest, ASignalBeforeTheRunLeavesNoFilesAndNoWait) {
+  TempDir dir;
+  const std::vector<std::string> args{"--config", kConfig, "run.out_dir=" + dir.path()};
+  {
+    Spawned procs;
+    const pid_t alone = procs.start(tool("distrl-agent", args), dir.file("alone.log"), 0, 3, dir, "info");
+    ASSERT_TRUE(distrl::testing::wait_until(
+        [&] { return read_file(dir.file("alone.log")).find("waiting for ranks 1, 2") != std::string::npos; }, 30s))
+        << read_file(dir.file("alone.log"));
+    EXPECT_FALSE(ipc_files_of(alone).empty()) << "no socket files to check";
+    ::kill(alone, SIGTERM);
+    EXPECT_EQ(procs.wait_exit(alone, 10s), 128 + SIGTERM);
+    EXPECT_EQ(ipc_files_of(alone), std::vector<std::string>{});
+  }
+  std::filesystem::remove(dir.file("rendezvous"));
+  Spawned procs;
+  const pid_t agent = procs.start(tool("distrl-agent", args), dir.file("agent.log"), 0, 2, dir, "warn",
+                                  {{"DISTRL_FAILPOINTS", "agent.hold_before_run"}});
+  const pid_t observer = procs.start(tool("distrl-observer", args), dir.file("obs.log"), 1, 2, dir);
+  ASSERT_TRUE(distrl::testing::wait_until(
+      [&] { return read_file(dir.file("agent.log")).find("1 observer(s) joined") != std::string::npos; }, 30s))
+      << read_file(dir.file("agent.log"));
+  const auto sent = std::chrono::steady_clock::now();
+  ::kill(observer, SIGTERM);
+  EXPECT_EQ(procs.wait_exit(observer, 15s), 128 + SIGTERM) << read_file(dir.file("obs.log"));
+  EXPECT_LT(std::chrono::steady_clock::now() - sent, 5s);
+  EXPECT_NE(read_file(dir.file("obs.log")).find("SIGTERM before the agent started a run; leaving"), std::string::npos)
+      << read_file(dir.file("obs.log"));
+  ::kill(agent, SIGKILL);
+  procs.wait_exit(agent, 10s);
+  for (const auto& f : ipc_files_of(agent)) std::filesystem::remove(f);  // SIGKILL cannot clean up
 }
 
 // Checkpoints while a run goes on: every `learner.checkpoint_every` rounds, and on SIGUSR1.

@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -81,6 +82,22 @@ TEST(TrainTest, TwoRanksLearnFromIdxFilesAndResume) {
   EXPECT_EQ(resumed.output.find("epoch 1/3"), std::string::npos) << "resume starts after the saved epoch";
   EXPECT_NE(resumed.output.find("epoch 3/3: train loss"), std::string::npos) << resumed.output;
   EXPECT_EQ(count_lines(out.file("metrics.csv")), 4);
+}
+
+// A regression (the toy data) has no accuracy: its metrics.csv has no test_accuracy column
+// (issue 35: it read -1 in every row).
+TEST(TrainTest, ARegressionsMetricsHaveNoAccuracyColumn) {
+  TempDir out;
+  auto r = launch("--config " + std::string(DISTRL_SOURCE_DIR) + "/configs/ddp_toy.yaml train.epochs=1 "
+                  "data.toy_samples=256 run.out_dir=" + out.path());
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::ifstream f(out.file("metrics.csv"));
+  std::string header, row;
+  std::getline(f, header);
+  std::getline(f, row);
+  EXPECT_EQ(header, "epoch,steps,train_loss,test_loss,samples_per_s,seconds");
+  EXPECT_EQ(std::count(row.begin(), row.end(), ','), 5) << row;
+  EXPECT_EQ(row.find("-1"), std::string::npos) << row;
 }
 
 TEST(TrainTest, BadConfigsAreRefusedByNameBeforeAnythingStarts) {

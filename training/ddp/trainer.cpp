@@ -126,7 +126,10 @@ void report_epoch(const TrainConfig& cfg, const EpochResult& r, long long done, 
   if (r.test_accuracy >= 0) std::printf(", test accuracy %.2f%%", 100 * r.test_accuracy);
   std::printf(", %.0f samples/s, %.1f s\n", r.samples_per_s, r.seconds);
   std::fflush(stdout);
-  loop.row(r.epoch, r.steps, r.train_loss, r.test_loss, r.test_accuracy, r.samples_per_s, r.seconds);
+  if (r.test_accuracy >= 0)
+    loop.row(r.epoch, r.steps, r.train_loss, r.test_loss, r.test_accuracy, r.samples_per_s, r.seconds);
+  else  // a regression has no accuracy: no column for it (it read -1)
+    loop.row(r.epoch, r.steps, r.train_loss, r.test_loss, r.samples_per_s, r.seconds);
 }
 
 // Rank 0's learning curve from metrics.csv (loss; accuracy when classifying).
@@ -170,7 +173,9 @@ std::vector<EpochResult> train(const TrainConfig& cfg, const std::string& config
   }
   RunLoop loop(cfg, "distrl-train", lead);
   loop.stop_in_lock_step(*pg, "rank");  // each step all-reduces the gradients
-  loop.open(config_yaml, "metrics.csv", "epoch,steps,train_loss,test_loss,test_accuracy,samples_per_s,seconds",
+  loop.open(config_yaml, "metrics.csv",
+            data.classify ? "epoch,steps,train_loss,test_loss,test_accuracy,samples_per_s,seconds"
+                          : "epoch,steps,train_loss,test_loss,samples_per_s,seconds",
             !resume.empty());
   if (lead) print_header(cfg, data, world, ddp.buckets().size());
 

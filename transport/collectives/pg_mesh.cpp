@@ -7,6 +7,7 @@
 
 #include <zmq_addon.hpp>
 
+#include "common/stop_signal.h"
 #include "common/log.h"
 #include "transport/detail/endpoints.h"
 #include "transport/detail/zmq_context.h"
@@ -152,7 +153,10 @@ Mesh::~Mesh() {
     unwatch_connection(peers_[r]->dealer, peers_[r]->monitor);
   }
   router_.close();
-  if (!ipc_path_.empty()) ::unlink(ipc_path_.c_str());
+  if (!ipc_path_.empty()) {
+    ::unlink(ipc_path_.c_str());
+    forget_on_fatal_signal(ipc_path_.c_str());
+  }
 }
 
 void Mesh::send(int dst, const PgHeader& h, const void* data, std::size_t bytes,

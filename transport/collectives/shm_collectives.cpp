@@ -9,6 +9,7 @@
 
 #include <c10/core/ScalarType.h>
 
+#include "common/stop_signal.h"
 #include "common/log.h"
 #include "transport/collectives/detail/reduce_ops.h"
 #include "transport/detail/endpoints.h"
@@ -302,7 +303,10 @@ void ShmCollectives::Impl::scatter_pieces(char* out, const std::vector<at::Tenso
 ShmCollectives::ShmCollectives(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 ShmCollectives::~ShmCollectives() {
-  if (impl_ && !impl_->path.empty()) ::unlink(impl_->path.c_str());
+  if (impl_ && !impl_->path.empty()) {
+    ::unlink(impl_->path.c_str());
+    forget_on_fatal_signal(impl_->path.c_str());
+  }
 }
 
 std::unique_ptr<ShmCollectives> ShmCollectives::host(int world, const ProcessGroupOptions& options, std::string* why) {
@@ -362,6 +366,7 @@ void ShmCollectives::admit_members(Clock::time_point deadline) {
   }
   m.listener.close();
   ::unlink(m.path.c_str());
+  forget_on_fatal_signal(m.path.c_str());
   m.path.clear();
 }
 

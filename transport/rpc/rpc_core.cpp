@@ -10,6 +10,7 @@
 #include <set>
 #include <thread>
 
+#include "common/stop_signal.h"
 #include "transport/detail/endpoints.h"
 #include "transport/detail/io_loop.h"
 #include "transport/detail/wire_codec.h"
@@ -337,7 +338,10 @@ void RpcCore::shutdown(bool graceful) {
   for (auto& p : s.calls.take_all()) complete(s, p, nullptr, call_failed(s, p.dest, p.fn, "agent " + s.opts.name + " shut down"));
   s.objects.clear();
   s.rdv.reset();
-  if (!s.ipc_path.empty()) ::unlink(s.ipc_path.c_str());
+  if (!s.ipc_path.empty()) {
+    ::unlink(s.ipc_path.c_str());
+    forget_on_fatal_signal(s.ipc_path.c_str());
+  }
   if (!failure.empty()) throw TimeoutError("rpc shutdown of " + s.opts.name + ": " + failure);
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/stop_signal.h"
 #include "common/error.h"
 #include "common/log.h"
 
@@ -141,7 +142,10 @@ void ShmLink::start() {
 }
 
 void ShmLink::stop() {
-  if (io_.stop() && !path_.empty()) ::unlink(path_.c_str());
+  if (io_.stop() && !path_.empty()) {
+    ::unlink(path_.c_str());
+    forget_on_fatal_signal(path_.c_str());
+  }
 }
 
 bool ShmLink::post(std::function<void()> fn) { return io_.post(std::move(fn)); }

@@ -13,6 +13,7 @@
 #include <thread>
 #include <utility>
 
+#include "common/stop_signal.h"
 #include "common/error.h"
 
 namespace distrl::transport::detail {
@@ -92,6 +93,7 @@ UnixSocket UnixSocket::listen(const std::string& path) {
   // moment at which another user could connect.
   if (fchmod(s.fd_, 0600) != 0) fail("fchmod " + path);
   if (::bind(s.fd_, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) fail("bind " + path);
+  remove_on_fatal_signal(path.c_str());
   if (::chmod(path.c_str(), 0600) != 0) fail("chmod " + path);
   if (::listen(s.fd_, 64) != 0) fail("listen " + path);
   return s;

@@ -1,0 +1,241 @@
+// The classic-control environments against Gymnasium itself (tests/support/gym_reference.py under
+// DISTRL_REFERENCE_PYTHON, which `make test` gives gymnasium; skipped, saying why, without it).
+// Each episode is played here; before every step Gymnasium's env is set to the same state and
+// stepped with the same action, and the observation, reward, terminated and truncated must agree
+// (to 1e-6, relative where values are large). Step by step rather than one whole trajectory:
+// Acrobot is chaotic, and numpy's sin/cos may differ from libm's by an ulp, which 500 steps
+// would amplify; from equal states the dynamics must agree to the last few bits. The time limit
+// (Gymnasium's TimeLimit counts the same steps) and the spaces are compared too.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include "common/error.h"
+#include "envs/classic_control.h"
+#include "envs/random.h"
+#include "tests/support/multiproc.h"
+
+namespace {
+
+using namespace distrl::envs;
+
+struct Expected {
+  std::vector<float> obs;
+  float reward = 0;
+  bool terminated = false, truncated = false;
+};
+
+struct Episode {
+  std::string env;
+  int max_steps = 0;
+  float threshold = 0;
+  bool has_threshold = true;
+  std::vector<Expected> steps;
+};
+
+std::string number(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+// Plays one episode of E from `seed` with policy(obs, t) (an int for a discrete env, a float
+// for a continuous one) and appends Gymnasium's commands to `script`.
+template <typename E, typename Policy>
+Episode play(E& env, std::uint64_t seed, Policy policy, std::string* script) {
+  Episode ep{env.name(), env.max_episode_steps(), env.reward_threshold(), true, {}};
+  *script += "make " + env.name() + "\n";
+  std::vector<float> obs(env.observation_space().dim());
+  env.reset(seed, obs.data());
+  for (int t = 0;; ++t) {
+    *script += "set";
+    for (double v : env.state()) *script += " " + number(v);
+    const auto action = policy(obs, t);
+    *script += "\nstep " + number(action) + "\n";
+    Step s;
+    if constexpr (std::is_integral_v<decltype(action)>) {
+      s = env.step(action, obs.data());
+    } else {
+      const float a = action;
+      s = env.step(&a, obs.data());
+    }
+    ep.steps.push_back({obs, s.reward, s.terminated, s.truncated});
+    if (s.done()) break;
+  }
+  return ep;
+}
+
+bool close(double a, double b) { return std::abs(a - b) <= 1e-6 * std::max(1.0, std::abs(b)); }
+
+struct Reference {
+  bool ran = false;
+  std::string why, out;
+};
+
+Reference run_reference(const std::string& script) {
+  distrl::testing::TempDir dir;
+  std::ofstream(dir.file("commands.txt")) << script;
+  const char* env = std::getenv("DISTRL_REFERENCE_PYTHON");
+  const std::string python = env && *env ? env : "python3";
+  const std::string cmd = python + " " + DISTRL_SOURCE_DIR + "/tests/support/gym_reference.py < " +
+                          dir.file("commands.txt") + " 2>&1";
+  Reference r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) {
+    r.why = "cannot start " + python;
+    return r;
+  }
+  std::array<char, 8192> buf;
+  while (std::fgets(buf.data(), static_cast<int>(buf.size()), p)) r.out += buf.data();
+  const int status = ::pclose(p);
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (code == 3 || code == 127) {
+    r.why = python + ": " + r.out + " (`make test` installs gymnasium in its reference venv, or set "
+            "DISTRL_REFERENCE_PYTHON)";
+    return r;
+  }
+  r.ran = code == 0;
+  if (!r.ran) r.why = "the reference script failed (exit " + std::to_string(code) + "): " + r.out;
+  return r;
+}
+
+void compare(const std::vector<Episode>& episodes, const std::string& script) {
+  const Reference ref = run_reference(script);
+  if (!ref.ran && ref.why.find("failed") == std::string::npos) GTEST_SKIP() << ref.why;
+  ASSERT_TRUE(ref.ran) << ref.why;
+  std::istringstream lines(ref.out);
+  std::string line;
+  for (const Episode& ep : episodes) {
+    SCOPED_TRACE(ep.env);
+    ASSERT_TRUE(std::getline(lines, line)) << "Gymnasium said nothing more";
+    std::istringstream spec(line);
+    std::string word, threshold;
+    int max_steps = 0;
+    spec >> word >> max_steps >> threshold;
+    ASSERT_EQ(word, "spec") << line;
+    EXPECT_EQ(max_steps, ep.max_steps);
+    if (threshold != "none") {
+      EXPECT_FLOAT_EQ(std::stof(threshold), ep.threshold);
+    }
+    for (std::size_t t = 0; t < ep.steps.size(); ++t) {
+      SCOPED_TRACE("step " + std::to_string(t + 1));
+      ASSERT_TRUE(std::getline(lines, line)) << "Gymnasium said nothing more";
+      std::istringstream in(line);
+      in >> word;
+      ASSERT_EQ(word, "obs") << line;
+      const Expected& e = ep.steps[t];
+      for (float mine : e.obs) {
+        double theirs = 0;
+        in >> theirs;
+        EXPECT_TRUE(close(mine, theirs)) << "observation " << mine << " vs Gymnasium's " << theirs << ": " << line;
+      }
+      double reward = 0;
+      int terminated = 0, truncated = 0;
+      in >> word >> reward >> word >> terminated >> word >> truncated;
+      EXPECT_TRUE(close(e.reward, reward)) << "reward " << e.reward << " vs Gymnasium's " << reward;
+      EXPECT_EQ(e.terminated, terminated != 0) << line;
+      // Gymnasium's TimeLimit also sets truncated on a terminal last step; here terminated wins.
+      EXPECT_EQ(e.truncated, truncated != 0 && terminated == 0) << line;
+      if (::testing::Test::HasFailure()) return;  // one step's story is enough
+    }
+  }
+}
+
+// Random actions from a seeded generator (out of range too, for the clipping).
+struct RandomDiscrete {
+  Rng rng;
+  int n;
+  int operator()(const std::vector<float>&, int) { return static_cast<int>(rng.uniform() * n); }
+};
+struct RandomBox {
+  Rng rng;
+  float lo, hi;
+  float operator()(const std::vector<float>&, int) { return static_cast<float>(rng.uniform(lo, hi)); }
+};
+
+TEST(GymnasiumTest, AcrobotStepsAsGymnasiumDoes) {
+  std::string script;
+  std::vector<Episode> eps;
+  Acrobot env;
+  eps.push_back(play(env, 1, RandomDiscrete{Rng(11), 3}, &script));  // random torques: 500 steps, truncated
+  // Torque with the second joint's swing pumps energy until the tip clears the line: terminated.
+  eps.push_back(play(env, 2, [](const std::vector<float>& o, int) { return o[5] > 0 ? 2 : 0; }, &script));
+  ASSERT_TRUE(eps[0].steps.back().truncated);
+  ASSERT_TRUE(eps[1].steps.back().terminated) << "the swing-up never got there in " << eps[1].steps.size() << " steps";
+  compare(eps, script);
+}
+
+TEST(GymnasiumTest, MountainCarStepsAsGymnasiumDoes) {
+  std::string script;
+  std::vector<Episode> eps;
+  MountainCar env(false);
+  eps.push_back(play(env, 1, RandomDiscrete{Rng(12), 3}, &script));
+  eps.push_back(play(env, 2, [](const std::vector<float>& o, int) { return o[1] >= 0 ? 2 : 0; }, &script));
+  ASSERT_TRUE(eps[0].steps.back().truncated);
+  ASSERT_TRUE(eps[1].steps.back().terminated) << "pushing with the velocity never reached the flag";
+  compare(eps, script);
+}
+
+TEST(GymnasiumTest, MountainCarContinuousStepsAsGymnasiumDoes) {
+  std::string script;
+  std::vector<Episode> eps;
+  MountainCar env(true);
+  eps.push_back(play(env, 1, RandomBox{Rng(13), -1.5f, 1.5f}, &script));
+  eps.push_back(play(env, 2, [](const std::vector<float>& o, int) { return o[1] >= 0 ? 1.0f : -1.0f; }, &script));
+  ASSERT_TRUE(eps[0].steps.back().truncated);
+  ASSERT_TRUE(eps[1].steps.back().terminated) << "pushing with the velocity never reached the flag";
+  compare(eps, script);
+}
+
+TEST(GymnasiumTest, PendulumStepsAsGymnasiumDoes) {
+  std::string script;
+  std::vector<Episode> eps;
+  Pendulum env;
+  eps.push_back(play(env, 1, RandomBox{Rng(14), -3.0f, 3.0f}, &script));
+  eps.push_back(play(env, 2, [](const std::vector<float>& o, int) { return o[2] >= 0 ? 2.0f : -2.0f; }, &script));
+  ASSERT_EQ(eps[0].steps.size(), 200u);
+  ASSERT_TRUE(eps[0].steps.back().truncated);
+  compare(eps, script);
+}
+
+// Without Gymnasium: the registry makes them, spaces as documented, bad actions refused.
+TEST(ClassicControlTest, RegistrySpacesAndRefusals) {
+  for (const auto& [name, obs_dim, discrete] :
+       std::vector<std::tuple<std::string, int, bool>>{{"Acrobot-v1", 6, true},
+                                                       {"MountainCar-v0", 2, true},
+                                                       {"MountainCarContinuous-v0", 2, false},
+                                                       {"Pendulum-v1", 3, false}}) {
+    SCOPED_TRACE(name);
+    auto env = make_env(name);
+    EXPECT_EQ(env->observation_space().dim(), obs_dim);
+    EXPECT_EQ(env->action_space().kind == Space::Kind::Discrete, discrete);
+    std::vector<float> obs(obs_dim);
+    env->reset(3, obs.data());
+    if (discrete) {
+      EXPECT_THROW(env->step(7, obs.data()), distrl::EnvError);
+      const float a = 0;
+      EXPECT_THROW(env->step(&a, obs.data()), distrl::EnvError);
+    } else {
+      const float nan = std::nanf("");
+      EXPECT_THROW(env->step(&nan, obs.data()), distrl::EnvError);
+      EXPECT_THROW(env->step(1, obs.data()), distrl::EnvError);
+    }
+    // Same seed, same first observation.
+    std::vector<float> again(obs_dim);
+    env->reset(3, again.data());
+    EXPECT_EQ(obs, again);
+  }
+}
+
+}  // namespace
