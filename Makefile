@@ -98,7 +98,8 @@ test: deps
 	$(MAKE) consumer
 
 # find_package(distrl) as a user sees it: install into BUILD_DIR/install, then configure, build
-# and run examples/consumer (its own CMake project) against that tree.
+# and run examples/consumer (its own CMake project) against that tree, and build the environment
+# plugin example (examples/env_plugin) the same way and train on it with the installed tools.
 consumer: build
 	cmake --install $(BUILD_DIR) --prefix $(CURDIR)/$(BUILD_DIR)/install > /dev/null
 	cmake -S examples/consumer -B $(BUILD_DIR)/consumer -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
@@ -106,6 +107,12 @@ consumer: build
 	CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime \
 	    cmake --build $(BUILD_DIR)/consumer
 	$(BUILD_DIR)/consumer/consumer
+	cmake -S examples/env_plugin -B $(BUILD_DIR)/env_plugin -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
+	    "-DCMAKE_PREFIX_PATH=$(CURDIR)/$(BUILD_DIR)/install$(TORCH_PREFIX)" > /dev/null
+	cmake --build $(BUILD_DIR)/env_plugin
+	$(BUILD_DIR)/install/bin/distrl-launch --config $(BUILD_DIR)/install/share/distrl/configs/cartpole_ppo.yaml \
+	    env.plugin=$(BUILD_DIR)/env_plugin/libcorridor_env.so env.name=Corridor-v0 learner.rounds=5 \
+	    run.out_dir=$(BUILD_DIR)/env_plugin/run
 
 test-unit: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -L unit

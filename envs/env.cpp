@@ -1,26 +1,19 @@
 #include "envs/env.h"
 
+#include <dlfcn.h>
+
 #include <map>
 #include <mutex>
+#include <set>
 
+#include "common/config.h"
 #include "common/error.h"
 #include "envs/cartpole.h"
 #include "envs/classic_control.h"
 #include "envs/lunar_lander.h"
+#include "envs/plugin.h"
 
 namespace distrl::envs {
-
-std::string Space::describe() const {
-  return kind == Kind::Discrete ? "Discrete(" + std::to_string(n) + ")" : "Box(" + std::to_string(low.size()) + ")";
-}
-
-Step Env::step(int, float*) {
-  throw EnvError(name() + ": takes continuous actions (" + action_space().describe() + "), not a discrete one");
-}
-
-Step Env::step(const float*, float*) {
-  throw EnvError(name() + ": takes a discrete action (" + action_space().describe() + "), not a vector");
-}
 
 namespace {
 
@@ -74,6 +67,61 @@ std::unique_ptr<Env> make_env(const std::string& name) {
     throw EnvError("unknown environment '" + name + "' (available: " + names + ")");
   }
   return f();
+}
+
+std::vector<std::string> load_env_plugin(const std::string& path) {
+  static std::mutex mu;
+  static std::map<std::string, std::vector<std::string>> loaded;  // path -> the names it added
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = loaded.find(path); it != loaded.end()) return it->second;
+  const std::string what = "env.plugin '" + path + "'";
+  // RTLD_NOW: a symbol the library lacks is an error here, not a crash at the first step.
+  void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    const char* why = ::dlerror();
+    throw ConfigError(what + ": cannot load it: " + (why ? why : "unknown reason") +
+                      " (give the path of a shared library built as examples/env_plugin/ shows)");
+  }
+  using Entry = const PluginInfo* (*)();
+  const auto entry = reinterpret_cast<Entry>(::dlsym(handle, "distrl_env_plugin"));
+  if (!entry) {
+    ::dlclose(handle);
+    throw ConfigError(what + " is not a distrl environment plugin: it exports no distrl_env_plugin() (define one "
+                      "with DISTRL_ENV_PLUGIN, envs/plugin.h)");
+  }
+  const PluginInfo* info = entry();
+  const auto refuse = [&](const std::string& mismatch) {
+    ::dlclose(handle);
+    throw ConfigError(what + " was built against " + mismatch + ": rebuild it against this installation's "
+                      "headers (find_package(distrl), the same compiler; examples/env_plugin/)");
+  };
+  if (info == nullptr) refuse("nothing (distrl_env_plugin() returned null)");
+  if (info->env_abi != kEnvAbi)
+    refuse("environment headers of ABI " + std::to_string(info->env_abi) +
+           (info->built_against && *info->built_against ? std::string(" (distrl ") + info->built_against + ")" : "") +
+           ", this process has ABI " + std::to_string(kEnvAbi) + " (distrl " + DISTRL_VERSION + ")");
+  if (info->gxx_abi != __GXX_ABI_VERSION || info->cxx11_string_abi != _GLIBCXX_USE_CXX11_ABI)
+    refuse("another C++ ABI (GCC ABI " + std::to_string(info->gxx_abi) + ", _GLIBCXX_USE_CXX11_ABI=" +
+           std::to_string(info->cxx11_string_abi) + "; this process: " + std::to_string(__GXX_ABI_VERSION) + ", " +
+           std::to_string(_GLIBCXX_USE_CXX11_ABI) + ")");
+  if (info->count < 1 || info->count > 1024 || info->envs == nullptr) refuse("no environments (an empty list)");
+  std::vector<std::string> names;
+  for (int i = 0; i < info->count; ++i) {
+    const PluginEnv e = info->envs[i];
+    if (e.name == nullptr || *e.name == '\0' || e.make == nullptr) refuse("an entry without a name or a factory");
+    names.emplace_back(e.name);
+  }
+  // Kept loaded for the process's life: the envs' code and vtables live in it.
+  for (int i = 0; i < info->count; ++i) {
+    Env* (*make)() = info->envs[i].make;
+    const std::string name = info->envs[i].name;
+    register_env(name, [make, name, what]() -> std::unique_ptr<Env> {
+      std::unique_ptr<Env> env(make());
+      if (!env) throw EnvError(what + ": its factory for '" + name + "' returned null");
+      return env;
+    });
+  }
+  return loaded[path] = names;
 }
 
 }  // namespace distrl::envs

@@ -15,7 +15,15 @@
 #include <string>
 #include <vector>
 
+#include "common/error.h"
+
 namespace distrl::envs {
+
+// The layout of Space, Step and Env's virtual functions, as an environment plugin
+// (envs/plugin.h) compiled against these headers sees them: bumped with every change to them,
+// so that a plugin built against other headers is refused rather than called wrongly. Env's
+// defaults are inline, so a plugin needs these headers and no distrl library.
+inline constexpr int kEnvAbi = 1;
 
 struct Space {
   enum class Kind { Discrete, Box };
@@ -23,7 +31,9 @@ struct Space {
   int n = 0;                          // Discrete: number of actions
   std::vector<float> low, high;       // Box: bounds per dimension
   int dim() const { return kind == Kind::Discrete ? 1 : static_cast<int>(low.size()); }
-  std::string describe() const;       // "Discrete(2)", "Box(4)"
+  std::string describe() const {       // "Discrete(2)", "Box(4)"
+    return kind == Kind::Discrete ? "Discrete(" + std::to_string(n) + ")" : "Box(" + std::to_string(low.size()) + ")";
+  }
 };
 
 struct Step {
@@ -53,15 +63,25 @@ class Env {
   }
   // Discrete action spaces; throws EnvError for an action out of range, for a continuous env,
   // or after the episode ended (call reset()).
-  virtual Step step(int action, float* obs);
+  virtual Step step(int /*action*/, float* /*obs*/) {
+    throw EnvError(name() + ": takes continuous actions (" + action_space().describe() + "), not a discrete one");
+  }
   // Box action spaces: action has action_space().dim() values.
-  virtual Step step(const float* action, float* obs);
+  virtual Step step(const float* /*action*/, float* /*obs*/) {
+    throw EnvError(name() + ": takes a discrete action (" + action_space().describe() + "), not a vector");
+  }
 };
 
 using EnvFactory = std::function<std::unique_ptr<Env>()>;
 
 // Throws EnvError naming the registered environments when name is unknown.
 std::unique_ptr<Env> make_env(const std::string& name);
+// Registers the environments of a plugin (envs/plugin.h): a shared library built against the
+// installed headers, named by a config's env.plugin. Loaded once per path (again: nothing
+// happens) and never unloaded. ConfigError naming the file and the fix when it cannot be
+// loaded, is not a plugin, or was built against other headers or another C++ ABI.
+// Returns the names it added.
+std::vector<std::string> load_env_plugin(const std::string& path);
 void register_env(const std::string& name, EnvFactory factory);
 std::vector<std::string> env_names();
 

@@ -12,6 +12,13 @@ class RlCommandLine : public CommandLine<RlConfig> {
       : CommandLine<RlConfig>(tool, description, "configs/cartpole.yaml",
                               "agent: continue from a checkpoint of an earlier run (OUT_DIR/policy.pt); observers "
                               "ignore it") {}
+
+  // The flags, the file, the overrides, then env.plugin and env.name (prepare_env). False after --help.
+  bool parse(int argc, char** argv) {
+    if (!CommandLine<RlConfig>::parse(argc, argv)) return false;
+    prepare_env(config);
+    return true;
+  }
 };
 
 }  // namespace distrl::rl

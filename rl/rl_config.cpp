@@ -1,5 +1,8 @@
 #include "rl/rl_config.h"
 
+#include <algorithm>
+#include <filesystem>
+
 #include "common/error.h"
 #include "envs/env.h"
 
@@ -12,7 +15,12 @@ void bind(Settings& s, RlConfig& c) {
   s.bind("run.tensorboard", &c.tensorboard,
          "write TensorBoard event files (events.out.tfevents.*) beside metrics.csv: reward, running reward, "
          "loss, env-steps/s, seconds per round; tensorboard --logdir <run.out_dir>");
-  s.bind("env.name", &c.env, "environment").choices(envs::env_names());
+  std::string names;
+  for (const auto& n : envs::env_names()) names += (names.empty() ? "" : ", ") + n;
+  s.bind("env.name", &c.env, "environment: " + names + ", or one that env.plugin adds");
+  s.bind("env.plugin", &c.env_plugin,
+         "a shared library of environments to load first (envs/plugin.h, examples/env_plugin/); a relative path "
+         "is from the current directory");
   s.bind("env.per_observer", &c.envs_per_observer, "environments each observer steps together").range(1, 4096);
   s.bind("observers", &c.observers, "observer processes (distrl-launch starts this many)").range(1, 1024);
   s.bind("agent.device", &c.device, "where the policy runs: cpu, cuda or cuda:N");
@@ -81,6 +89,20 @@ transport::RpcOptions rpc_options(const RlConfig& c, const WorldFlags& w, const 
   o.num_worker_threads = c.rpc_threads;
   o.shm_spin = std::chrono::microseconds(c.shm_spin_us);
   return o;
+}
+
+void prepare_env(RlConfig& c) {
+  if (!c.env_plugin.empty()) {
+    c.env_plugin = std::filesystem::absolute(c.env_plugin).lexically_normal().string();  // never a library search
+    envs::load_env_plugin(c.env_plugin);
+  }
+  const auto names = envs::env_names();
+  if (std::find(names.begin(), names.end(), c.env) != names.end()) return;
+  std::string known;
+  for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
+  throw ConfigError("env.name: '" + c.env + "' is not one of: " + known +
+                    (c.env_plugin.empty() ? " (an environment of your own: env.plugin, envs/plugin.h)"
+                                          : " (" + c.env_plugin + " adds none by that name)"));
 }
 
 }  // namespace distrl::rl

@@ -21,6 +21,7 @@ struct RlConfig {
   bool tensorboard = true;  // run.tensorboard: TensorBoard event files beside metrics.csv
   // env
   std::string env = "CartPole-v1";
+  std::string env_plugin;  // env.plugin: a shared library of environments (envs/plugin.h)
   int envs_per_observer = 1;
   int observers = 4;
   // agent
@@ -60,6 +61,9 @@ struct RlConfig {
 };
 
 void bind(Settings& s, RlConfig& c);
+// After the keys are read: loads env.plugin (made absolute) and checks env.name against every
+// registered environment. ConfigError naming the key.
+void prepare_env(RlConfig& c);
 
 
 transport::RpcOptions rpc_options(const RlConfig& c, const WorldFlags& w, const std::string& name);

@@ -230,7 +230,8 @@ int main(int argc, char** argv) {
                  "where every suite writes (OUT_DIR/<suite>.csv and .png; ps, pipeline and soak: OUT_DIR/<suite>/), "
                  "before or after the suite's name")
       ->capture_default_str();
-  app.fallthrough();  // --out-dir and --transport after the suite's name too
+  for (CLI::App* suite : app.get_subcommands([](CLI::App*) { return true; }))
+    suite->fallthrough();  // --out-dir and --transport after the suite's name too
   std::string transport;
   app.add_option("--transport", transport,
                  "what every process a suite starts uses (its DISTRL_TRANSPORT): auto (shared memory on one host), "

@@ -504,6 +504,37 @@ TEST(RlWorldTest, ASignalBeforeTheRunLeavesNoFilesAndNoWait) {
   for (const auto& f : ipc_files_of(agent)) std::filesystem::remove(f);  // SIGKILL cannot clean up
 }
 
+// Issue 35: a user's own environment, compiled against the headers alone into a shared library
+// (examples/env_plugin/corridor.cpp), named in the config and loaded by the agent and every
+// observer: PPO runs on it. A library that is not a plugin, one built against other headers,
+// and a name the plugin lacks are refused before anything starts.
+TEST(RlPluginTest, AnEnvironmentFromASharedLibraryTrainsUnderLaunch) {
+  TempDir dir;
+  const std::string ppo = "--config " + std::string(DISTRL_SOURCE_DIR) + "/configs/cartpole_ppo.yaml";
+  const std::string plugin = " env.plugin=" + std::string(DISTRL_PLUGIN) + " env.name=Corridor-v0";
+  auto r = launch(ppo + plugin + " learner.rounds=30 learner.target_reward=0.35 ppo.steps=32 env.per_observer=4 "
+                  "run.out_dir=" + dir.path());
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("distrl-agent: Corridor-v0, batched"), std::string::npos) << r.output;
+  EXPECT_GE(count_lines(dir.file("metrics.csv")), 2) << r.output;
+  // The best return is 0.4 (6 steps of -0.1, then +1); walking at random rarely gets there in 50.
+  EXPECT_NE(r.output.find("Solved after"), std::string::npos) << r.output;
+
+  auto not_plugin = launch(ppo + " env.plugin=" + distrl::testing::bin_path("distrl-launch") + " env.name=X-v0");
+  EXPECT_EQ(not_plugin.code, 2) << not_plugin.output;
+  EXPECT_NE(not_plugin.output.find("cannot load it"), std::string::npos) << not_plugin.output;
+  auto bad = launch(ppo + " env.plugin=" + std::string(DISTRL_BAD_PLUGIN) + " env.name=Never-v0");
+  EXPECT_EQ(bad.code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("was built against environment headers of ABI 999 (distrl 9.9), this process has ABI"),
+            std::string::npos)
+      << bad.output;
+  EXPECT_NE(bad.output.find("nothing started"), std::string::npos) << bad.output;
+  auto missing = launch(ppo + plugin.substr(0, plugin.find(" env.name")) + " env.name=Corridor-v9");
+  EXPECT_EQ(missing.code, 2) << missing.output;
+  EXPECT_NE(missing.output.find("env.name: 'Corridor-v9' is not one of: "), std::string::npos) << missing.output;
+  EXPECT_NE(missing.output.find("adds none by that name"), std::string::npos) << missing.output;
+}
+
 // Checkpoints while a run goes on: every `learner.checkpoint_every` rounds, and on SIGUSR1.
 TEST(RlCheckpointTest, SavedEveryNRoundsAndOnSigusr1) {
   for (const std::string every : {"0", "2"}) {
