@@ -75,11 +75,22 @@ class ToolCommandLine {
   // Returns false after printing --help. Throws ConfigError for bad flags, keys or values.
   bool parse(int argc, char** argv) {
     bind_security();
+    // --help with --config shows the file's values (a ps config's 5 trainers, not the default 2).
+    std::string shown = "defaults";
+    for (int i = 1; i < argc; ++i)
+      if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+        const auto [file, overrides] = config_and_overrides(argc, argv);
+        try {
+          if (!file.empty()) settings.load_file(file), shown = file + "'s values, else the defaults";
+        } catch (const ConfigError&) {  // the run itself says what is wrong with the file
+        }
+        break;
+      }
     app.footer(help_keys.empty()
-                   ? "Config keys (in the YAML file as nested maps, or here as --key value / key=value):\n" +
-                         settings.describe()
-                   : "Config keys this tool reads (the file may hold the others; " + help_keys_note + "):\n" +
-                         settings.describe(help_keys));
+                   ? "Config keys (in the YAML file as nested maps, or here as --key value / key=value; shown: " +
+                         shown + "):\n" + settings.describe()
+                   : "Config keys this tool reads (the file may hold the others; " + help_keys_note + "; shown: " +
+                         shown + "):\n" + settings.describe(help_keys));
     try {
       app.parse(argc, argv);
     } catch (const CLI::CallForHelp&) {

@@ -136,6 +136,13 @@ TEST(PsConfigTest, CheckConfigRefusesAWorkloadLevelErrorNamingTheKey) {
   r = distrl::testing::run_command(distrl::testing::bin_path("distrl-ps") + " --check-config --config " + kConfig +
                                    " roles.servers=2 roles.trainers=3");
   EXPECT_EQ(r.code, 0) << r.output;
+  // --help with --config shows the file's values (issue 35: it showed the default 2 trainers)
+  auto help = distrl::testing::run_command(distrl::testing::bin_path("distrl-ps") + " --config " + kConfig + " --help");
+  EXPECT_EQ(help.code, 0) << help.output;
+  const auto trainers = help.output.find("--roles.trainers");
+  ASSERT_NE(trainers, std::string::npos) << help.output;
+  const std::string line = help.output.substr(trainers, help.output.find('\n', trainers) - trainers);
+  EXPECT_NE(line.find("[int, 5]"), std::string::npos) << line;
   // the line distrl-launch reads the world's size and the output directory from
   EXPECT_NE(r.output.find("distrl-ps: ok: ps_batch_update, 5 ranks (2 servers + 3 trainers); outputs in runs/"),
             std::string::npos)
