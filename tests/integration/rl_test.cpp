@@ -236,6 +236,12 @@ bool wait_for_rows(const std::string& metrics, int lines, std::chrono::seconds l
   return distrl::testing::wait_until([&] { return count_lines(metrics) >= lines; }, limit);
 }
 
+// Waits until the log file holds `text` (from byte `from` on).
+bool log_says(const std::string& log, const std::string& text, std::chrono::seconds limit = 30s,
+              std::size_t from = 0) {
+  return distrl::testing::wait_until([&] { return read_file(log).find(text, from) != std::string::npos; }, limit);
+}
+
 std::vector<std::string> tool(const std::string& name, std::vector<std::string> args) {
   args.insert(args.begin(), distrl::testing::bin_path(name));
   return args;
@@ -320,16 +326,12 @@ TEST(RlFailureTest, AStalledObserverIsDroppedAndReadmittedWhenItRunsAgain) {
   const auto agent_log = [&] {  // and the stalled observer's, for a failure's message
     return read_file(dir.file("agent.log")) + "\n--- observer 2:\n" + read_file(dir.file("obs2.log"));
   };
-  const auto logged = [&](const std::string& text, std::chrono::seconds limit) {
-    return distrl::testing::wait_until(
-        [&] { return read_file(dir.file("agent.log")).find(text) != std::string::npos; }, limit);
-  };
   ASSERT_TRUE(wait_for_rows(dir.file("metrics.csv"), 3, 60s)) << agent_log();
   ::kill(observers[1], SIGSTOP);
-  ASSERT_TRUE(logged("dropping observer 1 (observer2)", 40s)) << agent_log();  // 10 s without a heartbeat
+  ASSERT_TRUE(log_says(dir.file("agent.log"), "dropping observer 1 (observer2)", 40s)) << agent_log();  // 10 s without a heartbeat
   std::this_thread::sleep_for(3s);
   ::kill(observers[1], SIGCONT);
-  ASSERT_TRUE(logged("observer 1 (observer2) is reachable again: readmitted", 40s)) << agent_log();
+  ASSERT_TRUE(log_says(dir.file("agent.log"), "observer 1 (observer2) is reachable again: readmitted", 40s)) << agent_log();
   const int rows = count_lines(dir.file("metrics.csv"));
   ASSERT_TRUE(wait_for_rows(dir.file("metrics.csv"), rows + 5, 60s)) << agent_log();
   ::kill(agent, SIGTERM);  // ends the run gracefully: the observers are told to finish
@@ -379,10 +381,7 @@ TEST(RlWorldTest, AWorldSizeMismatchIsRefusedAtOnceNamingBothProcesses) {
   const std::vector<std::string> args{"--config", kConfig, "run.out_dir=" + dir.path()};
   Spawned procs;
   const pid_t agent = procs.start(tool("distrl-agent", args), dir.file("agent.log"), 0, 3, dir, "info");
-  ASSERT_TRUE(distrl::testing::wait_until(
-      [&] { return read_file(dir.file("agent.log")).find("waiting for ranks 1, 2: 1 of 3 joined") != std::string::npos; },
-      30s))
-      << read_file(dir.file("agent.log"));
+  ASSERT_TRUE(log_says(dir.file("agent.log"), "waiting for ranks 1, 2: 1 of 3 joined")) << read_file(dir.file("agent.log"));
   const auto started = std::chrono::steady_clock::now();
   const pid_t observer = procs.start(tool("distrl-observer", args), dir.file("obs.log"), 1, 2, dir);
   EXPECT_NE(procs.wait_exit(observer, 30s), 0);
@@ -407,23 +406,14 @@ TEST(RlWorldTest, ASecondProcessAsOneRankIsRefusedNamingTheFirst) {
   Spawned procs;
   const pid_t agent = procs.start(tool("distrl-agent", args), dir.file("agent.log"), 0, 3, dir, "info");
   const pid_t first = procs.start(tool("distrl-observer", args), dir.file("obs1.log"), 1, 3, dir);
-  const auto agent_says = [&](const std::string& text) {
-    return distrl::testing::wait_until(
-        [&] { return read_file(dir.file("agent.log")).find(text) != std::string::npos; }, 30s);
-  };
-  ASSERT_TRUE(agent_says("waiting for rank 2: 2 of 3 joined")) << read_file(dir.file("agent.log"));
+  ASSERT_TRUE(log_says(dir.file("agent.log"), "waiting for rank 2: 2 of 3 joined")) << read_file(dir.file("agent.log"));
   const pid_t second = procs.start(tool("distrl-observer", args), dir.file("obs1b.log"), 1, 3, dir);
   EXPECT_NE(procs.wait_exit(second, 20s), 0);
   const std::string log = read_file(dir.file("obs1b.log"));
   EXPECT_NE(log.find("rank 1 is taken: rank 1 ('observer1', pid " + std::to_string(first)), std::string::npos) << log;
   EXPECT_NE(log.find("pid " + std::to_string(second)), std::string::npos) << log;
   const std::size_t reports = read_file(dir.file("agent.log")).size();
-  EXPECT_TRUE(distrl::testing::wait_until(  // still waiting, and still saying so
-      [&] {
-        const std::string now = read_file(dir.file("agent.log"));
-        return now.find("waiting for rank 2: 2 of 3 joined", reports) != std::string::npos;
-      },
-      20s))
+  EXPECT_TRUE(log_says(dir.file("agent.log"), "waiting for rank 2: 2 of 3 joined", 20s, reports))  // and says so
       << read_file(dir.file("agent.log"));
   EXPECT_EQ(procs.wait_exit(agent, 0ms), -1) << "the agent should still wait for rank 2";
 }
@@ -477,9 +467,7 @@ TEST(RlWorldTest, ASignalBeforeTheRunLeavesNoFilesAndNoWait) {
   {
     Spawned procs;
     const pid_t alone = procs.start(tool("distrl-agent", args), dir.file("alone.log"), 0, 3, dir, "info");
-    ASSERT_TRUE(distrl::testing::wait_until(
-        [&] { return read_file(dir.file("alone.log")).find("waiting for ranks 1, 2") != std::string::npos; }, 30s))
-        << read_file(dir.file("alone.log"));
+    ASSERT_TRUE(log_says(dir.file("alone.log"), "waiting for ranks 1, 2")) << read_file(dir.file("alone.log"));
     EXPECT_FALSE(ipc_files_of(alone).empty()) << "no socket files to check";
     ::kill(alone, SIGTERM);
     EXPECT_EQ(procs.wait_exit(alone, 10s), 128 + SIGTERM);
@@ -490,9 +478,7 @@ TEST(RlWorldTest, ASignalBeforeTheRunLeavesNoFilesAndNoWait) {
   const pid_t agent = procs.start(tool("distrl-agent", args), dir.file("agent.log"), 0, 2, dir, "warn",
                                   {{"DISTRL_FAILPOINTS", "agent.hold_before_run"}});
   const pid_t observer = procs.start(tool("distrl-observer", args), dir.file("obs.log"), 1, 2, dir);
-  ASSERT_TRUE(distrl::testing::wait_until(
-      [&] { return read_file(dir.file("agent.log")).find("1 observer(s) joined") != std::string::npos; }, 30s))
-      << read_file(dir.file("agent.log"));
+  ASSERT_TRUE(log_says(dir.file("agent.log"), "1 observer(s) joined")) << read_file(dir.file("agent.log"));
   const auto sent = std::chrono::steady_clock::now();
   ::kill(observer, SIGTERM);
   EXPECT_EQ(procs.wait_exit(observer, 15s), 128 + SIGTERM) << read_file(dir.file("obs.log"));

@@ -1,15 +1,11 @@
 // Reads a run directory's TensorBoard event files with TensorBoard's own reader
-// (tests/support/read_tfevents.py) under the Python that has the `tensorboard` package:
-// DISTRL_REFERENCE_PYTHON (`make test` points it at its reference venv), else python3.
+// (tests/support/read_tfevents.py) under the reference Python (reference_python.h).
 #pragma once
 
-#include <sys/wait.h>
-
-#include <array>
-#include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <string>
+
+#include "tests/support/reference_python.h"
 
 namespace distrl::testing {
 
@@ -27,26 +23,8 @@ struct TfeventsRead {
 };
 
 inline TfeventsRead read_tfevents(const std::string& dir) {
-  const char* env = std::getenv("DISTRL_REFERENCE_PYTHON");
-  const std::string python = env && *env ? env : "python3";
-  const std::string script = std::string(DISTRL_SOURCE_DIR) + "/tests/support/read_tfevents.py";
-  TfeventsRead r;
-  FILE* p = ::popen((python + " " + script + " " + dir + " 2>&1").c_str(), "r");
-  if (!p) {
-    r.why = "cannot start " + python;
-    return r;
-  }
-  std::array<char, 4096> buf;
-  while (std::fgets(buf.data(), static_cast<int>(buf.size()), p)) r.out += buf.data();
-  const int status = ::pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  if (r.code == 3 || r.code == 127) {
-    r.why = "no TensorBoard reader (" + python + ": " + r.out +
-            "); `make test` installs one, or set DISTRL_REFERENCE_PYTHON";
-    return r;
-  }
-  r.ran = true;
-  return r;
+  const PythonRun run = run_reference_python("read_tfevents.py", dir, "TensorBoard reader");
+  return TfeventsRead{run.ran, run.code, run.out, run.why};
 }
 
 // The event files in dir.

@@ -7,9 +7,7 @@
 // would amplify; from equal states the dynamics must agree to the last few bits. The time limit
 // (Gymnasium's TimeLimit counts the same steps) and the spaces are compared too.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +23,7 @@
 #include "envs/classic_control.h"
 #include "envs/random.h"
 #include "tests/support/multiproc.h"
+#include "tests/support/reference_python.h"
 
 namespace {
 
@@ -78,42 +77,16 @@ Episode play(E& env, std::uint64_t seed, Policy policy, std::string* script) {
 
 bool close(double a, double b) { return std::abs(a - b) <= 1e-6 * std::max(1.0, std::abs(b)); }
 
-struct Reference {
-  bool ran = false;
-  std::string why, out;
-};
-
-Reference run_reference(const std::string& script) {
+distrl::testing::PythonRun run_reference(const std::string& script) {
   distrl::testing::TempDir dir;
   std::ofstream(dir.file("commands.txt")) << script;
-  const char* env = std::getenv("DISTRL_REFERENCE_PYTHON");
-  const std::string python = env && *env ? env : "python3";
-  const std::string cmd = python + " " + DISTRL_SOURCE_DIR + "/tests/support/gym_reference.py < " +
-                          dir.file("commands.txt") + " 2>&1";
-  Reference r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) {
-    r.why = "cannot start " + python;
-    return r;
-  }
-  std::array<char, 8192> buf;
-  while (std::fgets(buf.data(), static_cast<int>(buf.size()), p)) r.out += buf.data();
-  const int status = ::pclose(p);
-  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  if (code == 3 || code == 127) {
-    r.why = python + ": " + r.out + " (`make test` installs gymnasium in its reference venv, or set "
-            "DISTRL_REFERENCE_PYTHON)";
-    return r;
-  }
-  r.ran = code == 0;
-  if (!r.ran) r.why = "the reference script failed (exit " + std::to_string(code) + "): " + r.out;
-  return r;
+  return distrl::testing::run_reference_python("gym_reference.py", "< " + dir.file("commands.txt"), "gymnasium");
 }
 
 void compare(const std::vector<Episode>& episodes, const std::string& script) {
-  const Reference ref = run_reference(script);
-  if (!ref.ran && ref.why.find("failed") == std::string::npos) GTEST_SKIP() << ref.why;
-  ASSERT_TRUE(ref.ran) << ref.why;
+  const distrl::testing::PythonRun ref = run_reference(script);
+  if (!ref.ran) GTEST_SKIP() << ref.why;
+  ASSERT_EQ(ref.code, 0) << "the reference script failed: " << ref.out;
   std::istringstream lines(ref.out);
   std::string line;
   for (const Episode& ep : episodes) {
