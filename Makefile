@@ -111,7 +111,8 @@ consumer: build
 	    "-DCMAKE_PREFIX_PATH=$(CURDIR)/$(BUILD_DIR)/install$(TORCH_PREFIX)" > /dev/null
 	cmake --build $(BUILD_DIR)/env_plugin
 	$(BUILD_DIR)/install/bin/distrl-launch --config $(BUILD_DIR)/install/share/distrl/configs/cartpole_ppo.yaml \
-	    env.plugin=$(BUILD_DIR)/env_plugin/libcorridor_env.so env.name=Corridor-v0 learner.rounds=5 \
+	    env.plugin=$(BUILD_DIR)/env_plugin/libcorridor_env.so env.name=Corridor-v0 learner.rounds=30 \
+	    learner.target_reward=0.35 \
 	    run.out_dir=$(BUILD_DIR)/env_plugin/run
 
 test-unit: build

@@ -140,6 +140,16 @@ RunLock& RunLock::operator=(RunLock&& other) noexcept {
   return *this;
 }
 
+void RunLock::keep_inherited_claim_here() {
+  const char* v = std::getenv(kFdVariable);
+  if (v == nullptr || *v == '\0') return;
+  char* end = nullptr;
+  const long fd = std::strtol(v, &end, 10);
+  if (end == v || *end != '\0' || fd < 0 || fd >= (1 << 20)) return;
+  const int flags = ::fcntl(static_cast<int>(fd), F_GETFD);
+  if (flags >= 0) ::fcntl(static_cast<int>(fd), F_SETFD, flags | FD_CLOEXEC);
+}
+
 void RunLock::hand_to_children() {
   if (fd_ < 0) return;
   const int flags = ::fcntl(fd_, F_GETFD);

@@ -8,8 +8,10 @@
 //
 // distrl-launch --config takes it before it starts anything and hands it to its ranks: the fd is
 // inherited and DISTRL_RUN_LOCK_FD names it, so the rank that writes the outputs finds its
-// launcher's claim and takes none of its own. A tool started by hand takes its own. On a shared
-// filesystem (NFS) flock works across hosts as well.
+// launcher's claim and takes none of its own (and passes it no further). A tool started by hand
+// takes its own. On NFS, Linux emulates flock with POSIX locks: a claim then guards against a
+// second run on any host, but belongs to the launcher alone (its ranks do not hold it if the
+// launcher dies first); with the local_lock=flock mount option it guards one host only.
 //
 // --force (DISTRL_RUN_LOCK_FORCE=1 in the environment) skips the claim with a warning.
 //
@@ -36,6 +38,9 @@ class RunLock {
   // For a launcher: makes the claim inheritable and exports DISTRL_RUN_LOCK_FD, so that the
   // processes it starts share it (and it lasts while any of them runs).
   void hand_to_children();
+  // In a process the launcher started (guarded_main calls it first): the inherited claim goes
+  // no further, to whatever this process runs (gnuplot, a plugin's helper) and might outlive it.
+  static void keep_inherited_claim_here();
   bool held() const { return fd_ >= 0; }
 
  private:

@@ -367,8 +367,15 @@ bool Settings::has(const std::string& key) const { return by_key_.count(key) != 
 
 void Settings::set(const std::string& key, const std::string& value, const std::string& source) {
   Field& f = field(key, source);
+  // One source giving a key under both its names: which was meant is not ours to guess.
+  const bool old_name = key != f.key_;
+  if (f.origin_ == source && (old_name || f.set_by_old_name_))
+    throw ConfigError(source + ": " + f.key_ + " is given twice, once by its old name (" +
+                      (old_name ? key : f.old_name_) + "): keep " + f.key_ + " only");
   f.parse_(value, source);
   f.origin_ = source;
+  f.set_by_old_name_ = old_name;
+  if (old_name) f.old_name_ = key;
 }
 
 namespace {

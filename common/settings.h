@@ -42,6 +42,8 @@ class Settings {
     std::vector<std::string> choices_;
     bool output_dir_ = false;
     std::string origin_ = "default";
+    bool set_by_old_name_ = false;  // its value came through a rename()d name
+    std::string old_name_;
   };
 
   explicit Settings(std::string tool);

@@ -40,6 +40,7 @@ float checked_value(const std::string& env, const float* action) {
 
 // Gymnasium's wrap(): x moved by whole turns into [lo, hi].
 double wrap(double x, double lo, double hi) {
+  if (!std::isfinite(x) || std::abs(x) > 1e6) return std::remainder(x, hi - lo);  // set_state only; never loops long
   const double diff = hi - lo;
   while (x > hi) x = x - diff;
   while (x < lo) x = x + diff;

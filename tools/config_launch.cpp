@@ -64,23 +64,28 @@ std::string check(const std::string& exe, const std::vector<std::string>& tail) 
 // file: the line, N and DIR go to o. (The launcher asks the tool rather than the registry,
 // which would load LibTorch.)
 void read_check(const std::string& exe, const std::string& said, LaunchOptions* o) {
-  const auto ok = said.rfind(": ok: ");
-  const auto comma = ok == std::string::npos ? ok : said.find(", ", ok);
-  const auto out = said.rfind("; outputs in ");
-  try {
-    if (comma != std::string::npos && out != std::string::npos && out > comma) {
-      o->nproc = std::stoi(said.substr(comma + 2));
-      const auto line_start = said.rfind('\n', ok);
-      o->checked = said.substr(line_start == std::string::npos ? 0 : line_start + 1);
-      while (!o->checked.empty() && o->checked.back() == '\n') o->checked.pop_back();
-      o->out_dir = said.substr(out + 13);
-      while (!o->out_dir.empty() && o->out_dir.back() == '\n') o->out_dir.pop_back();
-      return;
+  // The tool's own line, whatever else it (or a library at exit) printed around it.
+  const std::string tool_name = exe.substr(exe.rfind('/') + 1), head = tool_name + ": ok: ";
+  std::istringstream lines(said);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind(head, 0) != 0) continue;
+    const auto comma = line.find(", ", head.size());
+    const auto out = line.rfind("; outputs in ");
+    if (comma == std::string::npos || out == std::string::npos || out < comma) break;
+    try {
+      std::size_t used = 0;
+      const int n = std::stoi(line.substr(comma + 2), &used);
+      if (n < 1 || n > 4096) break;
+      o->nproc = n;
+    } catch (const std::exception&) {
+      break;
     }
-  } catch (const std::exception&) {
+    o->checked = line;
+    o->out_dir = line.substr(out + 13);
+    return;
   }
-  throw Error(exe + " --check-config accepted the file but did not say what runs (\"ok: ..., N ranks (...); outputs "
-              "in DIR\"; said: '" + said + "'); is it from another build than this distrl-launch?");
+  throw Error(exe + " --check-config accepted the file but did not say what runs (\"" + head + "..., N ranks (...); "
+              "outputs in DIR\"; said: '" + said + "'); is it from another build than this distrl-launch?");
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <optional>
 #include <random>
+#include <sstream>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -72,13 +73,39 @@ std::string who(int rank, const Address& a) {
   return "rank " + std::to_string(rank) + " ('" + a.name + "', pid " + std::to_string(a.pid) + " on " + a.hostname + ")";
 }
 
-// True while pid runs on this host (a zombie, dead but not yet reaped, does not count).
-bool process_runs(int pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+// Field 22 of /proc/<pid>/stat (start time in clock ticks after boot) and the process state;
+// empty when pid does not exist here.
+std::string start_time_of(const std::string& pid, char* state = nullptr) {
+  std::ifstream stat("/proc/" + pid + "/stat");
   std::string line;
-  if (!std::getline(stat, line)) return false;
+  if (!std::getline(stat, line)) return "";
   const auto paren = line.rfind(')');  // the command name may hold spaces and parentheses
-  return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] != 'Z' && line[paren + 2] != 'X';
+  if (paren == std::string::npos || paren + 2 >= line.size()) return "";
+  std::istringstream rest(line.substr(paren + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && rest >> field; ++i)
+    if (i == 3 && state) *state = field.empty() ? '?' : field[0];
+  return field;
+}
+
+// This process as another can recognise it: "<pid namespace>/<start time>". Empty parts when
+// /proc does not say.
+std::string this_process() {
+  std::error_code ec;
+  const auto ns = std::filesystem::read_symlink("/proc/self/ns/pid", ec);
+  return (ec ? std::string() : ns.string()) + "/" + start_time_of("self");
+}
+
+// True while the process of record `a` runs on this host: same pid namespace, the pid there,
+// not a zombie, started when the record says (so not a reused pid).
+bool still_runs(const Address& a) {
+  const std::string mine = this_process();
+  const auto slash = a.process.rfind('/');
+  if (a.process.empty() || slash == std::string::npos || mine.substr(0, mine.rfind('/')) != a.process.substr(0, slash))
+    return false;  // another pid namespace (container), or a record that does not say: cannot be checked
+  char state = '?';
+  const std::string started = start_time_of(std::to_string(a.pid), &state);
+  return !started.empty() && started == a.process.substr(slash + 1) && state != 'Z' && state != 'X';
 }
 
 // A store that hosted the world and stopped answering mid-rendezvous: its host (rank 0, or the
@@ -111,10 +138,20 @@ std::vector<Address> exchange_addresses(Store& store, const std::string& key_pre
   const auto deadline = start + timeout;
   me.world = world;
   me.pid = static_cast<int>(::getpid());
+  me.process = this_process();
   std::vector<std::string> keys;
   for (int r = 0; r < world; ++r) keys.push_back(key_prefix + std::to_string(r));
+  const std::string refused_key = key_prefix + "refused";
   const std::string self = "this process (rank " + std::to_string(rank) + ", '" + me.name + "', pid " +
                            std::to_string(me.pid) + " on " + me.hostname + ")";
+  const auto check = [&](const std::string& key) { return answered(store, [&] { return store.check({key}, kStoreAnswer); }); };
+  const auto read = [&](int r) {
+    Address a = decode_address(answered(store, [&] { return store.get(keys[r], kStoreAnswer); }), r);
+    if (a.world < 1)
+      throw ProtocolError("rendezvous: the address record of " + who(r, a) + " gives no world size: it runs another "
+                          "distrl build (give every process the same one)");
+    return a;
+  };
 
   // Who held this rank before: the claim counter is atomic, so of two processes started as one
   // rank at the same moment exactly one sees that it is the second.
@@ -124,12 +161,14 @@ std::vector<Address> exchange_addresses(Store& store, const std::string& key_pre
       holder = decode_address(store.get(keys[rank], std::chrono::milliseconds(3000)), rank);
     } catch (const TimeoutError&) {
     }  // it died between the two: nothing to check
-    if (holder && holder->pid != me.pid) {
-      if (holder->host_id == me.host_id && process_runs(holder->pid))
+    // A host whose boot id could not be read ends in '/': it cannot be told from another.
+    const bool same_host = holder && holder->host_id == me.host_id && me.host_id.back() != '/';
+    if (holder && holder->process != me.process) {
+      if (same_host && still_runs(*holder))
         throw ConfigError("rendezvous: rank " + std::to_string(rank) + " is taken: " + who(rank, *holder) +
                           " runs already, so " + self + " stops; give each process its own rank (RANK or --rank)");
       DISTRL_LOG(Info, "rendezvous: " << self << " takes over rank " << rank << " from "
-                                       << (holder->host_id == me.host_id ? "" : "(cannot check one on another host) ")
+                                       << (same_host ? "" : "(cannot check one on another host or pid namespace) ")
                                        << who(rank, *holder) << ": a restart");
     }
   }
@@ -137,43 +176,73 @@ std::vector<Address> exchange_addresses(Store& store, const std::string& key_pre
   msgpack::pack(buf, me);
   store.set(keys[rank], std::string(buf.data(), buf.size()));
 
-  // Wait in slices, reading each record as it comes: a record of another world size is refused
-  // at once, and every 5 s the ranks still missing are named.
+  // Wait for every record in slices. Each slice a rank compares its world size with rank 0's
+  // record (once it is there) and looks for a refusal another rank published; rank 0 names the
+  // ranks still missing every 5 s (a check per missing rank then: the only per-rank polling).
   std::vector<std::optional<Address>> seen(world);
+  seen[rank] = me;
+  // Publishes the mismatch for every rank still waiting, then refuses.
+  const auto refuse_mismatch = [&](int r) {
+    const std::string mismatch = "world size mismatch: " + who(rank, me) + " was started with world size " +
+                                 std::to_string(world) + ", " + who(r, *seen[r]) + " with " +
+                                 std::to_string(seen[r]->world) +
+                                 "; start every process with the same world size (WORLD_SIZE or --world-size)";
+    store.set(refused_key, mismatch, kStoreAnswer);
+    throw ConfigError("rendezvous: " + mismatch);
+  };
   auto next_report = start + std::chrono::seconds(5);
   for (;;) {
-    std::vector<int> missing;
-    for (int r = 0; r < world; ++r) {
-      if (!seen[r] && answered(store, [&] { return store.check({keys[r]}, kStoreAnswer); })) {
-        seen[r] = decode_address(answered(store, [&] { return store.get(keys[r], kStoreAnswer); }), r);
-        if (seen[r]->world != world)
-          throw ConfigError("rendezvous: world size mismatch: " + who(r, *seen[r]) + " was started with world size " +
-                            std::to_string(seen[r]->world) + ", " + self + " with " + std::to_string(world) +
-                            "; start every process with the same world size (WORLD_SIZE or --world-size)");
-      }
-      if (!seen[r]) missing.push_back(r);
-    }
-    if (missing.empty()) break;
+    if (check(refused_key))
+      throw ConfigError("rendezvous: " + answered(store, [&] { return store.get(refused_key, kStoreAnswer); }) +
+                        " (found by another rank; " + self + " stops too)");
+    if (!seen[0] && check(keys[0])) seen[0] = read(0);
+    if (seen[0] && seen[0]->world != world) refuse_mismatch(0);
     const auto now = Clock::now();
+    const bool report = now >= next_report, last = now >= deadline;
+    std::vector<int> missing;
+    if (report || last) {  // which ranks: one check per rank, every 5 s at most
+      for (int r = 0; r < world; ++r)
+        if (!seen[r] && check(keys[r])) seen[r] = read(r);
+      for (int r = 0; r < world; ++r) {
+        if (!seen[r]) missing.push_back(r);
+        else if (seen[r]->world != world) refuse_mismatch(r);
+      }
+      if (missing.empty()) break;
+    }
     const auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - start).count();
-    if (now >= deadline)
+    if (last)
       throw TimeoutError("rendezvous: rank(s) " + rank_list(missing) + " of world size " + std::to_string(world) +
                          " did not join within " + std::to_string(timeout.count()) +
                          " ms (started? same world size and master address?)");
-    if (now >= next_report) {
-      DISTRL_LOG(Info, "rendezvous: " << me.name << " waiting for rank" << (missing.size() > 1 ? "s " : " ")
-                                      << rank_list(missing) << ": " << world - static_cast<int>(missing.size())
-                                      << " of " << world << " joined, " << waited << " s (gives up after "
-                                      << timeout.count() / 1000 << " s)");
+    if (report) {
+      const std::string give_up = std::to_string(timeout.count() / 1000.0).substr(0, 5);
+      if (rank == 0)
+        DISTRL_LOG(Info, "rendezvous: " << me.name << " waiting for rank" << (missing.size() > 1 ? "s " : " ")
+                                        << rank_list(missing) << ": " << world - static_cast<int>(missing.size())
+                                        << " of " << world << " joined, " << waited << " s (gives up after "
+                                        << give_up << " s)");
+      else
+        DISTRL_LOG(Info, "rendezvous: " << me.name << " waiting for " << missing.size() << " of " << world
+                                        << " ranks, " << waited << " s (gives up after " << give_up << " s)");
       next_report = now + std::chrono::seconds(5);
     }
     std::vector<std::string> wanted;
-    for (int r : missing) wanted.push_back(keys[r]);
-    const auto slice = std::min<Clock::duration>(std::chrono::milliseconds(500), deadline - now);
-    try {
-      store.wait(wanted, std::max(std::chrono::milliseconds(1), std::chrono::duration_cast<std::chrono::milliseconds>(slice)));
-    } catch (const TimeoutError&) {
-    }  // the loop above reads what came and decides
+    for (int r = 0; r < world; ++r)
+      if (!seen[r]) wanted.push_back(keys[r]);
+    if (!wanted.empty()) {
+      const auto slice = std::min<Clock::duration>(std::chrono::milliseconds(500), deadline - now);
+      try {
+        store.wait(wanted,
+                   std::max(std::chrono::milliseconds(1), std::chrono::duration_cast<std::chrono::milliseconds>(slice)));
+      } catch (const TimeoutError&) {
+        continue;  // the loop above looks again
+      }
+    }
+    for (int r = 0; r < world; ++r)  // all there: read them, compare, go
+      if (!seen[r]) seen[r] = read(r);
+    for (int r = 0; r < world; ++r)
+      if (seen[r]->world != world) refuse_mismatch(r);
+    break;
   }
   std::vector<Address> out;
   for (auto& a : seen) out.push_back(std::move(*a));

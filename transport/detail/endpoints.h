@@ -17,9 +17,12 @@ namespace distrl::transport::detail {
 struct Address {
   std::string name, host_id, hostname, tcp, ipc;
   std::string shm;  // "shm://<socket path>" when it serves shared memory (transport auto or shm)
-  int world = 0;    // the world size it was started with, and its pid (set by exchange_addresses)
+  // Set by exchange_addresses: the world size it was started with, and which process it is (pid,
+  // its pid namespace and start time: a pid alone may be another container's or reused).
+  int world = 0;
   int pid = 0;
-  MSGPACK_DEFINE(name, host_id, hostname, tcp, ipc, shm, world, pid);
+  std::string process{};
+  MSGPACK_DEFINE(name, host_id, hostname, tcp, ipc, shm, world, pid, process);
 };
 
 // The transports a user names: auto (shared memory when every process of the world is on this
@@ -49,13 +52,17 @@ std::vector<std::string> endpoints_to_bind(const std::string& transport, const s
                                            std::string* ipc_path);
 // This process's address from the endpoints it bound (same order as endpoints_to_bind).
 Address make_address(const std::string& name, const std::string& transport, const std::vector<std::string>& bound);
-// Publishes `me` (with its world size and pid) under key_prefix + rank and reads every rank's
-// address, waiting up to timeout. Refused at once, naming both processes (ConfigError):
-//  - a record that says another world size (processes started with different --world-size);
-//  - this rank already held by a live process on this host (two processes started as one rank).
-//    A holder that is gone is taken over (a restart); one on another host cannot be checked and
-//    is taken over too, saying so.
-// While ranks are missing it logs who every 5 s ("waiting for rank 2: 2 of 3 joined, 5 s").
+// Publishes `me` (with its world size and process) under key_prefix + rank and reads every
+// rank's address, waiting up to timeout. Refused, naming both processes (ConfigError):
+//  - another world size: each rank compares its own with rank 0's record; the rank that finds a
+//    mismatch publishes it (key_prefix + "refused") and every waiting rank refuses with it, all
+//    within a slice (500 ms) of each other;
+//  - this rank already held by a live process of this host and pid namespace (two processes
+//    started as one rank). A holder that is gone is taken over (a restart); one on another host
+//    cannot be checked and is taken over too, saying so.
+// Store load: about two checks per rank per slice, whatever the world's size. Rank 0 names the
+// ranks still missing every 5 s ("waiting for rank 2: 2 of 3 joined, 5 s"), the others how long
+// they have waited.
 std::vector<Address> exchange_addresses(Store& store, const std::string& key_prefix, int rank, int world,
                                         Address me, std::chrono::milliseconds timeout);
 // The endpoint `me` uses to reach `peer`: its shm endpoint for transport shm, else ipc on the

@@ -117,6 +117,18 @@ TEST(SettingsTest, ErrorsNameFileKeyAndWhatIsAllowed) {
   EXPECT_EQ(e.find("did you mean"), std::string::npos) << e;
   e = error_of([&] { b.s.load_file(write(dir, "\n# nothing\n")); });
   EXPECT_NE(e.find("holds no keys"), std::string::npos) << e;
+  // A renamed key: the old name works (a line on stderr says the new one); both in one source
+  // are refused; the command line may override the file's old name with the new one.
+  Bound r;
+  r.s.rename("learner.rate", "learner.lr");
+  r.s.load_file(write(dir, "learner:\n  rate: 0.25\n"));
+  EXPECT_DOUBLE_EQ(r.c.lr, 0.25);
+  r.s.apply_overrides({"learner.lr=0.5"});
+  EXPECT_DOUBLE_EQ(r.c.lr, 0.5);
+  Bound both;
+  both.s.rename("learner.rate", "learner.lr");
+  e = error_of([&] { both.s.load_file(write(dir, "learner:\n  lr: 0.1\n  rate: 0.25\n")); });
+  EXPECT_NE(e.find("learner.lr is given twice, once by its old name (learner.rate)"), std::string::npos) << e;
 
   e = error_of([&] { b.s.load_file(write(dir, "observers: many\n")); });
   EXPECT_NE(e.find("observers: 'many' is not an integer"), std::string::npos) << e;
