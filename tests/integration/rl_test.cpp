@@ -481,6 +481,10 @@ TEST(RlWorldTest, ASignalBeforeTheRunLeavesNoFilesAndNoWait) {
                                   {{"DISTRL_FAILPOINTS", "agent.hold_before_run"}});
   const pid_t observer = procs.start(tool("distrl-observer", args), dir.file("obs.log"), 1, 2, dir);
   ASSERT_TRUE(log_says(dir.file("agent.log"), "1 observer(s) joined")) << read_file(dir.file("agent.log"));
+  // The agent's line comes when its own rendezvous ends; the observer's may end a moment later,
+  // and a signal before its stop handlers are in ends it by the default action (exit 143, no
+  // line). A second is far more than that moment.
+  std::this_thread::sleep_for(1s);
   const auto sent = std::chrono::steady_clock::now();
   ::kill(observer, SIGTERM);
   EXPECT_EQ(procs.wait_exit(observer, 15s), 128 + SIGTERM) << read_file(dir.file("obs.log"));
