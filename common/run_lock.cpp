@@ -34,14 +34,20 @@ bool same_file(int a, int b) {
   return ::fstat(a, &sa) == 0 && ::fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
+// The fd DISTRL_RUN_LOCK_FD names when it is a well-formed, open one; else -1.
+int inherited_fd() {
+  const char* v = std::getenv(kFdVariable);
+  if (v == nullptr || *v == '\0') return -1;
+  char* end = nullptr;
+  const long fd = std::strtol(v, &end, 10);
+  if (end == v || *end != '\0' || fd < 0 || fd >= (1 << 20) || ::fcntl(static_cast<int>(fd), F_GETFD) < 0) return -1;
+  return static_cast<int>(fd);
+}
+
 // The launcher's claim on this very file, inherited: DISTRL_RUN_LOCK_FD names an open fd of it.
 bool inherited(int fd) {
-  const char* v = std::getenv(kFdVariable);
-  if (v == nullptr || *v == '\0') return false;
-  char* end = nullptr;
-  const long other = std::strtol(v, &end, 10);
-  return end != v && *end == '\0' && other >= 0 && other < (1 << 20) && other != fd &&
-         ::fcntl(static_cast<int>(other), F_GETFD) >= 0 && same_file(fd, static_cast<int>(other));
+  const int other = inherited_fd();
+  return other >= 0 && other != fd && same_file(fd, other);
 }
 
 std::string now_text() {
@@ -141,13 +147,8 @@ RunLock& RunLock::operator=(RunLock&& other) noexcept {
 }
 
 void RunLock::keep_inherited_claim_here() {
-  const char* v = std::getenv(kFdVariable);
-  if (v == nullptr || *v == '\0') return;
-  char* end = nullptr;
-  const long fd = std::strtol(v, &end, 10);
-  if (end == v || *end != '\0' || fd < 0 || fd >= (1 << 20)) return;
-  const int flags = ::fcntl(static_cast<int>(fd), F_GETFD);
-  if (flags >= 0) ::fcntl(static_cast<int>(fd), F_SETFD, flags | FD_CLOEXEC);
+  const int fd = inherited_fd();
+  if (fd >= 0) ::fcntl(fd, F_SETFD, ::fcntl(fd, F_GETFD) | FD_CLOEXEC);
 }
 
 void RunLock::hand_to_children() {
