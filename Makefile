@@ -79,12 +79,12 @@ build: configure
 	    cmake --build $(BUILD_DIR) -j $(JOBS)
 
 # What some tests compare against, from PyPI into a venv outside the source tree, pinned:
-# TensorBoard's own event reader and Gymnasium's environments. Without PyPI those tests skip,
-# saying so.
+# TensorBoard's own event reader and Gymnasium's environments ([box2d]: the pybox2d 2.3.10 and
+# pygame-ce wheels, for BipedalWalker). Without PyPI those tests skip, saying so.
 REFERENCE_VENV ?= $(HOME)/.cache/distrl/reference-venv
-REFERENCE_PIP := tensorboard==2.21.0 gymnasium==1.4.0
+REFERENCE_PIP := tensorboard==2.21.0 'gymnasium[box2d]==1.4.0'
 reference-venv:
-	@if $(REFERENCE_VENV)/bin/python -c "import tensorboard, gymnasium" 2>/dev/null; then \
+	@if $(REFERENCE_VENV)/bin/python -c "import tensorboard, gymnasium, Box2D" 2>/dev/null; then \
 	    echo "make $@: $(REFERENCE_VENV) ready"; \
 	else \
 	    echo "make $@: installing $(REFERENCE_PIP) into $(REFERENCE_VENV)"; \

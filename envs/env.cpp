@@ -8,6 +8,7 @@
 
 #include "common/config.h"
 #include "common/error.h"
+#include "envs/bipedal_walker.h"
 #include "envs/cartpole.h"
 #include "envs/classic_control.h"
 #include "envs/lunar_lander.h"
@@ -27,6 +28,8 @@ struct Registry {
     factories["MountainCar-v0"] = [] { return std::make_unique<MountainCar>(false); };
     factories["MountainCarContinuous-v0"] = [] { return std::make_unique<MountainCar>(true); };
     factories["Pendulum-v1"] = [] { return std::make_unique<Pendulum>(); };
+    factories["BipedalWalker-v3"] = [] { return std::make_unique<BipedalWalker>(false); };
+    factories["BipedalWalkerHardcore-v3"] = [] { return std::make_unique<BipedalWalker>(true); };
     factories["LunarLanderContinuous-v2"] = [] {
       LunarLanderOptions o;
       o.continuous = true;

@@ -177,6 +177,7 @@ void LunarLander::reset(float* obs) {
     rjd.bodyB = leg;
     rjd.localAnchorA.Set(0, 0);
     rjd.localAnchorB.Set(i * kLegAway / kScale, kLegDown / kScale);
+    rjd.referenceAngle = bd.angle;  // as pybox2d's joint def sets it: bodyB's angle - bodyA's
     rjd.enableMotor = true;
     rjd.enableLimit = true;
     rjd.maxMotorTorque = kLegSpringTorque;

@@ -112,8 +112,10 @@ int run_ddp_worker(const std::string& out, const std::string& model, int steps, 
 
 struct EnvBenchOptions {
   std::vector<std::string> envs{"CartPole-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0", "Pendulum-v1",
-                                "LunarLander-v2", "LunarLanderContinuous-v2"};
-  long long steps = 1000000;  // per env
+                                "LunarLander-v2", "LunarLanderContinuous-v2", "BipedalWalker-v3",
+                                "BipedalWalkerHardcore-v3"};
+  long long steps = 1000000;  // per env, or
+  double seconds = 10;        // per env, whichever comes first (the Box2D envs are slow)
   std::string csv;  // --csv; "": OUT_DIR/env.csv (distrl-bench --out-dir)
 };
 int run_env_bench(const EnvBenchOptions& options);

@@ -1,5 +1,6 @@
 // distrl-bench env: single-threaded steps/s of each environment with random actions (resets
-// included, counted as the steps they take), the raw speed an observer can step at.
+// included, counted as the steps they take), the raw speed an observer can step at: --steps
+// per env, or --seconds, whichever comes first.
 #include <chrono>
 #include <fstream>
 #include <iomanip>
@@ -41,11 +42,16 @@ int run_env_bench(const EnvBenchOptions& o) {
     for (int i = 0; i < 1000; ++i) one();
     episodes = 0;
     const auto start = std::chrono::steady_clock::now();
-    for (long long i = 0; i < o.steps; ++i) one();
-    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const double rate = o.steps / sec;
-    csv << name << ',' << o.steps << ',' << episodes << ',' << sec << ',' << rate << ',' << 1e6 / rate << '\n';
-    std::cout << "| " << name << " | " << o.steps << " | " << episodes << " | " << std::fixed << std::setprecision(0)
+    const auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+    long long steps = 0;
+    while (steps < o.steps && (steps % 1000 != 0 || elapsed() < o.seconds)) {
+      one();
+      ++steps;
+    }
+    const double sec = elapsed();
+    const double rate = steps / sec;
+    csv << name << ',' << steps << ',' << episodes << ',' << sec << ',' << rate << ',' << 1e6 / rate << '\n';
+    std::cout << "| " << name << " | " << steps << " | " << episodes << " | " << std::fixed << std::setprecision(0)
               << rate << " | " << std::setprecision(3) << 1e6 / rate << " |\n";
   }
   std::cout << "\nwrote " << o.csv << "\n";

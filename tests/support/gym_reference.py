@@ -5,6 +5,12 @@ stdin, and prints what Gymnasium answers (one line per command). Exit 3 when gym
   set V...        the unwrapped env's state becomes these numbers (float64)
   step A...       one step (one integer for a discrete action space, else floats); prints
                   "obs O... reward R terminated T truncated U"
+  walker ID SEED  a fresh gymnasium.make(ID) of a BipedalWalker, reset(seed=SEED), recording the
+                  random draws of its terrain and initial push (not of its clouds); prints
+                  "draws V...", "terrain X Y X Y ..." (every terrain point), "obstacle X Y ..."
+                  per obstacle polygon in creation order, then the reset's "obs ..." line
+  bodies V...     the walker's hull and four leg segments get these positions, angles and
+                  velocities (x y angle vx vy w each, Gymnasium's order), then its prev_shaping
 """
 import sys
 import warnings
@@ -17,6 +23,64 @@ except ImportError as e:  # the caller skips, saying why
     sys.exit(3)
 
 warnings.filterwarnings("ignore")  # out-of-bounds actions on purpose: the clipping is tested
+
+
+class Recorder:
+    """np_random as the walker's terrain sees it, writing down every number it gives."""
+
+    def __init__(self, real, log):
+        self.real, self.log = real, log
+
+    def _record(self, value):
+        self.log.append(float(value))
+        return value
+
+    def uniform(self, *args, **kwargs):
+        return self._record(self.real.uniform(*args, **kwargs))
+
+    def integers(self, *args, **kwargs):
+        return self._record(self.real.integers(*args, **kwargs))
+
+    def random(self, *args, **kwargs):
+        return self._record(self.real.random(*args, **kwargs))
+
+
+def make_walker(env_id, seed):
+    from gymnasium.envs.box2d import bipedal_walker as bw  # Box2D: exits 3 below when absent
+
+    draws = []
+    walker = gymnasium.make(env_id)
+    inner = walker.unwrapped
+    terrain, clouds = inner._generate_terrain, inner._generate_clouds
+
+    def recorded_terrain(hardcore):
+        inner._np_random = Recorder(inner._np_random, draws)
+        terrain(hardcore)
+
+    def unrecorded_clouds():  # decoration: left out here; the push after it is recorded
+        recorder = inner._np_random
+        inner._np_random = recorder.real
+        clouds()
+        inner._np_random = recorder
+
+    inner._generate_terrain, inner._generate_clouds = recorded_terrain, unrecorded_clouds
+    obs, _ = walker.reset(seed=seed)
+    inner._np_random = inner._np_random.real
+    print("draws " + " ".join(repr(v) for v in draws))
+    print("terrain " + " ".join(f"{float(x)!r} {float(y)!r}" for x, y in zip(inner.terrain_x, inner.terrain_y)))
+    for body in reversed(inner.terrain):  # Gymnasium reversed its creation order
+        shape = body.fixtures[0].shape
+        if isinstance(shape, bw.polygonShape):
+            print("obstacle " + " ".join(f"{float(x)!r} {float(y)!r}" for x, y in shape.vertices))
+    print_step(obs, 0.0, False, False)
+    return walker
+
+
+def print_step(obs, reward, terminated, truncated):
+    values = " ".join(repr(float(v)) for v in np.asarray(obs, dtype=np.float64))
+    print(f"obs {values} reward {float(reward)!r} terminated {int(terminated)} truncated {int(truncated)}", flush=True)
+
+
 env = None
 for line in sys.stdin:
     words = line.split()
@@ -35,10 +99,22 @@ for line in sys.stdin:
             action = int(words[1])
         else:
             action = np.array([float(v) for v in words[1:]], dtype=np.float32)
-        obs, reward, terminated, truncated, _ = env.step(action)
-        values = " ".join(repr(float(v)) for v in np.asarray(obs, dtype=np.float64))
-        print(f"obs {values} reward {float(reward)!r} terminated {int(terminated)} truncated {int(truncated)}",
-              flush=True)
+        print_step(*env.step(action)[:4])
+    elif words[0] == "walker":
+        try:
+            env = make_walker(words[1], int(words[2]))
+        except gymnasium.error.DependencyNotInstalled as e:
+            print(f"no Box2D for gymnasium here: {e}")
+            sys.exit(3)
+    elif words[0] == "bodies":
+        values = [float(v) for v in words[1:]]
+        walker = env.unwrapped
+        for body, v in zip([walker.hull] + walker.legs, [values[i:i + 6] for i in range(0, 30, 6)]):
+            body.position = (v[0], v[1])
+            body.angle = v[2]
+            body.linearVelocity = (v[3], v[4])
+            body.angularVelocity = v[5]
+        walker.prev_shaping = values[30]
     else:
         print(f"unknown command {words[0]}")
         sys.exit(2)
