@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <set>
@@ -11,6 +12,7 @@
 #include "envs/bipedal_walker.h"
 #include "envs/cartpole.h"
 #include "envs/classic_control.h"
+#include "envs/gymnasium_env.h"
 #include "envs/lunar_lander.h"
 #include "envs/plugin.h"
 
@@ -58,6 +60,7 @@ std::vector<std::string> env_names() {
 }
 
 std::unique_ptr<Env> make_env(const std::string& name) {
+  if (name.rfind(kGymnasiumPrefix, 0) == 0) return std::make_unique<GymnasiumEnv>(name.substr(std::strlen(kGymnasiumPrefix)));
   EnvFactory f;
   {
     std::lock_guard<std::mutex> lock(registry().mu);

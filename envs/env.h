@@ -74,7 +74,11 @@ class Env {
 
 using EnvFactory = std::function<std::unique_ptr<Env>()>;
 
-// Throws EnvError naming the registered environments when name is unknown.
+// env.name's prefix for Gymnasium's own environments, stepped by Python (envs/gymnasium_env.h).
+inline constexpr const char* kGymnasiumPrefix = "gymnasium:";
+
+// A registered environment, or "gymnasium:ID". Throws EnvError naming the registered
+// environments when name is unknown.
 std::unique_ptr<Env> make_env(const std::string& name);
 // Registers the environments of a plugin (envs/plugin.h): a shared library built against the
 // installed headers, named by a config's env.plugin. Loaded once per path (again: nothing

@@ -8,13 +8,16 @@
 #include <filesystem>
 
 #include "common/error.h"
+#include "envs/bipedal_walker.h"
 #include "envs/cartpole.h"
 #include "envs/lunar_lander.h"
 
 namespace distrl::envs {
 namespace {
 
-enum Colour : std::uint8_t { kSky, kGround, kPole, kFlag, kBody, kLeg, kFlame, kContact, kCart, kRod, kTrack };
+enum Colour : std::uint8_t {
+  kSky, kGround, kPole, kFlag, kBody, kLeg, kFlame, kContact, kCart, kRod, kTrack, kGrass, kLidar, kFarLeg, kDaySky
+};
 constexpr std::array<std::array<std::uint8_t, 3>, 16> kPalette{{{0, 0, 0},
                                                                  {255, 255, 255},
                                                                  {204, 204, 204},
@@ -25,7 +28,11 @@ constexpr std::array<std::array<std::uint8_t, 3>, 16> kPalette{{{0, 0, 0},
                                                                  {80, 200, 80},
                                                                  {60, 60, 60},
                                                                  {202, 152, 101},
-                                                                 {120, 120, 120}}};
+                                                                 {120, 120, 120},
+                                                                 {102, 153, 76},
+                                                                 {255, 80, 80},
+                                                                 {110, 60, 100},
+                                                                 {215, 215, 255}}};
 
 using Pt = std::array<float, 2>;  // pixels, y down
 
@@ -57,6 +64,13 @@ class Canvas {
     }
   }
   void rect(float x0, float y0, float x1, float y1, std::uint8_t c) { polygon({{x0, y0}, {x1, y0}, {x1, y1}, {x0, y1}}, c); }
+  void line(Pt a, Pt b, std::uint8_t c) {  // one pixel wide
+    const int n = static_cast<int>(std::max(std::abs(b[0] - a[0]), std::abs(b[1] - a[1]))) + 1;
+    for (int i = 0; i <= n; ++i) {
+      const int x = static_cast<int>(a[0] + (b[0] - a[0]) * i / n), y = static_cast<int>(a[1] + (b[1] - a[1]) * i / n);
+      if (x >= 0 && x < f_->width && y >= 0 && y < f_->height) f_->pixels[static_cast<std::size_t>(y) * f_->width + x] = c;
+    }
+  }
 
  private:
   Frame* f_;
@@ -96,6 +110,41 @@ void draw_lander(const LunarLander& env, Canvas& cv) {
   cv.polygon(body, kBody);
 }
 
+// Gymnasium's view: 600x400 pixels at 30 per unit, scrolled to keep the hull a fifth from the
+// left; the first lidar ray that hits, the far leg darker than the near one.
+void draw_walker(const BipedalWalker& env, Canvas& cv) {
+  const auto sc = env.scene();
+  const float s = static_cast<float>(BipedalWalker::kScale), h = kFrameHeight;
+  const auto hull_body = env.bodies()[0];
+  const float scroll = static_cast<float>(hull_body.x) - kFrameWidth / s / 5;
+  auto px = [&](const std::array<float, 2>& w) { return Pt{(w[0] - scroll) * s, h - w[1] * s}; };
+  cv.clear(kDaySky);
+  for (std::size_t i = 0; i + 1 < sc.terrain.size(); ++i) {
+    const Pt a = px({static_cast<float>(sc.terrain[i][0]), static_cast<float>(sc.terrain[i][1])});
+    const Pt b = px({static_cast<float>(sc.terrain[i + 1][0]), static_cast<float>(sc.terrain[i + 1][1])});
+    if (b[0] < 0 || a[0] > kFrameWidth) continue;
+    cv.polygon({a, b, {b[0], h}, {a[0], h}}, kGrass);
+  }
+  for (const auto& o : sc.obstacles) {
+    std::vector<Pt> poly;
+    for (const auto& p : o) poly.push_back(px(p));
+    cv.polygon(poly, kGround);
+  }
+  const Pt start = px({static_cast<float>(BipedalWalker::kTerrainStep * 3), static_cast<float>(sc.terrain[3][1])});
+  cv.rect(start[0] - 1, start[1] - 50, start[0] + 1, start[1], kPole);  // Gymnasium's start flag
+  cv.polygon({{start[0], start[1] - 50}, {start[0], start[1] - 40}, {start[0] + 25, start[1] - 45}}, kFlag);
+  const Pt hull_at = px({static_cast<float>(hull_body.x), static_cast<float>(hull_body.y)});
+  for (const auto& p : sc.lidar) cv.line(hull_at, px(p), kLidar);
+  for (int i : {2, 3, 0, 1}) {  // the far leg first
+    std::vector<Pt> leg;
+    for (const auto& p : sc.legs[i]) leg.push_back(px(p));
+    cv.polygon(leg, i < 2 ? kLeg : kFarLeg);
+  }
+  std::vector<Pt> hull;
+  for (const auto& p : sc.hull) hull.push_back(px(p));
+  cv.polygon(hull, kBody);
+}
+
 void draw_cartpole(const CartPole& env, Canvas& cv) {  // Gym's classic_control drawing
   const auto& st = env.state();
   const float world_width = static_cast<float>(CartPole::kXThreshold * 2);
@@ -126,8 +175,9 @@ void draw(const Env& env, Frame* frame) {
   Canvas cv(frame);
   if (const auto* l = dynamic_cast<const LunarLander*>(&env)) return draw_lander(*l, cv);
   if (const auto* c = dynamic_cast<const CartPole*>(&env)) return draw_cartpole(*c, cv);
+  if (const auto* w = dynamic_cast<const BipedalWalker*>(&env)) return draw_walker(*w, cv);
   throw EnvError("render: no picture for " + env.name() + " (drawn: CartPole-v1, LunarLander-v2, "
-                 "LunarLanderContinuous-v2)");
+                 "LunarLanderContinuous-v2, BipedalWalker-v3, BipedalWalkerHardcore-v3)");
 }
 
 struct GifWriter::Impl {

@@ -1,5 +1,5 @@
-// Pictures of environments, for people: draw CartPole-v1 or LunarLander into an indexed-colour
-// frame (Gym's 600x400 view) and write frames as an animated GIF (giflib).
+// Pictures of environments, for people: draw CartPole-v1, LunarLander or BipedalWalker into an
+// indexed-colour frame (Gym's 600x400 view) and write frames as an animated GIF (giflib).
 //
 //   envs::Frame frame;
 //   envs::GifWriter gif("episode.gif", envs::kFrameWidth, envs::kFrameHeight, /*delay_cs=*/2);

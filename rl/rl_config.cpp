@@ -1,6 +1,7 @@
 #include "rl/rl_config.h"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 
 #include "common/error.h"
@@ -17,7 +18,9 @@ void bind(Settings& s, RlConfig& c) {
          "loss, env-steps/s, seconds per round; tensorboard --logdir <run.out_dir>");
   std::string names;
   for (const auto& n : envs::env_names()) names += (names.empty() ? "" : ", ") + n;
-  s.bind("env.name", &c.env, "environment: " + names + ", or one that env.plugin adds");
+  s.bind("env.name", &c.env,
+         "environment: " + names + ", one that env.plugin adds, or gymnasium:ID (Gymnasium's own, stepped by "
+         "Python: DISTRL_GYMNASIUM_PYTHON or python3)");
   s.bind("env.plugin", &c.env_plugin,
          "a shared library of environments to load first (envs/plugin.h, examples/env_plugin/); a relative path "
          "is from the current directory");
@@ -98,10 +101,11 @@ void prepare_env(RlConfig& c) {
   }
   const auto names = envs::env_names();
   if (std::find(names.begin(), names.end(), c.env) != names.end()) return;
+  if (c.env.rfind(envs::kGymnasiumPrefix, 0) == 0 && c.env.size() > std::strlen(envs::kGymnasiumPrefix)) return;
   std::string known;
   for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
   throw ConfigError("env.name: '" + c.env + "' is not one of: " + known +
-                    (c.env_plugin.empty() ? " (an environment of your own: env.plugin, envs/plugin.h)"
+                    (c.env_plugin.empty() ? " (an environment of your own: env.plugin, envs/plugin.h; Gymnasium's: gymnasium:ID)"
                                           : " (" + c.env_plugin + " adds none by that name)"));
 }
 

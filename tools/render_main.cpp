@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "common/main_guard.h"
+#include "envs/bipedal_walker.h"
 #include "envs/lunar_lander.h"
 #include "envs/random.h"
 #include "envs/render.h"
@@ -15,14 +16,17 @@
 int main(int argc, char** argv) {
   std::string env_name = "LunarLander-v2", policy = "auto", out;
   std::uint64_t seed = 1;
-  int max_steps = 1000, every = 2;
+  int max_steps = 0, every = 2;
   CLI::App app{"distrl-render: play one episode and write it as an animated GIF (600x400).\n"
-               "Policies: heuristic (Gym's scripted lander; LunarLander only), random, noop; auto (the\n"
-               "default): heuristic for LunarLander, random otherwise."};
-  app.add_option("--env", env_name, "environment (CartPole-v1, LunarLander-v2, LunarLanderContinuous-v2)");
+               "Policies: heuristic (Gym's scripted lander or walker; LunarLander and BipedalWalker), random,\n"
+               "noop; auto (the default): heuristic where there is one, random otherwise."};
+  app.add_option("--env", env_name,
+                 "environment (CartPole-v1, LunarLander-v2, LunarLanderContinuous-v2, BipedalWalker-v3, "
+                 "BipedalWalkerHardcore-v3)");
   app.add_option("--policy", policy, "who acts")->check(CLI::IsMember({"auto", "heuristic", "random", "noop"}));
   app.add_option("--seed", seed, "episode seed");
-  app.add_option("--max-steps", max_steps, "stop after this many steps")->check(CLI::Range(1, 100000));
+  app.add_option("--max-steps", max_steps, "stop after this many steps (default: the env's time limit)")
+      ->check(CLI::Range(1, 100000));
   app.add_option("--every", every, "keep every N-th frame (the GIF plays in real time either way)")
       ->check(CLI::Range(1, 100));
   app.add_option("--out", out, "GIF file to write (default: runs/render/ENV-seedN.gif)");
@@ -34,15 +38,18 @@ int main(int argc, char** argv) {
   return distrl::guarded_main("distrl-render", [&] {
     using namespace distrl::envs;
     auto env = make_env(env_name);
-    const bool lander = env_name.rfind("LunarLander", 0) == 0;
-    if (policy == "auto") policy = lander ? "heuristic" : "random";
+    if (max_steps == 0) max_steps = env->max_episode_steps();
+    const bool lander = env_name.rfind("LunarLander", 0) == 0, walker = env_name.rfind("BipedalWalker", 0) == 0;
+    if (policy == "auto") policy = lander || walker ? "heuristic" : "random";
     if (out.empty()) out = "runs/render/" + env_name + "-seed" + std::to_string(seed) + ".gif";
     const auto dir = std::filesystem::path(out).parent_path();
     std::error_code ec;
     if (!dir.empty() && !std::filesystem::is_directory(dir) && !std::filesystem::create_directories(dir, ec) && ec)
       throw distrl::ConfigError("--out: cannot create " + dir.string() + ": " + ec.message());
-    if (policy == "heuristic" && !lander)
-      throw distrl::ConfigError("--policy heuristic drives LunarLander only; use random or noop for " + env_name);
+    if (policy == "heuristic" && !lander && !walker)
+      throw distrl::ConfigError("--policy heuristic drives LunarLander and BipedalWalker only; use random or noop for " +
+                                env_name);
+    BipedalWalkerHeuristic walk;
     const Space act = env->action_space();
     std::vector<float> obs(env->observation_space().dim()), a(act.dim());
     Rng rng(seed + 12345);
@@ -61,7 +68,10 @@ int main(int argc, char** argv) {
                                                  : 0;
         s = env->step(action, obs.data());
       } else {
-        if (policy == "heuristic") {
+        if (policy == "heuristic" && walker) {
+          const auto h = walk(obs.data());
+          a.assign(h.begin(), h.end());
+        } else if (policy == "heuristic") {
           const auto h = lunar_lander_heuristic_continuous(obs.data());
           a.assign(h.begin(), h.end());
         } else {

@@ -527,6 +527,32 @@ TEST(RlPluginTest, AnEnvironmentFromASharedLibraryTrainsUnderLaunch) {
   EXPECT_NE(missing.output.find("adds none by that name"), std::string::npos) << missing.output;
 }
 
+// gymnasium:ID: Gymnasium's own CartPole, stepped by Python children of every observer (and of
+// the agent, for the spaces), trains under distrl-launch; the checkpoint then plays the native
+// CartPole-v1. Skipped, saying why, without a reference Python that has gymnasium.
+TEST(RlGymnasiumTest, GymnasiumsOwnEnvironmentTrainsUnderLaunch) {
+  const char* ref = std::getenv("DISTRL_REFERENCE_PYTHON");
+  if (!ref || !*ref) GTEST_SKIP() << "DISTRL_REFERENCE_PYTHON is not set (make test sets it)";
+  ::setenv("DISTRL_GYMNASIUM_PYTHON", ref, 1);
+  TempDir dir;
+  const std::string ppo = "--config " + std::string(DISTRL_SOURCE_DIR) + "/configs/cartpole_ppo.yaml";
+  auto r = launch(ppo + " env.name=gymnasium:CartPole-v1 env.per_observer=2 learner.rounds=6 learner.log_interval=1 "
+                        "run.out_dir=" + dir.path());
+  if (r.output.find("no gymnasium") != std::string::npos) GTEST_SKIP() << r.output;
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("distrl-agent: gymnasium:CartPole-v1, batched"), std::string::npos) << r.output;
+  EXPECT_EQ(count_lines(dir.file("metrics.csv")), 7) << r.output;  // the header and 6 rounds
+  // The policy of Gymnasium's CartPole plays ours: the same spaces.
+  auto eval = distrl::testing::run_command(distrl::testing::bin_path("distrl-agent") + " " + ppo +
+                                           " --eval --episodes 2 --checkpoint " + dir.file("policy.pt") +
+                                           " run.out_dir=" + dir.path() + " env.name=CartPole-v1");
+  EXPECT_EQ(eval.code, 0) << eval.output;
+  EXPECT_NE(eval.output.find("CartPole-v1, 2 episodes: mean return"), std::string::npos) << eval.output;
+  auto unknown = launch(ppo + " env.name=gymnasium:Nope-v0 run.out_dir=" + dir.path() + "/unknown");
+  EXPECT_NE(unknown.code, 0);
+  EXPECT_NE(unknown.output.find("Gymnasium cannot make 'Nope-v0'"), std::string::npos) << unknown.output;
+}
+
 // Checkpoints while a run goes on: every `learner.checkpoint_every` rounds, and on SIGUSR1.
 TEST(RlCheckpointTest, SavedEveryNRoundsAndOnSigusr1) {
   for (const std::string every : {"0", "2"}) {

@@ -8,6 +8,9 @@
 // (Gymnasium's TimeLimit counts the same steps) and the spaces are compared too.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +24,7 @@
 
 #include "common/error.h"
 #include "envs/classic_control.h"
+#include "envs/gymnasium_env.h"
 #include "envs/random.h"
 #include "tests/support/multiproc.h"
 #include "tests/support/reference_python.h"
@@ -209,6 +213,120 @@ TEST(ClassicControlTest, RegistrySpacesAndRefusals) {
     env->reset(3, again.data());
     EXPECT_EQ(obs, again);
   }
+}
+
+}  // namespace
+
+// gymnasium:ID, Gymnasium's own env in a Python child (envs/gymnasium_env.h), under the
+// reference Python (`make test` has one with gymnasium); skipped, saying why, without it.
+namespace {
+
+// Points DISTRL_GYMNASIUM_PYTHON at the reference Python for this test; puts it back after.
+class GymnasiumEnvTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (const char* old = std::getenv("DISTRL_GYMNASIUM_PYTHON")) old_ = old;
+    const char* ref = std::getenv("DISTRL_REFERENCE_PYTHON");
+    ::setenv("DISTRL_GYMNASIUM_PYTHON", ref && *ref ? ref : "python3", 1);
+  }
+  void TearDown() override {
+    if (old_.empty()) ::unsetenv("DISTRL_GYMNASIUM_PYTHON");
+    else ::setenv("DISTRL_GYMNASIUM_PYTHON", old_.c_str(), 1);
+  }
+  // make_env(name), or nullptr after GTEST_SKIP when this Python has no gymnasium.
+  std::unique_ptr<Env> make_or_skip(const std::string& name) {
+    try {
+      return make_env(name);
+    } catch (const distrl::EnvError& e) {
+      if (std::string(e.what()).find("no gymnasium") == std::string::npos) throw;
+      skip_why_ = e.what();
+      return nullptr;
+    }
+  }
+  std::string old_, skip_why_;
+};
+
+TEST_F(GymnasiumEnvTest, StepsGymnasiumsOwnEnvironment) {
+  auto env = make_or_skip("gymnasium:CartPole-v1");
+  if (!env) GTEST_SKIP() << skip_why_;
+  EXPECT_EQ(env->name(), "gymnasium:CartPole-v1");
+  EXPECT_EQ(env->action_space().describe(), "Discrete(2)");
+  ASSERT_EQ(env->observation_space().dim(), 4);
+  EXPECT_FLOAT_EQ(env->observation_space().high[2], 0.41887903f);  // 2 x 12 degrees, as the native one
+  EXPECT_EQ(env->max_episode_steps(), 500);
+  EXPECT_EQ(env->reward_threshold(), 475.0f);
+  std::vector<float> first(4), again(4), obs(4);
+  env->reset(7, first.data());
+  env->reset(7, again.data());
+  EXPECT_EQ(first, again) << "the same seed, the same start";
+  for (float v : first) EXPECT_LT(std::abs(v), 0.05f) << "CartPole starts within 0.05";
+  // Always pushing right: the pole falls within a few dozen steps, reward 1 per step.
+  int steps = 0;
+  Step s;
+  do {
+    s = env->step(1, obs.data());
+    EXPECT_EQ(s.reward, 1.0f);
+    ++steps;
+  } while (!s.done() && steps < 600);
+  EXPECT_TRUE(s.terminated);
+  EXPECT_FALSE(s.truncated);
+  EXPECT_LT(steps, 100);
+  EXPECT_THROW(env->step(1, obs.data()), distrl::EnvError) << "a step after the end";
+  env->reset(obs.data());
+  EXPECT_THROW(env->step(2, obs.data()), distrl::EnvError) << "out of range";
+  const float a = 0;
+  EXPECT_THROW(env->step(&a, obs.data()), distrl::EnvError) << "a continuous action for a discrete env";
+  env->step(0, obs.data());  // still usable after the refusals
+
+  // A Box action, and Gymnasium's own time limit.
+  auto pendulum = make_env("gymnasium:Pendulum-v1");
+  EXPECT_EQ(pendulum->action_space().describe(), "Box(1)");
+  EXPECT_EQ(pendulum->action_space().high[0], 2.0f);
+  pendulum->reset(1, obs.data());
+  int n = 0;
+  do {
+    const float torque = 0.5f;
+    s = pendulum->step(&torque, obs.data());
+    ++n;
+    EXPECT_LE(s.reward, 0.0f);
+  } while (!s.done());
+  EXPECT_EQ(n, 200);
+  EXPECT_TRUE(s.truncated);
+  pendulum->reset(obs.data());
+  const float nan = std::nanf("");
+  EXPECT_THROW(pendulum->step(&nan, obs.data()), distrl::EnvError);
+}
+
+TEST_F(GymnasiumEnvTest, EveryFailureIsAnEnvErrorThatSaysWhatToDo) {
+  auto probe = make_or_skip("gymnasium:CartPole-v1");
+  if (!probe) GTEST_SKIP() << skip_why_;
+  auto message = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const distrl::EnvError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message([] { make_env("gymnasium:Nope-v0"); }).find("Gymnasium cannot make 'Nope-v0': NameNotFound"),
+            std::string::npos);
+  EXPECT_NE(message([] { make_env("gymnasium:Blackjack-v1"); }).find("only a Box is supported"), std::string::npos)
+      << "a Tuple observation space";
+  EXPECT_NE(message([] { make_env("gymnasium:"); }).find("give a Gymnasium ID"), std::string::npos);
+
+  distrl::testing::TempDir dir;
+  ::setenv("DISTRL_GYMNASIUM_PYTHON", dir.file("no-such-python").c_str(), 1);
+  EXPECT_NE(message([] { make_env("gymnasium:CartPole-v1"); }).find("cannot start"), std::string::npos);
+  ::setenv("DISTRL_GYMNASIUM_PYTHON", "false", 1);  // starts, and exits 1 at once
+  EXPECT_NE(message([] { make_env("gymnasium:CartPole-v1"); }).find("exited with status 1"), std::string::npos);
+  // A Python that never answers: given up on after the timeout, and killed.
+  const std::string silent = dir.file("silent-python");
+  std::ofstream(silent) << "#!/bin/sh\nexec sleep 60\n";
+  ::chmod(silent.c_str(), 0755);
+  ::setenv("DISTRL_GYMNASIUM_PYTHON", silent.c_str(), 1);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_NE(message([] { GymnasiumEnv("CartPole-v1", 1, 1); }).find("answered nothing for 1 s"), std::string::npos);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
 }
 
 }  // namespace

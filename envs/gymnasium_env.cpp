@@ -1,0 +1,296 @@
+#include "envs/gymnasium_env.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <sstream>
+#include <thread>
+
+#include "common/error.h"
+
+extern char** environ;
+
+namespace distrl::envs {
+namespace {
+
+// The child's side: one request per line on stdin, one answer line on stdout.
+//   make ID      -> "spec MAX_STEPS THRESHOLD", "observation DIM LOW... HIGH...",
+//                   "action discrete N" or "action box DIM LOW... HIGH..."
+//   reset SEED|- -> "obs O..."
+//   step A...    -> "step REWARD TERMINATED TRUNCATED O..."
+// Any exception -> "error TYPE: MESSAGE"; no gymnasium -> "error ..." and exit 3.
+constexpr const char* kScript = R"PY(
+import sys
+def say(*words):
+    print(*words, flush=True)
+try:
+    import gymnasium
+    import numpy as np
+except ImportError as e:
+    say("error", "no gymnasium for", sys.executable + ":", str(e))
+    sys.exit(3)
+env, start = None, 0
+def flat(values):
+    return " ".join(repr(float(v)) for v in np.asarray(values, dtype=np.float64).ravel())
+for line in sys.stdin:
+    w = line.split()
+    if not w:
+        continue
+    try:
+        if w[0] == "make":
+            env = gymnasium.make(w[1])
+            o, a = env.observation_space, env.action_space
+            if not isinstance(o, gymnasium.spaces.Box):
+                raise TypeError(f"observation space {o}: only a Box is supported")
+            spec = env.spec
+            steps = spec.max_episode_steps if spec and spec.max_episode_steps else 1000000
+            threshold = spec.reward_threshold if spec and spec.reward_threshold is not None else float("inf")
+            say("spec", steps, repr(float(threshold)))
+            say("observation", int(np.prod(o.shape)), flat(o.low), flat(o.high))
+            if isinstance(a, gymnasium.spaces.Discrete):
+                start = int(a.start)
+                say("action discrete", int(a.n))
+            elif isinstance(a, gymnasium.spaces.Box) and len(a.shape) == 1:
+                say("action box", a.shape[0], flat(a.low), flat(a.high))
+            else:
+                raise TypeError(f"action space {a}: only Discrete and a 1-D Box are supported")
+        elif w[0] == "reset":
+            obs, _ = env.reset(seed=None if w[1] == "-" else int(w[1]))
+            say("obs", flat(obs))
+        elif w[0] == "step":
+            if isinstance(env.action_space, gymnasium.spaces.Discrete):
+                action = int(w[1]) + start
+            else:
+                action = np.array([float(v) for v in w[1:]], dtype=env.action_space.dtype)
+            obs, reward, terminated, truncated, _ = env.step(action)
+            say("step", repr(float(reward)), int(bool(terminated)), int(bool(truncated)), flat(obs))
+        else:
+            raise ValueError(f"unknown request {w[0]}")
+    except Exception as e:
+        say("error", (type(e).__name__ + ": " + str(e)).replace("\n", " "))
+)PY";
+
+std::vector<std::string> split(const std::string& line) {
+  std::istringstream in(line);
+  std::vector<std::string> words;
+  for (std::string w; in >> w;) words.push_back(w);
+  return words;
+}
+
+float to_float(const std::string& s) { return std::strtof(s.c_str(), nullptr); }
+
+std::string number(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+// "DIM LOW... HIGH..." from words[at].
+Space box(const std::vector<std::string>& w, std::size_t at) {
+  Space s;
+  s.kind = Space::Kind::Box;
+  const std::size_t dim = at < w.size() ? std::strtoul(w[at].c_str(), nullptr, 10) : 0;
+  if (dim == 0 || w.size() != at + 1 + 2 * dim) return s;
+  for (std::size_t i = 0; i < dim; ++i) {
+    s.low.push_back(to_float(w[at + 1 + i]));
+    s.high.push_back(to_float(w[at + 1 + dim + i]));
+  }
+  return s;
+}
+
+}  // namespace
+
+GymnasiumEnv::GymnasiumEnv(const std::string& id, double step_timeout_s, double make_timeout_s)
+    : name_(kGymnasiumPrefix + id), id_(id), step_timeout_s_(step_timeout_s) {
+  if (id.empty() || id.find_first_of(" \t\n") != std::string::npos)
+    throw EnvError("env.name '" + name_ + "': give a Gymnasium ID after 'gymnasium:' (e.g. gymnasium:BipedalWalker-v3)");
+  const char* env_python = std::getenv("DISTRL_GYMNASIUM_PYTHON");
+  const std::string python = env_python && *env_python ? env_python : "python3";
+  int fds[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0)
+    throw EnvError(name_ + ": socketpair: " + std::strerror(errno));
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], 0);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
+  std::vector<std::string> args{python, "-u", "-W", "ignore", "-c", kScript};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const int rc = ::posix_spawnp(&pid_, python.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(fds[1]);
+  fd_ = fds[0];
+  if (rc != 0) {
+    ::close(fd_);
+    fd_ = -1;
+    pid_ = -1;
+    throw EnvError(name_ + ": cannot start " + python + ": " + std::strerror(rc) +
+                   " (set DISTRL_GYMNASIUM_PYTHON to a Python with gymnasium installed)");
+  }
+  try {
+    send("make " + id_);
+    const auto spec = receive("spec", make_timeout_s);
+    if (spec.size() != 3) fail("a malformed answer to make");
+    max_steps_ = std::max(1, std::atoi(spec[1].c_str()));
+    threshold_ = to_float(spec[2]);
+    obs_space_ = box(receive("observation", step_timeout_s_), 1);
+    if (obs_space_.low.empty()) fail("a malformed observation space");
+    const auto act = receive("action", step_timeout_s_);
+    if (act.size() == 3 && act[1] == "discrete") {
+      act_space_.kind = Space::Kind::Discrete;
+      act_space_.n = std::atoi(act[2].c_str());
+    } else if (act.size() > 2 && act[1] == "box") {
+      act_space_ = box(act, 2);
+    }
+    if (act_space_.dim() <= 0 || (act_space_.kind == Space::Kind::Discrete && act_space_.n <= 0))
+      fail("a malformed action space");
+  } catch (...) {
+    stop_child();
+    throw;
+  }
+}
+
+GymnasiumEnv::~GymnasiumEnv() { stop_child(); }
+
+void GymnasiumEnv::stop_child() {
+  if (fd_ >= 0) ::close(fd_);  // the child reads EOF and leaves
+  fd_ = -1;
+  if (pid_ <= 0) return;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  int status = 0;
+  while (::waitpid(pid_, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, &status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  pid_ = -1;
+}
+
+void GymnasiumEnv::fail(const std::string& what) {
+  std::string why = what;
+  int status = 0;
+  if (pid_ > 0 && ::waitpid(pid_, &status, WNOHANG) == pid_) {
+    pid_ = -1;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 3)
+      why += ": the Python here has no gymnasium (pip install gymnasium, or set DISTRL_GYMNASIUM_PYTHON)";
+    else
+      why += WIFEXITED(status) ? ": its Python process exited with status " + std::to_string(WEXITSTATUS(status))
+                               : ": its Python process was killed by signal " + std::to_string(WTERMSIG(status));
+    why += " (Python's own message, if any, is on stderr above)";
+  }
+  stop_child();
+  done_ = true;
+  throw EnvError(name_ + ": " + why);
+}
+
+void GymnasiumEnv::send(const std::string& line) {
+  if (fd_ < 0) throw EnvError(name_ + ": its Python process is gone (an earlier error); make the env again");
+  const std::string out = line + "\n";
+  for (std::size_t at = 0; at < out.size();) {
+    const ssize_t n = ::send(fd_, out.data() + at, out.size() - at, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail("lost its Python process (" + std::string(std::strerror(errno)) + ")");
+    at += static_cast<std::size_t>(n);
+  }
+}
+
+std::vector<std::string> GymnasiumEnv::receive(const std::string& expect, double timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  std::size_t end;
+  while ((end = buffer_.find('\n')) == std::string::npos) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) fail("Gymnasium answered nothing for " + number(timeout_s) + " s; killed it");
+    pollfd p{fd_, POLLIN, 0};
+    const int r = ::poll(&p, 1, static_cast<int>(std::min<long long>(left.count(), 1000)));
+    if (r < 0 && errno != EINTR) fail("poll: " + std::string(std::strerror(errno)));
+    if (r <= 0) continue;
+    char chunk[65536];
+    const ssize_t n = ::recv(fd_, chunk, sizeof chunk, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      // Give a child that is exiting a moment, so that its status can be named.
+      for (int i = 0; i < 100 && pid_ > 0; ++i) {
+        siginfo_t info{};
+        if (::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid != 0) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      fail("its Python process closed the connection");
+    }
+    buffer_.append(chunk, static_cast<std::size_t>(n));
+  }
+  const std::string line = buffer_.substr(0, end);
+  buffer_.erase(0, end + 1);
+  auto words = split(line);
+  if (!words.empty() && words[0] == "error") {
+    const std::string message = line.size() > 6 ? line.substr(6) : "an error without a message";
+    if (expect == "spec") fail("Gymnasium cannot make '" + id_ + "': " + message);
+    done_ = true;  // the episode's state is Gymnasium's to say; start again with reset()
+    throw EnvError(name_ + ": Gymnasium says: " + message);
+  }
+  if (words.empty() || words[0] != expect) fail("an unexpected answer '" + line.substr(0, 80) + "' (wanted " + expect + ")");
+  return words;
+}
+
+void GymnasiumEnv::read_obs(const std::vector<std::string>& w, std::size_t from, float* obs) const {
+  const std::size_t dim = static_cast<std::size_t>(obs_space_.dim());
+  if (w.size() != from + dim)
+    throw EnvError(name_ + ": Gymnasium gave " + std::to_string(w.size() - std::min(w.size(), from)) +
+                   " observation values, its space has " + std::to_string(dim));
+  for (std::size_t i = 0; i < dim; ++i) obs[i] = to_float(w[from + i]);
+}
+
+void GymnasiumEnv::reset(float* obs) {
+  send("reset " + (pending_seed_ ? std::to_string(*pending_seed_) : std::string("-")));
+  pending_seed_.reset();
+  read_obs(receive("obs", step_timeout_s_), 1, obs);
+  done_ = false;
+}
+
+Step GymnasiumEnv::finish_step(const std::vector<std::string>& w, float* obs) {
+  if (w.size() < 4) fail("a malformed step answer");
+  read_obs(w, 4, obs);
+  Step s;
+  s.reward = to_float(w[1]);
+  s.terminated = w[2] == "1";
+  s.truncated = w[3] == "1" && !s.terminated;  // terminated wins, as in the native envs
+  done_ = s.done();
+  return s;
+}
+
+Step GymnasiumEnv::step(int action, float* obs) {
+  if (act_space_.kind != Space::Kind::Discrete) return Env::step(action, obs);
+  if (done_) throw EnvError(name_ + ": step() after the episode ended; call reset()");
+  if (action < 0 || action >= act_space_.n)
+    throw EnvError(name_ + ": action " + std::to_string(action) + " is out of range (" + act_space_.describe() + ")");
+  send("step " + std::to_string(action));
+  return finish_step(receive("step", step_timeout_s_), obs);
+}
+
+Step GymnasiumEnv::step(const float* action, float* obs) {
+  if (act_space_.kind != Space::Kind::Box) return Env::step(action, obs);
+  if (done_) throw EnvError(name_ + ": step() after the episode ended; call reset()");
+  std::string line = "step";
+  for (int i = 0; i < act_space_.dim(); ++i) {
+    if (!std::isfinite(action[i]))
+      throw EnvError(name_ + ": action[" + std::to_string(i) + "] is " + std::to_string(action[i]) + ", not finite");
+    line += " " + number(action[i]);
+  }
+  send(line);
+  return finish_step(receive("step", step_timeout_s_), obs);
+}
+
+}  // namespace distrl::envs
