@@ -37,7 +37,7 @@ void check_collective_message(const PgHeader& h, const PgMessage& m, int from, s
 }
 
 PgMessage Exec::recv(int from, std::uint32_t step, std::uint32_t chunk, std::size_t bytes) {
-  PgMessage m = mesh.recv(h.group, members[from], -1, deadline, what);
+  PgMessage m = mesh.recv(h.group, members[from], -1, deadline, what, h.seq);
   check_collective_message(h, m, from, step, chunk, bytes, what);
   return m;
 }

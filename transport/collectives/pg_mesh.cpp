@@ -188,12 +188,13 @@ void Mesh::send(int dst, const PgHeader& h, const void* data, std::size_t bytes,
 }
 
 void Mesh::send_abort(std::uint32_t group, const std::vector<int>& members, const std::string& type,
-                      const std::string& reason) {
+                      const std::string& reason, std::uint64_t seq) {
   PgHeader h;
   h.magic = kPgMagic;
   h.kind = static_cast<std::uint8_t>(PgKind::Abort);
   h.src = rank_;
   h.group = group;
+  h.seq = seq;
   const std::string payload = type + "\n" + reason;
   for (int m : members) {
     if (m == rank_) continue;
@@ -224,14 +225,15 @@ void Mesh::throw_abort(std::uint32_t group, const std::string& what) {
 }
 
 PgMessage Mesh::recv(std::uint32_t group, int src, std::int32_t tag, Clock::time_point deadline,
-                     const std::string& what) {
+                     const std::string& what, std::uint64_t seq) {
   if (src < 0 || src >= world_ || src == rank_)
     throw Error(what + ": cannot receive from rank " + std::to_string(src));
   const Key key{group, src, tag};
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     if (auto m = take(key)) return std::move(*m);
-    if (aborts_.count(group)) throw_abort(group, what);
+    if (auto a = aborts_.find(group); a != aborts_.end() && (seq == 0 || a->second.seq == 0 || seq >= a->second.seq))
+      throw_abort(group, what);
     const auto now = Clock::now();
     if (gone_since_[src] && now - *gone_since_[src] > kGoneGrace)
       throw TransportError(what + ": rank " + std::to_string(src) + " is gone (its connection " + endpoints_[src] +
@@ -301,7 +303,8 @@ void Mesh::read_sockets(Clock::time_point until) {
     if (m.h.kind == static_cast<std::uint8_t>(PgKind::Abort)) {
       const std::string text(static_cast<const char*>(m.payload.data()), m.payload.size());
       const auto nl = text.find('\n');
-      aborts_.emplace(m.h.group, Abort{m.h.src, text.substr(0, nl), nl == std::string::npos ? text : text.substr(nl + 1)});
+      aborts_.emplace(m.h.group, Abort{m.h.src, text.substr(0, nl), nl == std::string::npos ? text : text.substr(nl + 1),
+                                       m.h.seq});
     } else if (queued_bytes_ + m.payload.size() > options_.max_queued_bytes) {
       report_drop(bad_messages_, "a message of " + std::to_string(m.payload.size()) + " bytes from rank " +
                                      std::to_string(m.h.src) + ": " + std::to_string(queued_bytes_) +

@@ -261,7 +261,7 @@ class ZmqGroup final : public ProcessGroup {
       }
       if (std::string(ex.what()).find("the group was aborted by rank") == std::string::npos) {
         if (shm_) shm_->abort(error_type(ex), ex.what());
-        mesh_->send_abort(id_, members_, error_type(ex), ex.what());
+        mesh_->send_abort(id_, members_, error_type(ex), ex.what(), e.h.seq);
       }
       throw;
     }

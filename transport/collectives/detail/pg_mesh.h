@@ -103,13 +103,18 @@ class Mesh {
             const std::shared_ptr<const void>& keep, const std::shared_ptr<SendTracker>& tracker);
   // The next message of (group, src, tag). Throws TimeoutError at the deadline, TransportError
   // when src is gone, MismatchError/TransportError when a member aborted the group. `what`
-  // names the waiting operation in errors.
-  PgMessage recv(std::uint32_t group, int src, std::int32_t tag, Clock::time_point deadline, const std::string& what);
+  // names the waiting operation in errors. `seq`: the waiting collective's number; an abort
+  // raised in collective S fails only collectives numbered S or later (every rank then fails
+  // at the same one: the earlier ones' messages were all sent, as the aborting rank finished
+  // them), and point-to-point receives (seq 0) at once.
+  PgMessage recv(std::uint32_t group, int src, std::int32_t tag, Clock::time_point deadline, const std::string& what,
+                 std::uint64_t seq = 0);
   // Non-blocking: a queued message, reading the socket once if no one else is.
   std::optional<PgMessage> try_recv(std::uint32_t group, int src, std::int32_t tag);
-  // Tells the other members that this group failed (best effort, never blocks).
+  // Tells the other members that this group failed in collective `seq` (0: whatever is
+  // waiting, as abort() says; best effort, never blocks).
   void send_abort(std::uint32_t group, const std::vector<int>& members, const std::string& type,
-                  const std::string& reason);
+                  const std::string& reason, std::uint64_t seq = 0);
 
   // Messages dropped since start: malformed (bad framing, magic, source rank or kind), a
   // source rank that is not the sending connection's (each member's DEALER connects under the
@@ -125,6 +130,7 @@ class Mesh {
   struct Abort {
     int from;
     std::string type, reason;
+    std::uint64_t seq = 0;  // the collective it was raised in; 0: any
   };
   // Polls the sockets until something arrives or `until`; mu_ not held, reading_ owned.
   void read_sockets(Clock::time_point until);
