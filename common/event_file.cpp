@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/host.h"
 #include "common/output_file.h"
 
 namespace distrl {
@@ -66,12 +67,6 @@ std::string event_header(long long step) {
   put_varint(e, 2 << 3);  // step, varint
   put_varint(e, static_cast<std::uint64_t>(step));
   return e;
-}
-
-std::string host_name() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof buf - 1) != 0) return "localhost";
-  return buf;
 }
 
 bool parse_number(const std::string& cell, double* v) {

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/host.h"
 #include "common/log.h"
 
 namespace distrl {
@@ -22,12 +23,6 @@ namespace {
 
 constexpr const char* kLockName = ".distrl-run.lock";
 constexpr const char* kFdVariable = "DISTRL_RUN_LOCK_FD";
-
-std::string this_host() {
-  char buf[256] = {0};
-  ::gethostname(buf, sizeof(buf) - 1);
-  return buf;
-}
 
 bool same_file(int a, int b) {
   struct stat sa{}, sb{};
@@ -116,7 +111,7 @@ RunLock::RunLock(const std::string& dir) {
                             (h.pid > 0 ? " (pid " + std::to_string(h.pid) + " on " + h.host + ")" : std::string()) +
                             (h.since.empty() ? "" : ", since " + h.since);
     std::string gone;
-    if (h.pid > 0 && h.host == this_host() && !runs_here(h.pid))
+    if (h.pid > 0 && h.host == host_name() && !runs_here(h.pid))
       gone = " (pid " + std::to_string(h.pid) + " has exited, but processes it started still run and hold the "
              "directory: `fuser -v " + path + "` lists them)";
     throw ConfigError("run.out_dir '" + dir + "' is in use by " + who + gone +
@@ -124,7 +119,7 @@ RunLock::RunLock(const std::string& dir) {
                       "run another directory (run.out_dir=" + dir + "-2), or pass --force");
   }
   fd_ = fd;
-  const std::string text = "pid=" + std::to_string(::getpid()) + " host=" + this_host() + " tool=" + tool +
+  const std::string text = "pid=" + std::to_string(::getpid()) + " host=" + host_name() + " tool=" + tool +
                            " since=" + now_text() + "\n";
   if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()))
     DISTRL_LOG(Warn, tool << ": cannot write " << path << " (" << std::strerror(errno)

@@ -159,7 +159,7 @@ int BipedalWalker::integer(int lo, int hi) {
   return static_cast<int>(v);
 }
 
-// Gymnasium's _generate_terrain, draw for draw (in double, as Python computes it).
+// Gymnasium's _generate_terrain, draw for draw, in double as Python computes it.
 void BipedalWalker::generate_terrain() {
   World& w = *w_;
   enum { kGrass, kStump, kStairs, kPit, kStates };
@@ -238,6 +238,24 @@ void BipedalWalker::reset(float* obs) {
     ~EndReplay() { replaying = false; }
   } end_replay{replaying_};
   done_ = true;  // until the world is whole
+  try {
+    build_world();
+  } catch (...) {
+    w_.reset();  // never half a world: scene() and bodies() see none
+    throw;
+  }
+  if (replaying_ && replay_at_ != replay_.size())
+    throw EnvError(name_ + ": " + std::to_string(replay_.size() - replay_at_) + " replayed draws were left unused");
+  // Like Gymnasium, the first observation comes from one step with the motors off (not
+  // counted towards the limit).
+  done_ = false;
+  steps_ = 0;
+  const std::array<float, 4> still{};
+  advance(still.data(), obs);
+  steps_ = 0;
+}
+
+void BipedalWalker::build_world() {
   w_ = std::make_unique<World>();
   World& w = *w_;
   generate_terrain();
@@ -303,14 +321,6 @@ void BipedalWalker::reset(float* obs) {
     w.legs[2 * k + 1] = lower;
     w.joints[2 * k + 1] = static_cast<b2RevoluteJoint*>(w.world.CreateJoint(&knee));
   }
-
-  // Like Gymnasium, the first observation comes from one step with the motors off (not
-  // counted towards the limit).
-  done_ = false;
-  steps_ = 0;
-  const std::array<float, 4> still{};
-  advance(still.data(), obs);
-  steps_ = 0;
 }
 
 Step BipedalWalker::step(const float* action, float* obs) {
@@ -339,7 +349,8 @@ Step BipedalWalker::advance(const float* action, float* obs) {
     w.world.RayCast(&l, pos, l.p2);
   }
 
-  // In double, as Python computes it, then rounded once to float32 as Gymnasium's array is.
+  // In double, then rounded once to float32 as Gymnasium's array is (NumPy 2 computes some of
+  // these in float32: a few ulps of difference, ~1e-7).
   const double angle = w.hull->GetAngle();
   std::array<double, 24> state{
       angle,

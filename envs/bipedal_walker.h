@@ -21,7 +21,8 @@
 // - Random numbers come from envs/random.h, so a seed gives another terrain than numpy's does.
 //   replay_draws() feeds Gymnasium's own draws instead, and the terrain is then Gymnasium's
 //   exactly (the test checks it).
-// - Clouds (decoration) are not generated; the world is rebuilt at every reset.
+// - Clouds (decoration) are not generated; the world is rebuilt at every reset (Gymnasium keeps
+//   one b2World, so from its second episode on its contacts may come in another order).
 // - A terminal step at the time limit is `terminated` only (Gymnasium's TimeLimit sets both).
 // Not thread-safe: one env, one thread.
 #pragma once
@@ -61,7 +62,7 @@ class BipedalWalker final : public Env {
   // Tests: the next reset takes its random numbers from `draws` instead of the generator, in
   // the order Gymnasium's np_random gives them (the terrain's, then the initial push; clouds
   // excluded), so that a Gymnasium episode is rebuilt here. A draw that does not fit the
-  // call (out of range, not an integer, too few) is an EnvError naming its index.
+  // call (out of range, not an integer, too few, some left unused) is an EnvError naming it.
   void replay_draws(std::vector<double> draws);
 
   // One body's state, for tests that set Gymnasium's bodies to ours.
@@ -88,6 +89,7 @@ class BipedalWalker final : public Env {
   double uniform(double lo, double hi);
   int integer(int lo, int hi);  // [lo, hi), as numpy's integers(lo, hi)
   double next_draw(double lo, double hi, const char* what);
+  void build_world();  // terrain, hull, legs, joints: into w_
   void generate_terrain();
   Step advance(const float* action, float* obs);
 

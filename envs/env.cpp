@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -116,6 +117,18 @@ std::vector<std::string> load_env_plugin(const std::string& path) {
     const PluginEnv e = info->envs[i];
     if (e.name == nullptr || *e.name == '\0' || e.make == nullptr) refuse("an entry without a name or a factory");
     names.emplace_back(e.name);
+  }
+  // A name taken already (built in, or from another plugin) is refused: a plugin must not
+  // replace an environment behind the user's back.
+  for (const auto& name : names) {
+    const auto taken = env_names();
+    if (std::find(taken.begin(), taken.end(), name) == taken.end()) continue;
+    std::string by = "a built-in environment";
+    for (const auto& [other, its] : loaded)
+      if (std::find(its.begin(), its.end(), name) != its.end()) by = "defined by env.plugin '" + other + "'";
+    ::dlclose(handle);
+    throw ConfigError(what + " defines '" + name + "', which is " + by + " already: give the plugin's environment "
+                      "another name");
   }
   // Kept loaded for the process's life: the envs' code and vtables live in it.
   for (int i = 0; i < info->count; ++i) {

@@ -30,9 +30,13 @@ namespace {
 //   step A...    -> "step REWARD TERMINATED TRUNCATED O..."
 // Any exception -> "error TYPE: MESSAGE"; no gymnasium -> "error ..." and exit 3.
 constexpr const char* kScript = R"PY(
-import sys
+import os, sys
+if sys.path and sys.path[0] == "":
+    del sys.path[0]  # -c puts the working directory first: a local numpy.py must not shadow numpy
+proto = os.fdopen(os.dup(1), "w")  # answers only; anything else printed goes to stderr
+os.dup2(2, 1)
 def say(*words):
-    print(*words, flush=True)
+    print(*words, file=proto, flush=True)
 try:
     import gymnasium
     import numpy as np
@@ -121,14 +125,21 @@ GymnasiumEnv::GymnasiumEnv(const std::string& id, double step_timeout_s, double 
     throw EnvError(name_ + ": socketpair: " + std::strerror(errno));
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
+  // Its own process group: a rank's stop signal (distrl-launch signals the rank's group) or a
+  // Ctrl-C must not kill it under the rank's graceful stop; it leaves when the socket closes.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attr, 0);
   posix_spawn_file_actions_adddup2(&actions, fds[1], 0);
   posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
   std::vector<std::string> args{python, "-u", "-W", "ignore", "-c", kScript};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  const int rc = ::posix_spawnp(&pid_, python.c_str(), &actions, nullptr, argv.data(), environ);
+  const int rc = ::posix_spawnp(&pid_, python.c_str(), &actions, &attr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
   ::close(fds[1]);
   fd_ = fds[0];
   if (rc != 0) {
@@ -180,8 +191,15 @@ void GymnasiumEnv::stop_child() {
   pid_ = -1;
 }
 
-void GymnasiumEnv::fail(const std::string& what) {
+void GymnasiumEnv::fail(const std::string& what, bool closed) {
   std::string why = what;
+  // A child that closed its end may not be reapable yet: give it a moment, so that its exit
+  // status (no gymnasium: 3) can be named.
+  for (int i = 0; closed && i < 100 && pid_ > 0; ++i) {
+    siginfo_t info{};
+    if (::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid != 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   int status = 0;
   if (pid_ > 0 && ::waitpid(pid_, &status, WNOHANG) == pid_) {
     pid_ = -1;
@@ -203,7 +221,7 @@ void GymnasiumEnv::send(const std::string& line) {
   for (std::size_t at = 0; at < out.size();) {
     const ssize_t n = ::send(fd_, out.data() + at, out.size() - at, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) fail("lost its Python process (" + std::string(std::strerror(errno)) + ")");
+    if (n <= 0) fail("lost its Python process (" + std::string(std::strerror(errno)) + ")", true);
     at += static_cast<std::size_t>(n);
   }
 }
@@ -221,15 +239,7 @@ std::vector<std::string> GymnasiumEnv::receive(const std::string& expect, double
     char chunk[65536];
     const ssize_t n = ::recv(fd_, chunk, sizeof chunk, 0);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      // Give a child that is exiting a moment, so that its status can be named.
-      for (int i = 0; i < 100 && pid_ > 0; ++i) {
-        siginfo_t info{};
-        if (::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid != 0) break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      }
-      fail("its Python process closed the connection");
-    }
+    if (n <= 0) fail("its Python process closed the connection", true);
     buffer_.append(chunk, static_cast<std::size_t>(n));
   }
   const std::string line = buffer_.substr(0, end);
@@ -255,8 +265,8 @@ void GymnasiumEnv::read_obs(const std::vector<std::string>& w, std::size_t from,
 
 void GymnasiumEnv::reset(float* obs) {
   send("reset " + (pending_seed_ ? std::to_string(*pending_seed_) : std::string("-")));
-  pending_seed_.reset();
   read_obs(receive("obs", step_timeout_s_), 1, obs);
+  pending_seed_.reset();  // used: later resets go on from Gymnasium's generator
   done_ = false;
 }
 

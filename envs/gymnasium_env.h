@@ -3,8 +3,10 @@
 // For environments with no native port, and to evaluate a policy trained on a native port in
 // Gymnasium's own (`distrl-agent --eval ... env.name=gymnasium:BipedalWalker-v3`).
 //
-// The child is `PYTHON -u -c <script>` (PYTHON: DISTRL_GYMNASIUM_PYTHON, else python3), its
-// stdin and stdout one end of a socketpair, its stderr ours; it speaks one line per request.
+// The child is `PYTHON -u -c <script>` (PYTHON: DISTRL_GYMNASIUM_PYTHON, else python3) in a
+// process group of its own (a rank's stop signal is for the rank; the child leaves when the
+// socket closes), its stdin and stdout one end of a socketpair, its stderr ours; it speaks one
+// line per request on that socket, and whatever else prints goes to stderr.
 // Observation spaces must be a Box (flattened), action spaces Discrete or a 1-D Box; anything
 // else is refused at construction naming the space. A seed given with seed() goes to the next
 // reset(seed=...); later resets continue Gymnasium's generator, as Gymnasium's own loop does.
@@ -53,7 +55,9 @@ class GymnasiumEnv final : public Env {
   // The next answer line, split; "error ..." from Gymnasium is an EnvError; a dead or silent
   // child is too (and is stopped).
   std::vector<std::string> receive(const std::string& expect, double timeout_s);
-  [[noreturn]] void fail(const std::string& what);
+  // Stops the child and throws EnvError naming what happened and how it ended; `closed`: it
+  // closed the socket (wait a moment for its exit status).
+  [[noreturn]] void fail(const std::string& what, bool closed = false);
   void read_obs(const std::vector<std::string>& words, std::size_t from, float* obs) const;
   Step finish_step(const std::vector<std::string>& words, float* obs);
   void stop_child();

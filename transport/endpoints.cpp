@@ -12,22 +12,17 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/host.h"
 #include "common/stop_signal.h"
 
 namespace distrl::transport::detail {
-
-std::string hostname() {
-  char buf[256] = {0};
-  ::gethostname(buf, sizeof(buf) - 1);
-  return buf;
-}
 
 // The boot id tells apart containers named alike.
 std::string host_id() {
   std::ifstream f("/proc/sys/kernel/random/boot_id");
   std::string boot;
   std::getline(f, boot);
-  return hostname() + "/" + boot;
+  return host_name() + "/" + boot;
 }
 
 std::string bind_ip(const WorldSpec& world, const std::string& bind_host) {
@@ -49,7 +44,7 @@ std::vector<std::string> endpoints_to_bind(const std::string& transport, const s
 }
 
 Address make_address(const std::string& name, const std::string& transport, const std::vector<std::string>& bound) {
-  return Address{name, host_id(), hostname(), transport != "ipc" ? bound.at(0) : "",
+  return Address{name, host_id(), host_name(), transport != "ipc" ? bound.at(0) : "",
                  transport != "tcp" ? bound.back() : "", ""};
 }
 

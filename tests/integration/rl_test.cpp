@@ -16,6 +16,8 @@
 #include <sstream>
 #include <thread>
 
+#include "common/error.h"
+#include "envs/env.h"
 #include "tests/support/child_process.h"
 #include "tests/support/command.h"
 #include "tests/support/tfevents.h"
@@ -521,6 +523,19 @@ TEST(RlPluginTest, AnEnvironmentFromASharedLibraryTrainsUnderLaunch) {
             std::string::npos)
       << bad.output;
   EXPECT_NE(bad.output.find("nothing started"), std::string::npos) << bad.output;
+  // Its names must be new: the same library under another path defines Corridor-v0 again.
+  const std::string twin = dir.file("libtwin.so");
+  std::filesystem::copy_file(DISTRL_PLUGIN, twin);
+  EXPECT_NO_THROW(distrl::envs::load_env_plugin(DISTRL_PLUGIN));
+  try {
+    distrl::envs::load_env_plugin(twin);
+    ADD_FAILURE() << "a plugin redefined Corridor-v0";
+  } catch (const distrl::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("defines 'Corridor-v0', which is defined by env.plugin '" +
+                                         std::string(DISTRL_PLUGIN) + "' already"),
+              std::string::npos)
+        << e.what();
+  }
   auto missing = launch(ppo + plugin.substr(0, plugin.find(" env.name")) + " env.name=Corridor-v9");
   EXPECT_EQ(missing.code, 2) << missing.output;
   EXPECT_NE(missing.output.find("env.name: 'Corridor-v9' is not one of: "), std::string::npos) << missing.output;
@@ -551,6 +566,17 @@ TEST(RlGymnasiumTest, GymnasiumsOwnEnvironmentTrainsUnderLaunch) {
   auto unknown = launch(ppo + " env.name=gymnasium:Nope-v0 run.out_dir=" + dir.path() + "/unknown");
   EXPECT_NE(unknown.code, 0);
   EXPECT_NE(unknown.output.find("Gymnasium cannot make 'Nope-v0'"), std::string::npos) << unknown.output;
+  // A stop signal is the ranks': the Python children (in groups of their own) keep stepping
+  // until the round ends and the run saves, instead of dying and taking the observers along.
+  auto stopped = distrl::testing::launch_interrupted(
+      ppo + " env.name=gymnasium:CartPole-v1 env.per_observer=2 learner.rounds=100000 learner.log_interval=1 "
+            "run.out_dir=" + dir.path() + "/stopped",
+      "] round     3", SIGTERM);
+  EXPECT_EQ(stopped.code, 128 + SIGTERM) << stopped.output;
+  EXPECT_NE(stopped.output.find("stopped by SIGTERM after round"), std::string::npos) << stopped.output;
+  EXPECT_EQ(stopped.output.find("lost"), std::string::npos) << stopped.output;
+  EXPECT_TRUE(std::filesystem::exists(dir.file("stopped/policy.pt"))) << stopped.output;
+  ::unsetenv("DISTRL_GYMNASIUM_PYTHON");
 }
 
 // Checkpoints while a run goes on: every `learner.checkpoint_every` rounds, and on SIGUSR1.

@@ -41,7 +41,6 @@ std::string shm_endpoint_to_bind(const std::string& tag);
 // another host) or auto with every process on this host serving it.
 bool world_uses_shm(const Address& me, const std::vector<Address>& peers, const std::string& transport);
 
-std::string hostname();
 // Equal on processes that can reach each other over ipc:// (same host and boot).
 std::string host_id();
 // The tcp interface to bind: bind_host if given, else the one that reaches the master.

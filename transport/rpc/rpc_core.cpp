@@ -10,6 +10,7 @@
 #include <set>
 #include <thread>
 
+#include "common/host.h"
 #include "common/stop_signal.h"
 #include "transport/detail/endpoints.h"
 #include "transport/detail/io_loop.h"
@@ -147,7 +148,7 @@ Links bind_links(RpcCore::State& s, const WorldSpec& w, const std::string& trans
     // tcp and/or ipc on the one ROUTER; peers pick ipc when they share our host.
     bound = l.zmq->bind(endpoints_to_bind(zt, bind_ip(w, s.opts.bind_host), std::to_string(s.rank), &s.ipc_path));
   }
-  s.me = transport == "shm" ? Address{s.opts.name, host_id(), hostname(), "", "", ""}
+  s.me = transport == "shm" ? Address{s.opts.name, host_id(), host_name(), "", "", ""}
                             : make_address(s.opts.name, zt, bound);
   if (transport == "shm" || transport == "auto") {
     ShmLink::Options o;

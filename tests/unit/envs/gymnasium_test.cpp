@@ -9,7 +9,9 @@
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
+#include <sys/wait.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -295,6 +297,11 @@ TEST_F(GymnasiumEnvTest, StepsGymnasiumsOwnEnvironment) {
   pendulum->reset(obs.data());
   const float nan = std::nanf("");
   EXPECT_THROW(pendulum->step(&nan, obs.data()), distrl::EnvError);
+  env.reset();
+  pendulum.reset();
+  int status = 0;
+  EXPECT_EQ(::waitpid(-1, &status, WNOHANG), -1) << "a Python child left unreaped";
+  EXPECT_EQ(errno, ECHILD);
 }
 
 TEST_F(GymnasiumEnvTest, EveryFailureIsAnEnvErrorThatSaysWhatToDo) {
@@ -327,6 +334,9 @@ TEST_F(GymnasiumEnvTest, EveryFailureIsAnEnvErrorThatSaysWhatToDo) {
   const auto start = std::chrono::steady_clock::now();
   EXPECT_NE(message([] { GymnasiumEnv("CartPole-v1", 1, 1); }).find("answered nothing for 1 s"), std::string::npos);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  probe.reset();
+  int status = 0;
+  EXPECT_EQ(::waitpid(-1, &status, WNOHANG), -1) << "a child (the silent one?) was not killed and reaped";
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 
 #include <torch/torch.h>
 
+#include "common/host.h"
 #include "transport/detail/endpoints.h"
 #include "transport/collectives/process_group.h"
 #include "transport/store.h"
@@ -287,7 +288,7 @@ TEST(EndpointsTest, AForgedAddressRecordIsRefusedByTheLimits) {
   std::string forged("\xdc\x00\x64", 3);  // array16 of 100 elements
   forged += std::string(100, '\xc0');     // nil x 100
   store.set("x/1", forged);
-  Address me{"me", host_id(), hostname(), "tcp://127.0.0.1:1", "", ""};
+  Address me{"me", host_id(), distrl::host_name(), "tcp://127.0.0.1:1", "", ""};
   try {
     exchange_addresses(store, "x/", 0, 2, me, 5s);
     FAIL() << "accepted";
