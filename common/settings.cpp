@@ -356,8 +356,11 @@ Settings::Field& Settings::field(const std::string& key, const std::string& sour
   if (it == by_key_.end()) {
     const auto renamed = renamed_.find(key);
     if (renamed == renamed_.end()) throw ConfigError(unknown_key(key, source));
-    std::cerr << tool_ << ": " << source << ": " << key << " is called " << renamed->second
-              << " now; the old name still works (rename it to silence this line)\n";
+    // Once per run: a launched world's ranks all read the same config, and rank 0 speaks for it.
+    const char* rank = std::getenv("RANK");
+    if (rank == nullptr || std::string(rank) == "0")
+      std::cerr << tool_ << ": " << source << ": " << key << " is called " << renamed->second
+                << " now; the old name still works (rename it to silence this line)\n";
     it = by_key_.find(renamed->second);
   }
   return *it->second;

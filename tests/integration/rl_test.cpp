@@ -186,8 +186,11 @@ TEST(RlResumeTest, RoundsMetricsAndRunningRewardCarryOn) {
   // learner.rounds was learner.episodes: the old name still works, saying so.
   auto old_name = launch(common + " learner.episodes=8 --resume " + dir.path() + "/policy.pt");
   EXPECT_EQ(old_name.code, 0) << old_name.output;
-  EXPECT_NE(old_name.output.find("learner.episodes is called learner.rounds now"), std::string::npos)
+  EXPECT_NE(old_name.output.find("[0] distrl-agent: command line: learner.episodes is called learner.rounds now"),
+            std::string::npos)
       << old_name.output;
+  EXPECT_EQ(old_name.output.find("distrl-observer: command line: learner.episodes is called"), std::string::npos)
+      << "every rank said it: " << old_name.output;
   EXPECT_NE(old_name.output.find("Stopped after 8 rounds"), std::string::npos) << old_name.output;
 }
 
