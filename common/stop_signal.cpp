@@ -97,6 +97,12 @@ void remove_on_fatal_signal(const char* path) {
   }
 }
 
+RegisteredPathGuard::~RegisteredPathGuard() {
+  if (path_.empty()) return;
+  ::unlink(path_.c_str());
+  forget_on_fatal_signal(path_.c_str());
+}
+
 void forget_on_fatal_signal(const char* path) {
   for (int i = 0; i < kSlots; ++i) {
     int published = 2;

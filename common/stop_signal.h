@@ -10,6 +10,8 @@
 // stores into a lock-free atomic (async-signal-safe).
 #pragma once
 
+#include <string>
+
 namespace distrl {
 
 // Idempotent. Call it before the loop that polls, after any work a signal should still end
@@ -38,5 +40,19 @@ void set_stop_signal_for_test(int sig);
 void remove_on_fatal_signal(const char* path);
 // Removed by the process itself: no longer the signal's to remove.
 void forget_on_fatal_signal(const char* path);
+
+// A registered path that a start which throws must not leave registered (nor on disk): on
+// destruction, unless release()d, unlinks it and forgets it. An empty path does nothing.
+class RegisteredPathGuard {
+ public:
+  explicit RegisteredPathGuard(std::string path) : path_(std::move(path)) {}
+  ~RegisteredPathGuard();
+  RegisteredPathGuard(const RegisteredPathGuard&) = delete;
+  RegisteredPathGuard& operator=(const RegisteredPathGuard&) = delete;
+  void release() { path_.clear(); }  // the owner removes it from now on
+
+ private:
+  std::string path_;
+};
 
 }  // namespace distrl

@@ -120,6 +120,7 @@ Mesh::Mesh(Store& store, const std::string& prefix, int rank, int world, const P
     router_.bind(ep);
     bound.push_back(router_.get(zmq::sockopt::last_endpoint));
   }
+  RegisteredPathGuard ipc_file(ipc_path_);  // a rendezvous that throws leaves no slot behind
   Address me = make_address(rank_name(rank), transport, bound);
   me.shm = shm_offer;
   const auto peers = exchange_addresses(store, prefix + "/addr/", rank, world, me, options_.timeout);
@@ -144,6 +145,7 @@ Mesh::Mesh(Store& store, const std::string& prefix, int rank, int world, const P
     items_.push_back({p->monitor.handle(), 0, ZMQ_POLLIN, 0});
     peers_[r] = std::move(p);
   }
+  ipc_file.release();  // ~Mesh removes it
 }
 
 Mesh::~Mesh() {

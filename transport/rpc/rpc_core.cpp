@@ -224,6 +224,7 @@ void RpcCore::start(const std::function<void()>& before_publish) {
   // (the same answer on every rank), and the other is closed unused.
   const std::string transport = checked_transport(s.opts.transport, "rpc options");
   auto links = bind_links(s, w, transport, std::move(cb), new_object_id());
+  RegisteredPathGuard ipc_file(s.ipc_path);  // a rendezvous that throws leaves no slot behind
   if (before_publish) before_publish();  // registrations land before any peer can reach us
 
   auto& store = s.rdv->store();
@@ -258,6 +259,7 @@ void RpcCore::start(const std::function<void()>& before_publish) {
   // "agent is shut down", and the 4-process dist-autograd test failed about once in 60 runs.)
   s.running.store(true);
   s.link->start();
+  ipc_file.release();  // shutdown removes it
   if (s.incarnation > 1) announce_rejoin(s);
 }
 

@@ -94,8 +94,10 @@ UnixSocket UnixSocket::listen(const std::string& path) {
   if (fchmod(s.fd_, 0600) != 0) fail("fchmod " + path);
   if (::bind(s.fd_, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) fail("bind " + path);
   remove_on_fatal_signal(path.c_str());
+  RegisteredPathGuard file(path);  // a failure below leaves neither the file nor its slot
   if (::chmod(path.c_str(), 0600) != 0) fail("chmod " + path);
   if (::listen(s.fd_, 64) != 0) fail("listen " + path);
+  file.release();  // the listener's owner removes it
   return s;
 }
 

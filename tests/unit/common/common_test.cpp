@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -17,6 +18,7 @@
 #include "common/log.h"
 #include "common/output_file.h"
 #include "common/quantiles.h"
+#include "common/stop_signal.h"
 
 TEST(ErrorTest, HierarchyLetsCallersCatchBroadly) {
   EXPECT_THROW(throw distrl::TimeoutError("t"), distrl::TransportError);
@@ -135,4 +137,26 @@ TEST(QuantileSketchTest, WithinOnePercentOfTheExactQuantiles) {
   EXPECT_EQ(empty.quantile(0.5), 0);
   empty.add(std::nan(""));
   EXPECT_EQ(empty.count(), 0u);
+}
+
+// A registered socket file that a failed start leaves: the guard removes it; once released,
+// its owner does.
+TEST(RegisteredPathGuardTest, RemovesAFileUnlessReleased) {
+  const std::string dir = std::filesystem::temp_directory_path() / ("distrl-guard-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string a = dir + "/a.ipc", b = dir + "/b.ipc";
+  std::ofstream(a) << "x";
+  std::ofstream(b) << "x";
+  distrl::remove_on_fatal_signal(a.c_str());
+  distrl::remove_on_fatal_signal(b.c_str());
+  {
+    distrl::RegisteredPathGuard failed(a);
+    distrl::RegisteredPathGuard started(b);
+    started.release();
+  }
+  EXPECT_FALSE(std::filesystem::exists(a));
+  EXPECT_TRUE(std::filesystem::exists(b));
+  distrl::forget_on_fatal_signal(b.c_str());
+  { distrl::RegisteredPathGuard nothing(""); }
+  std::filesystem::remove_all(dir);
 }
