@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "envs/detail/box2d_parts.h"
 
 namespace distrl::envs {
 namespace {
@@ -25,26 +26,11 @@ constexpr std::array<std::array<double, 2>, 5> kHullPoly{{{-30, +9}, {+6, +9}, {
 
 b2Vec2 vec(double x, double y) { return b2Vec2(static_cast<float>(x), static_cast<float>(y)); }
 
+using detail::outline;
+
 // Gymnasium's HULL_FD / LEG_FD / LOWER_FD: the walker collides with the ground only.
 void add_walker_part(b2Body* body, const b2Shape& shape, float density, float friction) {
-  b2FixtureDef fd;
-  fd.shape = &shape;
-  fd.density = density;
-  fd.friction = friction;
-  fd.restitution = 0.0f;
-  fd.filter.categoryBits = kWalker;
-  fd.filter.maskBits = kGround;
-  body->CreateFixture(&fd);
-}
-
-std::vector<std::array<float, 2>> outline(const b2Body* body) {
-  std::vector<std::array<float, 2>> out;
-  const auto* poly = static_cast<const b2PolygonShape*>(body->GetFixtureList()->GetShape());
-  for (int i = 0; i < poly->m_count; ++i) {
-    const b2Vec2 p = body->GetWorldPoint(poly->m_vertices[i]);
-    out.push_back({p.x, p.y});
-  }
-  return out;
+  detail::add_ground_colliding_part(body, shape, density, friction, kWalker);
 }
 
 // Gymnasium's LidarCallback: the closest fixture of the ground along the ray.

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "envs/detail/box2d_parts.h"
 
 namespace distrl::envs {
 namespace {
@@ -18,26 +19,8 @@ constexpr std::array<std::array<float, 2>, 6> kLanderPoly{
     {{-14, +17}, {-17, 0}, {-17, -10}, {+17, -10}, {+17, 0}, {+14, +17}}};
 
 // Gym's fixtureDef for the lander and the legs: they collide with the ground only.
-void add_part(b2Body* body, const b2Shape& shape, float density, float friction, std::uint16_t category) {
-  b2FixtureDef fd;
-  fd.shape = &shape;
-  fd.density = density;
-  fd.friction = friction;
-  fd.restitution = 0.0f;
-  fd.filter.categoryBits = category;
-  fd.filter.maskBits = 0x001;
-  body->CreateFixture(&fd);
-}
-
-std::vector<std::array<float, 2>> outline(const b2Body* body) {
-  std::vector<std::array<float, 2>> out;
-  const auto* poly = static_cast<const b2PolygonShape*>(body->GetFixtureList()->GetShape());
-  for (int i = 0; i < poly->m_count; ++i) {
-    const b2Vec2 p = body->GetWorldPoint(poly->m_vertices[i]);
-    out.push_back({p.x, p.y});
-  }
-  return out;
-}
+constexpr auto add_part = detail::add_ground_colliding_part;
+using detail::outline;
 
 }  // namespace
 
