@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "common/main_guard.h"
 #include "common/stop_signal.h"
+#include "envs/env.h"
 #include "transport/security.h"
 
 namespace {
@@ -54,6 +55,13 @@ int main(int argc, char** argv) {
     agent::parse_device(cfg.device);  // fail before rendezvous, not after
     if (cli.check_only) {  // the line distrl-launch reads the world's size and out_dir from (config_launch.cpp)
       if (!cli.resume.empty()) agent::RlAgent(cfg, cli.resume);  // a checkpoint that does not fit, or has no rounds left
+      if (cfg.env.rfind(envs::kGymnasiumPrefix, 0) == 0) {  // Gymnasium knows its IDs: ask it before anything starts
+        try {
+          envs::make_env(cfg.env);
+        } catch (const EnvError& e) {
+          throw ConfigError(std::string("env.name: ") + e.what());
+        }
+      }
       std::cout << "distrl-agent: ok: rl, " << cfg.observers + 1 << " ranks (1 agent + " << cfg.observers
                 << " observer" << (cfg.observers == 1 ? "" : "s") << "; " << cfg.env << ", " << cfg.algo << ", "
                 << cfg.mode << (cmd.flags.security == "curve" ? ", security curve" : "") << "); outputs in "

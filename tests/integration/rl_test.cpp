@@ -566,9 +566,11 @@ TEST(RlGymnasiumTest, GymnasiumsOwnEnvironmentTrainsUnderLaunch) {
                                            " run.out_dir=" + dir.path() + " env.name=CartPole-v1");
   EXPECT_EQ(eval.code, 0) << eval.output;
   EXPECT_NE(eval.output.find("CartPole-v1, 2 episodes: mean return"), std::string::npos) << eval.output;
+  // An ID Gymnasium does not know is refused before anything starts (--check-config asks it).
   auto unknown = launch(ppo + " env.name=gymnasium:Nope-v0 run.out_dir=" + dir.path() + "/unknown");
-  EXPECT_NE(unknown.code, 0);
+  EXPECT_EQ(unknown.code, 2) << unknown.output;
   EXPECT_NE(unknown.output.find("Gymnasium cannot make 'Nope-v0'"), std::string::npos) << unknown.output;
+  EXPECT_NE(unknown.output.find("nothing started"), std::string::npos) << unknown.output;
   // A stop signal is the ranks': the Python children (in groups of their own) keep stepping
   // until the round ends and the run saves, instead of dying and taking the observers along.
   auto stopped = distrl::testing::launch_interrupted(
