@@ -203,7 +203,7 @@ class SecurityGuard {
   // RFC 27: version, request id, domain, address, identity, mechanism, credentials...
   void answer() {
     std::vector<zmq::message_t> req;
-    if (!zmq::recv_multipart(zap_, std::back_inserter(req), zmq::recv_flags::dontwait)) return;
+    if (!recv_multipart_nointr(zap_, req, zmq::recv_flags::dontwait)) return;
     const bool ok = req.size() >= 7 && req[5].to_string() == "CURVE" && req[6].to_string() == client_key_;
     std::vector<zmq::message_t> rep;
     rep.emplace_back(std::string("1.0"));
@@ -212,7 +212,7 @@ class SecurityGuard {
     rep.emplace_back(std::string(ok ? "OK" : "not the world's key"));
     rep.emplace_back(std::string());
     rep.emplace_back(std::string());
-    zmq::send_multipart(zap_, rep);
+    send_multipart_nointr(zap_, rep, zmq::send_flags::none);
     if (!ok && req.size() > 3) last_address_ = req[3].to_string();
   }
 
@@ -220,7 +220,7 @@ class SecurityGuard {
   bool read_events(zmq::socket_t& mon) {
     for (;;) {
       std::vector<zmq::message_t> ev;
-      if (!zmq::recv_multipart(mon, std::back_inserter(ev), zmq::recv_flags::dontwait)) return true;
+      if (!recv_multipart_nointr(mon, ev, zmq::recv_flags::dontwait)) return true;
       if (ev.size() < 2 || ev[0].size() < 6) continue;
       std::uint16_t event;
       std::memcpy(&event, ev[0].data(), sizeof(event));

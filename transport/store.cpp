@@ -258,9 +258,10 @@ struct StoreServer::Impl {
 
   explicit Impl(StoreLimits limits)
       : core(limits, [this](const std::string& peer, std::string&& reply) {
-          std::array<zmq::message_t, 2> msg{zmq::message_t(peer.data(), peer.size()),
-                                            zmq::message_t(reply.data(), reply.size())};
-          (void)zmq::send_multipart(router, msg, zmq::send_flags::dontwait);
+          std::vector<zmq::message_t> msg;
+          msg.emplace_back(peer.data(), peer.size());
+          msg.emplace_back(reply.data(), reply.size());
+          (void)detail::send_multipart_nointr(router, msg, zmq::send_flags::dontwait);
         }) {}
 
   void run() {
@@ -311,7 +312,8 @@ StoreServer::StoreServer(const std::string& endpoint, StoreLimits limits) : impl
 }
 
 StoreServer::~StoreServer() {
-  (void)impl_->wake_push.send(zmq::message_t(), zmq::send_flags::dontwait);
+  zmq::message_t wake;
+  (void)detail::send_nointr(impl_->wake_push, wake, zmq::send_flags::dontwait);
   if (impl_->thread.joinable()) impl_->thread.join();
 }
 
@@ -335,7 +337,8 @@ struct Store::Impl {
     std::lock_guard<std::mutex> lock(mu);
     q.id = next_id++;
     q.timeout_ms = wait.count();
-    if (!dealer.send(zmq::message_t(detail::pack_store_message(q)), zmq::send_flags::dontwait))
+    zmq::message_t request(detail::pack_store_message(q));
+    if (!detail::send_nointr(dealer, request, zmq::send_flags::dontwait))
       throw TransportError("store " + endpoint + ": send queue full during " + what);
     // The server answers waits itself at their deadline; allow it a little slack.
     const auto deadline = detail::StoreClock::now() + wait + slack;
@@ -346,7 +349,7 @@ struct Store::Impl {
       detail::poll_nointr(&item, 1, left);
       if (!(item.revents & ZMQ_POLLIN)) continue;
       zmq::message_t m;
-      if (!dealer.recv(m, zmq::recv_flags::dontwait)) continue;
+      if (!detail::recv_nointr(dealer, m, zmq::recv_flags::dontwait)) continue;
       detail::StoreReply r;
       if (!detail::unpack_store_message(static_cast<const char*>(m.data()), m.size(), &r) || r.id != q.id) continue;  // a stale answer to a timed-out request
       if (r.status == detail::kStoreTimedOut) break;

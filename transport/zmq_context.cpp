@@ -63,7 +63,7 @@ void watch_connection(zmq::context_t& ctx, zmq::socket_t& dealer, zmq::socket_t&
 void read_connection_events(zmq::socket_t& monitor, const std::function<void(int)>& on_event) {
   for (;;) {
     std::vector<zmq::message_t> ev;
-    if (!zmq::recv_multipart(monitor, std::back_inserter(ev), zmq::recv_flags::dontwait)) return;
+    if (!recv_multipart_nointr(monitor, ev, zmq::recv_flags::dontwait)) return;
     if (ev.empty() || ev[0].size() < 2) continue;
     std::uint16_t event;
     std::memcpy(&event, ev[0].data(), sizeof(event));
@@ -86,7 +86,7 @@ bool handshake_failed(zmq::socket_t& monitor) {
   bool failed = false;
   for (;;) {
     std::vector<zmq::message_t> ev;
-    if (!zmq::recv_multipart(monitor, std::back_inserter(ev), zmq::recv_flags::dontwait)) return failed;
+    if (!recv_multipart_nointr(monitor, ev, zmq::recv_flags::dontwait)) return failed;
     if (!ev.empty() && ev[0].size() >= 2) failed = true;
   }
 }
@@ -102,7 +102,7 @@ Received recv_bounded(zmq::socket_t& s, std::vector<zmq::message_t>& out, std::s
   bool too_many = false;
   for (;;) {
     zmq::message_t part;
-    const auto got = s.recv(part, out.empty() ? zmq::recv_flags::dontwait : zmq::recv_flags::none);
+    const auto got = recv_nointr(s, part, out.empty() ? zmq::recv_flags::dontwait : zmq::recv_flags::none);
     if (!got) return Received::Nothing;  // only the first part can be missing (parts arrive together)
     const bool more = part.more();
     if (out.size() < max_parts) out.push_back(std::move(part));
@@ -110,6 +110,55 @@ Received recv_bounded(zmq::socket_t& s, std::vector<zmq::message_t>& out, std::s
     if (!more) break;
   }
   return too_many ? Received::TooManyParts : Received::Message;
+}
+
+namespace {
+template <typename F>
+auto retry_eintr(F&& f) {
+  for (;;) {
+    try {
+      return f();
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) throw;
+    }
+  }
+}
+}  // namespace
+
+std::optional<std::size_t> recv_nointr(zmq::socket_t& s, zmq::message_t& m, zmq::recv_flags flags) {
+  return retry_eintr([&]() -> std::optional<std::size_t> { return s.recv(m, flags); });
+}
+
+std::optional<std::size_t> send_nointr(zmq::socket_t& s, zmq::message_t& m, zmq::send_flags flags) {
+  return retry_eintr([&]() -> std::optional<std::size_t> { return s.send(m, flags); });
+}
+
+std::optional<std::size_t> send_nointr(zmq::socket_t& s, zmq::const_buffer b, zmq::send_flags flags) {
+  return retry_eintr([&]() -> std::optional<std::size_t> { return s.send(b, flags); });
+}
+
+bool send_multipart_nointr(zmq::socket_t& s, std::vector<zmq::message_t>& parts, zmq::send_flags flags) {
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const auto more = i + 1 < parts.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
+    const auto f = i == 0 ? flags | more : (flags & zmq::send_flags::dontwait) | more;
+    if (!send_nointr(s, parts[i], f)) {
+      if (i == 0) return false;
+      // Not after the first part: ZeroMQ admits a message's parts together.
+      throw zmq::error_t();
+    }
+  }
+  return true;
+}
+
+bool recv_multipart_nointr(zmq::socket_t& s, std::vector<zmq::message_t>& parts, zmq::recv_flags flags) {
+  parts.clear();
+  for (;;) {
+    zmq::message_t part;
+    if (!recv_nointr(s, part, parts.empty() ? flags : zmq::recv_flags::none)) return false;  // only the first
+    const bool more = part.more();
+    parts.push_back(std::move(part));
+    if (!more) return true;
+  }
 }
 
 int poll_nointr(zmq::pollitem_t* items, std::size_t count, std::chrono::milliseconds timeout) {

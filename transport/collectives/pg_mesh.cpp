@@ -181,8 +181,8 @@ void Mesh::send(int dst, const PgHeader& h, const void* data, std::size_t bytes,
   Peer& p = *peers_[dst];
   std::lock_guard<std::mutex> lock(p.send_mu);
   try {
-    if (!p.dealer.send(head, zmq::send_flags::sndmore | zmq::send_flags::dontwait) ||
-        !p.dealer.send(body, zmq::send_flags::dontwait))
+    if (!send_nointr(p.dealer, head, zmq::send_flags::sndmore | zmq::send_flags::dontwait) ||
+        !send_nointr(p.dealer, body, zmq::send_flags::dontwait))
       throw TransportError("process group: the send queue to rank " + std::to_string(dst) + " is full");
   } catch (const zmq::error_t& e) {
     throw TransportError("process group: send to rank " + std::to_string(dst) + " failed: " + e.what());

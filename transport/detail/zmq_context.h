@@ -5,6 +5,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,20 @@ bool handshake_failed(zmq::socket_t& monitor);
 // thread) as "nothing ready" instead of throwing; every caller waits in a loop with its own
 // deadline, so it just polls again. Other errors throw zmq::error_t as before.
 int poll_nointr(zmq::pollitem_t* items, std::size_t count, std::chrono::milliseconds timeout);
+
+// Sends and receives that retry EINTR. libzmq checks its command mailbox inside a send or
+// receive, non-blocking ones too, and reports a signal that lands there as EINTR, which cppzmq
+// throws: a SIGTERM during a dontwait recv made a process fail with "Interrupted system call"
+// (measured: 1,832 of 2 M dontwait receives under a signal every 20 us). A failed attempt
+// leaves the message with the caller, so retrying is exact. Otherwise as cppzmq's: an empty
+// result is EAGAIN (nothing there, or a full queue, with dontwait), other errors throw.
+std::optional<std::size_t> recv_nointr(zmq::socket_t& s, zmq::message_t& m, zmq::recv_flags flags);
+std::optional<std::size_t> send_nointr(zmq::socket_t& s, zmq::message_t& m, zmq::send_flags flags);
+std::optional<std::size_t> send_nointr(zmq::socket_t& s, zmq::const_buffer b, zmq::send_flags flags);
+// A whole multipart message: the first part with `flags` (false: EAGAIN, nothing sent or
+// received), the others after it (ZeroMQ takes or delivers a message's parts together).
+bool send_multipart_nointr(zmq::socket_t& s, std::vector<zmq::message_t>& parts, zmq::send_flags flags);
+bool recv_multipart_nointr(zmq::socket_t& s, std::vector<zmq::message_t>& parts, zmq::recv_flags flags);
 
 // Stops the monitor and closes both sockets.
 void unwatch_connection(zmq::socket_t& dealer, zmq::socket_t& monitor);

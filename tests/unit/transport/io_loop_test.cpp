@@ -4,7 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <pthread.h>
+#include <signal.h>
+
 #include <atomic>
+#include <cstring>
 #include <mutex>
 #include <thread>
 
@@ -95,4 +99,55 @@ TEST(IoLoopTest, AMessageOfTooManyFramesNeverReachesTheHandler) {
   EXPECT_EQ(loop.served, std::vector<std::string>{"three"});
   ASSERT_EQ(loop.dropped.size(), 1u);
   EXPECT_NE(loop.dropped[0].find("more than 3 frames"), std::string::npos) << loop.dropped[0];
+}
+
+// A signal that lands while libzmq reads its command mailbox inside a send or receive (even a
+// dontwait one) is EINTR, which cppzmq throws: a SIGTERM made processes fail with "Interrupted
+// system call". Here this thread takes a signal every 20 us; the wrappers must neither throw nor
+// lose or repeat a message. (Raw cppzmq threw ~900 times per million receives like these.)
+TEST(ZmqSignalTest, SendsAndReceivesRideOutSignals) {
+  struct sigaction sa {}, old {};
+  sa.sa_handler = [](int) {};
+  sa.sa_flags = SA_RESTART;
+  ASSERT_EQ(::sigaction(SIGUSR2, &sa, &old), 0);
+  zmq::context_t ctx;
+  zmq::socket_t a(ctx, zmq::socket_type::pair), b(ctx, zmq::socket_type::pair);
+  a.bind("inproc://signal-test");
+  b.connect("inproc://signal-test");
+  const pthread_t me = ::pthread_self();
+  std::atomic<bool> stop{false};
+  std::thread killer([&] {
+    while (!stop) {
+      ::pthread_kill(me, SIGUSR2);
+      std::this_thread::sleep_for(20us);
+    }
+  });
+  long sent = 0, received = 0, next = 0;
+  bool in_order = true;
+  try {
+    for (long i = 0; i < 300000; ++i) {
+      std::vector<zmq::message_t> parts;
+      parts.emplace_back(&i, sizeof i);
+      parts.emplace_back(std::string("payload"));
+      if (send_multipart_nointr(a, parts, zmq::send_flags::dontwait)) ++sent;
+      std::vector<zmq::message_t> got;
+      while (recv_bounded(b, got, 4) == Received::Message) {
+        long v = -1;
+        std::memcpy(&v, got.at(0).data(), sizeof v);
+        in_order = in_order && v >= next;
+        next = v + 1;
+        ++received;
+      }
+    }
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "threw: " << e.what();
+  }
+  stop = true;
+  killer.join();
+  ::sigaction(SIGUSR2, &old, nullptr);
+  std::vector<zmq::message_t> got;
+  while (recv_bounded(b, got, 4) == Received::Message) ++received;
+  EXPECT_EQ(received, sent);
+  EXPECT_TRUE(in_order);
+  EXPECT_GT(sent, 0);
 }
