@@ -91,7 +91,23 @@ std::vector<std::string> split(const std::string& line) {
   return words;
 }
 
-float to_float(const std::string& s) { return std::strtof(s.c_str(), nullptr); }
+// Answers are untrusted text: a word must be a whole number (strtof reading all of it; "inf"
+// and "nan" are numbers), and a line at most kMaxAnswerBytes long (CarRacing's 27,648 floats
+// are ~600 KB).
+constexpr std::size_t kMaxAnswerBytes = 64u << 20;
+
+bool parse_float(const std::string& s, float* v) {
+  char* end = nullptr;
+  *v = std::strtof(s.c_str(), &end);
+  return !s.empty() && end == s.c_str() + s.size();
+}
+
+bool parse_int(const std::string& s, long lo, long hi, long* v) {
+  char* end = nullptr;
+  errno = 0;
+  *v = std::strtol(s.c_str(), &end, 10);
+  return !s.empty() && end == s.c_str() + s.size() && errno == 0 && *v >= lo && *v <= hi;
+}
 
 std::string number(double v) {
   char buf[64];
@@ -99,16 +115,18 @@ std::string number(double v) {
   return buf;
 }
 
-// "DIM LOW... HIGH..." from words[at].
+// "DIM LOW... HIGH..." from words[at]; empty bounds when malformed.
 Space box(const std::vector<std::string>& w, std::size_t at) {
   Space s;
   s.kind = Space::Kind::Box;
-  const std::size_t dim = at < w.size() ? std::strtoul(w[at].c_str(), nullptr, 10) : 0;
-  if (dim == 0 || w.size() != at + 1 + 2 * dim) return s;
-  for (std::size_t i = 0; i < dim; ++i) {
-    s.low.push_back(to_float(w[at + 1 + i]));
-    s.high.push_back(to_float(w[at + 1 + dim + i]));
-  }
+  long dim = 0;
+  if (at >= w.size() || !parse_int(w[at], 1, 1 << 24, &dim) || w.size() != at + 1 + 2 * static_cast<std::size_t>(dim))
+    return s;
+  std::vector<float> low(dim), high(dim);
+  for (long i = 0; i < dim; ++i)
+    if (!parse_float(w[at + 1 + i], &low[i]) || !parse_float(w[at + 1 + dim + i], &high[i])) return s;
+  s.low = std::move(low);
+  s.high = std::move(high);
   return s;
 }
 
@@ -152,15 +170,17 @@ GymnasiumEnv::GymnasiumEnv(const std::string& id, double step_timeout_s, double 
   try {
     send("make " + id_);
     const auto spec = receive("spec", make_timeout_s);
-    if (spec.size() != 3) fail("a malformed answer to make");
-    max_steps_ = std::max(1, std::atoi(spec[1].c_str()));
-    threshold_ = to_float(spec[2]);
+    long steps = 0;
+    if (spec.size() != 3 || !parse_int(spec[1], 1, 1 << 30, &steps) || !parse_float(spec[2], &threshold_))
+      fail("a malformed answer to make");
+    max_steps_ = static_cast<int>(steps);
     obs_space_ = box(receive("observation", step_timeout_s_), 1);
     if (obs_space_.low.empty()) fail("a malformed observation space");
     const auto act = receive("action", step_timeout_s_);
-    if (act.size() == 3 && act[1] == "discrete") {
+    long n = 0;
+    if (act.size() == 3 && act[1] == "discrete" && parse_int(act[2], 1, 1 << 30, &n)) {
       act_space_.kind = Space::Kind::Discrete;
-      act_space_.n = std::atoi(act[2].c_str());
+      act_space_.n = static_cast<int>(n);
     } else if (act.size() > 2 && act[1] == "box") {
       act_space_ = box(act, 2);
     }
@@ -230,6 +250,7 @@ std::vector<std::string> GymnasiumEnv::receive(const std::string& expect, double
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   std::size_t end;
   while ((end = buffer_.find('\n')) == std::string::npos) {
+    if (buffer_.size() > kMaxAnswerBytes) fail("an answer line over " + std::to_string(kMaxAnswerBytes >> 20) + " MiB");
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) fail("Gymnasium answered nothing for " + number(timeout_s) + " s; killed it");
     pollfd p{fd_, POLLIN, 0};
@@ -255,12 +276,13 @@ std::vector<std::string> GymnasiumEnv::receive(const std::string& expect, double
   return words;
 }
 
-void GymnasiumEnv::read_obs(const std::vector<std::string>& w, std::size_t from, float* obs) const {
+void GymnasiumEnv::read_obs(const std::vector<std::string>& w, std::size_t from, float* obs) {
   const std::size_t dim = static_cast<std::size_t>(obs_space_.dim());
   if (w.size() != from + dim)
-    throw EnvError(name_ + ": Gymnasium gave " + std::to_string(w.size() - std::min(w.size(), from)) +
-                   " observation values, its space has " + std::to_string(dim));
-  for (std::size_t i = 0; i < dim; ++i) obs[i] = to_float(w[from + i]);
+    fail("Gymnasium gave " + std::to_string(w.size() - std::min(w.size(), from)) +
+         " observation values, its space has " + std::to_string(dim));
+  for (std::size_t i = 0; i < dim; ++i)
+    if (!parse_float(w[from + i], &obs[i])) fail("observation value '" + w[from + i].substr(0, 40) + "' is no number");
 }
 
 void GymnasiumEnv::reset(float* obs) {
@@ -271,10 +293,11 @@ void GymnasiumEnv::reset(float* obs) {
 }
 
 Step GymnasiumEnv::finish_step(const std::vector<std::string>& w, float* obs) {
-  if (w.size() < 4) fail("a malformed step answer");
-  read_obs(w, 4, obs);
+  const auto flag = [](const std::string& v) { return v == "0" || v == "1"; };
   Step s;
-  s.reward = to_float(w[1]);
+  if (w.size() < 4 || !parse_float(w[1], &s.reward) || !flag(w[2]) || !flag(w[3]))
+    fail("a malformed step answer (wanted: step REWARD 0|1 0|1 OBSERVATION...)");
+  read_obs(w, 4, obs);
   s.terminated = w[2] == "1";
   s.truncated = w[3] == "1" && !s.terminated;  // terminated wins, as in the native envs
   done_ = s.done();

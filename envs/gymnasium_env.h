@@ -58,7 +58,8 @@ class GymnasiumEnv final : public Env {
   // Stops the child and throws EnvError naming what happened and how it ended; `closed`: it
   // closed the socket (wait a moment for its exit status).
   [[noreturn]] void fail(const std::string& what, bool closed = false);
-  void read_obs(const std::vector<std::string>& words, std::size_t from, float* obs) const;
+  // The observation's words, or fail() (the child is stopped) when they do not fit its space.
+  void read_obs(const std::vector<std::string>& words, std::size_t from, float* obs);
   Step finish_step(const std::vector<std::string>& words, float* obs);
   void stop_child();
 

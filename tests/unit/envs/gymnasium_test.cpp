@@ -339,4 +339,44 @@ TEST_F(GymnasiumEnvTest, EveryFailureIsAnEnvErrorThatSaysWhatToDo) {
   EXPECT_EQ(::waitpid(-1, &status, WNOHANG), -1) << "a child (the silent one?) was not killed and reaped";
 }
 
+// Answers are untrusted: a child that says something else than the protocol, a malformed space,
+// a word that is no number, a bad flag or an endless line is refused, naming it, and stopped.
+// The children here are shell scripts speaking (or breaking) the protocol: no gymnasium needed.
+TEST_F(GymnasiumEnvTest, MalformedAnswersAreRefusedAndTheChildStopped) {
+  distrl::testing::TempDir dir;
+  const std::string made = "read l; echo 'spec 10 inf'; echo 'observation 2 -1 -1 1 1'; echo 'action discrete 2'\n";
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {"read l; echo hello\n", "an unexpected answer 'hello' (wanted spec)"},
+      {"read l; echo 'spec ten inf'\n", "a malformed answer to make"},
+      {"read l; echo 'spec 10 inf'; echo 'observation 2 0 x 1 1'\n", "a malformed observation space"},
+      {"read l; echo 'spec 10 inf'; echo 'observation 999999999 0 1'\n", "a malformed observation space"},
+      {"read l; echo 'spec 10 inf'; echo 'observation 2 -1 -1 1 1'; echo 'action discrete -3'\n",
+       "a malformed action space"},
+      {made + "read l; echo 'obs 0 zz'\n", "observation value 'zz' is no number"},
+      {made + "read l; echo 'obs 0'\n", "Gymnasium gave 1 observation values, its space has 2"},
+      {made + "read l; echo 'obs 0 0'; read l; echo 'step 1 2 0 0 0'\n", "a malformed step answer"},
+      {made + "read l; echo 'obs 0 0'; read l; echo 'step one 0 0 0 0'\n", "a malformed step answer"},
+      {"read l; exec tr '\\0' x < /dev/zero\n", "an answer line over 64 MiB"},
+  };
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE(cases[i].first);
+    const std::string child = dir.file("child" + std::to_string(i));
+    std::ofstream(child) << "#!/bin/sh\n" << cases[i].first << "exec cat > /dev/null\n";
+    ::chmod(child.c_str(), 0755);
+    ::setenv("DISTRL_GYMNASIUM_PYTHON", child.c_str(), 1);
+    std::string message = "no error";
+    try {
+      GymnasiumEnv env("Fake-v0", 5, 5);
+      std::vector<float> obs(2);
+      env.reset(1, obs.data());
+      env.step(1, obs.data());
+    } catch (const distrl::EnvError& e) {
+      message = e.what();
+    }
+    EXPECT_NE(message.find(cases[i].second), std::string::npos) << message;
+    int status = 0;
+    EXPECT_EQ(::waitpid(-1, &status, WNOHANG), -1) << "the child was not stopped and reaped";
+  }
+}
+
 }  // namespace
