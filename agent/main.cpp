@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
     agent::parse_device(cfg.device);  // fail before rendezvous, not after
     if (cli.check_only) {  // the line distrl-launch reads the world's size and out_dir from (config_launch.cpp)
       if (!cli.resume.empty()) agent::RlAgent(cfg, cli.resume);  // a checkpoint that does not fit, or has no rounds left
-      if (cfg.env.rfind(envs::kGymnasiumPrefix, 0) == 0) {  // Gymnasium knows its IDs: ask it before anything starts
+      if (envs::gymnasium_id(cfg.env)) {  // Gymnasium knows its IDs: ask it before anything starts
         try {
           envs::make_env(cfg.env);
         } catch (const EnvError& e) {

@@ -3,7 +3,6 @@
 #include <dlfcn.h>
 
 #include <algorithm>
-#include <cstring>
 #include <map>
 #include <mutex>
 #include <set>
@@ -61,7 +60,7 @@ std::vector<std::string> env_names() {
 }
 
 std::unique_ptr<Env> make_env(const std::string& name) {
-  if (name.rfind(kGymnasiumPrefix, 0) == 0) return std::make_unique<GymnasiumEnv>(name.substr(std::strlen(kGymnasiumPrefix)));
+  if (const auto id = gymnasium_id(name)) return std::make_unique<GymnasiumEnv>(*id);
   EnvFactory f;
   {
     std::lock_guard<std::mutex> lock(registry().mu);
@@ -120,8 +119,8 @@ std::vector<std::string> load_env_plugin(const std::string& path) {
   }
   // A name taken already (built in, or from another plugin) is refused: a plugin must not
   // replace an environment behind the user's back.
+  const auto taken = env_names();
   for (const auto& name : names) {
-    const auto taken = env_names();
     if (std::find(taken.begin(), taken.end(), name) == taken.end()) continue;
     std::string by = "a built-in environment";
     for (const auto& [other, its] : loaded)

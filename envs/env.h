@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,12 @@ using EnvFactory = std::function<std::unique_ptr<Env>()>;
 
 // env.name's prefix for Gymnasium's own environments, stepped by Python (envs/gymnasium_env.h).
 inline constexpr const char* kGymnasiumPrefix = "gymnasium:";
+// The ID after the prefix ("" when it is empty), or nullopt for any other name.
+inline std::optional<std::string> gymnasium_id(const std::string& name) {
+  const std::string prefix = kGymnasiumPrefix;
+  if (name.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
+  return name.substr(prefix.size());
+}
 
 // A registered environment, or "gymnasium:ID". Throws EnvError naming the registered
 // environments when name is unknown.

@@ -1,7 +1,6 @@
 #include "rl/rl_config.h"
 
 #include <algorithm>
-#include <cstring>
 #include <filesystem>
 
 #include "common/error.h"
@@ -101,7 +100,7 @@ void prepare_env(RlConfig& c) {
   }
   const auto names = envs::env_names();
   if (std::find(names.begin(), names.end(), c.env) != names.end()) return;
-  if (c.env.rfind(envs::kGymnasiumPrefix, 0) == 0 && c.env.size() > std::strlen(envs::kGymnasiumPrefix)) return;
+  if (const auto id = envs::gymnasium_id(c.env); id && !id->empty()) return;
   std::string known;
   for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
   throw ConfigError("env.name: '" + c.env + "' is not one of: " + known +
