@@ -74,9 +74,10 @@ $(BUILD_DIR)/build.ninja: $(TORCH_PREREQ)
 
 configure: $(BUILD_DIR)/build.ninja
 
+# BUILD_TARGETS empty: everything (tests, benchmarks, examples); `make demo` names only what it runs.
+BUILD_TARGETS ?=
 build: configure
-	CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime \
-	    cmake --build $(BUILD_DIR) -j $(JOBS)
+	cmake --build $(BUILD_DIR) -j $(JOBS) $(if $(BUILD_TARGETS),--target $(BUILD_TARGETS))
 
 # What some tests compare against, from PyPI into a venv outside the source tree, pinned:
 # TensorBoard's own event reader and Gymnasium's environments ([box2d]: the pybox2d 2.3.10 and
@@ -104,8 +105,7 @@ consumer: build
 	cmake --install $(BUILD_DIR) --prefix $(CURDIR)/$(BUILD_DIR)/install > /dev/null
 	cmake -S examples/consumer -B $(BUILD_DIR)/consumer -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
 	    "-DCMAKE_PREFIX_PATH=$(CURDIR)/$(BUILD_DIR)/install$(TORCH_PREFIX)" > /dev/null
-	CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime \
-	    cmake --build $(BUILD_DIR)/consumer
+	cmake --build $(BUILD_DIR)/consumer
 	$(BUILD_DIR)/consumer/consumer
 	cmake -S examples/env_plugin -B $(BUILD_DIR)/env_plugin -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
 	    "-DCMAKE_PREFIX_PATH=$(CURDIR)/$(BUILD_DIR)/install$(TORCH_PREFIX)" > /dev/null
@@ -123,10 +123,12 @@ test-integration: build
 
 # The main job: an agent and 4 observer processes learn CartPole-v1 with batched action
 # serving; ends with "Solved" or the reason it stopped. DEMO_ARGS overrides config keys.
+# Builds only the three tools it runs and the libraries they link (not the tests).
 DEMO_CONFIG ?= configs/cartpole.yaml
 DEMO_ARGS ?=
+DEMO_TARGETS ?= distrl-launch distrl-agent distrl-observer
 demo: deps
-	$(MAKE) build
+	$(MAKE) build BUILD_TARGETS="$(DEMO_TARGETS)"
 	$(BUILD_DIR)/bin/distrl-launch --config $(DEMO_CONFIG) $(DEMO_ARGS)
 
 # The whole test suite under AddressSanitizer + UndefinedBehaviorSanitizer (its own build dir;
@@ -135,8 +137,7 @@ ASAN_DIR ?= build-asan
 test-asan: deps
 	cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDISTRL_SANITIZE=address,undefined \
 	    -DDISTRL_TEST_TIMEOUT_SCALE=3 $(CMAKE_ARGS)
-	CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime \
-	    cmake --build $(ASAN_DIR) -j $(JOBS)
+	cmake --build $(ASAN_DIR) -j $(JOBS)
 	cd $(ASAN_DIR) && ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:detect_stack_use_after_return=0 \
 	    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 

@@ -1,6 +1,6 @@
 #include "agent/learner.h"
 
-#include <torch/torch.h>
+#include <torch/utils.h>
 
 #include "agent/policy_actor.h"
 #include "agent/ppo.h"

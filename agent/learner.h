@@ -25,6 +25,10 @@ namespace distrl::agent {
 
 class ObserverPool;
 
+// Refuses rl.device values this build or machine cannot run ("cpu", "cuda[:N]") with a
+// ConfigError, before anything starts; torch-free for the agent's main.
+void check_device(const std::string& name);
+
 class Actor {
  public:
   virtual ~Actor() = default;

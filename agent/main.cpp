@@ -8,7 +8,6 @@
 #include <ATen/Parallel.h>
 
 #include "rl/cli.h"
-#include "agent/policy_actor.h"
 #include "agent/rl_agent.h"
 #include "agent/run_report.h"
 #include "common/run_lock.h"
@@ -52,7 +51,7 @@ int main(int argc, char** argv) {
     distrl::transport::use_security(cmd.flags.security, cmd.flags.security_key);  // checks the key file
     const rl::RlConfig& cfg = cmd.config;
     const ToolFlags& cli = cmd.flags;
-    agent::parse_device(cfg.device);  // fail before rendezvous, not after
+    agent::check_device(cfg.device);  // fail before rendezvous, not after
     if (cli.check_only) {  // the line distrl-launch reads the world's size and out_dir from (config_launch.cpp)
       if (!cli.resume.empty()) agent::RlAgent(cfg, cli.resume);  // a checkpoint that does not fit, or has no rounds left
       if (envs::gymnasium_id(cfg.env)) {  // Gymnasium knows its IDs: ask it before anything starts

@@ -27,6 +27,8 @@ torch::Device parse_device(const std::string& name) {
   throw ConfigError("device '" + name + "' is not one of: cpu, cuda, cuda:N");
 }
 
+void check_device(const std::string& name) { parse_device(name); }
+
 PolicyActor::PolicyActor(std::shared_ptr<models::PolicyNet> net, torch::Device device, int obs_dim, std::uint64_t seed)
     : net_(std::move(net)), device_(device), obs_dim_(obs_dim), rng_(seed) {
   net_->to(device_);

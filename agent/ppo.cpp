@@ -1,7 +1,8 @@
 #include "agent/ppo.h"
 
 #include <torch/nn/utils/clip_grad.h>
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <algorithm>
 #include <cmath>

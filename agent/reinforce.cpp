@@ -1,6 +1,6 @@
 #include "agent/reinforce.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <numeric>
 

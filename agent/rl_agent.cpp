@@ -1,7 +1,5 @@
 #include "agent/rl_agent.h"
 
-#include <torch/torch.h>
-
 #include <cmath>
 #include <iomanip>
 #include <numeric>

@@ -9,6 +9,11 @@
 
 #include <memory>
 
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/pooling.h>
+
 #include "models/policy.h"
 
 namespace distrl::models {
