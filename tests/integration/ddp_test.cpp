@@ -5,9 +5,11 @@
 #include <torch/torch.h>
 
 #include <fstream>
+#include <functional>
 
 #include "models/nets.h"
 #include "tests/support/process_groups.h"
+#include "tests/support/tolerance.h"
 #include "training/checkpoint.h"
 #include "training/data.h"
 #include "training/ddp/ddp.h"
@@ -49,31 +51,60 @@ double max_grad_diff(models::Net& a, models::Net& b) {
   return d;
 }
 
+// The one-process reference trained in the summation orders of tests/support/tolerance.h: each
+// step on the whole batch, or on its `parts` equal slices accumulated first to last or last to
+// first -- as DDP's averaged gradients sum them, in some order. `make_ref` builds the model and
+// its optimizer; `batch(k)` gives step k's rows.
+using Batch = std::pair<at::Tensor, at::Tensor>;
+template <typename MakeRef>
+distrl::testing::Reorderings one_process(const std::string& what, MakeRef make_ref, int steps, int parts,
+                                         const std::function<Batch(int)>& batch) {
+  distrl::testing::Reorderings want(what);
+  for (int order = 0; order < distrl::testing::kOrders; ++order) {
+    auto [ref, opt] = make_ref();
+    for (int k = 0; k < steps; ++k) {
+      const auto [x, y] = batch(k);
+      opt->zero_grad();
+      distrl::testing::backward_in_order(
+          order, x, y, distrl::testing::equal_parts(x.size(0), parts),
+          [&](const at::Tensor& in) { return ref->forward(in); },
+          [](const at::Tensor& out, const at::Tensor& t) { return torch::mse_loss(out, t); });
+      opt->step();
+    }
+    want.add(ref->parameters());
+  }
+  return want;
+}
+
+void expect_within(const distrl::testing::Reorderings& want, const std::vector<at::Tensor>& got) {
+  const std::string e = want.check(got);
+  expect(e.empty(), e);
+}
+
 TEST(DdpTest, TwoRanksOnHalfBatchesEqualOneProcessOnTheWholeBatch) {
   run_group(2, [&](int rank, const std::shared_ptr<ProcessGroup>& pg) {
     auto net = make(100 + rank, {300, 200});  // different inits: DDP must copy rank 0's
-    auto ref = make(100, {300, 200});         // rank 0's init
     training::DdpOptions o;
     o.bucket_cap_mb = 0.2;  // several buckets, some large enough for the ring
     training::DistributedDataParallel ddp(net, pg, o);
     expect(ddp.buckets().size() >= 3, "expected several buckets, got " + std::to_string(ddp.buckets().size()));
-    expect(max_diff(*net, *ref) == 0, "parameters broadcast from rank 0");
+    expect(max_diff(*net, *make(100, {300, 200})) == 0, "parameters broadcast from rank 0");
     torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
-    torch::optim::SGD ref_opt(ref->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
     auto data = training::make_toy(16 * 6, 10, 5, 7);
+    auto batch = [&](int k) { return Batch{data.inputs.narrow(0, 16 * k, 16), data.targets.narrow(0, 16 * k, 16)}; };
     for (int k = 0; k < 6; ++k) {
-      auto x = data.inputs.narrow(0, 16 * k, 16), y = data.targets.narrow(0, 16 * k, 16);
+      const auto [x, y] = batch(k);
       auto loss = torch::mse_loss(ddp.forward(x.narrow(0, 8 * rank, 8)), y.narrow(0, 8 * rank, 8));
       opt.zero_grad();
       loss.backward();
       opt.step();
-      auto ref_loss = torch::mse_loss(ref->forward(x), y);
-      ref_opt.zero_grad();
-      ref_loss.backward();
-      ref_opt.step();
     }
-    const double d = max_diff(*net, *ref);
-    expect(d < 1e-5, "DDP differs from single-process training by " + std::to_string(d));
+    auto make_ref = [] {
+      auto ref = make(100, {300, 200});  // rank 0's init
+      auto opt = std::make_shared<torch::optim::SGD>(ref->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+      return std::make_pair(ref, opt);
+    };
+    expect_within(one_process("parameters after 6 steps", make_ref, 6, 2, batch), net->parameters());
     auto st = ddp.last_stats();
     expect(st.buckets == static_cast<int>(ddp.buckets().size()) && st.comm_s > 0, "stats");
     return 0;
@@ -83,10 +114,8 @@ TEST(DdpTest, TwoRanksOnHalfBatchesEqualOneProcessOnTheWholeBatch) {
 TEST(DdpTest, NoSyncAccumulationEqualsOneBigStep) {
   run_group(2, [&](int rank, const std::shared_ptr<ProcessGroup>& pg) {
     auto net = make(5);
-    auto ref = make(5);
     training::DistributedDataParallel ddp(net, pg);
     torch::optim::SGD opt(net->parameters(), 0.05);
-    torch::optim::SGD ref_opt(ref->parameters(), 0.05);
     auto data = training::make_toy(24, 10, 5, 3);  // rank r: rows 12r..12r+11 as 3 micro-batches of 4
     auto local = make(5);  // the same replica without DDP: what no_sync must leave in .grad
     opt.zero_grad();
@@ -101,7 +130,8 @@ TEST(DdpTest, NoSyncAccumulationEqualsOneBigStep) {
         }
         expect(pg->collectives_issued() == before, "no_sync backward communicated");
         (torch::mse_loss(local->forward(x), y) / 3).backward();
-        expect(max_grad_diff(*net, *local) < 1e-7, "no_sync gradients are not the local ones");
+        // The same operations in the same process: equal to the bit.
+        expect(max_grad_diff(*net, *local) == 0, "no_sync gradients are not the local ones");
       } else {
         const auto before = pg->collectives_issued();
         loss.backward();
@@ -109,11 +139,14 @@ TEST(DdpTest, NoSyncAccumulationEqualsOneBigStep) {
       }
     }
     opt.step();
-    ref_opt.zero_grad();
-    torch::mse_loss(ref->forward(data.inputs), data.targets).backward();
-    ref_opt.step();
-    const double d = max_diff(*net, *ref);
-    expect(d < 1e-5, "no_sync accumulation differs by " + std::to_string(d));
+    // One step on all 24 rows, or on the 6 micro-batches of 4 (each loss / 6) in either order.
+    auto make_ref = [] {
+      auto ref = make(5);
+      return std::make_pair(ref, std::make_shared<torch::optim::SGD>(ref->parameters(), 0.05));
+    };
+    expect_within(one_process("parameters after one step", make_ref, 1, 6,
+                              [&](int) { return Batch{data.inputs, data.targets}; }),
+                  net->parameters());
     return 0;
   });
 }
@@ -233,23 +266,25 @@ TEST(DdpTest, ModelSpreadOverTwoDevicesTrainsLikeOneProcess) {
     const torch::Device d1 = gpus ? torch::Device(torch::kCUDA, 2 * rank + 1) : torch::Device(torch::kCPU);
     torch::manual_seed(3);
     auto net = std::make_shared<ToyMp>(d0, d1);
-    torch::manual_seed(3);
-    auto ref = std::make_shared<ToyMp>(torch::kCPU, torch::kCPU);
     training::DistributedDataParallel ddp(net, pg);
-    torch::optim::SGD opt(net->parameters(), 0.1), ref_opt(ref->parameters(), 0.1);
+    torch::optim::SGD opt(net->parameters(), 0.1);
     auto data = training::make_toy(16, 10, 5, 9);
     for (int k = 0; k < 3; ++k) {
       auto loss = torch::mse_loss(ddp.forward(data.inputs.narrow(0, 8 * rank, 8)), data.targets.narrow(0, 8 * rank, 8).to(d1));
       opt.zero_grad();
       loss.backward();
       opt.step();
-      ref_opt.zero_grad();
-      torch::mse_loss(ref->forward(data.inputs), data.targets).backward();
-      ref_opt.step();
     }
-    auto a = net->parameters(), b = ref->parameters();
-    for (std::size_t i = 0; i < a.size(); ++i)
-      expect(torch::allclose(a[i].cpu(), b[i], 0, 1e-5), "two-device DDP differs at parameter " + std::to_string(i));
+    auto make_ref = [] {
+      torch::manual_seed(3);
+      auto ref = std::make_shared<ToyMp>(torch::kCPU, torch::kCPU);
+      return std::make_pair(ref, std::make_shared<torch::optim::SGD>(ref->parameters(), 0.1));
+    };
+    std::vector<at::Tensor> got;
+    for (const auto& p : net->parameters()) got.push_back(p.cpu());
+    expect_within(one_process("two-device parameters after 3 steps", make_ref, 3, 2,
+                              [&](int) { return Batch{data.inputs, data.targets}; }),
+                  got);
     return 0;
   });
 }
@@ -294,8 +329,9 @@ TEST(DdpTest, CheckpointResumeReproducesTheUninterruptedRun) {
     std::vector<torch::Tensor> want;
     torch::load(want, ck.file("final.pt"));
     auto got = net->parameters();
+    // The same operations in the same order from the same saved bits: equal to the bit.
     for (std::size_t i = 0; i < got.size(); ++i)
-      expect(torch::allclose(got[i], want[i], 0, 1e-6), "resumed parameters differ at " + std::to_string(i));
+      expect(torch::equal(got[i], want[i]), "resumed parameters differ at " + std::to_string(i));
     return 0;
   });
   for (int c : codes) EXPECT_EQ(c, 0);

@@ -11,9 +11,11 @@
 
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <iomanip>
 
 #include "tests/support/process_groups.h"
+#include "tests/support/tolerance.h"
 #include "training/pipeline/stage.h"
 
 namespace {
@@ -49,15 +51,73 @@ struct Case {
   bool recompute = false;
 };
 
+// The one-process reference (the whole model, no pipeline code) in the summation orders of
+// tests/support/tolerance.h: the whole batch, and the schedule's micro-batches accumulated first
+// to last and last to first (each loss weighted rows/batch, as the stage adds them). The stage is
+// one more such order: it must land within their spread.
+class OneProcess {
+ public:
+  using Make = std::function<nn::Sequential()>;
+  OneProcess(const Make& make, std::vector<std::int64_t> sizes, double lr = 0.1) : sizes_(std::move(sizes)) {
+    for (int k = 0; k < distrl::testing::kOrders; ++k) {
+      models_.push_back(make());
+      opts_.emplace_back(models_.back()->parameters(), lr);
+    }
+  }
+  // One step of every order: gradients left in place (read them with gradients()), losses
+  // returned, the SGD step taken by step().
+  void forward_backward(const at::Tensor& x, const at::Tensor& y) {
+    losses_.clear();
+    for (int k = 0; k < distrl::testing::kOrders; ++k) {
+      opts_[k].zero_grad();
+      losses_.push_back(distrl::testing::backward_in_order(
+          k, x, y, sizes_, [&](const at::Tensor& in) { return models_[k]->forward(in); }, mse));
+    }
+  }
+  void step() {
+    for (auto& o : opts_) o.step();
+  }
+  distrl::testing::Reorderings loss() const {
+    distrl::testing::Reorderings r("loss");
+    for (double l : losses_) r.add(l);
+    return r;
+  }
+  // The named parameters' gradients (or values), in every order.
+  distrl::testing::Reorderings of(const std::vector<std::string>& names, bool grads) const {
+    distrl::testing::Reorderings r(grads ? "gradients" : "parameters");
+    for (const auto& m : models_) {
+      auto named = m->named_parameters();
+      std::vector<at::Tensor> ts;
+      for (const auto& n : names) ts.push_back(grads ? named[n].grad() : named[n]);
+      r.add(ts);
+    }
+    return r;
+  }
+  const nn::Sequential& model() const { return models_[0]; }
+
+ private:
+  std::vector<std::int64_t> sizes_;
+  std::vector<nn::Sequential> models_;
+  std::vector<torch::optim::SGD> opts_;
+  std::vector<double> losses_;
+};
+
+// Expects an empty Reorderings::check (its message otherwise).
+void expect_within(const distrl::testing::Reorderings& want, const std::vector<at::Tensor>& got, const std::string& where) {
+  const std::string e = want.check(got);
+  expect(e.empty(), where + ": " + e);
+}
+
 // Each rank trains its pieces through the pipeline and, beside it, the whole model in one
-// process on the whole batch; after every step its pieces' gradients, parameters and (last
-// stage) the loss must equal the one-process ones.
+// process in three orders; after every step its pieces' gradients, parameters and (last stage)
+// the loss must be one more order of the same sums.
 void expect_equals_one_process(const Case& c) {
   SCOPED_TRACE(c.schedule + " stages=" + std::to_string(c.stages) + " chunks=" + std::to_string(c.chunks) +
                " m=" + std::to_string(c.microbatches) + (c.recompute ? " recompute" : ""));
   distrl::testing::run_group(c.stages, [&](int rank, const std::shared_ptr<transport::ProcessGroup>& pg) {
     const int pieces_total = c.stages * c.chunks;
-    nn::Sequential ref = make_model(), model = make_model();
+    nn::Sequential model = make_model();
+    OneProcess ref(make_model, pl::microbatch_sizes(14, c.microbatches));
     const auto cuts = pl::balanced_cuts(model, std::vector<double>(model->size(), 1.0), pieces_total);
     const auto pieces = pl::split_sequential(model, cuts);
     pl::Schedule sched = pl::make_schedule(c.schedule, c.stages, c.microbatches, c.chunks);
@@ -67,39 +127,36 @@ void expect_equals_one_process(const Case& c) {
     o.recompute = c.recompute;
     pl::PipelineStage stage(pg, mine, sched, o);
     std::vector<at::Tensor> params;
+    std::vector<std::string> names;
     for (auto& p : mine)
-      for (auto& t : p->parameters()) params.push_back(t);
-    torch::optim::SGD opt(params, 0.1), ref_opt(ref->parameters(), 0.1);
-    auto ref_params = ref->named_parameters();
+      for (auto& kv : p->named_parameters()) {
+        params.push_back(kv.value());
+        names.push_back(kv.key());
+      }
+    torch::optim::SGD opt(params, 0.1);
     torch::manual_seed(5);
     for (int step = 0; step < 3; ++step) {
       const at::Tensor x = torch::randn({14, 8}), y = torch::randn({14, 4});  // 14 rows: an uneven last micro-batch
       opt.zero_grad();
-      ref_opt.zero_grad();
       const pl::StepStats st = stage.step(rank == 0 ? x : at::Tensor(), stage.holds_last() ? y : at::Tensor(), mse);
-      const at::Tensor ref_loss = mse(ref->forward(x), y);
-      ref_loss.backward();
-      if (stage.holds_last())
-        expect(std::abs(st.loss - ref_loss.item<double>()) < 1e-5,
-               "loss " + std::to_string(st.loss) + " vs one process " + std::to_string(ref_loss.item<double>()));
+      ref.forward_backward(x, y);
+      if (stage.holds_last()) {
+        const std::string e = ref.loss().check(st.loss);
+        expect(e.empty(), "step " + std::to_string(step) + ": " + e);
+      }
       expect(st.peak_activations == stage.plan().peak_activations[rank],
              "peak activations " + std::to_string(st.peak_activations) + " vs the verifier's " +
                  std::to_string(stage.plan().peak_activations[rank]));
-      for (auto& p : mine)
-        for (auto& kv : p->named_parameters()) {
-          const at::Tensor& r = ref_params[kv.key()];
-          expect(kv.value().grad().defined(), kv.key() + " got no gradient");
-          const double d = (kv.value().grad() - r.grad()).abs().max().item<double>();
-          expect(d < 1e-5, "step " + std::to_string(step) + ": gradient of " + kv.key() + " differs by " + std::to_string(d));
-        }
-      opt.step();
-      ref_opt.step();
-    }
-    for (auto& p : mine)
-      for (auto& kv : p->named_parameters()) {
-        const double d = (kv.value() - ref_params[kv.key()]).abs().max().item<double>();
-        expect(d < 1e-5, kv.key() + " differs from one process by " + std::to_string(d));
+      std::vector<at::Tensor> grads;
+      for (const auto& p : params) {
+        expect(p.grad().defined(), "a parameter of stage " + std::to_string(rank) + " got no gradient");
+        grads.push_back(p.grad());
       }
+      expect_within(ref.of(names, true), grads, "step " + std::to_string(step));
+      opt.step();
+      ref.step();
+    }
+    expect_within(ref.of(names, false), params, "after 3 steps");
     return 0;
   });
 }
@@ -145,18 +202,24 @@ TEST(PipelineTest, AScheduleFileRunsAndABadOneIsRefusedBeforeAnythingIsSent) {
         "schedule mine stages 2 chunks 1 microbatches 2\nstage 0: F0 F1 B0 B1\nstage 1: F0 B0 F1 B1\n"));
     torch::manual_seed(3);
     const at::Tensor x = torch::randn({6, 8}), y = torch::randn({6, 4});
+    OneProcess ref(make_model, {3, 3});
+    ref.forward_backward(x, y);
     const auto st = stage.step(rank == 0 ? x : at::Tensor(), rank == 1 ? y : at::Tensor(), mse);
-    if (rank == 1) expect(std::abs(st.loss - mse(model->forward(x), y).item<double>()) < 1e-5, "loss of the file's schedule");
+    if (rank == 1) expect(ref.loss().check(st.loss).empty(), "loss of the file's schedule: " + ref.loss().check(st.loss));
     // And the count sees a step's traffic: two activations one way, two gradients the other,
     // each a header and a tensor.
     expect(counted->sends == 4 && counted->receives == 4 && counted->collectives == 0,
            "a step counted " + std::to_string(counted->sends) + " sends and " + std::to_string(counted->receives) +
                " receives, 4 and 4 expected");
-    // Evaluation: the last stage gets the whole batch's outputs, in order.
+    // Evaluation: the last stage gets the whole batch's outputs, in order: the model's (stepped by
+    // nobody) on the whole batch or on the micro-batches, one more order.
     const at::Tensor out = stage.forward(rank == 0 ? x : at::Tensor());
     if (rank == 1) {
       torch::NoGradGuard g;
-      expect(out.sizes() == y.sizes() && (out - model->forward(x)).abs().max().item<double>() < 1e-6, "forward()");
+      distrl::testing::Reorderings want("forward()");
+      want.add({model->forward(x)});
+      want.add({torch::cat({model->forward(x.narrow(0, 0, 3)), model->forward(x.narrow(0, 3, 3))})});
+      expect(out.sizes() == y.sizes() && want.check({out}).empty(), "forward(): " + want.check({out}));
     }
     return 0;
   });
@@ -215,22 +278,24 @@ TEST(PipelineTest, AnUndefinedInputGradientIsSentAsZeros) {
   for (const std::string schedule : {"1f1b", "zb-h1"}) {
     SCOPED_TRACE(schedule);
     distrl::testing::run_group(2, [&](int rank, const std::shared_ptr<transport::ProcessGroup>& pg) {
-      nn::Sequential model = make(), ref = make();
+      nn::Sequential model = make();
+      OneProcess ref(make, {3, 3});
       auto pieces = pl::split_sequential(model, {"cut"});
       pl::PipelineStage stage(pg, {pieces[rank]}, pl::make_schedule(schedule, 2, 2));
       torch::manual_seed(5);
       const at::Tensor x = torch::randn({6, 8}), y = torch::randn({6, 4});
       const auto st = stage.step(rank == 0 ? x : at::Tensor(), rank == 1 ? y : at::Tensor(), mse);
-      const at::Tensor ref_loss = mse(ref->forward(x), y);
-      ref_loss.backward();
-      if (rank == 1) expect(std::abs(st.loss - ref_loss.item<double>()) < 1e-6, "loss");
-      auto ref_params = ref->named_parameters();
+      ref.forward_backward(x, y);
+      if (rank == 1) expect(ref.loss().check(st.loss).empty(), "loss: " + ref.loss().check(st.loss));
+      auto ref_params = ref.model()->named_parameters();
       expect(!ref_params["fc0.weight"].grad().defined(), "one process leaves fc0 without a gradient");
       for (auto& kv : pieces[rank]->named_parameters()) {
-        const at::Tensor& r = ref_params[kv.key()].grad();
-        const at::Tensor want = r.defined() ? r : torch::zeros_like(kv.value());
-        expect(kv.value().grad().defined() && (kv.value().grad() - want).abs().max().item<double>() < 1e-6,
-               "gradient of " + kv.key());
+        expect(kv.value().grad().defined(), "gradient of " + kv.key());
+        if (!ref_params[kv.key()].grad().defined()) {
+          expect(kv.value().grad().abs().max().item<double>() == 0, "gradient of " + kv.key() + " is not zero");
+          continue;
+        }
+        expect_within(ref.of({kv.key()}, true), {kv.value().grad()}, "gradient of " + kv.key());
       }
       return 0;
     });

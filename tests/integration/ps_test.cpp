@@ -19,6 +19,7 @@
 #include "tests/support/command.h"
 #include "tests/support/multiproc.h"
 #include "tests/support/rpc_world.h"
+#include "tests/support/tolerance.h"
 #include "models/nets.h"
 #include "training/data.h"
 #include "training/ps/batch_update.h"
@@ -39,13 +40,55 @@ namespace {
 
 const std::string kConfig = std::string(DISTRL_SOURCE_DIR) + "/configs/ps_batch_update.yaml";
 
-// The run's params.pt (what trainer 0 saved) equals params, tensor by tensor, to 1e-5.
-void expect_saved_params_equal(const std::string& dir, const std::vector<torch::Tensor>& params) {
+// The run's params.pt (what trainer 0 saved) is one more summation order of `want`'s one-process
+// reference (tests/support/tolerance.h).
+void expect_saved_params_within(const std::string& dir, const distrl::testing::Reorderings& want) {
   std::vector<torch::Tensor> served;
   torch::load(served, dir + "/params.pt");
-  ASSERT_EQ(served.size(), params.size());
-  for (std::size_t i = 0; i < params.size(); ++i)
-    EXPECT_LE((served[i] - params[i].detach()).abs().max().item<double>(), 1e-5) << "parameter " << i;
+  EXPECT_EQ(want.check(served), "");
+}
+
+// The batch-update run in one process, in the summation orders of tests/support/tolerance.h:
+// each round the trainers' batches as one batch, or trainer by trainer (each mean loss divided by
+// the trainers) first to last or last to first -- the mean of their gradients, as the server
+// sums their pushes in arrival order -- then one SGD-with-momentum step.
+distrl::testing::Reorderings batch_update_orders(const BatchUpdateConfig& cfg) {
+  distrl::testing::Reorderings want("parameters");
+  for (int order = 0; order < distrl::testing::kOrders; ++order) {
+    auto model = build_model(cfg);
+    torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(cfg.lr).momentum(cfg.momentum));
+    for (int round = 0; round < cfg.rounds; ++round) {
+      std::vector<at::Tensor> images, labels;
+      for (int t = 0; t < cfg.trainers; ++t) {
+        const Batch b = synthetic_batch(cfg, t, round);
+        images.push_back(b.images);
+        labels.push_back(b.labels);
+      }
+      opt.zero_grad();
+      distrl::testing::backward_in_order(
+          order, torch::cat(images), torch::cat(labels), std::vector<std::int64_t>(cfg.trainers, cfg.batch_size),
+          [&](const at::Tensor& x) { return model->forward(x); },
+          [](const at::Tensor& out, const at::Tensor& y) { return torch::nn::functional::cross_entropy(out, y); });
+      opt.step();
+    }
+    want.add(model->parameters());
+  }
+  return want;
+}
+
+// The small run of the exactly-once tests (kSmallRun below).
+BatchUpdateConfig small_run(int trainers) {
+  BatchUpdateConfig cfg;
+  cfg.servers = 2;
+  cfg.trainers = trainers;
+  cfg.model = "mlp";
+  cfg.image_size = 6;
+  cfg.hidden = {16};
+  cfg.classes = 5;
+  cfg.rounds = 24;
+  cfg.batch_size = 8;
+  cfg.lr = 0.05;
+  return cfg;
 }
 
 TEST(PsBatchUpdateTest, EqualsOneProcessOnTheSummedBatch) {
@@ -66,20 +109,7 @@ TEST(PsBatchUpdateTest, EqualsOneProcessOnTheSummedBatch) {
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("4 round(s) (4 at quorum"), std::string::npos) << r.output;
 
-  // The same model in one process: each round the mean of the three trainers' gradients, one
-  // SGD-with-momentum step.
-  auto model = build_model(cfg);
-  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(cfg.lr).momentum(cfg.momentum));
-  for (int round = 0; round < cfg.rounds; ++round) {
-    opt.zero_grad();
-    for (int t = 0; t < cfg.trainers; ++t) {
-      const Batch b = synthetic_batch(cfg, t, round);
-      torch::nn::functional::cross_entropy(model->forward(b.images), b.labels).backward();
-    }
-    for (auto& p : model->parameters()) p.mutable_grad().div_(cfg.trainers);
-    opt.step();
-  }
-  expect_saved_params_equal(dir.path(), model->parameters());
+  expect_saved_params_within(dir.path(), batch_update_orders(cfg));
   // Both shards held keys (sharded by name), and the stats file names every key.
   const std::string stats = distrl::testing::read_file(dir.path() + "/ps_stats.csv");
   EXPECT_NE(stats.find("\n0,"), std::string::npos) << stats;
@@ -296,12 +326,6 @@ distrl::testing::CommandResult launch_with(const std::string& env, const std::st
   return distrl::testing::run_command(env + " " + distrl::testing::bin_path("distrl-launch") + " " + args);
 }
 
-std::vector<torch::Tensor> params_of(const std::string& dir) {
-  std::vector<torch::Tensor> p;
-  torch::load(p, dir + "/params.pt");
-  return p;
-}
-
 // The rows of ps_stats.csv's trainer table (shard,trainer,pushes,late,clock,max_staleness,gone,
 // duplicates), as fields.
 std::vector<std::vector<std::string>> trainer_rows(const std::string& dir) {
@@ -330,20 +354,18 @@ int duplicates_in(const std::string& dir) {
 }
 
 // The failpoint ps.client.resend sends every trainer's 3rd push a second time while the first is
-// still live (a retry after a connection blip): the run's parameters equal an undisturbed run's
-// (sync, 3 trainers: the copy waits in its round and adds nothing; async, 1 trainer: the copy is
-// answered, not applied).
+// still live (a retry after a connection blip): the run's parameters equal one process's, which
+// applies every push once (sync, 3 trainers: the copy waits in its round and adds nothing;
+// async, 1 trainer: the copy is answered, not applied).
 TEST(PsExactlyOnceTest, APushSentTwiceToLiveShardsMovesTheParametersOnce) {
   for (const std::string mode : {"roles.trainers=3", "roles.trainers=1 ps.consistency=async"}) {
     SCOPED_TRACE(mode);
-    TempDir ref, got;
-    auto a = launch(kSmallRun + mode + " run.out_dir=" + ref.path());
-    ASSERT_EQ(a.code, 0) << a.output;
+    TempDir got;
     auto b = launch_with("DISTRL_FAILPOINTS=ps.client.resend@3", kSmallRun + mode + " run.out_dir=" + got.path());
     ASSERT_EQ(b.code, 0) << b.output;
     EXPECT_NE(b.output.find("failpoint ps.client.resend fires"), std::string::npos) << b.output;
     EXPECT_GE(duplicates_in(got.path()), 2) << distrl::testing::read_file(got.file("ps_stats.csv"));
-    expect_saved_params_equal(got.path(), params_of(ref.path()));
+    expect_saved_params_within(got.path(), batch_update_orders(small_run(mode == "roles.trainers=3" ? 3 : 1)));
   }
 }
 
@@ -357,7 +379,7 @@ std::vector<int> clocks_in(const std::string& dir) {
 // A shard dies (SIGKILL) right after applying pushes and writing a snapshot of them, before it
 // answers: distrl-launch restarts it, it restores the snapshot, the trainers' retries reach it
 // and are answered without being applied again. Sync (the leader killed, a follower killed):
-// the run's parameters equal an undisturbed run's. SSP: every shard applied each trainer's 24
+// the run's parameters equal one process's, which applies every push once. SSP: every shard applied each trainer's 24
 // pushes exactly 24 times (a retry's answer is read when it arrives, later than the first
 // copy's would have been -- SSP allows reading newer values -- so the arithmetic of the run may
 // legitimately differ from an undisturbed one).
@@ -369,16 +391,11 @@ TEST(PsExactlyOnceTest, AShardKilledBeforeAnsweringIsRestoredAndAppliesNoPushTwi
   const std::vector<Case> cases = {{"roles.trainers=3", 0},
                                    {"roles.trainers=3", 1},
                                    {"roles.trainers=3 ps.consistency=ssp ps.staleness=0", 0}};
-  std::unique_ptr<TempDir> ref;  // one undisturbed sync run
+  const distrl::testing::Reorderings want = batch_update_orders(small_run(3));
   for (const auto& c : cases) {
     SCOPED_TRACE(c.args + ", rank " + std::to_string(c.rank) + " killed");
     const bool ssp = c.args.find("ssp") != std::string::npos;
     const std::string run = kSmallRun + c.args + " ps.snapshot_rounds=1000 ps.retry_s=30 launch.max_restarts=1 ";
-    if (!ssp && !ref) {
-      ref = std::make_unique<TempDir>();
-      auto a = launch(run + "run.out_dir=" + ref->path());
-      ASSERT_EQ(a.code, 0) << a.output;
-    }
     TempDir got;
     auto b = launch_with("DISTRL_FAILPOINTS=ps.shard.crash_before_answer@10#" + std::to_string(c.rank),
                          run + "run.out_dir=" + got.path());
@@ -391,7 +408,7 @@ TEST(PsExactlyOnceTest, AShardKilledBeforeAnsweringIsRestoredAndAppliesNoPushTwi
     if (ssp)
       EXPECT_EQ(clocks_in(got.path()), std::vector<int>(6, 24)) << distrl::testing::read_file(got.file("ps_stats.csv"));
     else
-      expect_saved_params_equal(got.path(), params_of(ref->path()));
+      expect_saved_params_within(got.path(), want);
   }
 }
 
@@ -478,8 +495,9 @@ std::map<std::string, std::string> server_csv(const std::string& dir) {
 
 // The model-on-server run in one process: the same MLP stepped with the batches of every
 // trainer's sampler, trainer order[i] taking step i with its own SGD (each trainer's
-// DistributedOptimizer keeps its own momentum on the server; no dropout: exact to rounding).
-std::vector<torch::Tensor> one_process_in_order(const std::vector<int>& order, int trainers) {
+// DistributedOptimizer keeps its own momentum on the server; no dropout), in the summation orders
+// of tests/support/tolerance.h (each batch whole, or as halves).
+std::vector<torch::Tensor> one_process_params(const std::vector<int>& order, int trainers, int sum_order) {
   torch::manual_seed(1);
   models::NetSpec spec;
   spec.name = "mlp";
@@ -511,12 +529,21 @@ std::vector<torch::Tensor> one_process_in_order(const std::vector<int>& order, i
     }
     const auto& b = batches[t][next[t]++];
     opts[t]->zero_grad();
-    torch::nn::functional::cross_entropy(net->forward(d.inputs.index_select(0, b)), d.targets.index_select(0, b))
-        .backward();
+    distrl::testing::backward_in_order(
+        sum_order, d.inputs.index_select(0, b), d.targets.index_select(0, b), distrl::testing::equal_parts(b.numel(), 2),
+        [&](const at::Tensor& x) { return net->forward(x); },
+        [](const at::Tensor& out, const at::Tensor& y) { return torch::nn::functional::cross_entropy(out, y); });
     opts[t]->step();
   }
   for (int t = 0; t < trainers; ++t) EXPECT_EQ(next[t], batches[t].size()) << "trainer " << t << "'s batches stepped";
   return net->parameters();
+}
+
+distrl::testing::Reorderings one_process_in_order(const std::vector<int>& order, int trainers) {
+  distrl::testing::Reorderings want("parameters");
+  for (int sum_order = 0; sum_order < distrl::testing::kOrders; ++sum_order)
+    want.add(one_process_params(order, trainers, sum_order));
+  return want;
 }
 
 // step_order.csv's trainer column.
@@ -534,7 +561,7 @@ TEST(PsModelOnServerTest, OneTrainerEqualsOneProcess) {
   TempDir dir;
   auto r = launch("--config " + kModelConfig + " roles.trainers=1 " + kSmallModel + "run.out_dir=" + dir.path());
   ASSERT_EQ(r.code, 0) << r.output;
-  expect_saved_params_equal(dir.path(), one_process_in_order(std::vector<int>(24, 0), 1));
+  expect_saved_params_within(dir.path(), one_process_in_order(std::vector<int>(24, 0), 1));
   EXPECT_EQ(server_csv(dir.path())["steps"], "24");
   EXPECT_NE(distrl::testing::read_file(dir.path() + "/epochs.csv").find("\n2,"), std::string::npos);
 }
@@ -565,7 +592,7 @@ void run_every_trainer_count(const std::string& policy) {
       for (int t : order) steps += std::to_string(t);
       SCOPED_TRACE(std::to_string(trainers) + " trainers stepping in the order " + steps);
       EXPECT_EQ(order.size(), static_cast<std::size_t>(2 * trainers * batches));
-      expect_saved_params_equal(dir.path(), one_process_in_order(order, trainers));
+      expect_saved_params_within(dir.path(), one_process_in_order(order, trainers));
     }
     const std::string epochs = distrl::testing::read_file(dir.path() + "/epochs.csv");
     std::istringstream lines(epochs);
@@ -601,29 +628,60 @@ TEST(PsHybridTest, EqualsOneProcessAfterKSteps) {
   HybridConfig cfg;
   cfg.classes = 8;
   cfg.batches = 4;
-  torch::manual_seed(1);
-  torch::nn::EmbeddingBag emb(torch::nn::EmbeddingBagOptions(100, 16).mode(torch::kSum));
-  torch::manual_seed(1);
-  models::NetSpec spec;
-  spec.name = "mlp";
-  spec.inputs = 16;
-  spec.outputs = 8;
-  spec.hidden = {};
-  auto fc = models::make_net(spec);
-  std::vector<torch::Tensor> params{emb->weight};
-  for (auto& p : fc->parameters()) params.push_back(p);
-  torch::optim::SGD opt(params, torch::optim::SGDOptions(0.05).momentum(0.9));
-  for (int epoch = 0; epoch < 3; ++epoch)
-    for (int b = 0; b < cfg.batches; ++b) {
-      opt.zero_grad();
-      for (int t = 0; t < 2; ++t) {
-        const HybridBatch hb = hybrid_batch(cfg, t, b);
-        torch::nn::functional::cross_entropy(fc->forward(emb->forward(hb.indices, hb.offsets)), hb.targets).backward();
+  // In one process, in three orders of the same sums (tolerance.h): the two trainers' gradients
+  // accumulated one after the other, the embedding stepped once with their sum (0); the
+  // embedding stepped by one optimizer per trainer with that trainer's gradient, as each
+  // trainer's DistributedOptimizer does on the ps (1: in exact arithmetic the same, momentum
+  // being linear); both batches' bags in one EmbeddingBag and one Linear (2). The Linear's
+  // gradients averaged over the trainers, as DDP does.
+  distrl::testing::Reorderings want("parameters");
+  for (int order = 0; order < distrl::testing::kOrders; ++order) {
+    torch::manual_seed(1);
+    torch::nn::EmbeddingBag emb(torch::nn::EmbeddingBagOptions(100, 16).mode(torch::kSum));
+    torch::manual_seed(1);
+    models::NetSpec spec;
+    spec.name = "mlp";
+    spec.inputs = 16;
+    spec.outputs = 8;
+    spec.hidden = {};
+    auto fc = models::make_net(spec);
+    std::vector<torch::Tensor> params{emb->weight};
+    for (auto& p : fc->parameters()) params.push_back(p);
+    torch::optim::SGD opt(params, torch::optim::SGDOptions(0.05).momentum(0.9));
+    torch::optim::SGD emb_of_1({emb->weight}, torch::optim::SGDOptions(0.05).momentum(0.9));  // order 1
+    auto loss_of = [&](const HybridBatch& hb) {
+      return torch::nn::functional::cross_entropy(fc->forward(emb->forward(hb.indices, hb.offsets)), hb.targets);
+    };
+    for (int epoch = 0; epoch < 3; ++epoch)
+      for (int b = 0; b < cfg.batches; ++b) {
+        opt.zero_grad();
+        const HybridBatch b0 = hybrid_batch(cfg, 0, b), b1 = hybrid_batch(cfg, 1, b);
+        if (order == 0) {
+          loss_of(b0).backward();
+          loss_of(b1).backward();
+        } else if (order == 1) {
+          loss_of(b1).backward();
+          const at::Tensor e1 = emb->weight.grad().clone();
+          emb->weight.mutable_grad().zero_();
+          loss_of(b0).backward();  // the Linear's gradients now hold both trainers'
+          const at::Tensor e0 = emb->weight.grad().clone();
+          emb->weight.mutable_grad().copy_(e1);
+          emb_of_1.step();  // trainer 1's step of the embedding; opt below takes trainer 0's
+          emb->weight.mutable_grad().copy_(e0);
+        } else {
+          const std::int64_t bags = b0.targets.size(0);
+          const at::Tensor logits = fc->forward(emb->forward(
+              torch::cat({b0.indices, b1.indices}), torch::cat({b0.offsets, b1.offsets + b0.indices.size(0)})));
+          (torch::nn::functional::cross_entropy(logits.narrow(0, 0, bags), b0.targets) +
+           torch::nn::functional::cross_entropy(logits.narrow(0, bags, b1.targets.size(0)), b1.targets))
+              .backward();
+        }
+        for (auto& p : fc->parameters()) p.mutable_grad().div_(2);
+        opt.step();
       }
-      for (auto& p : fc->parameters()) p.mutable_grad().div_(2);
-      opt.step();
-    }
-  expect_saved_params_equal(dir.path(), params);
+    want.add(params);
+  }
+  expect_saved_params_within(dir.path(), want);
 }
 
 }  // namespace

@@ -71,12 +71,10 @@ using Shard = autograd::RemoteModule<TutorialShardImpl>;
 }  // namespace
 
 namespace {
-// The largest |distributed - reference| over the shards' parameters, and which one it is.
+// The largest gap between the pipeline's parameters (fetched from their owners) and the
+// reference's, in the same order, with the parameter's name and magnitude.
 std::pair<double, std::string> parameter_gap(const std::vector<transport::RRef<at::Tensor>>& params,
-                                             TutorialShardImpl& ref1, TutorialShardImpl& ref2) {
-  std::vector<std::pair<std::string, at::Tensor>> refs;
-  for (const auto& [shard, ref] : {std::pair{"shard 1", &ref1}, std::pair{"shard 2", &ref2}})
-    for (const auto& q : ref->named_parameters()) refs.emplace_back(std::string(shard) + " " + q.key(), q.value());
+                                             const std::vector<std::pair<std::string, at::Tensor>>& refs) {
   double gap = 0;
   std::string worst;
   for (std::size_t i = 0; i < params.size(); ++i) {
@@ -106,51 +104,102 @@ void finish_sweep(RunLoop& loop) {
 namespace {
 
 // pipeline.check_one_process: the same shards (same seeds), micro-batches and optimizer in this
-// process, stepped beside the pipeline; loss gaps on every batch, parameter gaps after the first.
+// process, stepped beside the pipeline in two summation orders that are the same mathematics:
+// one loss over the joined micro-batch outputs, and each micro-batch's loss (weighted by its
+// rows) back-propagated last to first. Their gap is what float32 reordering changes on this
+// machine's kernels; the pipeline, which sums micro-batch gradients as they arrive, is one more
+// order and must stay within kReorderFactor times it (never less than as many units in the last
+// place of the largest value):
+// the loss on every batch, the parameters after the first step.
 class OneProcessCheck {
  public:
-  explicit OneProcessCheck(const PipelineConfig& c)
-      : ref1_(std::make_shared<TutorialShardImpl>(ShardSpec{1, c.classes, c.seed})),
-        ref2_(std::make_shared<TutorialShardImpl>(ShardSpec{2, c.classes, c.seed + 1})) {
-    auto p = ref1_->parameters();
-    for (auto& q : ref2_->parameters()) p.push_back(q);
-    opt_ = std::make_unique<torch::optim::SGD>(p, c.lr);
-  }
+  static constexpr double kReorderFactor = 3, kFloat32Unit = 0x1p-24;
+
+  explicit OneProcessCheck(const PipelineConfig& c) : refs_{Ref(c), Ref(c)} {}
 
   // Batch b (0 = the first timed one) after the pipeline's step, whose loss was `loss`.
   void step(const at::Tensor& inputs, const at::Tensor& labels, int size, double loss, int b,
             const std::vector<transport::RRef<at::Tensor>>& params) {
-    opt_->zero_grad();
-    std::vector<at::Tensor> rs;
-    for (const at::Tensor& x : inputs.split(size)) rs.push_back(ref2_->forward_local(ref1_->forward_local(x)));
-    const at::Tensor ref_loss = torch::mse_loss(torch::cat(rs), labels);
-    ref_loss.backward();
-    opt_->step();
-    loss_gap_ = std::max(loss_gap_, std::abs(ref_loss.item<double>() - loss));
-    // The parameters after the first step: the same gradients, summed in another order
-    // (micro-batches arrive as they finish), so equal to rounding. Later steps are not
-    // compared: a rounding-level change can move a max-pool's choice, after which the two
-    // runs rightly part (gaps of 4e-4 in conv1.weight were measured after two steps).
-    if (b == 0) std::tie(param_gap_, worst_) = parameter_gap(params, *ref1_, *ref2_);
+    const double a = refs_[0].step(inputs, labels, size, false), r = refs_[1].step(inputs, labels, size, true);
+    note(loss_, std::abs(loss - a), bound(std::abs(a - r), std::abs(a)), "the loss of batch " + std::to_string(b + 1));
+    // Later steps are not compared: a rounding-level change can move a max-pool's choice, after
+    // which the runs rightly part (gaps of 4e-4 in conv1.weight were measured after two steps).
+    if (b != 0) return;
+    double spread = 0, scale = 0;
+    const auto mine = refs_[0].parameters(), other = refs_[1].parameters();
+    for (std::size_t i = 0; i < mine.size(); ++i) {
+      spread = std::max(spread, (mine[i].second - other[i].second).abs().max().item<double>());
+      scale = std::max(scale, mine[i].second.abs().max().item<double>());
+    }
+    const auto [gap, worst] = parameter_gap(params, mine);
+    note(params_, gap, bound(spread, scale), "the parameters after the first step, at " + worst);
   }
 
-  // The gaps of micro-batch size `size`, said; Error past 1e-4.
+  // The gaps of micro-batch size `size` and their bounds, said; Error past a bound.
   void verdict(int size) const {
-    std::cout << "one-process check (micro-batch size " << size << "): losses differ by at most " << loss_gap_
-              << ", parameters after the first step by " << param_gap_ << (worst_.empty() ? "" : " at " + worst_)
-              << std::endl;
-    if (loss_gap_ > 1e-4 || param_gap_ > 1e-4)
-      throw Error("the pipeline does not train like one process (micro-batch size " + std::to_string(size) +
-                  "): loss gap " + std::to_string(loss_gap_) + ", parameter gap after the first step " +
-                  std::to_string(param_gap_) + " at " + worst_);
+    std::cout << "one-process check (micro-batch size " << size << "): losses differ by at most " << loss_.gap
+              << " (reordering allows " << loss_.bound << "), parameters after the first step by " << params_.gap
+              << " (reordering allows " << params_.bound << ")" << std::endl;
+    for (const Worst* w : {&loss_, &params_})
+      if (w->gap > w->bound)
+        throw Error("the pipeline does not train like one process (micro-batch size " + std::to_string(size) + "): " +
+                    w->where + " differs by " + std::to_string(w->gap) + ", more than the " + std::to_string(w->bound) +
+                    " that summing the same gradients in another order gives here");
   }
 
  private:
-  std::shared_ptr<TutorialShardImpl> ref1_, ref2_;
-  std::unique_ptr<torch::optim::SGD> opt_;
-  double loss_gap_ = 0, param_gap_ = 0;
-  std::string worst_;  // the parameter with the largest gap after the first step, named
+  // The shards, their optimizer, and one summation order of each step.
+  struct Ref {
+    explicit Ref(const PipelineConfig& c)
+        : s1(std::make_shared<TutorialShardImpl>(ShardSpec{1, c.classes, c.seed})),
+          s2(std::make_shared<TutorialShardImpl>(ShardSpec{2, c.classes, c.seed + 1})) {
+      auto p = s1->parameters();
+      for (auto& q : s2->parameters()) p.push_back(q);
+      opt = std::make_unique<torch::optim::SGD>(p, c.lr);
+    }
+    double step(const at::Tensor& inputs, const at::Tensor& labels, int size, bool backwards) {
+      opt->zero_grad();
+      const auto xs = inputs.split(size), ys = labels.split(size);
+      std::vector<at::Tensor> outs;
+      for (const at::Tensor& x : xs) outs.push_back(s2->forward_local(s1->forward_local(x)));
+      double total = 0;
+      if (!backwards) {
+        const at::Tensor l = torch::mse_loss(torch::cat(outs), labels);
+        l.backward();
+        total = l.item<double>();
+      } else {
+        for (std::size_t i = outs.size(); i-- > 0;) {
+          const at::Tensor l = torch::mse_loss(outs[i], ys[i]) * (static_cast<double>(ys[i].numel()) / labels.numel());
+          l.backward();  // each micro-batch's graph is its own
+          total += l.item<double>();
+        }
+      }
+      opt->step();
+      return total;
+    }
+    std::vector<std::pair<std::string, at::Tensor>> parameters() const {
+      std::vector<std::pair<std::string, at::Tensor>> out;
+      for (const auto& [shard, m] : {std::pair{"shard 1", s1}, std::pair{"shard 2", s2}})
+        for (const auto& q : m->named_parameters()) out.emplace_back(std::string(shard) + " " + q.key(), q.value());
+      return out;
+    }
+    std::shared_ptr<TutorialShardImpl> s1, s2;
+    std::unique_ptr<torch::optim::SGD> opt;
+  };
+  struct Worst {
+    double gap = 0, bound = 0;
+    std::string where;
+  };
+  static double bound(double spread, double scale) { return kReorderFactor * std::max(spread, 2 * kFloat32Unit * scale); }
+  // Keeps the gap that is largest against its bound.
+  static void note(Worst& w, double gap, double bound, const std::string& where) {
+    if (w.where.empty() || gap / bound > w.gap / w.bound) w = Worst{gap, bound, where};
+  }
+
+  Ref refs_[2];
+  Worst loss_, params_;
 };
+
 
 }  // namespace
 

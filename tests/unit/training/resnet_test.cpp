@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <map>
+
 #include "models/resnet.h"
+#include "tests/support/tolerance.h"
 
 namespace distrl::models {
 namespace {
@@ -47,30 +50,58 @@ TEST(ResNet50Test, ModelParallelAndPipelinedEqualTheWholeNetwork) {
   mp.load_from(whole);
   const torch::Tensor x = torch::randn({6, 3, 64, 64}), y = torch::randn({6, 10});
   {
+    // The whole network on the whole batch, on halves and on thirds: the same function in
+    // three summation orders (tests/support/tolerance.h); the shards are one more.
     torch::NoGradGuard no_grad;
     whole.eval();
     mp.eval();
-    const torch::Tensor want = whole.forward(x);
+    distrl::testing::Reorderings want("eval outputs");
+    want.add({whole.forward(x)});
+    want.add({torch::cat({whole.forward(x.narrow(0, 0, 3)), whole.forward(x.narrow(0, 3, 3))})});
+    want.add({torch::cat({whole.forward(x.narrow(0, 0, 2)), whole.forward(x.narrow(0, 2, 2)),
+                          whole.forward(x.narrow(0, 4, 2))})});
     for (int split : {0, 4, 2}) {
       mp.set_split_size(split);
-      EXPECT_LT((mp.forward(x).cpu() - want).abs().max().item<double>(), 1e-4) << "split " << split;
+      EXPECT_EQ(want.check({mp.forward(x).cpu()}), "") << "split " << split;
     }
   }
   whole.train();
   mp.train();
   mp.set_split_size(2);
-  std::vector<torch::Tensor> outs;
-  for (const auto& part : x.split(2)) outs.push_back(whole.forward(part));
-  torch::mse_loss(torch::cat(outs), y).backward();
+  // Training: the whole network micro-batch by micro-batch (batch norm normalises each), its
+  // gradients accumulated in three orders: one loss over the joined outputs, or each
+  // micro-batch's loss (weighted 2/6) first to last or last to first.
+  std::vector<std::string> names;
+  for (const auto& p : whole.named_parameters()) names.push_back(p.key());
+  distrl::testing::Reorderings grads("gradients");
+  for (int order = 0; order < distrl::testing::kOrders; ++order) {
+    whole.zero_grad();
+    if (order == 0) {
+      std::vector<torch::Tensor> outs;
+      for (const auto& part : x.split(2)) outs.push_back(whole.forward(part));
+      torch::mse_loss(torch::cat(outs), y).backward();
+    } else {
+      distrl::testing::backward_in_order(order, x, y, {2, 2, 2}, [&](const torch::Tensor& in) { return whole.forward(in); },
+                                 [](const torch::Tensor& out, const torch::Tensor& t) { return torch::mse_loss(out, t); });
+    }
+    std::vector<torch::Tensor> g;
+    auto named = whole.named_parameters();
+    for (const auto& n : names) g.push_back(named[n].grad().clone());
+    grads.add(g);
+  }
   torch::mse_loss(mp.forward(x), y.to(d1)).backward();
-  auto want = whole.named_parameters();
+  std::map<std::string, torch::Tensor> got;
+  for (const auto& p : mp.named_parameters())
+    got[p.key().substr(p.key().find('.') + 1)] = p.value().grad().cpu();  // shardN.body.x -> body.x
+  std::vector<torch::Tensor> in_order;
   std::size_t checked = 0;
-  for (const auto& p : mp.named_parameters()) {
-    const std::string name = p.key().substr(p.key().find('.') + 1);  // shardN.body.x -> body.x
-    ASSERT_NE(want.find(name), nullptr) << name;
-    EXPECT_LT((p.value().grad().cpu() - want[name].grad()).abs().max().item<double>(), 1e-4) << name;
+  for (const auto& n : names) {
+    ASSERT_EQ(got.count(n), 1u) << n;
+    in_order.push_back(got[n]);
     ++checked;
   }
+  EXPECT_EQ(grads.check(in_order), "");
+  const auto want = whole.named_parameters();
   EXPECT_EQ(checked, want.size());
 }
 
