@@ -103,13 +103,13 @@ void interleave_two_contexts(const std::string& policy) {
         const auto st = agent.rpc_sync<std::vector<std::uint64_t>>(0, "guard");
         expect(b_backward.empty(), policy + ": the second backward completes: " + b_backward);
         if (policy == "serialize") {
-          expect(b_step.empty() && rel_err(now, w2) < 1e-9, "serialize: two steps in a row, each on fresh parameters");
+          expect(b_step.empty() && rel_err(now, w2) < kFloat64GraphTolerance, "serialize: two steps in a row, each on fresh parameters");
           expect(st[0] == 2 && st[2] == 1, "serialize: version 2, one wait");
         } else if (policy == "versioned") {
           expect(b_step.find("stale step refused") != std::string::npos &&
                      b_step.find("version 0") != std::string::npos && b_step.find("version 1") != std::string::npos,
                  "versioned: the stale step is refused naming both versions: " + b_step);
-          expect(rel_err(now, w1.detach()) < 1e-9, "versioned: only the first step applied");
+          expect(rel_err(now, w1.detach()) < kFloat64GraphTolerance, "versioned: only the first step applied");
           expect(st[0] == 1 && st[1] == 1, "versioned: version 1, one refusal");
         } else {
           expect(b_step.empty() && st[0] == 2, "hogwild: both steps applied");

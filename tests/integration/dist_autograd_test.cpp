@@ -35,13 +35,13 @@ void check_parity(int world, const Model& model, const LocalModel& local) {
     {
       dist_autograd::Context ctx(agent);
       at::Tensor loss = model(agent, me);
-      expect(rel_err(loss.detach(), ref_loss.detach()) < 1e-12, "loss equals the local one");
+      expect(rel_err(loss.detach(), ref_loss.detach()) < kFloat64GraphTolerance, "loss equals the local one");
       dist_autograd::backward(ctx, {loss});
       for (int k = 0; k < world; ++k) {
         at::Tensor g = agent.rpc_sync<at::Tensor>(k, "grad_of", ctx.id());
         expect(g.numel() == 16, "worker " + std::to_string(k) + " has a gradient");
         const double e = rel_err(g, w[k].grad());
-        expect(e <= 1e-6, "gradient of worker " + std::to_string(k) + " equals the local one (rel err " + std::to_string(e) + ")");
+        expect(e <= kFloat64GraphTolerance, "gradient of worker " + std::to_string(k) + " equals the local one (rel err " + std::to_string(e) + ")");
       }
       expect(!me.w->grad().defined(), ".grad is not touched by distributed backward");
     }
@@ -69,7 +69,7 @@ void check_parity(int world, const Model& model, const LocalModel& local) {
     }
     for (int k = 0; k < world; ++k) {
       const double e = rel_err(agent.rpc_sync<at::Tensor>(k, "weight"), lw[k].detach());
-      expect(e <= 1e-6, "weights of worker " + std::to_string(k) + " after 3 steps (rel err " + std::to_string(e) + ")");
+      expect(e <= kFloat64GraphTolerance, "weights of worker " + std::to_string(k) + " after 3 steps (rel err " + std::to_string(e) + ")");
     }
     // Every context left: released on every worker that saw it.
     expect(distrl::testing::wait_until([&] {
@@ -157,7 +157,7 @@ TEST(DistAutogradTest, ContextsKeepTheirGradientsApartAndNoContextRecordsNothing
     // Local reference: the gradient of l1 alone.
     at::Tensor xl = input().requires_grad_(true);
     local_hop(xl, weight_of(1)).sum().backward();
-    expect(rel_err(g1[0].second, xl.grad()) < 1e-9, "c1 holds only its own gradient");
+    expect(rel_err(g1[0].second, xl.grad()) < kFloat64GraphTolerance, "c1 holds only its own gradient");
     at::Tensor w_c1 = agent.rpc_sync<at::Tensor>(1, "grad_of", c1.id());
     at::Tensor w_c2 = agent.rpc_sync<at::Tensor>(1, "grad_of", id2);
     expect(w_c1.numel() == 16 && w_c2.numel() == 0, "c2 was released on the peer; c1's gradient is there");
@@ -293,7 +293,7 @@ TEST(DistAutogradTest, ADiamondMatchesOneProcessAndLeafHooksRunOncePerPart) {
     expect_gradients(agent, me, ctx, x, xl.grad(), w0.grad(), w1.grad(), "one process's");
     expect(local_calls == 1 && calls == 2, "the hook ran once in one process, once per part here (" +
                                                std::to_string(local_calls) + ", " + std::to_string(calls) + ")");
-    expect(rel_err(sum, local_sum) < 1e-9, "the hook's values add up to the one call's");
+    expect(rel_err(sum, local_sum) < kFloat64GraphTolerance, "the hook's values add up to the one call's");
   });
 }
 
@@ -347,7 +347,7 @@ TEST(DistAutogradTest, DistributedOptimizersMatchLibTorchsOwn) {
       const double e0 = rel_err(me.w->detach(), lw[0].detach()), e1 = rel_err(agent.rpc_sync<at::Tensor>(1, "weight"), lw[1].detach());
       std::ostringstream errs;
       errs << e0 << ", " << e1;
-      expect(e0 < 1e-12 && e1 < 1e-12, spec.kind + ": weights after 3 steps equal LibTorch's (rel err " + errs.str() + ")");
+      expect(e0 < kFloat64GraphTolerance && e1 < kFloat64GraphTolerance, spec.kind + ": weights after 3 steps equal LibTorch's (rel err " + errs.str() + ")");
     }
   });
 }
@@ -366,7 +366,7 @@ TEST(DistAutogradTest, AContextLeftOutOfOrderOrOnAnotherThreadStopsBeingCurrentO
       at::Tensor xl = input().requires_grad_(true);
       local_hop(xl, weight_of(1)).sum().backward();
       auto g = dist_autograd::get_gradients(ctx);
-      return g.size() == 1 && rel_err(g[0].second, xl.grad()) < 1e-9;
+      return g.size() == 1 && rel_err(g[0].second, xl.grad()) < kFloat64GraphTolerance;
     };
     auto outer = std::make_unique<dist_autograd::Context>(agent);
     auto inner = std::make_unique<dist_autograd::Context>(agent);

@@ -18,6 +18,7 @@
 #include "autograd/detail/engine.h"
 #include "tests/support/errors.h"
 #include "tests/support/rpc_world.h"
+#include "tests/support/tolerance.h"
 #include "transport/rpc/rpc_agent.h"
 #include "transport/tensor.h"
 
@@ -102,7 +103,7 @@ inline void expect_gradients(transport::RpcAgent& agent, Worker& me, const dist_
                              const at::Tensor& gx, const at::Tensor& g0, const at::Tensor& g1, const std::string& what) {
   std::map<const void*, at::Tensor> mine;
   for (auto& [t, g] : dist_autograd::get_gradients(ctx)) mine[t.unsafeGetTensorImpl()] = g;
-  auto agrees = [](const at::Tensor& got, const at::Tensor& want) { return got.defined() && rel_err(got, want) < 1e-9; };
+  auto agrees = [](const at::Tensor& got, const at::Tensor& want) { return got.defined() && rel_err(got, want) < kFloat64GraphTolerance; };
   expect(mine.size() == 2 && agrees(mine[x.unsafeGetTensorImpl()], gx) && agrees(mine[me.w->unsafeGetTensorImpl()], g0),
          "x's and worker0's gradients are " + what);
   expect(agrees(agent.rpc_sync<at::Tensor>(1, "grad_of", ctx.id()), g1), "worker1's gradient is " + what);

@@ -46,6 +46,17 @@ constexpr double kFloat64Unit = 0x1p-53;
 // factor 2 of each other, docs in tests/README.md) and far inside what a real bug does.
 constexpr double kSpreadFactor = 3.0;
 
+// Float64 graphs of a few small hops (the distributed-autograd tests: 4x4 weights, inputs of 2
+// rows, at most 4 hops and 4 branches). Distributed and local autograd run the same kernels; what
+// differs is the order in which a tensor used by several branches sums their gradients (and the
+// loss's parts). Each such sum has at most 16 terms, each at most the largest value, so a
+// reordering moves it by at most 2 * gamma(16) * 16 = 1.1e-13 of the largest value (float64);
+// each of the at most 4 hops behind it multiplies a change by at most 4 * 1.1 (tanh' <= 1, 4 terms
+// of |w| <= 1.1: weight_of's cosines + 0.3), 375 in all: 4.3e-11. Relative error (rel_err: of the
+// largest value) below kFloat64GraphTolerance, twice that, is equal to rounding; a gradient
+// counted twice or dropped is off by order 1.
+constexpr double kFloat64GraphTolerance = 1e-10;
+
 // Higham's gamma(n); n * u must stay below 1.
 inline double gamma_n(double n, double u = kFloat32Unit) { return n * u / (1 - n * u); }
 
