@@ -21,6 +21,7 @@ find_package(box2d REQUIRED)              # target: box2d::box2d (LunarLander)
 find_package(GIF REQUIRED)                # target: GIF::GIF (giflib: distrl-render's animated GIFs)
 if(DISTRL_BUILD_TESTS)
   find_package(GTest REQUIRED)            # targets: GTest::gtest_main, GTest::gmock
+  find_package(Python3 REQUIRED COMPONENTS Interpreter)  # the docs' figure check (cmake/check_figures.py)
   include(GoogleTest)
 endif()
 
