@@ -44,6 +44,8 @@ bool Batcher::should_close_locked() const {
 }
 
 Batcher::Batch Batcher::take_locked(Reason why) {
+  const auto now = Clock::now();
+  for (const auto& r : open_.requests) stats_.queue_us += std::chrono::duration<double, std::micro>(now - r.arrived).count();
   Batch b = std::move(open_);
   open_ = std::move(spare_);
   open_.obs.clear();
@@ -77,9 +79,10 @@ transport::Future<rl::ActReply> Batcher::submit(int observer, std::vector<float>
     std::lock_guard<std::mutex> lock(mu_);
     if (stopped_) throw TransportError("the agent is shutting down; action request refused");
     const bool opens = open_.requests.empty();
-    if (opens) open_.first = Clock::now();
+    const auto now = Clock::now();
+    if (opens) open_.first = now;
     open_.obs.insert(open_.obs.end(), obs.begin(), obs.end());
-    open_.requests.push_back(Pending{rows, std::move(p)});
+    open_.requests.push_back(Pending{rows, std::move(p), now});
     open_.rows += rows;
     if (active_[observer] && !asked_[observer]) {
       asked_[observer] = 1;
@@ -142,15 +145,17 @@ void Batcher::flush() {
 
 void Batcher::run(Batch& batch) {
   rl::ActReply all;
+  const auto t0 = Clock::now();
   try {
     all = forward_(batch.obs.data(), batch.rows);
     all.check(batch.rows);
   } catch (...) {
     auto err = std::current_exception();
     for (auto& r : batch.requests) r.promise.set_error(err);
-    recycle(std::move(batch));
+    recycle(std::move(batch), 0);
     return;
   }
+  const double forward_us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
   if (batch.requests.size() == 1) {
     batch.requests.front().promise.set_value(std::move(all));  // the whole answer: no copy
   } else {
@@ -160,12 +165,15 @@ void Batcher::run(Batch& batch) {
       at += r.rows;
     }
   }
-  recycle(std::move(batch));
+  recycle(std::move(batch), forward_us);
 }
 
-void Batcher::recycle(Batch&& batch) {
+void Batcher::recycle(Batch&& batch, double forward_us) {
+  const auto requests = static_cast<double>(batch.requests.size());
   batch.requests.clear();  // the promises are done with
   std::lock_guard<std::mutex> lock(mu_);
+  stats_.forward_us += forward_us;
+  stats_.forward_wait_us += forward_us * requests;
   if (spare_.obs.capacity() < batch.obs.capacity()) spare_ = std::move(batch);
 }
 

@@ -40,6 +40,10 @@ struct BatchOptions {
 struct BatchStats {
   std::uint64_t batches = 0, requests = 0, rows = 0;
   std::uint64_t closed_all_asked = 0, closed_full = 0, closed_timeout = 0, closed_inactive = 0, closed_read = 0;
+  // Where a request's time in the agent goes, summed: from submit() to its batch closing
+  // (queue_us, per request), the forward passes (forward_us, per batch), and each request's wait
+  // for its batch's forward (forward_wait_us: a batch's forward counted once per request in it).
+  double queue_us = 0, forward_us = 0, forward_wait_us = 0;
   double mean_rows() const { return batches ? static_cast<double>(rows) / batches : 0.0; }
 };
 
@@ -72,6 +76,7 @@ class Batcher {
   struct Pending {
     int rows;
     transport::Promise<rl::ActReply> promise;
+    std::chrono::steady_clock::time_point arrived;  // in submit()
   };
   struct Batch {
     std::vector<float> obs;
@@ -86,7 +91,7 @@ class Batcher {
   bool should_close_locked() const;
   Batch take_locked(Reason why);
   void run(Batch& batch);  // then hands the batch's buffers back for the next one
-  void recycle(Batch&& batch);
+  void recycle(Batch&& batch, double forward_us);
   void timer_loop();
 
   const int obs_dim_;

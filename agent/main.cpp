@@ -10,12 +10,12 @@
 #include "rl/cli.h"
 #include "agent/rl_agent.h"
 #include "agent/run_report.h"
+#include "common/run_dir.h"
 #include "common/run_lock.h"
 #include "common/failpoint.h"
 #include "common/log.h"
 #include "common/main_guard.h"
 #include "common/stop_signal.h"
-#include "envs/env.h"
 #include "transport/security.h"
 
 namespace {
@@ -53,14 +53,16 @@ int main(int argc, char** argv) {
     const ToolFlags& cli = cmd.flags;
     agent::check_device(cfg.device);  // fail before rendezvous, not after
     if (cli.check_only) {  // the line distrl-launch reads the world's size and out_dir from (config_launch.cpp)
-      if (!cli.resume.empty()) agent::RlAgent(cfg, cli.resume);  // a checkpoint that does not fit, or has no rounds left
-      if (envs::gymnasium_id(cfg.env)) {  // Gymnasium knows its IDs: ask it before anything starts
-        try {
-          envs::make_env(cfg.env);
-        } catch (const EnvError& e) {
-          throw ConfigError(std::string("env.name: ") + e.what());
-        }
+      // The env (Gymnasium knows its IDs: asked here), the algorithm for it (REINFORCE cannot
+      // drive continuous actions), a checkpoint that does not fit or has no rounds left; then the
+      // run directory: a live run writes there, or it holds another run's outputs.
+      try {
+        agent::RlAgent(cfg, cli.resume);
+      } catch (const EnvError& e) {
+        throw ConfigError(std::string("env.name: ") + e.what());
       }
+      RunLock::refuse_if_claimed(cfg.out_dir);
+      if (cli.resume.empty()) check_fresh(cfg.out_dir, RunLock::forced());
       std::cout << "distrl-agent: ok: rl, " << cfg.observers + 1 << " ranks (1 agent + " << cfg.observers
                 << " observer" << (cfg.observers == 1 ? "" : "s") << "; " << cfg.env << ", " << cfg.algo << ", "
                 << cfg.mode << (cmd.flags.security == "curve" ? ", security curve" : "") << "); outputs in "

@@ -8,6 +8,7 @@
 #include "agent/observer_pool.h"
 #include "agent/round_log.h"
 #include "agent/run_checkpoint.h"
+#include "common/run_dir.h"
 #include "common/cpu_time.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -15,6 +16,7 @@
 #include "common/stop_signal.h"
 #include "envs/env.h"
 #include "envs/render.h"
+#include "models/checkpoint.h"
 #include "models/torch_threads.h"
 
 namespace distrl::agent {
@@ -27,6 +29,7 @@ RlAgent::RlAgent(rl::RlConfig config, const std::string& resume, Load load) : cf
   models::set_torch_threads(cfg_.torch_threads);
   algo_ = make_algorithm(cfg_, obs_dim_, space.kind == envs::Space::Kind::Discrete ? space.n : 0, act_dim_);
   if (resume.empty()) return;
+  if (load == Load::Resume) models::check_resume_from(cfg_.out_dir, resume);  // this run's, of this workload
   progress_ = load_run(*algo_.learner, resume, cfg_);
   if (load == Load::Evaluate) return;
   if (progress_.rounds >= cfg_.rounds)  // it ran on and rewrote summary.csv with nothing in it
@@ -80,8 +83,16 @@ void RlAgent::serve(transport::RpcAgent& rpc) {
     if (bo.close == BatchOptions::Close::WhenRead) rpc.after_requests_read([b] { b->flush(); });
   } else {
     const int dim = obs_dim_, max_rows = cfg_.envs_per_observer;
-    rpc.register_function(rl::kSelectAction, [actor, dim, max_rows](int observer, std::vector<float> obs) {
-      return actor->act(obs.data(), rl::observation_rows(obs, dim, max_rows));
+    auto times = unbatched_;  // handlers may run on several pool threads: atomic sums
+    rpc.register_function(rl::kSelectAction, [actor, dim, max_rows, times](int observer, std::vector<float> obs) {
+      const int rows = rl::observation_rows(obs, dim, max_rows);
+      const auto t0 = std::chrono::steady_clock::now();
+      rl::ActReply reply = actor->act(obs.data(), rows);
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
+      times->requests.fetch_add(1, std::memory_order_relaxed);
+      times->rows.fetch_add(static_cast<std::uint64_t>(rows), std::memory_order_relaxed);
+      times->forward_ns.fetch_add(static_cast<std::uint64_t>(ns.count()), std::memory_order_relaxed);
+      return reply;
     }, where);
   }
 }
@@ -91,7 +102,9 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
   ObserverPool pool(rpc, cfg_, learner.fragments(), batcher_.get());
   RoundLog log(cfg_.out_dir, cfg_.log_interval, progress_, cfg_.tensorboard);
   RunSummary sum;
+  sum.event_file = log.event_file();
   QuantileSketch latencies;  // fixed memory however long the run (every sample kept grew 18 MB in 10 min)
+  double latency_sum = 0;
   double observer_cpu = 0;
   const double process_cpu0 = process_cpu_us(), main_cpu0 = thread_cpu_us();
   const auto start = std::chrono::steady_clock::now();
@@ -108,6 +121,7 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
       break;
     }
     latencies.add(d.latency_us.begin(), d.latency_us.end());
+    latency_sum += std::accumulate(d.latency_us.begin(), d.latency_us.end(), 0.0);
     observer_cpu += d.observer_cpu_us;
     progress_.rounds = round;
     progress_.episodes += static_cast<long long>(d.returns.size());
@@ -144,18 +158,34 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
   sum.mean_batch = batcher_ ? batcher_->stats().mean_rows() : 1.0;
   sum.latency_median_us = latencies.quantile(0.5);
   sum.latency_p99_us = latencies.quantile(0.99);
+  // Where the mean round trip goes (the rest of it is transport and reply).
+  if (latencies.count() > 0) sum.latency_mean_us = latency_sum / static_cast<double>(latencies.count());
+  if (batcher_) {
+    const BatchStats bs = batcher_->stats();
+    if (bs.requests > 0) {
+      sum.queue_wait_us = bs.queue_us / static_cast<double>(bs.requests);
+      sum.forward_us = bs.forward_wait_us / static_cast<double>(bs.requests);
+    }
+    if (bs.rows > 0) sum.forward_us_per_row = bs.forward_us / static_cast<double>(bs.rows);
+  } else {
+    const double requests = static_cast<double>(unbatched_->requests.load()), rows = unbatched_->rows.load(),
+                 forward_us = unbatched_->forward_ns.load() / 1000.0;
+    if (requests > 0) sum.forward_us = forward_us / requests;
+    if (rows > 0) sum.forward_us_per_row = forward_us / rows;
+  }
   std::ostringstream why;
   why << std::fixed << std::setprecision(1);
   if (!sum.failure.empty())
     why << "every observer was lost during round " << progress_.rounds + 1
-        << (cfg_.learn ? "; the checkpoint holds round " + std::to_string(progress_.rounds) + " (go on with --resume " +
-                             checkpoint_path() + " once the observers can reach the agent)"
+        << (cfg_.learn ? "; the checkpoint holds round " + std::to_string(progress_.rounds) +
+                             " (go on once the observers can reach the agent: " +
+                             resume_command(cfg_.out_dir, checkpoint_path()) + ")"
                        : std::string());
   else if (sum.solved)
     why << "running reward " << sum.running_reward << " >= " << cfg_.target_reward;
   else if (stop_signal() && progress_.rounds < cfg_.rounds)
     why << "stopped by " << stop_signal_name() << " after round " << progress_.rounds << " of " << cfg_.rounds
-        << (cfg_.learn ? "; go on with --resume " + checkpoint_path() : std::string());
+        << (cfg_.learn ? "; go on with: " + resume_command(cfg_.out_dir, checkpoint_path()) : std::string());
   else if (cfg_.learn)
     why << "ran all " << cfg_.rounds << " rounds; running reward " << sum.running_reward << " < target "
         << cfg_.target_reward << " (raise learner.rounds or tune learner.lr)";

@@ -34,6 +34,10 @@ struct RunSummary {
   double last_reward = 0;
   double mean_batch = 0;       // rows per forward pass
   double latency_median_us = 0, latency_p99_us = 0;  // observers' select_action round trips
+  // The mean round trip and the agent's share of it, per request: waiting for the batch to close
+  // (0 unbatched), the forward pass it waited for; the rest is transport and reply. And a
+  // forward's cost per row (a batch's forward over its rows).
+  double latency_mean_us = 0, queue_wait_us = 0, forward_us = 0, forward_us_per_row = 0;
   // CPU time per select_action request during the rounds: the agent's serving threads (the
   // process's CPU minus the round loop's own thread, which starts episodes and learns) and the
   // observers' processes (stepping envs included).
@@ -43,6 +47,7 @@ struct RunSummary {
   // Not empty when the run could not go on (every observer lost: crashed, or the network to
   // them failed); the rounds finished before it were still saved and reported.
   std::string failure;
+  std::string event_file;  // this run's TensorBoard event file ("" with run.tensorboard off)
   double steps_per_second() const { return seconds > 0 ? env_steps / seconds : 0; }
 };
 
@@ -82,6 +87,10 @@ class RlAgent {
   int obs_dim_ = 0, act_dim_ = 0;
   Algorithm algo_;
   std::unique_ptr<Batcher> batcher_;
+  struct UnbatchedTimes {  // unbatched serving's forward passes, summed by the handler threads
+    std::atomic<std::uint64_t> requests{0}, rows{0}, forward_ns{0};
+  };
+  std::shared_ptr<UnbatchedTimes> unbatched_ = std::make_shared<UnbatchedTimes>();
   Progress progress_;  // carried across --resume by the checkpoint
   std::atomic<bool> checkpoint_requested_{false};
 };

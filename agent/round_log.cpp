@@ -29,16 +29,11 @@ RoundLog::RoundLog(const std::string& out_dir, int log_interval, const Progress&
       steps_at_row_(start.env_steps),
       seconds_at_row_(start.seconds) {
   std::filesystem::create_directories(out_dir);
-  const std::string path = out_dir + "/metrics.csv";
-  std::error_code ec;
-  const bool append = start.rounds > 0 && std::filesystem::file_size(path, ec) > 0 && !ec;
-  csv_.open(path, append ? std::ios::app : std::ios::trunc);
-  if (!csv_) throw OutputError("cannot open '" + path + "' for writing (choose a writable run.out_dir)");
-  if (!append)
-    csv_ << "round,episodes,env_steps,seconds,mean_reward,min_reward,max_reward,running_reward,loss,mean_batch\n";
-  path_ = path;
-  check_written(csv_, path_);
-  if (tensorboard) events_ = std::make_unique<EventFile>(out_dir);
+  const long long resumed_at = start.rounds > 0 ? start.rounds : -1;
+  csv_ = CsvFile(out_dir + "/metrics.csv",
+                 "round,episodes,env_steps,seconds,mean_reward,min_reward,max_reward,running_reward,loss,mean_batch",
+                 resumed_at);
+  if (tensorboard) events_ = std::make_unique<EventFile>(out_dir, resumed_at);
 }
 
 void RoundLog::round(const Progress& p, const std::vector<double>& returns, double loss, const BatchStats* batch,
@@ -51,9 +46,9 @@ void RoundLog::round(const Progress& p, const std::vector<double>& returns, doub
   }
   const double mean = returns.empty() ? std::nan("") : total / static_cast<double>(returns.size());
   const BatchStats bs = batch ? *batch : BatchStats{};
-  csv_ << p.rounds << ',' << p.episodes << ',' << p.env_steps << ',' << p.seconds << ',' << mean << ',' << lo << ','
-       << hi << ',' << p.running_reward << ',' << loss << ',' << (batch ? bs.mean_rows() : 1.0) << '\n';
-  check_written(csv_, path_);  // a full disk stops the run here, by name, not at the end
+  // Each row flushed and checked: a full disk stops the run here, by name, not at the end.
+  csv_.row(p.rounds, p.episodes, p.env_steps, p.seconds, mean, lo, hi, p.running_reward, loss,
+           batch ? bs.mean_rows() : 1.0);
   if (events_) {
     const long long step = p.rounds;
     const double dt = p.seconds - seconds_at_row_;

@@ -15,25 +15,30 @@
 #include "agent/batcher.h"
 #include "agent/learner.h"
 #include "common/event_file.h"
+#include "common/output_file.h"
 
 namespace distrl::agent {
 
 class RoundLog {
  public:
   // Opens OUT_DIR/metrics.csv (creating OUT_DIR): appended to when the run resumes (`start`
-  // has rounds) and the file is not empty, else written anew with its header. Every row is
-  // flushed and checked: OutputError (naming the file and the reason) when a write fails.
+  // has rounds; rows past its round dropped, and the new event file tells TensorBoard to drop
+  // them too: common/output_file.h, common/event_file.h), else written anew with its header.
+  // Every row is flushed and checked: OutputError (naming the file and the reason) when a write
+  // fails.
   RoundLog(const std::string& out_dir, int log_interval, const Progress& start, bool tensorboard = true);
 
   // One round done: `progress` already counts it; `returns` are its episodes' returns (none
   // when no episode ended, e.g. a PPO fragment); `batch` the batcher's totals (null:
   // unbatched, one row per forward).
+  // This run's TensorBoard event file; "" without one.
+  std::string event_file() const { return events_ ? events_->path() : ""; }
+
   void round(const Progress& progress, const std::vector<double>& returns, double loss, const BatchStats* batch,
              bool force_print);
 
  private:
-  std::ofstream csv_;
-  std::string path_;
+  CsvFile csv_;
   int log_interval_;
   std::chrono::steady_clock::time_point last_print_;
   long long steps_at_print_;

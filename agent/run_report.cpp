@@ -37,17 +37,23 @@ void write_run_report(const rl::RlConfig& cfg, const RunSummary& s, int observer
   std::ostringstream sum;
   sum << "observers,mode,envs_per_observer,rounds,episodes,env_steps,seconds,env_steps_per_s,latency_median_us,"
          "latency_p99_us,mean_batch,running_reward,solved,observers_lost,agent_cpu_us_per_request,"
-         "observer_cpu_us_per_request,observers_readmitted\n"
+         "observer_cpu_us_per_request,observers_readmitted,latency_mean_us,queue_wait_us,forward_us,"
+         "forward_us_per_row\n"
       << observers << ',' << cfg.mode << ',' << cfg.envs_per_observer << ',' << s.rounds << ',' << s.episodes << ','
       << s.env_steps << ',' << s.seconds << ',' << s.steps_per_second() << ',' << s.latency_median_us << ','
       << s.latency_p99_us << ',' << s.mean_batch << ',' << s.running_reward << ',' << (s.solved ? 1 : 0) << ','
       << s.observers_lost << ',' << s.agent_cpu_us_per_request << ',' << s.observer_cpu_us_per_request << ','
-      << s.observers_readmitted << '\n';
+      << s.observers_readmitted << ',' << s.latency_mean_us << ',' << s.queue_wait_us << ',' << s.forward_us << ','
+      << s.forward_us_per_row << '\n';
   write_file_atomically(cfg.out_dir + "/summary.csv", sum.str());
   std::printf("%s after %d rounds (%lld episodes, %lld env steps) in %.1f s: %s\n", s.solved ? "Solved" : "Stopped",
               s.rounds, s.episodes, s.env_steps, s.seconds, s.stop_reason.c_str());
   std::printf("  env-steps/s %.0f, select_action round trip median %.1f us, p99 %.1f us, mean batch %.2f rows\n",
               s.steps_per_second(), s.latency_median_us, s.latency_p99_us, s.mean_batch);
+  std::printf("  round trip mean %.1f us = queue wait %.1f + forward %.1f (%.2f us per row) + transport and reply "
+              "%.1f\n",
+              s.latency_mean_us, s.queue_wait_us, s.forward_us, s.forward_us_per_row,
+              s.latency_mean_us - s.queue_wait_us - s.forward_us);
   std::printf("  CPU per select_action request: agent %.1f us (serving), observer %.1f us (env step included)\n",
               s.agent_cpu_us_per_request, s.observer_cpu_us_per_request);
   const bool plotted = s.rounds > 1 && plot_csv(cfg.out_dir + "/metrics.csv", cfg.out_dir + "/learning_curve.png",
@@ -56,6 +62,8 @@ void write_run_report(const rl::RlConfig& cfg, const RunSummary& s, int observer
                                                     {"round", "mean_reward", "mean of the round"}}}});
   std::printf("  outputs: %s/{metrics.csv,summary.csv,config.yaml%s%s}\n", cfg.out_dir.c_str(),
               cfg.learn ? ",policy.pt" : "", plotted ? ",learning_curve.png" : "");
+  if (!s.event_file.empty())
+    std::printf("  TensorBoard: %s (tensorboard --logdir %s)\n", s.event_file.c_str(), cfg.out_dir.c_str());
 }
 
 void print_evaluation(const rl::RlConfig& cfg, const std::vector<double>& r, double seconds, const std::string& render) {

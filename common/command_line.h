@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/run_dir.h"
 #include "common/settings.h"
 
 namespace distrl {
@@ -55,7 +56,7 @@ class ToolCommandLine {
  public:
   ToolCommandLine(const std::string& tool, const std::string& description, const std::string& example_config,
                   const std::string& resume_help)
-      : settings(tool), app(description) {
+      : settings(tool), app(description), tool_name_(tool) {
     app.add_option("--config", flags.config, "YAML run configuration (" + example_config + ")")
         ->check(CLI::ExistingFile);
     app.add_option("--rank", flags.world.rank, "this process's rank (default: $RANK)");
@@ -68,7 +69,8 @@ class ToolCommandLine {
     app.add_flag("--check-config", flags.check_only,
                  "validate the configuration, print what would run (\"ok: ...\") and exit");
     app.add_flag("--force", flags.force,
-                 "write into run.out_dir even while another run writes there (common/run_lock.h)");
+                 "a new run in a run.out_dir that holds a finished run's outputs: move them aside into "
+                 "OUT_DIR/previous/ first (common/run_dir.h)");
     app.allow_extras();
   }
 
@@ -103,6 +105,8 @@ class ToolCommandLine {
     if (!flags.config.empty()) settings.load_file(flags.config);
     settings.apply_overrides(app.remaining());
     settings.check();
+    this_run().resume = !flags.resume.empty();
+    remember_command(tool_name_, flags.config, app.remaining());  // for resume_command's hint
     return true;
   }
 
@@ -130,6 +134,7 @@ class ToolCommandLine {
   std::string help_keys_note;
 
  private:
+  std::string tool_name_;
   // The world's security: after the config's own keys, as every tool lists them.
   void bind_security() {
     if (settings.has("security")) return;

@@ -86,7 +86,7 @@ unsigned crc32c(const void* data, std::size_t n) {
   return c ^ 0xffffffffu;
 }
 
-EventFile::EventFile(const std::string& dir) {
+EventFile::EventFile(const std::string& dir, long long resumed_at) {
   static int made = 0;  // several in one process and second: names still differ
   const auto secs = std::chrono::duration_cast<std::chrono::seconds>(
                         std::chrono::system_clock::now().time_since_epoch())
@@ -98,6 +98,14 @@ EventFile::EventFile(const std::string& dir) {
   std::string e = event_header(0);
   put_bytes(e, 3, "brain.Event:2");  // file_version
   record(e);
+  if (resumed_at >= 0) {  // SessionLog{status: START} at the first step run again
+    std::string log;
+    put_varint(log, 1 << 3);  // status, varint
+    put_varint(log, 1);       // START
+    std::string start = event_header(resumed_at + 1);
+    put_bytes(start, 7, log);  // Event.session_log
+    record(start);
+  }
   flush();
 }
 
@@ -133,7 +141,8 @@ void EventFile::flush() {
   check_written(out_, path_);
 }
 
-CsvEvents::CsvEvents(const std::string& dir, const std::string& header) : file_(dir) {
+CsvEvents::CsvEvents(const std::string& dir, const std::string& header, long long resumed_at)
+    : file_(dir, resumed_at) {
   std::stringstream ss(header);
   for (std::string c; std::getline(ss, c, ',');) columns_.push_back(c);
   for (std::size_t i = 1; i < columns_.size(); ++i)

@@ -4,8 +4,9 @@
 // The format is small: a file named events.out.tfevents.<unix seconds>.<host>.<pid>.<n> holds
 // TFRecords (u64 length, masked CRC-32C of the length, the payload, masked CRC-32C of the
 // payload), each payload an `Event` protobuf: wall_time (1, double), step (2, int64), and either
-// file_version (3, "brain.Event:2", the first record) or summary (5) with one value: tag (1)
-// and simple_value (2, float). Those six fields are encoded here by hand — smaller than
+// file_version (3, "brain.Event:2", the first record), session_log (7: status (1) START = 1, a
+// resumed run's purge) or summary (5) with one value: tag (1) and simple_value (2, float).
+// Those fields are encoded here by hand — smaller than
 // building TensorBoard's .proto files with protoc at build time for them; the test reads the
 // files back with TensorBoard's own reader.
 //
@@ -21,8 +22,11 @@ namespace distrl {
 class EventFile {
  public:
   // Creates a new event file in dir (which must exist; earlier files of a resumed run stay:
-  // TensorBoard reads every file of a directory). OutputError naming the file when it cannot.
-  explicit EventFile(const std::string& dir);
+  // TensorBoard reads every file of a directory). A resumed run (resumed_at >= 0: the last step
+  // its checkpoint holds) starts it with a SessionLog START at resumed_at + 1, which tells
+  // TensorBoard to drop the earlier files' points from that step on (they run again), as
+  // TensorFlow's summary writer does with purge_step. OutputError naming the file when it cannot.
+  explicit EventFile(const std::string& dir, long long resumed_at = -1);
   // One scalar at `step`, stamped with the current wall time. NaN and infinities are skipped
   // (TensorBoard would draw them as gaps at best). OutputError when the write fails.
   void scalar(const std::string& tag, long long step, double value);
@@ -42,7 +46,7 @@ class EventFile {
 // the CSV, no second list of what a workload measures.
 class CsvEvents {
  public:
-  CsvEvents(const std::string& dir, const std::string& header);
+  CsvEvents(const std::string& dir, const std::string& header, long long resumed_at = -1);
   void row(const std::vector<std::string>& cells);
   const std::string& path() const { return file_.path(); }
 

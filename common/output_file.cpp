@@ -5,7 +5,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <cstdlib>
 #include <filesystem>
+#include <iostream>
 
 #include "common/error.h"
 
@@ -60,6 +62,36 @@ void check_written(std::ostream& s, const std::string& path) {
   const int err = errno;
   throw OutputError("cannot write '" + path + "': " +
                     (err && !failed_before ? reason(err) : std::string("a write failed (is the disk full?)")));
+}
+
+CsvFile::CsvFile(std::string path, const std::string& header, long long resumed_at) : path_(std::move(path)) {
+  std::ifstream old(path_);
+  const bool keep = resumed_at >= 0 && old.good();
+  if (keep) {
+    std::string first, line, kept;
+    std::getline(old, first);
+    if (first != header)
+      throw ConfigError("'" + path_ + "' has the columns " + first + ", and this run writes " + header +
+                        ": it holds another workload's rows (resume into that run's own run.out_dir)");
+    long long dropped = 0;
+    while (std::getline(old, line)) {
+      if (line.empty()) continue;
+      char* end = nullptr;
+      const double step = std::strtod(line.c_str(), &end);
+      if (end != line.c_str() && step > static_cast<double>(resumed_at)) ++dropped;
+      else kept += line + "\n";
+    }
+    old.close();
+    if (dropped > 0) {
+      write_file_atomically(path_, header + "\n" + kept);
+      std::cout << path_ << ": dropped " << dropped << " row" << (dropped == 1 ? "" : "s") << " past " << resumed_at
+                << ", where the checkpoint is (the run does them again)" << std::endl;
+    }
+  }
+  out_.open(path_, keep ? std::ios::app : std::ios::trunc);
+  if (!out_) throw OutputError("cannot open '" + path_ + "' for writing (choose a writable run.out_dir)");
+  if (!keep) out_ << header << "\n";
+  check_written(out_, path_);
 }
 
 }  // namespace distrl

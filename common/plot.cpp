@@ -63,7 +63,7 @@ bool plot_csv(const std::string& csv, const std::string& png, const std::vector<
   std::ostringstream g;
   {
     g << "set terminal png size " << 500 * charts.size() << ",420\n"
-      << "set datafile separator ','\nset key top left\nset grid\n"
+      << "set datafile separator ','\nset key below horizontal\nset grid\n"  // under the chart: never over a curve
       << "set multiplot layout 1," << charts.size() << "\n";
     for (const auto& chart : charts) {
       g << "set title " << quote(chart.title) << "\nset xlabel " << quote(chart.xlabel) << "\nplot ";

@@ -17,6 +17,7 @@
 #include "common/error.h"
 #include "common/host.h"
 #include "common/log.h"
+#include "common/run_dir.h"
 
 namespace distrl {
 namespace {
@@ -45,15 +46,6 @@ bool inherited(int fd) {
   return other >= 0 && other != fd && same_file(fd, other);
 }
 
-std::string now_text() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  ::localtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &tm);
-  return buf;
-}
-
 // The holder's own words: "pid host tool since" as written below; empty fields when unreadable.
 struct Holder {
   long pid = 0;
@@ -80,16 +72,46 @@ Holder read_holder(int fd) {
 
 bool runs_here(long pid) { return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM); }
 
+// The refusal for a directory whose lock file (open as fd) a live run holds: who, since when,
+// and how to go on.
+std::string in_use_message(const std::string& dir, const std::string& path, int fd) {
+  const Holder h = read_holder(fd);
+  const std::string who = (h.tool.empty() ? std::string("another run") : h.tool) +
+                          (h.pid > 0 ? " (pid " + std::to_string(h.pid) + " on " + h.host + ")" : std::string()) +
+                          (h.since.empty() ? "" : ", since " + h.since);
+  std::string gone;
+  if (h.pid > 0 && h.host == host_name() && !runs_here(h.pid))
+    gone = " (pid " + std::to_string(h.pid) + " has exited, but processes it started still run and hold the "
+           "directory: `fuser -v " + path + "` lists them)";
+  return "run.out_dir '" + dir + "' is in use by " + who + gone +
+         ": two runs in one directory overwrite each other's outputs. Wait for it to finish, or give this run "
+         "another directory (run.out_dir=" + dir + "-2)" +
+         (RunLock::forced() ? " (--force moves a finished run's outputs aside; it cannot take a directory a live run "
+                              "writes to)"
+                            : "");
+}
+
+// A resumed run's directory: its identity is the run's (check_resume compared it with the
+// checkpoint's); a directory without one (a resume into a new directory) takes the checkpoint's.
+void adopt_for_resume(const std::string& dir, const std::string& tool) {
+  if (const auto id = read_run_identity(dir)) {
+    this_run().run = id->run;
+  } else if (!this_run().run.empty()) {  // a tool that read the checkpoint (not a launcher)
+    RunIdentity id = new_run_identity(tool);
+    id.run = this_run().run;
+    write_run_identity(dir, id);
+  }
+}
+
 }  // namespace
+
+bool RunLock::forced() {
+  const char* force = std::getenv("DISTRL_RUN_LOCK_FORCE");
+  return force != nullptr && std::string(force) == "1";
+}
 
 RunLock::RunLock(const std::string& dir) {
   const std::string tool = program_invocation_short_name;  // distrl-launch, distrl-agent, distrl-train ...
-  const char* force = std::getenv("DISTRL_RUN_LOCK_FORCE");
-  if (force != nullptr && std::string(force) == "1") {
-    DISTRL_LOG(Warn, tool << ": --force: run.out_dir '" << dir
-                          << "' is not claimed; another run writing there overwrites this run's outputs");
-    return;
-  }
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw OutputError("cannot create run.out_dir '" + dir + "': " + ec.message() + " (choose another run.out_dir)");
@@ -97,30 +119,37 @@ RunLock::RunLock(const std::string& dir) {
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0)
     throw OutputError("cannot open '" + path + "': " + std::strerror(errno) + " (choose a writable run.out_dir)");
-  if (inherited(fd)) {  // the launcher that started this process holds it for the run
+  if (inherited(fd)) {  // the launcher that started this process holds it and made the directory this run's
     ::close(fd);
+    if (this_run().resume) adopt_for_resume(dir, tool);
+    else if (const auto id = read_run_identity(dir)) this_run().run = id->run;
     return;
   }
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
-    const Holder h = read_holder(fd);
+    const std::string why = err == EWOULDBLOCK ? in_use_message(dir, path, fd) : "";
     ::close(fd);
     if (err != EWOULDBLOCK)
       throw OutputError("cannot lock '" + path + "': " + std::strerror(err) + " (choose another run.out_dir)");
-    const std::string who = (h.tool.empty() ? std::string("another run") : h.tool) +
-                            (h.pid > 0 ? " (pid " + std::to_string(h.pid) + " on " + h.host + ")" : std::string()) +
-                            (h.since.empty() ? "" : ", since " + h.since);
-    std::string gone;
-    if (h.pid > 0 && h.host == host_name() && !runs_here(h.pid))
-      gone = " (pid " + std::to_string(h.pid) + " has exited, but processes it started still run and hold the "
-             "directory: `fuser -v " + path + "` lists them)";
-    throw ConfigError("run.out_dir '" + dir + "' is in use by " + who + gone +
-                      ": two runs in one directory overwrite each other's outputs. Wait for it to finish, give this "
-                      "run another directory (run.out_dir=" + dir + "-2), or pass --force");
+    throw ConfigError(why);
+  }
+  try {  // the directory becomes this run's: a fresh run's own, or the one it resumes
+    if (!this_run().resume) {
+      check_fresh(dir, forced());
+      if (forced()) move_outputs_aside(dir, tool);
+      const RunIdentity id = new_run_identity(tool);
+      write_run_identity(dir, id);
+      this_run().run = id.run;
+    } else {
+      adopt_for_resume(dir, tool);
+    }
+  } catch (...) {
+    ::close(fd);
+    throw;
   }
   fd_ = fd;
   const std::string text = "pid=" + std::to_string(::getpid()) + " host=" + host_name() + " tool=" + tool +
-                           " since=" + now_text() + "\n";
+                           " since=" + local_time_now() + "\n";
   if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()))
     DISTRL_LOG(Warn, tool << ": cannot write " << path << " (" << std::strerror(errno)
                           << "); the directory is claimed all the same");
@@ -128,6 +157,19 @@ RunLock::RunLock(const std::string& dir) {
 
 RunLock::~RunLock() {
   if (fd_ >= 0) ::close(fd_);  // the claim ends with the last process that has it open
+}
+
+void RunLock::refuse_if_claimed(const std::string& dir) {
+  const std::string path = (std::filesystem::path(dir) / kLockName).string();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;  // never claimed
+  if (inherited(fd) || ::flock(fd, LOCK_SH | LOCK_NB) == 0) {  // ours, or nobody's
+    ::close(fd);
+    return;
+  }
+  const std::string why = in_use_message(dir, path, fd);
+  ::close(fd);
+  throw ConfigError(why);
 }
 
 RunLock::RunLock(RunLock&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }

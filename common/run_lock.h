@@ -13,7 +13,11 @@
 // second run on any host, but belongs to the launcher alone (its ranks do not hold it if the
 // launcher dies first); with the local_lock=flock mount option it guards one host only.
 //
-// --force (DISTRL_RUN_LOCK_FORCE=1 in the environment) skips the claim with a warning.
+// Claiming also makes the directory this run's (common/run_dir.h): a fresh run (this_run().resume
+// false) is refused when the directory holds another run's outputs, or with --force
+// (DISTRL_RUN_LOCK_FORCE=1 in the environment) moves them aside first, and writes the
+// directory's identity with a new run id; a resumed run keeps the directory's id. A live run's
+// claim is never taken, --force or not.
 //
 // Lifetime: the claim lasts as long as the RunLock (and every process that inherited its fd).
 // Not thread-safe; take it on the main thread before any output is written.
@@ -26,8 +30,9 @@ namespace distrl {
 class RunLock {
  public:
   RunLock() = default;  // holds nothing
-  // Claims dir (creating it) for this process. ConfigError naming the holder and how to go on
-  // when a live process holds it; OutputError when the lock file cannot be made.
+  // Claims dir (creating it) for this process and makes it this run's (above). ConfigError
+  // naming the holder and how to go on when a live process holds it, or naming the outputs of
+  // another run a fresh run would mix with; OutputError when a file cannot be made or moved.
   explicit RunLock(const std::string& dir);
   ~RunLock();
   RunLock(RunLock&& other) noexcept;
@@ -42,6 +47,11 @@ class RunLock {
   // no further, to whatever this process runs (gnuplot, a plugin's helper) and might outlive it.
   static void keep_inherited_claim_here();
   bool held() const { return fd_ >= 0; }
+  // --force: DISTRL_RUN_LOCK_FORCE=1 (set by the tools' and distrl-launch's --force).
+  static bool forced();
+  // --check-config: ConfigError naming the live run that holds dir (as the claim would), else
+  // nothing; takes no claim.
+  static void refuse_if_claimed(const std::string& dir);
 
  private:
   int fd_ = -1;

@@ -2,11 +2,14 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <algorithm>
+#include <iterator>
 #include <filesystem>
 #include <iostream>
 #include <cmath>
@@ -176,6 +179,29 @@ Settings::Field& Settings::Field::output_dir() {
   return *this;
 }
 
+namespace {
+
+// The name of the kernel's pseudo file system path is on (proc, sysfs, ...), else nullptr: they
+// take directories and files as root yet keep nothing (fs::space says 0 bytes free there).
+const char* pseudo_file_system(const std::string& path) {
+  struct statfs st{};
+  if (::statfs(path.c_str(), &st) != 0) return nullptr;
+  switch (static_cast<unsigned long>(st.f_type)) {
+    case 0x9fa0: return "proc";            // PROC_SUPER_MAGIC
+    case 0x62656572: return "sysfs";       // SYSFS_MAGIC
+    case 0x1cd1: return "devpts";          // DEVPTS_SUPER_MAGIC
+    case 0x27e0eb: return "cgroup";        // CGROUP_SUPER_MAGIC
+    case 0x63677270: return "cgroup2";     // CGROUP2_SUPER_MAGIC
+    case 0x64626720: return "debugfs";     // DEBUGFS_MAGIC
+    case 0x74726163: return "tracefs";     // TRACEFS_MAGIC
+    case 0x73636673: return "securityfs";  // SECURITYFS_MAGIC
+    case 0xcafe4a11: return "bpf";         // BPF_FS_MAGIC
+    default: return nullptr;
+  }
+}
+
+}  // namespace
+
 void Settings::check() const {
   namespace fs = std::filesystem;
   for (const auto& f : fields_) {
@@ -191,6 +217,14 @@ void Settings::check() const {
     while (!p.empty() && !fs::exists(p, ec) && p != p.parent_path()) p = p.parent_path();
     if (!fs::is_directory(p, ec))
       throw ConfigError(where + ": '" + dir + "' cannot be created: " + p.string() + " is not a directory");
+    if (const char* pseudo = pseudo_file_system(p.string()))
+      throw ConfigError(where + ": '" + dir + "' is on " + p.string() + ", a " + pseudo +
+                        " file system of the kernel's, which holds no files of a run (choose another " + f->key_ +
+                        ", e.g. runs/NAME)");
+    struct statvfs vfs{};
+    if (::statvfs(p.c_str(), &vfs) == 0 && (vfs.f_flag & ST_RDONLY) != 0)
+      throw ConfigError(where + ": '" + dir + "' cannot be written: " + p.string() +
+                        " is on a read-only file system (choose another " + f->key_ + ")");
     if (::access(p.c_str(), W_OK | X_OK) != 0)
       throw ConfigError(where + ": '" + dir + "' cannot be written: " + p.string() + ": " + std::strerror(errno) +
                         " (choose another " + f->key_ + ")");
@@ -325,6 +359,15 @@ Settings::Field& Settings::bind(const std::string& key, std::vector<int>* value,
 }
 
 std::string Settings::nearest_key(const std::string& key) const {
+  // How long a run is has a name per workload: another workload's name means this one's.
+  static const char* const kRunLength[] = {"learner.rounds", "learner.episodes", "train.rounds",
+                                           "train.epochs",   "train.steps",      "train.batches"};
+  if (std::find(std::begin(kRunLength), std::end(kRunLength), key) != std::end(kRunLength)) {
+    std::string mine;
+    for (const char* k : kRunLength)
+      if (by_key_.count(k)) mine += (mine.empty() ? "" : " or ") + std::string(k);
+    if (!mine.empty()) return mine;
+  }
   std::string best;
   std::size_t best_d = std::string::npos;
   for (const auto& f : fields_) {
@@ -404,7 +447,7 @@ YAML::Node parse_yaml(const std::string& yaml, const std::string& source) {
 
 void Settings::load_file(const std::string& path) { load_text(read_config_file(path), path); }
 
-std::optional<std::string> Settings::peek(const std::string& path, const std::vector<std::string>& overrides,
+std::optional<std::string> Settings::peek(const std::string& path, const std::vector<std::string>& given,
                                           const std::string& key) {
   std::optional<std::string> value;
   YAML::Node n = parse_yaml(read_config_file(path), path);
@@ -421,6 +464,7 @@ std::optional<std::string> Settings::peek(const std::string& path, const std::ve
     start = dot + 1;
   }
   if (n.IsDefined() && !n.IsNull()) value = n.IsScalar() ? n.Scalar() : YAML::Dump(n);
+  const std::vector<std::string> overrides = joined(given);
   for (std::size_t i = 0; i < overrides.size(); ++i) {
     const std::string& a = overrides[i];
     if (a.rfind("--" + key + "=", 0) == 0) value = a.substr(key.size() + 3);
@@ -444,7 +488,32 @@ void Settings::load_text(const std::string& yaml, const std::string& source) {
   }
 }
 
-void Settings::apply_overrides(const std::vector<std::string>& args) {
+std::vector<std::string> Settings::joined(const std::vector<std::string>& args) {
+  std::vector<std::string> out;
+  auto plain = [](const std::string& a) { return !a.empty() && a.rfind("-", 0) != 0; };
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    const bool has_eq = a.find('=') != std::string::npos;
+    const bool next = i + 1 < args.size();
+    if (plain(a) && !has_eq && next && args[i + 1] == "=" && i + 2 < args.size()) {  // key = value
+      out.push_back(a + "=" + args[i + 2]);
+      i += 2;
+    } else if (plain(a) && !has_eq && next && args[i + 1].size() > 1 && args[i + 1][0] == '=') {  // key =value
+      out.push_back(a + args[i + 1]);
+      ++i;
+    } else if (plain(a) && a.back() == '=' && a.find('=') == a.size() - 1 && next && plain(args[i + 1]) &&
+               args[i + 1].find('=') == std::string::npos) {  // key= value
+      out.push_back(a + args[i + 1]);
+      ++i;
+    } else {
+      out.push_back(a);
+    }
+  }
+  return out;
+}
+
+void Settings::apply_overrides(const std::vector<std::string>& given) {
+  const std::vector<std::string> args = joined(given);
   for (std::size_t i = 0; i < args.size(); ++i) {
     std::string a = args[i];
     const bool dashed = a.rfind("--", 0) == 0;

@@ -62,9 +62,12 @@ class Settings {
   void load_file(const std::string& path);
   // The same for YAML text; `source` names it in errors (a file name, "fuzz input").
   void load_text(const std::string& yaml, const std::string& source);
-  // "--key=value", "--key value" or "key=value" for bound keys; anything else is an error
-  // that says which keys exist.
+  // "--key=value", "--key value" or "key=value" for bound keys (and "key = value", "key= value",
+  // "key =value": the shell's words of what the user meant as one, joined()); anything else is
+  // an error that says which keys exist.
   void apply_overrides(const std::vector<std::string>& args);
+  // The overrides with "key = value", "key= value" and "key =value" as "key=value".
+  static std::vector<std::string> joined(const std::vector<std::string>& args);
   void set(const std::string& key, const std::string& value, const std::string& source);
   bool has(const std::string& key) const;  // bound, or an old name of one
   // old_key is what new_key (bound) was called: still accepted, with a line on stderr saying

@@ -130,6 +130,18 @@ Space box(const std::vector<std::string>& w, std::size_t at) {
   return s;
 }
 
+// What to do about a Python without gymnasium: the variable that picks another, and the venv
+// `make test` builds with Gymnasium and Box2D in it (named as ready when it is there).
+std::string no_gymnasium_fix() {
+  const char* home = std::getenv("HOME");
+  const std::string venv = std::string(home && *home ? home : "~") + "/.cache/distrl/reference-venv/bin/python";
+  const bool there = ::access(venv.c_str(), X_OK) == 0;
+  return "set DISTRL_GYMNASIUM_PYTHON to a Python that has it: " +
+         (there ? "the reference venv `make test` built is ready, DISTRL_GYMNASIUM_PYTHON=" + venv
+                : "`make reference-venv` builds one with Gymnasium and Box2D (" + venv + ")") +
+         ", or pip install 'gymnasium[box2d]' into yours";
+}
+
 }  // namespace
 
 GymnasiumEnv::GymnasiumEnv(const std::string& id, double step_timeout_s, double make_timeout_s)
@@ -164,8 +176,7 @@ GymnasiumEnv::GymnasiumEnv(const std::string& id, double step_timeout_s, double 
     ::close(fd_);
     fd_ = -1;
     pid_ = -1;
-    throw EnvError(name_ + ": cannot start " + python + ": " + std::strerror(rc) +
-                   " (set DISTRL_GYMNASIUM_PYTHON to a Python with gymnasium installed)");
+    throw EnvError(name_ + ": cannot start " + python + ": " + std::strerror(rc) + "; " + no_gymnasium_fix());
   }
   try {
     send("make " + id_);
@@ -224,7 +235,7 @@ void GymnasiumEnv::fail(const std::string& what, bool closed) {
   if (pid_ > 0 && ::waitpid(pid_, &status, WNOHANG) == pid_) {
     pid_ = -1;
     if (WIFEXITED(status) && WEXITSTATUS(status) == 3)
-      why += ": the Python here has no gymnasium (pip install gymnasium, or set DISTRL_GYMNASIUM_PYTHON)";
+      why += ": the Python here has no gymnasium; " + no_gymnasium_fix();
     else
       why += WIFEXITED(status) ? ": its Python process exited with status " + std::to_string(WEXITSTATUS(status))
                                : ": its Python process was killed by signal " + std::to_string(WTERMSIG(status));
@@ -268,6 +279,8 @@ std::vector<std::string> GymnasiumEnv::receive(const std::string& expect, double
   auto words = split(line);
   if (!words.empty() && words[0] == "error") {
     const std::string message = line.size() > 6 ? line.substr(6) : "an error without a message";
+    if (expect == "spec" && message.rfind("no gymnasium for ", 0) == 0)  // "no gymnasium for PYTHON: WHY"
+      fail("the Python it runs has no gymnasium (" + message.substr(17) + "); " + no_gymnasium_fix(), true);
     if (expect == "spec") fail("Gymnasium cannot make '" + id_ + "': " + message);
     done_ = true;  // the episode's state is Gymnasium's to say; start again with reset()
     throw EnvError(name_ + ": Gymnasium says: " + message);

@@ -6,6 +6,7 @@
 #include <torch/serialize.h>
 
 #include "common/error.h"
+#include "common/run_dir.h"
 
 namespace distrl::models {
 
@@ -20,6 +21,9 @@ void save_checkpoint(const std::string& path, const torch::nn::Module& module, c
   }
   for (const auto& [k, v] : numbers) ar.write("number." + k, torch::tensor(v, torch::kFloat64));
   for (const auto& [k, t] : tensors) ar.write("tensor." + k, t);
+  // Whose it is (common/run_dir.h): a --resume checks them against its directory and workload.
+  if (!this_run().run.empty()) ar.write("owner.run", c10::IValue(this_run().run));
+  if (!this_run().workload.empty()) ar.write("owner.workload", c10::IValue(this_run().workload));
   save_archive(ar, path);
 }
 
@@ -84,6 +88,32 @@ std::map<std::string, double> load_checkpoint(const std::string& path, torch::nn
     if (tensors && key.rfind("tensor.", 0) == 0 && ar.try_read(key, t)) (*tensors)[key.substr(7)] = t;
   }
   return numbers;
+}
+
+CheckpointOwner checkpoint_owner(const std::string& path) {
+  CheckpointOwner owner;
+  try {
+    torch::serialize::InputArchive ar;
+    ar.load_from(path, torch::kCPU);
+    c10::IValue v;
+    if (ar.try_read("owner.run", v) && v.isString()) owner.run = v.toStringRef();
+    if (ar.try_read("owner.workload", v) && v.isString()) owner.workload = v.toStringRef();
+  } catch (const c10::Error&) {  // not a checkpoint: loading it says so
+  }
+  return owner;
+}
+
+void check_resume_from(const std::string& out_dir, const std::string& checkpoint) {
+  std::error_code ec;
+  if (!std::filesystem::exists(checkpoint, ec))
+    throw ConfigError("--resume " + checkpoint + ": no such file or directory (a run's checkpoint is in its "
+                      "run.out_dir: policy.pt, checkpoint.pt or checkpoints/)");
+  // A directory of per-stage checkpoints (the pipeline's): its first stage's says whose they are.
+  const std::string file = std::filesystem::is_directory(checkpoint, ec) ? checkpoint + "/stage0.pt" : checkpoint;
+  CheckpointOwner owner = checkpoint_owner(file);
+  if (owner.workload.empty() && checkpoint_numbers(file).count("ppo"))  // an agent's, from before owners were kept
+    owner.workload = "rl";
+  check_resume(out_dir, checkpoint, owner.run, owner.workload);
 }
 
 std::map<std::string, double> checkpoint_numbers(const std::string& path) {

@@ -40,6 +40,16 @@ void save_checkpoint(const std::string& path, const torch::nn::Module& module, c
 std::map<std::string, double> load_checkpoint(const std::string& path, torch::nn::Module& module,
                                               torch::optim::Optimizer* optimizer, const torch::Device& device,
                                               std::map<std::string, torch::Tensor>* tensors = nullptr);
+// Whose a checkpoint is: the run (common/run_dir.h) and workload that wrote it (save_checkpoint
+// records this_run()'s); empty in files from before they were recorded, or not checkpoints.
+struct CheckpointOwner {
+  std::string run, workload;
+};
+CheckpointOwner checkpoint_owner(const std::string& path);
+// --resume `checkpoint` (a file, or a directory of stageK.pt) into out_dir: ConfigError when it
+// does not exist, was written by another workload, or belongs to another run than out_dir's
+// outputs (common/run_dir.h: check_resume). Before anything is claimed or written.
+void check_resume_from(const std::string& out_dir, const std::string& checkpoint);
 // Only the numbers of a checkpoint (no module needed: what a refusal reads to say whose it is);
 // empty when the file cannot be read.
 std::map<std::string, double> checkpoint_numbers(const std::string& path);

@@ -16,6 +16,7 @@ class RlCommandLine : public CommandLine<RlConfig> {
   // The flags, the file, the overrides, then env.plugin and env.name (prepare_env). False after --help.
   bool parse(int argc, char** argv) {
     if (!CommandLine<RlConfig>::parse(argc, argv)) return false;
+    this_run().workload = "rl";  // what the agent's checkpoints record (common/run_dir.h)
     prepare_env(config);
     return true;
   }

@@ -57,9 +57,9 @@ struct RpcBenchOptions {
 int run_rpc_bench(const RpcBenchOptions& options);
 
 struct RlBenchOptions {
-  std::vector<int> observers{1, 2, 4, 8, 11};
-  int episodes = 10;           // rounds: every observer runs one episode per round
-  int steps = 10;              // steps per episode
+  std::vector<int> observers{1, 2, 4, 8};
+  int episodes = 200;          // rounds: every observer runs one episode per round
+  int steps = 10;              // steps per episode (CartPole's random episodes outlast 10: fixed work)
   int envs_per_observer = 1;
   int repeats = 3;             // each cell runs batched and unbatched alternately this often: the median run
   std::string config = "configs/cartpole.yaml";
@@ -68,7 +68,7 @@ struct RlBenchOptions {
   std::vector<std::string> models{"tutorial"};
   std::vector<std::string> overrides;  // more KEY=VALUE for every run
   std::string csv;  // --csv; "": OUT_DIR/rl.csv (distrl-bench --out-dir)
-  std::string png;  // --png; "": beside the CSV (rl.csv -> rl.png); "none": no plot
+  std::string png;  // --png; "": beside the CSV (rl.csv -> rl.png; several models: rl-MODEL.png); "none": no plot
 };
 
 int run_rl_bench(const RlBenchOptions& options);

@@ -38,14 +38,14 @@ CLI::App* add_rpc(CLI::App& app, RpcBenchOptions& o) {
 
 CLI::App* add_rl(CLI::App& app, RlBenchOptions& o) {
   CLI::App* s = app.add_subcommand("rl", "agent + observers as processes: batched vs unbatched action serving (the PyTorch "
-                                     "batched-RPC tutorial's experiment)");
+                                     "batched-RPC tutorial's experiment), learning off, the same work in both modes, "
+                                     "the round trip split into queue wait / forward / transport and reply");
   s->add_option("--observers", o.observers, "observer counts to run")->delimiter(',')->check(CLI::Range(1, 1024));
   s->add_option("--episodes", o.episodes, "rounds per run (each observer runs one episode per round)")
       ->check(CLI::Range(1, 1000000));
   s->add_option("--steps", o.steps, "steps per episode")->check(CLI::Range(1, 1000000));
   s->add_option("--repeats", o.repeats,
-                "runs per cell, batched and unbatched alternating; the table shows each mode's median run (these "
-                "runs last well under a second: one run is mostly noise)")
+                "runs per cell, batched and unbatched alternating; the table shows each mode's median run")
       ->check(CLI::Range(1, 1000));
   s->add_option("--envs-per-observer", o.envs_per_observer, "envs each observer steps together")
       ->check(CLI::Range(1, 4096));
@@ -54,9 +54,11 @@ CLI::App* add_rl(CLI::App& app, RlBenchOptions& o) {
                 "policy sizes to sweep: tutorial (the tutorial's net) or mlp:WxW.. (hidden widths), e.g. "
                 "--models tutorial mlp:256x256 mlp:1024x1024")
       ->delimiter(',');
-  s->add_option("--set", o.overrides, "extra KEY=VALUE for every run (repeatable), e.g. --set learner.learn=false");
+  s->add_option("--set", o.overrides, "extra KEY=VALUE for every run (repeatable), e.g. --set agent.max_wait_us=1000");
   s->add_option("--csv", o.csv, "CSV output path (default: OUT_DIR/<suite>.csv)");
-  s->add_option("--png", o.png, "plot output path (needs gnuplot; default: beside --csv, rl.csv -> rl.png; none: no plot)");
+  s->add_option("--png", o.png,
+                "plot output path (needs gnuplot; default: beside --csv, rl.csv -> rl.png, one per model with "
+                "several: rl-MODEL.png; none: no plot)");
   return s;
 }
 

@@ -1,6 +1,10 @@
 #include "tools/config_launch.h"
 
+#include <signal.h>
 #include <unistd.h>
+
+#include <chrono>
+#include <thread>
 
 #include <cstdio>
 #include <filesystem>
@@ -9,6 +13,8 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/wait_notice.h"
+#include "common/run_dir.h"
 #include "common/settings.h"
 #include "training/workload_names.h"
 
@@ -35,6 +41,8 @@ int int_setting(const std::string& config, const std::vector<std::string>& overr
   throw ConfigError(config + ": " + key + ": '" + value + "' is not an integer of at least " + std::to_string(min));
 }
 
+constexpr auto kCheckTimeout = std::chrono::seconds(300);
+
 std::string tool(const std::string& name) {
   const std::string exe = self_dir() + "/" + name;
   if (::access(exe.c_str(), X_OK) != 0) throw Error("cannot find " + exe + " (build it: make build)");
@@ -49,7 +57,25 @@ std::string check(const std::string& exe, const std::vector<std::string>& tail) 
   cmd.push_back("--check-config");
   const std::string out = (std::filesystem::temp_directory_path() /
                            ("distrl-launch-check-" + std::to_string(::getpid()))).string();
-  const int code = run_process(cmd, out);
+  // The tool loads LibTorch and may make a Gymnasium env or read a checkpoint: said when it lasts,
+  // and bounded (kCheckTimeout: past the longest a healthy check takes, an env make's 120 s).
+  const pid_t pid = start_process(cmd, out);
+  WaitNotice notice("distrl-launch: waiting for " + exe.substr(exe.rfind('/') + 1) +
+                    " --check-config to check the configuration (it loads LibTorch, makes the env, reads a checkpoint)");
+  const auto deadline = std::chrono::steady_clock::now() + kCheckTimeout;
+  int code = -1;
+  while ((code = wait_process(pid, false)) < 0) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      ::kill(pid, SIGKILL);
+      wait_process(pid);
+      std::remove(out.c_str());
+      throw Error(exe + " --check-config answered nothing for " +
+                  std::to_string(std::chrono::duration_cast<std::chrono::seconds>(kCheckTimeout).count()) +
+                  " s; killed it (run it by hand to see where it hangs)");
+    }
+    notice.tick();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
   std::stringstream text;
   text << std::ifstream(out).rdbuf();
   std::remove(out.c_str());
@@ -104,6 +130,12 @@ void configure_world(const std::string& config, const std::vector<std::string>& 
   // The file's workload picks the tool (which refuses an override naming another tool's);
   // reading it refuses a file that is not YAML.
   const std::string workload = training::workload_named_by(config, {});
+  // Which node this is, for the tool's checks and the ranks (node 0 writes the outputs).
+  ::setenv("DISTRL_NODE_RANK", std::to_string(o->node_rank).c_str(), 1);
+  // What the claim of run.out_dir makes of the directory (common/run_dir.h).
+  this_run().workload = workload.empty() ? "rl" : workload;
+  for (const auto& a : overrides)
+    if (a == "--resume" || a.rfind("--resume=", 0) == 0) this_run().resume = true;
   // The world's security first: the configuration checks below already run under it.
   if (o->security.empty()) o->security = string_setting(config, overrides, "security");
   if (o->security_key.empty()) o->security_key = string_setting(config, overrides, "security_key");

@@ -3,18 +3,78 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 
 #include "common/error.h"
 #include "common/main_guard.h"
+#include "common/run_dir.h"
 #include "common/run_lock.h"
 #include "training/workload_names.h"
 #include "transport/cluster_env.h"
 #include "tools/launcher.h"
 #include "tools/config_launch.h"
 #include "transport/store.h"
+
+namespace {
+
+bool is_yaml_file(const std::string& a) {
+  const auto dot = a.rfind('.');
+  const std::string ext = dot == std::string::npos ? "" : a.substr(dot);
+  return (ext == ".yaml" || ext == ".yml") && std::filesystem::is_regular_file(a);
+}
+
+// This command line without what a resume replaces (--resume, --force, --check-config,
+// run.out_dir), for the ranks' stop lines: common/run_dir.h appends run.out_dir and --resume.
+std::string relaunch_command(int argc, char** argv) {
+  std::string cmd = distrl::shell_quoted(argv[0]);
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--resume" || a == "--run.out_dir") {
+      ++i;
+      continue;
+    }
+    if (a == "--force" || a == "--check-config" || a.rfind("--resume=", 0) == 0 || a.rfind("run.out_dir=", 0) == 0 ||
+        a.rfind("--run.out_dir=", 0) == 0)
+      continue;
+    cmd += " " + distrl::shell_quoted(a);
+  }
+  return cmd;
+}
+
+// `distrl-launch --config FILE --help`: the workload's tool lists its keys (with the file's
+// values). Returns its exit code, or -1 when this is not that.
+int show_workload_help(int argc, char** argv) {
+  std::string config;
+  bool help = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") help = true;
+    else if (a == "--config" && i + 1 < argc) config = argv[++i];
+    else if (a.rfind("--config=", 0) == 0) config = a.substr(9);
+  }
+  if (!help || config.empty() || !std::filesystem::is_regular_file(config)) return -1;
+  try {
+    const std::string workload = distrl::training::workload_named_by(config, {});
+    const std::string tool = distrl::tools::self_dir() + "/" +
+                             (workload.empty() ? "distrl-agent" : distrl::training::tool_of_workload(workload, config));
+    std::cout << "distrl-launch --config " << config << ": the keys of its workload (" +
+                     (workload.empty() ? std::string("rl") : workload) + "), as " << tool << " --help lists them;\n"
+              << "give any of them after the file as KEY=VALUE. distrl-launch's own flags: distrl-launch --help\n\n"
+              << std::flush;
+    ::execl(tool.c_str(), tool.c_str(), "--config", config.c_str(), "--help", static_cast<char*>(nullptr));
+    std::cerr << "distrl-launch: cannot run " << tool << ": " << std::strerror(errno) << "\n";
+    return 1;
+  } catch (const distrl::Error& e) {
+    std::cerr << "distrl-launch: " << e.what() << "\n";
+    return 2;
+  }
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   distrl::tools::LaunchOptions o;
@@ -76,9 +136,22 @@ int main(int argc, char** argv) {
   app.add_flag("--check-config", check_only,
                "with --config: validate the file and overrides, print what would run (\"ok: ...\"), start nothing");
   app.add_flag("--force", force,
-               "with --config: start even while another run writes into the config's run.out_dir (its\n"
-               "outputs and this run's overwrite each other); without it that is refused, naming the run");
+               "with --config: start a new run in a run.out_dir that holds a finished run's outputs, moving\n"
+               "them aside into OUT_DIR/previous/<when it started>/ first (without it that is refused,\n"
+               "naming the run; a directory a live run writes to is refused either way)");
+  std::string resume;
+  app.add_option("--resume", resume,
+                 "with --config: continue the run whose checkpoint this is, appending to its outputs (RL:\n"
+                 "OUT_DIR/policy.pt; distrl-train, distrl-rnn: OUT_DIR/checkpoint.pt; pipeline:\n"
+                 "OUT_DIR/checkpoints); the stop line of a run says the whole command");
+  app.footer("A workload's keys, with what each does and its value in the file:\n"
+             "  distrl-launch --config FILE --help\n"
+             "Examples:\n"
+             "  distrl-launch --config configs/cartpole.yaml observers=8 agent.mode=unbatched\n"
+             "  distrl-launch --config configs/cartpole.yaml --resume runs/cartpole/policy.pt learner.rounds=400\n"
+             "  distrl-launch --nproc 2 -- build/bin/api_tour");
   app.allow_extras();
+  if (const int shown = show_workload_help(split, argv); shown >= 0) return shown;
   try {
     app.parse(split, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -118,8 +191,13 @@ int main(int argc, char** argv) {
       ::setenv("DISTRL_STORE_LIMITS", store_limits.c_str(), 1);
     }
     (void)distrl::transport::StoreLimits::from_env();  // a bad inherited value too
-    if (config.empty() && o.command.empty())
+    if (config.empty() && o.command.empty()) {
+      for (const auto& a : app.remaining())  // `distrl-launch configs/x.yaml`
+        if (is_yaml_file(a))
+          throw distrl::ConfigError("'" + a + "' is a config file: give it with --config (distrl-launch --config " + a +
+                                    (app.remaining().size() > 1 ? " ..." : "") + ")");
       throw distrl::ConfigError("nothing to run:\n" + usage + "\n(see --help)");
+    }
     distrl::RunLock claim;
     if (!config.empty()) {
       if (!o.command.empty()) throw distrl::ConfigError("give either --config FILE or -- CMD, not both");
@@ -127,7 +205,11 @@ int main(int argc, char** argv) {
         throw distrl::ConfigError("--nproc does not go with --config: the config's roles say how many ranks run "
                                   "(observers, roles.*, dist.world_size); set those instead");
       if (force) ::setenv("DISTRL_RUN_LOCK_FORCE", "1", 1);  // the ranks' own claims (common/run_lock.h)
-      distrl::tools::configure_config_launch(config, app.remaining(), &o);
+      // What a stop line or a refusal tells the user to type to go on (common/run_dir.h).
+      ::setenv("DISTRL_LAUNCH_COMMAND", relaunch_command(split, argv).c_str(), 1);
+      std::vector<std::string> tail = app.remaining();
+      if (!resume.empty()) tail.insert(tail.end(), {"--resume", resume});
+      distrl::tools::configure_config_launch(config, tail, &o);
       if (check_only) {
         std::cout << o.checked << std::endl;
         return 0;
@@ -138,8 +220,9 @@ int main(int argc, char** argv) {
         claim = distrl::RunLock(o.out_dir);
         claim.hand_to_children();
       }
-    } else if (check_only || force) {
-      throw distrl::ConfigError(std::string(check_only ? "--check-config" : "--force") + " goes with --config FILE");
+    } else if (check_only || force || !resume.empty()) {
+      throw distrl::ConfigError(std::string(check_only ? "--check-config" : force ? "--force" : "--resume") +
+                                " goes with --config FILE");
     } else if (!app.remaining().empty()) {
       throw distrl::ConfigError("unexpected argument '" + app.remaining().front() + "' (see --help)");
     } else {

@@ -281,22 +281,23 @@ class Supervisor {
 
   void on_signals() {
     if (g_signal && !stopping_) {
-      std::cerr << "distrl-launch: " << (g_signal == SIGINT ? "SIGINT" : "SIGTERM")
-                << ": stopping every rank (SIGTERM: they finish their step, save and write their outputs; SIGKILL "
-                   "after --grace "
+      const char* name = g_signal == SIGINT ? "SIGINT" : "SIGTERM";
+      std::cerr << "distrl-launch: " << name << ": stopping every rank (passed on as " << name
+                << ": they finish their step, save and write their outputs; SIGKILL after --grace "
                 << std::chrono::duration<double>(o_.grace).count() << " s). Press Ctrl-C again to kill them now.\n";
-      stop(128 + g_signal);
+      stop(128 + g_signal, g_signal);
     } else if (g_signals > 1 && kill_at_ != Clock::time_point::max()) {
       std::cerr << "distrl-launch: second signal: killing every rank now\n";
       kill_at_ = Clock::now();
     }
   }
 
-  // SIGTERM to every rank, SIGKILL after the grace period; code is what the launcher returns.
-  void stop(int code) {
+  // sig (SIGTERM, or the SIGINT a user gave the launcher: the ranks then say so) to every rank,
+  // SIGKILL after the grace period; code is what the launcher returns.
+  void stop(int code, int sig = SIGTERM) {
     first_failure_ = code;
     stopping_ = true;
-    stop_all(SIGTERM);
+    stop_all(sig);
     kill_at_ = Clock::now() + o_.grace;
   }
 

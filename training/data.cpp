@@ -107,18 +107,29 @@ Dataset load_idx(const std::string& images_path, const std::string& labels_path)
   return parse_idx(read_maybe_gz(images_path), read_maybe_gz(labels_path), images_path, labels_path);
 }
 
+namespace {
+
+// dir/stem or dir/stem.gz; ConfigError naming what is missing and where to get it.
+std::string idx_file(const std::string& dir, const std::string& stem) {
+  for (const std::string& name : {stem, stem + ".gz"}) {
+    const auto p = std::filesystem::path(dir) / name;
+    if (std::filesystem::exists(p)) return p.string();
+  }
+  throw ConfigError("dataset: no " + stem + "[.gz] in '" + dir +
+                    "' (an MNIST-layout directory; Fashion-MNIST: apt install dataset-fashion-mnist)");
+}
+
+}  // namespace
+
 Dataset load_idx_dir(const std::string& dir, bool train) {
   const std::string prefix = train ? "train" : "t10k";
-  auto find = [&](const std::string& stem) {
-    for (const std::string& name : {stem, stem + ".gz"}) {
-      const auto p = std::filesystem::path(dir) / name;
-      if (std::filesystem::exists(p)) return p.string();
-    }
-    throw ConfigError("dataset: no " + stem + "[.gz] in '" + dir +
-                      "' (an MNIST-layout directory; Fashion-MNIST: apt install dataset-fashion-mnist)");
-  };
-  const std::string images = find(prefix + "-images-idx3-ubyte");
-  return load_idx(images, find(prefix + "-labels-idx1-ubyte"));
+  const std::string images = idx_file(dir, prefix + "-images-idx3-ubyte");
+  return load_idx(images, idx_file(dir, prefix + "-labels-idx1-ubyte"));
+}
+
+void check_idx_dir(const std::string& dir) {
+  for (const char* prefix : {"train", "t10k"})
+    for (const char* kind : {"-images-idx3-ubyte", "-labels-idx1-ubyte"}) idx_file(dir, std::string(prefix) + kind);
 }
 
 void write_idx(const std::string& images_path, const std::string& labels_path, const at::Tensor& images,
@@ -177,7 +188,10 @@ std::vector<std::int64_t> DistributedSampler::indices() const {
   return mine;
 }
 
-std::string read_text(const std::string& path, long long max_chars) {
+namespace {
+
+// The files of a text corpus: path itself, or the files under it in name order; ConfigError when none.
+std::vector<std::filesystem::path> text_files(const std::string& path) {
   namespace fs = std::filesystem;
   std::vector<fs::path> files;
   std::error_code ec;
@@ -190,6 +204,15 @@ std::string read_text(const std::string& path, long long max_chars) {
   }
   if (files.empty())
     throw ConfigError("data.path: no text files at '" + path + "' (on Debian, /usr/share/common-licenses has plenty)");
+  return files;
+}
+
+}  // namespace
+
+void check_text_path(const std::string& path) { text_files(path); }
+
+std::string read_text(const std::string& path, long long max_chars) {
+  const auto files = text_files(path);
   std::string text;
   for (auto& f : files) {
     std::ifstream in(f, std::ios::binary);

@@ -27,6 +27,9 @@ Dataset parse_idx(const std::string& images, const std::string& labels, const st
                   const std::string& labels_name);
 // The train or test split in dir: {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz].
 Dataset load_idx_dir(const std::string& dir, bool train);
+// The four files load_idx_dir reads (train and test) are there: what --check-config can say
+// before anything starts. ConfigError naming the missing one and where to get it.
+void check_idx_dir(const std::string& dir);
 // Writes IDX files (gzipped when the name ends in .gz): images uint8 [N, H, W], labels uint8 [N].
 void write_idx(const std::string& images_path, const std::string& labels_path, const at::Tensor& images,
                const at::Tensor& labels);
@@ -34,6 +37,8 @@ void write_idx(const std::string& images_path, const std::string& labels_path, c
 // max_chars (0: all): the text corpora (Debian's /usr/share/common-licenses by default).
 // Throws ConfigError (key data.path) when there is no text or under 1000 characters.
 std::string read_text(const std::string& path, long long max_chars = 0);
+// read_text would find files at path (does not read them). ConfigError otherwise.
+void check_text_path(const std::string& path);
 // The first n items of d (all of them when n <= 0 or n >= d.size()).
 Dataset first_items(Dataset d, std::int64_t n);
 // The DDP tutorial's toy regression: x ~ N(0, 1)^in, y = W x + 0.1 noise with a fixed W [out, in].

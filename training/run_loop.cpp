@@ -8,14 +8,6 @@
 
 namespace distrl::training {
 
-CsvFile::CsvFile(std::string path, const std::string& header, bool append) : path_(std::move(path)) {
-  const bool keep = append && std::filesystem::exists(path_);
-  out_.open(path_, keep ? std::ios::app : std::ios::trunc);
-  if (!out_) throw OutputError("cannot open '" + path_ + "' for writing (choose a writable run.out_dir)");
-  if (!keep) out_ << header << "\n";
-  check_written(out_, path_);
-}
-
 RunLoop::RunLoop(const RunKeys& run, std::string tool, bool lead)
     : tool_(std::move(tool)),
       out_dir_(run.out_dir),
@@ -34,11 +26,15 @@ void RunLoop::stop_in_lock_step(transport::ProcessGroup& pg, std::string peer) {
 
 void RunLoop::stop_through(transport::Store& store) { flag_.emplace(store); }
 
-void RunLoop::open(const std::string& config_yaml, const std::string& csv_name, const std::string& header, bool append) {
+void RunLoop::open(const std::string& config_yaml, const std::string& csv_name, const std::string& header,
+                   long long resumed_at) {
   if (!lead_) return;
   write_file_atomically(out_dir_ + "/config.yaml", config_yaml);  // creates out_dir
-  csv_ = CsvFile(out_dir_ + "/" + csv_name, header, append);
-  if (tensorboard_) events_ = std::make_unique<CsvEvents>(out_dir_, header);
+  csv_ = CsvFile(out_dir_ + "/" + csv_name, header, resumed_at);
+  if (tensorboard_) {
+    events_ = std::make_unique<CsvEvents>(out_dir_, header, resumed_at);
+    event_file_ = events_->path();
+  }
 }
 
 bool RunLoop::stop_requested(long long steps_done) {
@@ -72,6 +68,8 @@ bool RunLoop::finish(const std::vector<Chart>& charts, const std::string& csv_na
   if (!lead_) return false;
   csv_.close();
   events_.reset();
+  if (!event_file_.empty())
+    std::cout << tool_ << ": TensorBoard: " << event_file_ << " (tensorboard --logdir " << out_dir_ << ")" << std::endl;
   if (charts.empty()) return false;
   const std::string csv = csv_name.empty() ? csv_.path() : out_dir_ + "/" + csv_name;
   return plot_csv(csv, out_dir_ + "/learning_curve.png", charts);

@@ -6,7 +6,7 @@
 //
 //   RunLoop loop(cfg, "distrl-train", rank == 0);
 //   loop.stop_in_lock_step(*pg, "rank");
-//   loop.open(config_yaml, "metrics.csv", "epoch,loss", !resume.empty());
+//   loop.open(config_yaml, "metrics.csv", "epoch,loss", resume.empty() ? -1 : last_epoch_done);
 //   for (...) { ...; if (loop.log_due(step)) print(...); if (loop.stop_requested(step)) break; }
 //   loop.row(epoch, loss);  ...  loop.finish({charts});
 //
@@ -34,32 +34,6 @@ class Store;
 }
 
 namespace distrl::training {
-
-// A CSV file of a run: opened with its header (or appended to), one comma-joined row at a
-// time, each flushed and checked (OutputError naming the file when a write fails: a full disk
-// stops the run there, not at its end). Default-constructed: closed, and row() writes nothing.
-class CsvFile {
- public:
-  CsvFile() = default;
-  // Appended to when `append` and the file exists (a resumed run), else truncated and given
-  // `header`. OutputError naming the file when it cannot be opened.
-  CsvFile(std::string path, const std::string& header, bool append = false);
-
-  template <typename... V>
-  void row(const V&... values) {
-    if (!out_.is_open()) return;
-    const char* sep = "";
-    ((out_ << sep << values, sep = ","), ...);
-    out_ << '\n';
-    check_written(out_, path_);
-  }
-  void close() { out_.close(); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::ofstream out_;
-  std::string path_;
-};
 
 // Losses and items (samples, pairs, characters) since the last reset: a progress line's numbers.
 struct Window {
@@ -95,13 +69,18 @@ class RunLoop {
   void stop_through(transport::Store& store);
 
   bool lead() const { return lead_; }
+  // The lead's TensorBoard event file, once open() made it; "" otherwise.
+  const std::string& event_file() const { return event_file_; }
   const std::string& out_dir() const { return out_dir_; }
 
-  // The lead: writes out_dir/config.yaml and opens out_dir/csv_name with `header` (appended to
-  // when `append` and it exists), and with run.tensorboard a new TensorBoard event file holding
-  // the same rows (common/event_file.h). OutputError naming the file when any of it fails.
-  // Others: nothing.
-  void open(const std::string& config_yaml, const std::string& csv_name, const std::string& header, bool append = false);
+  // The lead: writes out_dir/config.yaml and opens out_dir/csv_name with `header`, and with
+  // run.tensorboard a new TensorBoard event file holding the same rows (common/event_file.h).
+  // A resumed run (`resumed_at` >= 0: the last step, epoch or round its checkpoint holds)
+  // appends to the CSV, dropping rows past that step (they run again), and its event file tells
+  // TensorBoard to forget the earlier files' steps past it. OutputError naming the file when any
+  // of it fails. Others: nothing.
+  void open(const std::string& config_yaml, const std::string& csv_name, const std::string& header,
+            long long resumed_at = -1);
   // The lead: one row of the CSV that open() opened. Others: nothing.
   template <typename... V>
   void row(const V&... values) {
@@ -136,8 +115,8 @@ class RunLoop {
   double seconds() const;
 
   // The lead: closes the CSV and, given charts, draws out_dir/learning_curve.png from
-  // out_dir/csv_name (default: the CSV open() opened). True when the picture was drawn; never
-  // throws for a missing gnuplot (common/plot.h).
+  // out_dir/csv_name (default: the CSV open() opened); says where the TensorBoard file is. True
+  // when the picture was drawn; never throws for a missing gnuplot (common/plot.h).
   bool finish(const std::vector<Chart>& charts = {}, const std::string& csv_name = "");
 
  private:
@@ -148,6 +127,7 @@ class RunLoop {
   bool tensorboard_;
   CsvFile csv_;
   std::unique_ptr<CsvEvents> events_;
+  std::string event_file_;
   std::chrono::steady_clock::time_point start_;
   transport::ProcessGroup* pg_ = nullptr;
   std::string peer_;

@@ -3,6 +3,9 @@
 #include <iostream>
 
 #include "common/error.h"
+#include "common/run_dir.h"
+#include "common/run_lock.h"
+#include "models/checkpoint.h"
 #include "common/stop_signal.h"
 #include "transport/security.h"
 
@@ -50,6 +53,7 @@ bool WorkloadCommandLine::parse(int argc, char** argv) {
   }
   DISTRL_CHECK(chosen, "no workload runs on " + tool_);
   name_ = chosen->name;
+  resumes_ = chosen->resumes;
   config_ = chosen->make();
   settings
       .bind("workload", &name_,
@@ -57,7 +61,9 @@ bool WorkloadCommandLine::parse(int argc, char** argv) {
                 "'s: --config FILE --help lists those of the file's workload")
       .choices(mine);
   config_->bind(settings);
-  return ToolCommandLine::parse(argc, argv);
+  if (!ToolCommandLine::parse(argc, argv)) return false;
+  this_run().workload = name_;  // the file's, after the overrides: what checkpoints record
+  return true;
 }
 
 bool WorkloadCommandLine::parse(const std::vector<std::string>& args) {
@@ -71,6 +77,15 @@ bool WorkloadCommandLine::parse(const std::vector<std::string>& args) {
 void WorkloadCommandLine::validate() const {
   transport::use_security(flags.security, flags.security_key);  // checks the key file
   config_->validate();
+  if (flags.check_only) RunLock::refuse_if_claimed(settings.output_dir());  // a live run writes there
+  if (!flags.resume.empty()) {
+    if (!resumes_)
+      throw ConfigError("--resume: " + name_ + " starts afresh each run and takes no checkpoint (drop --resume; "
+                        "another run.out_dir keeps the last run's outputs)");
+    models::check_resume_from(settings.output_dir(), flags.resume);
+  } else if (flags.check_only) {
+    check_fresh(settings.output_dir(), RunLock::forced());
+  }
 }
 
 int WorkloadCommandLine::main(int argc, char** argv) {

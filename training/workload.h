@@ -50,7 +50,14 @@ struct Workload {
   std::string name;  // a config's `workload` value
   std::string tool;  // the executable every rank runs: kWorkloadNames' (workload_names.h)
   std::function<std::unique_ptr<WorkloadConfig>()> make;
+  bool resumes = false;  // takes --resume (a checkpoint of its own); the others start afresh each run
 };
+
+// w, taking --resume.
+inline Workload resuming(Workload w) {
+  w.resumes = true;
+  return w;
+}
 
 // Each mode's entries, defined in its folder.
 std::vector<Workload> rnn_workloads();       // rnn/
@@ -112,7 +119,10 @@ class WorkloadCommandLine : public ToolCommandLine {
   // The flags, the file and the overrides; false after --help. ConfigError.
   bool parse(int argc, char** argv);
   bool parse(const std::vector<std::string>& args);  // the same without argv[0]
-  // Everything a rank checks before it starts: the security key file, the workload's checks.
+  // Everything a rank checks before it starts: the security key file, the workload's checks,
+  // and --resume (a workload that resumes, a checkpoint that exists and is this workload's and
+  // this run directory's: common/run_dir.h). With check_only, a fresh run's directory too (the
+  // claim checks it when the run starts).
   void validate() const;
   int world_size() const { return config_->roles().ranks; }
   // The tool's whole life after its flags: parse, validate, --check-config or run; the exit
@@ -122,6 +132,7 @@ class WorkloadCommandLine : public ToolCommandLine {
  private:
   std::string tool_;
   std::string name_;  // the `workload` key
+  bool resumes_ = false;
   std::unique_ptr<WorkloadConfig> config_;
 };
 

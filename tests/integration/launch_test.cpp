@@ -203,7 +203,7 @@ TEST(LaunchTest, AConfigIsSplitOverNodesInBlocks) {
   EXPECT_TRUE(std::filesystem::exists(dir.file("policy.pt"))) << node0.output;
 
   auto refused = launch("--nnodes 5 --node-rank 4 --master-port 29999 --config " + std::string(DISTRL_SOURCE_DIR) +
-                        "/configs/cartpole.yaml observers=2 run.out_dir=" + dir.path());
+                        "/configs/cartpole.yaml observers=2 run.out_dir=" + dir.path() + "/more");
   EXPECT_EQ(refused.code, 2) << refused.output;
   EXPECT_NE(refused.output.find("its 3 ranks cannot fill --nnodes 5"), std::string::npos) << refused.output;
 }

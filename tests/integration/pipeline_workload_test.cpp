@@ -191,7 +191,7 @@ TEST(PipelineWorkloadTest, CtrlCStopsEveryStageAtTheSameStepAndSaves) {
   auto r = distrl::testing::launch_interrupted("--config " + kFashion + common + " train.epochs=50",
                                                "epoch 1/50  step     20/", SIGINT);
   EXPECT_EQ(r.code, 130) << r.output;
-  // "by SIGTERM", or "by a signal on another stage" when the launcher's SIGTERM reached another
+  // "by SIGINT", or "by a signal on another stage" when the launcher's SIGINT reached another
   // stage first and the agreement came before this one's arrived
   const auto stopped = r.output.find("distrl-pipeline: stopped by ");
   ASSERT_NE(stopped, std::string::npos) << r.output;

@@ -157,7 +157,8 @@ TEST(RlResumeTest, RoundsMetricsAndRunningRewardCarryOn) {
   // A checkpoint that is missing, or does not fit the configured model: exit 2 naming the file.
   auto missing = launch(common + " learner.rounds=8 --resume " + dir.path() + "/nothing.pt");
   EXPECT_EQ(missing.code, 2) << missing.output;
-  EXPECT_NE(missing.output.find("no file at '" + dir.path() + "/nothing.pt'"), std::string::npos) << missing.output;
+  EXPECT_NE(missing.output.find("--resume " + dir.path() + "/nothing.pt: no such file"), std::string::npos)
+      << missing.output;
   auto misfit = launch(common + " learner.rounds=8 model.hidden=[32] --resume " + dir.path() + "/policy.pt");
   EXPECT_EQ(misfit.code, 2) << misfit.output;
   EXPECT_NE(misfit.output.find("checkpoint '" + dir.path() + "/policy.pt' does not fit this model: "), std::string::npos)
@@ -427,7 +428,8 @@ TEST(RlWorldTest, ASecondProcessAsOneRankIsRefusedNamingTheFirst) {
 
 // Issue 35: two runs into one run.out_dir overwrote each other and both exited 0. The first
 // run's launcher claims the directory; a second is refused naming it (launcher or a tool started
-// by hand), --force starts all the same, and the claim ends with the run.
+// by hand), --force too (it moves a finished run's outputs aside, never a live one's), and the
+// claim ends with the run.
 TEST(RlRunDirTest, ASecondRunIntoTheSameOutDirIsRefusedNamingTheFirst) {
   TempDir dir;
   const std::string common = "--config " + kConfig + " observers=1 learner.max_steps=30 run.out_dir=" + dir.path();
@@ -440,20 +442,26 @@ TEST(RlRunDirTest, ASecondRunIntoTheSameOutDirIsRefusedNamingTheFirst) {
   auto second = launch(common + " learner.rounds=2");
   EXPECT_EQ(second.code, 2) << second.output;
   EXPECT_NE(second.output.find("run.out_dir '" + dir.path() + "' " + holder), std::string::npos) << second.output;
-  EXPECT_NE(second.output.find("or pass --force"), std::string::npos) << second.output;
+  EXPECT_NE(second.output.find("nothing started"), std::string::npos) << second.output;
   auto by_hand = distrl::testing::run_command("RANK=0 WORLD_SIZE=2 " + distrl::testing::bin_path("distrl-agent") + " " +
                                               common + " --init-method file://" + dir.file("rdv"));
   EXPECT_EQ(by_hand.code, 2) << by_hand.output;
   EXPECT_NE(by_hand.output.find(holder), std::string::npos) << by_hand.output;
   auto forced = launch("--force " + common + " learner.rounds=2");
-  EXPECT_EQ(forced.code, 0) << forced.output;
-  EXPECT_NE(forced.output.find("--force: run.out_dir '" + dir.path() + "' is not claimed"), std::string::npos)
-      << forced.output;
+  EXPECT_EQ(forced.code, 2) << forced.output;
+  EXPECT_NE(forced.output.find(holder), std::string::npos) << forced.output;
+  EXPECT_NE(forced.output.find("cannot take a directory a live run writes to"), std::string::npos) << forced.output;
   ::kill(first.pid(), SIGINT);
   EXPECT_EQ(first.wait_for(60s), 128 + SIGINT) << read_file(dir.file("first.log"));
-  // The claim ended with the run (its lock file stays, naming a dead pid): the next run starts.
+  // The claim ended with the run (its lock file stays, naming a dead pid); its outputs stay too:
+  // a fresh run there is refused naming them, --force moves them aside and starts.
   auto after = launch(common + " learner.rounds=2");
-  EXPECT_EQ(after.code, 0) << after.output;
+  EXPECT_EQ(after.code, 2) << after.output;
+  EXPECT_NE(after.output.find("holds another run's outputs"), std::string::npos) << after.output;
+  auto moved = launch("--force " + common + " learner.rounds=2");
+  EXPECT_EQ(moved.code, 0) << moved.output;
+  EXPECT_NE(moved.output.find("--force: moved the outputs of the run that was in " + dir.path()), std::string::npos)
+      << moved.output;
 }
 
 // The socket files of this process's pid under /tmp (ipc:// and shared-memory endpoints).
@@ -643,7 +651,7 @@ TEST(PpoRunTest, FragmentsFlowForDiscreteAndContinuousEnvsAndEvalReadsTheCheckpo
   EXPECT_NE(r.output.find("learner.algo=ppo"), std::string::npos) << r.output;
 }
 
-// Ctrl-C on a long run loses nothing (issue 14, case 6). distrl-launch passes SIGTERM on; the
+// Ctrl-C on a long run loses nothing (issue 14, case 6). distrl-launch passes the SIGINT on; the
 // agent finishes its round, saves policy.pt and writes metrics, summary, config and plot; the
 // observers serve until it has; the launcher exits 130. Before, the run was lost: exit 130 with
 // an empty metrics.csv and no policy.pt.
@@ -660,7 +668,7 @@ TEST(RlSignalTest, CtrlCFinishesTheRoundSavesAndWritesEveryOutput) {
       });
   EXPECT_EQ(r.code, 130) << r.output;
   EXPECT_NE(r.output.find("Stopped after"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("stopped by SIGTERM after round"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("stopped by SIGINT after round"), std::string::npos) << r.output;
   const int rows = count_lines(dir.file("metrics.csv")) - 1;
   EXPECT_GE(rows, 5);
   EXPECT_TRUE(std::filesystem::exists(dir.file("policy.pt")));

@@ -72,7 +72,7 @@ TEST(RnnTest, CtrlCStopsTheTrainersWhoSaveAndResume) {
   auto r = distrl::testing::launch_interrupted("--config " + kConfig + common + " train.steps=1000000",
                                                "step 30/1000000  train", SIGINT);
   EXPECT_EQ(r.code, 130) << r.output;
-  const std::string said = "trainer 1: stopped by SIGTERM after step ";
+  const std::string said = "trainer 1: stopped by SIGINT after step ";  // Ctrl-C, passed on by the launcher
   const auto at = r.output.find(said);
   ASSERT_NE(at, std::string::npos) << r.output;
   const int step = std::stoi(r.output.substr(at + said.size()));

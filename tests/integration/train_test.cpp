@@ -126,7 +126,7 @@ TEST(TrainTest, CtrlCStopsEveryRankAtTheSameStepAndSaves) {
       [&](const std::string& line) { return line.find("] epoch 1/200 [") != std::string::npos && ++lines == 3; },
       SIGINT);
   EXPECT_EQ(r.code, 130) << r.output;
-  const std::string said = "distrl-train: stopped by SIGTERM in epoch ";
+  const std::string said = "distrl-train: stopped by SIGINT in epoch ";  // Ctrl-C, passed on by the launcher
   const auto at = r.output.find(said);
   ASSERT_NE(at, std::string::npos) << r.output;
   const int epoch = std::stoi(r.output.substr(at + said.size()));

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "common/run_dir.h"
 #include "common/error.h"
 #include "models/nets.h"
 #include "models/torch_threads.h"
@@ -176,7 +177,7 @@ std::vector<EpochResult> train(const TrainConfig& cfg, const std::string& config
   loop.open(config_yaml, "metrics.csv",
             data.classify ? "epoch,steps,train_loss,test_loss,test_accuracy,samples_per_s,seconds"
                           : "epoch,steps,train_loss,test_loss,samples_per_s,seconds",
-            !resume.empty());
+            resume.empty() ? -1 : first_epoch - 1);
   if (lead) print_header(cfg, data, world, ddp.buckets().size());
 
   DistributedSampler sampler(data.train.size(), rank, world, true, static_cast<std::uint64_t>(cfg.seed));
@@ -206,8 +207,8 @@ std::vector<EpochResult> train(const TrainConfig& cfg, const std::string& config
       if (lead) {
         std::printf("\n");  // ends a progress bar left open on a terminal
         loop.report_stop("in epoch " + std::to_string(epoch) + " after step " + std::to_string(steps),
-                         "checkpoint " + ckpt + " (go on with --resume " + ckpt + "; epoch " + std::to_string(epoch) +
-                             " starts again)");
+                         "checkpoint " + ckpt + "; epoch " + std::to_string(epoch) + " starts again with: " +
+                             resume_command(cfg.out_dir, ckpt));
       }
       break;
     }
@@ -239,10 +240,15 @@ void ddp_rank(const TrainConfig& cfg, const RunContext& ctx) {
   train(cfg, ctx.config_yaml, transport::init_process_group(o), ctx.resume);
 }
 
+// Before anything starts: the dataset is there.
+void check_train(const TrainConfig& cfg) {
+  if (cfg.dataset == "idx") check_idx_dir(cfg.data_path);
+}
+
 }  // namespace
 
 std::vector<Workload> ddp_workloads() {
-  return {make_workload<TrainConfig>("ddp", dist_world_size, nullptr, ddp_rank)};
+  return {resuming(make_workload<TrainConfig>("ddp", dist_world_size, check_train, ddp_rank))};
 }
 
 }  // namespace distrl::training

@@ -109,8 +109,10 @@ namespace {
 // rows) back-propagated last to first. Their gap is what float32 reordering changes on this
 // machine's kernels; the pipeline, which sums micro-batch gradients as they arrive, is one more
 // order and must stay within kReorderFactor times it (never less than as many units in the last
-// place of the largest value):
-// the loss on every batch, the parameters after the first step.
+// place of the largest value): the first batch's loss and the parameters after its step. Later
+// batches are said, not compared: they start from weights already a rounding apart, and a
+// rounding-level change can move a max-pool's choice, after which the runs rightly part (gaps of
+// 4e-4 in conv1.weight were measured after two steps).
 class OneProcessCheck {
  public:
   static constexpr double kReorderFactor = 3, kFloat32Unit = 0x1p-24;
@@ -121,10 +123,11 @@ class OneProcessCheck {
   void step(const at::Tensor& inputs, const at::Tensor& labels, int size, double loss, int b,
             const std::vector<transport::RRef<at::Tensor>>& params) {
     const double a = refs_[0].step(inputs, labels, size, false), r = refs_[1].step(inputs, labels, size, true);
-    note(loss_, std::abs(loss - a), bound(std::abs(a - r), std::abs(a)), "the loss of batch " + std::to_string(b + 1));
-    // Later steps are not compared: a rounding-level change can move a max-pool's choice, after
-    // which the runs rightly part (gaps of 4e-4 in conv1.weight were measured after two steps).
-    if (b != 0) return;
+    if (b != 0) {
+      later_loss_gap_ = std::max(later_loss_gap_, std::abs(loss - a));
+      return;
+    }
+    loss_ = Gap{std::abs(loss - a), bound(std::abs(a - r), std::abs(a)), "the first batch's loss"};
     double spread = 0, scale = 0;
     const auto mine = refs_[0].parameters(), other = refs_[1].parameters();
     for (std::size_t i = 0; i < mine.size(); ++i) {
@@ -132,19 +135,23 @@ class OneProcessCheck {
       scale = std::max(scale, mine[i].second.abs().max().item<double>());
     }
     const auto [gap, worst] = parameter_gap(params, mine);
-    note(params_, gap, bound(spread, scale), "the parameters after the first step, at " + worst);
+    params_ = Gap{gap, bound(spread, scale), "the parameters after the first step, at " + worst};
   }
 
   // The gaps of micro-batch size `size` and their bounds, said; Error past a bound.
   void verdict(int size) const {
-    std::cout << "one-process check (micro-batch size " << size << "): losses differ by at most " << loss_.gap
+    std::cout << "one-process check (micro-batch size " << size << "): the first loss differs by " << loss_.gap
               << " (reordering allows " << loss_.bound << "), parameters after the first step by " << params_.gap
-              << " (reordering allows " << params_.bound << ")" << std::endl;
-    for (const Worst* w : {&loss_, &params_})
-      if (w->gap > w->bound)
-        throw Error("the pipeline does not train like one process (micro-batch size " + std::to_string(size) + "): " +
-                    w->where + " differs by " + std::to_string(w->gap) + ", more than the " + std::to_string(w->bound) +
-                    " that summing the same gradients in another order gives here");
+              << " (reordering allows " << params_.bound << "); later losses by up to " << later_loss_gap_
+              << " (not compared)" << std::endl;
+    for (const Gap* g : {&loss_, &params_})
+      if (g->gap > g->bound) {
+        std::ostringstream m;
+        m << "the pipeline does not train like one process (micro-batch size " << size << "): " << g->where
+          << " differs by " << g->gap << ", more than the " << g->bound
+          << " that summing the same gradients in another order gives here";
+        throw Error(m.str());
+      }
   }
 
  private:
@@ -186,18 +193,15 @@ class OneProcessCheck {
     std::shared_ptr<TutorialShardImpl> s1, s2;
     std::unique_ptr<torch::optim::SGD> opt;
   };
-  struct Worst {
+  struct Gap {
     double gap = 0, bound = 0;
     std::string where;
   };
   static double bound(double spread, double scale) { return kReorderFactor * std::max(spread, 2 * kFloat32Unit * scale); }
-  // Keeps the gap that is largest against its bound.
-  static void note(Worst& w, double gap, double bound, const std::string& where) {
-    if (w.where.empty() || gap / bound > w.gap / w.bound) w = Worst{gap, bound, where};
-  }
 
   Ref refs_[2];
-  Worst loss_, params_;
+  Gap loss_, params_;
+  double later_loss_gap_ = 0;
 };
 
 

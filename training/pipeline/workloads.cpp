@@ -10,6 +10,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "common/run_dir.h"
 #include "common/error.h"
 #include "common/malloc_tuning.h"
 #include "models/checkpoint.h"
@@ -121,6 +122,7 @@ std::vector<nn::Sequential> cut_model(nn::Sequential model, const std::vector<st
 }
 
 void check_fashion_mnist(const PipelineConfig& c) {
+  check_idx_dir(c.data_path);
   if (c.chunks > 1 && c.schedule != "interleaved" && c.schedule.find('/') == std::string::npos)
     throw ConfigError("pipeline.chunks: " + std::to_string(c.chunks) + " pieces per stage need pipeline.schedule: interleaved");
   if (c.microbatches > c.batch_size)
@@ -332,7 +334,7 @@ void run_fashion_mnist(const PipelineConfig& c, const std::string& config_yaml, 
   loop.stop_in_lock_step(*pg, "stage");
   prepare_checkpoints(ckpt_dir, rank, cuts);
   loop.open(config_yaml, "metrics.csv", "epoch,train_loss,test_loss,test_accuracy,seconds,images_per_s",
-            !resume.empty());
+            resume.empty() ? -1 : start_epoch - 1);
   if (last) print_plan(c, sched, pieces, stage);
   const std::int64_t n = train.size();
   for (int epoch = start_epoch; epoch <= c.epochs; ++epoch) {
@@ -358,8 +360,8 @@ void run_fashion_mnist(const PipelineConfig& c, const std::string& config_yaml, 
       pg->barrier();
       if (last)
         loop.report_stop("in epoch " + std::to_string(epoch) + " after step " + std::to_string(w.steps),
-                         "checkpoints in " + ckpt_dir + " (go on with --resume " + ckpt_dir + "; epoch " +
-                             std::to_string(epoch) + " starts again)");
+                         "checkpoints in " + ckpt_dir + "; epoch " + std::to_string(epoch) + " starts again with: " +
+                             resume_command(c.out_dir, ckpt_dir));
       break;
     }
     const double secs = w.seconds();
@@ -376,8 +378,8 @@ void run_fashion_mnist(const PipelineConfig& c, const std::string& config_yaml, 
   if (!last) return;
   loop.finish({{"loss", "epoch", {{"epoch", "train_loss", "train"}, {"epoch", "test_loss", "test"}}},
                {"test accuracy (%)", "epoch", {{"epoch", "test_accuracy", "test"}}}});
-  std::cout << "wrote " << c.out_dir << "/metrics.csv, learning_curve.png, checkpoints/ (resume: --resume " << ckpt_dir
-            << ")" << std::endl;
+  std::cout << "wrote " << c.out_dir << "/metrics.csv, learning_curve.png, checkpoints/ (more epochs: "
+            << resume_command(c.out_dir, ckpt_dir) << " train.epochs=N)" << std::endl;
 }
 
 namespace {
@@ -426,8 +428,8 @@ namespace distrl::training {
 
 std::vector<Workload> pipeline_workloads() {
   using namespace pipeline;
-  return {make_workload<PipelineConfig>("pipeline_fashion_mnist", stages, check_fashion_mnist,
-                                        fashion_mnist_rank),
+  return {resuming(make_workload<PipelineConfig>("pipeline_fashion_mnist", stages, check_fashion_mnist,
+                                                 fashion_mnist_rank)),
           make_workload<PipelineConfig>("pipeline_resnet50", master_and_two_workers, check_resnet,
                                         resnet_rank),
           make_workload<PipelineConfig>("pipeline_resnet50_model_parallel", one_process,

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/wait_notice.h"
 #include "common/log.h"
 #include "models/checkpoint.h"
 #include "models/nets.h"
@@ -145,7 +146,17 @@ void run_batch_update(const BatchUpdateConfig& cfg, const std::string& config_ya
   // restarted trainer finds the key set.)
   auto& store = agent.store();
   if (store.add("ps/started", 1) >= cfg.trainers) store.set("ps/started/all", "1");
-  store.wait({"ps/started/all"}, std::chrono::milliseconds(static_cast<long long>(cfg.timeout_s * 1000)));
+  WaitNotice notice(agent.name() + ": waiting for every trainer to pull the model (" + std::to_string(cfg.trainers) +
+                    " trainers)");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(cfg.timeout_s);
+  while (!store.check({"ps/started/all"}, std::chrono::seconds(5))) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (std::chrono::steady_clock::now() >= deadline)
+      throw TimeoutError(agent.name() + ": not every trainer pulled the model within dist.timeout_s (" +
+                         std::to_string(cfg.timeout_s) + " s): started? (" + store.get("ps/started", std::chrono::seconds(2)) +
+                         " of " + std::to_string(cfg.trainers) + " did)");
+    notice.tick();
+  }
 
   RunLoop loop(cfg, "distrl-ps", lead);
   loop.stop_through(agent.store());  // SIGINT/SIGTERM: every trainer stops after its current round

@@ -16,6 +16,7 @@
 #include "autograd/optimizer.h"
 #include "autograd/remote_module.h"
 #include "common/error.h"
+#include "common/wait_notice.h"
 #include "models/checkpoint.h"
 #include "models/nets.h"
 #include "models/torch_threads.h"
@@ -64,15 +65,20 @@ struct HybridRank {
   std::set<int> done;                           // master: trainers that finished
   bool finished = false;                        // ps: the master says the run is over
 
-  // Waits until ready() or a worker in watch dies (TransportError naming it).
+  // Waits until ready() or a worker in watch dies (TransportError naming it); `say`: what the
+  // wait is says so on stderr when it lasts (a start-up wait; common/wait_notice.h).
   template <typename Ready>
-  void wait(transport::RpcAgent& agent, const std::vector<int>& watch, const std::string& what, Ready ready) {
+  void wait(transport::RpcAgent& agent, const std::vector<int>& watch, const std::string& what, Ready ready,
+            bool say = false) {
     for (int r : watch) agent.watch(r);  // a death is seen even if this rank never called r
+    WaitNotice notice(agent.name() + ": waiting for " + what);
     std::unique_lock<std::mutex> lock(mu);
-    while (!cv.wait_for(lock, std::chrono::milliseconds(100), ready))
+    while (!cv.wait_for(lock, std::chrono::milliseconds(100), ready)) {
       for (int r : watch)
         if (agent.connection_lost(r))
           throw TransportError(agent.name() + ": rank " + std::to_string(r) + " died while waiting for " + what);
+      if (say) notice.tick();
+    }
   }
 };
 
@@ -126,7 +132,7 @@ void run_master(const HybridConfig& cfg, transport::RpcAgent& agent, HybridRank&
 void run_trainer(const HybridConfig& cfg, const std::string& config_yaml, transport::RpcAgent& agent, HybridRank& me) {
   const int trainer = agent.rank() - cfg.servers;
   const bool lead = trainer == 0;
-  me.wait(agent, {master_rank(cfg)}, "the master's start", [&] { return me.bag.has_value(); });
+  me.wait(agent, {master_rank(cfg)}, "the master's start", [&] { return me.bag.has_value(); }, /*say=*/true);
   autograd::RemoteModule<torch::nn::EmbeddingBagImpl> emb(*me.bag);
 
   // The trainers' own process group, on the RPC world's store.

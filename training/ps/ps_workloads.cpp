@@ -5,6 +5,7 @@
 #include "common/error.h"
 #include "common/malloc_tuning.h"
 #include "common/stop_signal.h"
+#include "training/data.h"
 #include "training/ps/batch_update.h"
 #include "training/ps/hybrid.h"
 #include "training/ps/model_on_server.h"
@@ -27,7 +28,10 @@ Roles with_a_master(const HybridConfig& c) {
 }
 
 void check_engine(const PsEngineConfig& c) { check_options(c.server_options(), c.trainers); }
-void check_skipgram(const SkipgramConfig& c) { check_engine(c); }
+void check_skipgram(const SkipgramConfig& c) {
+  check_engine(c);
+  check_text_path(c.data_path);
+}
 
 void check_batch_update(const BatchUpdateConfig& c) {
   check_engine(c);
@@ -38,6 +42,7 @@ void check_model_on_server(const ModelOnServerConfig& c) {
   check_engine(c);  // the server tracks its trainers with a shard's bookkeeping
   if (c.servers != 1)
     throw ConfigError("roles.servers: the model-on-server form has one server, not " + std::to_string(c.servers));
+  check_idx_dir(c.data_path);
 }
 
 void check_hybrid(const HybridConfig& c) {

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "autograd/context.h"
+#include "common/run_dir.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/malloc_tuning.h"
@@ -222,7 +223,8 @@ void run_rnn(const RnnConfig& cfg, const std::string& config_yaml, transport::Rp
   const int first_step = resume.empty() ? 1 : resume_from(resume, model, agent);
   // SIGINT/SIGTERM: each trainer on its own signal (the launcher signals them all), after its step.
   RunLoop loop(cfg, "trainer " + std::to_string(rank), lead);
-  loop.open(config_yaml, "metrics.csv", "step,train_loss,val_loss,val_perplexity,chars_per_s,seconds", !resume.empty());
+  loop.open(config_yaml, "metrics.csv", "step,train_loss,val_loss,val_perplexity,chars_per_s,seconds",
+            resume.empty() ? -1 : first_step - 1);
   if (lead)
     std::cout << "trainer: " << tokens << " characters in the alphabet, " << corpus.train.size(0) << " training and "
               << corpus.val.size(0) << " validation characters from " << cfg.data_path << std::endl;
@@ -272,7 +274,7 @@ void run_rnn(const RnnConfig& cfg, const std::string& config_yaml, transport::Rp
   save(done);
   if (loop.stop_requested())
     loop.report_stop("after step " + std::to_string(done) + " of " + std::to_string(cfg.steps),
-                     lead ? "checkpoint " + ckpt + " (go on with --resume " + ckpt + ")" : "");
+                     lead ? "checkpoint " + ckpt + "; go on with: " + resume_command(cfg.out_dir, ckpt) : "");
   if (!lead) return;
   const std::vector<Chart> charts{
       {"cross-entropy (nats/char)", "step", {{"step", "train_loss", "train"}, {"step", "val_loss", "validation"}}},
@@ -301,10 +303,13 @@ void rnn_rank(const RnnConfig& cfg, const RunContext& ctx) {
   agent.shutdown();
 }
 
+// Before anything starts: the corpus is there.
+void check_rnn(const RnnConfig& cfg) { check_text_path(cfg.data_path); }
+
 }  // namespace
 
 std::vector<Workload> rnn_workloads() {
-  return {make_workload<RnnConfig>("rnn_dist_autograd", ps_and_trainers, nullptr, rnn_rank)};
+  return {resuming(make_workload<RnnConfig>("rnn_dist_autograd", ps_and_trainers, check_rnn, rnn_rank))};
 }
 
 }  // namespace distrl::training

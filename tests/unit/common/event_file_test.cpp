@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <sstream>
 #include <string>
 
 #include "tests/support/multiproc.h"
@@ -48,4 +49,27 @@ TEST(EventFileTest, TensorBoardReadsTheScalarsBack) {
             "seconds_per_epoch 2 1.5\n"
             "test_accuracy 1 0.8125\ntest_accuracy 2 0.875\n"
             "train_loss 1 0.5\ntrain_loss 2 0.25\n");
+}
+
+// A resumed run's event file starts with a SessionLog START at the first step run again:
+// TensorBoard's reader drops the earlier file's points from there on (steps 4 and 5 were written
+// after the checkpoint at 3 and run again), so a curve never shows a step twice.
+TEST(EventFileTest, AResumedRunsFileMakesTensorBoardForgetTheStepsItRunsAgain) {
+  TempDir dir;
+  {
+    distrl::CsvEvents first(dir.path(), "round,loss");
+    for (int step = 1; step <= 5; ++step) first.row({std::to_string(step), std::to_string(10 * step)});
+  }
+  {
+    distrl::CsvEvents resumed(dir.path(), "round,loss", /*resumed_at=*/3);
+    for (int step = 4; step <= 6; ++step) resumed.row({std::to_string(step), std::to_string(100 * step)});
+  }
+  const auto r = distrl::testing::read_tfevents(dir.path());
+  if (!r.ran) GTEST_SKIP() << r.why;
+  EXPECT_EQ(r.code, 0) << r.out;
+  std::string points;  // the reader's lines, without the log line it prints when it purges
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind("loss ", 0) == 0) points += line + "\n";
+  EXPECT_EQ(points, "loss 1 10\nloss 2 20\nloss 3 30\nloss 4 400\nloss 5 500\nloss 6 600\n") << r.out;
 }

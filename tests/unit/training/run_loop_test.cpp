@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "common/stop_signal.h"
 #include "tests/support/multiproc.h"
+#include "common/run_dir.h"
 #include "training/run_loop.h"
 
 namespace distrl::training {
@@ -35,9 +36,11 @@ TEST(RunLoopTest, TheLeadWritesConfigAndOneHeaderAndAResumeAppends) {
   }
   EXPECT_EQ(read_file(out + "/config.yaml"), "a: 1\n");
   EXPECT_EQ(read_file(out + "/metrics.csv"), "step,loss\n1,0.5\n2,x\n");
+  distrl::this_run().resume = true;  // as --resume sets it
   RunLoop resumed(keys(out, 5), "distrl-test", true);
-  resumed.open("a: 2\n", "metrics.csv", "step,loss", /*append=*/true);
+  resumed.open("a: 2\n", "metrics.csv", "step,loss", /*resumed_at=*/2);
   resumed.row(3, 0.25);
+  distrl::this_run().resume = false;
   EXPECT_EQ(read_file(out + "/metrics.csv"), "step,loss\n1,0.5\n2,x\n3,0.25\n");
   EXPECT_EQ(read_file(out + "/config.yaml"), "a: 2\n");
 }
