@@ -185,7 +185,7 @@ std::vector<Address> exchange_addresses(Store& store, const std::string& key_pre
     store.set(refused_key, mismatch, kStoreAnswer);
     throw ConfigError("rendezvous: " + mismatch);
   };
-  auto next_report = start + std::chrono::seconds(5);
+  auto next_report = start + std::chrono::seconds(2);  // then every 5 s: a start is never silent for long
   for (;;) {
     if (check(refused_key))
       throw ConfigError("rendezvous: " + answered(store, [&] { return store.get(refused_key, kStoreAnswer); }) +
