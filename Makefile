@@ -123,13 +123,15 @@ test-integration: build
 
 # The main job: an agent and 4 observer processes learn CartPole-v1 with batched action
 # serving; ends with "Solved" or the reason it stopped. DEMO_ARGS overrides config keys.
-# Builds only the three tools it runs and the libraries they link (not the tests).
+# Builds only the three tools it runs and the libraries they link (not the tests). --force: a
+# second demo moves the first one's outputs aside into runs/cartpole/previous/ (a demo that is
+# still running is never touched: the second is refused).
 DEMO_CONFIG ?= configs/cartpole.yaml
 DEMO_ARGS ?=
 DEMO_TARGETS ?= distrl-launch distrl-agent distrl-observer
 demo: deps
 	$(MAKE) build BUILD_TARGETS="$(DEMO_TARGETS)"
-	$(BUILD_DIR)/bin/distrl-launch --config $(DEMO_CONFIG) $(DEMO_ARGS)
+	$(BUILD_DIR)/bin/distrl-launch --config $(DEMO_CONFIG) --force $(DEMO_ARGS)
 
 # The whole test suite under AddressSanitizer + UndefinedBehaviorSanitizer (its own build dir;
 # every tool the tests start is instrumented too). Timeouts are scaled for the slowdown.

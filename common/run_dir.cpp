@@ -137,11 +137,13 @@ std::vector<std::string> run_outputs(const std::string& dir) {
   return out;
 }
 
-void check_fresh(const std::string& dir, bool force) {
-  // Across nodes only node 0 writes the outputs (its launcher claims the directory): on a shared
-  // file system another node would find node 0's identity there already.
+bool writes_outputs_here() {
   const char* node = std::getenv("DISTRL_NODE_RANK");
-  if (node != nullptr && std::string(node) != "0") return;
+  return node == nullptr || *node == '\0' || std::string(node) == "0";
+}
+
+void check_fresh(const std::string& dir, bool force) {
+  if (!writes_outputs_here()) return;
   const auto outputs = run_outputs(dir);
   // A run that claimed the directory and was stopped before it wrote anything left only its
   // identity: nothing to mix with.

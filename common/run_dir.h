@@ -52,10 +52,14 @@ RunIdentity new_run_identity(const std::string& tool);
 // user's own files, the claim's lock file and previous/ are not.
 std::vector<std::string> run_outputs(const std::string& dir);
 
+// Whether this process's node writes the run's outputs: across nodes only node 0 does (its
+// launcher claims the directory; on a shared file system another node would find node 0's
+// claim and identity there already). DISTRL_NODE_RANK, which distrl-launch sets; unset: yes.
+bool writes_outputs_here();
+
 // A fresh run into dir: ConfigError naming the outputs there, whose run they are and the three
 // ways on (another run.out_dir, --resume with the checkpoint there, --force), unless dir holds
-// none or `force`, or this process is on another node than node 0 (DISTRL_NODE_RANK, which
-// distrl-launch sets: node 0 writes the outputs).
+// none or `force`, or !writes_outputs_here().
 void check_fresh(const std::string& dir, bool force);
 // With force: moves every run output of dir into dir/previous/<started>/ (said on stderr, by
 // `tool`); returns where, "" when there was nothing. OutputError when a move fails.

@@ -76,8 +76,9 @@ distrl::testing::Reorderings batch_update_orders(const BatchUpdateConfig& cfg) {
   return want;
 }
 
-// The small run of the exactly-once tests (kSmallRun below).
-BatchUpdateConfig small_run(int trainers) {
+// The small runs here (kSmallRun below: 24 rounds): 2 servers, an MLP on 6x6 images of 5 classes,
+// batches of 8, lr 0.05.
+BatchUpdateConfig small_run(int trainers, int rounds = 24) {
   BatchUpdateConfig cfg;
   cfg.servers = 2;
   cfg.trainers = trainers;
@@ -85,7 +86,7 @@ BatchUpdateConfig small_run(int trainers) {
   cfg.image_size = 6;
   cfg.hidden = {16};
   cfg.classes = 5;
-  cfg.rounds = 24;
+  cfg.rounds = rounds;
   cfg.batch_size = 8;
   cfg.lr = 0.05;
   return cfg;
@@ -93,16 +94,7 @@ BatchUpdateConfig small_run(int trainers) {
 
 TEST(PsBatchUpdateTest, EqualsOneProcessOnTheSummedBatch) {
   TempDir dir;
-  BatchUpdateConfig cfg;
-  cfg.servers = 2;
-  cfg.trainers = 3;
-  cfg.model = "mlp";
-  cfg.image_size = 6;
-  cfg.hidden = {16};
-  cfg.classes = 5;
-  cfg.rounds = 4;
-  cfg.batch_size = 8;
-  cfg.lr = 0.05;
+  const BatchUpdateConfig cfg = small_run(3, 4);
   auto r = launch("--config " + kConfig + " roles.servers=2 roles.trainers=3 model.name=mlp model.image_size=6 "
                   "model.hidden=[16] model.classes=5 train.rounds=4 train.batch_size=8 optimizer.lr=0.05 "
                   "run.out_dir=" + dir.path());

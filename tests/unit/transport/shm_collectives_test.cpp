@@ -167,6 +167,7 @@ int run_under_scribbling(TwoRanks& g, std::size_t from, int runs) {
   EXPECT_NE(seg, nullptr) << "no memfd:distrl-pg among this process's descriptors";
   if (seg == nullptr) return -1;
   std::atomic<bool> stop{false};
+  std::atomic<long> scribbles{0};
   std::thread scribbler([&] {
     std::mt19937_64 rng(7);
     while (!stop) {
@@ -174,10 +175,15 @@ int run_under_scribbling(TwoRanks& g, std::size_t from, int runs) {
       const std::size_t len = std::min<std::size_t>(1 + rng() % 64, bytes - at);
       for (std::size_t i = 0; i < len; ++i) seg[at + i] = static_cast<unsigned char>(rng());
       if (from == 0 && rng() % 4 == 0) std::memset(seg, 0xff, 4096);  // every control word all ones
+      ++scribbles;
     }
   });
   int failed = 0;
   for (int i = 0; i < runs; ++i) {
+    // Fresh garbage before each collective, however the two cores are shared (under a loaded
+    // ctest the scribbler was once not scheduled during all 60 collectives).
+    const long seen = scribbles.load();
+    while (scribbles.load() < seen + 8) std::this_thread::yield();
     const std::int64_t n = i % 2 ? 100 : 20000;  // small (one barrier) and large (chunked) paths
     auto a = torch::ones({n}), b = torch::ones({n});
     const auto start = Clock::now();
