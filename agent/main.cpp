@@ -61,8 +61,7 @@ int main(int argc, char** argv) {
       } catch (const EnvError& e) {
         throw ConfigError(std::string("env.name: ") + e.what());
       }
-      RunLock::refuse_if_claimed(cfg.out_dir);
-      if (cli.resume.empty()) check_fresh(cfg.out_dir, RunLock::forced());
+      RunLock::check_before_start(cfg.out_dir);
       std::cout << "distrl-agent: ok: rl, " << cfg.observers + 1 << " ranks (1 agent + " << cfg.observers
                 << " observer" << (cfg.observers == 1 ? "" : "s") << "; " << cfg.env << ", " << cfg.algo << ", "
                 << cfg.mode << (cmd.flags.security == "curve" ? ", security curve" : "") << "); outputs in "

@@ -28,12 +28,12 @@ class RoundLog {
   // fails.
   RoundLog(const std::string& out_dir, int log_interval, const Progress& start, bool tensorboard = true);
 
-  // One round done: `progress` already counts it; `returns` are its episodes' returns (none
-  // when no episode ended, e.g. a PPO fragment); `batch` the batcher's totals (null:
-  // unbatched, one row per forward).
   // This run's TensorBoard event file; "" without one.
   std::string event_file() const { return events_ ? events_->path() : ""; }
 
+  // One round done: `progress` already counts it; `returns` are its episodes' returns (none
+  // when no episode ended, e.g. a PPO fragment); `batch` the batcher's totals (null:
+  // unbatched, one row per forward).
   void round(const Progress& progress, const std::vector<double>& returns, double loss, const BatchStats* batch,
              bool force_print);
 

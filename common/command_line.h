@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <utility>
@@ -42,7 +43,7 @@ struct ToolFlags {
   WorldFlags world;
   std::string resume;       // continue from this checkpoint
   bool check_only = false;  // validate the configuration and exit
-  bool force = false;       // --force: do not claim run.out_dir (DISTRL_RUN_LOCK_FORCE=1)
+  bool force = false;       // --force: move a finished run's outputs aside (DISTRL_RUN_LOCK_FORCE=1)
   // The config keys `security` (off|curve) and `security_key` (FILE): the tool passes them to
   // transport::use_security before it starts its transport.
   std::string security = "off";
@@ -105,7 +106,11 @@ class ToolCommandLine {
     if (!flags.config.empty()) settings.load_file(flags.config);
     settings.apply_overrides(app.remaining());
     settings.check();
-    this_run().resume = !flags.resume.empty();
+    ThisRun& run = this_run();
+    run.resume = !flags.resume.empty();
+    run.check_only = flags.check_only;
+    run.started = std::filesystem::file_time_type::clock::now();
+    if (const char* id = std::getenv("DISTRL_RUN_ID")) run.run = id;  // distrl-launch's claim made it
     remember_command(tool_name_, flags.config, app.remaining());  // for resume_command's hint
     return true;
   }

@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <iterator>
+#include <sstream>
 
 #include "common/error.h"
 
@@ -65,23 +67,29 @@ void check_written(std::ostream& s, const std::string& path) {
 }
 
 CsvFile::CsvFile(std::string path, const std::string& header, long long resumed_at) : path_(std::move(path)) {
-  std::ifstream old(path_);
-  const bool keep = resumed_at >= 0 && old.good();
+  std::string old;
+  if (resumed_at >= 0) {
+    std::ifstream in(path_, std::ios::binary);
+    old.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const bool keep = !old.empty();  // an empty file is as good as none: written anew
   if (keep) {
+    std::istringstream in(old);
     std::string first, line, kept;
-    std::getline(old, first);
+    std::getline(in, first);
     if (first != header)
       throw ConfigError("'" + path_ + "' has the columns " + first + ", and this run writes " + header +
                         ": it holds another workload's rows (resume into that run's own run.out_dir)");
     long long dropped = 0;
-    while (std::getline(old, line)) {
+    const bool torn = old.back() != '\n';  // a run killed in the middle of a row
+    while (std::getline(in, line)) {
       if (line.empty()) continue;
       char* end = nullptr;
       const double step = std::strtod(line.c_str(), &end);
-      if (end != line.c_str() && step > static_cast<double>(resumed_at)) ++dropped;
+      const bool last = in.peek() == std::char_traits<char>::eof();
+      if ((end != line.c_str() && step > static_cast<double>(resumed_at)) || (last && torn)) ++dropped;
       else kept += line + "\n";
     }
-    old.close();
     if (dropped > 0) {
       write_file_atomically(path_, header + "\n" + kept);
       std::cout << path_ << ": dropped " << dropped << " row" << (dropped == 1 ? "" : "s") << " past " << resumed_at

@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "common/output_file.h"
+#include "common/settings.h"
 
 namespace distrl {
 namespace fs = std::filesystem;
@@ -22,10 +23,10 @@ constexpr const char* kPrevious = "previous";
 // Every name a tool writes into run.out_dir (tests check that a run leaves nothing else), and
 // the prefixes of those it numbers.
 const char* const kOutputs[] = {
-    kIdentity,        "config.yaml",   "metrics.csv",   "summary.csv",    "learning_curve.png",
-    "policy.pt",      "checkpoint.pt", "checkpoints",   "timeline.json",  "timeline.png",
-    "sweep.csv",      "params.pt",     "embeddings.pt", "ps_stats.csv",   "server.csv",
-    "epochs.csv",     "step_order.csv", "neighbours.txt"};
+    kIdentity,        "config.yaml",    "metrics.csv",   "summary.csv",    "learning_curve.png",
+    "policy.pt",      "checkpoint.pt",  "checkpoints",   "timeline.json",  "timeline.png",
+    "timeline.csv",   "sweep.csv",      "params.pt",     "embeddings.pt",  "ps_stats.csv",
+    "server.csv",     "epochs.csv",     "step_order.csv", "neighbours.txt", "snapshots"};
 const char* const kOutputPrefixes[] = {"events.out.tfevents."};
 // What --resume takes, in the order a refusal suggests them.
 const char* const kCheckpoints[] = {"policy.pt", "checkpoint.pt", "checkpoints"};
@@ -87,7 +88,8 @@ std::string local_time_now() {
 }
 
 std::string shell_quoted(const std::string& w) {
-  if (!w.empty() && w.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-+=.,/:@%[]") ==
+  // Brackets are globs to the shell (model.hidden=[32,32]: zsh refuses it unquoted).
+  if (!w.empty() && w.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-+=.,/:@%") ==
                         std::string::npos)
     return w;
   std::string q = "'";
@@ -126,6 +128,18 @@ RunIdentity new_run_identity(const std::string& tool) {
   return RunIdentity{random_id(), this_run().workload.empty() ? "?" : this_run().workload, tool, local_time_now()};
 }
 
+std::vector<std::string> earlier_outputs(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& name : run_outputs(dir)) {
+    if (name == kIdentity) continue;  // alone it is a run stopped before it wrote anything
+    const auto when = fs::last_write_time(fs::path(dir) / name, ec);
+    if (!ec && this_run().started != fs::file_time_type{} && when >= this_run().started) continue;
+    out.push_back(name);
+  }
+  return out;
+}
+
 std::vector<std::string> run_outputs(const std::string& dir) {
   std::vector<std::string> out;
   std::error_code ec;
@@ -137,20 +151,27 @@ std::vector<std::string> run_outputs(const std::string& dir) {
   return out;
 }
 
+bool restarted() {
+  for (const char* v : {"DISTRL_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"}) {
+    const char* n = std::getenv(v);
+    if (n != nullptr && std::atoi(n) > 0) return true;
+  }
+  return false;
+}
+
 bool writes_outputs_here() {
   const char* node = std::getenv("DISTRL_NODE_RANK");
   return node == nullptr || *node == '\0' || std::string(node) == "0";
 }
 
 void check_fresh(const std::string& dir, bool force) {
-  if (!writes_outputs_here()) return;
-  const auto outputs = run_outputs(dir);
-  // A run that claimed the directory and was stopped before it wrote anything left only its
-  // identity: nothing to mix with.
-  if (outputs.empty() || force || (outputs.size() == 1 && outputs[0] == kIdentity)) return;
-  std::string resume;
+  const auto outputs = earlier_outputs(dir);
+  if (outputs.empty() || force) return;
+  const auto id = read_run_identity(dir);
+  std::string resume;  // only a run of this workload can be continued by this command
   for (const char* c : kCheckpoints)
-    if (std::find(outputs.begin(), outputs.end(), c) != outputs.end()) {
+    if ((!id || id->workload == this_run().workload) &&
+        std::find(outputs.begin(), outputs.end(), c) != outputs.end()) {
       resume = ", continue that run (" + resume_command(dir, (fs::path(dir) / c).string()) + ")";
       break;
     }
@@ -191,7 +212,8 @@ void check_resume(const std::string& dir, const std::string& checkpoint, const s
                       " (resume it with that run's config, or start without --resume)");
   if (!checkpoint_run.empty()) this_run().run = checkpoint_run;  // the run goes on under its id
   const auto id = read_run_identity(dir);
-  if (checkpoint_run.empty() || !id || id->run == checkpoint_run) return;
+  // A directory whose identity is all there is holds nothing to append to: the claim rewrites it.
+  if (checkpoint_run.empty() || !id || id->run == checkpoint_run || earlier_outputs(dir).empty()) return;
   throw ConfigError("--resume " + checkpoint + ": the checkpoint belongs to run " + checkpoint_run +
                     ", but run.out_dir '" + dir + "' holds the outputs of run " + id->run + " (" + id->workload +
                     ", started " + id->started + "): its metrics would go on another run's. Resume into the "
@@ -203,21 +225,35 @@ void remember_command(const std::string& tool, const std::string& config, const 
   remembered() = Remembered{tool, config, overrides};
 }
 
+std::string command_without_resume(const std::vector<std::string>& words) {
+  const std::vector<std::string> w = Settings::joined(words);  // "run.out_dir = x" is one word
+  std::string cmd;
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    const std::string& a = w[i];
+    if (a == "--resume" || a == "--run.out_dir") {
+      ++i;  // and its value
+      continue;
+    }
+    if (a == "--force" || a == "--check-config" || a.rfind("--resume=", 0) == 0 || a.rfind("run.out_dir=", 0) == 0 ||
+        a.rfind("--run.out_dir=", 0) == 0)
+      continue;
+    cmd += (cmd.empty() ? "" : " ") + shell_quoted(a);
+  }
+  return cmd;
+}
+
 std::string resume_command(const std::string& out_dir, const std::string& checkpoint) {
-  // distrl-launch exports its own command line (without --resume, --force and run.out_dir).
+  // distrl-launch exports its own command line, already without --resume, --force and run.out_dir.
   const char* launched = std::getenv("DISTRL_LAUNCH_COMMAND");
   std::string cmd;
   if (launched != nullptr && *launched != '\0') {
     cmd = launched;
   } else {
     const Remembered& r = remembered();
-    cmd = r.tool.empty() ? "distrl-launch" : r.tool;
-    if (!r.config.empty()) cmd += " --config " + shell_quoted(r.config);
-    for (std::size_t i = 0; i < r.overrides.size(); ++i) {
-      const std::string& o = r.overrides[i];
-      if (o == "--run.out_dir") ++i;  // and its value
-      else if (o.rfind("run.out_dir=", 0) != 0 && o.rfind("--run.out_dir=", 0) != 0) cmd += " " + shell_quoted(o);
-    }
+    std::vector<std::string> words{r.tool.empty() ? "distrl-launch" : r.tool};
+    if (!r.config.empty()) words.insert(words.end(), {"--config", r.config});
+    words.insert(words.end(), r.overrides.begin(), r.overrides.end());
+    cmd = command_without_resume(words);
   }
   return cmd + " run.out_dir=" + shell_quoted(out_dir) + " --resume " + shell_quoted(checkpoint);
 }

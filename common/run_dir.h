@@ -17,6 +17,7 @@
 // thread before other threads start, read after.
 #pragma once
 
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,7 +34,11 @@ struct RunIdentity {
 struct ThisRun {
   std::string workload;
   bool resume = false;
+  bool check_only = false;  // --check-config: nothing runs (checks of inputs every rank may lack)
   std::string run;  // set by the claim (fresh: a new id; resume: the directory's or the checkpoint's)
+  // When this process started (its command line was read): a directory's outputs from then on
+  // are this run's own (another rank's), not an earlier run's.
+  std::filesystem::file_time_type started{};
 };
 ThisRun& this_run();
 
@@ -46,6 +51,15 @@ std::optional<RunIdentity> read_run_identity(const std::string& dir);
 void write_run_identity(const std::string& dir, const RunIdentity& id);
 // A new identity for a fresh run of this_run().workload by `tool`, now.
 RunIdentity new_run_identity(const std::string& tool);
+
+// Whether this process is a rank a launcher or job scheduler started again after a failure
+// (DISTRL_RESTART_COUNT, TORCHELASTIC_RESTART_COUNT or SLURM_RESTART_COUNT above 0): the
+// directory's outputs are its own run's.
+bool restarted();
+
+// run_outputs(dir) less what this run wrote (modified since this_run().started) and the
+// identity file (alone, it is a run stopped before it wrote anything).
+std::vector<std::string> earlier_outputs(const std::string& dir);
 
 // The entries of dir that are a run's outputs (what the tools write: metrics.csv, summary.csv,
 // config.yaml, policy.pt, checkpoints, event files, plots, ...; .distrl-run too), sorted. The
@@ -79,6 +93,9 @@ void check_resume(const std::string& dir, const std::string& checkpoint, const s
 std::string resume_command(const std::string& out_dir, const std::string& checkpoint);
 // w as one word of a POSIX shell command (quoted only where it needs it).
 std::string shell_quoted(const std::string& w);
+// A command's words as one shell line, without what a resume replaces (--resume and its value,
+// --force, --check-config, run.out_dir in any form Settings reads): resume_command's base.
+std::string command_without_resume(const std::vector<std::string>& words);
 // Called once by a tool's command line (common/command_line.h): what resume_command rebuilds.
 void remember_command(const std::string& tool, const std::string& config, const std::vector<std::string>& overrides);
 

@@ -127,6 +127,13 @@ RunLock::RunLock(const std::string& dir) {
   }
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
+    if (err == EWOULDBLOCK && !writes_outputs_here()) {
+      // A lead rank on another node than node 0 (a pipeline's last stage, a ps's first trainer)
+      // over a shared file system: node 0's launcher holds the claim for this very run.
+      ::close(fd);
+      if (const auto id = read_run_identity(dir)) this_run().run = id->run;
+      return;
+    }
     const std::string why = err == EWOULDBLOCK ? in_use_message(dir, path, fd) : "";
     ::close(fd);
     if (err != EWOULDBLOCK)
@@ -134,7 +141,10 @@ RunLock::RunLock(const std::string& dir) {
     throw ConfigError(why);
   }
   try {  // the directory becomes this run's: a fresh run's own, or the one it resumes
-    if (!this_run().resume) {
+    const auto mine = restarted() ? read_run_identity(dir) : std::nullopt;
+    if (mine) {  // restarted after a failure, with no launcher claim to inherit: its own run goes on
+      this_run().run = mine->run;
+    } else if (!this_run().resume) {
       check_fresh(dir, forced());
       if (forced()) move_outputs_aside(dir, tool);
       const RunIdentity id = new_run_identity(tool);
@@ -159,8 +169,13 @@ RunLock::~RunLock() {
   if (fd_ >= 0) ::close(fd_);  // the claim ends with the last process that has it open
 }
 
+void RunLock::check_before_start(const std::string& dir) {
+  if (!writes_outputs_here()) return;  // node 0 checks and claims for the run
+  refuse_if_claimed(dir);
+  if (!this_run().resume) check_fresh(dir, forced());
+}
+
 void RunLock::refuse_if_claimed(const std::string& dir) {
-  if (!writes_outputs_here()) return;  // node 0's launcher holds it for the run
   const std::string path = (std::filesystem::path(dir) / kLockName).string();
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return;  // never claimed

@@ -16,8 +16,10 @@
 // Claiming also makes the directory this run's (common/run_dir.h): a fresh run (this_run().resume
 // false) is refused when the directory holds another run's outputs, or with --force
 // (DISTRL_RUN_LOCK_FORCE=1 in the environment) moves them aside first, and writes the
-// directory's identity with a new run id; a resumed run keeps the directory's id. A live run's
-// claim is never taken, --force or not.
+// directory's identity with a new run id; a resumed run keeps the directory's id, and so does a
+// rank restarted after a failure (common/run_dir.h: restarted()). A live run's claim is never
+// taken, --force or not; on another node than node 0 a claim held there is node 0's launcher's
+// for this run (a shared file system) and is adopted, not refused.
 //
 // Lifetime: the claim lasts as long as the RunLock (and every process that inherited its fd).
 // Not thread-safe; take it on the main thread before any output is written.
@@ -49,8 +51,11 @@ class RunLock {
   bool held() const { return fd_ >= 0; }
   // --force: DISTRL_RUN_LOCK_FORCE=1 (set by the tools' and distrl-launch's --force).
   static bool forced();
-  // --check-config: ConfigError naming the live run that holds dir (as the claim would), else
-  // nothing; takes no claim.
+  // --check-config's look at run.out_dir before anything starts (node 0's only: other nodes
+  // write no outputs): a live run there, or, for a fresh run, another run's outputs, refused as
+  // the claim would refuse them. Takes no claim.
+  static void check_before_start(const std::string& dir);
+  // ConfigError naming the live run that holds dir's claim, else nothing.
   static void refuse_if_claimed(const std::string& dir);
 
  private:

@@ -171,7 +171,7 @@ int run_pipeline_bench(const PipelineBenchOptions& options) {
   const std::string rdir = o.out_dir + "/resnet";
   std::cout << "\nThe RPC tutorial's ResNet-50 pipeline (batch 120 @ 128x128, 1000 classes, " << o.resnet_batches
             << " batches per setting; master + 2 workers):" << std::endl;
-  run_or_show_log({self_dir() + "/distrl-launch", "--config", o.configs + "/pipeline_resnet50.yaml",
+  run_or_show_log({self_dir() + "/distrl-launch", "--force", "--config", o.configs + "/pipeline_resnet50.yaml",
                    "pipeline.microbatch_size=" + sizes, "train.batches=" + std::to_string(o.resnet_batches),
                    "run.out_dir=" + rdir},
                   o.out_dir + "/resnet.log", "the ResNet-50 pipeline");

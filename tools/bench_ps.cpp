@@ -42,7 +42,8 @@ namespace ps = training::ps;
 // distrl-launch --config CONFIG ARGS, its output in DIR/log.txt (shown when it fails).
 void run_config(const std::string& config, std::vector<std::string> args, const std::string& dir) {
   std::filesystem::create_directories(dir);
-  std::vector<std::string> cmd{self_dir() + "/distrl-launch", "--config", config, "run.out_dir=" + dir};
+  // --force: a suite run twice into one --out-dir moves the last run's outputs aside.
+  std::vector<std::string> cmd{self_dir() + "/distrl-launch", "--force", "--config", config, "run.out_dir=" + dir};
   cmd.insert(cmd.end(), args.begin(), args.end());
   run_or_show_log(cmd, dir + "/log.txt", "ps: the run of " + config);
 }

@@ -121,7 +121,7 @@ std::vector<Run> start_runs(const SoakBenchOptions& o) {
     r.mode = mode;
     r.dir = o.out_dir + "/" + mode;
     std::filesystem::create_directories(r.dir);
-    std::vector<std::string> cmd{self_dir() + "/distrl-launch", "--config", o.config,
+    std::vector<std::string> cmd{self_dir() + "/distrl-launch", "--force", "--config", o.config,
                                  "observers=" + std::to_string(o.observers), "agent.mode=" + mode,
                                  "learner.rounds=100000000", "learner.target_reward=1000000",
                                  "learner.log_interval=100", "run.out_dir=" + r.dir};

@@ -27,24 +27,6 @@ bool is_yaml_file(const std::string& a) {
   return (ext == ".yaml" || ext == ".yml") && std::filesystem::is_regular_file(a);
 }
 
-// This command line without what a resume replaces (--resume, --force, --check-config,
-// run.out_dir), for the ranks' stop lines: common/run_dir.h appends run.out_dir and --resume.
-std::string relaunch_command(int argc, char** argv) {
-  std::string cmd = distrl::shell_quoted(argv[0]);
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--resume" || a == "--run.out_dir") {
-      ++i;
-      continue;
-    }
-    if (a == "--force" || a == "--check-config" || a.rfind("--resume=", 0) == 0 || a.rfind("run.out_dir=", 0) == 0 ||
-        a.rfind("--run.out_dir=", 0) == 0)
-      continue;
-    cmd += " " + distrl::shell_quoted(a);
-  }
-  return cmd;
-}
-
 // `distrl-launch --config FILE --help`: the workload's tool lists its keys (with the file's
 // values). Returns its exit code, or -1 when this is not that.
 int show_workload_help(int argc, char** argv) {
@@ -206,7 +188,8 @@ int main(int argc, char** argv) {
                                   "(observers, roles.*, dist.world_size); set those instead");
       if (force) ::setenv("DISTRL_RUN_LOCK_FORCE", "1", 1);  // the ranks' own claims (common/run_lock.h)
       // What a stop line or a refusal tells the user to type to go on (common/run_dir.h).
-      ::setenv("DISTRL_LAUNCH_COMMAND", relaunch_command(split, argv).c_str(), 1);
+      ::setenv("DISTRL_LAUNCH_COMMAND",
+               distrl::command_without_resume(std::vector<std::string>(argv, argv + split)).c_str(), 1);
       std::vector<std::string> tail = app.remaining();
       if (!resume.empty()) tail.insert(tail.end(), {"--resume", resume});
       distrl::tools::configure_config_launch(config, tail, &o);
@@ -217,8 +200,11 @@ int main(int argc, char** argv) {
       // The run's output directory, claimed for the run's life before anything starts and
       // handed to the ranks (node 0, whose rank 0 writes the outputs).
       if (o.node_rank == 0 && !o.out_dir.empty()) {
+        distrl::this_run().started = std::filesystem::file_time_type::clock::now();
         claim = distrl::RunLock(o.out_dir);
         claim.hand_to_children();
+        // Every rank's checkpoints carry the run's id (a pipeline's stages, not only the lead).
+        if (!distrl::this_run().run.empty()) ::setenv("DISTRL_RUN_ID", distrl::this_run().run.c_str(), 1);
       }
     } else if (check_only || force || !resume.empty()) {
       throw distrl::ConfigError(std::string(check_only ? "--check-config" : force ? "--force" : "--resume") +

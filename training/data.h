@@ -28,7 +28,8 @@ Dataset parse_idx(const std::string& images, const std::string& labels, const st
 // The train or test split in dir: {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz].
 Dataset load_idx_dir(const std::string& dir, bool train);
 // The four files load_idx_dir reads (train and test) are there: what --check-config can say
-// before anything starts. ConfigError naming the missing one and where to get it.
+// before anything starts (only there: a rank that loads no data may lack them). ConfigError
+// naming the missing one and where to get it.
 void check_idx_dir(const std::string& dir);
 // Writes IDX files (gzipped when the name ends in .gz): images uint8 [N, H, W], labels uint8 [N].
 void write_idx(const std::string& images_path, const std::string& labels_path, const at::Tensor& images,

@@ -77,15 +77,13 @@ bool WorkloadCommandLine::parse(const std::vector<std::string>& args) {
 void WorkloadCommandLine::validate() const {
   transport::use_security(flags.security, flags.security_key);  // checks the key file
   config_->validate();
-  if (flags.check_only) RunLock::refuse_if_claimed(settings.output_dir());  // a live run writes there
   if (!flags.resume.empty()) {
     if (!resumes_)
       throw ConfigError("--resume: " + name_ + " starts afresh each run and takes no checkpoint (drop --resume; "
                         "another run.out_dir keeps the last run's outputs)");
     models::check_resume_from(settings.output_dir(), flags.resume);
-  } else if (flags.check_only) {
-    check_fresh(settings.output_dir(), RunLock::forced());
   }
+  if (flags.check_only) RunLock::check_before_start(settings.output_dir());
 }
 
 int WorkloadCommandLine::main(int argc, char** argv) {

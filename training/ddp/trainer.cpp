@@ -242,7 +242,7 @@ void ddp_rank(const TrainConfig& cfg, const RunContext& ctx) {
 
 // Before anything starts: the dataset is there.
 void check_train(const TrainConfig& cfg) {
-  if (cfg.dataset == "idx") check_idx_dir(cfg.data_path);
+  if (this_run().check_only && cfg.dataset == "idx") check_idx_dir(cfg.data_path);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -78,7 +79,8 @@ std::pair<double, std::string> parameter_gap(const std::vector<transport::RRef<a
   double gap = 0;
   std::string worst;
   for (std::size_t i = 0; i < params.size(); ++i) {
-    const double g = (params[i].to_here() - refs[i].second).abs().max().item<double>();
+    double g = (params[i].to_here() - refs[i].second).abs().max().item<double>();
+    if (std::isnan(g)) g = INFINITY;  // a NaN parameter is as far off as it gets
     if (g > gap) {
       gap = g;
       worst = refs[i].first + " (max |value| " + std::to_string(refs[i].second.abs().max().item<double>()) + ")";
@@ -127,7 +129,8 @@ class OneProcessCheck {
       later_loss_gap_ = std::max(later_loss_gap_, std::abs(loss - a));
       return;
     }
-    loss_ = Gap{std::abs(loss - a), bound(std::abs(a - r), std::abs(a)), "the first batch's loss"};
+    const double loss_gap = std::isnan(loss - a) ? INFINITY : std::abs(loss - a);
+    loss_ = Gap{loss_gap, bound(std::abs(a - r), std::abs(a)), "the first batch's loss"};
     double spread = 0, scale = 0;
     const auto mine = refs_[0].parameters(), other = refs_[1].parameters();
     for (std::size_t i = 0; i < mine.size(); ++i) {
@@ -145,7 +148,7 @@ class OneProcessCheck {
               << " (reordering allows " << params_.bound << "); later losses by up to " << later_loss_gap_
               << " (not compared)" << std::endl;
     for (const Gap* g : {&loss_, &params_})
-      if (g->gap > g->bound) {
+      if (!(g->gap <= g->bound)) {  // a NaN bound fails too
         std::ostringstream m;
         m << "the pipeline does not train like one process (micro-batch size " << size << "): " << g->where
           << " differs by " << g->gap << ", more than the " << g->bound

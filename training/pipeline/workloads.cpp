@@ -10,6 +10,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "common/output_file.h"
 #include "common/run_dir.h"
 #include "common/error.h"
 #include "common/malloc_tuning.h"
@@ -122,7 +123,7 @@ std::vector<nn::Sequential> cut_model(nn::Sequential model, const std::vector<st
 }
 
 void check_fashion_mnist(const PipelineConfig& c) {
-  check_idx_dir(c.data_path);
+  if (this_run().check_only) check_idx_dir(c.data_path);
   if (c.chunks > 1 && c.schedule != "interleaved" && c.schedule.find('/') == std::string::npos)
     throw ConfigError("pipeline.chunks: " + std::to_string(c.chunks) + " pieces per stage need pipeline.schedule: interleaved");
   if (c.microbatches > c.batch_size)
@@ -254,7 +255,9 @@ void prepare_checkpoints(const std::string& ckpt_dir, int rank, const std::vecto
   if (rank == 0) {
     std::string line;
     for (const auto& n : cuts) line += (line.empty() ? "" : ",") + n;
-    std::ofstream(ckpt_dir + "/cuts.txt") << line << "\n";
+    // Atomically: on a resume from this very directory the other stages may be reading it (a
+    // truncated file read as "no cuts" sent one stage to measure alone and hung the others).
+    write_file_atomically(ckpt_dir + "/cuts.txt", line + "\n");
   }
 }
 

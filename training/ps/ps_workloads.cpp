@@ -2,6 +2,7 @@
 // checks --check-config makes, and each rank's start (its RPC agent, setup, run, shutdown).
 #include <algorithm>
 
+#include "common/run_dir.h"
 #include "common/error.h"
 #include "common/malloc_tuning.h"
 #include "common/stop_signal.h"
@@ -30,7 +31,7 @@ Roles with_a_master(const HybridConfig& c) {
 void check_engine(const PsEngineConfig& c) { check_options(c.server_options(), c.trainers); }
 void check_skipgram(const SkipgramConfig& c) {
   check_engine(c);
-  check_text_path(c.data_path);
+  if (this_run().check_only) check_text_path(c.data_path);
 }
 
 void check_batch_update(const BatchUpdateConfig& c) {
@@ -42,7 +43,7 @@ void check_model_on_server(const ModelOnServerConfig& c) {
   check_engine(c);  // the server tracks its trainers with a shard's bookkeeping
   if (c.servers != 1)
     throw ConfigError("roles.servers: the model-on-server form has one server, not " + std::to_string(c.servers));
-  check_idx_dir(c.data_path);
+  if (this_run().check_only) check_idx_dir(c.data_path);
 }
 
 void check_hybrid(const HybridConfig& c) {

@@ -304,7 +304,9 @@ void rnn_rank(const RnnConfig& cfg, const RunContext& ctx) {
 }
 
 // Before anything starts: the corpus is there.
-void check_rnn(const RnnConfig& cfg) { check_text_path(cfg.data_path); }
+void check_rnn(const RnnConfig& cfg) {
+  if (this_run().check_only) check_text_path(cfg.data_path);
+}
 
 }  // namespace
 

@@ -39,9 +39,16 @@ std::string refusal(F f) {
   return "";
 }
 
-struct ThisRunReset {  // each test starts as a fresh process would
-  ThisRunReset() { distrl::this_run() = distrl::ThisRun{"rl", false, ""}; ::unsetenv("DISTRL_RUN_LOCK_FORCE"); }
-  ~ThisRunReset() { distrl::this_run() = distrl::ThisRun{}; ::unsetenv("DISTRL_RUN_LOCK_FORCE"); }
+struct ThisRunReset {  // each test starts as a fresh process of the rl workload would
+  ThisRunReset() {
+    distrl::this_run() = distrl::ThisRun{};
+    distrl::this_run().workload = "rl";
+    ::unsetenv("DISTRL_RUN_LOCK_FORCE");
+  }
+  ~ThisRunReset() {
+    distrl::this_run() = distrl::ThisRun{};
+    ::unsetenv("DISTRL_RUN_LOCK_FORCE");
+  }
 };
 
 TEST(RunDirTest, OnlyTheToolsOutputsCount) {
@@ -107,6 +114,7 @@ TEST(RunDirTest, AResumeChecksTheCheckpointsRunAndWorkload) {
   ThisRunReset reset;
   TempDir dir, empty;
   { distrl::RunLock first(dir.path()); }
+  touch(dir.file("metrics.csv"));
   const std::string id = distrl::read_run_identity(dir.path())->run;
   EXPECT_EQ(refusal([&] { distrl::check_resume(dir.path(), "ck.pt", id, "rl"); }), "");
   EXPECT_EQ(refusal([&] { distrl::check_resume(dir.path(), "ck.pt", "", ""); }), "") << "from before ids";
@@ -140,6 +148,13 @@ TEST(CsvFileTest, AResumeDropsTheRowsPastItsCheckpointAndRefusesAnotherHeader) {
   EXPECT_NE(why.find("has the columns round,loss, and this run writes epoch,train_loss"), std::string::npos) << why;
   { distrl::CsvFile fresh(path, "epoch,train_loss"); }
   EXPECT_EQ(read(path), "epoch,train_loss\n");
+  // A row cut by a kill (no newline) goes, whatever it starts with; an empty file is a new one.
+  touch(path, "round,loss\n1,0.5\n2,1\n3");
+  { distrl::CsvFile f(path, "round,loss", 5); }
+  EXPECT_EQ(read(path), "round,loss\n1,0.5\n2,1\n");
+  touch(path, "");
+  { distrl::CsvFile f(path, "round,loss", 5); }
+  EXPECT_EQ(read(path), "round,loss\n");
 }
 
 }  // namespace

@@ -169,9 +169,11 @@ TEST(PsServerTest, ARestoredSnapshotEqualsTheShardAndStepsLikeIt) {
   EXPECT_EQ(b.stats().restored_round, 6);
   rounds(a, 7);
   rounds(b, 7);  // the same gradients: Adam's moments and step counts came back too
-  // The same operations on the same saved bits, in one process: equal to the bit.
-  EXPECT_TRUE(torch::equal(value_of(a, "w"), value_of(b, "w")));
-  EXPECT_TRUE(torch::equal(a.pull_rows(RowsRequest{"emb", all}), b.pull_rows(RowsRequest{"emb", all})));
+  // The same operations on the same saved bits, in one process: equal but for kernels that pick
+  // their path by the tensors' alignment (MKL), a few ulps.
+  distrl::testing::Reorderings same("restored shard");
+  same.add({value_of(a, "w"), a.pull_rows(RowsRequest{"emb", all})});
+  EXPECT_EQ(same.check({value_of(b, "w"), b.pull_rows(RowsRequest{"emb", all})}), "");
 
   ShardServer wrong(0, 1, 3, 1, ob);  // a snapshot of another world is refused by name
   try {
