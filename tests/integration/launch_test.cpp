@@ -231,6 +231,41 @@ TEST(LaunchTest, BadUsageIsAConfigError) {
   EXPECT_NE(both.output.find("--nproc does not go with --config"), std::string::npos) << both.output;
 }
 
+// Issue 43, the first hour's mistakes, each named with its fix before anything starts (exit 2):
+// a config given without --config, another workload's run-length key, 'key = value' as three
+// words (read as meant), an output directory on /proc, a missing dataset; --help says how to
+// resume and how to see a workload's keys, and `--config F --help` lists them.
+TEST(LaunchTest, TheFirstHoursMistakesAreNamedWithTheirFix) {
+  const std::string configs = std::string(DISTRL_SOURCE_DIR) + "/configs/";
+  auto bare = launch(configs + "cartpole.yaml");
+  EXPECT_EQ(bare.code, 2) << bare.output;
+  EXPECT_NE(bare.output.find("is a config file: give it with --config (distrl-launch --config " + configs +
+                             "cartpole.yaml)"),
+            std::string::npos)
+      << bare.output;
+  auto cap = launch("--config " + configs + "ddp_toy.yaml learner.rounds=3 --check-config");
+  EXPECT_EQ(cap.code, 2) << cap.output;
+  EXPECT_NE(cap.output.find("unknown key 'learner.rounds' (did you mean train.epochs?)"), std::string::npos)
+      << cap.output;
+  auto spaced = launch("--config " + configs + "cartpole.yaml learner.rounds = 3 observers = 1 --check-config");
+  EXPECT_EQ(spaced.code, 0) << spaced.output;
+  EXPECT_NE(spaced.output.find("ok: rl, 2 ranks (1 agent + 1 observer;"), std::string::npos) << spaced.output;
+  auto proc = launch("--config " + configs + "cartpole.yaml run.out_dir=/proc/distrl --check-config");
+  EXPECT_EQ(proc.code, 2) << proc.output;
+  EXPECT_NE(proc.output.find("is on /proc, a proc file system of the kernel's"), std::string::npos) << proc.output;
+  auto data = launch("--config " + configs + "pipeline_fashion_mnist.yaml data.path=/nonexistent --check-config");
+  EXPECT_EQ(data.code, 2) << data.output;
+  EXPECT_NE(data.output.find("dataset: no train-images-idx3-ubyte[.gz] in '/nonexistent'"), std::string::npos)
+      << data.output;
+  auto help = launch("--help");
+  for (const std::string text : {"--resume", "distrl-launch --config FILE --help"})
+    EXPECT_NE(help.output.find(text), std::string::npos) << text << "\n" << help.output;
+  auto keys = launch("--config " + configs + "cartpole.yaml --help");
+  EXPECT_EQ(keys.code, 0) << keys.output;
+  EXPECT_NE(keys.output.find("the keys of its workload (rl)"), std::string::npos) << keys.output;
+  EXPECT_NE(keys.output.find("--learner.rounds"), std::string::npos) << keys.output;
+}
+
 // --check-config: what would run, one line, and nothing started (no output directory made).
 TEST(LaunchTest, CheckConfigSaysWhatWouldRunAndStartsNothing) {
   TempDir dir;

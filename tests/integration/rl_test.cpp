@@ -195,6 +195,53 @@ TEST(RlResumeTest, RoundsMetricsAndRunningRewardCarryOn) {
   EXPECT_NE(old_name.output.find("Stopped after 8 rounds"), std::string::npos) << old_name.output;
 }
 
+// Issue 43: run directories never mix. A resume into the directory of another run is refused
+// naming both runs; one into a new directory takes the checkpoint's run and goes on there; a
+// run killed after its last checkpoint resumes without repeating rows (those past the
+// checkpoint are dropped); the stop line gives the whole command.
+TEST(RlRunDirTest, AResumeGoesOnlyIntoItsOwnRunsOutputs) {
+  TempDir a, b, fresh;
+  const std::string common = "--config " + kConfig + " observers=1 learner.max_steps=30 ";
+  ASSERT_EQ(launch(common + "learner.rounds=3 run.out_dir=" + a.path()).code, 0);
+  ASSERT_EQ(launch(common + "learner.rounds=3 run.out_dir=" + b.path()).code, 0);
+  const std::string b_metrics = read_file(b.file("metrics.csv"));
+  auto crossed = launch(common + "learner.rounds=6 run.out_dir=" + b.path() + " --resume " + a.file("policy.pt"));
+  EXPECT_EQ(crossed.code, 2) << crossed.output;
+  EXPECT_NE(crossed.output.find("the checkpoint belongs to run "), std::string::npos) << crossed.output;
+  EXPECT_NE(crossed.output.find("run.out_dir '" + b.path() + "' holds the outputs of run "), std::string::npos)
+      << crossed.output;
+  EXPECT_NE(crossed.output.find("run.out_dir=" + a.path()), std::string::npos) << crossed.output;
+  EXPECT_EQ(read_file(b.file("metrics.csv")), b_metrics) << "nothing was appended";
+  // Into a directory of its own: the run goes on there under its id.
+  auto moved = launch(common + "learner.rounds=5 run.out_dir=" + fresh.path() + "/on --resume " + a.file("policy.pt"));
+  ASSERT_EQ(moved.code, 0) << moved.output;
+  EXPECT_EQ(read_file(fresh.file("on/.distrl-run")).substr(0, 16), read_file(a.file(".distrl-run")).substr(0, 16));
+  // Rows past the checkpoint (a run killed after its last checkpoint wrote them) are run again,
+  // not repeated: here round 3's row as round 4 stands in for one.
+  const std::string rows = read_file(a.file("metrics.csv"));
+  const std::string last = rows.substr(rows.rfind('\n', rows.size() - 2) + 1);
+  std::ofstream(a.file("metrics.csv"), std::ios::app) << "4" << last.substr(last.find(','));
+  auto again = launch(common + "learner.rounds=5 run.out_dir=" + a.path() + " --resume " + a.file("policy.pt"));
+  ASSERT_EQ(again.code, 0) << again.output;
+  EXPECT_NE(again.output.find("dropped 1 row past 3"), std::string::npos) << again.output;
+  const auto metrics = read_metrics(a.file("metrics.csv"));
+  ASSERT_EQ(metrics.size(), 5u);
+  for (std::size_t i = 0; i < metrics.size(); ++i) EXPECT_EQ(metrics[i][kRound], double(i + 1));
+  // A stop line names the whole command that goes on.
+  auto stopped = distrl::testing::launch_interrupted(
+      common + "learner.rounds=100000 learner.log_interval=1 run.out_dir=" + a.path() + " --resume " +
+          a.file("policy.pt"),
+      "] round     7", SIGINT);
+  EXPECT_EQ(stopped.code, 130) << stopped.output;
+  EXPECT_NE(stopped.output.find("go on with: " + distrl::testing::bin_path("distrl-launch") + " --config " + kConfig +
+                                " observers=1 learner.max_steps=30 learner.rounds=100000 learner.log_interval=1 "
+                                "run.out_dir=" + a.path() + " --resume " + a.file("policy.pt")),
+            std::string::npos)
+      << stopped.output;
+  EXPECT_NE(stopped.output.find("TensorBoard: " + a.path() + "/events.out.tfevents."), std::string::npos)
+      << stopped.output;
+}
+
 TEST(RlConfigTest, BadKeysAndValuesStopTheLaunchWithTheirNames) {
   auto r = launch("--config " + kConfig + " agent.mdoe=batched");
   EXPECT_EQ(r.code, 2) << r.output;

@@ -62,6 +62,24 @@ TEST(SettingsTest, FileThenOverrides) {
   EXPECT_NE(b.s.describe().find("--agent.mode"), std::string::npos);
 }
 
+// Issue 43: the shell's words of what a user meant as one override are read as one; a value
+// with '=' or a dashed value is never joined to its neighbour; another workload's run-length key
+// suggests this one's.
+TEST(SettingsTest, SpacedOverridesAreJoinedAndRunLengthKeysSuggestTheirNames) {
+  EXPECT_EQ(Settings::joined({"learner.lr", "=", "0.5", "observers=", "3", "agent.mode", "=unbatched"}),
+            (std::vector<std::string>{"learner.lr=0.5", "observers=3", "agent.mode=unbatched"}));
+  EXPECT_EQ(Settings::joined({"--agent.mode", "unbatched", "run.out_dir=a=b", "x=", "--y"}),
+            (std::vector<std::string>{"--agent.mode", "unbatched", "run.out_dir=a=b", "x=", "--y"}));
+  Bound b;
+  b.s.apply_overrides({"learner.lr", "=", "0.5"});
+  EXPECT_EQ(b.c.lr, 0.5);
+  int epochs = 1;
+  Settings train("distrl-train");
+  train.bind("train.epochs", &epochs, "epochs");
+  EXPECT_NE(error_of([&] { train.apply_overrides({"learner.rounds=3"}); }).find("(did you mean train.epochs?)"),
+            std::string::npos);
+}
+
 // Found by the settings fuzz target: to_yaml() wrote strings unquoted ("a: #1" came back as a
 // map) and doubles to 6 digits, so the effective config written next to a run did not load
 // back to the run's values.
