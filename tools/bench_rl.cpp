@@ -114,7 +114,7 @@ void plot_model(const std::string& csv, const std::string& png, const std::strin
          {"observers", "batched_forward_us", "batched: forward"},
          {"observers", "batched_reply_us", "batched: transport + reply"},
          {"observers", "unbatched_forward_us", "unbatched: forward"},
-         {"observers", "unbatched_reply_us", "unbatched: transport + reply"}}},
+         {"observers", "unbatched_reply_us", "unbatched: transport + reply + wait behind others"}}},
        {"forward per row, us", "observers",
         {{"observers", "batched_forward_per_row_us", "batched"},
          {"observers", "unbatched_forward_per_row_us", "unbatched"}}}});
@@ -133,7 +133,8 @@ int run_rl_bench(const RlBenchOptions& options) {
             << " env(s) per observer, learning off (the same fixed policy in both modes); each cell the median of "
             << o.repeats << " runs per mode (alternating)\n"
             << "round trip = an observer's select_action call, split by the agent's clocks: queue wait (until its "
-               "batch closes) + forward (the pass it waited for) + the rest (transport both ways, decode, reply)\n"
+               "batch closes) + forward (the pass it waited for) + the rest (transport both ways, decode, reply; "
+               "unbatched also the wait behind other observers' forwards on the serving thread)\n"
             << "fwd/row = a forward pass's time over its rows; cpu = CPU us per request (agent: serving threads; "
                "observer: its process, env steps included); b / u = batched / unbatched\n\n";
   for (const auto& m : o.models) model_overrides(m);  // refuse a bad name before anything runs

@@ -370,7 +370,9 @@ TEST_F(GymnasiumEnvTest, MalformedAnswersAreRefusedAndTheChildStopped) {
     ::setenv("DISTRL_GYMNASIUM_PYTHON", child.c_str(), 1);
     std::string message = "no error";
     try {
-      GymnasiumEnv env("Fake-v0", 5, 5);
+      // Generous timeouts: each case answers at once, but the endless line is 64 MiB through a
+      // socket, which took more than 5 s once beside a parallel build.
+      GymnasiumEnv env("Fake-v0", 60, 60);
       std::vector<float> obs(2);
       env.reset(1, obs.data());
       env.step(1, obs.data());
