@@ -110,7 +110,7 @@ consumer: build
 	cmake -S examples/env_plugin -B $(BUILD_DIR)/env_plugin -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
 	    "-DCMAKE_PREFIX_PATH=$(CURDIR)/$(BUILD_DIR)/install$(TORCH_PREFIX)" > /dev/null
 	cmake --build $(BUILD_DIR)/env_plugin
-	$(BUILD_DIR)/install/bin/distrl-launch --config $(BUILD_DIR)/install/share/distrl/configs/cartpole_ppo.yaml \
+	$(BUILD_DIR)/install/bin/distrl-launch --force --config $(BUILD_DIR)/install/share/distrl/configs/cartpole_ppo.yaml \
 	    env.plugin=$(BUILD_DIR)/env_plugin/libcorridor_env.so env.name=Corridor-v0 learner.rounds=30 \
 	    learner.target_reward=0.35 \
 	    run.out_dir=$(BUILD_DIR)/env_plugin/run
