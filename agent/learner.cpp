@@ -2,6 +2,7 @@
 
 #include <torch/utils.h>
 
+#include "agent/async_learner.h"
 #include "agent/policy_actor.h"
 #include "agent/ppo.h"
 #include "agent/reinforce.h"
@@ -14,7 +15,7 @@ Algorithm make_algorithm(const rl::RlConfig& cfg, int obs_dim, int n_actions, in
   const auto device = parse_device(cfg.device);
   const std::uint64_t seed = static_cast<std::uint64_t>(cfg.seed) * 0x9E3779B97F4A7C15ull + 1;
   Algorithm a;
-  if (cfg.algo == "ppo") {
+  if (cfg.actor_critic()) {
     models::ActorCriticSpec spec;
     spec.obs_dim = obs_dim;
     spec.n_actions = n_actions;
@@ -34,7 +35,22 @@ Algorithm make_algorithm(const rl::RlConfig& cfg, int obs_dim, int n_actions, in
     o.gamma = cfg.gamma;
     o.lr = cfg.lr;
     o.seed = seed + 2;
-    a.learner = std::make_unique<Ppo>(*actor, o, cfg.ppo_steps, cfg.solved_window);
+    if (cfg.asynchronous()) {
+      TrajectoryOptions intake;
+      intake.observers = cfg.observers;  // the world's count replaces it (RlAgent::serve)
+      intake.envs = cfg.envs_per_observer;
+      intake.obs_dim = obs_dim;
+      intake.act_dim = act_dim;
+      intake.rollout = cfg.async.rollout;
+      intake.queue = cfg.async.queue;
+      const auto timeout = std::chrono::milliseconds(static_cast<long long>(cfg.rpc_timeout_s * 1000));
+      intake.push_timeout = timeout;
+      a.learner = std::make_unique<AsyncLearner>(
+          *actor, cfg.algo == "impala" ? AsyncLearner::Loss::Impala : AsyncLearner::Loss::Appo, o, cfg.async, intake,
+          cfg.solved_window, timeout);
+    } else {
+      a.learner = std::make_unique<Ppo>(*actor, o, cfg.ppo_steps, cfg.solved_window);
+    }
     a.actor = std::move(actor);
     return a;
   }

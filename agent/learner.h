@@ -1,7 +1,8 @@
 // The seam between the RL round loop (rl_agent.cpp) and an algorithm. An algorithm is an
 // Actor (what select_action runs, on the serving threads) and a Learner (what a round asks the
 // observers for and how it learns from it, on the agent's main thread). REINFORCE
-// (reinforce.h: PolicyActor + Reinforce) and PPO (ppo.h: PpoActor + Ppo) are the two
+// (reinforce.h: PolicyActor + Reinforce), PPO (ppo.h: PpoActor + Ppo) and APPO / IMPALA
+// (async_learner.h: PpoActor + AsyncLearner, fed by streaming observers) are the
 // implementations; make_algorithm picks one from the config.
 //
 // Lifetime: the Learner holds a reference to its Actor; Algorithm owns both and destroys the
@@ -24,6 +25,7 @@
 namespace distrl::agent {
 
 class ObserverPool;
+class Trajectories;
 
 // Refuses rl.device values this build or machine cannot run ("cpu", "cuda[:N]") with a
 // ConfigError, before anything starts; torch-free for the agent's main.
@@ -57,6 +59,10 @@ struct RoundData {
   std::vector<float> latency_us;  // the observers' select_action round trips (one per request)
   double observer_cpu_us = 0;     // the observers' CPU time for this round, summed
   double loss = 0;                // 0 with learning off
+  // Asynchronous learners: how many policy versions the learned steps were behind (mean, max),
+  // and the trajectories dropped so far (older than async.max_lag, or no room in the queue).
+  double lag_mean = 0;
+  long long lag_max = 0, dropped = 0;
 };
 
 class Learner {
@@ -77,6 +83,11 @@ class Learner {
   virtual std::map<std::string, double> load(const std::string& path) = 0;
   // Appended to the "resumed from" line, e.g. the observation statistics' sample count.
   virtual std::string resume_note() const { return ""; }
+  // Asynchronous learners (appo, impala): what the streaming observers' act requests feed; null
+  // for the synchronous ones, whose rounds call the observers.
+  virtual Trajectories* trajectories() { return nullptr; }
+  // The run is over: streaming observers are told to stop at their next request.
+  virtual void stop_acting() {}
 };
 
 struct Algorithm {
@@ -84,7 +95,7 @@ struct Algorithm {
   std::unique_ptr<Learner> learner;
 };
 
-// learner.algo from the config (reinforce or ppo), its network built for the env's spaces
+// learner.algo from the config (reinforce, ppo, appo or impala), its network built for the env's spaces
 // (act_dim > 0: continuous actions) on config.device. Throws ConfigError for a bad model or a
 // continuous env under REINFORCE.
 Algorithm make_algorithm(const rl::RlConfig& config, int obs_dim, int n_actions, int act_dim);

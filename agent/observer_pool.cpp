@@ -2,7 +2,8 @@
 
 namespace distrl::agent {
 
-ObserverPool::ObserverPool(transport::RpcAgent& rpc, const rl::RlConfig& cfg, bool fragments, Batcher* batcher)
+ObserverPool::ObserverPool(transport::RpcAgent& rpc, const rl::RlConfig& cfg, bool fragments, Batcher* batcher,
+                           bool stream)
     : rpc_(rpc), batcher_(batcher) {
   for (const auto& w : rpc.workers()) {
     if (w.rank == rpc.rank()) continue;
@@ -13,7 +14,8 @@ ObserverPool::ObserverPool(transport::RpcAgent& rpc, const rl::RlConfig& cfg, bo
     spec.num_envs = cfg.envs_per_observer;
     spec.seed = static_cast<std::uint64_t>(cfg.seed) * 1000003ull + 7919ull * (spec.observer_id + 1);
     spec.record_latency = true;
-    spec.fragments = fragments;
+    spec.fragments = fragments && !stream;
+    spec.stream = stream;
     obs_.push_back(rpc.remote<rl::ObserverObject>(w.name, rl::kObserverClass, spec));
   }
   alive_.assign(obs_.size(), true);
@@ -40,6 +42,37 @@ void ObserverPool::readmit() {
     ++readmitted_;
     DISTRL_LOG(Warn, "agent: observer " << i << " (" << obs_[i].owner_name() << ") is reachable again: readmitted");
   }
+}
+
+void ObserverPool::start_streams(Trajectories& trajectories) {
+  auto started = call<int>(rl::kRunStream, 0, [](int) {});  // drops (named) the ones that fail
+  (void)started;
+  for (std::size_t i = 0; i < obs_.size(); ++i) {
+    if (alive_[i]) {
+      if (batcher_) batcher_->set_active(static_cast<int>(i), true);
+    } else {
+      trajectories.forget(static_cast<int>(i));
+    }
+  }
+}
+
+void ObserverPool::check_streams(Trajectories& trajectories) {
+  int live = 0;
+  for (std::size_t i = 0; i < obs_.size(); ++i) {
+    if (!alive_[i]) continue;
+    if (rpc_.connection_lost(obs_[i].owner_name())) {
+      alive_[i] = false;  // its loop has ended with the connection: it does not come back
+      ++lost_;
+      if (batcher_) batcher_->set_active(static_cast<int>(i), false);
+      trajectories.forget(static_cast<int>(i));
+      DISTRL_LOG(Warn, "agent: lost observer " << i << " (" << obs_[i].owner_name()
+                                               << "): its connection dropped; its envs leave the batch and its "
+                                                  "unfinished trajectory is discarded");
+      continue;
+    }
+    ++live;
+  }
+  if (live == 0) throw TransportError("every observer is gone (their connections dropped)");
 }
 
 void ObserverPool::finish() {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "agent/batcher.h"
+#include "agent/trajectories.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "rl/protocol.h"
@@ -27,7 +28,17 @@ class ObserverPool {
   // Creates an Observer on every rank but this one, running config.env, and waits until each
   // exists (a bad env name on an observer fails here, named). `batcher` (may be null) is told
   // which observers are playing, so a batch never waits for one that is not.
-  ObserverPool(transport::RpcAgent& rpc, const rl::RlConfig& config, bool fragments, Batcher* batcher);
+  // `stream`: the observers run their own loops (config.asynchronous()), started by start_streams.
+  ObserverPool(transport::RpcAgent& rpc, const rl::RlConfig& config, bool fragments, Batcher* batcher,
+               bool stream = false);
+
+  // Streaming observers: starts every live one's loop (run_stream) and marks them all active in
+  // the batcher for the rest of the run. Throws TransportError when none started.
+  void start_streams(Trajectories& trajectories);
+  // Drops the streaming observers whose connection is lost (named; their unfinished
+  // trajectories discarded, their rows out of the batcher's waits). Throws TransportError when
+  // none is left.
+  void check_streams(Trajectories& trajectories);
 
   // Calls `method(arg)` on every live observer at once and returns the answers that pass
   // `check` (which throws for a malformed one). Throws TransportError when none is left.

@@ -106,8 +106,18 @@ void check_fragment(const rl::Fragment& f, int obs_dim, int act_dim) {
   if (f.log_probs.size() != n || f.values.size() != n || f.rewards.size() != n || f.terminated.size() != n ||
       f.truncated.size() != n)
     bad("per-step arrays of different lengths");
-  if (f.last_values.size() != static_cast<std::size_t>(f.num_envs)) bad("one bootstrap value per env expected");
-  if (!f.truncated_values.empty() && f.truncated_values.size() != n) bad("truncated_values of the wrong length");
+  if (f.versions.empty()) {  // PPO's fragment: the observer asked for the bootstrap values
+    if (f.last_values.size() != static_cast<std::size_t>(f.num_envs)) bad("one bootstrap value per env expected");
+    if (!f.truncated_values.empty() && f.truncated_values.size() != n) bad("truncated_values of the wrong length");
+    return;
+  }
+  // A streaming trajectory: the learner computes the values of the observations it carries.
+  if (f.versions.size() != static_cast<std::size_t>(f.steps)) bad("one policy version per step expected");
+  if (f.next_obs.size() != static_cast<std::size_t>(f.num_envs) * obs_dim) bad("next_obs of the wrong length");
+  std::size_t cut = 0;
+  for (std::size_t i = 0; i < n; ++i) cut += f.truncated[i] && !f.terminated[i];
+  if (f.final_obs.size() != cut * obs_dim)
+    bad(std::to_string(f.final_obs.size()) + " final-observation floats for " + std::to_string(cut) + " truncated episodes");
 }
 
 // ------------------------------------------------------------------ acting
@@ -135,6 +145,7 @@ rl::ActReply PpoActor::act_impl(const float* obs, int rows, bool greedy) {
     c10::InferenceMode guard;
     auto x = torch::from_blob(const_cast<float*>(obs), {rows, dim}, torch::kFloat32);
     auto out = net_->forward(prepare(x));
+    reply.version = version_;
     head = out.head.to(torch::kCPU).contiguous();
     value = out.value.to(torch::kCPU).contiguous();
     if (net_->continuous()) log_std = net_->log_std().to(torch::kCPU).contiguous();
@@ -216,7 +227,7 @@ std::vector<float> RewardScaler::scale(const rl::Fragment& f) {
 }
 
 Ppo::Ppo(PpoActor& actor, rl::PpoOptions options, int fragment_steps, int solved_window)
-    : actor_(actor), o_(options), fragment_steps_(fragment_steps), solved_window_(solved_window),
+    : actor_(actor), o_(options), fragment_steps_(fragment_steps), recent_(solved_window),
       optimizer_(actor.net().parameters(), torch::optim::AdamOptions(options.lr).eps(1e-5)), scaler_(options.gamma),
       rng_(options.seed) {}
 
@@ -313,25 +324,40 @@ RoundData Ppo::round(ObserverPool& pool, bool learn) {
 }
 
 double Ppo::running_reward(const std::vector<double>& returns, double previous) {
+  return recent_.running(returns, previous);
+}
+
+bool Ppo::solved(double running_reward, double target) const { return recent_.solved(running_reward, target); }
+
+double RecentReturns::running(const std::vector<double>& returns, double previous) {
   for (double r : returns) {
     recent_.push_back(r);
-    if (static_cast<int>(recent_.size()) > solved_window_) recent_.pop_front();
+    if (static_cast<int>(recent_.size()) > window_) recent_.pop_front();
   }
   if (recent_.empty()) return previous;
   return std::accumulate(recent_.begin(), recent_.end(), 0.0) / static_cast<double>(recent_.size());
 }
 
-bool Ppo::solved(double running_reward, double target) const {
-  return running_reward >= target && static_cast<int>(recent_.size()) >= solved_window_;
+bool RecentReturns::solved(double running, double target) const {
+  return running >= target && static_cast<int>(recent_.size()) >= window_;
+}
+
+torch::Tensor RecentReturns::state() const {
+  return torch::tensor(std::vector<double>(recent_.begin(), recent_.end()), torch::kDouble);
+}
+
+void RecentReturns::load(const torch::Tensor& state) {
+  const auto r = state.to(torch::kDouble).contiguous();
+  recent_.assign(r.data_ptr<double>(), r.data_ptr<double>() + r.numel());
+  while (static_cast<int>(recent_.size()) > window_) recent_.pop_front();
 }
 
 void Ppo::save(const std::string& path, const std::map<std::string, double>& numbers) {
   auto lock = actor_.exclusive();
-  const std::vector<double> recent(recent_.begin(), recent_.end());
   models::save_checkpoint(path, actor_.net(), &optimizer_, numbers,
                           {{"obs_rms", actor_.obs_rms().state()},
                            {"ret_rms", return_rms().state()},
-                           {"recent_returns", torch::tensor(recent, torch::kDouble)}});
+                           {"recent_returns", recent_.state()}});
 }
 
 std::map<std::string, double> Ppo::load(const std::string& path) {
@@ -340,11 +366,7 @@ std::map<std::string, double> Ppo::load(const std::string& path) {
   auto numbers = models::load_checkpoint(path, actor_.net(), &optimizer_, actor_.device(), &tensors);
   if (tensors.count("obs_rms")) actor_.obs_rms().load(tensors["obs_rms"]);
   if (tensors.count("ret_rms")) return_rms().load(tensors["ret_rms"]);
-  if (tensors.count("recent_returns")) {
-    const auto r = tensors["recent_returns"].to(torch::kDouble).contiguous();
-    recent_.assign(r.data_ptr<double>(), r.data_ptr<double>() + r.numel());
-    while (static_cast<int>(recent_.size()) > solved_window_) recent_.pop_front();
-  }
+  if (tensors.count("recent_returns")) recent_.load(tensors["recent_returns"]);
   actor_.net().eval();
   return numbers;
 }

@@ -62,6 +62,8 @@ void check_fragment(const rl::Fragment& f, int obs_dim, int act_dim);
 // The acting side: thread-safe act() for the batcher; the learner takes exclusive().
 class PpoActor : public Actor {
  public:
+  // The policy version the weights are (0 until an asynchronous learner publishes). Every
+  // answer carries the version that chose it. set_version: with exclusive() held.
   PpoActor(std::shared_ptr<models::ActorCritic> net, torch::Device device, bool norm_obs, std::uint64_t seed);
   // One action per row of obs (rows x obs_dim), with log-probs and values.
   rl::ActReply act(const float* obs, int rows) override;
@@ -74,6 +76,8 @@ class PpoActor : public Actor {
   RunningMeanStd& obs_rms() { return obs_rms_; }
   bool norm_obs() const { return norm_obs_; }
   torch::Tensor prepare(const torch::Tensor& obs) const;  // normalised when enabled, on the device
+  void set_version(std::int64_t v) { version_ = v; }
+  std::int64_t version() const { return version_; }
 
  private:
   rl::ActReply act_impl(const float* obs, int rows, bool greedy);
@@ -81,6 +85,7 @@ class PpoActor : public Actor {
   torch::Device device_;
   bool norm_obs_;
   RunningMeanStd obs_rms_;
+  std::int64_t version_ = 0;  // under mu_
   std::shared_mutex mu_;
   std::mutex rng_mu_;
   std::mt19937_64 rng_;
@@ -110,6 +115,21 @@ class RewardScaler {
   std::map<long, double> discounted_;  // per (observer, env): running discounted return
 };
 
+// The last `window` episode returns: the actor-critic learners' running reward (their mean) and
+// "solved" (that mean reaches the target once `window` episodes have ended). Checkpointed.
+class RecentReturns {
+ public:
+  explicit RecentReturns(int window) : window_(window) {}
+  double running(const std::vector<double>& returns, double previous);
+  bool solved(double running, double target) const;
+  torch::Tensor state() const;
+  void load(const torch::Tensor& state);
+
+ private:
+  int window_;
+  std::deque<double> recent_;
+};
+
 struct PpoStats {
   double policy_loss = 0, value_loss = 0, entropy = 0, approx_kl = 0, clip_fraction = 0;
   std::size_t transitions = 0;
@@ -135,8 +155,8 @@ class Ppo : public Learner {
  private:
   PpoActor& actor_;
   rl::PpoOptions o_;
-  int fragment_steps_, solved_window_;
-  std::deque<double> recent_;  // the last solved_window episode returns
+  int fragment_steps_;
+  RecentReturns recent_;
   torch::optim::Adam optimizer_;
   RewardScaler scaler_;
   std::mt19937_64 rng_;

@@ -7,6 +7,7 @@
 
 #include "agent/observer_pool.h"
 #include "agent/round_log.h"
+#include "agent/trajectories.h"
 #include "agent/run_checkpoint.h"
 #include "common/run_dir.h"
 #include "common/cpu_time.h"
@@ -20,6 +21,15 @@
 #include "models/torch_threads.h"
 
 namespace distrl::agent {
+namespace {
+
+rl::ActReply stop_reply() {
+  rl::ActReply r;
+  r.stop = true;
+  return r;
+}
+
+}  // namespace
 
 RlAgent::RlAgent(rl::RlConfig config, const std::string& resume, Load load) : cfg_(std::move(config)) {
   auto env = envs::make_env(cfg_.env);
@@ -63,6 +73,8 @@ void RlAgent::serve(transport::RpcAgent& rpc) {
                                << "; the world wins)");
   Actor* actor = algo_.actor.get();
   const auto where = cfg_.serve_inline ? transport::RunOn::IoThread : transport::RunOn::Pool;
+  Trajectories* intake = algo_.learner->trajectories();
+  if (intake) intake->set_observers(observers);
   if (cfg_.mode == "batched") {
     BatchOptions bo;
     bo.max_batch = cfg_.max_batch;
@@ -80,6 +92,15 @@ void RlAgent::serve(transport::RpcAgent& rpc) {
     rpc.register_function(rl::kSelectAction, [b](int observer, std::vector<float> obs) {
       return b->submit(observer, std::move(obs));
     }, where);
+    if (intake)  // a streaming observer's step: its outcome into the trajectories, its observations into the batch
+      rpc.register_function(rl::kAct, [b, intake](rl::StepReport report) {
+        if (!intake->observe(report)) return transport::Future<rl::ActReply>::ready(stop_reply());
+        const int id = report.observer_id;
+        return b->submit(id, std::move(report.obs)).then([intake, id](const transport::Future<rl::ActReply>& f) {
+          intake->acted(id, f.value());
+          return f.value();
+        });
+      }, where);
     if (bo.close == BatchOptions::Close::WhenRead) rpc.after_requests_read([b] { b->flush(); });
   } else {
     const int dim = obs_dim_, max_rows = cfg_.envs_per_observer;
@@ -94,13 +115,20 @@ void RlAgent::serve(transport::RpcAgent& rpc) {
       times->forward_ns.fetch_add(static_cast<std::uint64_t>(ns.count()), std::memory_order_relaxed);
       return reply;
     }, where);
+    if (intake)
+      rpc.register_function(rl::kAct, [actor, dim, intake](rl::StepReport report) {
+        if (!intake->observe(report)) return stop_reply();
+        rl::ActReply reply = actor->act(report.obs.data(), static_cast<int>(report.obs.size()) / dim);
+        intake->acted(report.observer_id, reply);
+        return reply;
+      }, where);
   }
 }
 
 RunSummary RlAgent::run(transport::RpcAgent& rpc) {
   Learner& learner = *algo_.learner;
-  ObserverPool pool(rpc, cfg_, learner.fragments(), batcher_.get());
-  RoundLog log(cfg_.out_dir, cfg_.log_interval, progress_, cfg_.tensorboard);
+  ObserverPool pool(rpc, cfg_, learner.fragments(), batcher_.get(), learner.trajectories() != nullptr);
+  RoundLog log(cfg_.out_dir, cfg_.log_interval, progress_, cfg_.tensorboard, learner.trajectories() != nullptr);
   RunSummary sum;
   sum.event_file = log.event_file();
   QuantileSketch latencies;  // fixed memory however long the run (every sample kept grew 18 MB in 10 min)
@@ -132,7 +160,7 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
       sum.last_reward = std::accumulate(d.returns.begin(), d.returns.end(), 0.0) / static_cast<double>(d.returns.size());
     const bool solved = cfg_.learn && learner.solved(progress_.running_reward, cfg_.target_reward);
     const BatchStats bs = batcher_ ? batcher_->stats() : BatchStats{};
-    log.round(progress_, d.returns, d.loss, batcher_ ? &bs : nullptr, solved || round == cfg_.rounds);
+    log.round(progress_, d, batcher_ ? &bs : nullptr, solved || round == cfg_.rounds);
     if (cfg_.learn && ((cfg_.checkpoint_every > 0 && round % cfg_.checkpoint_every == 0) ||
                        checkpoint_requested_.exchange(false)))
       save(checkpoint_path());
@@ -193,6 +221,7 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
     why << "ran all " << cfg_.rounds << " rounds (learner.learn is off)";
   sum.stop_reason = why.str();
 
+  learner.stop_acting();  // streaming observers leave their loops at their next request
   pool.finish();
   if (cfg_.learn) save(checkpoint_path());
   return sum;

@@ -22,8 +22,9 @@ std::string thousands(double v) {
 
 }  // namespace
 
-RoundLog::RoundLog(const std::string& out_dir, int log_interval, const Progress& start, bool tensorboard)
+RoundLog::RoundLog(const std::string& out_dir, int log_interval, const Progress& start, bool tensorboard, bool lag)
     : log_interval_(log_interval),
+      lag_(lag),
       last_print_(std::chrono::steady_clock::now()),
       steps_at_print_(start.env_steps),
       steps_at_row_(start.env_steps),
@@ -31,13 +32,15 @@ RoundLog::RoundLog(const std::string& out_dir, int log_interval, const Progress&
   std::filesystem::create_directories(out_dir);
   const long long resumed_at = start.rounds > 0 ? start.rounds : -1;
   csv_ = CsvFile(out_dir + "/metrics.csv",
-                 "round,episodes,env_steps,seconds,mean_reward,min_reward,max_reward,running_reward,loss,mean_batch",
+                 std::string("round,episodes,env_steps,seconds,mean_reward,min_reward,max_reward,running_reward,loss,"
+                             "mean_batch") + (lag ? ",lag_mean,lag_max,dropped" : ""),
                  resumed_at);
   if (tensorboard) events_ = std::make_unique<EventFile>(out_dir, resumed_at);
 }
 
-void RoundLog::round(const Progress& p, const std::vector<double>& returns, double loss, const BatchStats* batch,
-                     bool force_print) {
+void RoundLog::round(const Progress& p, const RoundData& d, const BatchStats* batch, bool force_print) {
+  const std::vector<double>& returns = d.returns;
+  const double loss = d.loss;
   double total = 0, lo = std::nan(""), hi = std::nan("");
   if (!returns.empty()) {
     lo = *std::min_element(returns.begin(), returns.end());
@@ -47,8 +50,12 @@ void RoundLog::round(const Progress& p, const std::vector<double>& returns, doub
   const double mean = returns.empty() ? std::nan("") : total / static_cast<double>(returns.size());
   const BatchStats bs = batch ? *batch : BatchStats{};
   // Each row flushed and checked: a full disk stops the run here, by name, not at the end.
-  csv_.row(p.rounds, p.episodes, p.env_steps, p.seconds, mean, lo, hi, p.running_reward, loss,
-           batch ? bs.mean_rows() : 1.0);
+  if (lag_)
+    csv_.row(p.rounds, p.episodes, p.env_steps, p.seconds, mean, lo, hi, p.running_reward, loss,
+             batch ? bs.mean_rows() : 1.0, d.lag_mean, d.lag_max, d.dropped);
+  else
+    csv_.row(p.rounds, p.episodes, p.env_steps, p.seconds, mean, lo, hi, p.running_reward, loss,
+             batch ? bs.mean_rows() : 1.0);
   if (events_) {
     const long long step = p.rounds;
     const double dt = p.seconds - seconds_at_row_;
@@ -61,6 +68,11 @@ void RoundLog::round(const Progress& p, const std::vector<double>& returns, doub
     events_->scalar("seconds_per_round", step, dt);
     events_->scalar("episodes", step, static_cast<double>(p.episodes));
     events_->scalar("mean_batch", step, batch ? bs.mean_rows() : 1.0);
+    if (lag_) {
+      events_->scalar("lag/mean", step, d.lag_mean);
+      events_->scalar("lag/max", step, static_cast<double>(d.lag_max));
+      events_->scalar("dropped", step, static_cast<double>(d.dropped));
+    }
     events_->flush();
     steps_at_row_ = p.env_steps;
     seconds_at_row_ = p.seconds;
@@ -79,7 +91,9 @@ void RoundLog::round(const Progress& p, const std::vector<double>& returns, doub
   else line << mean;
   line << "  running " << std::setw(6) << p.running_reward << "  env-steps/s " << std::setw(9)
        << thousands((p.env_steps - steps_at_print_) / dt) << "  batch " << std::setprecision(2)
-       << (batch ? rows : 1.0) << "  " << std::setprecision(1) << p.seconds << " s";
+       << (batch ? rows : 1.0);
+  if (lag_) line << "  lag " << std::setprecision(1) << d.lag_mean << "/" << d.lag_max << "  dropped " << d.dropped;
+  line << "  " << std::setprecision(1) << p.seconds << " s";
   std::printf("%s\n", line.str().c_str());
   std::fflush(stdout);
   last_print_ = now;

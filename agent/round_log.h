@@ -26,20 +26,24 @@ class RoundLog {
   // them too: common/output_file.h, common/event_file.h), else written anew with its header.
   // Every row is flushed and checked: OutputError (naming the file and the reason) when a write
   // fails.
-  RoundLog(const std::string& out_dir, int log_interval, const Progress& start, bool tensorboard = true);
+  // `lag`: an asynchronous learner's run; its rows and lines also carry the policy lag (mean,
+  // max) and the trajectories dropped so far (CSV lag_mean,lag_max,dropped; TensorBoard
+  // lag/mean, lag/max, dropped).
+  RoundLog(const std::string& out_dir, int log_interval, const Progress& start, bool tensorboard = true,
+           bool lag = false);
 
   // This run's TensorBoard event file; "" without one.
   std::string event_file() const { return events_ ? events_->path() : ""; }
 
-  // One round done: `progress` already counts it; `returns` are its episodes' returns (none
-  // when no episode ended, e.g. a PPO fragment); `batch` the batcher's totals (null:
+  // One round done: `progress` already counts it; `data.returns` are its episodes' returns
+  // (none when no episode ended, e.g. a PPO fragment); `batch` the batcher's totals (null:
   // unbatched, one row per forward).
-  void round(const Progress& progress, const std::vector<double>& returns, double loss, const BatchStats* batch,
-             bool force_print);
+  void round(const Progress& progress, const RoundData& data, const BatchStats* batch, bool force_print);
 
  private:
   CsvFile csv_;
   int log_interval_;
+  bool lag_;
   std::chrono::steady_clock::time_point last_print_;
   long long steps_at_print_;
   BatchStats batch_at_print_;

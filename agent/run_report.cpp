@@ -15,7 +15,9 @@ void print_banner(const rl::RlConfig& cfg, const std::string& security) {
   const std::string mode = cfg.mode == "batched" ? "batched (max_batch " + std::to_string(cfg.max_batch) +
                                                        ", max_wait " + std::to_string(cfg.max_wait_us) + " us)"
                                                  : "unbatched";
-  const std::string algo = cfg.algo == "ppo" ? "ppo (actor-critic)" : "reinforce, model " + cfg.model;
+  const std::string algo = cfg.algo == "ppo"      ? "ppo (actor-critic)"
+                           : cfg.asynchronous() ? cfg.algo + " (asynchronous actor-critic, V-trace)"
+                                                : "reinforce, model " + cfg.model;
   std::printf("distrl-agent: %s, %s, %s, device %s, lr %g, gamma %g%s\n", cfg.env.c_str(), mode.c_str(), algo.c_str(),
               cfg.device.c_str(), cfg.lr, cfg.gamma,
               security == "curve" ? "; security curve (every socket authenticated and encrypted)" : "");
@@ -23,7 +25,11 @@ void print_banner(const rl::RlConfig& cfg, const std::string& security) {
 }
 
 void print_joined(const rl::RlConfig& cfg, int observers) {
-  if (cfg.algo == "ppo")
+  if (cfg.asynchronous())
+    std::printf("distrl-agent: %d observer(s) joined; they act on their own while the learner runs up to %d steps of "
+                "%d trajectories of %d steps x %d env(s)\n",
+                observers, cfg.rounds, cfg.async.batch, cfg.async.rollout, cfg.envs_per_observer);
+  else if (cfg.algo == "ppo")
     std::printf("distrl-agent: %d observer(s) joined; running up to %d rounds of %d steps x %d env(s) per observer\n",
                 observers, cfg.rounds, cfg.ppo_steps, cfg.envs_per_observer);
   else

@@ -143,6 +143,58 @@ rl::Fragment run_fragment(envs::VecEnv& venv, FragmentState& state, int observer
   return f;
 }
 
+void run_stream(envs::VecEnv& venv, int observer_id, const StepFn& step, const std::atomic<bool>& stop) {
+  const int n = venv.size(), dim = venv.obs_dim();
+  const auto space = venv.env(0).action_space();
+  const int act_dim = space.kind == envs::Space::Kind::Box ? space.dim() : 0;
+  venv.reset_all();
+  std::vector<float> episode_return(n, 0.0f);
+  std::vector<std::int32_t> episode_length(n, 0);
+  std::vector<int> discrete(n);
+  rl::StepReport report;
+  report.observer_id = observer_id;
+  double cpu0 = process_cpu_us();
+  while (!stop.load(std::memory_order_relaxed)) {
+    report.obs.assign(venv.obs(), venv.obs() + static_cast<std::size_t>(n) * dim);
+    const double cpu = process_cpu_us();
+    report.cpu_us = cpu - cpu0;
+    cpu0 = cpu;
+    const auto t0 = Clock::now();
+    rl::ActReply r = step(report);
+    report.latency_us = std::chrono::duration<float, std::micro>(Clock::now() - t0).count();
+    if (r.stop) return;
+    r.check(n);
+    if (act_dim > 0 ? r.cont_actions.size() != static_cast<std::size_t>(n) * act_dim : r.actions.empty())
+      throw ProtocolError("act: an answer with " + std::string(act_dim > 0 ? "continuous" : "discrete") +
+                          " actions was expected");
+    if (act_dim > 0) {
+      venv.step(r.cont_actions.data());
+    } else {
+      std::copy(r.actions.begin(), r.actions.end(), discrete.begin());
+      venv.step(discrete.data());
+    }
+    ++report.step;
+    report.rewards = venv.rewards();
+    report.terminated = venv.terminated();
+    report.truncated = venv.truncated();
+    report.final_obs.clear();
+    report.episode_returns.clear();
+    report.episode_lengths.clear();
+    for (int i = 0; i < n; ++i) {
+      episode_return[i] += venv.rewards()[i];
+      ++episode_length[i];
+      if (venv.truncated()[i] && !venv.terminated()[i])  // the restart replaced it in obs()
+        report.final_obs.insert(report.final_obs.end(), venv.final_obs(i), venv.final_obs(i) + dim);
+      if (venv.terminated()[i] || venv.truncated()[i]) {
+        report.episode_returns.push_back(episode_return[i]);
+        report.episode_lengths.push_back(episode_length[i]);
+        episode_return[i] = 0;
+        episode_length[i] = 0;
+      }
+    }
+  }
+}
+
 void ObserverHost::touch() {
   std::lock_guard<std::mutex> lock(mu_);
   last_ = Clock::now();
@@ -204,7 +256,7 @@ bool ObserverHost::wait(std::chrono::milliseconds idle_limit, const std::functio
 
 Observer::Observer(transport::RpcAgent& rpc, ObserverHost& host, rl::ObserverSpec spec)
     : rpc_(rpc), host_(host), spec_(std::move(spec)),
-      venv_(spec_.env, spec_.num_envs, spec_.seed, /*autoreset=*/spec_.fragments) {
+      venv_(spec_.env, spec_.num_envs, spec_.seed, /*autoreset=*/spec_.fragments || spec_.stream) {
   host_.touch();
   host_.run_started();
   // The log tag names this process ([observer2]); its index in the agent's pool is not repeated.
@@ -255,13 +307,49 @@ rl::Fragment Observer::run_fragment(int steps) {
   return f;
 }
 
-void Observer::finish() { host_.finish(); }
+int Observer::run_stream(int) {
+  if (!spec_.stream) throw Error("run_stream: this observer was made for run_episode / run_fragment");
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stream_.joinable()) throw Error("run_stream: this observer's loop is already running");
+  host_.touch();
+  stream_ = std::thread([this] {
+    const std::uint64_t drops = rpc_.connection_drops(spec_.agent);
+    try {
+      observer::run_stream(venv_, spec_.observer_id, [this](const rl::StepReport& report) {
+        auto r = rpc_.rpc_sync<rl::ActReply>(spec_.agent, rl::kAct, report);
+        host_.touch();
+        return r;
+      }, stop_);
+    } catch (const TransportError& e) {
+      // As with_agent: a dropped connection is the host's to judge (it may come back); but this
+      // loop has ended, so a connection that comes back leaves an observer with nothing to do.
+      if (!rpc_.connection_lost(spec_.agent) && rpc_.connection_drops(spec_.agent) == drops)
+        host_.fail(std::string("lost the agent: ") + e.what());
+      else
+        host_.fail(std::string("the connection to the agent dropped mid-run: ") + e.what());
+    } catch (const std::exception& e) {
+      host_.fail(std::string("the agent refused a step: ") + e.what());
+    }
+  });
+  return spec_.num_envs;
+}
+
+void Observer::finish() {
+  stop_.store(true);
+  host_.finish();
+}
+
+Observer::~Observer() {
+  stop_.store(true);
+  if (stream_.joinable()) stream_.join();
+}
 
 void Observer::register_class(transport::RpcAgent& rpc, ObserverHost& host) {
   rpc.register_class<Observer>(rl::kObserverClass)
       .factory([&rpc, &host](rl::ObserverSpec spec) { return std::make_shared<Observer>(rpc, host, std::move(spec)); })
       .method(rl::kRunEpisode, &Observer::run_episode)
       .method(rl::kRunFragment, &Observer::run_fragment)
+      .method(rl::kRunStream, &Observer::run_stream)
       .method(rl::kFinish, &Observer::finish);
 }
 

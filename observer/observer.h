@@ -1,13 +1,17 @@
 // The observer side of the RL loop. An Observer object lives in an observer process, created
-// by the agent through remote<Observer>(...) and driven by its run_episode calls: it steps
-// its environments, asks the agent for actions and returns the trajectory.
+// by the agent through remote<Observer>(...). The synchronous learners drive it with
+// run_episode / run_fragment calls (it steps its environments, asks the agent for actions and
+// returns the trajectory); the asynchronous ones start its own loop once (run_stream), which
+// reports every step's outcome with the next action request until the agent says stop.
 #pragma once
 
 #include <chrono>
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "rl/protocol.h"
 #include "envs/vec_env.h"
@@ -36,6 +40,13 @@ struct FragmentState {
 // continuous actions follow the env. Throws what act throws, ProtocolError for a bad answer.
 rl::Fragment run_fragment(envs::VecEnv& venv, FragmentState& state, int observer_id, int steps, const ActFn& act,
                              bool record_latency);
+
+// A streaming observer's loop (APPO, IMPALA): resets every env of venv (an autoreset VecEnv),
+// then until a reply says stop or `stop` is set: sends the observations with what the previous
+// actions did (StepReport) through `step`, and steps the envs with the answer. Throws what
+// `step` throws, ProtocolError for a malformed answer.
+using StepFn = std::function<rl::ActReply(const rl::StepReport& report)>;
+void run_stream(envs::VecEnv& venv, int observer_id, const StepFn& step, const std::atomic<bool>& stop);
 
 // What the observer process's main thread watches: the agent's "finish", a failed call to
 // the agent, or a silent agent.
@@ -73,7 +84,11 @@ class Observer {
   Observer(transport::RpcAgent& rpc, ObserverHost& host, rl::ObserverSpec spec);
   rl::Rollout run_episode(int max_steps);
   rl::Fragment run_fragment(int steps);
+  // Starts this observer's own loop (run_stream above) on its own thread and returns at once;
+  // the loop ends at a stop reply, finish() or a failure (the host then fails, naming it).
+  int run_stream(int unused);
   void finish();
+  ~Observer();
 
   // Registers the rl::kObserverClass ("Observer") class (constructed by the agent) on this process's agent.
   static void register_class(transport::RpcAgent& rpc, ObserverHost& host);
@@ -87,6 +102,8 @@ class Observer {
   envs::VecEnv venv_;
   FragmentState fragment_state_;
   std::mutex mu_;  // one episode or fragment at a time
+  std::atomic<bool> stop_{false};
+  std::thread stream_;
 };
 
 }  // namespace distrl::observer

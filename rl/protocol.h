@@ -4,7 +4,11 @@
 //                       observer.rpc_async<Rollout>(kRunEpisode, max_steps)      (REINFORCE)
 //                       observer.rpc_async<Fragment>(kRunFragment, steps)        (PPO)
 //                       observer.rpc_async<void>(kFinish)
+//                       observer.rpc_async<int>(kRunStream, 0)                   (APPO, IMPALA)
 //   observer -> agent   rpc_sync<ActReply>(kAgentName, kSelectAction, observer_id, obs)
+//                       rpc_sync<ActReply>(kAgentName, kAct, StepReport)          (a streaming observer)
+// A streaming observer owns its loop: run_stream starts it and returns; from then on it steps
+// its envs and sends every step's outcome with its next request (kAct) until a reply says stop.
 // Both sides use these names (the observer registers them, the agent calls them), so they
 // cannot drift apart.
 #pragma once
@@ -25,6 +29,8 @@ inline constexpr const char* kObserverClass = "Observer";      // class register
 inline constexpr const char* kRunEpisode = "run_episode";      // Observer methods
 inline constexpr const char* kRunFragment = "run_fragment";
 inline constexpr const char* kFinish = "finish";
+inline constexpr const char* kRunStream = "run_stream";
+inline constexpr const char* kAct = "act";  // function on the agent: a streaming observer's step
 
 struct ObserverSpec {
   std::string agent;          // the agent's worker name
@@ -34,18 +40,22 @@ struct ObserverSpec {
   std::uint64_t seed = 0;     // env i of this observer is seeded seed + i
   bool record_latency = false;
   bool fragments = false;     // PPO: envs restart on their own and run_fragment is called
-  MSGPACK_DEFINE(agent, observer_id, env, num_envs, seed, record_latency, fragments);
+  bool stream = false;        // APPO/IMPALA: envs restart on their own and run_stream starts the loop
+  MSGPACK_DEFINE(agent, observer_id, env, num_envs, seed, record_latency, fragments, stream);
 };
 
 // The answer to one select_action, per observation row: the action (discrete: `actions`;
 // continuous: act_dim values in `cont_actions`), its log-probability, and for actor-critic
-// learners the critic's value.
+// learners the critic's value; the policy version that chose them (0 for the synchronous
+// learners); and, to a streaming observer, `stop`: the run is over, leave the loop (no actions).
 struct ActReply {
   std::vector<std::int32_t> actions;
   std::vector<float> log_probs;
   std::vector<float> values;
   std::vector<float> cont_actions;
-  MSGPACK_DEFINE(actions, log_probs, values, cont_actions);
+  std::int64_t version = 0;
+  bool stop = false;
+  MSGPACK_DEFINE(actions, log_probs, values, cont_actions, version, stop);
 
   int rows() const { return static_cast<int>(log_probs.size()); }
   // Throws ProtocolError unless every field is sized for `rows` rows (values optional).
@@ -70,6 +80,7 @@ struct ActReply {
     part(log_probs, 1, r.log_probs);
     part(values, 1, r.values);
     part(cont_actions, act_dim, r.cont_actions);
+    r.version = version;
     return r;
   }
 };
@@ -113,11 +124,33 @@ struct Fragment {
   std::vector<std::int32_t> episode_lengths;
   std::vector<float> latency_us;
   double cpu_us = 0;                     // the observer process's CPU time (getrusage) for this fragment
+  // Streaming trajectories (assembled by the agent from StepReports; empty in PPO's fragments):
+  std::vector<float> next_obs;           // [num_envs, obs_dim]: the observation after the last step
+  std::vector<float> final_obs;          // [truncated-not-terminated steps, obs_dim], time-major order
+  std::vector<std::int64_t> versions;    // [steps]: the policy version that chose each step's actions
   MSGPACK_DEFINE(observer_id, obs_dim, act_dim, num_envs, steps, obs, actions, cont_actions, log_probs, values, rewards,
                  terminated, truncated, truncated_values, last_values, episode_returns, episode_lengths, latency_us,
-                 cpu_us);
+                 cpu_us, next_obs, final_obs, versions);
 
   std::size_t transitions() const { return static_cast<std::size_t>(steps) * num_envs; }
+};
+
+// One step of a streaming observer (kAct): the observations to act on now and what the previous
+// request's actions did (all empty on the observer's first request).
+struct StepReport {
+  int observer_id = 0;
+  std::uint64_t step = 0;                // this observer's requests before this one
+  std::vector<float> obs;                // [num_envs, obs_dim]: act on these (restarted envs: their new start)
+  std::vector<float> rewards;            // [num_envs]
+  std::vector<std::uint8_t> terminated;  // [num_envs]
+  std::vector<std::uint8_t> truncated;   // [num_envs]
+  std::vector<float> final_obs;          // [truncated-not-terminated envs, obs_dim], in env order
+  std::vector<float> episode_returns;    // the episodes those steps ended
+  std::vector<std::int32_t> episode_lengths;
+  float latency_us = -1;                 // the previous request's round trip (-1: none)
+  double cpu_us = 0;                     // the observer process's CPU time since the previous request
+  MSGPACK_DEFINE(observer_id, step, obs, rewards, terminated, truncated, final_obs, episode_returns, episode_lengths,
+                 latency_us, cpu_us);
 };
 
 }  // namespace distrl::rl

@@ -44,13 +44,16 @@ void bind(Settings& s, RlConfig& c) {
   s.bind("model.dropout", &c.dropout, "mlp: dropout after each hidden layer").range(0, 0.99);
   s.bind("model.activation", &c.activation, "ppo: actor-critic activation").choices({"tanh", "relu"});
   s.bind("model.shared", &c.shared, "ppo: one trunk for policy and value");
-  s.bind("learner.algo", &c.algo, "reinforce (episodes) or ppo (fixed-length fragments, actor-critic)")
-      .choices({"reinforce", "ppo"});
+  s.bind("learner.algo", &c.algo,
+         "reinforce (episodes), ppo (fixed-length fragments, actor-critic; both synchronous: acting pauses while "
+         "the learner updates), appo (PPO's clipped objective on V-trace targets) or impala (V-trace actor-critic); "
+         "appo and impala are asynchronous: the observers act on while the learner updates")
+      .choices({"reinforce", "ppo", "appo", "impala"});
   s.bind("learner.gamma", &c.gamma, "discount factor").range(0, 1);
   s.bind("learner.lr", &c.lr, "Adam learning rate").range(1e-9, 10);
   s.bind("learner.rounds", &c.rounds,
          "rounds at most: each observer runs one episode (reinforce) or one fragment of ppo.steps env steps (ppo) "
-         "per round")
+         "per round; appo and impala: one round is one learner step over async.batch trajectories")
       .range(1, 100000000);
   s.rename("learner.episodes", "learner.rounds");  // its name until issue 35: it always counted rounds
   s.bind("learner.max_steps", &c.max_steps, "steps per episode at most").range(1, 100000000);
@@ -74,6 +77,20 @@ void bind(Settings& s, RlConfig& c) {
       .range(-10.0, 5.0);
   s.bind("ppo.solved_window", &c.solved_window, "solved when the mean return of the last N episodes reaches "
                                                 "learner.target_reward").range(1, 100000);
+  s.bind("async.rollout", &c.async.rollout, "appo/impala: steps per env in one trajectory").range(1, 100000);
+  s.bind("async.batch", &c.async.batch, "appo/impala: trajectories per learner step").range(1, 100000);
+  s.bind("async.queue", &c.async.queue,
+         "appo/impala: trajectories waiting for the learner at most; when full, acting waits (back-pressure)")
+      .range(1, 1000000);
+  s.bind("async.max_lag", &c.async.max_lag,
+         "appo/impala: trajectories acted more than this many policy versions ago are dropped (counted)")
+      .range(0, 1000000000);
+  s.bind("vtrace.lambda", &c.async.lambda, "V-trace's lambda (1: the paper's plain traces)").range(0.0, 1.0);
+  s.bind("vtrace.rho_bar", &c.async.rho_bar, "V-trace: clip of the importance weight in the value targets")
+      .range(1e-6, 1e9);
+  s.bind("vtrace.c_bar", &c.async.c_bar, "V-trace: clip of the traces").range(1e-6, 1e9);
+  s.bind("vtrace.pg_rho_bar", &c.async.pg_rho_bar, "impala: clip of the importance weight on the policy gradient")
+      .range(1e-6, 1e9);
   s.bind("rpc.transport", &c.transport, transport::kTransportHelp).choices(transport::transport_choices());
   s.bind("rpc.timeout_s", &c.rpc_timeout_s, "per-call timeout; also how long an observer waits for a silent agent")
       .range(0.1, 86400);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "rl/async_options.h"
 #include "rl/ppo_options.h"
 #include "common/command_line.h"
 #include "common/settings.h"
@@ -53,6 +54,10 @@ struct RlConfig {
   PpoOptions ppo;            // the ppo.* learner keys (gamma, lr and seed are set from learner.*, run.*)
   double ppo_log_std_init = 0.0;
   int solved_window = 100;   // ppo: "solved" = mean return of the last N episodes >= target
+  // appo, impala (the ppo.* keys they share: clip, epochs, minibatch, vf_coef, ent_coef, ...)
+  AsyncOptions async;
+  bool asynchronous() const { return algo == "appo" || algo == "impala"; }
+  bool actor_critic() const { return algo != "reinforce"; }
   // rpc
   std::string transport = "auto";
   double rpc_timeout_s = 60;

@@ -1,0 +1,270 @@
+#include "agent/async_learner.h"
+
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/types.h>
+#include <torch/utils.h>
+
+#include <algorithm>
+#include <numeric>
+#include <optional>
+
+#include "agent/observer_pool.h"
+#include "common/error.h"
+#include "common/stop_signal.h"
+#include "models/checkpoint.h"
+
+namespace distrl::agent {
+
+AsyncLearner::AsyncLearner(PpoActor& actor, Loss loss, rl::PpoOptions ppo, rl::AsyncOptions async,
+                           TrajectoryOptions intake, int solved_window, std::chrono::milliseconds timeout)
+    : actor_(actor), loss_(loss), o_(ppo), a_(async),
+      net_(std::make_shared<models::ActorCritic>(actor.net().spec())),
+      optimizer_(net_->parameters(), torch::optim::AdamOptions(ppo.lr).eps(1e-5)),
+      obs_rms_(actor.net().spec().obs_dim), scaler_(ppo.gamma), recent_(solved_window), intake_(intake),
+      timeout_(timeout), rng_(ppo.seed) {
+  net_->to(actor_.device());
+  torch::NoGradGuard g;
+  auto dst = net_->parameters();
+  auto src = actor_.net().parameters();
+  for (std::size_t i = 0; i < dst.size(); ++i) dst[i].copy_(src[i]);
+}
+
+void AsyncLearner::publish() {
+  auto lock = actor_.exclusive();
+  torch::NoGradGuard g;
+  auto dst = actor_.net().parameters();
+  auto src = net_->parameters();
+  for (std::size_t i = 0; i < dst.size(); ++i) dst[i].copy_(src[i]);
+  if (actor_.norm_obs()) actor_.obs_rms() = obs_rms_;
+  actor_.set_version(++version_);
+}
+
+AsyncStats AsyncLearner::update(std::vector<rl::Fragment> batch) {
+  const int obs_dim = net_->spec().obs_dim, act_dim = net_->spec().action_dim;
+  AsyncStats st;
+  std::vector<rl::Fragment> keep;
+  double lag_sum = 0;
+  for (auto& f : batch) {
+    check_fragment(f, obs_dim, act_dim);
+    const std::int64_t newest = *std::max_element(f.versions.begin(), f.versions.end());
+    const std::int64_t oldest = *std::min_element(f.versions.begin(), f.versions.end());
+    if (newest > version_)
+      throw ProtocolError("trajectory from observer " + std::to_string(f.observer_id) + ": policy version " +
+                          std::to_string(newest) + " is from the future (the learner is at " +
+                          std::to_string(version_) + ")");
+    if (version_ - oldest > a_.max_lag) {
+      ++st.dropped_stale;
+      continue;
+    }
+    for (auto v : f.versions) {
+      lag_sum += static_cast<double>(version_ - v) * f.num_envs;
+      st.lag_max = std::max<long long>(st.lag_max, version_ - v);
+    }
+    st.transitions += f.transitions();
+    keep.push_back(std::move(f));
+  }
+  if (keep.empty()) return st;
+  st.lag_mean = lag_sum / static_cast<double>(st.transitions);
+
+  // Every observation the loss and V-trace need, in one tensor: the steps' (N), then each
+  // trajectory's next observation (B), then the final observations of truncated episodes (K).
+  const auto N = static_cast<std::int64_t>(st.transitions);
+  std::vector<float> obs, old_logp, cont;
+  std::vector<std::int64_t> acts;
+  obs.reserve(static_cast<std::size_t>(N + 64) * obs_dim);
+  for (const auto& f : keep) {
+    obs.insert(obs.end(), f.obs.begin(), f.obs.end());
+    old_logp.insert(old_logp.end(), f.log_probs.begin(), f.log_probs.end());
+    if (act_dim == 0) acts.insert(acts.end(), f.actions.begin(), f.actions.end());
+    else cont.insert(cont.end(), f.cont_actions.begin(), f.cont_actions.end());
+  }
+  for (const auto& f : keep) obs.insert(obs.end(), f.next_obs.begin(), f.next_obs.end());
+  for (const auto& f : keep) obs.insert(obs.end(), f.final_obs.begin(), f.final_obs.end());
+  const auto rows = static_cast<std::int64_t>(obs.size() / obs_dim);
+  const auto dev = actor_.device();
+  auto x = torch::from_blob(obs.data(), {rows, obs_dim}, torch::kFloat32).to(dev);
+  if (o_.norm_obs) {
+    x = obs_rms_.normalize(x);  // the statistics so far, then this batch's steps join them
+    obs_rms_.update(obs.data(), static_cast<std::size_t>(N));
+  }
+  auto old = torch::from_blob(old_logp.data(), {N}, torch::kFloat32).to(dev);
+  auto a = act_dim == 0 ? torch::from_blob(acts.data(), {N}, torch::kInt64).to(dev)
+                        : torch::from_blob(cont.data(), {N, act_dim}, torch::kFloat32).to(dev);
+
+  // One pass over the whole batch (IMPALA always; APPO by default): the forward that gives
+  // V-trace its values is the one the loss differentiates.
+  const bool one_pass = loss_ == Loss::Impala || (o_.epochs == 1 && o_.minibatch >= N);
+  net_->train();
+  models::ActorCritic::Out full;
+  torch::Tensor logp_full;
+  {
+    std::optional<torch::NoGradGuard> no_grad;
+    if (!one_pass) no_grad.emplace();
+    full = net_->forward(x);
+    logp_full = net_->log_prob({full.head.narrow(0, 0, N), full.value.narrow(0, 0, N)}, a);
+  }
+  const auto values = full.value.detach().to(torch::kCPU).contiguous();
+  const auto log_rhos = (logp_full.detach() - old).to(torch::kCPU).contiguous();
+  const float* vp = values.data_ptr<float>();
+  const float* lr = log_rhos.data_ptr<float>();
+
+  VtraceOptions vo;
+  vo.gamma = o_.gamma;
+  vo.lambda = a_.lambda;
+  vo.rho_bar = a_.rho_bar;
+  vo.c_bar = a_.c_bar;
+  vo.pg_rho_bar = a_.pg_rho_bar;
+  std::vector<float> targets, advantages;
+  targets.reserve(static_cast<std::size_t>(N));
+  advantages.reserve(static_cast<std::size_t>(N));
+  std::int64_t at = 0, boot = N, fin = N;
+  for (const auto& f : keep) fin += f.num_envs;
+  for (auto& f : keep) {
+    const std::size_t n = f.transitions();
+    std::vector<float> truncated_values(n, 0.0f);
+    for (std::size_t i = 0; i < n; ++i)
+      if (f.truncated[i] && !f.terminated[i]) truncated_values[i] = vp[fin++];
+    const std::vector<float> rewards = o_.norm_reward ? scaler_.scale(f) : f.rewards;
+    VtraceInput in;
+    in.steps = f.steps;
+    in.envs = f.num_envs;
+    in.log_rhos = lr + at;
+    in.rewards = rewards.data();
+    in.values = vp + at;
+    in.bootstrap = vp + boot;
+    in.terminated = f.terminated.data();
+    in.truncated = f.truncated.data();
+    in.truncated_values = truncated_values.data();
+    const VtraceOutput out = vtrace(in, vo);
+    targets.insert(targets.end(), out.vs.begin(), out.vs.end());
+    if (loss_ == Loss::Impala) {
+      advantages.insert(advantages.end(), out.pg_advantages.begin(), out.pg_advantages.end());
+    } else {
+      for (std::size_t i = 0; i < n; ++i) advantages.push_back(out.q[i] - vp[at + static_cast<std::int64_t>(i)]);
+    }
+    at += static_cast<std::int64_t>(n);
+    boot += f.num_envs;
+  }
+  auto vs = torch::from_blob(targets.data(), {N}, torch::kFloat32).to(dev);
+  auto adv = torch::from_blob(advantages.data(), {N}, torch::kFloat32).to(dev);
+  if (loss_ == Loss::Appo && o_.norm_adv && N > 1) adv = (adv - adv.mean()) / (adv.std() + 1e-8);
+  if (!dev.is_cpu()) {  // from_blob over local vectors: own the data before they go
+    vs = vs.clone();
+    adv = adv.clone();
+  }
+
+  int steps = 0;
+  auto learn = [&](const models::ActorCritic::Out& out, const torch::Tensor& logp, const torch::Tensor& idx) {
+    auto pick = [&](const torch::Tensor& t) { return idx.defined() ? t.index_select(0, idx) : t; };
+    const auto A = pick(adv);
+    torch::Tensor policy;
+    if (loss_ == Loss::Appo) {
+      const auto ratio = (logp - pick(old)).exp();
+      policy = -torch::min(ratio * A, ratio.clamp(1 - o_.clip, 1 + o_.clip) * A).mean();
+    } else {
+      policy = -(A * logp).mean();
+    }
+    const auto value = 0.5 * (out.value - pick(vs)).pow(2).mean();
+    const auto entropy = net_->entropy(out).mean();
+    const auto total = policy + o_.vf_coef * value - o_.ent_coef * entropy;
+    optimizer_.zero_grad();
+    total.backward();
+    torch::nn::utils::clip_grad_norm_(net_->parameters(), o_.max_grad_norm);
+    optimizer_.step();
+    st.policy_loss += policy.item<double>();
+    st.value_loss += value.item<double>();
+    st.entropy += entropy.item<double>();
+    ++steps;
+  };
+  if (one_pass) {
+    learn({full.head.narrow(0, 0, N), full.value.narrow(0, 0, N)}, logp_full, torch::Tensor());
+  } else {
+    std::vector<std::int64_t> order(static_cast<std::size_t>(N));
+    std::iota(order.begin(), order.end(), 0);
+    const std::int64_t mb = std::min<std::int64_t>(o_.minibatch, N);
+    for (int epoch = 0; epoch < o_.epochs; ++epoch) {
+      std::shuffle(order.begin(), order.end(), rng_);
+      auto perm = torch::tensor(order).to(dev);
+      for (std::int64_t s = 0; s + mb <= N; s += mb) {
+        auto idx = perm.narrow(0, s, mb);
+        auto out = net_->forward(x.index_select(0, idx));
+        learn(out, net_->log_prob(out, a.index_select(0, idx)), idx);
+      }
+    }
+  }
+  net_->eval();
+  if (steps > 0) {
+    st.policy_loss /= steps;
+    st.value_loss /= steps;
+    st.entropy /= steps;
+  }
+  publish();
+  return st;
+}
+
+RoundData AsyncLearner::round(ObserverPool& pool, bool learn) {
+  if (!started_) {
+    pool.start_streams(intake_);
+    started_ = true;
+  }
+  std::vector<rl::Fragment> batch;
+  const auto start = std::chrono::steady_clock::now();
+  while (static_cast<int>(batch.size()) < a_.batch) {
+    pool.check_streams(intake_);  // throws TransportError when every observer is gone
+    for (auto& f : intake_.pop(a_.batch - static_cast<int>(batch.size()), std::chrono::milliseconds(200)))
+      batch.push_back(std::move(f));
+    if (stop_signal()) break;  // the run loop saves and reports
+    if (std::chrono::steady_clock::now() - start > timeout_) {
+      if (!batch.empty()) break;
+      throw TransportError("no trajectory from any observer for " +
+                           std::to_string(std::chrono::duration_cast<std::chrono::seconds>(timeout_).count()) +
+                           " s (rpc.timeout_s): are the observers stalled?");
+    }
+  }
+  RoundData d;
+  for (const auto& f : batch) {
+    d.returns.insert(d.returns.end(), f.episode_returns.begin(), f.episode_returns.end());
+    d.latency_us.insert(d.latency_us.end(), f.latency_us.begin(), f.latency_us.end());
+    d.observer_cpu_us += f.cpu_us;
+  }
+  const TrajectoryStats s = intake_.stats();
+  d.env_steps = s.steps - steps_seen_;
+  steps_seen_ = s.steps;
+  if (learn && !batch.empty()) {
+    const AsyncStats st = update(std::move(batch));
+    d.loss = st.policy_loss;
+    d.lag_mean = st.lag_mean;
+    d.lag_max = st.lag_max;
+    dropped_ += static_cast<long long>(st.dropped_stale);
+  }
+  d.dropped = dropped_ + s.dropped_full;
+  return d;
+}
+
+void AsyncLearner::save(const std::string& path, const std::map<std::string, double>& numbers) {
+  models::save_checkpoint(path, *net_, &optimizer_, numbers,
+                          {{"obs_rms", obs_rms_.state()},
+                           {"ret_rms", scaler_.return_rms().state()},
+                           {"recent_returns", recent_.state()},
+                           {"policy_version", torch::tensor({static_cast<double>(version_)}, torch::kDouble)}});
+}
+
+std::map<std::string, double> AsyncLearner::load(const std::string& path) {
+  std::map<std::string, torch::Tensor> tensors;
+  auto numbers = models::load_checkpoint(path, *net_, &optimizer_, actor_.device(), &tensors);
+  if (tensors.count("obs_rms")) obs_rms_.load(tensors["obs_rms"]);
+  if (tensors.count("ret_rms")) scaler_.return_rms().load(tensors["ret_rms"]);
+  if (tensors.count("recent_returns")) recent_.load(tensors["recent_returns"]);
+  if (tensors.count("policy_version"))
+    version_ = static_cast<std::int64_t>(tensors["policy_version"].to(torch::kDouble).item<double>()) - 1;
+  net_->eval();
+  publish();  // the actor acts with the loaded weights, as the version they were
+  return numbers;
+}
+
+std::string AsyncLearner::resume_note() const {
+  return ", policy version " + std::to_string(version_) + ", observation statistics over " +
+         std::to_string(static_cast<long long>(obs_rms_.count())) + " samples";
+}
+
+}  // namespace distrl::agent

@@ -1,0 +1,98 @@
+// APPO and IMPALA: asynchronous actor-critic learners. Acting never waits for them: streaming
+// observers step their envs and ask for actions (Trajectories assembles what they report into
+// trajectories of async.rollout steps per env and queues them, bounded); this learner takes
+// async.batch trajectories per step, corrects the policy lag with V-trace (vtrace.h), steps its
+// own copy of the network and publishes the new weights to the acting PpoActor, versioned: the
+// actor's forward and the copy take turns on its lock, so a batch is answered by one version.
+//
+//   appo:   PPO's clipped surrogate on the advantages q - V of V-trace's targets (Sample
+//           Factory's APPO), value loss to the V-trace targets vs, entropy bonus; ppo.epochs
+//           passes of ppo.minibatch rows (one pass over the whole batch by default: one forward
+//           gives the values for V-trace and the loss).
+//   impala: -min(pg_rho_bar, pi/mu) (q - V) log pi, the same value loss and entropy bonus, one
+//           gradient step per batch (Espeholt et al. 2018).
+//
+// The policy lag of every learned step (the learner's version minus the version that acted) is
+// measured per batch (mean, max); a trajectory whose oldest step is more than async.max_lag
+// versions behind is dropped and counted. Learning off (benchmarks) takes the batches and
+// learns nothing.
+//
+// Threads: round(), save(), load() on the agent's main thread (the learner); trajectories()
+// is fed by the serving threads. The learner's network is its own; the actor's is touched only
+// under the actor's exclusive lock, by publish().
+#pragma once
+
+#include <torch/optim/adam.h>
+#include <torch/types.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "agent/learner.h"
+#include "agent/ppo.h"
+#include "agent/trajectories.h"
+#include "agent/vtrace.h"
+#include "models/actor_critic.h"
+#include "rl/async_options.h"
+#include "rl/ppo_options.h"
+
+namespace distrl::agent {
+
+struct AsyncStats {
+  double policy_loss = 0, value_loss = 0, entropy = 0;
+  double lag_mean = 0;
+  long long lag_max = 0;
+  std::size_t transitions = 0;    // learned from
+  std::size_t dropped_stale = 0;  // trajectories older than max_lag in this batch
+};
+
+class AsyncLearner : public Learner {
+ public:
+  enum class Loss { Appo, Impala };
+  // `timeout`: the longest wait for a batch before the run is called failed (rpc.timeout_s).
+  AsyncLearner(PpoActor& actor, Loss loss, rl::PpoOptions ppo, rl::AsyncOptions async, TrajectoryOptions intake,
+               int solved_window, std::chrono::milliseconds timeout);
+
+  // One learner step on `batch` (checked: ProtocolError for a malformed trajectory): drops the
+  // stale ones, V-trace, the loss, an optimizer step, publish. Public for tests.
+  AsyncStats update(std::vector<rl::Fragment> batch);
+  // The learner's weights to the actor (exclusive lock), as the next version.
+  void publish();
+  std::int64_t version() const { return version_; }
+  models::ActorCritic& net() { return *net_; }
+
+  bool fragments() const override { return true; }
+  RoundData round(ObserverPool& pool, bool learn) override;
+  double running_reward(const std::vector<double>& returns, double previous) override {
+    return recent_.running(returns, previous);
+  }
+  bool solved(double running_reward, double target) const override { return recent_.solved(running_reward, target); }
+  void save(const std::string& path, const std::map<std::string, double>& numbers) override;
+  std::map<std::string, double> load(const std::string& path) override;
+  std::string resume_note() const override;
+  Trajectories* trajectories() override { return &intake_; }
+  void stop_acting() override { intake_.close(); }
+
+ private:
+  PpoActor& actor_;
+  Loss loss_;
+  rl::PpoOptions o_;
+  rl::AsyncOptions a_;
+  std::shared_ptr<models::ActorCritic> net_;  // the learner's copy
+  torch::optim::Adam optimizer_;
+  RunningMeanStd obs_rms_;                   // the learner's; published with the weights
+  RewardScaler scaler_;
+  RecentReturns recent_;
+  Trajectories intake_;
+  std::chrono::milliseconds timeout_;
+  std::int64_t version_ = 0;
+  bool started_ = false;
+  long long steps_seen_ = 0;   // intake_.stats().steps at the last round
+  long long dropped_ = 0;      // stale trajectories so far
+  std::mt19937_64 rng_;
+};
+
+}  // namespace distrl::agent

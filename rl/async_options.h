@@ -1,0 +1,18 @@
+// The asynchronous learners' settings (learner.algo appo | impala), torch-free so the run
+// configuration can hold them (RlConfig::async, bound to the async.* and vtrace.* keys).
+#pragma once
+
+namespace distrl::rl {
+
+struct AsyncOptions {
+  int rollout = 32;        // steps per env in one trajectory
+  int batch = 8;           // trajectories per learner step
+  int queue = 32;          // trajectories waiting for the learner at most; a full queue slows acting
+  int max_lag = 20;        // a trajectory whose oldest step is more versions behind is dropped (counted)
+  double lambda = 1.0;     // V-trace's trace-cutting lambda
+  double rho_bar = 1.0;    // clips the importance weight in the value targets
+  double c_bar = 1.0;      // clips the traces
+  double pg_rho_bar = 1.0; // clips the importance weight on IMPALA's policy gradient
+};
+
+}  // namespace distrl::rl
