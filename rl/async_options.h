@@ -7,7 +7,8 @@ namespace distrl::rl {
 struct AsyncOptions {
   int rollout = 32;        // steps per env in one trajectory
   int batch = 8;           // trajectories per learner step
-  int queue = 32;          // trajectories waiting for the learner at most; a full queue slows acting
+  int queue = 8;           // trajectories waiting for the learner at most; a full queue slows acting (each
+                           // batch more in it adds about one version of policy lag)
   int max_lag = 20;        // a trajectory whose oldest step is more versions behind is dropped (counted)
   double lambda = 1.0;     // V-trace's trace-cutting lambda
   double rho_bar = 1.0;    // clips the importance weight in the value targets

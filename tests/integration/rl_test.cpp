@@ -764,3 +764,83 @@ TEST(RlFailureTest, AFullDiskWhileSavingIsANamedErrorAndKeepsTheLastCheckpoint) 
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------- asynchronous learners (issue 44)
+
+const std::string kAppo = std::string(DISTRL_SOURCE_DIR) + "/configs/cartpole_appo.yaml";
+
+// metrics.csv's column `name` (header row 0) as numbers, one per round.
+std::vector<double> metrics_column(const std::string& path, const std::string& name) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  std::stringstream hs(line);
+  int at = -1, i = 0;
+  for (std::string k; std::getline(hs, k, ','); ++i)
+    if (k == name) at = i;
+  std::vector<double> out;
+  if (at < 0) return out;
+  while (std::getline(in, line)) {
+    std::stringstream rs(line);
+    std::string v;
+    for (int j = 0; j <= at; ++j) std::getline(rs, v, ',');
+    out.push_back(std::stod(v));
+  }
+  return out;
+}
+
+// APPO and IMPALA (configs/cartpole_appo.yaml) solve CartPole with the observers acting on their
+// own loops; every round's row carries the policy lag (at most 2 versions on average here, 0
+// dropped), TensorBoard gets it too; a resume carries the policy version on.
+TEST(AsyncRlTest, AppoAndImpalaSolveCartPoleWhileActingGoesOnAndAResumeCarriesTheVersion) {
+  for (const std::string algo : {"appo", "impala"}) {
+    TempDir dir;
+    auto r = launch("--config " + kAppo + " learner.algo=" + algo + " run.out_dir=" + dir.path());
+    ASSERT_EQ(r.code, 0) << r.output;
+    EXPECT_NE(r.output.find(algo + " (asynchronous actor-critic, V-trace)"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("Solved after"), std::string::npos) << algo << "\n" << r.output;
+    EXPECT_NE(r.output.find("  lag "), std::string::npos) << r.output;
+    const auto lag = metrics_column(dir.file("metrics.csv"), "lag_mean");
+    const auto dropped = metrics_column(dir.file("metrics.csv"), "dropped");
+    ASSERT_FALSE(lag.empty()) << read_file(dir.file("metrics.csv"));
+    double sum = 0;
+    for (double l : lag) sum += l;
+    EXPECT_LE(sum / static_cast<double>(lag.size()), 2.0) << algo;
+    EXPECT_EQ(dropped.back(), 0) << algo;
+    const auto events = distrl::testing::read_tfevents(dir.path());
+    if (events.ran) EXPECT_EQ(events.points("lag/mean"), static_cast<int>(lag.size())) << events.out;
+  }
+  TempDir dir;
+  const std::string run = "--config " + kAppo + " learner.target_reward=100000 run.out_dir=" + dir.path();
+  auto first = launch(run + " learner.rounds=20");
+  ASSERT_EQ(first.code, 0) << first.output;
+  auto again = launch(run + " learner.rounds=30 --resume " + dir.file("policy.pt"));
+  ASSERT_EQ(again.code, 0) << again.output;
+  EXPECT_NE(again.output.find("at round 20 ("), std::string::npos) << again.output;
+  EXPECT_NE(again.output.find("policy version 20,"), std::string::npos) << again.output;
+  EXPECT_EQ(count_lines(dir.file("metrics.csv")), 31);
+}
+
+// A streaming observer that dies: the agent names it, its envs leave the batch and the learner
+// goes on with the other's trajectories; a stop then ends the run as usual, and summary.csv
+// counts the observer lost.
+TEST(AsyncRlTest, AKilledObserverIsNamedAndTheLearnerGoesOnWithTheOther) {
+  TempDir dir;
+  const std::vector<std::string> args{"--config", kAppo, "rpc.timeout_s=10", "learner.rounds=100000",
+                                      "learner.target_reward=100000", "learner.log_interval=1",
+                                      "run.out_dir=" + dir.path()};
+  Spawned procs;
+  const auto [agent, observers] = start_run(procs, dir, args);
+  ASSERT_TRUE(wait_for_rows(dir.file("metrics.csv"), 20, 60s)) << read_file(dir.file("agent.log"));
+  ::kill(observers[1], SIGKILL);
+  EXPECT_EQ(procs.wait_exit(observers[1], 10s), 128 + SIGKILL);
+  ASSERT_TRUE(log_says(dir.file("agent.log"), "lost observer 1 (observer2)")) << read_file(dir.file("agent.log"));
+  const int rows = count_lines(dir.file("metrics.csv"));
+  ASSERT_TRUE(wait_for_rows(dir.file("metrics.csv"), rows + 30, 60s)) << read_file(dir.file("agent.log"));
+  ::kill(agent, SIGINT);
+  EXPECT_EQ(procs.wait_exit(agent, 60s), 130) << read_file(dir.file("agent.log"));
+  EXPECT_EQ(procs.wait_exit(observers[0], 30s), 0) << read_file(dir.file("obs1.log"));
+  auto sum = read_summary(dir.file("summary.csv"));
+  EXPECT_EQ(sum["observers_lost"], "1");
+  EXPECT_TRUE(std::filesystem::exists(dir.file("policy.pt")));
+}
