@@ -1,6 +1,5 @@
 #include "agent/async_learner.h"
 
-#include <torch/nn/utils/clip_grad.h>
 #include <torch/types.h>
 #include <torch/utils.h>
 
@@ -19,14 +18,18 @@ AsyncLearner::AsyncLearner(PpoActor& actor, Loss loss, rl::PpoOptions ppo, rl::A
                            TrajectoryOptions intake, int solved_window, std::chrono::milliseconds timeout)
     : actor_(actor), loss_(loss), o_(ppo), a_(async),
       net_(std::make_shared<models::ActorCritic>(actor.net().spec())),
-      optimizer_(net_->parameters(), torch::optim::AdamOptions(ppo.lr).eps(1e-5)),
+      optimizer_(*prepared(net_, actor), ppo.lr, 1e-5),
       obs_rms_(actor.net().spec().obs_dim), scaler_(ppo.gamma), recent_(solved_window), intake_(intake),
-      timeout_(timeout), rng_(ppo.seed) {
-  net_->to(actor_.device());
+      timeout_(timeout), rng_(ppo.seed) {}
+
+std::shared_ptr<models::ActorCritic> AsyncLearner::prepared(const std::shared_ptr<models::ActorCritic>& net,
+                                                            PpoActor& actor) {
+  net->to(actor.device());  // before the optimizer makes the parameters views of its buffer
   torch::NoGradGuard g;
-  auto dst = net_->parameters();
-  auto src = actor_.net().parameters();
+  auto dst = net->parameters();
+  auto src = actor.net().parameters();
   for (std::size_t i = 0; i < dst.size(); ++i) dst[i].copy_(src[i]);
+  return net;
 }
 
 void AsyncLearner::publish() {
@@ -40,6 +43,9 @@ void AsyncLearner::publish() {
 }
 
 AsyncStats AsyncLearner::update(std::vector<rl::Fragment> batch) {
+  using Clock = std::chrono::steady_clock;
+  const auto t_start = Clock::now();
+  const auto seconds = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
   const int obs_dim = net_->spec().obs_dim, act_dim = net_->spec().action_dim;
   AsyncStats st;
   std::vector<rl::Fragment> keep;
@@ -97,12 +103,14 @@ AsyncStats AsyncLearner::update(std::vector<rl::Fragment> batch) {
   net_->train();
   models::ActorCritic::Out full;
   torch::Tensor logp_full;
+  const auto t_fwd = Clock::now();
   {
     std::optional<torch::NoGradGuard> no_grad;
     if (!one_pass) no_grad.emplace();
     full = net_->forward(x);
     logp_full = net_->log_prob({full.head.narrow(0, 0, N), full.value.narrow(0, 0, N)}, a);
   }
+  if (one_pass) times_.forward_s += seconds(t_fwd, Clock::now());  // the loss's forward; else V-trace's, the rest
   const auto values = full.value.detach().to(torch::kCPU).contiguous();
   const auto log_rhos = (logp_full.detach() - old).to(torch::kCPU).contiguous();
   const float* vp = values.data_ptr<float>();
@@ -154,7 +162,8 @@ AsyncStats AsyncLearner::update(std::vector<rl::Fragment> batch) {
   }
 
   int steps = 0;
-  auto learn = [&](const models::ActorCritic::Out& out, const torch::Tensor& logp, const torch::Tensor& idx) {
+  auto learn = [&](const models::ActorCritic::Out& out, const torch::Tensor& logp, const torch::Tensor& idx,
+                   Clock::time_point t0) {
     auto pick = [&](const torch::Tensor& t) { return idx.defined() ? t.index_select(0, idx) : t; };
     const auto A = pick(adv);
     torch::Tensor policy;
@@ -167,17 +176,25 @@ AsyncStats AsyncLearner::update(std::vector<rl::Fragment> batch) {
     const auto value = 0.5 * (out.value - pick(vs)).pow(2).mean();
     const auto entropy = net_->entropy(out).mean();
     const auto total = policy + o_.vf_coef * value - o_.ent_coef * entropy;
+    const auto t1 = Clock::now();
     optimizer_.zero_grad();
     total.backward();
-    torch::nn::utils::clip_grad_norm_(net_->parameters(), o_.max_grad_norm);
+    const auto t2 = Clock::now();
+    optimizer_.clip_grad_norm(o_.max_grad_norm);
     optimizer_.step();
+    const auto t3 = Clock::now();
+    times_.forward_s += seconds(t0, t1);
+    times_.backward_s += seconds(t1, t2);
+    times_.optimizer_s += seconds(t2, t3);
+    ++times_.steps;
+    times_.rows += out.value.size(0);
     st.policy_loss += policy.item<double>();
     st.value_loss += value.item<double>();
     st.entropy += entropy.item<double>();
     ++steps;
   };
   if (one_pass) {
-    learn({full.head.narrow(0, 0, N), full.value.narrow(0, 0, N)}, logp_full, torch::Tensor());
+    learn({full.head.narrow(0, 0, N), full.value.narrow(0, 0, N)}, logp_full, torch::Tensor(), Clock::now());
   } else {
     std::vector<std::int64_t> order(static_cast<std::size_t>(N));
     std::iota(order.begin(), order.end(), 0);
@@ -186,9 +203,10 @@ AsyncStats AsyncLearner::update(std::vector<rl::Fragment> batch) {
       std::shuffle(order.begin(), order.end(), rng_);
       auto perm = torch::tensor(order).to(dev);
       for (std::int64_t s = 0; s + mb <= N; s += mb) {
+        const auto t0 = Clock::now();
         auto idx = perm.narrow(0, s, mb);
         auto out = net_->forward(x.index_select(0, idx));
-        learn(out, net_->log_prob(out, a.index_select(0, idx)), idx);
+        learn(out, net_->log_prob(out, a.index_select(0, idx)), idx, t0);
       }
     }
   }
@@ -199,6 +217,8 @@ AsyncStats AsyncLearner::update(std::vector<rl::Fragment> batch) {
     st.entropy /= steps;
   }
   publish();
+  ++times_.updates;
+  times_.total_s += seconds(t_start, Clock::now());
   return st;
 }
 
@@ -242,16 +262,19 @@ RoundData AsyncLearner::round(ObserverPool& pool, bool learn) {
 }
 
 void AsyncLearner::save(const std::string& path, const std::map<std::string, double>& numbers) {
-  models::save_checkpoint(path, *net_, &optimizer_, numbers,
-                          {{"obs_rms", obs_rms_.state()},
-                           {"ret_rms", scaler_.return_rms().state()},
-                           {"recent_returns", recent_.state()},
-                           {"policy_version", torch::tensor({static_cast<double>(version_)}, torch::kDouble)}});
+  auto tensors = optimizer_.state();
+  tensors["obs_rms"] = obs_rms_.state();
+  tensors["ret_rms"] = scaler_.return_rms().state();
+  tensors["recent_returns"] = recent_.state();
+  tensors["policy_version"] = torch::tensor({static_cast<double>(version_)}, torch::kDouble);
+  models::save_checkpoint(path, *net_, nullptr, numbers, tensors);
 }
 
 std::map<std::string, double> AsyncLearner::load(const std::string& path) {
   std::map<std::string, torch::Tensor> tensors;
-  auto numbers = models::load_checkpoint(path, *net_, &optimizer_, actor_.device(), &tensors);
+  auto numbers = models::load_checkpoint(path, *net_, nullptr, actor_.device(), &tensors);
+  optimizer_.flatten();  // loading replaced the parameters' storage
+  load_optimizer(optimizer_, tensors, path);
   if (tensors.count("obs_rms")) obs_rms_.load(tensors["obs_rms"]);
   if (tensors.count("ret_rms")) scaler_.return_rms().load(tensors["ret_rms"]);
   if (tensors.count("recent_returns")) recent_.load(tensors["recent_returns"]);

@@ -22,7 +22,6 @@
 // under the actor's exclusive lock, by publish().
 #pragma once
 
-#include <torch/optim/adam.h>
 #include <torch/types.h>
 
 #include <chrono>
@@ -31,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/flat_adam.h"
 #include "agent/learner.h"
 #include "agent/ppo.h"
 #include "agent/trajectories.h"
@@ -75,14 +75,18 @@ class AsyncLearner : public Learner {
   std::string resume_note() const override;
   Trajectories* trajectories() override { return &intake_; }
   void stop_acting() override { intake_.close(); }
+  LearnerTimes times() const override { return times_; }
 
  private:
+  // net on the actor's device with the actor's weights (before the optimizer flattens them).
+  static std::shared_ptr<models::ActorCritic> prepared(const std::shared_ptr<models::ActorCritic>& net,
+                                                       PpoActor& actor);
   PpoActor& actor_;
   Loss loss_;
   rl::PpoOptions o_;
   rl::AsyncOptions a_;
   std::shared_ptr<models::ActorCritic> net_;  // the learner's copy
-  torch::optim::Adam optimizer_;
+  FlatAdam optimizer_;
   RunningMeanStd obs_rms_;                   // the learner's; published with the weights
   RewardScaler scaler_;
   RecentReturns recent_;
@@ -93,6 +97,7 @@ class AsyncLearner : public Learner {
   long long steps_seen_ = 0;   // intake_.stats().steps at the last round
   long long dropped_ = 0;      // stale trajectories so far
   std::mt19937_64 rng_;
+  LearnerTimes times_;
 };
 
 }  // namespace distrl::agent

@@ -65,6 +65,15 @@ struct RoundData {
   long long lag_max = 0, dropped = 0;
 };
 
+// Where a learner's updates spend their time, summed (wall clock on the learner's thread; on a
+// GPU the phases are not synchronised, so there only the total is exact). The rest (total minus
+// the phases) is the batch's preparation (advantages, V-trace, tensors) and statistics.
+struct LearnerTimes {
+  long long updates = 0, steps = 0;  // updates, and gradient steps within them
+  long long rows = 0;                // rows over all gradient steps
+  double forward_s = 0, backward_s = 0, optimizer_s = 0, total_s = 0;
+};
+
 class Learner {
  public:
   virtual ~Learner() = default;
@@ -88,6 +97,7 @@ class Learner {
   virtual Trajectories* trajectories() { return nullptr; }
   // The run is over: streaming observers are told to stop at their next request.
   virtual void stop_acting() {}
+  virtual LearnerTimes times() const { return {}; }
 };
 
 struct Algorithm {

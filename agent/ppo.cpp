@@ -5,6 +5,7 @@
 #include <torch/utils.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <numeric>
@@ -228,10 +229,13 @@ std::vector<float> RewardScaler::scale(const rl::Fragment& f) {
 
 Ppo::Ppo(PpoActor& actor, rl::PpoOptions options, int fragment_steps, int solved_window)
     : actor_(actor), o_(options), fragment_steps_(fragment_steps), recent_(solved_window),
-      optimizer_(actor.net().parameters(), torch::optim::AdamOptions(options.lr).eps(1e-5)), scaler_(options.gamma),
+      optimizer_(actor.net(), options.lr, 1e-5), scaler_(options.gamma),
       rng_(options.seed) {}
 
 PpoStats Ppo::update(const std::vector<rl::Fragment>& fragments) {
+  using Clock = std::chrono::steady_clock;
+  const auto t_start = Clock::now();
+  const auto seconds = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
   auto& net = actor_.net();
   const int obs_dim = net.spec().obs_dim, act_dim = net.spec().action_dim;
   for (const auto& f : fragments) check_fragment(f, obs_dim, act_dim);
@@ -276,16 +280,25 @@ PpoStats Ppo::update(const std::vector<rl::Fragment>& fragments) {
     std::shuffle(order.begin(), order.end(), rng_);
     auto perm = torch::tensor(order).to(dev);
     for (std::int64_t s = 0; s + mb <= n; s += mb) {
+      const auto t0 = Clock::now();
       auto idx = perm.narrow(0, s, mb);
       auto out = net.forward(x.index_select(0, idx));
       auto logp = net.log_prob(out, a.index_select(0, idx));
       const auto old = old_logp.index_select(0, idx);
       const auto l = ppo_loss(logp, old, adv.index_select(0, idx), out.value, old_v.index_select(0, idx),
                               ret.index_select(0, idx), net.entropy(out), o_);
+      const auto t1 = Clock::now();
       optimizer_.zero_grad();
       l.total.backward();
-      torch::nn::utils::clip_grad_norm_(net.parameters(), o_.max_grad_norm);
+      const auto t2 = Clock::now();
+      optimizer_.clip_grad_norm(o_.max_grad_norm);
       optimizer_.step();
+      const auto t3 = Clock::now();
+      times_.forward_s += seconds(t0, t1);
+      times_.backward_s += seconds(t1, t2);
+      times_.optimizer_s += seconds(t2, t3);
+      ++times_.steps;
+      times_.rows += mb;
       torch::NoGradGuard g;
       st.policy_loss += l.policy.item<double>();
       st.value_loss += l.value.item<double>();
@@ -297,6 +310,8 @@ PpoStats Ppo::update(const std::vector<rl::Fragment>& fragments) {
     }
   }
   net.eval();
+  ++times_.updates;
+  times_.total_s += seconds(t_start, Clock::now());
   if (batches > 0) {
     st.policy_loss /= batches;
     st.value_loss /= batches;
@@ -354,16 +369,19 @@ void RecentReturns::load(const torch::Tensor& state) {
 
 void Ppo::save(const std::string& path, const std::map<std::string, double>& numbers) {
   auto lock = actor_.exclusive();
-  models::save_checkpoint(path, actor_.net(), &optimizer_, numbers,
-                          {{"obs_rms", actor_.obs_rms().state()},
-                           {"ret_rms", return_rms().state()},
-                           {"recent_returns", recent_.state()}});
+  auto tensors = optimizer_.state();
+  tensors["obs_rms"] = actor_.obs_rms().state();
+  tensors["ret_rms"] = return_rms().state();
+  tensors["recent_returns"] = recent_.state();
+  models::save_checkpoint(path, actor_.net(), nullptr, numbers, tensors);
 }
 
 std::map<std::string, double> Ppo::load(const std::string& path) {
   auto lock = actor_.exclusive();
   std::map<std::string, torch::Tensor> tensors;
-  auto numbers = models::load_checkpoint(path, actor_.net(), &optimizer_, actor_.device(), &tensors);
+  auto numbers = models::load_checkpoint(path, actor_.net(), nullptr, actor_.device(), &tensors);
+  optimizer_.flatten();  // loading replaced the parameters' storage
+  load_optimizer(optimizer_, tensors, path);
   if (tensors.count("obs_rms")) actor_.obs_rms().load(tensors["obs_rms"]);
   if (tensors.count("ret_rms")) return_rms().load(tensors["ret_rms"]);
   if (tensors.count("recent_returns")) recent_.load(tensors["recent_returns"]);

@@ -7,7 +7,6 @@
 // `solved_window` episodes, and a run counts as solved only once that many have ended.
 #pragma once
 
-#include <torch/optim/adam.h>
 #include <torch/types.h>
 
 #include <deque>
@@ -18,6 +17,7 @@
 #include <shared_mutex>
 #include <vector>
 
+#include "agent/flat_adam.h"
 #include "agent/learner.h"
 #include "rl/ppo_options.h"
 #include "rl/protocol.h"
@@ -140,7 +140,6 @@ class Ppo : public Learner {
   Ppo(PpoActor& actor, rl::PpoOptions options, int fragment_steps = 128, int solved_window = 100);
   // One PPO update over the fragments (checked first); takes the actor's exclusive lock.
   PpoStats update(const std::vector<rl::Fragment>& fragments);
-  torch::optim::Adam& optimizer() { return optimizer_; }
   RunningMeanStd& return_rms() { return scaler_.return_rms(); }
 
   bool fragments() const override { return true; }
@@ -151,13 +150,15 @@ class Ppo : public Learner {
   void save(const std::string& path, const std::map<std::string, double>& numbers) override;
   std::map<std::string, double> load(const std::string& path) override;
   std::string resume_note() const override;
+  LearnerTimes times() const override { return times_; }
 
  private:
   PpoActor& actor_;
+  LearnerTimes times_;
   rl::PpoOptions o_;
   int fragment_steps_;
   RecentReturns recent_;
-  torch::optim::Adam optimizer_;
+  FlatAdam optimizer_;
   RewardScaler scaler_;
   std::mt19937_64 rng_;
 };

@@ -182,6 +182,7 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
   sum.seconds = progress_.seconds;
   sum.running_reward = progress_.running_reward;
   sum.observers_lost = pool.lost();
+  sum.learner = learner.times();
   sum.observers_readmitted = pool.readmitted();
   sum.mean_batch = batcher_ ? batcher_->stats().mean_rows() : 1.0;
   sum.latency_median_us = latencies.quantile(0.5);

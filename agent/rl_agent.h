@@ -48,6 +48,7 @@ struct RunSummary {
   // them failed); the rounds finished before it were still saved and reported.
   std::string failure;
   std::string event_file;  // this run's TensorBoard event file ("" with run.tensorboard off)
+  LearnerTimes learner;    // where the updates' time went
   double steps_per_second() const { return seconds > 0 ? env_steps / seconds : 0; }
 };
 

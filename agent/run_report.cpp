@@ -62,6 +62,14 @@ void write_run_report(const rl::RlConfig& cfg, const RunSummary& s, int observer
               s.latency_mean_us - s.queue_wait_us - s.forward_us);
   std::printf("  CPU per select_action request: agent %.1f us (serving), observer %.1f us (env step included)\n",
               s.agent_cpu_us_per_request, s.observer_cpu_us_per_request);
+  if (const LearnerTimes& t = s.learner; t.updates > 0 && t.steps > 0) {
+    const double ms = 1000.0 / static_cast<double>(t.steps);
+    std::printf("  learner: %lld updates in %.1f s, %.2f ms per gradient step of %.0f rows = forward %.2f + backward %.2f "
+                "+ optimizer %.2f + the rest %.2f (targets, tensors, statistics)\n",
+                t.updates, t.total_s, t.total_s * ms, static_cast<double>(t.rows) / static_cast<double>(t.steps),
+                t.forward_s * ms, t.backward_s * ms, t.optimizer_s * ms,
+                (t.total_s - t.forward_s - t.backward_s - t.optimizer_s) * ms);
+  }
   const bool plotted = s.rounds > 1 && plot_csv(cfg.out_dir + "/metrics.csv", cfg.out_dir + "/learning_curve.png",
                                                  {{"episode reward", "round",
                                                    {{"round", "running_reward", "running reward"},

@@ -120,6 +120,17 @@ struct EnvBenchOptions {
 };
 int run_env_bench(const EnvBenchOptions& options);
 
+// The actor-critic learners' own cost (in-process, no acting timed): per update and per
+// gradient step, split into forward, backward, optimizer and the rest.
+struct LearnerBenchOptions {
+  std::vector<std::string> configs{"configs/lunarlander_ppo.yaml", "configs/lunarlander_appo.yaml"};
+  int updates = 20;   // timed updates per config
+  int warmup = 3;
+  std::vector<std::string> overrides;  // KEY=VALUE for every config
+  std::string csv;  // --csv; "": OUT_DIR/learner.csv (distrl-bench --out-dir)
+};
+int run_learner_bench(const LearnerBenchOptions& options);
+
 // One-line description of this machine for benchmark tables.
 std::string machine_description();
 

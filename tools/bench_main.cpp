@@ -122,6 +122,20 @@ CLI::App* add_env(CLI::App& app, EnvBenchOptions& o) {
   return s;
 }
 
+CLI::App* add_learner(CLI::App& app, LearnerBenchOptions& o) {
+  CLI::App* s = app.add_subcommand("learner", "the actor-critic learners' own cost in this process (no acting timed): "
+                                              "ms per update and per gradient step, split into forward, backward, "
+                                              "optimizer and the rest, and us per env step learned");
+  s->add_option("--configs", o.configs, "RL configs whose learner to measure (learner.algo ppo, appo or impala)")
+      ->delimiter(',')
+      ->capture_default_str();
+  s->add_option("--updates", o.updates, "timed updates per config")->check(CLI::Range(1, 1000000));
+  s->add_option("--warmup", o.warmup, "untimed updates first")->check(CLI::Range(0, 1000000));
+  s->add_option("--set", o.overrides, "KEY=VALUE for every config (e.g. --set ppo.epochs=2)");
+  s->add_option("--csv", o.csv, "CSV output path (default: OUT_DIR/<suite>.csv)");
+  return s;
+}
+
 CLI::App* add_autograd(CLI::App& app, AutogradBenchOptions& o) {
   CLI::App* s = app.add_subcommand("autograd", "the distributed-autograd RNN tutorial (ps + trainer processes): forward, "
                                            "backward and step per iteration, the whole run, and a loop of contexts");
@@ -214,6 +228,7 @@ int main(int argc, char** argv) {
   DdpBenchOptions ddp;
   EnvBenchOptions env;
   AutogradBenchOptions autograd;
+  LearnerBenchOptions learner;
   PsBenchOptions ps;
   PipelineBenchOptions pipeline;
   WorkerArgs workers;
@@ -225,6 +240,7 @@ int main(int argc, char** argv) {
       {add_ddp(app, ddp), [&] { return run_ddp_bench(ddp); }},
       {add_env(app, env), [&] { return run_env_bench(env); }},
       {add_autograd(app, autograd), [&] { return run_autograd_bench(autograd); }},
+      {add_learner(app, learner), [&] { return run_learner_bench(learner); }},
       {add_ps(app, ps), [&] { return run_ps_bench(ps); }},
       {add_pipeline(app, pipeline), [&] { return run_pipeline_bench(pipeline); }},
   };
@@ -259,6 +275,7 @@ int main(int argc, char** argv) {
   in_out(ddp.csv, "ddp.csv");
   in_out(env.csv, "env.csv");
   in_out(autograd.csv, "autograd.csv");
+  in_out(learner.csv, "learner.csv");
   in_out(ps.out_dir, "ps");
   in_out(pipeline.out_dir, "pipeline");
   if (!transport.empty()) {
