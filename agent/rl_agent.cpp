@@ -148,6 +148,7 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
       sum.failure = e.what();
       break;
     }
+    last_dropped_stale_ = d.dropped - (learner.trajectories() ? learner.trajectories()->stats().dropped_full : 0);
     latencies.add(d.latency_us.begin(), d.latency_us.end());
     latency_sum += std::accumulate(d.latency_us.begin(), d.latency_us.end(), 0.0);
     observer_cpu += d.observer_cpu_us;
@@ -183,6 +184,14 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
   sum.running_reward = progress_.running_reward;
   sum.observers_lost = pool.lost();
   sum.learner = learner.times();
+  if (Trajectories* intake = learner.trajectories()) {
+    const TrajectoryStats ts = intake->stats();
+    sum.asynchronous = true;
+    sum.trajectories = ts.queued;
+    sum.dropped_full = ts.dropped_full;
+    sum.dropped_stale = last_dropped_stale_;
+    sum.backpressure_s = ts.waited_s;
+  }
   sum.observers_readmitted = pool.readmitted();
   sum.mean_batch = batcher_ ? batcher_->stats().mean_rows() : 1.0;
   sum.latency_median_us = latencies.quantile(0.5);
