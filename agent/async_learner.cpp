@@ -51,7 +51,7 @@ AsyncStats AsyncLearner::update(std::vector<rl::Fragment> batch) {
   std::vector<rl::Fragment> keep;
   double lag_sum = 0;
   for (auto& f : batch) {
-    check_fragment(f, obs_dim, act_dim);
+    check_fragment(f, obs_dim, act_dim, /*streaming=*/true);
     const std::int64_t newest = *std::max_element(f.versions.begin(), f.versions.end());
     const std::int64_t oldest = *std::min_element(f.versions.begin(), f.versions.end());
     if (newest > version_)
@@ -176,18 +176,7 @@ AsyncStats AsyncLearner::update(std::vector<rl::Fragment> batch) {
     const auto value = 0.5 * (out.value - pick(vs)).pow(2).mean();
     const auto entropy = net_->entropy(out).mean();
     const auto total = policy + o_.vf_coef * value - o_.ent_coef * entropy;
-    const auto t1 = Clock::now();
-    optimizer_.zero_grad();
-    total.backward();
-    const auto t2 = Clock::now();
-    optimizer_.clip_grad_norm(o_.max_grad_norm);
-    optimizer_.step();
-    const auto t3 = Clock::now();
-    times_.forward_s += seconds(t0, t1);
-    times_.backward_s += seconds(t1, t2);
-    times_.optimizer_s += seconds(t2, t3);
-    ++times_.steps;
-    times_.rows += out.value.size(0);
+    gradient_step(optimizer_, total, o_.max_grad_norm, t0, out.value.size(0), &times_);
     st.policy_loss += policy.item<double>();
     st.value_loss += value.item<double>();
     st.entropy += entropy.item<double>();
@@ -257,7 +246,7 @@ RoundData AsyncLearner::round(ObserverPool& pool, bool learn) {
     d.lag_max = st.lag_max;
     dropped_ += static_cast<long long>(st.dropped_stale);
   }
-  d.dropped = dropped_ + s.dropped_full;
+  d.dropped = dropped_;
   return d;
 }
 

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "common/error.h"
+#include "common/log.h"
 
 namespace distrl::agent {
 
@@ -69,7 +70,28 @@ void FlatAdam::load(const std::map<std::string, torch::Tensor>& tensors) {
   step_ = static_cast<long long>(s->second.to(torch::kDouble).item<double>());
 }
 
+void gradient_step(FlatAdam& optimizer, const torch::Tensor& loss, double max_grad_norm,
+                   std::chrono::steady_clock::time_point forward_start, std::int64_t rows, LearnerTimes* times) {
+  using Clock = std::chrono::steady_clock;
+  const auto seconds = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
+  const auto t1 = Clock::now();
+  optimizer.zero_grad();
+  loss.backward();
+  const auto t2 = Clock::now();
+  optimizer.clip_grad_norm(max_grad_norm);
+  optimizer.step();
+  const auto t3 = Clock::now();
+  times->forward_s += seconds(forward_start, t1);
+  times->backward_s += seconds(t1, t2);
+  times->optimizer_s += seconds(t2, t3);
+  ++times->steps;
+  times->rows += rows;
+}
+
 void load_optimizer(FlatAdam& optimizer, const std::map<std::string, torch::Tensor>& tensors, const std::string& path) {
+  if (!tensors.count("adam.m"))
+    DISTRL_LOG(Warn, "checkpoint '" << path << "' holds no Adam state of this version (saved before FlatAdam): "
+                                    "the weights load, Adam's moments start from zero");
   try {
     optimizer.load(tensors);
   } catch (const std::invalid_argument& e) {

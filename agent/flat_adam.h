@@ -7,6 +7,9 @@
 // torch::optim::Adam's (the same element-wise operations, without weight decay or amsgrad); the
 // clip's norm is one reduction instead of a norm of norms, so it may differ in the last bits.
 //
+// The parameters' version counters are no longer the buffer's: autograd cannot see an in-place
+// change of the flat buffer between a forward and its backward (step() only between them).
+//
 // Lifetime: made after the module is on its device; loading a module's state replaces its
 // parameters' storage (torch::nn::Module::load), so call flatten() again afterwards. Thread-
 // safety: none; the learner's thread owns it. The module's parameters must not be replaced
@@ -16,6 +19,9 @@
 #include <torch/nn/module.h>
 #include <torch/types.h>
 
+#include "agent/learner.h"
+
+#include <chrono>
 #include <map>
 #include <string>
 #include <vector>
@@ -45,6 +51,12 @@ class FlatAdam {
   double lr_, eps_, beta1_, beta2_;
   long long step_ = 0;
 };
+
+// One gradient step on `loss`: zero the gradients, backward, clip them to max_grad_norm, Adam;
+// the phases are added to *times (its forward from `forward_start`, when the loss's forward
+// began, to now), `rows` to its rows.
+void gradient_step(FlatAdam& optimizer, const torch::Tensor& loss, double max_grad_norm,
+                   std::chrono::steady_clock::time_point forward_start, std::int64_t rows, LearnerTimes* times);
 
 // optimizer.load(tensors), a failure as ConfigError naming the checkpoint `path`.
 void load_optimizer(FlatAdam& optimizer, const std::map<std::string, torch::Tensor>& tensors, const std::string& path);

@@ -43,8 +43,11 @@ Algorithm make_algorithm(const rl::RlConfig& cfg, int obs_dim, int n_actions, in
       intake.act_dim = act_dim;
       intake.rollout = cfg.async.rollout;
       intake.queue = cfg.async.queue;
+      if (cfg.async.queue < cfg.async.batch)
+        throw ConfigError("async.queue is " + std::to_string(cfg.async.queue) + " and async.batch " +
+                          std::to_string(cfg.async.batch) + ": the queue must hold a whole batch (async.queue >= "
+                          "async.batch; equal keeps the policy lag lowest)");
       const auto timeout = std::chrono::milliseconds(static_cast<long long>(cfg.rpc_timeout_s * 1000));
-      intake.push_timeout = timeout;
       a.learner = std::make_unique<AsyncLearner>(
           *actor, cfg.algo == "impala" ? AsyncLearner::Loss::Impala : AsyncLearner::Loss::Appo, o, cfg.async, intake,
           cfg.solved_window, timeout);

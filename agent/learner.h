@@ -60,7 +60,7 @@ struct RoundData {
   double observer_cpu_us = 0;     // the observers' CPU time for this round, summed
   double loss = 0;                // 0 with learning off
   // Asynchronous learners: how many policy versions the learned steps were behind (mean, max),
-  // and the trajectories dropped so far (older than async.max_lag, or no room in the queue).
+  // and the trajectories dropped so far as older than async.max_lag.
   double lag_mean = 0;
   long long lag_max = 0, dropped = 0;
 };

@@ -93,7 +93,7 @@ std::vector<float> gae(const rl::Fragment& f, const std::vector<float>& rewards,
   return adv;
 }
 
-void check_fragment(const rl::Fragment& f, int obs_dim, int act_dim) {
+void check_fragment(const rl::Fragment& f, int obs_dim, int act_dim, bool streaming) {
   auto bad = [&](const std::string& what) {
     throw ProtocolError("fragment from observer " + std::to_string(f.observer_id) + ": " + what);
   };
@@ -107,7 +107,9 @@ void check_fragment(const rl::Fragment& f, int obs_dim, int act_dim) {
   if (f.log_probs.size() != n || f.values.size() != n || f.rewards.size() != n || f.terminated.size() != n ||
       f.truncated.size() != n)
     bad("per-step arrays of different lengths");
-  if (f.versions.empty()) {  // PPO's fragment: the observer asked for the bootstrap values
+  if (!streaming) {  // PPO's fragment: the observer asked for the bootstrap values
+    if (!f.versions.empty() || !f.next_obs.empty() || !f.final_obs.empty())
+      bad("a streaming trajectory's fields (versions, next_obs, final_obs) in a PPO fragment");
     if (f.last_values.size() != static_cast<std::size_t>(f.num_envs)) bad("one bootstrap value per env expected");
     if (!f.truncated_values.empty() && f.truncated_values.size() != n) bad("truncated_values of the wrong length");
     return;
@@ -287,18 +289,7 @@ PpoStats Ppo::update(const std::vector<rl::Fragment>& fragments) {
       const auto old = old_logp.index_select(0, idx);
       const auto l = ppo_loss(logp, old, adv.index_select(0, idx), out.value, old_v.index_select(0, idx),
                               ret.index_select(0, idx), net.entropy(out), o_);
-      const auto t1 = Clock::now();
-      optimizer_.zero_grad();
-      l.total.backward();
-      const auto t2 = Clock::now();
-      optimizer_.clip_grad_norm(o_.max_grad_norm);
-      optimizer_.step();
-      const auto t3 = Clock::now();
-      times_.forward_s += seconds(t0, t1);
-      times_.backward_s += seconds(t1, t2);
-      times_.optimizer_s += seconds(t2, t3);
-      ++times_.steps;
-      times_.rows += mb;
+      gradient_step(optimizer_, l.total, o_.max_grad_norm, t0, mb, &times_);
       torch::NoGradGuard g;
       st.policy_loss += l.policy.item<double>();
       st.value_loss += l.value.item<double>();

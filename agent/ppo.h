@@ -56,8 +56,11 @@ class RunningMeanStd {
 std::vector<float> gae(const rl::Fragment& f, const std::vector<float>& rewards, double gamma, double lambda,
                        std::vector<float>* returns);
 
-// Throws ProtocolError unless the fragment's arrays agree with its shape and the env's.
-void check_fragment(const rl::Fragment& f, int obs_dim, int act_dim);
+// Throws ProtocolError unless the fragment's arrays agree with its shape and the env's. A PPO
+// fragment (streaming false: an observer's run_fragment answer) must carry its bootstrap values
+// and none of a streaming trajectory's fields; a streaming trajectory (assembled by the agent)
+// its policy versions, next and final observations.
+void check_fragment(const rl::Fragment& f, int obs_dim, int act_dim, bool streaming = false);
 
 // The acting side: thread-safe act() for the batcher; the learner takes exclusive().
 class PpoActor : public Actor {

@@ -29,6 +29,33 @@ rl::ActReply stop_reply() {
   return r;
 }
 
+// A streaming observer's step through the trajectories: `act` answers it now (Go), once its
+// parked trajectory has found room in the queue (Wait: on the learner's thread), or the reply
+// says stop (the run is over).
+template <typename Act>
+transport::Future<rl::ActReply> admit(Trajectories& intake, const std::shared_ptr<rl::StepReport>& step, Act act) {
+  transport::Promise<rl::ActReply> later;
+  auto resume = [later, act]() mutable {
+    try {
+      act().then([later](const transport::Future<rl::ActReply>& f) {
+        if (f.error()) later.set_error(f.error());
+        else later.set_value(f.value());
+      });
+    } catch (...) {
+      later.set_error(std::current_exception());
+    }
+  };
+  switch (intake.observe(*step, resume)) {
+    case Trajectories::Admit::Stop:
+      return transport::Future<rl::ActReply>::ready(stop_reply());
+    case Trajectories::Admit::Wait:
+      return later.get_future();
+    case Trajectories::Admit::Go:
+      break;
+  }
+  return act();
+}
+
 }  // namespace
 
 RlAgent::RlAgent(rl::RlConfig config, const std::string& resume, Load load) : cfg_(std::move(config)) {
@@ -94,11 +121,13 @@ void RlAgent::serve(transport::RpcAgent& rpc) {
     }, where);
     if (intake)  // a streaming observer's step: its outcome into the trajectories, its observations into the batch
       rpc.register_function(rl::kAct, [b, intake](rl::StepReport report) {
-        if (!intake->observe(report)) return transport::Future<rl::ActReply>::ready(stop_reply());
-        const int id = report.observer_id;
-        return b->submit(id, std::move(report.obs)).then([intake, id](const transport::Future<rl::ActReply>& f) {
-          intake->acted(id, f.value());
-          return f.value();
+        auto step = std::make_shared<rl::StepReport>(std::move(report));
+        return admit(*intake, step, [b, intake, step] {
+          const int id = step->observer_id;
+          return b->submit(id, std::move(step->obs)).then([intake, id](const transport::Future<rl::ActReply>& f) {
+            intake->acted(id, f.value());
+            return f.value();
+          });
         });
       }, where);
     if (bo.close == BatchOptions::Close::WhenRead) rpc.after_requests_read([b] { b->flush(); });
@@ -117,10 +146,13 @@ void RlAgent::serve(transport::RpcAgent& rpc) {
     }, where);
     if (intake)
       rpc.register_function(rl::kAct, [actor, dim, intake](rl::StepReport report) {
-        if (!intake->observe(report)) return stop_reply();
-        rl::ActReply reply = actor->act(report.obs.data(), static_cast<int>(report.obs.size()) / dim);
-        intake->acted(report.observer_id, reply);
-        return reply;
+        auto step = std::make_shared<rl::StepReport>(std::move(report));
+        return admit(*intake, step, [actor, dim, intake, step] {
+          // obs was checked whole (Trajectories::observe): rows = the observer's envs
+          rl::ActReply reply = actor->act(step->obs.data(), static_cast<int>(step->obs.size()) / dim);
+          intake->acted(step->observer_id, reply);
+          return transport::Future<rl::ActReply>::ready(std::move(reply));
+        });
       }, where);
   }
 }
@@ -128,6 +160,26 @@ void RlAgent::serve(transport::RpcAgent& rpc) {
 RunSummary RlAgent::run(transport::RpcAgent& rpc) {
   Learner& learner = *algo_.learner;
   ObserverPool pool(rpc, cfg_, learner.fragments(), batcher_.get(), learner.trajectories() != nullptr);
+  // However run() ends (a failed write throws out of it too), streaming observers are told to
+  // stop and to finish before the pool releases them: an observer whose loop still ran when its
+  // Observer went would wait out rpc.timeout_s for a reply.
+  struct EndStreams {
+    Learner& learner;
+    ObserverPool& pool;
+    bool done = false;
+    void operator()() {
+      if (done) return;
+      done = true;
+      learner.stop_acting();  // streaming observers leave their loops at their next request
+      pool.finish();
+    }
+    ~EndStreams() {
+      try {
+        (*this)();
+      } catch (...) {
+      }
+    }
+  } end_streams{learner, pool};
   RoundLog log(cfg_.out_dir, cfg_.log_interval, progress_, cfg_.tensorboard, learner.trajectories() != nullptr);
   RunSummary sum;
   sum.event_file = log.event_file();
@@ -148,7 +200,7 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
       sum.failure = e.what();
       break;
     }
-    last_dropped_stale_ = d.dropped - (learner.trajectories() ? learner.trajectories()->stats().dropped_full : 0);
+    sum.dropped_stale = d.dropped;
     latencies.add(d.latency_us.begin(), d.latency_us.end());
     latency_sum += std::accumulate(d.latency_us.begin(), d.latency_us.end(), 0.0);
     observer_cpu += d.observer_cpu_us;
@@ -188,8 +240,7 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
     const TrajectoryStats ts = intake->stats();
     sum.asynchronous = true;
     sum.trajectories = ts.queued;
-    sum.dropped_full = ts.dropped_full;
-    sum.dropped_stale = last_dropped_stale_;
+    sum.refused = ts.refused;
     sum.backpressure_s = ts.waited_s;
   }
   sum.observers_readmitted = pool.readmitted();
@@ -231,8 +282,7 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
     why << "ran all " << cfg_.rounds << " rounds (learner.learn is off)";
   sum.stop_reason = why.str();
 
-  learner.stop_acting();  // streaming observers leave their loops at their next request
-  pool.finish();
+  end_streams();
   if (cfg_.learn) save(checkpoint_path());
   return sum;
 }

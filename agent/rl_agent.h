@@ -49,10 +49,10 @@ struct RunSummary {
   std::string failure;
   std::string event_file;  // this run's TensorBoard event file ("" with run.tensorboard off)
   LearnerTimes learner;    // where the updates' time went
-  // Asynchronous learners: trajectories queued, dropped (older than async.max_lag; no room in
-  // the queue for rpc.timeout_s), and how long acting waited for room (the learner the slower side).
+  // Asynchronous learners: trajectories queued, dropped as older than async.max_lag, malformed
+  // steps refused, and how long trajectories waited for room in the queue (back-pressure).
   bool asynchronous = false;
-  long long trajectories = 0, dropped_stale = 0, dropped_full = 0;
+  long long trajectories = 0, dropped_stale = 0, refused = 0;
   double backpressure_s = 0;
   double steps_per_second() const { return seconds > 0 ? env_steps / seconds : 0; }
 };
@@ -98,7 +98,6 @@ class RlAgent {
   };
   std::shared_ptr<UnbatchedTimes> unbatched_ = std::make_shared<UnbatchedTimes>();
   Progress progress_;  // carried across --resume by the checkpoint
-  long long last_dropped_stale_ = 0;
   std::atomic<bool> checkpoint_requested_{false};
 };
 

@@ -63,9 +63,9 @@ void write_run_report(const rl::RlConfig& cfg, const RunSummary& s, int observer
   std::printf("  CPU per select_action request: agent %.1f us (serving), observer %.1f us (env step included)\n",
               s.agent_cpu_us_per_request, s.observer_cpu_us_per_request);
   if (s.asynchronous)
-    std::printf("  trajectories: %lld queued, %lld dropped as older than async.max_lag, %lld for want of room; acting "
-                "waited %.1f s in all for room in the queue (while the learner was the slower side)\n",
-                s.trajectories, s.dropped_stale, s.dropped_full, s.backpressure_s);
+    std::printf("  trajectories: %lld queued, %lld dropped as older than async.max_lag, %lld malformed steps refused; "
+                "they waited %.1f s in all for room in the queue (back-pressure: the learner the slower side)\n",
+                s.trajectories, s.dropped_stale, s.refused, s.backpressure_s);
   if (const LearnerTimes& t = s.learner; t.updates > 0 && t.steps > 0) {
     const double ms = 1000.0 / static_cast<double>(t.steps);
     std::printf("  learner: %lld updates in %.1f s, %.2f ms per gradient step of %.0f rows = forward %.2f + backward %.2f "

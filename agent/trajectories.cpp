@@ -7,6 +7,12 @@
 #include "common/log.h"
 
 namespace distrl::agent {
+namespace {
+
+// The first ten refusals are logged, then every thousandth: a flood of bad steps cannot flood the log.
+bool should_log(long long refused) { return refused <= 10 || refused % 1000 == 0; }
+
+}  // namespace
 
 struct Trajectories::Slot {
   std::mutex mu;
@@ -57,6 +63,8 @@ void Trajectories::check(const rl::StepReport& r, const Slot& slot) const {
   for (float x : r.obs)
     if (!std::isfinite(x)) bad("an observation is not finite");
   if (!(r.cpu_us >= 0 && r.cpu_us < 1e15)) bad("cpu_us " + std::to_string(r.cpu_us) + " is not a CPU time");
+  if (!(r.latency_us == -1 || (r.latency_us >= 0 && r.latency_us < 1e12)))
+    bad("latency_us " + std::to_string(r.latency_us) + " is not a round trip");
   if (r.step == 0) {
     if (!r.rewards.empty() || !r.terminated.empty() || !r.truncated.empty() || !r.final_obs.empty() ||
         !r.episode_returns.empty())
@@ -78,19 +86,28 @@ void Trajectories::check(const rl::StepReport& r, const Slot& slot) const {
         " truncated episodes of " + std::to_string(dim));
   for (float x : r.final_obs)
     if (!std::isfinite(x)) bad("a final observation is not finite");
-  if (r.episode_returns.size() != r.episode_lengths.size()) bad("episode returns and lengths differ in number");
+  std::size_t ended = 0;
+  for (std::size_t i = 0; i < n; ++i) ended += r.terminated[i] || r.truncated[i];
+  if (r.episode_returns.size() != ended || r.episode_lengths.size() != ended)
+    bad(std::to_string(r.episode_returns.size()) + " episode returns and " + std::to_string(r.episode_lengths.size()) +
+        " lengths for " + std::to_string(ended) + " episodes that ended");
   for (float x : r.episode_returns)
     if (!std::isfinite(x)) bad("an episode return is not finite");
+  for (auto len : r.episode_lengths)
+    if (len < 1) bad("an episode length below 1");
 }
 
-bool Trajectories::observe(const rl::StepReport& r) {
+Trajectories::Admit Trajectories::observe(const rl::StepReport& r, std::function<void()> resume) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (closed_) return false;
+    if (closed_) return Admit::Stop;
   }
-  if (r.observer_id < 0 || r.observer_id >= o_.observers)
+  if (r.observer_id < 0 || r.observer_id >= o_.observers) {
+    if (should_log(stats().refused + 1))
+      DISTRL_LOG(Warn, "agent: refused a step from observer id " << r.observer_id << ": not one of this run's");
     throw ProtocolError("act: observer id " + std::to_string(r.observer_id) + " is not one of this run's 0.." +
                         std::to_string(o_.observers - 1));
+  }
   Slot& slot = *slots_[static_cast<std::size_t>(r.observer_id)];
   rl::Fragment done;
   bool finished = false;
@@ -98,9 +115,12 @@ bool Trajectories::observe(const rl::StepReport& r) {
     std::lock_guard<std::mutex> lock(slot.mu);
     try {
       check(r, slot);
-    } catch (const ProtocolError&) {
-      std::lock_guard<std::mutex> g(mu_);
-      ++stats_.refused;
+    } catch (const ProtocolError& e) {
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        ++stats_.refused;
+      }
+      if (should_log(stats().refused)) DISTRL_LOG(Warn, "agent: refused a step: " << e.what());  // names the observer
       throw;
     }
     rl::Fragment& f = slot.building;
@@ -136,8 +156,8 @@ bool Trajectories::observe(const rl::StepReport& r) {
     std::lock_guard<std::mutex> lock(mu_);
     if (r.step > 0) stats_.steps += o_.envs;
   }
-  if (finished) push(std::move(done));
-  return true;
+  if (!admit(finished ? std::optional<rl::Fragment>(std::move(done)) : std::nullopt, resume)) return Admit::Wait;
+  return Admit::Go;
 }
 
 void Trajectories::acted(int observer, const rl::ActReply& reply) {
@@ -147,37 +167,50 @@ void Trajectories::acted(int observer, const rl::ActReply& reply) {
   slot.acted = true;
 }
 
-void Trajectories::push(rl::Fragment&& f) {
-  std::unique_lock<std::mutex> lock(mu_);
-  const auto t0 = std::chrono::steady_clock::now();
-  const bool room = room_.wait_for(lock, o_.push_timeout, [&] {
-    return closed_ || queue_.size() < static_cast<std::size_t>(o_.queue);
-  });
-  stats_.waited_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+bool Trajectories::admit(std::optional<rl::Fragment> f, std::function<void()>& resume) {
+  std::lock_guard<std::mutex> lock(mu_);
   if (closed_) {
-    stats_.discarded += static_cast<long long>(f.transitions());
-    return;
+    if (f) stats_.discarded += static_cast<long long>(f->transitions());
+    return true;  // the step is acted on; the observer's next one hears stop
   }
-  if (!room) {
-    ++stats_.dropped_full;
-    DISTRL_LOG(Warn, "agent: the learner took no trajectory for " << o_.push_timeout.count()
-                                                                  << " ms; dropped one of observer " << f.observer_id);
-    return;
+  if (parked_.empty() && (!f || queue_.size() < static_cast<std::size_t>(o_.queue))) {
+    if (f) {
+      queue_.push_back(std::move(*f));
+      ++stats_.queued;
+      ready_.notify_one();
+    }
+    return true;
   }
-  queue_.push_back(std::move(f));
-  ++stats_.queued;
-  ready_.notify_one();
+  parked_.push_back({std::move(f), std::move(resume), std::chrono::steady_clock::now()});
+  return false;
 }
 
 std::vector<rl::Fragment> Trajectories::pop(int n, std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  ready_.wait_for(lock, timeout, [&] { return closed_ || queue_.size() >= static_cast<std::size_t>(n); });
   std::vector<rl::Fragment> out;
-  while (!queue_.empty() && static_cast<int>(out.size()) < n) {
-    out.push_back(std::move(queue_.front()));
-    queue_.pop_front();
+  std::vector<std::function<void()>> resumed;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    const std::size_t want = std::min<std::size_t>(static_cast<std::size_t>(n), static_cast<std::size_t>(o_.queue));
+    ready_.wait_for(lock, timeout, [&] { return closed_ || queue_.size() >= want; });
+    while (!queue_.empty() && static_cast<int>(out.size()) < n) {
+      out.push_back(std::move(queue_.front()));
+      queue_.pop_front();
+    }
+    const auto now = std::chrono::steady_clock::now();
+    while (!parked_.empty()) {  // in order: a parked trajectory moves in when there is room, a bare step goes on
+      Parked& p = parked_.front();
+      if (p.trajectory) {
+        if (queue_.size() >= static_cast<std::size_t>(o_.queue)) break;
+        queue_.push_back(std::move(*p.trajectory));
+        ++stats_.queued;
+      }
+      stats_.waited_s += std::chrono::duration<double>(now - p.since).count();
+      resumed.push_back(std::move(p.resume));
+      parked_.pop_front();
+    }
   }
-  if (!out.empty()) room_.notify_all();
+  for (auto& r : resumed)
+    if (r) r();  // the parked steps are acted on, their observers answered
   return out;
 }
 
@@ -195,13 +228,22 @@ void Trajectories::forget(int observer) {
 }
 
 void Trajectories::close() {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (closed_) return;
-  closed_ = true;
-  for (const auto& f : queue_) stats_.discarded += static_cast<long long>(f.transitions());
-  queue_.clear();
-  room_.notify_all();
-  ready_.notify_all();
+  std::vector<std::function<void()>> resumed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return;
+    closed_ = true;
+    for (const auto& f : queue_) stats_.discarded += static_cast<long long>(f.transitions());
+    queue_.clear();
+    for (auto& p : parked_) {
+      if (p.trajectory) stats_.discarded += static_cast<long long>(p.trajectory->transitions());
+      resumed.push_back(std::move(p.resume));
+    }
+    parked_.clear();
+    ready_.notify_all();
+  }
+  for (auto& r : resumed)
+    if (r) r();
 }
 
 TrajectoryStats Trajectories::stats() const {

@@ -9,10 +9,14 @@
 // forward chose for the pending observations. A trajectory is an rl::Fragment (time-major
 // [rollout, envs]) with next_obs, final_obs and versions filled.
 //
-// Back-pressure: a full queue makes observe() wait (the observer's reply waits with it) until
-// the learner takes a batch, at most `push_timeout`; a trajectory that still finds no room is
-// dropped and counted (never silently). Bad reports are refused with a ProtocolError naming the
-// observer and counted (the observer's request fails; what it sent is not used).
+// Back-pressure: a step whose trajectory finds the queue full is parked, not blocked: observe()
+// returns Wait at once (no serving thread waits) and the trajectory waits in line; while one
+// does, every other observer's step is parked behind it too, so acting pauses until the learner
+// takes a batch (as a blocked queue would, without holding a thread). The learner's pop() then
+// queues what fits and resumes the parked steps in order, on the popping thread, so their
+// observers' replies, and with them the observers, waited for the learner. The observers' own
+// RPC timeout bounds that wait. Bad reports are refused with a ProtocolError naming the observer
+// and counted (the observer's request fails; what it sent is not used).
 //
 // Thread-safety: observe() and acted() run on the agent's serving threads (the RPC I/O thread,
 // pool threads, the batcher's closing thread), concurrently for different observers; one
@@ -24,8 +28,10 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "rl/protocol.h"
@@ -36,16 +42,14 @@ struct TrajectoryOptions {
   int observers = 1, envs = 1, obs_dim = 1, act_dim = 0;  // act_dim 0: discrete actions
   int rollout = 32;
   int queue = 32;
-  std::chrono::milliseconds push_timeout{60000};
 };
 
 struct TrajectoryStats {
   long long steps = 0;          // env steps completed (their outcome arrived)
   long long queued = 0;         // trajectories queued
-  long long dropped_full = 0;   // dropped: the queue stayed full for push_timeout
   long long refused = 0;        // malformed reports refused
   long long discarded = 0;      // steps of lost observers' unfinished trajectories, and left at the end
-  double waited_s = 0;          // acting's total wait for room in the queue (back-pressure)
+  double waited_s = 0;          // parked trajectories' total wait for room in the queue (back-pressure)
 };
 
 class Trajectories {
@@ -55,16 +59,21 @@ class Trajectories {
   // The run's observer count, once the world is known; before any observe(). Not thread-safe.
   void set_observers(int observers);
 
-  // One observer's step (see above). Returns false once closed: the run is over, tell it to stop.
-  bool observe(const rl::StepReport& report);
+  // One observer's step (see above). Go: act on it now. Wait: its finished trajectory is parked
+  // until there is room; `resume` then runs (once, on the thread of the pop() or close() that
+  // queued or discarded it): act on the step there. Stop: closed, the run is over: tell the
+  // observer to stop.
+  enum class Admit { Go, Wait, Stop };
+  Admit observe(const rl::StepReport& report, std::function<void()> resume = {});
   // The answer to that observer's pending observations.
   void acted(int observer, const rl::ActReply& reply);
-  // Waits until `n` trajectories are queued (or closed, or `timeout` has passed) and takes up to
-  // n of them, oldest first.
+  // Waits until `n` trajectories are queued (or as many as the queue holds, or closed, or
+  // `timeout` has passed) and takes up to n of them, oldest first; parked ones then move in.
   std::vector<rl::Fragment> pop(int n, std::chrono::milliseconds timeout);
   // A lost observer: its unfinished trajectory is discarded (counted); a report from it later is refused.
   void forget(int observer);
-  // observe() returns false from now on; a waiting one gives up. Idempotent.
+  // observe() returns Stop from now on; queued and parked trajectories are discarded (counted) and
+  // the parked steps resumed. Idempotent.
   void close();
   TrajectoryStats stats() const;
   const TrajectoryOptions& options() const { return o_; }
@@ -72,14 +81,22 @@ class Trajectories {
  private:
   struct Slot;
   void check(const rl::StepReport& r, const Slot& slot) const;  // throws ProtocolError
-  void push(rl::Fragment&& f);
+  // Queues f (when given), or parks the step with `resume` and f behind the ones waiting
+  // (false); f is discarded when closed.
+  bool admit(std::optional<rl::Fragment> f, std::function<void()>& resume);
+  struct Parked {
+    std::optional<rl::Fragment> trajectory;  // none: a step that finished no trajectory
+    std::function<void()> resume;
+    std::chrono::steady_clock::time_point since;
+  };
   rl::Fragment empty_fragment(int observer) const;
 
   TrajectoryOptions o_;
   std::vector<std::unique_ptr<Slot>> slots_;
   mutable std::mutex mu_;  // the queue, closed_, the counters
-  std::condition_variable room_, ready_;
+  std::condition_variable ready_;
   std::deque<rl::Fragment> queue_;
+  std::deque<Parked> parked_;
   bool closed_ = false;
   TrajectoryStats stats_;
 };

@@ -86,6 +86,15 @@ class TwoHostsTest : public ::testing::Test {
         Process::shell("ip netns exec " + (on_a ? ns_a_ : ns_b_) + " env DISTRL_LOG_LEVEL=info " + env_and_cmd), log);
   }
 
+  // `distrl-launch --node-rank K ARGS` on host A (K = 0) and on host B (K = 1), logs in dir.
+  std::vector<std::unique_ptr<Process>> launch_on_both(const std::string& args, const TempDir& dir) {
+    std::vector<std::unique_ptr<Process>> ps;
+    for (int node = 0; node < 2; ++node)
+      ps.push_back(on_host(node == 0, bin_path("distrl-launch") + " --node-rank " + std::to_string(node) + " " + args,
+                           dir.file("node" + std::to_string(node) + ".log")));
+    return ps;
+  }
+
   // CMD on host A or B as rank `rank` of `world`, the store on A at `port`.
   std::unique_ptr<Process> start(bool on_a, int rank, int world, int port, const std::string& cmd,
                                  const std::string& log) {
@@ -243,10 +252,7 @@ TEST_F(TwoHostsTest, OneLaunchPerHostRunsAConfigAcrossBoth) {
   const std::string args = "--nnodes 2 --master-addr " + std::string(kAddrA) + " --master-port 29520 --config " +
                            kSource + "/configs/cartpole.yaml observers=3 rpc.transport=tcp learner.rounds=8 " +
                            "run.out_dir=" + dir.path();
-  std::vector<std::unique_ptr<Process>> ps;
-  for (int node = 0; node < 2; ++node)
-    ps.push_back(on_host(node == 0, bin_path("distrl-launch") + " --node-rank " + std::to_string(node) + " " + args,
-                         dir.file("node" + std::to_string(node) + ".log")));
+  std::vector<std::unique_ptr<Process>> ps = launch_on_both(args, dir);
   std::vector<int> codes;
   wait_all(ps, 120s, &codes);
   ASSERT_EQ(codes, (std::vector<int>{0, 0})) << all_output(ps);
@@ -256,6 +262,24 @@ TEST_F(TwoHostsTest, OneLaunchPerHostRunsAConfigAcrossBoth) {
   EXPECT_EQ(a.find("[2] "), std::string::npos) << a;
   for (const char* rank : {"[2] ", "[3] "}) EXPECT_NE(b.find(rank), std::string::npos) << b;
   EXPECT_TRUE(std::filesystem::exists(dir.file("policy.pt"))) << a;
+}
+
+// APPO across hosts (issue 44): the agent with its learner and observer 1 on A, observer 2 on B,
+// tcp between them; the observers' own loops stream their steps to the agent over the link and
+// the run solves CartPole.
+TEST_F(TwoHostsTest, AppoLearnsCartPoleWithObserversOnBothHosts) {
+  TempDir dir;
+  const std::string args = "--nnodes 2 --master-addr " + std::string(kAddrA) + " --master-port 29521 --config " +
+                           kSource + "/configs/cartpole_appo.yaml observers=2 rpc.transport=tcp run.out_dir=" +
+                           dir.path();
+  std::vector<std::unique_ptr<Process>> ps = launch_on_both(args, dir);
+  std::vector<int> codes;
+  wait_all(ps, 120s, &codes);
+  ASSERT_EQ(codes, (std::vector<int>{0, 0})) << all_output(ps);
+  const std::string a = ps[0]->output(), b = ps[1]->output();
+  EXPECT_NE(a.find("appo (asynchronous actor-critic, V-trace)"), std::string::npos) << a;
+  EXPECT_NE(a.find("Solved after"), std::string::npos) << a;
+  EXPECT_NE(b.find("[2] "), std::string::npos) << b;
 }
 
 }  // namespace

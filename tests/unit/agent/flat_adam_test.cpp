@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "models/actor_critic.h"
+#include "models/checkpoint.h"
 
 using namespace distrl;
 
@@ -88,4 +89,34 @@ TEST(FlatAdamTest, ItsStateSurvivesALoadThatReplacesTheParameters) {
                                                      {"adam.v", torch::zeros({3})},
                                                      {"adam.step", torch::ones({1})}}),
                std::invalid_argument);
+}
+
+// Through a real checkpoint: the parameters are views of one storage when saved; loading them
+// into a flattened module replaces their storage, flatten() gathers them again, and the next
+// step of both is the same.
+TEST(FlatAdamTest, ACheckpointOfFlatParametersLoadsAndStepsOnAsBefore) {
+  auto a = net(9), b = net(10);
+  agent::FlatAdam fa(*a, 1e-2), fb(*b, 1e-2);
+  const auto x = torch::randn({16, 8});
+  for (int i = 0; i < 2; ++i) {
+    fa.zero_grad();
+    loss_of(*a, x).backward();
+    fa.step();
+  }
+  const std::string path = ::testing::TempDir() + "/flat_adam_test.pt";
+  models::save_checkpoint(path, *a, nullptr, {}, fa.state());
+  std::map<std::string, torch::Tensor> tensors;
+  models::load_checkpoint(path, *b, nullptr, torch::kCPU, &tensors);
+  fb.flatten();
+  agent::load_optimizer(fb, tensors, path);
+  EXPECT_EQ(max_gap(*a, *b), 0.0);
+  for (const auto& p : b->parameters()) EXPECT_EQ(p.storage().data(), fb.params().storage().data());
+  for (auto* o : {&fa, &fb}) {
+    auto& m = o == &fa ? *a : *b;
+    o->zero_grad();
+    loss_of(m, x).backward();
+    o->step();
+  }
+  EXPECT_EQ(max_gap(*a, *b), 0.0);
+  std::remove(path.c_str());
 }

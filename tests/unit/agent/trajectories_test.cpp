@@ -1,13 +1,14 @@
 // Trajectories (agent/trajectories.h): streaming observers' steps assembled into trajectories
 // (what each field holds, truncated episodes' final observations, the next observation),
 // malformed reports refused by name and counted without touching what was assembled, the
-// bounded queue's back-pressure and its deadline, close() and forget().
+// bounded queue's back-pressure (a parked step, no blocked thread), close() and forget().
 #include "agent/trajectories.h"
 
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <cmath>
+#include <limits>
 #include <thread>
 
 #include "common/error.h"
@@ -25,7 +26,6 @@ TrajectoryOptions options(int rollout = 3, int queue = 4) {
   o.obs_dim = 2;
   o.rollout = rollout;
   o.queue = queue;
-  o.push_timeout = 200ms;
   return o;
 }
 
@@ -61,7 +61,7 @@ rl::ActReply reply(std::int64_t version, int t) {
 // Steps 0..n-1 of observer id, each answered at version = step.
 void play(Trajectories& tr, int id, int from, int to, int truncate_at = -1) {
   for (int t = from; t < to; ++t) {
-    ASSERT_TRUE(tr.observe(report(id, static_cast<std::uint64_t>(t), t == truncate_at)));
+    ASSERT_EQ(tr.observe(report(id, static_cast<std::uint64_t>(t), t == truncate_at)), Trajectories::Admit::Go);
     tr.acted(id, reply(t, t));
   }
 }
@@ -122,50 +122,62 @@ TEST(TrajectoriesTest, MalformedReportsAreRefusedNamingTheObserverAndChangeNothi
   r = report(0, 2);
   r.terminated[0] = 2;
   refused(r, "not 0 or 1");
+  r = report(0, 2);
+  r.episode_returns = std::vector<float>(1000, 500.0f);  // invented episodes (would "solve" the run)
+  r.episode_lengths = std::vector<std::int32_t>(1000, 1);
+  refused(r, "1000 episode returns and 1000 lengths for 0 episodes that ended");
+  r = report(0, 2);
+  r.latency_us = std::numeric_limits<float>::infinity();
+  refused(r, "is not a round trip");
   refused(report(1, 1), "act from observer 1: step 1 where 0 was expected");
   r = report(1, 0);
   r.rewards = {1, 2};
   refused(r, "outcomes in the first step");
-  EXPECT_EQ(tr.stats().refused, 8);  // the out-of-range id is refused before a slot is found
+  EXPECT_EQ(tr.stats().refused, 10);  // the out-of-range id is refused before a slot is found
   play(tr, 0, 2, 4);  // the refused reports changed nothing: the next good step goes on
   ASSERT_EQ(tr.pop(1, 1s).size(), 1u);
   // A step sent before the answer to the previous one.
-  ASSERT_TRUE(tr.observe(report(1, 0)));
+  ASSERT_EQ(tr.observe(report(1, 0)), Trajectories::Admit::Go);
   refused(report(1, 1), "a step before the answer to the previous one");
 }
 
-TEST(TrajectoriesTest, AFullQueueHoldsActingBackUntilTheLearnerTakesABatchOrItsDeadline) {
+TEST(TrajectoriesTest, AFullQueueParksTheStepUntilTheLearnerTakesABatchWithoutBlockingAThread) {
   Trajectories tr(options(/*rollout=*/1, /*queue=*/1));
   play(tr, 0, 0, 2);  // one trajectory queued: full
-  std::atomic<bool> done{false};
-  std::thread acting([&] {
-    tr.observe(report(0, 2));  // completes a second trajectory: waits for room
-    done = true;
-  });
-  std::this_thread::sleep_for(50ms);
-  EXPECT_FALSE(done.load());
-  EXPECT_EQ(tr.pop(1, 1s).size(), 1u);  // room: the waiting one goes in
-  acting.join();
-  EXPECT_TRUE(done.load());
-  EXPECT_GT(tr.stats().waited_s, 0.03);
+  int resumed = 0;
+  // Completes a second trajectory: no room, so the step is parked and observe() returns at once.
+  EXPECT_EQ(tr.observe(report(0, 2), [&] { ++resumed; }), Trajectories::Admit::Wait);
+  EXPECT_EQ(resumed, 0);
+  EXPECT_EQ(tr.stats().queued, 1);
+  std::this_thread::sleep_for(20ms);
+  auto got = tr.pop(1, 1s);  // room: the parked one moves in and its step is resumed, here
+  EXPECT_EQ(got.size(), 1u);
+  EXPECT_EQ(resumed, 1);
   EXPECT_EQ(tr.stats().queued, 2);
-  // Nobody takes one for push_timeout (200 ms): dropped, counted, and acting goes on.
+  EXPECT_GT(tr.stats().waited_s, 0.015);
+  EXPECT_EQ(tr.pop(1, 1s).size(), 1u);  // the parked trajectory, in order
   tr.acted(0, reply(2, 2));
-  const auto t0 = std::chrono::steady_clock::now();
-  EXPECT_TRUE(tr.observe(report(0, 3)));
-  EXPECT_GE(std::chrono::steady_clock::now() - t0, 190ms);
-  EXPECT_EQ(tr.stats().dropped_full, 1);
+  EXPECT_EQ(tr.observe(report(0, 3), [&] { ++resumed; }), Trajectories::Admit::Go);  // room again
+  tr.acted(0, reply(3, 3));
+  // While a trajectory waits for room, every other step waits behind it, even one that finishes
+  // nothing: acting pauses until the learner takes a batch.
+  EXPECT_EQ(tr.observe(report(0, 4), [&] { ++resumed; }), Trajectories::Admit::Wait);  // queue full again
+  int other = 0;
+  EXPECT_EQ(tr.observe(report(1, 0), [&] { ++other; }), Trajectories::Admit::Wait);
+  EXPECT_EQ(tr.pop(1, 1s).size(), 1u);
+  EXPECT_EQ(resumed, 2);
+  EXPECT_EQ(other, 1);
 }
 
-TEST(TrajectoriesTest, CloseReleasesAWaitingStepAndStopsTheObservers) {
+TEST(TrajectoriesTest, CloseResumesAParkedStepDiscardsWhatWaitedAndStopsTheObservers) {
   Trajectories tr(options(1, 1));
   play(tr, 0, 0, 2);
-  std::thread acting([&] { tr.observe(report(0, 2)); });
-  std::this_thread::sleep_for(50ms);
+  bool resumed = false;
+  EXPECT_EQ(tr.observe(report(0, 2), [&] { resumed = true; }), Trajectories::Admit::Wait);
   tr.close();
-  acting.join();
-  EXPECT_FALSE(tr.observe(report(1, 0)));  // the run is over: reply stop
-  EXPECT_EQ(tr.stats().discarded, 4);       // the queued trajectory and the waiting one, 2 steps each
+  EXPECT_TRUE(resumed);
+  EXPECT_EQ(tr.observe(report(1, 0)), Trajectories::Admit::Stop);  // the run is over: reply stop
+  EXPECT_EQ(tr.stats().discarded, 4);  // the queued trajectory and the parked one, 2 steps each
   EXPECT_TRUE(tr.pop(1, 10ms).empty());
 }
 
