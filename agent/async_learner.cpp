@@ -15,21 +15,32 @@
 namespace distrl::agent {
 
 AsyncLearner::AsyncLearner(PpoActor& actor, Loss loss, rl::PpoOptions ppo, rl::AsyncOptions async,
-                           TrajectoryOptions intake, int solved_window, std::chrono::milliseconds timeout)
-    : actor_(actor), loss_(loss), o_(ppo), a_(async),
+                           TrajectoryOptions intake, int solved_window, std::chrono::milliseconds timeout,
+                           torch::Device device)
+    : actor_(actor), device_(device), loss_(loss), o_(ppo), a_(async),
       net_(std::make_shared<models::ActorCritic>(actor.net().spec())),
-      optimizer_(*prepared(net_, actor), ppo.lr, 1e-5),
+      optimizer_(*prepared(net_, actor, device), ppo.lr, 1e-5),
       obs_rms_(actor.net().spec().obs_dim), scaler_(ppo.gamma), recent_(solved_window), intake_(intake),
       timeout_(timeout), rng_(ppo.seed) {}
 
 std::shared_ptr<models::ActorCritic> AsyncLearner::prepared(const std::shared_ptr<models::ActorCritic>& net,
-                                                            PpoActor& actor) {
-  net->to(actor.device());  // before the optimizer makes the parameters views of its buffer
+                                                            PpoActor& actor, torch::Device device) {
+  net->to(device);  // before the optimizer makes the parameters views of its buffer
   torch::NoGradGuard g;
   auto dst = net->parameters();
   auto src = actor.net().parameters();
   for (std::size_t i = 0; i < dst.size(); ++i) dst[i].copy_(src[i]);
   return net;
+}
+
+void AsyncLearner::set_observers(int observers) {
+  if (a_.batch == 0) a_.batch = observers;
+  if (a_.queue == 0) a_.queue = a_.batch;
+  if (a_.queue < a_.batch)
+    throw ConfigError("async.queue is " + std::to_string(a_.queue) + " and async.batch " + std::to_string(a_.batch) +
+                      ": the queue must hold a whole batch (async.queue >= async.batch; equal keeps the policy lag "
+                      "lowest)");
+  intake_.set_observers(observers, a_.queue);
 }
 
 void AsyncLearner::publish() {
@@ -87,7 +98,7 @@ AsyncStats AsyncLearner::update(std::vector<rl::Fragment> batch) {
   for (const auto& f : keep) obs.insert(obs.end(), f.next_obs.begin(), f.next_obs.end());
   for (const auto& f : keep) obs.insert(obs.end(), f.final_obs.begin(), f.final_obs.end());
   const auto rows = static_cast<std::int64_t>(obs.size() / obs_dim);
-  const auto dev = actor_.device();
+  const auto dev = device_;
   auto x = torch::from_blob(obs.data(), {rows, obs_dim}, torch::kFloat32).to(dev);
   if (o_.norm_obs) {
     x = obs_rms_.normalize(x);  // the statistics so far, then this batch's steps join them
@@ -261,7 +272,7 @@ void AsyncLearner::save(const std::string& path, const std::map<std::string, dou
 
 std::map<std::string, double> AsyncLearner::load(const std::string& path) {
   std::map<std::string, torch::Tensor> tensors;
-  auto numbers = models::load_checkpoint(path, *net_, nullptr, actor_.device(), &tensors);
+  auto numbers = models::load_checkpoint(path, *net_, nullptr, device_, &tensors);
   optimizer_.flatten();  // loading replaced the parameters' storage
   load_optimizer(optimizer_, tensors, path);
   if (tensors.count("obs_rms")) obs_rms_.load(tensors["obs_rms"]);

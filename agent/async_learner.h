@@ -53,8 +53,9 @@ class AsyncLearner : public Learner {
  public:
   enum class Loss { Appo, Impala };
   // `timeout`: the longest wait for a batch before the run is called failed (rpc.timeout_s).
+  // `device`: where this learner trains (learner.device); the actor's weights stay on its own.
   AsyncLearner(PpoActor& actor, Loss loss, rl::PpoOptions ppo, rl::AsyncOptions async, TrajectoryOptions intake,
-               int solved_window, std::chrono::milliseconds timeout);
+               int solved_window, std::chrono::milliseconds timeout, torch::Device device);
 
   // One learner step on `batch` (checked: ProtocolError for a malformed trajectory): drops the
   // stale ones, V-trace, the loss, an optimizer step, publish. Public for tests.
@@ -75,13 +76,16 @@ class AsyncLearner : public Learner {
   std::string resume_note() const override;
   Trajectories* trajectories() override { return &intake_; }
   void stop_acting() override { intake_.close(); }
+  // async.batch 0: one trajectory per observer; async.queue 0: one batch.
+  void set_observers(int observers) override;
   LearnerTimes times() const override { return times_; }
 
  private:
   // net on the actor's device with the actor's weights (before the optimizer flattens them).
   static std::shared_ptr<models::ActorCritic> prepared(const std::shared_ptr<models::ActorCritic>& net,
-                                                       PpoActor& actor);
+                                                       PpoActor& actor, torch::Device device);
   PpoActor& actor_;
+  torch::Device device_;
   Loss loss_;
   rl::PpoOptions o_;
   rl::AsyncOptions a_;

@@ -15,6 +15,9 @@ Algorithm make_algorithm(const rl::RlConfig& cfg, int obs_dim, int n_actions, in
   const auto device = parse_device(cfg.device);
   const std::uint64_t seed = static_cast<std::uint64_t>(cfg.seed) * 0x9E3779B97F4A7C15ull + 1;
   Algorithm a;
+  if (!cfg.learner_device.empty() && !cfg.asynchronous())
+    throw ConfigError("learner.device is " + cfg.learner_device + ", but learner.algo " + cfg.algo +
+                      " learns where it acts (agent.device); learner.device is for appo and impala");
   if (cfg.actor_critic()) {
     models::ActorCriticSpec spec;
     spec.obs_dim = obs_dim;
@@ -43,14 +46,16 @@ Algorithm make_algorithm(const rl::RlConfig& cfg, int obs_dim, int n_actions, in
       intake.act_dim = act_dim;
       intake.rollout = cfg.async.rollout;
       intake.queue = cfg.async.queue;
-      if (cfg.async.queue < cfg.async.batch)
+      if (cfg.async.batch > 0 && cfg.async.queue > 0 && cfg.async.queue < cfg.async.batch)
         throw ConfigError("async.queue is " + std::to_string(cfg.async.queue) + " and async.batch " +
                           std::to_string(cfg.async.batch) + ": the queue must hold a whole batch (async.queue >= "
                           "async.batch; equal keeps the policy lag lowest)");
       const auto timeout = std::chrono::milliseconds(static_cast<long long>(cfg.rpc_timeout_s * 1000));
+      const auto learner_device =
+          cfg.learner_device.empty() ? device : parse_device(cfg.learner_device, "learner.device");
       a.learner = std::make_unique<AsyncLearner>(
           *actor, cfg.algo == "impala" ? AsyncLearner::Loss::Impala : AsyncLearner::Loss::Appo, o, cfg.async, intake,
-          cfg.solved_window, timeout);
+          cfg.solved_window, timeout, learner_device);
     } else {
       a.learner = std::make_unique<Ppo>(*actor, o, cfg.ppo_steps, cfg.solved_window);
     }

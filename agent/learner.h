@@ -29,7 +29,7 @@ class Trajectories;
 
 // Refuses rl.device values this build or machine cannot run ("cpu", "cuda[:N]") with a
 // ConfigError, before anything starts; torch-free for the agent's main.
-void check_device(const std::string& name);
+void check_device(const std::string& name, const std::string& key = "agent.device");
 
 class Actor {
  public:
@@ -95,6 +95,9 @@ class Learner {
   // Asynchronous learners (appo, impala): what the streaming observers' act requests feed; null
   // for the synchronous ones, whose rounds call the observers.
   virtual Trajectories* trajectories() { return nullptr; }
+  // The world's observer count, once it is known (before serving). ConfigError for settings it
+  // makes impossible.
+  virtual void set_observers(int observers) {}
   // The run is over: streaming observers are told to stop at their next request.
   virtual void stop_acting() {}
   virtual LearnerTimes times() const { return {}; }

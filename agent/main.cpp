@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
     const rl::RlConfig& cfg = cmd.config;
     const ToolFlags& cli = cmd.flags;
     agent::check_device(cfg.device);  // fail before rendezvous, not after
+    if (!cfg.learner_device.empty()) agent::check_device(cfg.learner_device, "learner.device");
     if (cli.check_only) {  // the line distrl-launch reads the world's size and out_dir from (config_launch.cpp)
       // The env (Gymnasium knows its IDs: asked here), the algorithm for it (REINFORCE cannot
       // drive continuous actions), a checkpoint that does not fit or has no rounds left; then the

@@ -9,25 +9,25 @@
 
 namespace distrl::agent {
 
-torch::Device parse_device(const std::string& name) {
+torch::Device parse_device(const std::string& name, const std::string& key) {
   if (name == "cpu") return torch::Device(torch::kCPU);
   if (name.rfind("cuda", 0) == 0) {
 #if DISTRL_WITH_CUDA
     if (!torch::cuda::is_available())
-      throw ConfigError("device '" + name + "': no CUDA device is visible to this process (check nvidia-smi and CUDA_VISIBLE_DEVICES), or use --agent.device cpu");
+      throw ConfigError(key + " '" + name + "': no CUDA device is visible to this process (check nvidia-smi and CUDA_VISIBLE_DEVICES), or use --" + key + " cpu");
     try {
       return torch::Device(name);
     } catch (const std::exception& e) {
-      throw ConfigError("device '" + name + "' is not a valid device (cuda or cuda:N)");
+      throw ConfigError(key + " '" + name + "' is not a valid device (cuda or cuda:N)");
     }
 #else
-    throw ConfigError("device '" + name + "': this build has no CUDA (the LibTorch it was built against is CPU-only); use --agent.device cpu or rebuild against a CUDA LibTorch with -DDISTRL_CUDA=ON");
+    throw ConfigError(key + " '" + name + "': this build has no CUDA (the LibTorch it was built against is CPU-only); use --" + key + " cpu or rebuild against a CUDA LibTorch with -DDISTRL_CUDA=ON");
 #endif
   }
-  throw ConfigError("device '" + name + "' is not one of: cpu, cuda, cuda:N");
+  throw ConfigError(key + " '" + name + "' is not one of: cpu, cuda, cuda:N");
 }
 
-void check_device(const std::string& name) { parse_device(name); }
+void check_device(const std::string& name, const std::string& key) { parse_device(name, key); }
 
 PolicyActor::PolicyActor(std::shared_ptr<models::PolicyNet> net, torch::Device device, int obs_dim, std::uint64_t seed)
     : net_(std::move(net)), device_(device), obs_dim_(obs_dim), rng_(seed) {

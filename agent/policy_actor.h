@@ -22,7 +22,7 @@
 namespace distrl::agent {
 
 // "cpu" or "cuda[:N]". Throws ConfigError when CUDA is asked for but not built in or absent.
-torch::Device parse_device(const std::string& name);
+torch::Device parse_device(const std::string& name, const std::string& key = "agent.device");
 
 class PolicyActor : public Actor {
  public:

@@ -100,8 +100,8 @@ void RlAgent::serve(transport::RpcAgent& rpc) {
                                << "; the world wins)");
   Actor* actor = algo_.actor.get();
   const auto where = cfg_.serve_inline ? transport::RunOn::IoThread : transport::RunOn::Pool;
+  algo_.learner->set_observers(observers);
   Trajectories* intake = algo_.learner->trajectories();
-  if (intake) intake->set_observers(observers);
   if (cfg_.mode == "batched") {
     BatchOptions bo;
     bo.max_batch = cfg_.max_batch;

@@ -28,7 +28,8 @@ void print_joined(const rl::RlConfig& cfg, int observers) {
   if (cfg.asynchronous())
     std::printf("distrl-agent: %d observer(s) joined; they act on their own while the learner runs up to %d steps of "
                 "%d trajectories of %d steps x %d env(s)\n",
-                observers, cfg.rounds, cfg.async.batch, cfg.async.rollout, cfg.envs_per_observer);
+                observers, cfg.rounds, cfg.async.batch > 0 ? cfg.async.batch : observers, cfg.async.rollout,
+                cfg.envs_per_observer);
   else if (cfg.algo == "ppo")
     std::printf("distrl-agent: %d observer(s) joined; running up to %d rounds of %d steps x %d env(s) per observer\n",
                 observers, cfg.rounds, cfg.ppo_steps, cfg.envs_per_observer);

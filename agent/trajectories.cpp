@@ -27,8 +27,9 @@ struct Trajectories::Slot {
 
 Trajectories::Trajectories(TrajectoryOptions options) : o_(options) { set_observers(o_.observers); }
 
-void Trajectories::set_observers(int observers) {
+void Trajectories::set_observers(int observers, int queue) {
   o_.observers = observers;
+  if (queue > 0) o_.queue = queue;
   slots_.clear();
   for (int i = 0; i < observers; ++i) {
     slots_.push_back(std::make_unique<Slot>());

@@ -56,8 +56,9 @@ class Trajectories {
  public:
   explicit Trajectories(TrajectoryOptions options);
   ~Trajectories();
-  // The run's observer count, once the world is known; before any observe(). Not thread-safe.
-  void set_observers(int observers);
+  // The run's observer count (and the queue's size when given), once the world is known; before
+  // any observe(). Not thread-safe.
+  void set_observers(int observers, int queue = 0);
 
   // One observer's step (see above). Go: act on it now. Wait: its finished trajectory is parked
   // until there is room; `resume` then runs (once, on the thread of the pop() or close() that

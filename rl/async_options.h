@@ -6,8 +6,8 @@ namespace distrl::rl {
 
 struct AsyncOptions {
   int rollout = 32;        // steps per env in one trajectory
-  int batch = 8;           // trajectories per learner step
-  int queue = 8;           // trajectories waiting for the learner at most; a full queue slows acting (each
+  int batch = 0;           // trajectories per learner step (0: one per observer)
+  int queue = 0;           // trajectories waiting for the learner at most (0: one batch); a full queue slows acting (each
                            // batch more in it adds about one version of policy lag)
   int max_lag = 20;        // a trajectory whose oldest step is more versions behind is dropped (counted)
   double lambda = 1.0;     // V-trace's trace-cutting lambda

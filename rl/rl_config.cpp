@@ -77,11 +77,18 @@ void bind(Settings& s, RlConfig& c) {
       .range(-10.0, 5.0);
   s.bind("ppo.solved_window", &c.solved_window, "solved when the mean return of the last N episodes reaches "
                                                 "learner.target_reward").range(1, 100000);
+  s.bind("learner.device", &c.learner_device,
+         "appo/impala: where the learner trains its copy of the network: cpu, cuda or cuda:N (empty: agent.device); "
+         "inference stays on agent.device and takes each new version across");
   s.bind("async.rollout", &c.async.rollout, "appo/impala: steps per env in one trajectory").range(1, 100000);
-  s.bind("async.batch", &c.async.batch, "appo/impala: trajectories per learner step").range(1, 100000);
+  s.bind("async.batch", &c.async.batch,
+         "appo/impala: trajectories per learner step (0: one per observer, which keeps the policy lag near one "
+         "version)")
+      .range(0, 100000);
   s.bind("async.queue", &c.async.queue,
-         "appo/impala: trajectories waiting for the learner at most; when full, acting waits (back-pressure)")
-      .range(1, 1000000);
+         "appo/impala: trajectories waiting for the learner at most (0: one batch); when full, acting waits "
+         "(back-pressure); each batch more adds about one version of lag")
+      .range(0, 1000000);
   s.bind("async.max_lag", &c.async.max_lag,
          "appo/impala: trajectories acted more than this many policy versions ago are dropped (counted)")
       .range(0, 1000000000);

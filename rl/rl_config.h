@@ -56,6 +56,7 @@ struct RlConfig {
   int solved_window = 100;   // ppo: "solved" = mean return of the last N episodes >= target
   // appo, impala (the ppo.* keys they share: clip, epochs, minibatch, vf_coef, ent_coef, ...)
   AsyncOptions async;
+  std::string learner_device;  // learner.device: where appo/impala's learner trains ("": agent.device)
   bool asynchronous() const { return algo == "appo" || algo == "impala"; }
   bool actor_critic() const { return algo != "reinforce"; }
   // rpc

@@ -125,7 +125,8 @@ int run_learner_bench(const LearnerBenchOptions& opt) {
     const int obs_dim = env->observation_space().dim();
     const int act_dim = space.kind == envs::Space::Kind::Box ? space.dim() : 0;
     auto algo = agent::make_algorithm(cfg, obs_dim, act_dim > 0 ? 0 : space.n, act_dim);
-    if (auto* intake = algo.learner->trajectories()) intake->set_observers(1);
+    algo.learner->set_observers(cfg.observers);
+    if (cfg.async.batch == 0) cfg.async.batch = cfg.observers;  // as the learner resolved it: one per observer
     Feeder feed(cfg, *algo.actor, obs_dim, act_dim);
     long long rows = 0;
     agent::LearnerTimes before;

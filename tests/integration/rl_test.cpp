@@ -844,3 +844,24 @@ TEST(AsyncRlTest, AKilledObserverIsNamedAndTheLearnerGoesOnWithTheOther) {
   EXPECT_EQ(sum["observers_lost"], "1");
   EXPECT_TRUE(std::filesystem::exists(dir.file("policy.pt")));
 }
+
+// learner.device names where APPO/IMPALA's learner trains; a CUDA one on a machine or build
+// without CUDA is refused before anything starts, naming the key; so is learner.device for a
+// synchronous learner (it learns where it acts), and a queue smaller than a batch.
+TEST(AsyncRlTest, ALearnerDeviceOrQueueThatCannotWorkIsRefusedByName) {
+  TempDir dir;
+  auto r = launch("--config " + kAppo + " learner.device=cuda run.out_dir=" + dir.path());
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("learner.device 'cuda'"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--learner.device cpu"), std::string::npos) << r.output;
+  r = launch("--config " + kAppo + " learner.algo=ppo learner.device=cpu run.out_dir=" + dir.path());
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("learner.device is for appo and impala"), std::string::npos) << r.output;
+  r = launch("--config " + kAppo + " async.batch=4 async.queue=2 run.out_dir=" + dir.path());
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("the queue must hold a whole batch"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("metrics.csv")));
+  // learner.device cpu beside agent.device cpu is the default's twin: the run goes.
+  r = launch("--config " + kAppo + " learner.device=cpu learner.rounds=5 run.out_dir=" + dir.path());
+  EXPECT_EQ(r.code, 0) << r.output;
+}
