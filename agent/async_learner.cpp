@@ -4,6 +4,7 @@
 #include <torch/utils.h>
 
 #include <algorithm>
+#include <array>
 #include <numeric>
 #include <optional>
 
@@ -173,18 +174,18 @@ AsyncStats AsyncLearner::update(std::vector<rl::Fragment> batch) {
   }
 
   int steps = 0;
-  auto learn = [&](const models::ActorCritic::Out& out, const torch::Tensor& logp, const torch::Tensor& idx,
-                   Clock::time_point t0) {
-    auto pick = [&](const torch::Tensor& t) { return idx.defined() ? t.index_select(0, idx) : t; };
-    const auto A = pick(adv);
+  // One gradient step on rows whose advantages, behaviour log-probs and value targets are `cols`.
+  auto learn = [&](const models::ActorCritic::Out& out, const torch::Tensor& logp,
+                   const std::array<torch::Tensor, 3>& cols, Clock::time_point t0) {
+    const auto& A = cols[0];
     torch::Tensor policy;
     if (loss_ == Loss::Appo) {
-      const auto ratio = (logp - pick(old)).exp();
+      const auto ratio = (logp - cols[1]).exp();
       policy = -torch::min(ratio * A, ratio.clamp(1 - o_.clip, 1 + o_.clip) * A).mean();
     } else {
       policy = -(A * logp).mean();
     }
-    const auto value = 0.5 * (out.value - pick(vs)).pow(2).mean();
+    const auto value = 0.5 * (out.value - cols[2]).pow(2).mean();
     const auto entropy = net_->entropy(out).mean();
     const auto total = policy + o_.vf_coef * value - o_.ent_coef * entropy;
     gradient_step(optimizer_, total, o_.max_grad_norm, t0, out.value.size(0), &times_);
@@ -194,19 +195,24 @@ AsyncStats AsyncLearner::update(std::vector<rl::Fragment> batch) {
     ++steps;
   };
   if (one_pass) {
-    learn({full.head.narrow(0, 0, N), full.value.narrow(0, 0, N)}, logp_full, torch::Tensor(), Clock::now());
+    learn({full.head.narrow(0, 0, N), full.value.narrow(0, 0, N)}, logp_full, {adv, old, vs}, Clock::now());
   } else {
     std::vector<std::int64_t> order(static_cast<std::size_t>(N));
     std::iota(order.begin(), order.end(), 0);
     const std::int64_t mb = std::min<std::int64_t>(o_.minibatch, N);
+    const auto xs = x.narrow(0, 0, N);  // the steps' rows (x also holds the next and final observations)
     for (int epoch = 0; epoch < o_.epochs; ++epoch) {
       std::shuffle(order.begin(), order.end(), rng_);
-      auto perm = torch::tensor(order).to(dev);
+      // The epoch's order gathered once; a minibatch is a slice of each (a view).
+      const auto perm = torch::tensor(order).to(dev);
+      const auto xe = xs.index_select(0, perm), ae = a.index_select(0, perm);
+      const auto epoch_cols = std::array<torch::Tensor, 3>{adv.index_select(0, perm), old.index_select(0, perm),
+                                                           vs.index_select(0, perm)};
       for (std::int64_t s = 0; s + mb <= N; s += mb) {
         const auto t0 = Clock::now();
-        auto idx = perm.narrow(0, s, mb);
-        auto out = net_->forward(x.index_select(0, idx));
-        learn(out, net_->log_prob(out, a.index_select(0, idx)), idx, t0);
+        auto out = net_->forward(xe.narrow(0, s, mb));
+        learn(out, net_->log_prob(out, ae.narrow(0, s, mb)),
+              {epoch_cols[0].narrow(0, s, mb), epoch_cols[1].narrow(0, s, mb), epoch_cols[2].narrow(0, s, mb)}, t0);
       }
     }
   }

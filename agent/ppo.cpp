@@ -280,15 +280,19 @@ PpoStats Ppo::update(const std::vector<rl::Fragment>& fragments) {
   int batches = 0;
   for (int epoch = 0; epoch < o_.epochs; ++epoch) {
     std::shuffle(order.begin(), order.end(), rng_);
-    auto perm = torch::tensor(order).to(dev);
+    // The epoch's order gathered once; a minibatch is then a slice of each (a view): six
+    // operations per epoch instead of six per minibatch.
+    const auto perm = torch::tensor(order).to(dev);
+    const auto xe = x.index_select(0, perm), ae = a.index_select(0, perm), olde = old_logp.index_select(0, perm),
+               adve = adv.index_select(0, perm), olde_v = old_v.index_select(0, perm),
+               rete = ret.index_select(0, perm);
     for (std::int64_t s = 0; s + mb <= n; s += mb) {
       const auto t0 = Clock::now();
-      auto idx = perm.narrow(0, s, mb);
-      auto out = net.forward(x.index_select(0, idx));
-      auto logp = net.log_prob(out, a.index_select(0, idx));
-      const auto old = old_logp.index_select(0, idx);
-      const auto l = ppo_loss(logp, old, adv.index_select(0, idx), out.value, old_v.index_select(0, idx),
-                              ret.index_select(0, idx), net.entropy(out), o_);
+      auto out = net.forward(xe.narrow(0, s, mb));
+      auto logp = net.log_prob(out, ae.narrow(0, s, mb));
+      const auto old = olde.narrow(0, s, mb);
+      const auto l = ppo_loss(logp, old, adve.narrow(0, s, mb), out.value, olde_v.narrow(0, s, mb),
+                              rete.narrow(0, s, mb), net.entropy(out), o_);
       gradient_step(optimizer_, l.total, o_.max_grad_norm, t0, mb, &times_);
       torch::NoGradGuard g;
       st.policy_loss += l.policy.item<double>();
