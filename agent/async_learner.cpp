@@ -14,6 +14,24 @@
 #include "models/checkpoint.h"
 
 namespace distrl::agent {
+namespace {
+
+// to's parameters take from's values (the same network spec; any devices).
+void copy_parameters(torch::nn::Module& to, const torch::nn::Module& from) {
+  torch::NoGradGuard g;
+  auto dst = to.parameters();
+  const auto src = from.parameters();
+  for (std::size_t i = 0; i < dst.size(); ++i) dst[i].copy_(src[i]);
+}
+
+}  // namespace
+
+void check_queue_holds_batch(int queue, int batch) {
+  if (queue < batch)
+    throw ConfigError("async.queue is " + std::to_string(queue) + " and async.batch " + std::to_string(batch) +
+                      ": the queue must hold a whole batch (async.queue >= async.batch; equal keeps the policy lag "
+                      "lowest)");
+}
 
 AsyncLearner::AsyncLearner(PpoActor& actor, Loss loss, rl::PpoOptions ppo, rl::AsyncOptions async,
                            TrajectoryOptions intake, int solved_window, std::chrono::milliseconds timeout,
@@ -27,29 +45,20 @@ AsyncLearner::AsyncLearner(PpoActor& actor, Loss loss, rl::PpoOptions ppo, rl::A
 std::shared_ptr<models::ActorCritic> AsyncLearner::prepared(const std::shared_ptr<models::ActorCritic>& net,
                                                             PpoActor& actor, torch::Device device) {
   net->to(device);  // before the optimizer makes the parameters views of its buffer
-  torch::NoGradGuard g;
-  auto dst = net->parameters();
-  auto src = actor.net().parameters();
-  for (std::size_t i = 0; i < dst.size(); ++i) dst[i].copy_(src[i]);
+  copy_parameters(*net, actor.net());
   return net;
 }
 
 void AsyncLearner::set_observers(int observers) {
   if (a_.batch == 0) a_.batch = observers;
   if (a_.queue == 0) a_.queue = a_.batch;
-  if (a_.queue < a_.batch)
-    throw ConfigError("async.queue is " + std::to_string(a_.queue) + " and async.batch " + std::to_string(a_.batch) +
-                      ": the queue must hold a whole batch (async.queue >= async.batch; equal keeps the policy lag "
-                      "lowest)");
+  check_queue_holds_batch(a_.queue, a_.batch);
   intake_.set_observers(observers, a_.queue);
 }
 
 void AsyncLearner::publish() {
   auto lock = actor_.exclusive();
-  torch::NoGradGuard g;
-  auto dst = actor_.net().parameters();
-  auto src = net_->parameters();
-  for (std::size_t i = 0; i < dst.size(); ++i) dst[i].copy_(src[i]);
+  copy_parameters(actor_.net(), *net_);
   if (actor_.norm_obs()) actor_.obs_rms() = obs_rms_;
   actor_.set_version(++version_);
 }
@@ -57,7 +66,6 @@ void AsyncLearner::publish() {
 AsyncStats AsyncLearner::update(std::vector<rl::Fragment> batch) {
   using Clock = std::chrono::steady_clock;
   const auto t_start = Clock::now();
-  const auto seconds = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
   const int obs_dim = net_->spec().obs_dim, act_dim = net_->spec().action_dim;
   AsyncStats st;
   std::vector<rl::Fragment> keep;
@@ -122,7 +130,7 @@ AsyncStats AsyncLearner::update(std::vector<rl::Fragment> batch) {
     full = net_->forward(x);
     logp_full = net_->log_prob({full.head.narrow(0, 0, N), full.value.narrow(0, 0, N)}, a);
   }
-  if (one_pass) times_.forward_s += seconds(t_fwd, Clock::now());  // the loss's forward; else V-trace's, the rest
+  if (one_pass) times_.forward_s += seconds_between(t_fwd, Clock::now());  // the loss's forward; else V-trace's, the rest
   const auto values = full.value.detach().to(torch::kCPU).contiguous();
   const auto log_rhos = (logp_full.detach() - old).to(torch::kCPU).contiguous();
   const float* vp = values.data_ptr<float>();
@@ -224,7 +232,7 @@ AsyncStats AsyncLearner::update(std::vector<rl::Fragment> batch) {
   }
   publish();
   ++times_.updates;
-  times_.total_s += seconds(t_start, Clock::now());
+  times_.total_s += seconds_between(t_start, Clock::now());
   return st;
 }
 

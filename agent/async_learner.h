@@ -49,6 +49,9 @@ struct AsyncStats {
   std::size_t dropped_stale = 0;  // trajectories older than max_lag in this batch
 };
 
+// ConfigError unless a queue of `queue` trajectories holds a batch of `batch` (async.queue, async.batch).
+void check_queue_holds_batch(int queue, int batch);
+
 class AsyncLearner : public Learner {
  public:
   enum class Loss { Appo, Impala };

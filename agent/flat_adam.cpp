@@ -73,7 +73,6 @@ void FlatAdam::load(const std::map<std::string, torch::Tensor>& tensors) {
 void gradient_step(FlatAdam& optimizer, const torch::Tensor& loss, double max_grad_norm,
                    std::chrono::steady_clock::time_point forward_start, std::int64_t rows, LearnerTimes* times) {
   using Clock = std::chrono::steady_clock;
-  const auto seconds = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
   const auto t1 = Clock::now();
   optimizer.zero_grad();
   loss.backward();
@@ -81,9 +80,9 @@ void gradient_step(FlatAdam& optimizer, const torch::Tensor& loss, double max_gr
   optimizer.clip_grad_norm(max_grad_norm);
   optimizer.step();
   const auto t3 = Clock::now();
-  times->forward_s += seconds(forward_start, t1);
-  times->backward_s += seconds(t1, t2);
-  times->optimizer_s += seconds(t2, t3);
+  times->forward_s += seconds_between(forward_start, t1);
+  times->backward_s += seconds_between(t1, t2);
+  times->optimizer_s += seconds_between(t2, t3);
   ++times->steps;
   times->rows += rows;
 }

@@ -46,10 +46,8 @@ Algorithm make_algorithm(const rl::RlConfig& cfg, int obs_dim, int n_actions, in
       intake.act_dim = act_dim;
       intake.rollout = cfg.async.rollout;
       intake.queue = cfg.async.queue;
-      if (cfg.async.batch > 0 && cfg.async.queue > 0 && cfg.async.queue < cfg.async.batch)
-        throw ConfigError("async.queue is " + std::to_string(cfg.async.queue) + " and async.batch " +
-                          std::to_string(cfg.async.batch) + ": the queue must hold a whole batch (async.queue >= "
-                          "async.batch; equal keeps the policy lag lowest)");
+      if (cfg.async.batch > 0 && cfg.async.queue > 0)  // else known once the world is (set_observers)
+        check_queue_holds_batch(cfg.async.queue, cfg.async.batch);
       const auto timeout = std::chrono::milliseconds(static_cast<long long>(cfg.rpc_timeout_s * 1000));
       const auto learner_device =
           cfg.learner_device.empty() ? device : parse_device(cfg.learner_device, "learner.device");

@@ -12,6 +12,7 @@
 // request never sees a half-updated network.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -73,6 +74,11 @@ struct LearnerTimes {
   long long rows = 0;                // rows over all gradient steps
   double forward_s = 0, backward_s = 0, optimizer_s = 0, total_s = 0;
 };
+
+// Seconds from `from` to `to`, for LearnerTimes.
+inline double seconds_between(std::chrono::steady_clock::time_point from, std::chrono::steady_clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
 
 class Learner {
  public:

@@ -237,7 +237,6 @@ Ppo::Ppo(PpoActor& actor, rl::PpoOptions options, int fragment_steps, int solved
 PpoStats Ppo::update(const std::vector<rl::Fragment>& fragments) {
   using Clock = std::chrono::steady_clock;
   const auto t_start = Clock::now();
-  const auto seconds = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
   auto& net = actor_.net();
   const int obs_dim = net.spec().obs_dim, act_dim = net.spec().action_dim;
   for (const auto& f : fragments) check_fragment(f, obs_dim, act_dim);
@@ -306,7 +305,7 @@ PpoStats Ppo::update(const std::vector<rl::Fragment>& fragments) {
   }
   net.eval();
   ++times_.updates;
-  times_.total_s += seconds(t_start, Clock::now());
+  times_.total_s += seconds_between(t_start, Clock::now());
   if (batches > 0) {
     st.policy_loss /= batches;
     st.value_loss /= batches;

@@ -12,6 +12,45 @@ namespace distrl::observer {
 
 using Clock = std::chrono::steady_clock;
 
+namespace {
+
+// Steps every env of venv with the answer's actions: continuous ones, or discrete ones through
+// `discrete` (int per env, reused).
+void step_envs(envs::VecEnv& venv, const rl::ActReply& r, int act_dim, std::vector<int>& discrete) {
+  if (act_dim > 0) {
+    venv.step(r.cont_actions.data());
+  } else {
+    std::copy(r.actions.begin(), r.actions.end(), discrete.begin());
+    venv.step(discrete.data());
+  }
+}
+
+// After a step of an autoreset venv: adds the rewards to the running episodes of `state`, and for
+// each env whose episode ended (the VecEnv restarted it) appends its return and length.
+void count_episode_ends(const envs::VecEnv& venv, FragmentState& state, std::vector<float>* returns,
+                        std::vector<std::int32_t>* lengths) {
+  for (int i = 0; i < venv.size(); ++i) {
+    state.episode_return[i] += venv.rewards()[i];
+    ++state.episode_length[i];
+    if (venv.terminated()[i] || venv.truncated()[i]) {
+      returns->push_back(state.episode_return[i]);
+      lengths->push_back(state.episode_length[i]);
+      state.episode_return[i] = 0;
+      state.episode_length[i] = 0;
+    }
+  }
+}
+
+// The first call of a loop over an autoreset venv: every env restarts, no episode counted yet.
+void start(envs::VecEnv& venv, FragmentState& state) {
+  venv.reset_all();
+  state.episode_return.assign(venv.size(), 0.0f);
+  state.episode_length.assign(venv.size(), 0);
+  state.started = true;
+}
+
+}  // namespace
+
 rl::Rollout run_episode(envs::VecEnv& venv, int observer_id, int max_steps, const ActFn& act,
                            bool record_latency) {
   const int n = venv.size();
@@ -69,12 +108,7 @@ rl::Fragment run_fragment(envs::VecEnv& venv, FragmentState& state, int observer
   const int n = venv.size(), dim = venv.obs_dim();
   const auto space = venv.env(0).action_space();
   const int act_dim = space.kind == envs::Space::Kind::Box ? space.dim() : 0;
-  if (!state.started) {
-    venv.reset_all();
-    state.episode_return.assign(n, 0.0f);
-    state.episode_length.assign(n, 0);
-    state.started = true;
-  }
+  if (!state.started) start(venv, state);
   rl::Fragment f;
   f.observer_id = observer_id;
   f.obs_dim = dim;
@@ -102,14 +136,9 @@ rl::Fragment run_fragment(envs::VecEnv& venv, FragmentState& state, int observer
     f.obs.insert(f.obs.end(), request.begin(), request.end());
     f.log_probs.insert(f.log_probs.end(), r.log_probs.begin(), r.log_probs.end());
     f.values.insert(f.values.end(), r.values.begin(), r.values.end());
-    if (act_dim > 0) {
-      f.cont_actions.insert(f.cont_actions.end(), r.cont_actions.begin(), r.cont_actions.end());
-      venv.step(r.cont_actions.data());
-    } else {
-      f.actions.insert(f.actions.end(), r.actions.begin(), r.actions.end());
-      std::copy(r.actions.begin(), r.actions.end(), discrete.begin());
-      venv.step(discrete.data());
-    }
+    if (act_dim > 0) f.cont_actions.insert(f.cont_actions.end(), r.cont_actions.begin(), r.cont_actions.end());
+    else f.actions.insert(f.actions.end(), r.actions.begin(), r.actions.end());
+    step_envs(venv, r, act_dim, discrete);
     // Episodes cut by the time limit: the critic's value of their final observation, which
     // the restart has replaced in obs() (one extra request, only when that happens).
     std::vector<int> cut;
@@ -124,20 +153,11 @@ rl::Fragment run_fragment(envs::VecEnv& venv, FragmentState& state, int observer
       if (v.values.size() != cut.size()) throw ProtocolError("select_action: no values for the final observations");
       for (std::size_t k = 0; k < cut.size(); ++k) cut_values[cut[k]] = v.values[k];
     }
-    for (int i = 0; i < n; ++i) {
-      f.rewards.push_back(venv.rewards()[i]);
-      f.terminated.push_back(venv.terminated()[i]);
-      f.truncated.push_back(venv.truncated()[i]);
-      f.truncated_values.push_back(cut_values[i]);
-      state.episode_return[i] += venv.rewards()[i];
-      ++state.episode_length[i];
-      if (venv.terminated()[i] || venv.truncated()[i]) {  // the VecEnv restarted it
-        f.episode_returns.push_back(state.episode_return[i]);
-        f.episode_lengths.push_back(state.episode_length[i]);
-        state.episode_return[i] = 0;
-        state.episode_length[i] = 0;
-      }
-    }
+    f.rewards.insert(f.rewards.end(), venv.rewards().begin(), venv.rewards().end());
+    f.terminated.insert(f.terminated.end(), venv.terminated().begin(), venv.terminated().end());
+    f.truncated.insert(f.truncated.end(), venv.truncated().begin(), venv.truncated().end());
+    f.truncated_values.insert(f.truncated_values.end(), cut_values.begin(), cut_values.end());
+    count_episode_ends(venv, state, &f.episode_returns, &f.episode_lengths);
   }
   f.last_values = ask().values;
   return f;
@@ -147,9 +167,8 @@ void run_stream(envs::VecEnv& venv, int observer_id, const StepFn& step, const s
   const int n = venv.size(), dim = venv.obs_dim();
   const auto space = venv.env(0).action_space();
   const int act_dim = space.kind == envs::Space::Kind::Box ? space.dim() : 0;
-  venv.reset_all();
-  std::vector<float> episode_return(n, 0.0f);
-  std::vector<std::int32_t> episode_length(n, 0);
+  FragmentState episodes;
+  start(venv, episodes);
   std::vector<int> discrete(n);
   rl::StepReport report;
   report.observer_id = observer_id;
@@ -167,12 +186,7 @@ void run_stream(envs::VecEnv& venv, int observer_id, const StepFn& step, const s
     if (act_dim > 0 ? r.cont_actions.size() != static_cast<std::size_t>(n) * act_dim : r.actions.empty())
       throw ProtocolError("act: an answer with " + std::string(act_dim > 0 ? "continuous" : "discrete") +
                           " actions was expected");
-    if (act_dim > 0) {
-      venv.step(r.cont_actions.data());
-    } else {
-      std::copy(r.actions.begin(), r.actions.end(), discrete.begin());
-      venv.step(discrete.data());
-    }
+    step_envs(venv, r, act_dim, discrete);
     ++report.step;
     report.rewards = venv.rewards();
     report.terminated = venv.terminated();
@@ -180,18 +194,10 @@ void run_stream(envs::VecEnv& venv, int observer_id, const StepFn& step, const s
     report.final_obs.clear();
     report.episode_returns.clear();
     report.episode_lengths.clear();
-    for (int i = 0; i < n; ++i) {
-      episode_return[i] += venv.rewards()[i];
-      ++episode_length[i];
+    for (int i = 0; i < n; ++i)
       if (venv.truncated()[i] && !venv.terminated()[i])  // the restart replaced it in obs()
         report.final_obs.insert(report.final_obs.end(), venv.final_obs(i), venv.final_obs(i) + dim);
-      if (venv.terminated()[i] || venv.truncated()[i]) {
-        report.episode_returns.push_back(episode_return[i]);
-        report.episode_lengths.push_back(episode_length[i]);
-        episode_return[i] = 0;
-        episode_length[i] = 0;
-      }
-    }
+    count_episode_ends(venv, episodes, &report.episode_returns, &report.episode_lengths);
   }
 }
 

@@ -29,6 +29,13 @@ torch::Tensor loss_of(models::ActorCritic& m, const torch::Tensor& x) {
   return out.head.pow(2).mean() + (out.value - 1).pow(2).mean() * 3;
 }
 
+// One FlatAdam step of m on x.
+void step(agent::FlatAdam& o, models::ActorCritic& m, const torch::Tensor& x) {
+  o.zero_grad();
+  loss_of(m, x).backward();
+  o.step();
+}
+
 double max_gap(models::ActorCritic& a, models::ActorCritic& b) {
   double gap = 0;
   auto pa = a.parameters(), pb = b.parameters();
@@ -65,11 +72,7 @@ TEST(FlatAdamTest, ItsStateSurvivesALoadThatReplacesTheParameters) {
   auto a = net(5), b = net(5);
   agent::FlatAdam fa(*a, 1e-2), fb(*b, 1e-2);
   const auto x = torch::randn({32, 8});
-  for (int i = 0; i < 3; ++i) {
-    fa.zero_grad();
-    loss_of(*a, x).backward();
-    fa.step();
-  }
+  for (int i = 0; i < 3; ++i) step(fa, *a, x);
   // b takes a's parameters the way a checkpoint load does (new storage), then its state.
   {
     torch::NoGradGuard g;
@@ -78,12 +81,8 @@ TEST(FlatAdamTest, ItsStateSurvivesALoadThatReplacesTheParameters) {
   }
   fb.flatten();
   fb.load(fa.state());
-  for (auto* o : {&fa, &fb}) {
-    auto& m = o == &fa ? *a : *b;
-    o->zero_grad();
-    loss_of(m, x).backward();
-    o->step();
-  }
+  step(fa, *a, x);
+  step(fb, *b, x);
   EXPECT_EQ(max_gap(*a, *b), 0.0);
   EXPECT_THROW(agent::FlatAdam(*net(1), 1e-3).load({{"adam.m", torch::zeros({3})},
                                                      {"adam.v", torch::zeros({3})},
@@ -98,11 +97,7 @@ TEST(FlatAdamTest, ACheckpointOfFlatParametersLoadsAndStepsOnAsBefore) {
   auto a = net(9), b = net(10);
   agent::FlatAdam fa(*a, 1e-2), fb(*b, 1e-2);
   const auto x = torch::randn({16, 8});
-  for (int i = 0; i < 2; ++i) {
-    fa.zero_grad();
-    loss_of(*a, x).backward();
-    fa.step();
-  }
+  for (int i = 0; i < 2; ++i) step(fa, *a, x);
   const std::string path = ::testing::TempDir() + "/flat_adam_test.pt";
   models::save_checkpoint(path, *a, nullptr, {}, fa.state());
   std::map<std::string, torch::Tensor> tensors;
@@ -111,12 +106,8 @@ TEST(FlatAdamTest, ACheckpointOfFlatParametersLoadsAndStepsOnAsBefore) {
   agent::load_optimizer(fb, tensors, path);
   EXPECT_EQ(max_gap(*a, *b), 0.0);
   for (const auto& p : b->parameters()) EXPECT_EQ(p.storage().data(), fb.params().storage().data());
-  for (auto* o : {&fa, &fb}) {
-    auto& m = o == &fa ? *a : *b;
-    o->zero_grad();
-    loss_of(m, x).backward();
-    o->step();
-  }
+  step(fa, *a, x);
+  step(fb, *b, x);
   EXPECT_EQ(max_gap(*a, *b), 0.0);
   std::remove(path.c_str());
 }
