@@ -808,7 +808,9 @@ TEST(AsyncRlTest, AppoAndImpalaSolveCartPoleWhileActingGoesOnAndAResumeCarriesTh
     EXPECT_LE(sum / static_cast<double>(lag.size()), 2.0) << algo;
     EXPECT_EQ(dropped.back(), 0) << algo;
     const auto events = distrl::testing::read_tfevents(dir.path());
-    if (events.ran) EXPECT_EQ(events.points("lag/mean"), static_cast<int>(lag.size())) << events.out;
+    if (events.ran) {
+      EXPECT_EQ(events.points("lag/mean"), static_cast<int>(lag.size())) << events.out;
+    }
   }
   TempDir dir;
   const std::string run = "--config " + kAppo + " learner.target_reward=100000 run.out_dir=" + dir.path();
