@@ -7,9 +7,11 @@
 #include <array>
 #include <numeric>
 #include <optional>
+#include <thread>
 
 #include "agent/observer_pool.h"
 #include "common/error.h"
+#include "common/log.h"
 #include "common/stop_signal.h"
 #include "models/checkpoint.h"
 
@@ -236,8 +238,123 @@ AsyncStats AsyncLearner::update(std::vector<rl::Fragment> batch) {
   return st;
 }
 
+rl::PolicyWeights AsyncLearner::weights() const {
+  rl::PolicyWeights w;
+  w.version = version_;
+  std::vector<torch::Tensor> flat;
+  for (const auto& p : net_->parameters()) flat.push_back(p.detach().reshape(-1));
+  const auto all = torch::cat(flat).to(torch::kCPU, torch::kFloat32).contiguous();
+  w.params.assign(all.data_ptr<float>(), all.data_ptr<float>() + all.numel());
+  const auto rms = obs_rms_.state().contiguous();
+  w.obs_rms.assign(rms.data_ptr<double>(), rms.data_ptr<double>() + rms.numel());
+  return w;
+}
+
+rl::LearnReply AsyncLearner::reply(const AsyncStats& st) const {
+  rl::LearnReply r;
+  r.policy_loss = st.policy_loss;
+  r.value_loss = st.value_loss;
+  r.entropy = st.entropy;
+  r.lag_mean = st.lag_mean;
+  r.lag_max = st.lag_max;
+  r.transitions = static_cast<std::int64_t>(st.transitions);
+  r.dropped_stale = static_cast<std::int64_t>(st.dropped_stale);
+  r.updates = times_.updates;
+  r.steps = times_.steps;
+  r.rows = times_.rows;
+  r.forward_s = times_.forward_s;
+  r.backward_s = times_.backward_s;
+  r.optimizer_s = times_.optimizer_s;
+  r.total_s = times_.total_s;
+  r.weights = weights();
+  return r;
+}
+
+void AsyncLearner::install(const rl::PolicyWeights& w) {
+  std::int64_t total = 0;
+  for (const auto& p : net_->parameters()) total += p.numel();
+  const auto rms_values = static_cast<std::size_t>(2 * net_->spec().obs_dim + 1);
+  if (static_cast<std::int64_t>(w.params.size()) != total || w.obs_rms.size() != rms_values)
+    throw ProtocolError("the learner's weights have " + std::to_string(w.params.size()) + " parameters and " +
+                        std::to_string(w.obs_rms.size()) + " observation statistics; this network has " +
+                        std::to_string(total) + " and " + std::to_string(rms_values) +
+                        " (do the agent and distrl-learner run the same config?)");
+  {
+    torch::NoGradGuard g;
+    std::int64_t at = 0;
+    const auto src = torch::from_blob(const_cast<float*>(w.params.data()), {total}, torch::kFloat32);
+    for (auto& p : net_->parameters()) {
+      p.copy_(src.narrow(0, at, p.numel()).view(p.sizes()));
+      at += p.numel();
+    }
+  }
+  obs_rms_.load(torch::tensor(w.obs_rms, torch::kFloat64));
+  version_ = w.version - 1;
+  publish();  // as version w.version
+}
+
+void AsyncLearner::fetch_remote_weights() {
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    try {
+      install(remote_->rpc_sync<rl::PolicyWeights>(rl::kLearnerName, rl::kWeights, 0));
+      DISTRL_LOG(Info, "agent: acting with the learner's weights, version " << version_);
+      return;
+    } catch (const TransportError& e) {
+      if (std::chrono::steady_clock::now() - start > timeout_ || stop_signal())
+        throw TransportError(std::string("the learner process (") + rl::kLearnerName +
+                             ") did not answer for its weights within rpc.timeout_s: " + e.what());
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  }
+}
+
+bool AsyncLearner::learn_remotely(std::vector<rl::Fragment> batch, AsyncStats* st) {
+  rl::LearnRequest req;
+  req.version = version_;
+  req.batch = std::move(batch);
+  rl::LearnReply r;
+  try {
+    r = remote_->rpc_sync<rl::LearnReply>(rl::kLearnerName, rl::kLearn, req);
+  } catch (const TransportError& e) {
+    unlearned_ += static_cast<long long>(req.batch.size());
+    if (!unreachable_) {
+      unreachable_ = true;
+      unreachable_since_ = std::chrono::steady_clock::now();
+      DISTRL_LOG(Warn, "agent: the learner cannot be reached (" << e.what() << "); acting goes on with policy version "
+                                                                << version_ << ", and the trajectories are dropped "
+                                                                   "(counted) until it is back");
+    }
+    return false;
+  }
+  if (unreachable_) {
+    unreachable_ = false;
+    DISTRL_LOG(Warn, "agent: the learner is back after "
+                         << static_cast<long long>(seconds_between(unreachable_since_, std::chrono::steady_clock::now()))
+                         << " s at policy version " << r.weights.version << "; " << unlearned_
+                         << " trajectories went unlearned so far");
+  }
+  install(r.weights);
+  st->policy_loss = r.policy_loss;
+  st->value_loss = r.value_loss;
+  st->entropy = r.entropy;
+  st->lag_mean = r.lag_mean;
+  st->lag_max = r.lag_max;
+  st->transitions = static_cast<std::size_t>(r.transitions);
+  st->dropped_stale = static_cast<std::size_t>(r.dropped_stale);
+  times_.updates = r.updates;
+  times_.steps = r.steps;
+  times_.rows = r.rows;
+  times_.forward_s = r.forward_s;
+  times_.backward_s = r.backward_s;
+  times_.optimizer_s = r.optimizer_s;
+  times_.total_s = r.total_s;
+  return true;
+}
+
 RoundData AsyncLearner::round(ObserverPool& pool, bool learn) {
   if (!started_) {
+    if (remote_) fetch_remote_weights();
     pool.start_streams(intake_);
     started_ = true;
   }
@@ -265,13 +382,15 @@ RoundData AsyncLearner::round(ObserverPool& pool, bool learn) {
   d.env_steps = s.steps - steps_seen_;
   steps_seen_ = s.steps;
   if (learn && !batch.empty()) {
-    const AsyncStats st = update(std::move(batch));
+    AsyncStats st;
+    if (!remote_) st = update(std::move(batch));
+    else learn_remotely(std::move(batch), &st);
     d.loss = st.policy_loss;
     d.lag_mean = st.lag_mean;
     d.lag_max = st.lag_max;
     dropped_ += static_cast<long long>(st.dropped_stale);
   }
-  d.dropped = dropped_;
+  d.dropped = dropped_ + unlearned_;
   return d;
 }
 

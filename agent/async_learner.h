@@ -17,9 +17,16 @@
 // versions behind is dropped and counted. Learning off (benchmarks) takes the batches and
 // learns nothing.
 //
+// roles.learners 1 (use_remote): the batches go to distrl-learner (learner_service.h), whose own
+// AsyncLearner learns them and answers with its weights, which this one installs in the actor.
+// Acting goes on while the learner is unreachable (its process died and is restarting): the
+// batches of that time are dropped and counted, and the first reply after it is back brings
+// its weights (from its last checkpoint).
+//
 // Threads: round(), save(), load() on the agent's main thread (the learner); trajectories()
 // is fed by the serving threads. The learner's network is its own; the actor's is touched only
-// under the actor's exclusive lock, by publish().
+// under the actor's exclusive lock, by publish(). In distrl-learner every call is made under
+// the service's lock.
 #pragma once
 
 #include <torch/types.h>
@@ -38,6 +45,8 @@
 #include "models/actor_critic.h"
 #include "rl/async_options.h"
 #include "rl/ppo_options.h"
+#include "rl/protocol.h"
+#include "transport/rpc/rpc_agent.h"
 
 namespace distrl::agent {
 
@@ -68,6 +77,18 @@ class AsyncLearner : public Learner {
   std::int64_t version() const { return version_; }
   models::ActorCritic& net() { return *net_; }
 
+  // The learner process's side: the current weights (version, flat parameters, observation
+  // statistics); a version to number on from (an agent acted with versions this learner lost
+  // in a restart); the reply to a LearnRequest after update().
+  rl::PolicyWeights weights() const;
+  void advance_to(std::int64_t version) { version_ = std::max(version_, version); }
+  rl::LearnReply reply(const AsyncStats& stats) const;
+  // The agent's side: batches learn in the learner process `rpc` reaches as rl::kLearnerName;
+  // install() puts a reply's weights in this copy and the actor (ProtocolError if they do not
+  // fit the network). Call before the run.
+  void use_remote(transport::RpcAgent& rpc) { remote_ = &rpc; }
+  void install(const rl::PolicyWeights& w);
+
   bool fragments() const override { return true; }
   RoundData round(ObserverPool& pool, bool learn) override;
   double running_reward(const std::vector<double>& returns, double previous) override {
@@ -87,6 +108,10 @@ class AsyncLearner : public Learner {
   // net on the actor's device with the actor's weights (before the optimizer flattens them).
   static std::shared_ptr<models::ActorCritic> prepared(const std::shared_ptr<models::ActorCritic>& net,
                                                        PpoActor& actor, torch::Device device);
+  // roles.learners 1: the learner process learns `batch` (false: it cannot be reached now, and
+  // the batch is dropped); the learner's first weights before acting starts.
+  bool learn_remotely(std::vector<rl::Fragment> batch, AsyncStats* stats);
+  void fetch_remote_weights();
   PpoActor& actor_;
   torch::Device device_;
   Loss loss_;
@@ -104,7 +129,11 @@ class AsyncLearner : public Learner {
   long long steps_seen_ = 0;   // intake_.stats().steps at the last round
   long long dropped_ = 0;      // stale trajectories so far
   std::mt19937_64 rng_;
-  LearnerTimes times_;
+  LearnerTimes times_;  // with a remote learner: its own, from its last reply
+  transport::RpcAgent* remote_ = nullptr;
+  std::chrono::steady_clock::time_point unreachable_since_{};  // the learner could not be reached (remote_)
+  bool unreachable_ = false;
+  long long unlearned_ = 0;  // trajectories dropped while the learner was unreachable
 };
 
 }  // namespace distrl::agent

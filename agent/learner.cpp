@@ -10,14 +10,19 @@
 
 namespace distrl::agent {
 
-Algorithm make_algorithm(const rl::RlConfig& cfg, int obs_dim, int n_actions, int act_dim) {
+Algorithm make_algorithm(const rl::RlConfig& cfg, int obs_dim, int n_actions, int act_dim, Role role) {
   torch::manual_seed(cfg.seed);
-  const auto device = parse_device(cfg.device);
   const std::uint64_t seed = static_cast<std::uint64_t>(cfg.seed) * 0x9E3779B97F4A7C15ull + 1;
   Algorithm a;
   if (!cfg.learner_device.empty() && !cfg.asynchronous())
     throw ConfigError("learner.device is " + cfg.learner_device + ", but learner.algo " + cfg.algo +
                       " learns where it acts (agent.device); learner.device is for appo and impala");
+  if (cfg.learners > 0 && !cfg.asynchronous())
+    throw ConfigError("roles.learners is " + std::to_string(cfg.learners) + ", but learner.algo " + cfg.algo +
+                      " learns in the agent between rounds; a learner process is for appo and impala");
+  const auto device = role == Role::LearnerProcess && !cfg.learner_device.empty()
+                          ? parse_device(cfg.learner_device, "learner.device")
+                          : parse_device(cfg.device);
   if (cfg.actor_critic()) {
     models::ActorCriticSpec spec;
     spec.obs_dim = obs_dim;
@@ -49,8 +54,10 @@ Algorithm make_algorithm(const rl::RlConfig& cfg, int obs_dim, int n_actions, in
       if (cfg.async.batch > 0 && cfg.async.queue > 0)  // else known once the world is (set_observers)
         check_queue_holds_batch(cfg.async.queue, cfg.async.batch);
       const auto timeout = std::chrono::milliseconds(static_cast<long long>(cfg.rpc_timeout_s * 1000));
-      const auto learner_device =
-          cfg.learner_device.empty() ? device : parse_device(cfg.learner_device, "learner.device");
+      // The agent's copy of a remote learner's network only holds what it installs: agent.device.
+      const auto learner_device = cfg.learner_device.empty() || role == Role::LearnerProcess || cfg.learners > 0
+                                      ? device
+                                      : parse_device(cfg.learner_device, "learner.device");
       a.learner = std::make_unique<AsyncLearner>(
           *actor, cfg.algo == "impala" ? AsyncLearner::Loss::Impala : AsyncLearner::Loss::Appo, o, cfg.async, intake,
           cfg.solved_window, timeout, learner_device);

@@ -114,9 +114,14 @@ struct Algorithm {
   std::unique_ptr<Learner> learner;
 };
 
+// Which process builds the algorithm: the agent (acting on agent.device; with roles.learners 0
+// also learning, on learner.device) or distrl-learner (roles.learners 1: everything on
+// learner.device; its actor only holds what it publishes).
+enum class Role { Agent, LearnerProcess };
+
 // learner.algo from the config (reinforce, ppo, appo or impala), its network built for the env's spaces
-// (act_dim > 0: continuous actions) on config.device. Throws ConfigError for a bad model or a
-// continuous env under REINFORCE.
-Algorithm make_algorithm(const rl::RlConfig& config, int obs_dim, int n_actions, int act_dim);
+// (act_dim > 0: continuous actions) on config.device. Throws ConfigError for a bad model, a
+// continuous env under REINFORCE or roles.learners 1 with a synchronous algorithm.
+Algorithm make_algorithm(const rl::RlConfig& config, int obs_dim, int n_actions, int act_dim, Role role = Role::Agent);
 
 }  // namespace distrl::agent

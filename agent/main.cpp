@@ -52,7 +52,8 @@ int main(int argc, char** argv) {
     const rl::RlConfig& cfg = cmd.config;
     const ToolFlags& cli = cmd.flags;
     agent::check_device(cfg.device);  // fail before rendezvous, not after
-    if (!cfg.learner_device.empty()) agent::check_device(cfg.learner_device, "learner.device");
+    // learner.device is the learner process's with roles.learners 1 (it checks it on its host).
+    if (!cfg.learner_device.empty() && cfg.learners == 0) agent::check_device(cfg.learner_device, "learner.device");
     if (cli.check_only) {  // the line distrl-launch reads the world's size and out_dir from (config_launch.cpp)
       // The env (Gymnasium knows its IDs: asked here), the algorithm for it (REINFORCE cannot
       // drive continuous actions), a checkpoint that does not fit or has no rounds left; then the
@@ -63,8 +64,9 @@ int main(int argc, char** argv) {
         throw ConfigError(std::string("env.name: ") + e.what());
       }
       RunLock::check_before_start(cfg.out_dir);
-      std::cout << "distrl-agent: ok: rl, " << cfg.observers + 1 << " ranks (1 agent + " << cfg.observers
-                << " observer" << (cfg.observers == 1 ? "" : "s") << "; " << cfg.env << ", " << cfg.algo << ", "
+      std::cout << "distrl-agent: ok: rl, " << cfg.observers + 1 + cfg.learners << " ranks (1 agent + "
+                << cfg.observers << " observer" << (cfg.observers == 1 ? "" : "s")
+                << (cfg.learners > 0 ? " + 1 learner" : "") << "; " << cfg.env << ", " << cfg.algo << ", "
                 << cfg.mode << (cmd.flags.security == "curve" ? ", security curve" : "") << "); outputs in "
                 << cfg.out_dir << std::endl;
       return 0;
@@ -88,7 +90,8 @@ int main(int argc, char** argv) {
     transport::RpcOptions ro = rl::rpc_options(cfg, cli.world, rl::kAgentName);
     ro.thread_init = [] { at::init_num_threads(); };  // agent.torch_threads on the threads that serve
     transport::RpcAgent rpc(ro, [&](transport::RpcAgent& a) { rl.serve(a); });
-    agent::print_joined(cfg, rpc.world_size() - 1);
+    const int observers = rpc.world_size() - 1 - cfg.learners;
+    agent::print_joined(cfg, observers);
     // SIGINT/SIGTERM from here on: finish the round, save, write every output, exit 130/143.
     install_stop_handlers();
     if (failpoint("agent.hold_before_run"))  // tests: a world that has joined, with no run yet
@@ -96,7 +99,7 @@ int main(int argc, char** argv) {
     agent::RunSummary s = rl.run(rpc);
     g_agent = nullptr;
     rpc.shutdown();
-    agent::write_run_report(cfg, s, rpc.world_size() - 1, cmd.settings.to_yaml());
+    agent::write_run_report(cfg, s, observers, cmd.settings.to_yaml());
     if (!s.failure.empty()) throw TransportError(s.failure);  // exit 1, after every output is written
     return stop_exit_code();  // 0, or 128 + the signal that stopped the run
   });

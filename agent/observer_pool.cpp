@@ -6,7 +6,7 @@ ObserverPool::ObserverPool(transport::RpcAgent& rpc, const rl::RlConfig& cfg, bo
                            bool stream)
     : rpc_(rpc), batcher_(batcher) {
   for (const auto& w : rpc.workers()) {
-    if (w.rank == rpc.rank()) continue;
+    if (w.rank == rpc.rank() || w.name == rl::kLearnerName) continue;
     rl::ObserverSpec spec;
     spec.agent = rpc.name();
     spec.observer_id = static_cast<int>(obs_.size());

@@ -5,6 +5,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "agent/async_learner.h"
 #include "agent/observer_pool.h"
 #include "agent/round_log.h"
 #include "agent/trajectories.h"
@@ -93,8 +94,13 @@ void RlAgent::save(const std::string& path) {
 }
 
 void RlAgent::serve(transport::RpcAgent& rpc) {
-  const int observers = rpc.world_size() - 1;
-  if (observers < 1) throw ConfigError("the world has no observers: start distrl-agent with world size >= 2");
+  const int observers = rpc.world_size() - 1 - cfg_.learners;
+  if (observers < 1)
+    throw ConfigError("the world has no observers: start distrl-agent with world size >= " +
+                      std::to_string(2 + cfg_.learners));
+  // roles.learners 1: batches go to distrl-learner, the world's last rank (make_algorithm
+  // refused a synchronous algo); run() checks it is there once the world is known.
+  if (cfg_.learners > 0) static_cast<AsyncLearner&>(*algo_.learner).use_remote(rpc);
   if (observers != cfg_.observers)
     DISTRL_LOG(Info, "agent: " << observers << " observer(s) in the world (config 'observers' says " << cfg_.observers
                                << "; the world wins)");
@@ -159,6 +165,9 @@ void RlAgent::serve(transport::RpcAgent& rpc) {
 
 RunSummary RlAgent::run(transport::RpcAgent& rpc) {
   Learner& learner = *algo_.learner;
+  if (cfg_.learners > 0 && rpc.workers().back().name != rl::kLearnerName)
+    throw ConfigError(std::string("roles.learners is 1, but the world's last rank is ") + rpc.workers().back().name +
+                      ", not distrl-learner (" + rl::kLearnerName + "): start the world with distrl-launch --config");
   ObserverPool pool(rpc, cfg_, learner.fragments(), batcher_.get(), learner.trajectories() != nullptr);
   // However run() ends (a failed write throws out of it too), streaming observers are told to
   // stop and to finish before the pool releases them: an observer whose loop still ran when its

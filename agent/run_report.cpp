@@ -64,7 +64,7 @@ void write_run_report(const rl::RlConfig& cfg, const RunSummary& s, int observer
   std::printf("  CPU per select_action request: agent %.1f us (serving), observer %.1f us (env step included)\n",
               s.agent_cpu_us_per_request, s.observer_cpu_us_per_request);
   if (s.asynchronous)
-    std::printf("  trajectories: %lld queued, %lld dropped as older than async.max_lag, %lld malformed steps refused; "
+    std::printf("  trajectories: %lld queued, %lld dropped (older than async.max_lag, or unlearned while the learner process was unreachable), %lld malformed steps refused; "
                 "they waited %.1f s in all for room in the queue (back-pressure: the learner the slower side)\n",
                 s.trajectories, s.dropped_stale, s.refused, s.backpressure_s);
   if (const LearnerTimes& t = s.learner; t.updates > 0 && t.steps > 0) {

@@ -41,7 +41,7 @@ install(FILES ${PROJECT_BINARY_DIR}/generated/distrl/common/config.h DESTINATION
 
 # The tools (distrl-launch finds distrl-agent, distrl-observer, distrl-train ... beside itself)
 # and the example configs.
-foreach(tool distrl-launch distrl-agent distrl-observer distrl-train distrl-rnn distrl-ps distrl-pipeline
+foreach(tool distrl-launch distrl-agent distrl-learner distrl-observer distrl-train distrl-rnn distrl-ps distrl-pipeline
              distrl-bench distrl-keygen distrl-render)
   if(TARGET ${tool})
     install(TARGETS ${tool} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

@@ -7,6 +7,8 @@
 //                       observer.rpc_async<int>(kRunStream, 0)                   (APPO, IMPALA)
 //   observer -> agent   rpc_sync<ActReply>(kAgentName, kSelectAction, observer_id, obs)
 //                       rpc_sync<ActReply>(kAgentName, kAct, StepReport)          (a streaming observer)
+//   agent -> learner    rpc_sync<LearnReply>(kLearnerName, kLearn, LearnRequest)  (roles.learners 1)
+//                       rpc_sync<PolicyWeights>(kLearnerName, kWeights, 0)
 // A streaming observer owns its loop: run_stream starts it and returns; from then on it steps
 // its envs and sends every step's outcome with its next request (kAct) until a reply says stop.
 // Both sides use these names (the observer registers them, the agent calls them), so they
@@ -31,6 +33,9 @@ inline constexpr const char* kRunFragment = "run_fragment";
 inline constexpr const char* kFinish = "finish";
 inline constexpr const char* kRunStream = "run_stream";
 inline constexpr const char* kAct = "act";  // function on the agent: a streaming observer's step
+inline constexpr const char* kLearnerName = "learner";  // the learner process's worker name (roles.learners 1)
+inline constexpr const char* kLearn = "learn";          // functions on the learner
+inline constexpr const char* kWeights = "weights";
 
 struct ObserverSpec {
   std::string agent;          // the agent's worker name
@@ -151,6 +156,38 @@ struct StepReport {
   double cpu_us = 0;                     // the observer process's CPU time since the previous request
   MSGPACK_DEFINE(observer_id, step, obs, rewards, terminated, truncated, final_obs, episode_returns, episode_lengths,
                  latency_us, cpu_us);
+};
+
+// The learner's policy as the agent installs it: every parameter of the actor-critic, flat in
+// the network's parameter order (both sides build it from the same config), and the
+// observation statistics it normalises with (mean, variance, count: 2 * obs_dim + 1 values).
+struct PolicyWeights {
+  std::int64_t version = 0;
+  std::vector<float> params;
+  std::vector<double> obs_rms;
+  MSGPACK_DEFINE(version, params, obs_rms);
+};
+
+// One learner step's batch from an agent. `version`: the newest policy version the agent has
+// acted with (a restarted learner that lost versions numbers on from there, so a trajectory is
+// never "from the future").
+struct LearnRequest {
+  int agent = 0;
+  std::int64_t version = 0;
+  std::vector<Fragment> batch;
+  MSGPACK_DEFINE(agent, version, batch);
+};
+
+// What the step did, and the weights it made (the agent installs them for its next forward).
+struct LearnReply {
+  double policy_loss = 0, value_loss = 0, entropy = 0, lag_mean = 0;
+  std::int64_t lag_max = 0, transitions = 0, dropped_stale = 0;
+  // The learner's time so far (LearnerTimes), for the agent's end report.
+  std::int64_t updates = 0, steps = 0, rows = 0;
+  double forward_s = 0, backward_s = 0, optimizer_s = 0, total_s = 0;
+  PolicyWeights weights;
+  MSGPACK_DEFINE(policy_loss, value_loss, entropy, lag_mean, lag_max, transitions, dropped_stale, updates, steps, rows,
+                 forward_s, backward_s, optimizer_s, total_s, weights);
 };
 
 }  // namespace distrl::rl

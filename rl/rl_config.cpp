@@ -80,6 +80,10 @@ void bind(Settings& s, RlConfig& c) {
   s.bind("learner.device", &c.learner_device,
          "appo/impala: where the learner trains its copy of the network: cpu, cuda or cuda:N (empty: agent.device); "
          "inference stays on agent.device and takes each new version across");
+  s.bind("roles.learners", &c.learners,
+         "appo/impala: 1 runs the learner in its own process (distrl-learner, the world's last rank: on "
+         "another host with --nnodes, on learner.device there); 0 runs it in the agent")
+      .range(0, 1);
   s.bind("async.rollout", &c.async.rollout, "appo/impala: steps per env in one trajectory").range(1, 100000);
   s.bind("async.batch", &c.async.batch,
          "appo/impala: trajectories per learner step (0: one per observer, which keeps the policy lag near one "

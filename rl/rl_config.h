@@ -57,6 +57,7 @@ struct RlConfig {
   // appo, impala (the ppo.* keys they share: clip, epochs, minibatch, vf_coef, ent_coef, ...)
   AsyncOptions async;
   std::string learner_device;  // learner.device: where appo/impala's learner trains ("": agent.device)
+  int learners = 0;            // roles.learners: 1 = appo/impala's learner in its own process (distrl-learner)
   bool asynchronous() const { return algo == "appo" || algo == "impala"; }
   bool actor_critic() const { return algo != "reinforce"; }
   // rpc

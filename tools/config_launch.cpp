@@ -152,11 +152,16 @@ void configure_world(const std::string& config, const std::vector<std::string>& 
     return;
   }
   const std::string agent = tool("distrl-agent"), observer = tool("distrl-observer");
-  read_check(agent, check(agent, tail), o);  // 1 + `observers`
-  o->rank0_command = {agent};
-  o->rank0_command.insert(o->rank0_command.end(), tail.begin(), tail.end());
-  o->command = {observer};
-  o->command.insert(o->command.end(), tail.begin(), tail.end());
+  read_check(agent, check(agent, tail), o);  // 1 + `observers` + roles.learners
+  const auto with_tail = [&](const std::string& exe) {
+    std::vector<std::string> cmd{exe};
+    cmd.insert(cmd.end(), tail.begin(), tail.end());
+    return cmd;
+  };
+  o->rank_commands[0] = with_tail(agent);
+  if (int_setting(config, overrides, "roles.learners", 0, 0) > 0)  // checked by the agent above
+    o->rank_commands[o->nproc - 1] = with_tail(tool("distrl-learner"));
+  o->command = with_tail(observer);
 }
 
 }  // namespace

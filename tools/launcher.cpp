@@ -65,7 +65,8 @@ pid_t spawn(const LaunchOptions& o, int local, int global, int world, int port, 
     set("MASTER_PORT", std::to_string(port));
     set("DISTRL_STORE_HOSTED", "1");  // node 0's launcher serves the store
     set("DISTRL_RESTART_COUNT", std::to_string(restarts));  // as torchrun's TORCHELASTIC_RESTART_COUNT
-    const auto& cmd = global == 0 && !o.rank0_command.empty() ? o.rank0_command : o.command;
+    const auto own = o.rank_commands.find(global);
+    const auto& cmd = own != o.rank_commands.end() ? own->second : o.command;
     std::vector<char*> argv;
     for (auto& a : cmd) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);

@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -26,7 +27,9 @@ struct LaunchOptions {
   bool prefix = true;         // "[rank] " before each line
   std::chrono::milliseconds grace{30000};  // SIGTERM -> SIGKILL delay when stopping ranks
   std::vector<std::string> command;
-  std::vector<std::string> rank0_command;  // when set, global rank 0 runs this instead (agent + observers)
+  // Global ranks that run another command than `command` (an RL world: rank 0 the agent, the
+  // last rank the learner with roles.learners 1, the observers between).
+  std::map<int, std::vector<std::string>> rank_commands;
   // A rank that exits with an error or is killed is started again, up to this many times per
   // rank (0: the first failure stops the job). The new process rejoins the running world under
   // the same rank (RpcAgent); the others are not restarted.
