@@ -26,9 +26,9 @@ void print_banner(const rl::RlConfig& cfg, const std::string& security) {
 
 void print_joined(const rl::RlConfig& cfg, int observers) {
   if (cfg.asynchronous())
-    std::printf("distrl-agent: %d observer(s) joined; they act on their own while the learner runs up to %d steps of "
-                "%d trajectories of %d steps x %d env(s)\n",
-                observers, cfg.rounds, cfg.async.batch > 0 ? cfg.async.batch : observers, cfg.async.rollout,
+    std::printf("distrl-agent: %d observer(s)%s joined; they act on their own while the learner runs up to %d steps "
+                "of %d trajectories of %d steps x %d env(s)\n",
+                observers, cfg.learners > 0 ? " and 1 learner process" : "", cfg.rounds, cfg.async.batch > 0 ? cfg.async.batch : observers, cfg.async.rollout,
                 cfg.envs_per_observer);
   else if (cfg.algo == "ppo")
     std::printf("distrl-agent: %d observer(s) joined; running up to %d rounds of %d steps x %d env(s) per observer\n",
@@ -64,7 +64,8 @@ void write_run_report(const rl::RlConfig& cfg, const RunSummary& s, int observer
   std::printf("  CPU per select_action request: agent %.1f us (serving), observer %.1f us (env step included)\n",
               s.agent_cpu_us_per_request, s.observer_cpu_us_per_request);
   if (s.asynchronous)
-    std::printf("  trajectories: %lld queued, %lld dropped (older than async.max_lag, or unlearned while the learner process was unreachable), %lld malformed steps refused; "
+    std::printf("  trajectories: %lld queued, %lld dropped (older than async.max_lag, or while the learner process "
+                "was unreachable), %lld malformed steps refused; "
                 "they waited %.1f s in all for room in the queue (back-pressure: the learner the slower side)\n",
                 s.trajectories, s.dropped_stale, s.refused, s.backpressure_s);
   if (const LearnerTimes& t = s.learner; t.updates > 0 && t.steps > 0) {

@@ -84,6 +84,11 @@ void bind(Settings& s, RlConfig& c) {
          "appo/impala: 1 runs the learner in its own process (distrl-learner, the world's last rank: on "
          "another host with --nnodes, on learner.device there); 0 runs it in the agent")
       .range(0, 1);
+  s.bind("launch.max_restarts", &c.max_restarts,
+         "distrl-launch restarts a rank that dies up to this many times: a learner process resumes from "
+         "OUT_DIR/learner.pt and the agent goes on acting meanwhile (meant for roles.learners 1: a restarted "
+         "observer is not taken back into the run)")
+      .range(0, 1000);
   s.bind("async.rollout", &c.async.rollout, "appo/impala: steps per env in one trajectory").range(1, 100000);
   s.bind("async.batch", &c.async.batch,
          "appo/impala: trajectories per learner step (0: one per observer, which keeps the policy lag near one "

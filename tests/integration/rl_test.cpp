@@ -847,9 +847,39 @@ TEST(AsyncRlTest, AKilledObserverIsNamedAndTheLearnerGoesOnWithTheOther) {
   EXPECT_TRUE(std::filesystem::exists(dir.file("policy.pt")));
 }
 
+// roles.learners 1: the learner in its own process (distrl-learner, the world's last rank)
+// solves CartPole too. Killed mid-run (SIGKILL), the agent names it and goes on acting, counting
+// what went unlearned; launch.max_restarts starts it again, it resumes from its last
+// checkpoint (learner.pt, every 20 steps here) and the run still solves.
+TEST(AsyncRlTest, TheLearnerInItsOwnProcessSolvesAndAKilledOneResumesFromItsCheckpoint) {
+  TempDir dir;
+  bool killed = false;
+  auto r = launch("--config " + kAppo + " roles.learners=1 launch.max_restarts=1 learner.checkpoint_every=20 "
+                  "learner.log_interval=5 rpc.timeout_s=20 run.out_dir=" + dir.path(),
+                  [&](const std::string& line) {
+                    // "[3] learner: update 50 ..." (every 10 x log_interval steps): checkpoints at 20 and 40 exist.
+                    if (!killed && line.find("] learner: update 50 ") != std::string::npos) {
+                      killed = true;
+                      (void)!std::system(("pkill -KILL -f 'distrl-learner .*" + dir.path() + "'").c_str());
+                    }
+                  });
+  ASSERT_EQ(r.code, 0) << r.output;
+  ASSERT_TRUE(killed) << r.output;
+  EXPECT_NE(r.output.find("2 observer(s) and 1 learner process joined"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("trajectories: 0 dropped"), std::string::npos) << r.output;  // the unlearned are counted
+  EXPECT_NE(r.output.find("Solved after"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("agent: the learner cannot be reached"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("learner: resumed from " + dir.file("learner.pt") + " at policy version "),
+            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("agent: the learner is back after"), std::string::npos) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(dir.file("learner.pt")));
+  EXPECT_TRUE(std::filesystem::exists(dir.file("policy.pt")));
+}
+
 // learner.device names where APPO/IMPALA's learner trains; a CUDA one on a machine or build
 // without CUDA is refused before anything starts, naming the key; so is learner.device for a
-// synchronous learner (it learns where it acts), and a queue smaller than a batch.
+// synchronous learner (it learns where it acts), a learner process for one, and a queue smaller
+// than a batch. With roles.learners 1, distrl-learner refuses a device it does not have.
 TEST(AsyncRlTest, ALearnerDeviceOrQueueThatCannotWorkIsRefusedByName) {
   TempDir dir;
   auto r = launch("--config " + kAppo + " learner.device=cuda run.out_dir=" + dir.path());
@@ -859,6 +889,15 @@ TEST(AsyncRlTest, ALearnerDeviceOrQueueThatCannotWorkIsRefusedByName) {
   r = launch("--config " + kAppo + " learner.algo=ppo learner.device=cpu run.out_dir=" + dir.path());
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("learner.device is for appo and impala"), std::string::npos) << r.output;
+  r = launch("--config " + kAppo + " learner.algo=ppo roles.learners=1 run.out_dir=" + dir.path());
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("a learner process is for appo and impala"), std::string::npos) << r.output;
+  // The learner process checks its own device, on its own host: there the run stops.
+  TempDir elsewhere;  // this run starts the agent, which claims its directory
+  r = launch("--config " + kAppo + " roles.learners=1 learner.device=cuda run.out_dir=" + elsewhere.path());
+  EXPECT_NE(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("distrl-learner: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("learner.device 'cuda'"), std::string::npos) << r.output;
   r = launch("--config " + kAppo + " async.batch=4 async.queue=2 run.out_dir=" + dir.path());
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("the queue must hold a whole batch"), std::string::npos) << r.output;
