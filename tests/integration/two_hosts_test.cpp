@@ -282,4 +282,23 @@ TEST_F(TwoHostsTest, AppoLearnsCartPoleWithObserversOnBothHosts) {
   EXPECT_NE(b.find("[2] "), std::string::npos) << b;
 }
 
+// The learner in its own process on the other host (roles.learners 1: the world's last rank,
+// rank 3 on B): the agent and observer 1 on A send it their trajectories over tcp, it sends
+// the weights back, and the run solves CartPole.
+TEST_F(TwoHostsTest, AppoLearnsCartPoleWithTheLearnerProcessOnTheOtherHost) {
+  TempDir dir;
+  const std::string args = "--nnodes 2 --master-addr " + std::string(kAddrA) + " --master-port 29522 --config " +
+                           kSource + "/configs/cartpole_appo.yaml observers=2 roles.learners=1 rpc.transport=tcp "
+                           "run.out_dir=" + dir.path();
+  std::vector<std::unique_ptr<Process>> ps = launch_on_both(args, dir);
+  std::vector<int> codes;
+  wait_all(ps, 120s, &codes);
+  ASSERT_EQ(codes, (std::vector<int>{0, 0})) << all_output(ps);
+  const std::string a = ps[0]->output(), b = ps[1]->output();
+  EXPECT_NE(a.find("2 observer(s) and 1 learner process joined"), std::string::npos) << a;
+  EXPECT_NE(a.find("Solved after"), std::string::npos) << a;
+  EXPECT_NE(b.find("[3] learner: serving appo"), std::string::npos) << b;
+  EXPECT_NE(b.find(" updates, policy version "), std::string::npos) << b;
+}
+
 }  // namespace
