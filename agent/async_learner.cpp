@@ -252,20 +252,8 @@ rl::PolicyWeights AsyncLearner::weights() const {
 
 rl::LearnReply AsyncLearner::reply(const AsyncStats& st) const {
   rl::LearnReply r;
-  r.policy_loss = st.policy_loss;
-  r.value_loss = st.value_loss;
-  r.entropy = st.entropy;
-  r.lag_mean = st.lag_mean;
-  r.lag_max = st.lag_max;
-  r.transitions = static_cast<std::int64_t>(st.transitions);
-  r.dropped_stale = static_cast<std::int64_t>(st.dropped_stale);
-  r.updates = times_.updates;
-  r.steps = times_.steps;
-  r.rows = times_.rows;
-  r.forward_s = times_.forward_s;
-  r.backward_s = times_.backward_s;
-  r.optimizer_s = times_.optimizer_s;
-  r.total_s = times_.total_s;
+  r.stats = st;
+  r.times = times_;
   r.weights = weights();
   return r;
 }
@@ -335,20 +323,8 @@ bool AsyncLearner::learn_remotely(std::vector<rl::Fragment> batch, AsyncStats* s
                          << " trajectories went unlearned so far");
   }
   install(r.weights);
-  st->policy_loss = r.policy_loss;
-  st->value_loss = r.value_loss;
-  st->entropy = r.entropy;
-  st->lag_mean = r.lag_mean;
-  st->lag_max = r.lag_max;
-  st->transitions = static_cast<std::size_t>(r.transitions);
-  st->dropped_stale = static_cast<std::size_t>(r.dropped_stale);
-  times_.updates = r.updates;
-  times_.steps = r.steps;
-  times_.rows = r.rows;
-  times_.forward_s = r.forward_s;
-  times_.backward_s = r.backward_s;
-  times_.optimizer_s = r.optimizer_s;
-  times_.total_s = r.total_s;
+  *st = r.stats;
+  times_ = r.times;
   return true;
 }
 

@@ -50,13 +50,7 @@
 
 namespace distrl::agent {
 
-struct AsyncStats {
-  double policy_loss = 0, value_loss = 0, entropy = 0;
-  double lag_mean = 0;
-  long long lag_max = 0;
-  std::size_t transitions = 0;    // learned from
-  std::size_t dropped_stale = 0;  // trajectories older than max_lag in this batch
-};
+using AsyncStats = rl::LearnStats;  // what one step did (a learner process sends it)
 
 // ConfigError unless a queue of `queue` trajectories holds a batch of `batch` (async.queue, async.batch).
 void check_queue_holds_batch(int queue, int batch);

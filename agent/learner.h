@@ -66,14 +66,8 @@ struct RoundData {
   long long lag_max = 0, dropped = 0;
 };
 
-// Where a learner's updates spend their time, summed (wall clock on the learner's thread; on a
-// GPU the phases are not synchronised, so there only the total is exact). The rest (total minus
-// the phases) is the batch's preparation (advantages, V-trace, tensors) and statistics.
-struct LearnerTimes {
-  long long updates = 0, steps = 0;  // updates, and gradient steps within them
-  long long rows = 0;                // rows over all gradient steps
-  double forward_s = 0, backward_s = 0, optimizer_s = 0, total_s = 0;
-};
+// Where a learner's updates spend their time (rl/protocol.h: a learner process sends them).
+using LearnerTimes = rl::LearnerTimes;
 
 // Seconds from `from` to `to`, for LearnerTimes.
 inline double seconds_between(std::chrono::steady_clock::time_point from, std::chrono::steady_clock::time_point to) {

@@ -178,16 +178,33 @@ struct LearnRequest {
   MSGPACK_DEFINE(agent, version, batch);
 };
 
-// What the step did, and the weights it made (the agent installs them for its next forward).
-struct LearnReply {
-  double policy_loss = 0, value_loss = 0, entropy = 0, lag_mean = 0;
-  std::int64_t lag_max = 0, transitions = 0, dropped_stale = 0;
-  // The learner's time so far (LearnerTimes), for the agent's end report.
-  std::int64_t updates = 0, steps = 0, rows = 0;
+// What one asynchronous learner step did (agent::AsyncStats).
+struct LearnStats {
+  double policy_loss = 0, value_loss = 0, entropy = 0;
+  double lag_mean = 0;
+  long long lag_max = 0;
+  std::uint64_t transitions = 0;    // learned from
+  std::uint64_t dropped_stale = 0;  // trajectories older than async.max_lag in this batch
+  MSGPACK_DEFINE(policy_loss, value_loss, entropy, lag_mean, lag_max, transitions, dropped_stale);
+};
+
+// Where a learner's updates spend their time, summed (wall clock on the learner's thread; on a
+// GPU the phases are not synchronised, so there only the total is exact). The rest (total minus
+// the phases) is the batch's preparation (advantages, V-trace, tensors) and statistics.
+struct LearnerTimes {
+  long long updates = 0, steps = 0;  // updates, and gradient steps within them
+  long long rows = 0;                // rows over all gradient steps
   double forward_s = 0, backward_s = 0, optimizer_s = 0, total_s = 0;
+  MSGPACK_DEFINE(updates, steps, rows, forward_s, backward_s, optimizer_s, total_s);
+};
+
+// What the step did, the learner's time so far (for the agent's end report), and the weights
+// it made (the agent installs them for its next forward).
+struct LearnReply {
+  LearnStats stats;
+  LearnerTimes times;
   PolicyWeights weights;
-  MSGPACK_DEFINE(policy_loss, value_loss, entropy, lag_mean, lag_max, transitions, dropped_stale, updates, steps, rows,
-                 forward_s, backward_s, optimizer_s, total_s, weights);
+  MSGPACK_DEFINE(stats, times, weights);
 };
 
 }  // namespace distrl::rl
