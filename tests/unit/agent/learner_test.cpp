@@ -7,6 +7,11 @@
 
 #include <filesystem>
 
+#include <msgpack.hpp>
+#include <torch/types.h>
+
+#include "agent/async_learner.h"
+#include "agent/ppo.h"
 #include "agent/run_checkpoint.h"
 #include "common/error.h"
 
@@ -88,6 +93,56 @@ TEST(LearnerTest, ACheckpointCarriesTheProgressAndTheAlgorithmsOwnState) {
         << e.what();
   }
   std::filesystem::remove_all(dir);
+}
+
+// roles.learners 1: the learner process's reply, packed and unpacked as on the wire, installs in
+// the agent's AsyncLearner and its actor exactly the learner's weights, observation statistics
+// and version; weights for another network are refused, naming the mismatch.
+TEST(LearnerTest, ALearnerProcessReplyInstallsExactlyItsWeightsAndRefusesAnotherNetworks) {
+  auto cfg = config("appo");
+  cfg.ppo.norm_obs = true;
+  Algorithm far = make_algorithm(cfg, 4, 2, 0, Role::LearnerProcess);
+  Algorithm near = make_algorithm(cfg, 4, 2, 0);
+  auto& learner = static_cast<AsyncLearner&>(*far.learner);
+  auto& agent = static_cast<AsyncLearner&>(*near.learner);
+  // The learner's weights away from the shared initialisation, with statistics of its own.
+  rl::PolicyWeights moved = learner.weights();
+  for (std::size_t i = 0; i < moved.params.size(); ++i) moved.params[i] += 0.001f * static_cast<float>(i % 97) - 0.04f;
+  moved.obs_rms = {0.5, -1.0, 2.0, 0.25, 1.5, 0.75, 3.0, 0.125, 4096.0};
+  moved.version = 41;
+  learner.install(moved);
+  ASSERT_EQ(learner.version(), 41);
+  AsyncStats st;
+  st.lag_mean = 1.5;
+  st.transitions = 1024;
+  msgpack::sbuffer wire;
+  msgpack::pack(wire, learner.reply(st));
+  const auto reply = msgpack::unpack(wire.data(), wire.size()).get().as<rl::LearnReply>();
+  EXPECT_EQ(reply.stats.transitions, 1024u);
+  EXPECT_DOUBLE_EQ(reply.stats.lag_mean, 1.5);
+
+  agent.install(reply.weights);
+  const rl::PolicyWeights got = agent.weights();
+  EXPECT_EQ(got.version, 41);
+  EXPECT_EQ(got.params, moved.params);
+  EXPECT_EQ(got.obs_rms, moved.obs_rms);
+  auto& actor = static_cast<PpoActor&>(*near.actor);
+  EXPECT_EQ(actor.version(), 41);
+  EXPECT_EQ(actor.obs_rms().mean(), (std::vector<double>{0.5, -1.0, 2.0, 0.25}));
+  const auto a = actor.net().parameters();
+  const auto l = learner.net().parameters();
+  ASSERT_EQ(a.size(), l.size());
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], l[i])) << "parameter " << i;
+
+  rl::PolicyWeights other = moved;
+  other.params.pop_back();
+  try {
+    agent.install(other);
+    FAIL() << "weights of another network were installed";
+  } catch (const ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find("the same config"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(agent.version(), 41);  // nothing changed
 }
 
 }  // namespace
