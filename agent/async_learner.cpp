@@ -322,10 +322,24 @@ bool AsyncLearner::learn_remotely(std::vector<rl::Fragment> batch, AsyncStats* s
                          << " s at policy version " << r.weights.version << "; " << unlearned_
                          << " trajectories went unlearned so far");
   }
+  if (r.stop) {  // another agent's run is over: nothing was learned
+    ended_elsewhere_ = true;
+    return false;
+  }
   install(r.weights);
   *st = r.stats;
   times_ = r.times;
   return true;
+}
+
+void AsyncLearner::stop_acting() {
+  intake_.close();
+  if (!remote_ || ended_elsewhere_) return;
+  try {
+    remote_->rpc_sync<void>(rl::kLearnerName, rl::kFinished, remote_->rank());
+  } catch (const Error& e) {  // the learner is gone: there is nobody to tell
+    DISTRL_LOG(Info, "agent: could not tell the learner this run is over: " << e.what());
+  }
 }
 
 RoundData AsyncLearner::round(ObserverPool& pool, bool learn) {
@@ -367,6 +381,7 @@ RoundData AsyncLearner::round(ObserverPool& pool, bool learn) {
     dropped_ += static_cast<long long>(st.dropped_stale);
   }
   d.dropped = dropped_ + unlearned_;
+  d.ended_elsewhere = ended_elsewhere_;
   return d;
 }
 

@@ -93,7 +93,9 @@ class AsyncLearner : public Learner {
   std::map<std::string, double> load(const std::string& path) override;
   std::string resume_note() const override;
   Trajectories* trajectories() override { return &intake_; }
-  void stop_acting() override { intake_.close(); }
+  // Streaming observers leave their loops; a learner process hears that this agent's run is
+  // over (roles.agents > 1: it tells the other agents to stop too).
+  void stop_acting() override;
   // async.batch 0: one trajectory per observer; async.queue 0: one batch.
   void set_observers(int observers) override;
   LearnerTimes times() const override { return times_; }
@@ -127,6 +129,7 @@ class AsyncLearner : public Learner {
   transport::RpcAgent* remote_ = nullptr;
   std::chrono::steady_clock::time_point unreachable_since_{};  // the learner could not be reached (remote_)
   bool unreachable_ = false;
+  bool ended_elsewhere_ = false;  // a reply said stop
   long long unlearned_ = 0;  // trajectories dropped while the learner was unreachable
 };
 

@@ -17,6 +17,12 @@ Algorithm make_algorithm(const rl::RlConfig& cfg, int obs_dim, int n_actions, in
   if (!cfg.learner_device.empty() && !cfg.asynchronous())
     throw ConfigError("learner.device is " + cfg.learner_device + ", but learner.algo " + cfg.algo +
                       " learns where it acts (agent.device); learner.device is for appo and impala");
+  if (cfg.agents > 1 && cfg.learners == 0)
+    throw ConfigError("roles.agents is " + std::to_string(cfg.agents) + ": several agents feed one learner process; "
+                      "set roles.learners: 1 (and learner.algo appo or impala)");
+  if (cfg.agents > cfg.observers)
+    throw ConfigError("roles.agents is " + std::to_string(cfg.agents) + " but there are " + std::to_string(cfg.observers) +
+                      " observers: every agent needs at least one (raise observers)");
   if (cfg.learners > 0 && !cfg.asynchronous())
     throw ConfigError("roles.learners is " + std::to_string(cfg.learners) + ", but learner.algo " + cfg.algo +
                       " learns in the agent between rounds; a learner process is for appo and impala");

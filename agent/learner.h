@@ -64,6 +64,8 @@ struct RoundData {
   // and the trajectories dropped so far as older than async.max_lag.
   double lag_mean = 0;
   long long lag_max = 0, dropped = 0;
+  // roles.agents > 1: another agent's run is over (the learner process said stop): this one ends.
+  bool ended_elsewhere = false;
 };
 
 // Where a learner's updates spend their time (rl/protocol.h: a learner process sends them).

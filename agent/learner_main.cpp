@@ -6,8 +6,11 @@
 // at the end, and starts from it when it is there: a restarted learner (launch.max_restarts)
 // or a --resume'd run goes on from its last checkpoint. Exits when the agent ends the run.
 //
-// Threads: the RPC pool runs kLearn and kWeights, one at a time under `mu` (several agents'
-// batches take turns); main waits for the agent's shutdown.
+// Several agents (roles.agents) may feed it: their batches take turns, each reply carries the
+// newest weights, and a dead agent is named while the learner goes on with the others.
+//
+// Threads: the RPC pool runs kLearn and kWeights, one at a time under `mu`; main waits for every
+// agent's shutdown.
 #include <chrono>
 #include <filesystem>
 #include <iostream>
@@ -55,6 +58,7 @@ int main(int argc, char** argv) {
     const std::string path = cfg.out_dir + "/learner.pt";
     std::mutex mu;
     long long updates = 0;
+    int finished = -1;  // the first agent whose run is over (under mu)
     if (std::filesystem::exists(path)) {
       const auto numbers = learner->load(path);
       const auto it = numbers.find("updates");
@@ -73,6 +77,11 @@ int main(int argc, char** argv) {
     transport::RpcAgent rpc(ro, [&](transport::RpcAgent& a) {
       a.register_function(rl::kLearn, [&](rl::LearnRequest req) {
         std::lock_guard<std::mutex> lock(mu);
+        if (finished >= 0) {  // another agent's run is over: this one ends too
+          rl::LearnReply stop;
+          stop.stop = true;
+          return stop;
+        }
         learner->advance_to(req.version);  // versions this learner lost in a restart are not "from the future"
         const agent::AsyncStats st = learner->update(std::move(req.batch));
         ++updates;
@@ -86,6 +95,13 @@ int main(int argc, char** argv) {
         }
         return learner->reply(st);
       });
+      a.register_function(rl::kFinished, [&](int agent) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (finished >= 0) return;
+        finished = agent;
+        if (cfg.agents > 1)
+          std::printf("learner: %s's run is over; the other agents are told to stop\n", rl::agent_name(agent).c_str());
+      });
       a.register_function(rl::kWeights, [&](int) {
         std::lock_guard<std::mutex> lock(mu);
         return learner->weights();
@@ -95,13 +111,23 @@ int main(int argc, char** argv) {
                 (cfg.learner_device.empty() ? cfg.device : cfg.learner_device).c_str(),
                 static_cast<long long>(learner->version()));
     std::fflush(stdout);
-    install_stop_handlers();  // SIGINT/SIGTERM: the agent (stopped too) ends the run, then this
-    try {
-      rpc.serve_until_shutdown(rl::kAgentName);
-    } catch (const TransportError&) {  // the agent is gone: keep what was learned
-      std::lock_guard<std::mutex> lock(mu);
-      save();
-      throw;
+    install_stop_handlers();  // SIGINT/SIGTERM: the agents (stopped too) end the run, then this
+    // Serves until every agent has finished (roles.agents); one that is gone is named, and the
+    // learner goes on with the others' batches.
+    int lost = 0;
+    for (int k = 0; k < cfg.agents; ++k) {
+      try {
+        rpc.serve_until_shutdown(rl::agent_name(k));
+      } catch (const TransportError& e) {
+        ++lost;
+        if (lost < cfg.agents) {
+          DISTRL_LOG(Warn, "learner: " << e.what() << "; learning goes on with the other agents' batches");
+          continue;
+        }
+        std::lock_guard<std::mutex> lock(mu);  // every agent is gone: keep what was learned
+        save();
+        throw;
+      }
     }
     {
       std::lock_guard<std::mutex> lock(mu);

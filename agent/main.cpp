@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "common/main_guard.h"
 #include "common/stop_signal.h"
+#include "transport/rendezvous.h"
 #include "transport/security.h"
 
 namespace {
@@ -54,6 +55,10 @@ int main(int argc, char** argv) {
     agent::check_device(cfg.device);  // fail before rendezvous, not after
     // learner.device is the learner process's with roles.learners 1 (it checks it on its host).
     if (!cfg.learner_device.empty() && cfg.learners == 0) agent::check_device(cfg.learner_device, "learner.device");
+    if (cfg.agents > 1 && !cli.resume.empty())
+      throw ConfigError("--resume with roles.agents " + std::to_string(cfg.agents) + ": not supported yet (each agent "
+                        "has its own checkpoint); the learner resumes from OUT_DIR/learner.pt by itself, so start a "
+                        "fresh run into another run.out_dir");
     if (cli.check_only) {  // the line distrl-launch reads the world's size and out_dir from (config_launch.cpp)
       // The env (Gymnasium knows its IDs: asked here), the algorithm for it (REINFORCE cannot
       // drive continuous actions), a checkpoint that does not fit or has no rounds left; then the
@@ -64,8 +69,9 @@ int main(int argc, char** argv) {
         throw ConfigError(std::string("env.name: ") + e.what());
       }
       RunLock::check_before_start(cfg.out_dir);
-      std::cout << "distrl-agent: ok: rl, " << cfg.observers + 1 + cfg.learners << " ranks (1 agent + "
-                << cfg.observers << " observer" << (cfg.observers == 1 ? "" : "s")
+      std::cout << "distrl-agent: ok: rl, " << cfg.agents + cfg.observers + cfg.learners << " ranks (" << cfg.agents
+                << " agent" << (cfg.agents == 1 ? "" : "s") << " + " << cfg.observers << " observer"
+                << (cfg.observers == 1 ? "" : "s")
                 << (cfg.learners > 0 ? " + 1 learner" : "") << "; " << cfg.env << ", " << cfg.algo << ", "
                 << cfg.mode << (cmd.flags.security == "curve" ? ", security curve" : "") << "); outputs in "
                 << cfg.out_dir << std::endl;
@@ -81,17 +87,26 @@ int main(int argc, char** argv) {
       return 0;
     }
 
-    set_log_tag("agent");
-    agent::RlAgent rl(cfg, cli.resume);
-    const RunLock claim(cfg.out_dir);  // nothing written before it; distrl-launch's is inherited
+    // Which agent this is (roles.agents: ranks 0..N-1); agent k > 0 writes under OUT_DIR/agentK.
+    transport::RpcOptions ro = rl::rpc_options(cfg, cli.world, "");
+    const int rank = transport::resolve_world(ro.init_method, ro.rank, ro.world_size).rank;
+    if (rank >= cfg.agents)
+      throw ConfigError("distrl-agent was started as rank " + std::to_string(rank) + ", but the agents are ranks 0.." +
+                        std::to_string(cfg.agents - 1) + " (roles.agents); the ranks after them are the observers' "
+                        "(distrl-observer) and the learner's (distrl-learner)");
+    ro.name = rl::agent_name(rank);
+    rl::RlConfig mine = cfg;
+    if (rank > 0) mine.out_dir = cfg.out_dir + "/agent" + std::to_string(rank);
+    set_log_tag(ro.name);
+    agent::RlAgent rl(mine, cli.resume);
+    const RunLock claim(mine.out_dir);  // nothing written before it; distrl-launch's is inherited
     g_agent = &rl;
     std::signal(SIGUSR1, on_usr1);
-    agent::print_banner(cfg, cli.security);
-    transport::RpcOptions ro = rl::rpc_options(cfg, cli.world, rl::kAgentName);
+    agent::print_banner(mine, cli.security);
     ro.thread_init = [] { at::init_num_threads(); };  // agent.torch_threads on the threads that serve
     transport::RpcAgent rpc(ro, [&](transport::RpcAgent& a) { rl.serve(a); });
-    const int observers = rpc.world_size() - 1 - cfg.learners;
-    agent::print_joined(cfg, observers);
+    const int observers = rl::observers_of_agent(rank, rpc.world_size() - cfg.agents - cfg.learners, cfg.agents);
+    agent::print_joined(mine, observers);
     // SIGINT/SIGTERM from here on: finish the round, save, write every output, exit 130/143.
     install_stop_handlers();
     if (failpoint("agent.hold_before_run"))  // tests: a world that has joined, with no run yet
@@ -99,7 +114,7 @@ int main(int argc, char** argv) {
     agent::RunSummary s = rl.run(rpc);
     g_agent = nullptr;
     rpc.shutdown();
-    agent::write_run_report(cfg, s, observers, cmd.settings.to_yaml());
+    agent::write_run_report(mine, s, observers, cmd.settings.to_yaml());
     if (!s.failure.empty()) throw TransportError(s.failure);  // exit 1, after every output is written
     return stop_exit_code();  // 0, or 128 + the signal that stopped the run
   });

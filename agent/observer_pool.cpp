@@ -6,7 +6,10 @@ ObserverPool::ObserverPool(transport::RpcAgent& rpc, const rl::RlConfig& cfg, bo
                            bool stream)
     : rpc_(rpc), batcher_(batcher) {
   for (const auto& w : rpc.workers()) {
-    if (w.rank == rpc.rank() || w.name == rl::kLearnerName) continue;
+    // The observers are the ranks after the agents and before the learner; this agent's share of
+    // them is every roles.agents-th (rl::agent_of_observer).
+    if (w.rank < cfg.agents || w.name == rl::kLearnerName || rl::agent_of_observer(w.rank, cfg.agents) != rpc.rank())
+      continue;
     rl::ObserverSpec spec;
     spec.agent = rpc.name();
     spec.observer_id = static_cast<int>(obs_.size());

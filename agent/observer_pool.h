@@ -25,7 +25,7 @@ namespace distrl::agent {
 
 class ObserverPool {
  public:
-  // Creates an Observer on every rank but this one and the learner's, running config.env, and waits until each
+  // Creates an Observer on every observer rank this agent serves (rl::agent_of_observer), running config.env, and waits until each
   // exists (a bad env name on an observer fails here, named). `batcher` (may be null) is told
   // which observers are playing, so a batch never waits for one that is not.
   // `stream`: the observers run their own loops (config.asynchronous()), started by start_streams.

@@ -94,16 +94,18 @@ void RlAgent::save(const std::string& path) {
 }
 
 void RlAgent::serve(transport::RpcAgent& rpc) {
-  const int observers = rpc.world_size() - 1 - cfg_.learners;
+  // This agent's share of the world's observers (roles.agents; rl/protocol.h).
+  const int observers =
+      rl::observers_of_agent(rpc.rank(), rpc.world_size() - cfg_.agents - cfg_.learners, cfg_.agents);
   if (observers < 1)
-    throw ConfigError("the world has no observers: start distrl-agent with world size >= " +
-                      std::to_string(2 + cfg_.learners));
+    throw ConfigError("the world has no observers for " + rpc.name() + ": start distrl-agent with world size >= " +
+                      std::to_string(cfg_.agents + 1 + cfg_.learners) + " (roles.agents + observers + roles.learners)");
   // roles.learners 1: batches go to distrl-learner, the world's last rank (make_algorithm
   // refused a synchronous algo); run() checks it is there once the world is known.
   if (cfg_.learners > 0) static_cast<AsyncLearner&>(*algo_.learner).use_remote(rpc);
-  if (observers != cfg_.observers)
-    DISTRL_LOG(Info, "agent: " << observers << " observer(s) in the world (config 'observers' says " << cfg_.observers
-                               << "; the world wins)");
+  if (const int said = rl::observers_of_agent(rpc.rank(), cfg_.observers, cfg_.agents); observers != said)
+    DISTRL_LOG(Info, "agent: " << observers << " observer(s) in the world for " << rpc.name() << " (config 'observers' "
+                               << "says " << said << (cfg_.agents > 1 ? " of its" : "") << "; the world wins)");
   Actor* actor = algo_.actor.get();
   const auto where = cfg_.serve_inline ? transport::RunOn::IoThread : transport::RunOn::Pool;
   algo_.learner->set_observers(observers);
@@ -201,6 +203,7 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
   const auto seconds_now = [&] {
     return seconds_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
+  bool ended_elsewhere = false;  // roles.agents > 1: another agent's run ended first
   for (int round = progress_.rounds + 1; round <= cfg_.rounds; ++round) {
     RoundData d;
     try {
@@ -228,6 +231,10 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
       save(checkpoint_path());
     if (solved) {
       sum.solved = true;
+      break;
+    }
+    if (d.ended_elsewhere) {
+      ended_elsewhere = true;
       break;
     }
     if (stop_signal()) break;  // SIGINT/SIGTERM: this round is done; save and report below
@@ -281,6 +288,9 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
                        : std::string());
   else if (sum.solved)
     why << "running reward " << sum.running_reward << " >= " << cfg_.target_reward;
+  else if (ended_elsewhere)
+    why << "another agent's run ended (the learner process said stop) after round " << progress_.rounds
+        << "; running reward here " << sum.running_reward;
   else if (stop_signal() && progress_.rounds < cfg_.rounds)
     why << "stopped by " << stop_signal_name() << " after round " << progress_.rounds << " of " << cfg_.rounds
         << (cfg_.learn ? "; go on with: " + resume_command(cfg_.out_dir, checkpoint_path()) : std::string());

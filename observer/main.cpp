@@ -39,9 +39,10 @@ int main(int argc, char** argv) {
     // terminal) finishes its round and ends the run; leave without it after the grace.
     install_stop_handlers();
     // Throws with the reason when the agent is gone (connection dropped) or silent too long.
+    const std::string agent = rl::agent_name(rl::agent_of_observer(world.rank, cfg.agents));  // roles.agents
     const auto agent_lost = [&] {
-      return rpc.connection_lost(rl::kAgentName)
-                 ? "its connection " + rpc.worker(rl::kAgentName).endpoint +
+      return rpc.connection_lost(agent)
+                 ? "its connection " + rpc.worker(agent).endpoint +
                        " dropped (the process exited or crashed, or its host became unreachable)"
                  : std::string();
     };

@@ -9,6 +9,7 @@
 //                       rpc_sync<ActReply>(kAgentName, kAct, StepReport)          (a streaming observer)
 //   agent -> learner    rpc_sync<LearnReply>(kLearnerName, kLearn, LearnRequest)  (roles.learners 1)
 //                       rpc_sync<PolicyWeights>(kLearnerName, kWeights, 0)
+//                       rpc_sync<void>(kLearnerName, kFinished, agent)           (its run is over)
 // A streaming observer owns its loop: run_stream starts it and returns; from then on it steps
 // its envs and sends every step's outcome with its next request (kAct) until a reply says stop.
 // Both sides use these names (the observer registers them, the agent calls them), so they
@@ -25,7 +26,7 @@
 
 namespace distrl::rl {
 
-inline constexpr const char* kAgentName = "agent";  // the agent's RPC worker name
+inline constexpr const char* kAgentName = "agent";  // the (first) agent's RPC worker name
 inline constexpr const char* kSelectAction = "select_action";  // function on the agent
 inline constexpr const char* kObserverClass = "Observer";      // class registered by observers
 inline constexpr const char* kRunEpisode = "run_episode";      // Observer methods
@@ -36,6 +37,17 @@ inline constexpr const char* kAct = "act";  // function on the agent: a streamin
 inline constexpr const char* kLearnerName = "learner";  // the learner process's worker name (roles.learners 1)
 inline constexpr const char* kLearn = "learn";          // functions on the learner
 inline constexpr const char* kWeights = "weights";
+inline constexpr const char* kFinished = "finished";    // an agent's run is over: the others stop too
+
+// The RL world's ranks: [0, agents) the agents ("agent", "agent1", ...; roles.agents), then the
+// observers, observer rank r serving agent (r - agents) % agents, then (roles.learners 1) the
+// learner process.
+inline std::string agent_name(int agent) { return agent == 0 ? kAgentName : kAgentName + std::to_string(agent); }
+inline int agent_of_observer(int rank, int agents) { return (rank - agents) % agents; }
+// How many of `observers` serve agent `agent`.
+inline int observers_of_agent(int agent, int observers, int agents) {
+  return observers / agents + (agent < observers % agents ? 1 : 0);
+}
 
 struct ObserverSpec {
   std::string agent;          // the agent's worker name
@@ -199,12 +211,14 @@ struct LearnerTimes {
 };
 
 // What the step did, the learner's time so far (for the agent's end report), and the weights
-// it made (the agent installs them for its next forward).
+// it made (the agent installs them for its next forward). `stop`: another agent's run is over
+// (solved, out of rounds, stopped), so this one ends too; nothing was learned.
 struct LearnReply {
   LearnStats stats;
   LearnerTimes times;
   PolicyWeights weights;
-  MSGPACK_DEFINE(stats, times, weights);
+  bool stop = false;
+  MSGPACK_DEFINE(stats, times, weights, stop);
 };
 
 }  // namespace distrl::rl

@@ -84,6 +84,11 @@ void bind(Settings& s, RlConfig& c) {
          "appo/impala: 1 runs the learner in its own process (distrl-learner, the world's last rank: on "
          "another host with --nnodes, on learner.device there); 0 runs it in the agent")
       .range(0, 1);
+  s.bind("roles.agents", &c.agents,
+         "with roles.learners 1: agents (inference servers, ranks 0..N-1), each serving its share of the "
+         "observers (observer rank r: agent (r - N) mod N) and sending its batches to the one learner; "
+         "agent k > 0 writes its outputs under OUT_DIR/agentK")
+      .range(1, 64);
   s.bind("launch.max_restarts", &c.max_restarts,
          "distrl-launch restarts a rank that dies up to this many times: a learner process resumes from "
          "OUT_DIR/learner.pt and the agent goes on acting meanwhile (meant for roles.learners 1: a restarted "

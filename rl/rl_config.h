@@ -58,6 +58,7 @@ struct RlConfig {
   AsyncOptions async;
   std::string learner_device;  // learner.device: where appo/impala's learner trains ("": agent.device)
   int learners = 0;            // roles.learners: 1 = appo/impala's learner in its own process (distrl-learner)
+  int agents = 1;              // roles.agents: inference servers feeding that learner (ranks 0..agents-1)
   int max_restarts = 0;        // launch.max_restarts: distrl-launch restarts a dead rank (the learner process)
   bool asynchronous() const { return algo == "appo" || algo == "impala"; }
   bool actor_critic() const { return algo != "reinforce"; }

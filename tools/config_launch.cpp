@@ -152,13 +152,14 @@ void configure_world(const std::string& config, const std::vector<std::string>& 
     return;
   }
   const std::string agent = tool("distrl-agent"), observer = tool("distrl-observer");
-  read_check(agent, check(agent, tail), o);  // 1 + `observers` + roles.learners
+  read_check(agent, check(agent, tail), o);  // roles.agents + `observers` + roles.learners
   const auto with_tail = [&](const std::string& exe) {
     std::vector<std::string> cmd{exe};
     cmd.insert(cmd.end(), tail.begin(), tail.end());
     return cmd;
   };
-  o->rank_commands[0] = with_tail(agent);
+  const int agents = int_setting(config, overrides, "roles.agents", 1, 1);  // checked by the agent above
+  for (int k = 0; k < agents; ++k) o->rank_commands[k] = with_tail(agent);
   if (int_setting(config, overrides, "roles.learners", 0, 0) > 0)  // checked by the agent above
     o->rank_commands[o->nproc - 1] = with_tail(tool("distrl-learner"));
   o->command = with_tail(observer);

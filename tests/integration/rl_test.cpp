@@ -876,6 +876,45 @@ TEST(AsyncRlTest, TheLearnerInItsOwnProcessSolvesAndAKilledOneResumesFromItsChec
   EXPECT_TRUE(std::filesystem::exists(dir.file("policy.pt")));
 }
 
+// roles.agents 2: two agents (inference servers, ranks 0 and 1), each serving its own observer,
+// feed one learner process. The first whose running reward reaches the target ends the run,
+// and the learner tells the other to stop; agent 1 writes under OUT_DIR/agent1. Several agents
+// without a learner process are refused by name.
+TEST(AsyncRlTest, TwoAgentsFeedOneLearnerProcessAndTheFirstToSolveEndsTheRun) {
+  TempDir dir;
+  auto r = launch("--config " + kAppo + " roles.agents=2 roles.learners=1 observers=2 run.out_dir=" + dir.path());
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("[0] distrl-agent: 1 observer(s) and 1 learner process joined"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("[1] distrl-agent: 1 observer(s) and 1 learner process joined"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("Solved after"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("another agent's run ended (the learner process said stop)"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("'s run is over; the other agents are told to stop"), std::string::npos) << r.output;
+  for (const std::string& out : {dir.path(), dir.file("agent1")}) {
+    EXPECT_GT(count_lines(out + "/metrics.csv"), 5) << out;
+    EXPECT_TRUE(std::filesystem::exists(out + "/policy.pt")) << out;
+  }
+  EXPECT_TRUE(std::filesystem::exists(dir.file("learner.pt")));
+  // Both agents fed the one learner: it learned more steps than either agent's rounds alone.
+  const int rounds0 = count_lines(dir.file("metrics.csv")) - 1, rounds1 = count_lines(dir.file("agent1/metrics.csv")) - 1;
+  const auto at = r.output.find(" updates, policy version ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const auto from = r.output.rfind("learner: ", at) + 9;
+  const int updates = std::stoi(r.output.substr(from, at - from));
+  EXPECT_GT(updates, std::max(rounds0, rounds1)) << r.output;
+  EXPECT_LE(updates, rounds0 + rounds1) << r.output;
+
+  TempDir other;
+  r = launch("--config " + kAppo + " roles.agents=2 run.out_dir=" + other.path());
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("set roles.learners: 1"), std::string::npos) << r.output;
+  r = launch("--config " + kAppo + " roles.agents=3 roles.learners=1 observers=2 run.out_dir=" + other.path());
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("every agent needs at least one"), std::string::npos) << r.output;
+}
+
 // learner.device names where APPO/IMPALA's learner trains; a CUDA one on a machine or build
 // without CUDA is refused before anything starts, naming the key; so is learner.device for a
 // synchronous learner (it learns where it acts), a learner process for one, and a queue smaller
