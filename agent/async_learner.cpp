@@ -332,9 +332,9 @@ bool AsyncLearner::learn_remotely(std::vector<rl::Fragment> batch, AsyncStats* s
   return true;
 }
 
-void AsyncLearner::stop_acting() {
+void AsyncLearner::stop_acting(bool ended) {
   intake_.close();
-  if (!remote_ || ended_elsewhere_) return;
+  if (!remote_ || !ended || ended_elsewhere_) return;
   try {
     remote_->rpc_sync<void>(rl::kLearnerName, rl::kFinished, remote_->rank());
   } catch (const Error& e) {  // the learner is gone: there is nobody to tell

@@ -93,9 +93,9 @@ class AsyncLearner : public Learner {
   std::map<std::string, double> load(const std::string& path) override;
   std::string resume_note() const override;
   Trajectories* trajectories() override { return &intake_; }
-  // Streaming observers leave their loops; a learner process hears that this agent's run is
-  // over (roles.agents > 1: it tells the other agents to stop too).
-  void stop_acting() override;
+  // Streaming observers leave their loops; a learner process hears that this agent's run has
+  // ended (roles.agents > 1: it tells the other agents to stop too; not after a failure).
+  void stop_acting(bool ended) override;
   // async.batch 0: one trajectory per observer; async.queue 0: one batch.
   void set_observers(int observers) override;
   LearnerTimes times() const override { return times_; }

@@ -100,8 +100,10 @@ class Learner {
   // The world's observer count, once it is known (before serving). ConfigError for settings it
   // makes impossible.
   virtual void set_observers(int observers) {}
-  // The run is over: streaming observers are told to stop at their next request.
-  virtual void stop_acting() {}
+  // The run is over: streaming observers are told to stop at their next request. `ended`: it
+  // ended as runs end (solved, out of rounds, a signal), not by a failure; with a learner
+  // process, the other agents' runs then end too.
+  virtual void stop_acting(bool ended) {}
   virtual LearnerTimes times() const { return {}; }
 };
 

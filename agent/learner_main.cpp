@@ -15,6 +15,8 @@
 #include <filesystem>
 #include <iostream>
 #include <mutex>
+#include <set>
+#include <thread>
 
 #include "agent/async_learner.h"
 #include "common/log.h"
@@ -112,22 +114,36 @@ int main(int argc, char** argv) {
                 static_cast<long long>(learner->version()));
     std::fflush(stdout);
     install_stop_handlers();  // SIGINT/SIGTERM: the agents (stopped too) end the run, then this
-    // Serves until every agent has finished (roles.agents); one that is gone is named, and the
-    // learner goes on with the others' batches.
-    int lost = 0;
+    // Serves until every agent has finished (roles.agents), in whatever order; one whose
+    // connection drops is named at once, and the learner goes on with the others' batches.
+    std::set<int> serving;
     for (int k = 0; k < cfg.agents; ++k) {
-      try {
-        rpc.serve_until_shutdown(rl::agent_name(k));
-      } catch (const TransportError& e) {
-        ++lost;
-        if (lost < cfg.agents) {
-          DISTRL_LOG(Warn, "learner: " << e.what() << "; learning goes on with the other agents' batches");
-          continue;
+      rpc.watch(rl::agent_name(k));
+      serving.insert(k);
+    }
+    int lost = 0;
+    while (!serving.empty()) {
+      for (auto it = serving.begin(); it != serving.end();) {
+        const std::string name = rl::agent_name(*it);
+        if (rpc.has_shut_down(name)) {
+          it = serving.erase(it);
+        } else if (rpc.connection_lost(name)) {
+          ++lost;
+          DISTRL_LOG(Warn, "learner: " << name << " (rank " << *it << ") is gone"
+                                       << (lost < cfg.agents ? "; learning goes on with the other agents' batches"
+                                                             : ", the last agent"));
+          it = serving.erase(it);
+        } else {
+          ++it;
         }
-        std::lock_guard<std::mutex> lock(mu);  // every agent is gone: keep what was learned
-        save();
-        throw;
       }
+      if (lost == cfg.agents) {  // every agent is gone: keep what was learned
+        std::lock_guard<std::mutex> lock(mu);
+        save();
+        throw TransportError("every agent is gone (rpc.timeout_s, or their processes died): the learner saved " +
+                             path + " and leaves");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     {
       std::lock_guard<std::mutex> lock(mu);

@@ -178,15 +178,15 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
     Learner& learner;
     ObserverPool& pool;
     bool done = false;
-    void operator()() {
+    void operator()(bool ended) {
       if (done) return;
       done = true;
-      learner.stop_acting();  // streaming observers leave their loops at their next request
+      learner.stop_acting(ended);  // streaming observers leave their loops at their next request
       pool.finish();
     }
-    ~EndStreams() {
+    ~EndStreams() {  // an exception ends the run: a failure
       try {
-        (*this)();
+        (*this)(false);
       } catch (...) {
       }
     }
@@ -301,7 +301,7 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
     why << "ran all " << cfg_.rounds << " rounds (learner.learn is off)";
   sum.stop_reason = why.str();
 
-  end_streams();
+  end_streams(sum.failure.empty());
   if (cfg_.learn) save(checkpoint_path());
   return sum;
 }

@@ -159,9 +159,14 @@ void configure_world(const std::string& config, const std::vector<std::string>& 
     return cmd;
   };
   const int agents = int_setting(config, overrides, "roles.agents", 1, 1);  // checked by the agent above
+  const int learners = int_setting(config, overrides, "roles.learners", 0, 0);
   for (int k = 0; k < agents; ++k) o->rank_commands[k] = with_tail(agent);
-  if (int_setting(config, overrides, "roles.learners", 0, 0) > 0)  // checked by the agent above
-    o->rank_commands[o->nproc - 1] = with_tail(tool("distrl-learner"));
+  // A dead observer is named and left behind by its agent; with several agents and a learner
+  // process, a dead agent is named by the learner, which goes on with the others' batches.
+  for (int r = agents; r < o->nproc - learners; ++r) o->expendable.insert(r);
+  if (agents > 1 && learners > 0)
+    for (int k = 0; k < agents; ++k) o->expendable.insert(k);
+  if (learners > 0) o->rank_commands[o->nproc - 1] = with_tail(tool("distrl-learner"));
   o->command = with_tail(observer);
 }
 

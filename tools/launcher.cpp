@@ -237,6 +237,9 @@ class Supervisor {
     for (auto& r : ranks_)  // drain what is left in the pipes
       while (r.out_fd >= 0 && pump(r, o_.prefix)) {
       }
+    if (gone_ > 0 && first_failure_ == 0)
+      std::cerr << "distrl-launch: the run finished without " << gone_ << " rank" << (gone_ == 1 ? "" : "s")
+                << " that exited with an error (above)\n";
     return first_failure_;
   }
 
@@ -273,11 +276,30 @@ class Supervisor {
       return false;
     }
     r.exited = true;
+    if (r.code != 0 && !stopping_ && o_.expendable.count(r.global)) {
+      std::cerr << "distrl-launch: rank " << r.global << " exited with code " << r.code
+                << "; the run goes on without it (the ranks it served with name it lost)\n";
+      mark_gone(r.global);
+      ++gone_;
+      return true;
+    }
     if (r.code != 0 && first_failure_ == 0 && !stopping_) {
       std::cerr << "distrl-launch: rank " << r.global << " exited with code " << r.code << "; stopping the others\n";
       stop(r.code);
     }
     return true;
+  }
+
+  // Tells the store (node 0's launcher hosts it) that `rank` is gone, so that no graceful
+  // shutdown waits for it. What fails here is said, never fatal: a waiter then times out instead.
+  void mark_gone(int rank) {
+    try {
+      transport::Store store("tcp://" + o_.master_addr + ":" + std::to_string(port_), std::chrono::seconds(5));
+      store.set(transport::dead_rank_key(rank), "1");
+    } catch (const std::exception& e) {
+      std::cerr << "distrl-launch: could not mark rank " << rank << " gone in the store (" << e.what()
+                << "); the others' shutdown may wait out its timeout for it\n";
+    }
   }
 
   void on_signals() {
@@ -311,6 +333,7 @@ class Supervisor {
   const int world_, port_;
   std::vector<Rank> ranks_;
   int first_failure_ = 0;
+  int gone_ = 0;  // expendable ranks that failed
   bool stopping_ = false;
   Clock::time_point kill_at_ = Clock::time_point::max();
 };

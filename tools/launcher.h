@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,11 @@ struct LaunchOptions {
   // rank (0: the first failure stops the job). The new process rejoins the running world under
   // the same rank (RpcAgent); the others are not restarted.
   int max_restarts = 0;
+  // Global ranks whose failure (not restarted) does not stop the run: the launcher says so, marks
+  // the rank gone in the store (transport::dead_rank_key) so that the others' graceful shutdown
+  // does not wait for it, and the run goes on. For ranks whose peers cope without them (an RL
+  // run's observers, and its agents when several feed one learner process).
+  std::set<int> expendable;
   // "curve": every socket of the world (the store here, every rank's) uses ZeroMQ CURVE with the
   // key in security_key, or with a key made for this run (prepare_security). Empty means "off".
   std::string security;

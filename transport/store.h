@@ -27,6 +27,11 @@ struct StoreLimits {
   static StoreLimits from_env();
 };
 
+// The key by which rank `rank` is known gone (its process died): the RPC agents' graceful
+// shutdown does not wait for it. Set by a worker that saw the rank's connection drop, or by
+// distrl-launch for a rank of the run that exited with an error and was not stopped.
+inline std::string dead_rank_key(int rank) { return "rpc/dead/" + std::to_string(rank); }
+
 // Serves the store on its own thread until destroyed. Thread-safe. A malformed or impossible
 // request (bad frames, add() on a non-number, a bound passed) is answered with an error and
 // logged at most once a second; it never stops the server.

@@ -915,6 +915,55 @@ TEST(AsyncRlTest, TwoAgentsFeedOneLearnerProcessAndTheFirstToSolveEndsTheRun) {
   EXPECT_NE(r.output.find("every agent needs at least one"), std::string::npos) << r.output;
 }
 
+// The pid of the running `exe` whose command line holds `needle` and whose environment says
+// RANK=rank (distrl-launch's ranks), or 0.
+pid_t find_rank(const std::string& exe, const std::string& needle, int rank) {
+  const auto read_all = [](const std::filesystem::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.empty() || !std::all_of(name.begin(), name.end(), ::isdigit)) continue;
+    const std::string cmd = read_all(e.path() / "cmdline");
+    if (cmd.find(exe) == std::string::npos || cmd.find(needle) == std::string::npos) continue;
+    const std::string env = '\0' + read_all(e.path() / "environ");
+    const std::string want = std::string(1, '\0') + "RANK=" + std::to_string(rank) + '\0';
+    if (env.find(want) != std::string::npos) return std::stoi(name);
+  }
+  return 0;
+}
+
+// roles.agents 2, agent 1 killed mid-run (SIGKILL): its observer leaves, naming it lost;
+// distrl-launch goes on without both (and marks them gone, so no shutdown waits for them); the
+// learner names the agent and goes on with agent 0's batches; agent 0 runs all its rounds and
+// the launch exits 0, saying which ranks it finished without.
+TEST(AsyncRlTest, AKilledAgentIsNamedAndTheLearnerGoesOnWithTheOther) {
+  TempDir dir;
+  bool killed = false;
+  auto r = launch("--config " + kAppo + " roles.agents=2 roles.learners=1 observers=2 learner.rounds=300 "
+                  "learner.target_reward=100000 run.out_dir=" + dir.path(),
+                  [&](const std::string& line) {
+                    if (killed || line.rfind("[0] round ", 0) != 0) return;
+                    if (std::atoi(line.c_str() + 10) < 50) return;
+                    killed = true;
+                    if (const pid_t agent1 = find_rank("distrl-agent", dir.path(), 1)) ::kill(agent1, SIGKILL);
+                  });
+  ASSERT_TRUE(killed) << r.output;
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("distrl-launch: rank 1 exited with code 137; the run goes on without it"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("distrl-launch: rank 3 exited with code 1; the run goes on without it"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("learner: agent1 (rank 1) is gone; learning goes on with the other agents' batches"),
+            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[0] Stopped after 300 rounds"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the run finished without 2 ranks that exited with an error"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(count_lines(dir.file("metrics.csv")), 301);
+  EXPECT_TRUE(std::filesystem::exists(dir.file("learner.pt")));
+}
+
 // learner.device names where APPO/IMPALA's learner trains; a CUDA one on a machine or build
 // without CUDA is refused before anything starts, naming the key; so is learner.device for a
 // synchronous learner (it learns where it acts), a learner process for one, and a queue smaller

@@ -29,6 +29,7 @@ RpcStats RpcAgent::stats() const { return core_->stats(); }
 bool RpcAgent::connection_lost(const Target& t) const { return core_->connection_lost(core_->resolve(t)); }
 std::uint64_t RpcAgent::connection_drops(const Target& t) const { return core_->connection_drops(core_->resolve(t)); }
 void RpcAgent::serve_until_shutdown(const Target& who) { core_->serve_until_shutdown(core_->resolve(who)); }
+bool RpcAgent::has_shut_down(const Target& who) { return core_->has_shut_down(core_->resolve(who)); }
 void RpcAgent::watch(const Target& t) { core_->watch(core_->resolve(t)); }
 void RpcAgent::shutdown() { core_->shutdown(true); }
 

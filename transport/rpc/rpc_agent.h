@@ -154,6 +154,9 @@ class RpcAgent {
   // as soon as its connection drops. Then call shutdown(), whose own bound (shutdown_timeout)
   // is for the last calls, not for the length of the run.
   void serve_until_shutdown(const Target& who);
+  // True once `who` has called shutdown(): the same wait, polled, for a worker that serves
+  // several peers and must notice each one's end (or loss, connection_lost) in any order.
+  bool has_shut_down(const Target& who);
 
   // Graceful: waits until every worker has called shutdown() and all their calls are done
   // (like torch's rpc.shutdown()), then stops. Throws TimeoutError if peers never arrive

@@ -61,11 +61,12 @@ void RpcCore::watch(int rank) {
   link->post([link, rank] { link->watch_peer(rank); });
 }
 
+bool RpcCore::has_shut_down(int rank) { return store().check({"rpc/shutdown/arrived/" + std::to_string(rank)}); }
+
 void RpcCore::serve_until_shutdown(int rank) {
   if (rank == s_->rank) throw Error("rpc: serve_until_shutdown: " + s_->opts.name + " would wait for itself");
   watch(rank);
-  const std::string key = "rpc/shutdown/arrived/" + std::to_string(rank);
-  while (!store().check({key})) {
+  while (!has_shut_down(rank)) {
     if (connection_lost(rank))
       throw TransportError("rpc: " + s_->worker_name(rank) + " (rank " + std::to_string(rank) + ") is gone; " +
                            s_->opts.name + " was serving until it finished");
@@ -287,11 +288,11 @@ void store_barrier(RpcCore::State& s, const std::string& stage, Clock::time_poin
   std::set<int> published;
   for (auto pause = std::chrono::milliseconds(1);; pause = std::min(pause * 2, std::chrono::milliseconds(50))) {
     for (int peer : s.peers.down_peers())
-      if (published.insert(peer).second) store.set("rpc/dead/" + std::to_string(peer), "1", time_left(until));
+      if (published.insert(peer).second) store.set(dead_rank_key(peer), "1", time_left(until));
     std::vector<int> still;
     for (int r : missing)
       if (!store.check({prefix + std::to_string(r)}, time_left(until)) &&
-          !store.check({"rpc/dead/" + std::to_string(r)}, time_left(until)))
+          !store.check({dead_rank_key(r)}, time_left(until)))
         still.push_back(r);
     missing.swap(still);
     if (missing.empty()) return;

@@ -46,6 +46,7 @@ class RpcCore : public std::enable_shared_from_this<RpcCore> {
   std::uint64_t connection_drops(int rank) const;      // see RpcAgent::connection_drops
   void watch(int rank);                                // see RpcAgent::watch
   void serve_until_shutdown(int rank);                 // see RpcAgent::serve_until_shutdown
+  bool has_shut_down(int rank);                        // see RpcAgent::has_shut_down
   std::chrono::milliseconds timeout_for(const Target& to) const;
   Executor* callback_executor();
   RpcStats stats() const;
