@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -276,7 +277,9 @@ class Supervisor {
       return false;
     }
     r.exited = true;
-    if (r.code != 0 && !stopping_ && o_.expendable.count(r.global)) {
+    // An expendable rank that had joined the world: the others cope. One that failed before
+    // joining (a bad start) would leave them waiting in the rendezvous: that stops the run.
+    if (r.code != 0 && !stopping_ && o_.expendable.count(r.global) && store_has(transport::joined_rank_key(r.global))) {
       std::cerr << "distrl-launch: rank " << r.global << " exited with code " << r.code
                 << "; the run goes on without it (the ranks it served with name it lost)\n";
       mark_gone(r.global);
@@ -294,12 +297,28 @@ class Supervisor {
   // shutdown waits for it. What fails here is said, never fatal: a waiter then times out instead.
   void mark_gone(int rank) {
     try {
-      transport::Store store("tcp://" + o_.master_addr + ":" + std::to_string(port_), std::chrono::seconds(5));
-      store.set(transport::dead_rank_key(rank), "1");
+      store().set(transport::dead_rank_key(rank), "1");
     } catch (const std::exception& e) {
       std::cerr << "distrl-launch: could not mark rank " << rank << " gone in the store (" << e.what()
                 << "); the others' shutdown may wait out its timeout for it\n";
     }
+  }
+
+  bool store_has(const std::string& key) {
+    try {
+      return store().check({key});
+    } catch (const std::exception& e) {
+      std::cerr << "distrl-launch: cannot read the store (" << e.what() << ")\n";
+      return false;
+    }
+  }
+
+  // A client of the run's store (node 0's launcher hosts it), made when first needed.
+  transport::Store& store() {
+    if (!store_)
+      store_ = std::make_unique<transport::Store>("tcp://" + o_.master_addr + ":" + std::to_string(port_),
+                                                  std::chrono::seconds(5));
+    return *store_;
   }
 
   void on_signals() {
@@ -334,6 +353,7 @@ class Supervisor {
   std::vector<Rank> ranks_;
   int first_failure_ = 0;
   int gone_ = 0;  // expendable ranks that failed
+  std::unique_ptr<transport::Store> store_;
   bool stopping_ = false;
   Clock::time_point kill_at_ = Clock::time_point::max();
 };

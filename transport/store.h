@@ -31,6 +31,10 @@ struct StoreLimits {
 // shutdown does not wait for it. Set by a worker that saw the rank's connection drop, or by
 // distrl-launch for a rank of the run that exited with an error and was not stopped.
 inline std::string dead_rank_key(int rank) { return "rpc/dead/" + std::to_string(rank); }
+// Where an RPC agent publishes its address when it joins the world (the rendezvous): a rank
+// with this key set has joined.
+inline constexpr const char* kWorkerAddressPrefix = "rpc/worker/";
+inline std::string joined_rank_key(int rank) { return kWorkerAddressPrefix + std::to_string(rank); }
 
 // Serves the store on its own thread until destroyed. Thread-safe. A malformed or impossible
 // request (bad frames, add() on a non-number, a bound passed) is answered with an error and

@@ -888,9 +888,19 @@ TEST(AsyncRlTest, TwoAgentsFeedOneLearnerProcessAndTheFirstToSolveEndsTheRun) {
       << r.output;
   EXPECT_NE(r.output.find("[1] distrl-agent: 1 observer(s) and 1 learner process joined"), std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find("Solved after"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("another agent's run ended (the learner process said stop)"), std::string::npos)
-      << r.output;
+  // Each agent solved, or was told to stop by the learner once the other had (they share one
+  // policy, so both may solve in the same moment).
+  int solved = 0;
+  for (const std::string rank : {"[0] ", "[1] "}) {
+    const bool own = r.output.find(rank + "Solved after") != std::string::npos;
+    const auto stopped = r.output.find(rank + "Stopped after");
+    const bool told = stopped != std::string::npos &&
+                      r.output.substr(stopped, r.output.find('\n', stopped) - stopped)
+                              .find("another agent's run ended (the learner process said stop)") != std::string::npos;
+    EXPECT_TRUE(own || told) << rank << "\n" << r.output;
+    solved += own ? 1 : 0;
+  }
+  EXPECT_GE(solved, 1) << r.output;
   EXPECT_NE(r.output.find("'s run is over; the other agents are told to stop"), std::string::npos) << r.output;
   for (const std::string& out : {dir.path(), dir.file("agent1")}) {
     EXPECT_GT(count_lines(out + "/metrics.csv"), 5) << out;

@@ -230,7 +230,7 @@ void RpcCore::start(const std::function<void()>& before_publish) {
 
   auto& store = s.rdv->store();
   const Address& me = s.me;
-  const auto peers = exchange_addresses(store, "rpc/worker/", s.rank, s.world, me, s.opts.rendezvous_timeout);
+  const auto peers = exchange_addresses(store, kWorkerAddressPrefix, s.rank, s.world, me, s.opts.rendezvous_timeout);
   const bool shm = world_uses_shm(me, peers, transport);
   s.link_transport = shm ? "shm" : zmq_transport(transport);
   s.link = shm ? std::move(links.shm) : std::move(links.zmq);
