@@ -105,7 +105,7 @@ int main(int argc, char** argv) {
     agent::print_banner(mine, cli.security);
     ro.thread_init = [] { at::init_num_threads(); };  // agent.torch_threads on the threads that serve
     transport::RpcAgent rpc(ro, [&](transport::RpcAgent& a) { rl.serve(a); });
-    const int observers = rl::observers_of_agent(rank, rpc.world_size() - cfg.agents - cfg.learners, cfg.agents);
+    const int observers = rl.observers();
     agent::print_joined(mine, observers);
     // SIGINT/SIGTERM from here on: finish the round, save, write every output, exit 130/143.
     install_stop_handlers();

@@ -95,7 +95,7 @@ void RlAgent::save(const std::string& path) {
 
 void RlAgent::serve(transport::RpcAgent& rpc) {
   // This agent's share of the world's observers (roles.agents; rl/protocol.h).
-  const int observers =
+  const int observers = observers_ =
       rl::observers_of_agent(rpc.rank(), rpc.world_size() - cfg_.agents - cfg_.learners, cfg_.agents);
   if (observers < 1)
     throw ConfigError("the world has no observers for " + rpc.name() + ": start distrl-agent with world size >= " +

@@ -71,6 +71,8 @@ class RlAgent {
   // In the RpcAgent's setup callback: registers select_action (batched or not) for the
   // world's observers (every rank but this one).
   void serve(transport::RpcAgent& rpc);
+  // The observers this agent serves (its share of the world's), known once serve() has run.
+  int observers() const { return observers_; }
   // Runs rounds until solved, round learner.rounds (a resumed run counts on from its checkpoint),
   // a stop signal, or every observer is lost (then `failure` says why and the round in flight
   // is dropped); then tells the observers to finish and saves the checkpoint of the last
@@ -90,6 +92,7 @@ class RlAgent {
 
  private:
   rl::RlConfig cfg_;
+  int observers_ = 0;  // serve()
   int obs_dim_ = 0, act_dim_ = 0;
   Algorithm algo_;
   std::unique_ptr<Batcher> batcher_;
