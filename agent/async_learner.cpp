@@ -73,7 +73,7 @@ AsyncStats AsyncLearner::update(std::vector<rl::Fragment> batch) {
   std::vector<rl::Fragment> keep;
   double lag_sum = 0;
   for (auto& f : batch) {
-    check_fragment(f, obs_dim, act_dim, /*streaming=*/true);
+    check_fragment(f, obs_dim, act_dim);
     const std::int64_t newest = *std::max_element(f.versions.begin(), f.versions.end());
     const std::int64_t oldest = *std::min_element(f.versions.begin(), f.versions.end());
     if (newest > version_)
@@ -345,13 +345,13 @@ void AsyncLearner::stop_acting(bool ended) {
 RoundData AsyncLearner::round(ObserverPool& pool, bool learn) {
   if (!started_) {
     if (remote_) fetch_remote_weights();
-    pool.start_streams(intake_);
+    pool.start(intake_);
     started_ = true;
   }
   std::vector<rl::Fragment> batch;
   const auto start = std::chrono::steady_clock::now();
   while (static_cast<int>(batch.size()) < a_.batch) {
-    pool.check_streams(intake_);  // throws TransportError when every observer is gone
+    pool.check(intake_);  // throws TransportError when every observer is gone
     for (auto& f : intake_.pop(a_.batch - static_cast<int>(batch.size()), std::chrono::milliseconds(200)))
       batch.push_back(std::move(f));
     if (stop_signal()) break;  // the run loop saves and reports

@@ -83,7 +83,6 @@ class AsyncLearner : public Learner {
   void use_remote(transport::RpcAgent& rpc) { remote_ = &rpc; }
   void install(const rl::PolicyWeights& w);
 
-  bool fragments() const override { return true; }
   RoundData round(ObserverPool& pool, bool learn) override;
   double running_reward(const std::vector<double>& returns, double previous) override {
     return recent_.running(returns, previous);
@@ -92,7 +91,7 @@ class AsyncLearner : public Learner {
   void save(const std::string& path, const std::map<std::string, double>& numbers) override;
   std::map<std::string, double> load(const std::string& path) override;
   std::string resume_note() const override;
-  Trajectories* trajectories() override { return &intake_; }
+  Trajectories& trajectories() override { return intake_; }
   // Streaming observers leave their loops; a learner process hears that this agent's run has
   // ended (roles.agents > 1: it tells the other agents to stop too; not after a failure).
   void stop_acting(bool ended) override;

@@ -68,7 +68,7 @@ Batcher::Batch Batcher::take_locked(Reason why) {
 
 transport::Future<rl::ActReply> Batcher::submit(int observer, std::vector<float> obs) {
   if (observer < 0 || observer >= static_cast<int>(active_.size()))
-    throw Error("select_action: observer id " + std::to_string(observer) + " is out of range [0, " +
+    throw Error("act: observer id " + std::to_string(observer) + " is out of range [0, " +
                 std::to_string(active_.size()) + ")");
   const int rows = rl::observation_rows(obs, obs_dim_, options_.max_request_rows);
   transport::Promise<rl::ActReply> p;

@@ -1,4 +1,4 @@
-// Gathers select_action requests from many observers into one forward pass.
+// Gathers act requests from many observers into one forward pass.
 //
 // A batch closes when (1) every active observer has a request in it, (2) it holds max_batch
 // rows, (3) max_wait has passed since its first request, so a slow or dead observer delays the

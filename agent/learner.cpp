@@ -6,9 +6,28 @@
 #include "agent/policy_actor.h"
 #include "agent/ppo.h"
 #include "agent/reinforce.h"
+#include "agent/trajectories.h"
 #include "common/error.h"
 
 namespace distrl::agent {
+
+void Learner::set_observers(int observers) { trajectories().set_observers(observers, observers); }
+
+void Learner::stop_acting(bool) { trajectories().close(); }
+
+ReleaseAtEnd::~ReleaseAtEnd() { intake.release(); }
+
+TrajectoryOptions lockstep_intake(const rl::RlConfig& cfg, int obs_dim, int act_dim, bool episodes, int rollout) {
+  TrajectoryOptions o;
+  o.observers = o.queue = cfg.observers;  // the world's count replaces it (set_observers)
+  o.envs = cfg.envs_per_observer;
+  o.obs_dim = obs_dim;
+  o.act_dim = act_dim;
+  o.rollout = rollout;
+  o.cut = episodes ? TrajectoryOptions::Cut::Episodes : TrajectoryOptions::Cut::Steps;
+  o.lockstep = true;
+  return o;
+}
 
 Algorithm make_algorithm(const rl::RlConfig& cfg, int obs_dim, int n_actions, int act_dim, Role role) {
   torch::manual_seed(cfg.seed);
@@ -68,7 +87,8 @@ Algorithm make_algorithm(const rl::RlConfig& cfg, int obs_dim, int n_actions, in
           *actor, cfg.algo == "impala" ? AsyncLearner::Loss::Impala : AsyncLearner::Loss::Appo, o, cfg.async, intake,
           cfg.solved_window, timeout, learner_device);
     } else {
-      a.learner = std::make_unique<Ppo>(*actor, o, cfg.ppo_steps, cfg.solved_window);
+      a.learner = std::make_unique<Ppo>(*actor, o, lockstep_intake(cfg, obs_dim, act_dim, false, cfg.ppo_steps),
+                                        cfg.solved_window);
     }
     a.actor = std::move(actor);
     return a;
@@ -91,8 +111,9 @@ Algorithm make_algorithm(const rl::RlConfig& cfg, int obs_dim, int n_actions, in
   ReinforceOptions o;
   o.gamma = cfg.gamma;
   o.lr = cfg.lr;
-  o.max_steps = cfg.max_steps;
-  a.learner = std::make_unique<Reinforce>(*actor, o);
+  // An episode has at most learner.max_steps steps (the observers truncate it), so every env
+  // ends one within that many steps of a trajectory's start.
+  a.learner = std::make_unique<Reinforce>(*actor, o, lockstep_intake(cfg, obs_dim, 0, true, cfg.max_steps));
   a.actor = std::move(actor);
   return a;
 }

@@ -1,9 +1,12 @@
 // The seam between the RL round loop (rl_agent.cpp) and an algorithm. An algorithm is an
-// Actor (what select_action runs, on the serving threads) and a Learner (what a round asks the
-// observers for and how it learns from it, on the agent's main thread). REINFORCE
-// (reinforce.h: PolicyActor + Reinforce), PPO (ppo.h: PpoActor + Ppo) and APPO / IMPALA
-// (async_learner.h: PpoActor + AsyncLearner, fed by streaming observers) are the
-// implementations; make_algorithm picks one from the config.
+// Actor (what an observer's act request runs, on the serving threads) and a Learner (its
+// trajectories' intake, and how a round learns from them, on the agent's main thread). Every
+// observer runs its own loop; the agent assembles what it reports into trajectories
+// (trajectories.h). REINFORCE (reinforce.h: PolicyActor + Reinforce) and PPO (ppo.h: PpoActor +
+// Ppo) are synchronous: their intake is in lockstep, so a round takes one trajectory from every
+// observer while acting waits at the round's end, learns, and lets the observers go on. APPO /
+// IMPALA (async_learner.h: PpoActor + AsyncLearner) learn while the observers act on. make_algorithm
+// picks one from the config.
 //
 // Lifetime: the Learner holds a reference to its Actor; Algorithm owns both and destroys the
 // Learner first. Threads: Actor::act is called concurrently from the RPC I/O loop, pool
@@ -27,6 +30,7 @@ namespace distrl::agent {
 
 class ObserverPool;
 class Trajectories;
+struct TrajectoryOptions;
 
 // Refuses rl.device values this build or machine cannot run ("cpu", "cuda[:N]") with a
 // ConfigError, before anything starts; torch-free for the agent's main.
@@ -57,7 +61,7 @@ struct Progress {
 struct RoundData {
   std::vector<double> returns;    // one per episode that ended in this round
   long long env_steps = 0;
-  std::vector<float> latency_us;  // the observers' select_action round trips (one per request)
+  std::vector<float> latency_us;  // the observers' act round trips (one per request)
   double observer_cpu_us = 0;     // the observers' CPU time for this round, summed
   double loss = 0;                // 0 with learning off
   // Asynchronous learners: how many policy versions the learned steps were behind (mean, max),
@@ -79,9 +83,8 @@ inline double seconds_between(std::chrono::steady_clock::time_point from, std::c
 class Learner {
  public:
   virtual ~Learner() = default;
-  // Observers run fixed-length fragments (PPO) rather than whole episodes (REINFORCE).
-  virtual bool fragments() const = 0;
-  // One round: every live observer plays (pool.call), then one update when `learn`.
+  // One round: the synchronous learners take one trajectory from every live observer
+  // (ObserverPool::gather) and update once when `learn`; the asynchronous ones one learner step.
   // Throws TransportError when every observer is gone.
   virtual RoundData round(ObserverPool& pool, bool learn) = 0;
   // The running reward once this round's returns are in; and whether it counts as solved.
@@ -94,17 +97,29 @@ class Learner {
   virtual std::map<std::string, double> load(const std::string& path) = 0;
   // Appended to the "resumed from" line, e.g. the observation statistics' sample count.
   virtual std::string resume_note() const { return ""; }
-  // Asynchronous learners (appo, impala): what the streaming observers' act requests feed; null
-  // for the synchronous ones, whose rounds call the observers.
-  virtual Trajectories* trajectories() { return nullptr; }
+  // What the observers' act requests feed.
+  virtual Trajectories& trajectories() = 0;
+  // An actor-critic (ppo, appo, impala; their checkpoints are alike), or REINFORCE's policy.
+  virtual bool actor_critic() const { return true; }
   // The world's observer count, once it is known (before serving). ConfigError for settings it
   // makes impossible.
-  virtual void set_observers(int observers) {}
-  // The run is over: streaming observers are told to stop at their next request. `ended`: it
-  // ended as runs end (solved, out of rounds, a signal), not by a failure; with a learner
-  // process, the other agents' runs then end too.
-  virtual void stop_acting(bool ended) {}
+  virtual void set_observers(int observers);
+  // The run is over: observers are told to stop at their next request (and held ones let go).
+  // `ended`: it ended as runs end (solved, out of rounds, a signal), not by a failure; with a
+  // learner process, the other agents' runs then end too.
+  virtual void stop_acting(bool ended);
   virtual LearnerTimes times() const { return {}; }
+};
+
+// The intake of a synchronous learner: in lockstep, one trajectory per observer per round, of
+// `rollout` steps (PPO) or until every env has ended an episode (REINFORCE, `rollout` then caps it).
+TrajectoryOptions lockstep_intake(const rl::RlConfig& config, int obs_dim, int act_dim, bool episodes, int rollout);
+
+// A synchronous round's end: the observers held at it go on (with the new weights) however the
+// round ends, an exception included.
+struct ReleaseAtEnd {
+  Trajectories& intake;
+  ~ReleaseAtEnd();
 };
 
 struct Algorithm {

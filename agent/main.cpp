@@ -1,4 +1,4 @@
-// distrl-agent: owns the policy, serves observers' select_action requests (batched or one by
+// distrl-agent: owns the policy, serves observers' act requests (batched or one by
 // one) and learns from their episodes. Rank 0 of an RL run; see docs/rl.md.
 #include <chrono>
 #include <csignal>
@@ -31,9 +31,9 @@ int main(int argc, char** argv) {
     using namespace distrl;
     rl::RlCommandLine cmd(
         "distrl-agent",
-        "distrl-agent: the RL agent. Owns the policy network, answers select_action requests from\n"
-        "the observers (batched into one forward pass, or one by one), learns with REINFORCE\n"
-        "(episodes) or PPO (rollout fragments), and prints progress until the running reward reaches\n"
+        "distrl-agent: the RL agent. Owns the policy network, answers act requests from\n"
+        "the observers (batched into one forward pass, or one by one), learns from their steps with\n"
+        "REINFORCE, PPO, APPO or IMPALA, and prints progress until the running reward reaches\n"
         "learner.target_reward. Writes OUT_DIR/metrics.csv, OUT_DIR/summary.csv, OUT_DIR/config.yaml,\n"
         "OUT_DIR/learning_curve.png and OUT_DIR/policy.pt (also on SIGUSR1). SIGINT/SIGTERM: finishes the\n"
         "round, saves and writes all of these, then exits 130/143 (a second signal ends it at once).\n"

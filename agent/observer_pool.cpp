@@ -1,10 +1,13 @@
 #include "agent/observer_pool.h"
 
+#include "common/error.h"
+#include "common/log.h"
+
 namespace distrl::agent {
 
-ObserverPool::ObserverPool(transport::RpcAgent& rpc, const rl::RlConfig& cfg, bool fragments, Batcher* batcher,
-                           bool stream)
-    : rpc_(rpc), batcher_(batcher) {
+ObserverPool::ObserverPool(transport::RpcAgent& rpc, const rl::RlConfig& cfg, Batcher* batcher)
+    : rpc_(rpc), batcher_(batcher),
+      timeout_(std::chrono::milliseconds(static_cast<long long>(cfg.rpc_timeout_s * 1000))) {
   for (const auto& w : rpc.workers()) {
     // The observers are the ranks after the agents and before the learner; this agent's share of
     // them is every roles.agents-th (rl::agent_of_observer).
@@ -16,73 +19,96 @@ ObserverPool::ObserverPool(transport::RpcAgent& rpc, const rl::RlConfig& cfg, bo
     spec.env = cfg.env;
     spec.num_envs = cfg.envs_per_observer;
     spec.seed = static_cast<std::uint64_t>(cfg.seed) * 1000003ull + 7919ull * (spec.observer_id + 1);
-    spec.record_latency = true;
-    spec.fragments = fragments && !stream;
-    spec.stream = stream;
+    spec.max_episode_steps = cfg.max_steps;
     obs_.push_back(rpc.remote<rl::ObserverObject>(w.name, rl::kObserverClass, spec));
   }
   alive_.assign(obs_.size(), true);
-  may_return_.assign(obs_.size(), false);
+  drops_.assign(obs_.size(), 0);
   for (auto& r : obs_) r.created().value();
 }
 
-void ObserverPool::drop(std::size_t i, const std::exception& e, bool dropped_connection) {
+void ObserverPool::drop(std::size_t i, Trajectories& trajectories, const std::string& why) {
   alive_[i] = false;
-  // Not "is the connection down now": a drop and a reconnect can both come before this runs,
-  // and such an observer must still be readmitted (it was, once, never again).
-  may_return_[i] = dropped_connection || rpc_.connection_lost(obs_[i].owner_name());
+  ++drops_[i];
   ++lost_;
-  DISTRL_LOG(Warn, "agent: dropping observer " << i << " (" << obs_[i].owner_name() << "): " << e.what()
-                                               << (may_return_[i] ? " (readmitted if its connection comes back)" : ""));
+  if (batcher_) batcher_->set_active(static_cast<int>(i), false);
+  trajectories.forget(static_cast<int>(i));
+  DISTRL_LOG(Warn, "agent: dropping observer " << i << " (" << obs_[i].owner_name() << "): " << why
+                                               << "; its envs leave the batch, its unfinished trajectory is "
+                                                  "discarded (taken back if it steps again)");
 }
 
-void ObserverPool::readmit() {
+void ObserverPool::start(Trajectories& trajectories) {
+  if (started_) return;
+  started_ = true;
+  std::vector<transport::Future<int>> futs;
+  for (auto& o : obs_) futs.push_back(o.rpc_async<int>(rl::kRunStream, 0));
+  std::string last_error;
   for (std::size_t i = 0; i < obs_.size(); ++i) {
-    if (alive_[i] || !may_return_[i] || rpc_.connection_lost(obs_[i].owner_name())) continue;
-    alive_[i] = true;
-    may_return_[i] = false;
-    --lost_;
-    ++readmitted_;
-    DISTRL_LOG(Warn, "agent: observer " << i << " (" << obs_[i].owner_name() << ") is reachable again: readmitted");
-  }
-}
-
-void ObserverPool::start_streams(Trajectories& trajectories) {
-  auto started = call<int>(rl::kRunStream, 0, [](int) {});  // drops (named) the ones that fail
-  (void)started;
-  for (std::size_t i = 0; i < obs_.size(); ++i) {
-    if (alive_[i]) {
+    try {
+      futs[i].value();
       if (batcher_) batcher_->set_active(static_cast<int>(i), true);
-    } else {
-      trajectories.forget(static_cast<int>(i));
+    } catch (const std::exception& e) {
+      last_error = e.what();
+      drop(i, trajectories, std::string("its loop did not start: ") + e.what());
     }
   }
+  if (lost_ == size()) throw TransportError("no observer's loop started; the last error: " + last_error);
 }
 
-void ObserverPool::check_streams(Trajectories& trajectories) {
+void ObserverPool::check(Trajectories& trajectories) {
   int live = 0;
   for (std::size_t i = 0; i < obs_.size(); ++i) {
-    if (!alive_[i]) continue;
-    if (rpc_.connection_lost(obs_[i].owner_name())) {
-      alive_[i] = false;  // its loop has ended with the connection: it does not come back
-      ++lost_;
-      if (batcher_) batcher_->set_active(static_cast<int>(i), false);
-      trajectories.forget(static_cast<int>(i));
-      DISTRL_LOG(Warn, "agent: lost observer " << i << " (" << obs_[i].owner_name()
-                                               << "): its connection dropped; its envs leave the batch and its "
-                                                  "unfinished trajectory is discarded");
+    const int id = static_cast<int>(i);
+    if (!alive_[i]) {
+      if (!trajectories.live(id)) continue;
+      alive_[i] = true;  // it stepped again
+      --lost_;
+      ++readmitted_;
+      if (batcher_) batcher_->set_active(id, true);
+      DISTRL_LOG(Warn, "agent: observer " << i << " (" << obs_[i].owner_name() << ") is reachable again: readmitted");
+    } else if (rpc_.connection_lost(obs_[i].owner_name())) {
+      drop(i, trajectories, "its connection dropped");
       continue;
     }
     ++live;
   }
-  if (live == 0) throw TransportError("every observer is gone (their connections dropped)");
+  if (live == 0) throw TransportError("every observer is gone (their connections dropped, or they stopped stepping)");
+}
+
+std::vector<rl::Fragment> ObserverPool::gather(Trajectories& trajectories) {
+  start(trajectories);
+  std::vector<rl::Fragment> out;
+  std::vector<bool> got(obs_.size(), false);
+  const auto since = std::chrono::steady_clock::now();
+  for (;;) {
+    check(trajectories);  // throws when none is left
+    int missing = 0;
+    for (std::size_t i = 0; i < obs_.size(); ++i) missing += alive_[i] && !got[i];
+    if (missing == 0) return out;
+    if (std::chrono::steady_clock::now() - since > timeout_) {
+      for (std::size_t i = 0; i < obs_.size(); ++i)
+        if (alive_[i] && !got[i])
+          drop(i, trajectories,
+               "no trajectory for " + std::to_string(std::chrono::duration_cast<std::chrono::seconds>(timeout_).count()) +
+                   " s (rpc.timeout_s)");
+      if (!out.empty()) return out;
+      throw TransportError("no observer sent a trajectory for " +
+                           std::to_string(std::chrono::duration_cast<std::chrono::seconds>(timeout_).count()) +
+                           " s (rpc.timeout_s): are they stalled?");
+    }
+    for (auto& f : trajectories.pop(missing, std::chrono::milliseconds(200))) {
+      if (f.observer_id >= 0 && f.observer_id < size()) got[static_cast<std::size_t>(f.observer_id)] = true;
+      out.push_back(std::move(f));
+    }
+  }
 }
 
 void ObserverPool::finish() {
-  readmit();  // one that was stalled and runs again is told too, rather than left to time out
   std::vector<transport::Future<void>> done;
   for (std::size_t i = 0; i < obs_.size(); ++i)
-    if (alive_[i]) done.push_back(obs_[i].rpc_async<void>(rl::kFinish));
+    if (alive_[i] || !rpc_.connection_lost(obs_[i].owner_name()))  // one that stalled and runs again is told too
+      done.push_back(obs_[i].rpc_async<void>(rl::kFinish));
   for (auto& f : done) {
     try {
       f.value();

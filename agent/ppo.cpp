@@ -93,7 +93,7 @@ std::vector<float> gae(const rl::Fragment& f, const std::vector<float>& rewards,
   return adv;
 }
 
-void check_fragment(const rl::Fragment& f, int obs_dim, int act_dim, bool streaming) {
+void check_fragment(const rl::Fragment& f, int obs_dim, int act_dim, bool bootstrapped) {
   auto bad = [&](const std::string& what) {
     throw ProtocolError("fragment from observer " + std::to_string(f.observer_id) + ": " + what);
   };
@@ -107,14 +107,10 @@ void check_fragment(const rl::Fragment& f, int obs_dim, int act_dim, bool stream
   if (f.log_probs.size() != n || f.values.size() != n || f.rewards.size() != n || f.terminated.size() != n ||
       f.truncated.size() != n)
     bad("per-step arrays of different lengths");
-  if (!streaming) {  // PPO's fragment: the observer asked for the bootstrap values
-    if (!f.versions.empty() || !f.next_obs.empty() || !f.final_obs.empty())
-      bad("a streaming trajectory's fields (versions, next_obs, final_obs) in a PPO fragment");
+  if (bootstrapped) {
     if (f.last_values.size() != static_cast<std::size_t>(f.num_envs)) bad("one bootstrap value per env expected");
     if (!f.truncated_values.empty() && f.truncated_values.size() != n) bad("truncated_values of the wrong length");
-    return;
   }
-  // A streaming trajectory: the learner computes the values of the observations it carries.
   if (f.versions.size() != static_cast<std::size_t>(f.steps)) bad("one policy version per step expected");
   if (f.next_obs.size() != static_cast<std::size_t>(f.num_envs) * obs_dim) bad("next_obs of the wrong length");
   std::size_t cut = 0;
@@ -138,6 +134,14 @@ torch::Tensor PpoActor::prepare(const torch::Tensor& obs) const {
 
 rl::ActReply PpoActor::act(const float* obs, int rows) { return act_impl(obs, rows, false); }
 rl::ActReply PpoActor::act_greedy(const float* obs, int rows) { return act_impl(obs, rows, true); }
+
+std::vector<float> PpoActor::values(const float* obs, int rows) {
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  c10::InferenceMode guard;
+  auto x = torch::from_blob(const_cast<float*>(obs), {rows, net_->spec().obs_dim}, torch::kFloat32);
+  const auto v = net_->forward(prepare(x)).value.to(torch::kCPU).contiguous();
+  return std::vector<float>(v.data_ptr<float>(), v.data_ptr<float>() + rows);
+}
 
 rl::ActReply PpoActor::act_impl(const float* obs, int rows, bool greedy) {
   const int dim = net_->spec().obs_dim;
@@ -229,8 +233,8 @@ std::vector<float> RewardScaler::scale(const rl::Fragment& f) {
   return rewards;
 }
 
-Ppo::Ppo(PpoActor& actor, rl::PpoOptions options, int fragment_steps, int solved_window)
-    : actor_(actor), o_(options), fragment_steps_(fragment_steps), recent_(solved_window),
+Ppo::Ppo(PpoActor& actor, rl::PpoOptions options, TrajectoryOptions intake, int solved_window)
+    : actor_(actor), o_(options), intake_(intake), recent_(solved_window),
       optimizer_(actor.net(), options.lr, 1e-5), scaler_(options.gamma),
       rng_(options.seed) {}
 
@@ -239,7 +243,7 @@ PpoStats Ppo::update(const std::vector<rl::Fragment>& fragments) {
   const auto t_start = Clock::now();
   auto& net = actor_.net();
   const int obs_dim = net.spec().obs_dim, act_dim = net.spec().action_dim;
-  for (const auto& f : fragments) check_fragment(f, obs_dim, act_dim);
+  for (const auto& f : fragments) check_fragment(f, obs_dim, act_dim, true);
 
   // Returns and advantages per fragment (rewards scaled by the running return std).
   std::vector<float> obs, adv_all, ret_all, logp_all, val_all, cont;
@@ -316,13 +320,24 @@ PpoStats Ppo::update(const std::vector<rl::Fragment>& fragments) {
   return st;
 }
 
+void Ppo::bootstrap(rl::Fragment& f) {
+  const int dim = actor_.net().spec().obs_dim;
+  f.last_values = actor_.values(f.next_obs.data(), f.num_envs);
+  f.truncated_values.assign(f.transitions(), 0.0f);
+  const std::size_t cut = f.final_obs.size() / static_cast<std::size_t>(dim);
+  if (cut == 0) return;
+  const auto v = actor_.values(f.final_obs.data(), static_cast<int>(cut));
+  std::size_t k = 0;  // final_obs holds the truncated-not-terminated steps in time-major order
+  for (std::size_t i = 0; i < f.transitions(); ++i)
+    if (f.truncated[i] && !f.terminated[i]) f.truncated_values[i] = v.at(k++);
+}
+
 RoundData Ppo::round(ObserverPool& pool, bool learn) {
-  const int obs_dim = actor_.net().spec().obs_dim, act_dim = actor_.net().spec().action_dim;
-  auto frags = pool.call<rl::Fragment>(rl::kRunFragment, fragment_steps_, [&](const rl::Fragment& f) {
-    check_fragment(f, obs_dim, act_dim);
-  });
+  auto frags = pool.gather(intake_);
+  ReleaseAtEnd release{intake_};  // the observers held at the round's end act with the new weights
   RoundData d;
   for (auto& f : frags) {
+    bootstrap(f);
     d.returns.insert(d.returns.end(), f.episode_returns.begin(), f.episode_returns.end());
     d.env_steps += static_cast<long long>(f.transitions());
     d.latency_us.insert(d.latency_us.end(), f.latency_us.begin(), f.latency_us.end());

@@ -1,10 +1,10 @@
 // PPO (clipped surrogate, Schulman et al. 2017) for the agent: acting with an actor-critic
-// network (batched select_action answers carry the critic's value), GAE(lambda) over rollout
-// fragments, several epochs of shuffled minibatches, value loss (optionally clipped), entropy
-// bonus, gradient clipping, running observation normalisation and reward scaling.
-// A Learner (learner.h): each round every observer plays one fragment of `fragment_steps`
-// steps per env (run_fragment); the running reward is the mean return of the last
-// `solved_window` episodes, and a run counts as solved only once that many have ended.
+// network (act answers carry the critic's value), GAE(lambda) over trajectories, several
+// epochs of shuffled minibatches, value loss (optionally clipped), entropy bonus, gradient
+// clipping, running observation normalisation and reward scaling.
+// A Learner (learner.h): each round takes one trajectory of ppo.steps steps per env from every
+// observer (they wait at its end while it learns); the running reward is the mean return of the
+// last `solved_window` episodes, and a run counts as solved only once that many have ended.
 #pragma once
 
 #include <torch/types.h>
@@ -19,6 +19,7 @@
 
 #include "agent/flat_adam.h"
 #include "agent/learner.h"
+#include "agent/trajectories.h"
 #include "rl/ppo_options.h"
 #include "rl/protocol.h"
 #include "models/actor_critic.h"
@@ -56,11 +57,10 @@ class RunningMeanStd {
 std::vector<float> gae(const rl::Fragment& f, const std::vector<float>& rewards, double gamma, double lambda,
                        std::vector<float>* returns);
 
-// Throws ProtocolError unless the fragment's arrays agree with its shape and the env's. A PPO
-// fragment (streaming false: an observer's run_fragment answer) must carry its bootstrap values
-// and none of a streaming trajectory's fields; a streaming trajectory (assembled by the agent)
-// its policy versions, next and final observations.
-void check_fragment(const rl::Fragment& f, int obs_dim, int act_dim, bool streaming = false);
+// Throws ProtocolError unless the fragment's arrays agree with its shape and the env's: a
+// trajectory carries its policy versions, next and final observations (agent/trajectories.h);
+// `bootstrapped` (what PPO's update takes): also its bootstrap values (Ppo::bootstrap).
+void check_fragment(const rl::Fragment& f, int obs_dim, int act_dim, bool bootstrapped = false);
 
 // The acting side: thread-safe act() for the batcher; the learner takes exclusive().
 class PpoActor : public Actor {
@@ -72,6 +72,8 @@ class PpoActor : public Actor {
   rl::ActReply act(const float* obs, int rows) override;
   // The most likely action per row (evaluation).
   rl::ActReply act_greedy(const float* obs, int rows);
+  // The critic's value per row (no action drawn).
+  std::vector<float> values(const float* obs, int rows);
   rl::ActReply act_eval(const float* obs, int rows) override { return act_greedy(obs, rows); }
   std::unique_lock<std::shared_mutex> exclusive() override { return std::unique_lock<std::shared_mutex>(mu_); }
   models::ActorCritic& net() { return *net_; }
@@ -140,13 +142,17 @@ struct PpoStats {
 
 class Ppo : public Learner {
  public:
-  Ppo(PpoActor& actor, rl::PpoOptions options, int fragment_steps = 128, int solved_window = 100);
-  // One PPO update over the fragments (checked first); takes the actor's exclusive lock.
+  Ppo(PpoActor& actor, rl::PpoOptions options, TrajectoryOptions intake = {}, int solved_window = 100);
+  // Fills a trajectory's bootstrap values with the critic's values of its next_obs
+  // (last_values) and of its truncated episodes' final observations (truncated_values): the
+  // weights that acted, since acting waits while the round learns.
+  void bootstrap(rl::Fragment& f);
+  // One PPO update over bootstrapped trajectories (checked first); takes the actor's exclusive lock.
   PpoStats update(const std::vector<rl::Fragment>& fragments);
   RunningMeanStd& return_rms() { return scaler_.return_rms(); }
 
-  bool fragments() const override { return true; }
   RoundData round(ObserverPool& pool, bool learn) override;
+  Trajectories& trajectories() override { return intake_; }
   double running_reward(const std::vector<double>& returns, double previous) override;
   bool solved(double running_reward, double target) const override;
   // Also the observation and return statistics and the recent returns.
@@ -159,7 +165,7 @@ class Ppo : public Learner {
   PpoActor& actor_;
   LearnerTimes times_;
   rl::PpoOptions o_;
-  int fragment_steps_;
+  Trajectories intake_;
   RecentReturns recent_;
   FlatAdam optimizer_;
   RewardScaler scaler_;

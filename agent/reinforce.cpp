@@ -10,27 +10,6 @@
 
 namespace distrl::agent {
 
-void check_rollout(const rl::Rollout& r, int obs_dim) {
-  const std::size_t n = r.steps();
-  const auto fail = [&](const std::string& what) {
-    throw ProtocolError("rollout from observer " + std::to_string(r.observer_id) + ": " + what);
-  };
-  if (r.obs_dim != obs_dim) fail("obs_dim " + std::to_string(r.obs_dim) + ", expected " + std::to_string(obs_dim));
-  if (!(r.cpu_us >= 0 && r.cpu_us < 1e15)) fail("cpu_us " + std::to_string(r.cpu_us) + " is not a CPU time");
-  if (r.obs.size() != n * static_cast<std::size_t>(obs_dim) || r.actions.size() != n || r.log_probs.size() != n)
-    fail(std::to_string(n) + " rewards but " + std::to_string(r.actions.size()) + " actions, " +
-         std::to_string(r.log_probs.size()) + " log-probs and " + std::to_string(r.obs.size()) +
-         " observation floats");
-  if (r.terminated.size() != r.lengths.size())
-    fail(std::to_string(r.lengths.size()) + " segments but " + std::to_string(r.terminated.size()) + " end flags");
-  std::size_t covered = 0;
-  for (std::int32_t len : r.lengths) {
-    if (len < 0) fail("negative segment length " + std::to_string(len));
-    covered += static_cast<std::size_t>(len);
-  }
-  if (covered != n) fail("segment lengths cover " + std::to_string(covered) + " of " + std::to_string(n) + " steps");
-}
-
 std::vector<float> rewards_to_go(const std::vector<float>& rewards, const std::vector<std::int32_t>& lengths,
                                  double gamma) {
   std::vector<float> out(rewards.size());
@@ -52,22 +31,54 @@ std::vector<float> rewards_to_go(const std::vector<float>& rewards, const std::v
   return out;
 }
 
-Reinforce::Reinforce(PolicyActor& actor, ReinforceOptions options)
-    : actor_(actor), options_(options),
-      optimizer_(actor.net().parameters(), torch::optim::AdamOptions(options.lr)) {}
-
-double Reinforce::update(const std::vector<rl::Rollout>& rollouts) {
-  std::vector<float> obs, returns;
-  std::vector<std::int64_t> actions;
-  for (const auto& r : rollouts) {
-    check_rollout(r, actor_.obs_dim());
-    auto g = rewards_to_go(r.rewards, r.lengths, options_.gamma);
-    obs.insert(obs.end(), r.obs.begin(), r.obs.end());
-    returns.insert(returns.end(), g.begin(), g.end());
-    actions.insert(actions.end(), r.actions.begin(), r.actions.end());
+Episodes EpisodeCutter::cut(const std::vector<rl::Fragment>& trajectories) {
+  Episodes out;
+  for (const auto& f : trajectories) {
+    const std::size_t dim = static_cast<std::size_t>(obs_dim_);
+    for (int e = 0; e < f.num_envs; ++e) {
+      Running& r = running_[{f.observer_id, e}];
+      for (int t = 0; t < f.steps; ++t) {
+        const std::size_t i = static_cast<std::size_t>(t) * f.num_envs + e;
+        r.obs.insert(r.obs.end(), f.obs.begin() + i * dim, f.obs.begin() + (i + 1) * dim);
+        r.actions.push_back(f.actions[i]);
+        r.rewards.push_back(f.rewards[i]);
+        if (!f.terminated[i] && !f.truncated[i]) continue;
+        out.obs.insert(out.obs.end(), r.obs.begin(), r.obs.end());
+        out.actions.insert(out.actions.end(), r.actions.begin(), r.actions.end());
+        out.rewards.insert(out.rewards.end(), r.rewards.begin(), r.rewards.end());
+        out.lengths.push_back(static_cast<std::int32_t>(r.rewards.size()));
+        r = Running{};
+      }
+    }
   }
+  return out;
+}
+
+void EpisodeCutter::forget(int observer) {
+  for (auto it = running_.begin(); it != running_.end();)
+    it = it->first.first == observer ? running_.erase(it) : std::next(it);
+}
+
+std::size_t EpisodeCutter::unfinished_steps() const {
+  std::size_t n = 0;
+  for (const auto& [key, r] : running_) n += r.rewards.size();
+  return n;
+}
+
+Reinforce::Reinforce(PolicyActor& actor, ReinforceOptions options, TrajectoryOptions intake)
+    : actor_(actor), options_(options),
+      optimizer_(actor.net().parameters(), torch::optim::AdamOptions(options.lr)), intake_(intake),
+      cutter_(actor.obs_dim()) {}
+
+double Reinforce::update(const Episodes& episodes) {
+  const auto g_all = rewards_to_go(episodes.rewards, episodes.lengths, options_.gamma);
+  std::vector<float> obs = episodes.obs, returns = g_all;
+  std::vector<std::int64_t> actions(episodes.actions.begin(), episodes.actions.end());
   const auto n = static_cast<std::int64_t>(returns.size());
   if (n == 0) return 0.0;
+  if (obs.size() != static_cast<std::size_t>(n) * actor_.obs_dim() || actions.size() != returns.size())
+    throw ProtocolError("REINFORCE: " + std::to_string(n) + " rewards but " + std::to_string(actions.size()) +
+                        " actions and " + std::to_string(obs.size()) + " observation floats");
   const auto dev = actor_.device();
   auto x = torch::from_blob(obs.data(), {n, actor_.obs_dim()}, torch::kFloat32).to(dev);
   auto a = torch::from_blob(actions.data(), {n, 1}, torch::kInt64).to(dev);
@@ -86,20 +97,26 @@ double Reinforce::update(const std::vector<rl::Rollout>& rollouts) {
 }
 
 RoundData Reinforce::round(ObserverPool& pool, bool learn) {
-  const int dim = actor_.obs_dim();
-  auto rollouts = pool.call<rl::Rollout>(rl::kRunEpisode, options_.max_steps,
-                                         [dim](const rl::Rollout& r) { check_rollout(r, dim); });
-  RoundData d;
-  if (learn) d.loss = update(rollouts);
-  for (auto& r : rollouts) {
-    std::size_t at = 0;
-    for (auto len : r.lengths) {
-      d.returns.push_back(std::accumulate(r.rewards.begin() + at, r.rewards.begin() + at + len, 0.0));
-      at += len;
+  auto trajectories = pool.gather(intake_);
+  ReleaseAtEnd release{intake_};  // the observers held at the round's end act with the new weights
+  drops_seen_.resize(static_cast<std::size_t>(pool.size()), 0);
+  for (int i = 0; i < pool.size(); ++i)  // a dropped observer's envs went on unseen: its unfinished episodes are cut
+    if (const auto d = pool.drops(i); d != drops_seen_[i]) {
+      cutter_.forget(i);
+      drops_seen_[i] = d;
     }
-    d.env_steps += static_cast<long long>(r.steps());
-    d.latency_us.insert(d.latency_us.end(), r.latency_us.begin(), r.latency_us.end());
-    d.observer_cpu_us += r.cpu_us;
+  const Episodes episodes = cutter_.cut(trajectories);
+  RoundData d;
+  if (learn) d.loss = update(episodes);
+  std::size_t at = 0;
+  for (auto len : episodes.lengths) {
+    d.returns.push_back(std::accumulate(episodes.rewards.begin() + at, episodes.rewards.begin() + at + len, 0.0));
+    at += static_cast<std::size_t>(len);
+  }
+  for (const auto& f : trajectories) {
+    d.env_steps += static_cast<long long>(f.transitions());
+    d.latency_us.insert(d.latency_us.end(), f.latency_us.begin(), f.latency_us.end());
+    d.observer_cpu_us += f.cpu_us;
   }
   return d;
 }

@@ -30,13 +30,26 @@ rl::ActReply stop_reply() {
   return r;
 }
 
-// A streaming observer's step through the trajectories: `act` answers it now (Go), once its
-// parked trajectory has found room in the queue (Wait: on the learner's thread), or the reply
-// says stop (the run is over).
+// An observer's step through the trajectories: `act` answers it now (Go), once it may go on
+// (Wait: its trajectory waited for room in the queue, or a synchronous round's end; `act` then
+// runs on the learner's thread), or the reply says stop (the run is over). A waiting observer
+// has no request in the batch: the batcher (may be null) does not wait for it meanwhile.
 template <typename Act>
-transport::Future<rl::ActReply> admit(Trajectories& intake, const std::shared_ptr<rl::StepReport>& step, Act act) {
+transport::Future<rl::ActReply> admit(Trajectories& intake, Batcher* batcher, const std::shared_ptr<rl::StepReport>& step,
+                                      Act act) {
+  struct Hold {  // the resume may run before observe() has returned Wait
+    std::mutex mu;
+    bool waiting = false, resumed = false;
+  };
+  auto hold = std::make_shared<Hold>();
+  const int id = step->observer_id;
   transport::Promise<rl::ActReply> later;
-  auto resume = [later, act]() mutable {
+  auto resume = [later, act, hold, batcher, id]() mutable {
+    {
+      std::lock_guard<std::mutex> lock(hold->mu);
+      hold->resumed = true;
+      if (hold->waiting && batcher) batcher->set_active(id, true);
+    }
     try {
       act().then([later](const transport::Future<rl::ActReply>& f) {
         if (f.error()) later.set_error(f.error());
@@ -49,8 +62,14 @@ transport::Future<rl::ActReply> admit(Trajectories& intake, const std::shared_pt
   switch (intake.observe(*step, resume)) {
     case Trajectories::Admit::Stop:
       return transport::Future<rl::ActReply>::ready(stop_reply());
-    case Trajectories::Admit::Wait:
+    case Trajectories::Admit::Wait: {
+      std::lock_guard<std::mutex> lock(hold->mu);
+      if (!hold->resumed && batcher) {
+        hold->waiting = true;
+        batcher->set_active(id, false);
+      }
       return later.get_future();
+    }
     case Trajectories::Admit::Go:
       break;
   }
@@ -109,7 +128,7 @@ void RlAgent::serve(transport::RpcAgent& rpc) {
   Actor* actor = algo_.actor.get();
   const auto where = cfg_.serve_inline ? transport::RunOn::IoThread : transport::RunOn::Pool;
   algo_.learner->set_observers(observers);
-  Trajectories* intake = algo_.learner->trajectories();
+  Trajectories* intake = &algo_.learner->trajectories();
   if (cfg_.mode == "batched") {
     BatchOptions bo;
     bo.max_batch = cfg_.max_batch;
@@ -124,44 +143,36 @@ void RlAgent::serve(transport::RpcAgent& rpc) {
     batcher_ = std::make_unique<Batcher>(obs_dim_, observers, bo,
                                          [actor](const float* obs, int rows) { return actor->act(obs, rows); });
     Batcher* b = batcher_.get();
-    rpc.register_function(rl::kSelectAction, [b](int observer, std::vector<float> obs) {
-      return b->submit(observer, std::move(obs));
-    }, where);
-    if (intake)  // a streaming observer's step: its outcome into the trajectories, its observations into the batch
-      rpc.register_function(rl::kAct, [b, intake](rl::StepReport report) {
-        auto step = std::make_shared<rl::StepReport>(std::move(report));
-        return admit(*intake, step, [b, intake, step] {
-          const int id = step->observer_id;
-          return b->submit(id, std::move(step->obs)).then([intake, id](const transport::Future<rl::ActReply>& f) {
-            intake->acted(id, f.value());
-            return f.value();
-          });
+    // An observer's step: its outcome into the trajectories, its observations into the batch.
+    rpc.register_function(rl::kAct, [b, intake](rl::StepReport report) {
+      auto step = std::make_shared<rl::StepReport>(std::move(report));
+      return admit(*intake, b, step, [b, intake, step] {
+        const int id = step->observer_id;
+        return b->submit(id, std::move(step->obs)).then([intake, id](const transport::Future<rl::ActReply>& f) {
+          intake->acted(id, f.value());
+          return f.value();
         });
-      }, where);
+      });
+    }, where);
     if (bo.close == BatchOptions::Close::WhenRead) rpc.after_requests_read([b] { b->flush(); });
   } else {
-    const int dim = obs_dim_, max_rows = cfg_.envs_per_observer;
+    const int dim = obs_dim_;
     auto times = unbatched_;  // handlers may run on several pool threads: atomic sums
-    rpc.register_function(rl::kSelectAction, [actor, dim, max_rows, times](int observer, std::vector<float> obs) {
-      const int rows = rl::observation_rows(obs, dim, max_rows);
-      const auto t0 = std::chrono::steady_clock::now();
-      rl::ActReply reply = actor->act(obs.data(), rows);
-      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
-      times->requests.fetch_add(1, std::memory_order_relaxed);
-      times->rows.fetch_add(static_cast<std::uint64_t>(rows), std::memory_order_relaxed);
-      times->forward_ns.fetch_add(static_cast<std::uint64_t>(ns.count()), std::memory_order_relaxed);
-      return reply;
+    rpc.register_function(rl::kAct, [actor, dim, intake, times](rl::StepReport report) {
+      auto step = std::make_shared<rl::StepReport>(std::move(report));
+      return admit(*intake, nullptr, step, [actor, dim, intake, step, times] {
+        // obs was checked whole (Trajectories::observe): rows = the observer's envs
+        const int rows = static_cast<int>(step->obs.size()) / dim;
+        const auto t0 = std::chrono::steady_clock::now();
+        rl::ActReply reply = actor->act(step->obs.data(), rows);
+        const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
+        times->requests.fetch_add(1, std::memory_order_relaxed);
+        times->rows.fetch_add(static_cast<std::uint64_t>(rows), std::memory_order_relaxed);
+        times->forward_ns.fetch_add(static_cast<std::uint64_t>(ns.count()), std::memory_order_relaxed);
+        intake->acted(step->observer_id, reply);
+        return transport::Future<rl::ActReply>::ready(std::move(reply));
+      });
     }, where);
-    if (intake)
-      rpc.register_function(rl::kAct, [actor, dim, intake](rl::StepReport report) {
-        auto step = std::make_shared<rl::StepReport>(std::move(report));
-        return admit(*intake, step, [actor, dim, intake, step] {
-          // obs was checked whole (Trajectories::observe): rows = the observer's envs
-          rl::ActReply reply = actor->act(step->obs.data(), static_cast<int>(step->obs.size()) / dim);
-          intake->acted(step->observer_id, reply);
-          return transport::Future<rl::ActReply>::ready(std::move(reply));
-        });
-      }, where);
   }
 }
 
@@ -170,9 +181,9 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
   if (cfg_.learners > 0 && rpc.workers().back().name != rl::kLearnerName)
     throw ConfigError(std::string("roles.learners is 1, but the world's last rank is ") + rpc.workers().back().name +
                       ", not distrl-learner (" + rl::kLearnerName + "): start the world with distrl-launch --config");
-  ObserverPool pool(rpc, cfg_, learner.fragments(), batcher_.get(), learner.trajectories() != nullptr);
-  // However run() ends (a failed write throws out of it too), streaming observers are told to
-  // stop and to finish before the pool releases them: an observer whose loop still ran when its
+  ObserverPool pool(rpc, cfg_, batcher_.get());
+  // However run() ends (a failed write throws out of it too), the observers are told to stop
+  // and to finish before the pool releases them: an observer whose loop still ran when its
   // Observer went would wait out rpc.timeout_s for a reply.
   struct EndStreams {
     Learner& learner;
@@ -181,7 +192,7 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
     void operator()(bool ended) {
       if (done) return;
       done = true;
-      learner.stop_acting(ended);  // streaming observers leave their loops at their next request
+      learner.stop_acting(ended);  // the observers leave their loops at their next request
       pool.finish();
     }
     ~EndStreams() {  // an exception ends the run: a failure
@@ -191,7 +202,7 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
       }
     }
   } end_streams{learner, pool};
-  RoundLog log(cfg_.out_dir, cfg_.log_interval, progress_, cfg_.tensorboard, learner.trajectories() != nullptr);
+  RoundLog log(cfg_.out_dir, cfg_.log_interval, progress_, cfg_.tensorboard, cfg_.asynchronous());
   RunSummary sum;
   sum.event_file = log.event_file();
   QuantileSketch latencies;  // fixed memory however long the run (every sample kept grew 18 MB in 10 min)
@@ -252,8 +263,8 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
   sum.running_reward = progress_.running_reward;
   sum.observers_lost = pool.lost();
   sum.learner = learner.times();
-  if (Trajectories* intake = learner.trajectories()) {
-    const TrajectoryStats ts = intake->stats();
+  if (cfg_.asynchronous()) {
+    const TrajectoryStats ts = learner.trajectories().stats();
     sum.asynchronous = true;
     sum.trajectories = ts.queued;
     sum.refused = ts.refused;

@@ -1,12 +1,14 @@
-// The agent process's RL loop, the C++ form of PyTorch's batched-RPC REINFORCE tutorial:
-// the agent creates one Observer object per observer process (remote), then every round
-// asks each of them to run an episode (REINFORCE) or a fixed-length fragment (PPO) with
-// rpc_async on its RRef, serves their select_action requests meanwhile (batched or not), and
-// learns from what they send back. The algorithm sits behind learner.h (Actor + Learner); this
-// file is the round loop around it (observer_pool.h, round_log.h, run_checkpoint.h).
+// The agent process's RL loop, the C++ form of PyTorch's batched-RPC REINFORCE tutorial with
+// the control turned the right way round: the agent creates one Observer object per observer
+// process (remote) and starts its loop once; each observer then steps its envs and sends every
+// step's outcome with its next act request, which the agent answers (batched or not) and turns
+// into trajectories. Each round learns from them: the synchronous algorithms (REINFORCE, PPO)
+// from one trajectory per observer while the observers wait at the round's end, APPO / IMPALA
+// while they act on. The algorithm sits behind learner.h (Actor + Learner); this file is the
+// round loop around it (observer_pool.h, round_log.h, run_checkpoint.h).
 //
 //   RlAgent rl(config);
-//   RpcAgent rpc(options, [&](RpcAgent& a) { rl.serve(a); });   // select_action is registered
+//   RpcAgent rpc(options, [&](RpcAgent& a) { rl.serve(a); });   // act is registered
 //   RunSummary s = rl.run(rpc);                                  // trains until solved or done
 //   rpc.shutdown();
 #pragma once
@@ -33,12 +35,12 @@ struct RunSummary {
   double running_reward = 0;
   double last_reward = 0;
   double mean_batch = 0;       // rows per forward pass
-  double latency_median_us = 0, latency_p99_us = 0;  // observers' select_action round trips
+  double latency_median_us = 0, latency_p99_us = 0;  // observers' act round trips
   // The mean round trip and the agent's share of it, per request: waiting for the batch to close
   // (0 unbatched), the forward pass it waited for; the rest is transport and reply. And a
   // forward's cost per row (a batch's forward over its rows).
   double latency_mean_us = 0, queue_wait_us = 0, forward_us = 0, forward_us_per_row = 0;
-  // CPU time per select_action request during the rounds: the agent's serving threads (the
+  // CPU time per act request during the rounds: the agent's serving threads (the
   // process's CPU minus the round loop's own thread, which starts episodes and learns) and the
   // observers' processes (stepping envs included).
   double agent_cpu_us_per_request = 0, observer_cpu_us_per_request = 0;
@@ -68,7 +70,7 @@ class RlAgent {
   explicit RlAgent(rl::RlConfig config, const std::string& checkpoint = "", Load load = Load::Resume);
   ~RlAgent();
 
-  // In the RpcAgent's setup callback: registers select_action (batched or not) for the
+  // In the RpcAgent's setup callback: registers act (batched or not) for the
   // world's observers (every rank but this one).
   void serve(transport::RpcAgent& rpc);
   // The observers this agent serves (its share of the world's), known once serve() has run.

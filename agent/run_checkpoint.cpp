@@ -12,7 +12,7 @@ void save_run(Learner& learner, const Progress& p, const std::string& path) {
                       {"episodes", static_cast<double>(p.episodes)},
                       {"env_steps", static_cast<double>(p.env_steps)},
                       {"seconds", p.seconds},
-                      {"ppo", learner.fragments() ? 1.0 : 0.0}});  // whose checkpoint: a refusal names it
+                      {"ppo", learner.actor_critic() ? 1.0 : 0.0}});  // whose checkpoint: a refusal names it
 }
 
 Progress load_run(Learner& learner, const std::string& path, const rl::RlConfig& cfg) {
@@ -21,7 +21,7 @@ Progress load_run(Learner& learner, const std::string& path, const rl::RlConfig&
     n = learner.load(path);
   } catch (const ConfigError& e) {
     const auto saved = models::checkpoint_numbers(path);
-    if (const auto ppo = saved.find("ppo"); ppo != saved.end() && (ppo->second != 0) != learner.fragments()) {
+    if (const auto ppo = saved.find("ppo"); ppo != saved.end() && (ppo->second != 0) != learner.actor_critic()) {
       const std::string was = ppo->second != 0 ? "ppo" : "reinforce";
       throw ConfigError("checkpoint '" + path + "' was saved by a learner.algo " + was + " run, and this run is " +
                         cfg.algo + ": load it with learner.algo " + was + " (and that run's model keys), or start "

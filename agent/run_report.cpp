@@ -55,13 +55,13 @@ void write_run_report(const rl::RlConfig& cfg, const RunSummary& s, int observer
   write_file_atomically(cfg.out_dir + "/summary.csv", sum.str());
   std::printf("%s after %d rounds (%lld episodes, %lld env steps) in %.1f s: %s\n", s.solved ? "Solved" : "Stopped",
               s.rounds, s.episodes, s.env_steps, s.seconds, s.stop_reason.c_str());
-  std::printf("  env-steps/s %.0f, select_action round trip median %.1f us, p99 %.1f us, mean batch %.2f rows\n",
+  std::printf("  env-steps/s %.0f, act round trip median %.1f us, p99 %.1f us, mean batch %.2f rows\n",
               s.steps_per_second(), s.latency_median_us, s.latency_p99_us, s.mean_batch);
   std::printf("  round trip mean %.1f us = queue wait %.1f + forward %.1f (%.2f us per row) + transport and reply "
               "%.1f\n",
               s.latency_mean_us, s.queue_wait_us, s.forward_us, s.forward_us_per_row,
               s.latency_mean_us - s.queue_wait_us - s.forward_us);
-  std::printf("  CPU per select_action request: agent %.1f us (serving), observer %.1f us (env step included)\n",
+  std::printf("  CPU per act request: agent %.1f us (serving), observer %.1f us (env step included)\n",
               s.agent_cpu_us_per_request, s.observer_cpu_us_per_request);
   if (s.asynchronous)
     std::printf("  trajectories: %lld queued, %lld dropped (older than async.max_lag, or while the learner process "

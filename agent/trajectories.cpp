@@ -23,6 +23,7 @@ struct Trajectories::Slot {
   std::vector<float> pending_obs;
   rl::ActReply pending;
   bool acted = false;
+  std::vector<std::uint8_t> ended;  // Cut::Episodes: envs whose episode ended in this trajectory
 };
 
 Trajectories::Trajectories(TrajectoryOptions options) : o_(options) { set_observers(o_.observers); }
@@ -34,6 +35,7 @@ void Trajectories::set_observers(int observers, int queue) {
   for (int i = 0; i < observers; ++i) {
     slots_.push_back(std::make_unique<Slot>());
     slots_.back()->building = empty_fragment(i);
+    slots_.back()->ended.assign(static_cast<std::size_t>(o_.envs), 0);
   }
 }
 
@@ -54,10 +56,6 @@ void Trajectories::check(const rl::StepReport& r, const Slot& slot) const {
     throw ProtocolError("act from observer " + std::to_string(r.observer_id) + ": " + what);
   };
   const std::size_t n = static_cast<std::size_t>(o_.envs), dim = static_cast<std::size_t>(o_.obs_dim);
-  if (slot.forgotten) bad("this observer was dropped from the run");
-  if (r.step != slot.next_step)
-    bad("step " + std::to_string(r.step) + " where " + std::to_string(slot.next_step) +
-        " was expected (a step lost or sent twice)");
   if (r.obs.size() != n * dim)
     bad(std::to_string(r.obs.size()) + " observation floats; " + std::to_string(n) + " envs x " + std::to_string(dim) +
         " expected");
@@ -66,6 +64,14 @@ void Trajectories::check(const rl::StepReport& r, const Slot& slot) const {
   if (!(r.cpu_us >= 0 && r.cpu_us < 1e15)) bad("cpu_us " + std::to_string(r.cpu_us) + " is not a CPU time");
   if (!(r.latency_us == -1 || (r.latency_us >= 0 && r.latency_us < 1e12)))
     bad("latency_us " + std::to_string(r.latency_us) + " is not a round trip");
+  if (slot.forgotten) return;  // taken back: its outcomes are not used
+  if (r.restart && r.step + 1 == slot.next_step) {  // a resend of the step taken last
+    if (r.obs != slot.pending_obs) bad("a resend of step " + std::to_string(r.step) + " with other observations");
+    return;
+  }
+  if (r.step != slot.next_step)
+    bad("step " + std::to_string(r.step) + " where " + std::to_string(slot.next_step) +
+        " was expected (a step lost or sent twice)");
   if (r.step == 0) {
     if (!r.rewards.empty() || !r.terminated.empty() || !r.truncated.empty() || !r.final_obs.empty() ||
         !r.episode_returns.empty())
@@ -112,6 +118,7 @@ Trajectories::Admit Trajectories::observe(const rl::StepReport& r, std::function
   Slot& slot = *slots_[static_cast<std::size_t>(r.observer_id)];
   rl::Fragment done;
   bool finished = false;
+  enum class Kind { Step, Resend, Readmitted } kind = Kind::Step;
   {
     std::lock_guard<std::mutex> lock(slot.mu);
     try {
@@ -124,8 +131,34 @@ Trajectories::Admit Trajectories::observe(const rl::StepReport& r, std::function
       if (should_log(stats().refused)) DISTRL_LOG(Warn, "agent: refused a step: " << e.what());  // names the observer
       throw;
     }
+    if (slot.forgotten) {
+      kind = Kind::Readmitted;
+      slot.forgotten = false;
+      slot.building = empty_fragment(r.observer_id);
+      std::fill(slot.ended.begin(), slot.ended.end(), 0);
+      slot.next_step = r.step;  // this step starts its new trajectory
+    } else if (r.restart && r.step + 1 == slot.next_step) {
+      kind = Kind::Resend;
+    }
+  }
+  if (kind == Kind::Resend) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.resent;
+    }
+    if (take_over(r.observer_id, resume)) return Admit::Wait;
+    std::lock_guard<std::mutex> lock(slot.mu);
+    slot.acted = false;  // acted on again: the answer replaces the lost one
+    return Admit::Go;
+  }
+  if (kind == Kind::Readmitted) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.readmitted;
+  }
+  {
+    std::lock_guard<std::mutex> lock(slot.mu);
     rl::Fragment& f = slot.building;
-    if (r.step > 0) {  // complete the previous step
+    if (r.step > 0 && kind == Kind::Step) {  // complete the previous step
       const rl::ActReply& a = slot.pending;
       f.obs.insert(f.obs.end(), slot.pending_obs.begin(), slot.pending_obs.end());
       f.actions.insert(f.actions.end(), a.actions.begin(), a.actions.end());
@@ -142,10 +175,16 @@ Trajectories::Admit Trajectories::observe(const rl::StepReport& r, std::function
       if (r.latency_us >= 0) f.latency_us.push_back(r.latency_us);
       f.cpu_us += r.cpu_us;
       ++f.steps;
-      if (f.steps == o_.rollout) {
+      bool every_env_ended = o_.cut == TrajectoryOptions::Cut::Episodes;
+      for (std::size_t e = 0; e < slot.ended.size(); ++e) {
+        slot.ended[e] |= r.terminated[e] | r.truncated[e];
+        every_env_ended = every_env_ended && slot.ended[e];
+      }
+      if (f.steps == o_.rollout || every_env_ended) {
         f.next_obs = r.obs;
         done = std::move(f);
         f = empty_fragment(r.observer_id);
+        std::fill(slot.ended.begin(), slot.ended.end(), 0);
         finished = true;
       }
     }
@@ -155,9 +194,12 @@ Trajectories::Admit Trajectories::observe(const rl::StepReport& r, std::function
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (r.step > 0) stats_.steps += o_.envs;
+    if (r.step > 0 && kind == Kind::Step) stats_.steps += o_.envs;
   }
-  if (!admit(finished ? std::optional<rl::Fragment>(std::move(done)) : std::nullopt, resume)) return Admit::Wait;
+  // Taken back while its step before the drop still waits (held or parked): this one waits in its place.
+  if (kind == Kind::Readmitted && take_over(r.observer_id, resume)) return Admit::Wait;
+  if (!admit(r.observer_id, finished ? std::optional<rl::Fragment>(std::move(done)) : std::nullopt, resume))
+    return Admit::Wait;
   return Admit::Go;
 }
 
@@ -168,11 +210,19 @@ void Trajectories::acted(int observer, const rl::ActReply& reply) {
   slot.acted = true;
 }
 
-bool Trajectories::admit(std::optional<rl::Fragment> f, std::function<void()>& resume) {
+bool Trajectories::admit(int observer, std::optional<rl::Fragment> f, std::function<void()>& resume) {
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_) {
     if (f) stats_.discarded += static_cast<long long>(f->transitions());
     return true;  // the step is acted on; the observer's next one hears stop
+  }
+  if (o_.lockstep) {  // one trajectory per observer per round: its next step waits for release()
+    if (!f) return true;
+    queue_.push_back(std::move(*f));
+    ++stats_.queued;
+    ready_.notify_one();
+    held_.push_back({observer, std::nullopt, std::move(resume), std::chrono::steady_clock::now()});
+    return false;
   }
   if (parked_.empty() && (!f || queue_.size() < static_cast<std::size_t>(o_.queue))) {
     if (f) {
@@ -182,8 +232,39 @@ bool Trajectories::admit(std::optional<rl::Fragment> f, std::function<void()>& r
     }
     return true;
   }
-  parked_.push_back({std::move(f), std::move(resume), std::chrono::steady_clock::now()});
+  parked_.push_back({observer, std::move(f), std::move(resume), std::chrono::steady_clock::now()});
   return false;
+}
+
+bool Trajectories::take_over(int observer, std::function<void()>& resume) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& p : held_)
+    if (p.observer == observer) {
+      p.resume = std::move(resume);
+      return true;
+    }
+  for (auto& p : parked_)
+    if (p.observer == observer) {
+      p.resume = std::move(resume);
+      return true;
+    }
+  return false;
+}
+
+void Trajectories::release() {
+  std::vector<Parked> held;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    held.swap(held_);
+  }
+  for (auto& p : held)
+    if (p.resume) p.resume();
+}
+
+bool Trajectories::live(int observer) const {
+  Slot& slot = *slots_.at(static_cast<std::size_t>(observer));
+  std::lock_guard<std::mutex> lock(slot.mu);
+  return !slot.forgotten;
 }
 
 std::vector<rl::Fragment> Trajectories::pop(int n, std::chrono::milliseconds timeout) {
@@ -241,6 +322,8 @@ void Trajectories::close() {
       resumed.push_back(std::move(p.resume));
     }
     parked_.clear();
+    for (auto& p : held_) resumed.push_back(std::move(p.resume));
+    held_.clear();
     ready_.notify_all();
   }
   for (auto& r : resumed)

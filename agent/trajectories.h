@@ -1,13 +1,24 @@
-// The asynchronous learners' intake: trajectories assembled from streaming observers' steps,
-// and the bounded queue between acting and learning.
+// Every learner's intake: trajectories assembled from the observers' steps, and the bounded
+// queue between acting and learning.
 //
-// A streaming observer sends one StepReport per step (rl/protocol.h): the observations to act
-// on, and what its previous actions did. observe() completes that previous step of each of its
-// envs (reward, termination, truncation and the final observation of a truncated episode) and,
-// when a trajectory holds `rollout` steps, closes it (the new observations are its next_obs)
-// and queues it; acted() records the actions, log-probabilities and policy version the agent's
+// An observer sends one StepReport per step (rl/protocol.h): the observations to act on, and
+// what its previous actions did. observe() completes that previous step of each of its envs
+// (reward, termination, truncation and the final observation of a truncated episode) and, when
+// a trajectory is complete, closes it (the new observations are its next_obs) and queues it;
+// acted() records the actions, log-probabilities, values and policy version the agent's
 // forward chose for the pending observations. A trajectory is an rl::Fragment (time-major
-// [rollout, envs]) with next_obs, final_obs and versions filled.
+// [steps, envs]) with next_obs, final_obs and versions filled. It is complete at `rollout`
+// steps (Cut::Steps: PPO, APPO, IMPALA) or once every env has ended an episode in it
+// (Cut::Episodes: REINFORCE; `rollout` then caps it).
+//
+// Lockstep (the synchronous learners): an observer's step that completes its trajectory is held
+// (observe() returns Wait) until release(): each observer plays up to the round's end and waits
+// there, the others go on until theirs, and the learner learns from one trajectory per observer
+// with acting paused, then releases them to act with the new weights.
+//
+// A dropped observer (forget()) is taken back at its next step: its envs did not wait for the
+// agent's verdict, so that step starts a new trajectory. A resend (StepReport::restart) of a step
+// already taken is acted on again rather than counted twice.
 //
 // Back-pressure: a step whose trajectory finds the queue full is parked, not blocked: observe()
 // returns Wait at once (no serving thread waits) and the trajectory waits in line; while one
@@ -39,9 +50,12 @@
 namespace distrl::agent {
 
 struct TrajectoryOptions {
+  enum class Cut { Steps, Episodes };
   int observers = 1, envs = 1, obs_dim = 1, act_dim = 0;  // act_dim 0: discrete actions
-  int rollout = 32;
+  int rollout = 32;  // steps per trajectory (Cut::Episodes: at most)
   int queue = 32;
+  Cut cut = Cut::Steps;
+  bool lockstep = false;
 };
 
 struct TrajectoryStats {
@@ -49,6 +63,8 @@ struct TrajectoryStats {
   long long queued = 0;         // trajectories queued
   long long refused = 0;        // malformed reports refused
   long long discarded = 0;      // steps of lost observers' unfinished trajectories, and left at the end
+  long long readmitted = 0;     // dropped observers whose steps came again
+  long long resent = 0;         // resends of a step already taken (its answer was lost)
   double waited_s = 0;          // parked trajectories' total wait for room in the queue (back-pressure)
 };
 
@@ -71,8 +87,13 @@ class Trajectories {
   // Waits until `n` trajectories are queued (or as many as the queue holds, or closed, or
   // `timeout` has passed) and takes up to n of them, oldest first; parked ones then move in.
   std::vector<rl::Fragment> pop(int n, std::chrono::milliseconds timeout);
-  // A lost observer: its unfinished trajectory is discarded (counted); a report from it later is refused.
+  // Lockstep: the held steps are acted on (each on the calling thread), so their observers go on.
+  void release();
+  // A lost observer: its unfinished trajectory is discarded (counted); a report from it later
+  // takes it back (counted in readmitted) and starts a new trajectory.
   void forget(int observer);
+  // Not forgotten (never, or taken back since).
+  bool live(int observer) const;
   // observe() returns Stop from now on; queued and parked trajectories are discarded (counted) and
   // the parked steps resumed. Idempotent.
   void close();
@@ -83,9 +104,13 @@ class Trajectories {
   struct Slot;
   void check(const rl::StepReport& r, const Slot& slot) const;  // throws ProtocolError
   // Queues f (when given), or parks the step with `resume` and f behind the ones waiting
-  // (false); f is discarded when closed.
-  bool admit(std::optional<rl::Fragment> f, std::function<void()>& resume);
+  // (false); lockstep: queues f and holds the step (false). f is discarded when closed.
+  bool admit(int observer, std::optional<rl::Fragment> f, std::function<void()>& resume);
+  // A resend of the observer's step whose step is still parked or held: its resume (which would
+  // answer the lost call) becomes this one's. False when none is waiting.
+  bool take_over(int observer, std::function<void()>& resume);
   struct Parked {
+    int observer = 0;
     std::optional<rl::Fragment> trajectory;  // none: a step that finished no trajectory
     std::function<void()> resume;
     std::chrono::steady_clock::time_point since;
@@ -98,6 +123,7 @@ class Trajectories {
   std::condition_variable ready_;
   std::deque<rl::Fragment> queue_;
   std::deque<Parked> parked_;
+  std::vector<Parked> held_;  // lockstep: until release()
   bool closed_ = false;
   TrajectoryStats stats_;
 };

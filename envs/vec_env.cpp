@@ -6,8 +6,11 @@
 
 namespace distrl::envs {
 
-VecEnv::VecEnv(const std::string& name, int n, std::uint64_t seed, bool autoreset) : autoreset_(autoreset) {
+VecEnv::VecEnv(const std::string& name, int n, std::uint64_t seed, bool autoreset, int max_episode_steps)
+    : autoreset_(autoreset), max_episode_steps_(max_episode_steps) {
   if (n < 1) throw EnvError("VecEnv: needs at least one env, got " + std::to_string(n));
+  if (max_episode_steps < 0)
+    throw EnvError("VecEnv: max_episode_steps must be 0 (none) or positive, got " + std::to_string(max_episode_steps));
   for (int i = 0; i < n; ++i) {
     envs_.push_back(make_env(name));
     envs_.back()->seed(seed + static_cast<std::uint64_t>(i));
@@ -19,12 +22,14 @@ VecEnv::VecEnv(const std::string& name, int n, std::uint64_t seed, bool autorese
   terminated_.assign(n, 0);
   truncated_.assign(n, 0);
   running_.assign(n, 0);
+  episode_steps_.assign(n, 0);
 }
 
 void VecEnv::reset_all() {
   for (int i = 0; i < size(); ++i) {
     envs_[i]->reset(obs_.data() + static_cast<std::size_t>(i) * obs_dim_);
     running_[i] = 1;
+    episode_steps_[i] = 0;
     rewards_[i] = 0;
     terminated_[i] = truncated_[i] = 0;
   }
@@ -39,11 +44,13 @@ void VecEnv::step_all(StepOne&& step_one) {
       continue;
     }
     float* row = obs_.data() + static_cast<std::size_t>(i) * obs_dim_;
-    const Step s = step_one(i, row);
+    Step s = step_one(i, row);
+    if (++episode_steps_[i] == max_episode_steps_ && !s.terminated) s.truncated = true;
     rewards_[i] = s.reward;
     terminated_[i] = s.terminated;
     truncated_[i] = s.truncated;
     if (s.done()) {
+      episode_steps_[i] = 0;
       if (autoreset_) {
         std::copy(row, row + obs_dim_, final_obs_.begin() + static_cast<std::ptrdiff_t>(i) * obs_dim_);
         envs_[i]->reset(row);

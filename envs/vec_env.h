@@ -1,6 +1,8 @@
 // n copies of one environment stepped in one call over flat, preallocated buffers: row i of
 // obs() is env i's observation. Env i is seeded seed + i. A finished env stays finished
-// (and is skipped) until reset_all(), or is restarted at once with autoreset.
+// (and is skipped) until reset_all(), or is restarted at once with autoreset. A time limit
+// (max_episode_steps > 0) truncates an episode at that many steps, as Gymnasium's TimeLimit
+// (the env's own limit still applies).
 #pragma once
 
 #include <cstdint>
@@ -14,7 +16,7 @@ namespace distrl::envs {
 
 class VecEnv {
  public:
-  VecEnv(const std::string& name, int n, std::uint64_t seed, bool autoreset = false);
+  VecEnv(const std::string& name, int n, std::uint64_t seed, bool autoreset = false, int max_episode_steps = 0);
 
   int size() const { return static_cast<int>(envs_.size()); }
   int obs_dim() const { return obs_dim_; }
@@ -47,6 +49,8 @@ class VecEnv {
   bool autoreset_ = false;
   std::vector<float> obs_, rewards_, final_obs_;
   std::vector<std::uint8_t> terminated_, truncated_, running_;
+  int max_episode_steps_ = 0;
+  std::vector<int> episode_steps_;
   int num_running_ = 0;
 };
 

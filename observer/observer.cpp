@@ -14,6 +14,12 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+// Episode bookkeeping across the loop's steps (envs restart on their own).
+struct EpisodeState {
+  std::vector<float> episode_return;
+  std::vector<std::int32_t> episode_length;
+};
+
 // Steps every env of venv with the answer's actions: continuous ones, or discrete ones through
 // `discrete` (int per env, reused).
 void step_envs(envs::VecEnv& venv, const rl::ActReply& r, int act_dim, std::vector<int>& discrete) {
@@ -27,7 +33,7 @@ void step_envs(envs::VecEnv& venv, const rl::ActReply& r, int act_dim, std::vect
 
 // After a step of an autoreset venv: adds the rewards to the running episodes of `state`, and for
 // each env whose episode ended (the VecEnv restarted it) appends its return and length.
-void count_episode_ends(const envs::VecEnv& venv, FragmentState& state, std::vector<float>* returns,
+void count_episode_ends(const envs::VecEnv& venv, EpisodeState& state, std::vector<float>* returns,
                         std::vector<std::int32_t>* lengths) {
   for (int i = 0; i < venv.size(); ++i) {
     state.episode_return[i] += venv.rewards()[i];
@@ -41,133 +47,20 @@ void count_episode_ends(const envs::VecEnv& venv, FragmentState& state, std::vec
   }
 }
 
-// The first call of a loop over an autoreset venv: every env restarts, no episode counted yet.
-void start(envs::VecEnv& venv, FragmentState& state) {
+// The start of a loop over an autoreset venv: every env restarts, no episode counted yet.
+void start(envs::VecEnv& venv, EpisodeState& state) {
   venv.reset_all();
   state.episode_return.assign(venv.size(), 0.0f);
   state.episode_length.assign(venv.size(), 0);
-  state.started = true;
 }
 
 }  // namespace
-
-rl::Rollout run_episode(envs::VecEnv& venv, int observer_id, int max_steps, const ActFn& act,
-                           bool record_latency) {
-  const int n = venv.size();
-  const int dim = venv.obs_dim();
-  // Per env: its trajectory so far (appended in place, concatenated at the end).
-  std::vector<rl::Rollout> per(n);
-  std::vector<float> request;
-  std::vector<int> actions(n, 0), rows(n, -1);
-  rl::Rollout out;
-  out.observer_id = observer_id;
-  out.obs_dim = dim;
-  venv.reset_all();
-  for (int t = 0; t < max_steps && venv.num_running() > 0; ++t) {
-    request.clear();
-    int m = 0;
-    for (int i = 0; i < n; ++i) {
-      rows[i] = venv.running(i) ? m++ : -1;
-      if (rows[i] >= 0) request.insert(request.end(), venv.obs(i), venv.obs(i) + dim);
-    }
-    const auto t0 = Clock::now();
-    rl::ActReply reply = act(request);
-    if (record_latency)
-      out.latency_us.push_back(std::chrono::duration<float, std::micro>(Clock::now() - t0).count());
-    if (static_cast<int>(reply.actions.size()) != m || static_cast<int>(reply.log_probs.size()) != m)
-      throw ProtocolError("select_action answered " + std::to_string(reply.actions.size()) + " actions for " +
-                          std::to_string(m) + " observations");
-    for (int i = 0; i < n; ++i) {
-      if (rows[i] < 0) continue;
-      auto& p = per[i];
-      p.obs.insert(p.obs.end(), venv.obs(i), venv.obs(i) + dim);
-      p.actions.push_back(reply.actions[rows[i]]);
-      p.log_probs.push_back(reply.log_probs[rows[i]]);
-      actions[i] = reply.actions[rows[i]];
-    }
-    venv.step(actions.data());
-    for (int i = 0; i < n; ++i) {
-      if (rows[i] < 0) continue;
-      per[i].rewards.push_back(venv.rewards()[i]);
-      if (!venv.running(i)) per[i].terminated.push_back(venv.terminated()[i]);
-    }
-  }
-  for (auto& p : per) {
-    out.obs.insert(out.obs.end(), p.obs.begin(), p.obs.end());
-    out.actions.insert(out.actions.end(), p.actions.begin(), p.actions.end());
-    out.log_probs.insert(out.log_probs.end(), p.log_probs.begin(), p.log_probs.end());
-    out.rewards.insert(out.rewards.end(), p.rewards.begin(), p.rewards.end());
-    out.lengths.push_back(static_cast<std::int32_t>(p.rewards.size()));
-    out.terminated.push_back(p.terminated.empty() ? 0 : p.terminated.front());  // cut by max_steps: not terminated
-  }
-  return out;
-}
-
-rl::Fragment run_fragment(envs::VecEnv& venv, FragmentState& state, int observer_id, int steps, const ActFn& act,
-                             bool record_latency) {
-  const int n = venv.size(), dim = venv.obs_dim();
-  const auto space = venv.env(0).action_space();
-  const int act_dim = space.kind == envs::Space::Kind::Box ? space.dim() : 0;
-  if (!state.started) start(venv, state);
-  rl::Fragment f;
-  f.observer_id = observer_id;
-  f.obs_dim = dim;
-  f.act_dim = act_dim;
-  f.num_envs = n;
-  f.steps = steps;
-  const std::size_t total = static_cast<std::size_t>(steps) * n;
-  f.obs.reserve(total * dim);
-  std::vector<float> request;
-  std::vector<int> discrete(n);
-  auto ask = [&]() {
-    request.assign(venv.obs(), venv.obs() + static_cast<std::size_t>(n) * dim);
-    const auto t0 = Clock::now();
-    rl::ActReply r = act(request);
-    if (record_latency) f.latency_us.push_back(std::chrono::duration<float, std::micro>(Clock::now() - t0).count());
-    r.check(n);
-    if (r.values.size() != static_cast<std::size_t>(n) ||
-        (act_dim > 0 ? r.cont_actions.size() != static_cast<std::size_t>(n) * act_dim : r.actions.empty()))
-      throw ProtocolError("select_action: an actor-critic answer with values and " +
-                          std::string(act_dim > 0 ? "continuous" : "discrete") + " actions was expected");
-    return r;
-  };
-  for (int t = 0; t < steps; ++t) {
-    rl::ActReply r = ask();
-    f.obs.insert(f.obs.end(), request.begin(), request.end());
-    f.log_probs.insert(f.log_probs.end(), r.log_probs.begin(), r.log_probs.end());
-    f.values.insert(f.values.end(), r.values.begin(), r.values.end());
-    if (act_dim > 0) f.cont_actions.insert(f.cont_actions.end(), r.cont_actions.begin(), r.cont_actions.end());
-    else f.actions.insert(f.actions.end(), r.actions.begin(), r.actions.end());
-    step_envs(venv, r, act_dim, discrete);
-    // Episodes cut by the time limit: the critic's value of their final observation, which
-    // the restart has replaced in obs() (one extra request, only when that happens).
-    std::vector<int> cut;
-    for (int i = 0; i < n; ++i)
-      if (venv.truncated()[i] && !venv.terminated()[i]) cut.push_back(i);
-    std::vector<float> cut_values(n, 0.0f);
-    if (!cut.empty()) {
-      std::vector<float> finals;
-      for (int i : cut) finals.insert(finals.end(), venv.final_obs(i), venv.final_obs(i) + dim);
-      rl::ActReply v = act(finals);
-      v.check(static_cast<int>(cut.size()));
-      if (v.values.size() != cut.size()) throw ProtocolError("select_action: no values for the final observations");
-      for (std::size_t k = 0; k < cut.size(); ++k) cut_values[cut[k]] = v.values[k];
-    }
-    f.rewards.insert(f.rewards.end(), venv.rewards().begin(), venv.rewards().end());
-    f.terminated.insert(f.terminated.end(), venv.terminated().begin(), venv.terminated().end());
-    f.truncated.insert(f.truncated.end(), venv.truncated().begin(), venv.truncated().end());
-    f.truncated_values.insert(f.truncated_values.end(), cut_values.begin(), cut_values.end());
-    count_episode_ends(venv, state, &f.episode_returns, &f.episode_lengths);
-  }
-  f.last_values = ask().values;
-  return f;
-}
 
 void run_stream(envs::VecEnv& venv, int observer_id, const StepFn& step, const std::atomic<bool>& stop) {
   const int n = venv.size(), dim = venv.obs_dim();
   const auto space = venv.env(0).action_space();
   const int act_dim = space.kind == envs::Space::Kind::Box ? space.dim() : 0;
-  FragmentState episodes;
+  EpisodeState episodes;
   start(venv, episodes);
   std::vector<int> discrete(n);
   rl::StepReport report;
@@ -262,77 +155,57 @@ bool ObserverHost::wait(std::chrono::milliseconds idle_limit, const std::functio
 
 Observer::Observer(transport::RpcAgent& rpc, ObserverHost& host, rl::ObserverSpec spec)
     : rpc_(rpc), host_(host), spec_(std::move(spec)),
-      venv_(spec_.env, spec_.num_envs, spec_.seed, /*autoreset=*/spec_.fragments || spec_.stream) {
+      venv_(spec_.env, spec_.num_envs, spec_.seed, /*autoreset=*/true, spec_.max_episode_steps) {
   host_.touch();
   host_.run_started();
   // The log tag names this process ([observer2]); its index in the agent's pool is not repeated.
   DISTRL_LOG(Info, "stepping " << spec_.num_envs << " x " << spec_.env << " for '" << spec_.agent << "'");
 }
 
-template <typename Run>
-auto Observer::with_agent(Run&& run) {
-  std::lock_guard<std::mutex> lock(mu_);
-  host_.touch();
-  const int id = spec_.observer_id;
-  const std::uint64_t drops = rpc_.connection_drops(spec_.agent);
-  ActFn act = [this, id](const std::vector<float>& obs) {
-    auto r = rpc_.rpc_sync<rl::ActReply>(spec_.agent, rl::kSelectAction, id, obs);
-    host_.touch();
-    return r;
-  };
-  try {
-    return run(act);
-  } catch (const TransportError& e) {
-    // A dropped connection may come back (this process was stopped, the network blinked): the
-    // host's wait decides whether the agent is gone. Any other failure is final. "Dropped" is
-    // counted, not looked at now: the connection may be back already.
-    if (!rpc_.connection_lost(spec_.agent) && rpc_.connection_drops(spec_.agent) == drops)
-      host_.fail(std::string("lost the agent: ") + e.what());
-    throw;
+rl::ActReply Observer::step(const rl::StepReport& report) {
+  const rl::StepReport* send = &report;
+  rl::StepReport again;  // the same step, sent again marked as a resend
+  for (;;) {
+    const std::uint64_t drops = rpc_.connection_drops(spec_.agent);
+    try {
+      auto r = rpc_.rpc_sync<rl::ActReply>(spec_.agent, rl::kAct, *send);
+      host_.touch();
+      return r;
+    } catch (const TransportError& e) {
+      // Only a dropped connection is worth another try: wait (as the host's wait does) for it
+      // to come back, then send the same observations again; the host gives up on the agent
+      // after kAgentLostGrace, and stop_ ends the wait.
+      if (!rpc_.connection_lost(spec_.agent) && rpc_.connection_drops(spec_.agent) == drops) throw;
+      const auto give_up = Clock::now() + ObserverHost::kAgentLostGrace + std::chrono::seconds(1);
+      while (rpc_.connection_lost(spec_.agent)) {
+        if (stop_.load() || Clock::now() > give_up)
+          throw TransportError(std::string("the connection to the agent dropped mid-run and did not come back: ") +
+                               e.what());
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+      DISTRL_LOG(Warn, "the connection to '" << spec_.agent << "' dropped during step " << report.step
+                                            << " and is back: sending its observations again (" << e.what() << ")");
+      again = report;
+      again.restart = true;
+      send = &again;
+    }
   }
 }
 
-rl::Rollout Observer::run_episode(int max_steps) {
-  if (spec_.fragments) throw Error("run_episode: this observer runs fragments (PPO); call run_fragment");
-  const double cpu0 = process_cpu_us();
-  auto r = with_agent([&](const ActFn& act) {
-    return observer::run_episode(venv_, spec_.observer_id, max_steps, act, spec_.record_latency);
-  });
-  r.cpu_us = process_cpu_us() - cpu0;
-  return r;
-}
-
-rl::Fragment Observer::run_fragment(int steps) {
-  if (!spec_.fragments) throw Error("run_fragment: this observer runs whole episodes (REINFORCE)");
-  if (steps < 1) throw Error("run_fragment: steps must be positive, got " + std::to_string(steps));
-  const double cpu0 = process_cpu_us();
-  auto f = with_agent([&](const ActFn& act) {
-    return observer::run_fragment(venv_, fragment_state_, spec_.observer_id, steps, act, spec_.record_latency);
-  });
-  f.cpu_us = process_cpu_us() - cpu0;
-  return f;
-}
-
 int Observer::run_stream(int) {
-  if (!spec_.stream) throw Error("run_stream: this observer was made for run_episode / run_fragment");
   std::lock_guard<std::mutex> lock(mu_);
   if (stream_.joinable()) throw Error("run_stream: this observer's loop is already running");
   host_.touch();
   stream_ = std::thread([this] {
     const std::uint64_t drops = rpc_.connection_drops(spec_.agent);
     try {
-      observer::run_stream(venv_, spec_.observer_id, [this](const rl::StepReport& report) {
-        auto r = rpc_.rpc_sync<rl::ActReply>(spec_.agent, rl::kAct, report);
-        host_.touch();
-        return r;
-      }, stop_);
+      observer::run_stream(venv_, spec_.observer_id, [this](const rl::StepReport& report) { return step(report); },
+                           stop_);
     } catch (const TransportError& e) {
-      // As with_agent: a dropped connection is the host's to judge (it may come back); but this
-      // loop has ended, so a connection that comes back leaves an observer with nothing to do.
       if (!rpc_.connection_lost(spec_.agent) && rpc_.connection_drops(spec_.agent) == drops)
         host_.fail(std::string("lost the agent: ") + e.what());
       else
-        host_.fail(std::string("the connection to the agent dropped mid-run: ") + e.what());
+        host_.fail(e.what());
     } catch (const std::exception& e) {
       host_.fail(std::string("the agent refused a step: ") + e.what());
     }
@@ -353,8 +226,6 @@ Observer::~Observer() {
 void Observer::register_class(transport::RpcAgent& rpc, ObserverHost& host) {
   rpc.register_class<Observer>(rl::kObserverClass)
       .factory([&rpc, &host](rl::ObserverSpec spec) { return std::make_shared<Observer>(rpc, host, std::move(spec)); })
-      .method(rl::kRunEpisode, &Observer::run_episode)
-      .method(rl::kRunFragment, &Observer::run_fragment)
       .method(rl::kRunStream, &Observer::run_stream)
       .method(rl::kFinish, &Observer::finish);
 }

@@ -1,8 +1,9 @@
 // The observer side of the RL loop. An Observer object lives in an observer process, created
-// by the agent through remote<Observer>(...). The synchronous learners drive it with
-// run_episode / run_fragment calls (it steps its environments, asks the agent for actions and
-// returns the trajectory); the asynchronous ones start its own loop once (run_stream), which
-// reports every step's outcome with the next action request until the agent says stop.
+// by the agent through remote<Observer>(...), which then starts its loop once (run_stream): it
+// steps its environments and reports every step's outcome with the next action request (kAct)
+// until the agent says stop. Every learner, synchronous or not, learns from those steps; a
+// synchronous one holds the observer's next request while it learns (the observer just waits
+// for the answer).
 #pragma once
 
 #include <chrono>
@@ -19,29 +20,7 @@
 
 namespace distrl::observer {
 
-// Asks for one action per row of obs (the rows of the envs still running).
-using ActFn = std::function<rl::ActReply(const std::vector<float>& obs)>;
-
-// One episode on every env of venv (reset first), at most max_steps steps: each step sends
-// the running envs' observations through act and steps them with the answers. The rollout
-// holds one segment per env. Throws what act throws.
-rl::Rollout run_episode(envs::VecEnv& venv, int observer_id, int max_steps, const ActFn& act,
-                           bool record_latency);
-
-// Episode bookkeeping that outlives one fragment: envs keep running across fragments.
-struct FragmentState {
-  bool started = false;
-  std::vector<float> episode_return;
-  std::vector<std::int32_t> episode_length;
-};
-
-// `steps` steps of every env of venv (an autoreset VecEnv; reset on the first call), one
-// select_action per step for all envs, then one more for the bootstrap values. Discrete or
-// continuous actions follow the env. Throws what act throws, ProtocolError for a bad answer.
-rl::Fragment run_fragment(envs::VecEnv& venv, FragmentState& state, int observer_id, int steps, const ActFn& act,
-                             bool record_latency);
-
-// A streaming observer's loop (APPO, IMPALA): resets every env of venv (an autoreset VecEnv),
+// The observer's loop: resets every env of venv (an autoreset VecEnv),
 // then until a reply says stop or `stop` is set: sends the observations with what the previous
 // actions did (StepReport) through `step`, and steps the envs with the answer. Throws what
 // `step` throws, ProtocolError for a malformed answer.
@@ -82,10 +61,11 @@ class ObserverHost {
 class Observer {
  public:
   Observer(transport::RpcAgent& rpc, ObserverHost& host, rl::ObserverSpec spec);
-  rl::Rollout run_episode(int max_steps);
-  rl::Fragment run_fragment(int steps);
   // Starts this observer's own loop (run_stream above) on its own thread and returns at once;
-  // the loop ends at a stop reply, finish() or a failure (the host then fails, naming it).
+  // the loop ends at a stop reply, finish() or a failure (the host then fails, naming it). A
+  // call whose connection dropped (this process or the agent was stopped, the network blinked)
+  // is sent again as a `restart` once the connection is back, within ObserverHost::kAgentLostGrace
+  // (the host's wait gives up on the agent after that).
   int run_stream(int unused);
   void finish();
   ~Observer();
@@ -94,14 +74,12 @@ class Observer {
   static void register_class(transport::RpcAgent& rpc, ObserverHost& host);
 
  private:
-  template <typename Run>
-  auto with_agent(Run&& run);
+  rl::ActReply step(const rl::StepReport& report);  // the loop's call to the agent, with the retry
   transport::RpcAgent& rpc_;
   ObserverHost& host_;
   rl::ObserverSpec spec_;
   envs::VecEnv venv_;
-  FragmentState fragment_state_;
-  std::mutex mu_;  // one episode or fragment at a time
+  std::mutex mu_;  // run_stream's start
   std::atomic<bool> stop_{false};
   std::thread stream_;
 };

@@ -1,17 +1,17 @@
 // What agent and observers say to each other (msgpack structs, no LibTorch types, so an
 // observer never builds a tensor):
 //   agent -> observer   remote<Observer>(name, kObserverClass, ObserverSpec)
-//                       observer.rpc_async<Rollout>(kRunEpisode, max_steps)      (REINFORCE)
-//                       observer.rpc_async<Fragment>(kRunFragment, steps)        (PPO)
+//                       observer.rpc_async<int>(kRunStream, 0)                   (once: its loop starts)
 //                       observer.rpc_async<void>(kFinish)
-//                       observer.rpc_async<int>(kRunStream, 0)                   (APPO, IMPALA)
-//   observer -> agent   rpc_sync<ActReply>(kAgentName, kSelectAction, observer_id, obs)
-//                       rpc_sync<ActReply>(kAgentName, kAct, StepReport)          (a streaming observer)
+//   observer -> agent   rpc_sync<ActReply>(kAgentName, kAct, StepReport)          (every step)
 //   agent -> learner    rpc_sync<LearnReply>(kLearnerName, kLearn, LearnRequest)  (roles.learners 1)
 //                       rpc_sync<PolicyWeights>(kLearnerName, kWeights, 0)
 //                       rpc_sync<void>(kLearnerName, kFinished, agent)           (its run is over)
-// A streaming observer owns its loop: run_stream starts it and returns; from then on it steps
-// its envs and sends every step's outcome with its next request (kAct) until a reply says stop.
+// The observer owns its loop: run_stream starts it and returns; from then on it steps its envs
+// and sends every step's outcome with its next request (kAct) until a reply says stop. Every
+// learner (REINFORCE, PPO, APPO, IMPALA) learns from the trajectories the agent assembles from
+// those steps; the synchronous ones hold each observer's next step at the round's end until
+// they have learned (agent/trajectories.h).
 // Both sides use these names (the observer registers them, the agent calls them), so they
 // cannot drift apart.
 #pragma once
@@ -27,11 +27,8 @@
 namespace distrl::rl {
 
 inline constexpr const char* kAgentName = "agent";  // the (first) agent's RPC worker name
-inline constexpr const char* kSelectAction = "select_action";  // function on the agent
 inline constexpr const char* kObserverClass = "Observer";      // class registered by observers
-inline constexpr const char* kRunEpisode = "run_episode";      // Observer methods
-inline constexpr const char* kRunFragment = "run_fragment";
-inline constexpr const char* kFinish = "finish";
+inline constexpr const char* kFinish = "finish";                // Observer methods
 inline constexpr const char* kRunStream = "run_stream";
 inline constexpr const char* kAct = "act";  // function on the agent: a streaming observer's step
 inline constexpr const char* kLearnerName = "learner";  // the learner process's worker name (roles.learners 1)
@@ -55,13 +52,11 @@ struct ObserverSpec {
   std::string env = "CartPole-v1";
   int num_envs = 1;           // envs stepped together; one request carries all their rows
   std::uint64_t seed = 0;     // env i of this observer is seeded seed + i
-  bool record_latency = false;
-  bool fragments = false;     // PPO: envs restart on their own and run_fragment is called
-  bool stream = false;        // APPO/IMPALA: envs restart on their own and run_stream starts the loop
-  MSGPACK_DEFINE(agent, observer_id, env, num_envs, seed, record_latency, fragments, stream);
+  int max_episode_steps = 0;  // learner.max_steps: episodes truncated at this many steps (0: the env's limit)
+  MSGPACK_DEFINE(agent, observer_id, env, num_envs, seed, max_episode_steps);
 };
 
-// The answer to one select_action, per observation row: the action (discrete: `actions`;
+// The answer to one act request, per observation row: the action (discrete: `actions`;
 // continuous: act_dim values in `cont_actions`), its log-probability, and for actor-critic
 // learners the critic's value; the policy version that chose them (0 for the synchronous
 // learners); and, to a streaming observer, `stop`: the run is over, leave the loop (no actions).
@@ -81,7 +76,7 @@ struct ActReply {
     const bool discrete = cont_actions.empty();
     if (log_probs.size() != n || (discrete ? actions.size() != n : (!actions.empty() || cont_actions.size() % n)) ||
         (!values.empty() && values.size() != n))
-      throw ProtocolError("select_action answered " + std::to_string(log_probs.size()) + " log-probs, " +
+      throw ProtocolError("act answered " + std::to_string(log_probs.size()) + " log-probs, " +
                           std::to_string(actions.size()) + " actions, " + std::to_string(cont_actions.size()) +
                           " continuous action values and " + std::to_string(values.size()) + " values for " +
                           std::to_string(rows) + " observations");
@@ -102,25 +97,10 @@ struct ActReply {
   }
 };
 
-// One run_episode: every env's trajectory, one segment after another.
-struct Rollout {
-  int observer_id = 0;
-  int obs_dim = 0;
-  std::vector<float> obs;                // [steps, obs_dim]
-  std::vector<std::int32_t> actions;     // [steps]
-  std::vector<float> log_probs;          // [steps], the acting policy's
-  std::vector<float> rewards;            // [steps]
-  std::vector<std::int32_t> lengths;     // steps per segment (one segment per env)
-  std::vector<std::uint8_t> terminated;  // per segment: the MDP ended (not cut by a limit)
-  std::vector<float> latency_us;         // per select_action round trip, when asked for
-  double cpu_us = 0;                     // the observer process's CPU time (getrusage) for this episode
-  MSGPACK_DEFINE(observer_id, obs_dim, obs, actions, log_probs, rewards, lengths, terminated, latency_us, cpu_us);
-
-  std::size_t steps() const { return rewards.size(); }
-};
-
-// One run_fragment (PPO): `steps` steps of each of the observer's `num_envs` envs, time-major
-// (index [t * num_envs + e]); episodes continue across fragments (envs restart on their own).
+// One trajectory: `steps` steps of each of an observer's `num_envs` envs, time-major (index
+// [t * num_envs + e]), assembled by the agent from the observer's StepReports (agent/
+// trajectories.h); episodes continue across trajectories (envs restart on their own). PPO fills
+// last_values and truncated_values from next_obs and final_obs before it learns.
 struct Fragment {
   int observer_id = 0;
   int obs_dim = 0;
@@ -140,8 +120,7 @@ struct Fragment {
   std::vector<float> episode_returns;    // episodes that ended inside this fragment
   std::vector<std::int32_t> episode_lengths;
   std::vector<float> latency_us;
-  double cpu_us = 0;                     // the observer process's CPU time (getrusage) for this fragment
-  // Streaming trajectories (assembled by the agent from StepReports; empty in PPO's fragments):
+  double cpu_us = 0;                     // the observer process's CPU time (getrusage) for these steps
   std::vector<float> next_obs;           // [num_envs, obs_dim]: the observation after the last step
   std::vector<float> final_obs;          // [truncated-not-terminated steps, obs_dim], time-major order
   std::vector<std::int64_t> versions;    // [steps]: the policy version that chose each step's actions
@@ -152,7 +131,7 @@ struct Fragment {
   std::size_t transitions() const { return static_cast<std::size_t>(steps) * num_envs; }
 };
 
-// One step of a streaming observer (kAct): the observations to act on now and what the previous
+// One step of an observer (kAct): the observations to act on now and what the previous
 // request's actions did (all empty on the observer's first request).
 struct StepReport {
   int observer_id = 0;
@@ -166,8 +145,13 @@ struct StepReport {
   std::vector<std::int32_t> episode_lengths;
   float latency_us = -1;                 // the previous request's round trip (-1: none)
   double cpu_us = 0;                     // the observer process's CPU time since the previous request
+  // A resend: the first try's answer was lost (the connection dropped mid-call), so the envs
+  // did not step. The agent takes it as new when the first try never arrived, and acts on its
+  // observations again when it did (the outcomes are not counted twice). A run that had dropped
+  // this observer takes it back at its next step, whether or not it is a resend.
+  bool restart = false;
   MSGPACK_DEFINE(observer_id, step, obs, rewards, terminated, truncated, final_obs, episode_returns, episode_lengths,
-                 latency_us, cpu_us);
+                 latency_us, cpu_us, restart);
 };
 
 // The learner's policy as the agent installs it: every parameter of the actor-critic, flat in
@@ -225,16 +209,16 @@ struct LearnReply {
 
 namespace distrl::rl {
 
-// Rows in a select_action request: obs must hold whole observations of obs_dim floats.
+// Rows in an act request's observations: obs must hold whole observations of obs_dim floats.
 // Throws ProtocolError (the caller sees it as a RemoteError) otherwise.
-// max_rows > 0: at most that many rows (an observer asks for one row per env it steps).
+// max_rows > 0: at most that many rows (an observer sends one row per env it steps).
 inline int observation_rows(const std::vector<float>& obs, int obs_dim, int max_rows = 0) {
   if (obs.empty() || obs.size() % static_cast<std::size_t>(obs_dim) != 0)
-    throw ProtocolError("select_action: " + std::to_string(obs.size()) +
-                                " floats are not whole observations of " + std::to_string(obs_dim));
+    throw ProtocolError("act: " + std::to_string(obs.size()) + " floats are not whole observations of " +
+                        std::to_string(obs_dim));
   const std::size_t rows = obs.size() / static_cast<std::size_t>(obs_dim);
   if (max_rows > 0 && rows > static_cast<std::size_t>(max_rows))
-    throw ProtocolError("select_action: " + std::to_string(rows) + " observation rows in one request; at most " +
+    throw ProtocolError("act: " + std::to_string(rows) + " observation rows in one request; at most " +
                         std::to_string(max_rows) + " (env.per_observer) are accepted");
   return static_cast<int>(rows);
 }

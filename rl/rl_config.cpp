@@ -37,7 +37,7 @@ void bind(Settings& s, RlConfig& c) {
       .choices({"all", "read"});
   s.bind("agent.torch_threads", &c.torch_threads, "LibTorch intra-op threads on the agent").range(1, 256);
   s.bind("agent.serve_inline", &c.serve_inline,
-         "answer select_action on the RPC I/O thread: two thread hand-offs fewer per request");
+         "answer the observers' act requests on the RPC I/O thread: two thread hand-offs fewer per request");
   s.bind("model.name", &c.model, "reinforce: policy network (ppo always uses an actor-critic)")
       .choices({"mlp", "tutorial"});
   s.bind("model.hidden", &c.hidden, "hidden layer widths (mlp, and each of ppo's actor and critic)").range(1, 65536);
@@ -45,24 +45,27 @@ void bind(Settings& s, RlConfig& c) {
   s.bind("model.activation", &c.activation, "ppo: actor-critic activation").choices({"tanh", "relu"});
   s.bind("model.shared", &c.shared, "ppo: one trunk for policy and value");
   s.bind("learner.algo", &c.algo,
-         "reinforce (episodes), ppo (fixed-length fragments, actor-critic; both synchronous: acting pauses while "
-         "the learner updates), appo (PPO's clipped objective on V-trace targets) or impala (V-trace actor-critic); "
+         "reinforce (whole episodes), ppo (fixed-length trajectories, actor-critic; both synchronous: acting "
+         "pauses at the round's end while the learner updates), appo (PPO's clipped objective on V-trace targets) or impala (V-trace actor-critic); "
          "appo and impala are asynchronous: the observers act on while the learner updates")
       .choices({"reinforce", "ppo", "appo", "impala"});
   s.bind("learner.gamma", &c.gamma, "discount factor").range(0, 1);
   s.bind("learner.lr", &c.lr, "Adam learning rate").range(1e-9, 10);
   s.bind("learner.rounds", &c.rounds,
-         "rounds at most: each observer runs one episode (reinforce) or one fragment of ppo.steps env steps (ppo) "
-         "per round; appo and impala: one round is one learner step over async.batch trajectories")
+         "rounds at most: each round learns from one trajectory per observer (reinforce: until each of its envs "
+         "has ended an episode; ppo: ppo.steps steps per env) while the observers wait; appo and impala: one "
+         "round is one learner step over async.batch trajectories, the observers acting on")
       .range(1, 100000000);
   s.rename("learner.episodes", "learner.rounds");  // its name until issue 35: it always counted rounds
-  s.bind("learner.max_steps", &c.max_steps, "steps per episode at most").range(1, 100000000);
+  s.bind("learner.max_steps", &c.max_steps,
+         "steps per episode at most: the observers truncate longer episodes (the env's own limit still "
+         "applies), and --eval plays that many at most").range(1, 100000000);
   s.bind("learner.target_reward", &c.target_reward, "stop as solved when the running reward reaches this");
   s.bind("learner.learn", &c.learn, "false: act only (benchmarks)");
   s.bind("learner.log_interval", &c.log_interval, "rounds between progress lines").range(1, 100000000);
   s.bind("learner.checkpoint_every", &c.checkpoint_every, "rounds between checkpoints; 0: at the end only")
       .range(0, 100000000);
-  s.bind("ppo.steps", &c.ppo_steps, "steps per env in each observer's fragment per round").range(1, 1000000);
+  s.bind("ppo.steps", &c.ppo_steps, "steps per env in each observer's trajectory per round").range(1, 1000000);
   s.bind("ppo.epochs", &c.ppo.epochs, "passes over each round's data").range(1, 1000);
   s.bind("ppo.minibatch", &c.ppo.minibatch, "transitions per gradient step").range(1, 10000000);
   s.bind("ppo.clip", &c.ppo.clip, "surrogate ratio clip").range(0.0, 10.0);

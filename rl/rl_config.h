@@ -32,7 +32,7 @@ struct RlConfig {
   int max_wait_us = 5000;
   std::string batch_close = "all";  // all: lock-step over the active observers; read: what arrived together
   int torch_threads = 1;
-  bool serve_inline = true;  // select_action on the RPC I/O thread (no hand-off to the pool)
+  bool serve_inline = true;  // act requests on the RPC I/O thread (no hand-off to the pool)
   // model
   std::string model = "mlp";
   std::vector<int> hidden{128};
@@ -43,14 +43,14 @@ struct RlConfig {
   std::string algo = "reinforce";
   double gamma = 0.99;
   double lr = 1e-2;
-  int rounds = 1000;        // learner.rounds: every observer runs one episode (REINFORCE) or one fragment (PPO) per round
+  int rounds = 1000;        // learner.rounds: one trajectory per observer per round (REINFORCE, PPO)
   int max_steps = 500;      // steps per episode (the env's own limit still applies)
   double target_reward = 475;
   bool learn = true;
   int log_interval = 10;
   int checkpoint_every = 0;  // rounds; 0: only at the end
   // ppo
-  int ppo_steps = 128;       // steps per env per fragment (one fragment per observer per round)
+  int ppo_steps = 128;       // steps per env per trajectory (one per observer per round)
   PpoOptions ppo;            // the ppo.* learner keys (gamma, lr and seed are set from learner.*, run.*)
   double ppo_log_std_init = 0.0;
   int solved_window = 100;   // ppo: "solved" = mean return of the last N episodes >= target

@@ -1,7 +1,7 @@
 // distrl-bench learner: the learners' own cost, in this process with no observers: each config's
 // algorithm is built as distrl-agent builds it, fed batches of real transitions (its env played
-// by its own policy: PPO fragments as run_fragment makes them, APPO/IMPALA trajectories as
-// streaming observers send them), and timed per update: forward, backward, optimizer and the
+// by its own policy through an observer's loop in this process: tools/local_observer.h), and
+// timed per update: forward, backward, optimizer and the
 // rest, per gradient step and per env step learned. Acting is not timed.
 #include <torch/types.h>
 #include <torch/utils.h>
@@ -19,89 +19,11 @@
 #include "envs/env.h"
 #include "envs/vec_env.h"
 #include "models/torch_threads.h"
-#include "observer/observer.h"
 #include "rl/rl_config.h"
 #include "tools/bench.h"
+#include "tools/local_observer.h"
 
 namespace distrl::tools {
-
-namespace {
-
-// The batches one update takes, played by the actor with autoresetting envs, one batch at a time
-// (acting is never timed: a streaming observer's loop on its own thread waits while the learner
-// updates).
-class Feeder {
- public:
-  Feeder(const rl::RlConfig& cfg, agent::Actor& actor, int obs_dim, int act_dim)
-      : cfg_(cfg), actor_(actor), venv_(cfg.env, cfg.envs_per_observer, static_cast<std::uint64_t>(cfg.seed), true) {
-    agent::TrajectoryOptions o;
-    o.observers = 1;
-    o.envs = cfg.envs_per_observer;
-    o.obs_dim = obs_dim;
-    o.act_dim = act_dim;
-    o.rollout = cfg.async.rollout;
-    o.queue = 1 << 20;
-    intake_ = std::make_unique<agent::Trajectories>(o);
-  }
-  ~Feeder() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-      stopping_ = true;
-    }
-    cv_.notify_all();
-    if (stream_.joinable()) stream_.join();
-  }
-
-  std::vector<rl::Fragment> fragments() {  // PPO: one fragment per observer
-    std::vector<rl::Fragment> out;
-    const observer::ActFn act = [&](const std::vector<float>& obs) {
-      return actor_.act(obs.data(), static_cast<int>(obs.size()) / venv_.obs_dim());
-    };
-    for (int o = 0; o < cfg_.observers; ++o)
-      out.push_back(observer::run_fragment(venv_, state_, o, cfg_.ppo_steps, act, false));
-    return out;
-  }
-
-  std::vector<rl::Fragment> trajectories() {  // APPO/IMPALA: async.batch of them
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      want_ += cfg_.async.batch;
-    }
-    cv_.notify_all();
-    if (!stream_.joinable()) stream_ = std::thread([this] { play(); });
-    auto batch = intake_->pop(cfg_.async.batch, std::chrono::minutes(5));
-    if (static_cast<int>(batch.size()) != cfg_.async.batch) throw Error("distrl-bench learner: the envs stalled");
-    return batch;
-  }
-
- private:
-  void play() {
-    const observer::StepFn step = [&](const rl::StepReport& r) {
-      intake_->observe(r);
-      rl::ActReply reply = actor_.act(r.obs.data(), static_cast<int>(r.obs.size()) / venv_.obs_dim());
-      intake_->acted(0, reply);
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || intake_->stats().queued < want_; });
-      return reply;
-    };
-    observer::run_stream(venv_, 0, step, stopping_);
-  }
-
-  const rl::RlConfig& cfg_;
-  agent::Actor& actor_;
-  envs::VecEnv venv_;
-  observer::FragmentState state_;
-  std::unique_ptr<agent::Trajectories> intake_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  long long want_ = 0;
-  bool stop_ = false;
-  std::atomic<bool> stopping_{false};
-  std::thread stream_;
-};
-
-}  // namespace
 
 int run_learner_bench(const LearnerBenchOptions& opt) {
   std::ofstream csv = open_csv(opt.csv);
@@ -127,17 +49,26 @@ int run_learner_bench(const LearnerBenchOptions& opt) {
     auto algo = agent::make_algorithm(cfg, obs_dim, act_dim > 0 ? 0 : space.n, act_dim);
     algo.learner->set_observers(cfg.observers);
     if (cfg.async.batch == 0) cfg.async.batch = cfg.observers;  // as the learner resolved it: one per observer
-    Feeder feed(cfg, *algo.actor, obs_dim, act_dim);
+    agent::TrajectoryOptions shape;
+    shape.envs = cfg.envs_per_observer;
+    shape.obs_dim = obs_dim;
+    shape.act_dim = act_dim;
+    shape.rollout = cfg.asynchronous() ? cfg.async.rollout : cfg.ppo_steps;
+    LocalObserver feed(cfg.env, static_cast<std::uint64_t>(cfg.seed), *algo.actor, shape);
     long long rows = 0;
     agent::LearnerTimes before;
     for (int u = 0; u < opt.warmup + opt.updates; ++u) {
       if (u == opt.warmup) before = algo.learner->times();
-      auto batch = cfg.asynchronous() ? feed.trajectories() : feed.fragments();
+      auto batch = feed.next(cfg.asynchronous() ? cfg.async.batch : cfg.observers);
       long long n = 0;
       for (const auto& f : batch) n += static_cast<long long>(f.transitions());
       if (u >= opt.warmup) rows += n;
       if (auto* a = dynamic_cast<agent::AsyncLearner*>(algo.learner.get())) a->update(std::move(batch));
-      else dynamic_cast<agent::Ppo&>(*algo.learner).update(batch);
+      else {
+        auto& ppo = dynamic_cast<agent::Ppo&>(*algo.learner);
+        for (auto& f : batch) ppo.bootstrap(f);
+        ppo.update(batch);
+      }
     }
     agent::LearnerTimes t = algo.learner->times();
     t.updates -= before.updates;

@@ -27,7 +27,7 @@ namespace {
 
 struct RlResult {
   double seconds = 0, env_steps = 0, steps_per_s = 0, median_us = 0, p99_us = 0, mean_batch = 0;
-  double agent_cpu_us = 0, observer_cpu_us = 0;  // per select_action request
+  double agent_cpu_us = 0, observer_cpu_us = 0;  // per act request
   double mean_us = 0, queue_us = 0, forward_us = 0, forward_per_row_us = 0;  // the round trip's parts
   double reply_us() const { return mean_us - queue_us - forward_us; }
 };
@@ -132,7 +132,7 @@ int run_rl_bench(const RlBenchOptions& options) {
             << o.episodes << " rounds x " << o.steps << " steps per observer, " << o.envs_per_observer
             << " env(s) per observer, learning off (the same fixed policy in both modes); each cell the median of "
             << o.repeats << " runs per mode (alternating)\n"
-            << "round trip = an observer's select_action call, split by the agent's clocks: queue wait (until its "
+            << "round trip = an observer's act call, split by the agent's clocks: queue wait (until its "
                "batch closes) + forward (the pass it waited for) + the rest (transport both ways, decode, reply; "
                "unbatched also the wait behind other observers' forwards on the serving thread)\n"
             << "fwd/row = a forward pass's time over its rows; cpu = CPU us per request (agent: serving threads; "

@@ -29,7 +29,7 @@ TEST(LearnerTest, BothAlgorithmsActThroughTheSameSeam) {
   for (const char* algo : {"reinforce", "ppo"}) {
     Algorithm a = make_algorithm(config(algo), 4, 2, 0);
     ASSERT_TRUE(a.actor && a.learner) << algo;
-    EXPECT_EQ(a.learner->fragments(), std::string(algo) == "ppo") << algo;
+    EXPECT_EQ(a.learner->actor_critic(), std::string(algo) == "ppo") << algo;
     const std::vector<float> obs(3 * 4, 0.1f);
     const auto r = a.actor->act(obs.data(), 3);
     ASSERT_EQ(r.actions.size(), 3u) << algo;

@@ -1,6 +1,6 @@
 // PPO pieces: GAE against a hand recursion, running statistics, the actor-critic's Gaussian
-// log-probability, the actor's answers, fragments from a real VecEnv, and PPO learning
-// CartPole in-process (no RPC) with a fixed seed.
+// log-probability, the actor's answers, trajectories from a real VecEnv through the observer's
+// own loop, and PPO learning CartPole in-process (no RPC) with a fixed seed.
 #include "agent/ppo.h"
 
 #include <gtest/gtest.h>
@@ -15,6 +15,7 @@
 
 #include "envs/vec_env.h"
 #include "observer/observer.h"
+#include "tools/local_observer.h"
 
 using namespace distrl;
 using namespace distrl::agent;
@@ -34,6 +35,9 @@ rl::Fragment tiny_fragment() {
   f.terminated = {0, 1, 0, 0};  // episode ends after step 1
   f.truncated = {0, 0, 0, 1};   // and is cut after step 3
   f.last_values = {9.0f};       // never used: step 3 was cut
+  f.versions = {0, 0, 0, 0};
+  f.next_obs = {0};
+  f.final_obs = {0};            // the cut episode's last observation
   return f;
 }
 
@@ -134,16 +138,18 @@ TEST(PpoTest, LearnsCartPoleInProcess) {
   o.minibatch = 256;
   o.seed = 5;
   Ppo ppo(actor, o);
-  envs::VecEnv venv("CartPole-v1", 8, 100, /*autoreset=*/true);
-  observer::FragmentState state;
-  auto act = [&](const std::vector<float>& obs) { return actor.act(obs.data(), static_cast<int>(obs.size() / 4)); };
+  TrajectoryOptions shape;
+  shape.envs = 8;
+  shape.obs_dim = 4;
+  shape.rollout = 128;
+  tools::LocalObserver observer("CartPole-v1", 100, actor, shape);
   std::deque<float> last;
   const auto start = std::chrono::steady_clock::now();
   long long steps = 0;
   int updates = 0;
   double mean = 0;
   for (; updates < 150; ++updates) {
-    auto f = observer::run_fragment(venv, state, 0, 128, act, false);
+    auto f = observer.next(1).at(0);
     steps += static_cast<long long>(f.transitions());
     for (float r : f.episode_returns) {
       last.push_back(r);
@@ -151,6 +157,7 @@ TEST(PpoTest, LearnsCartPoleInProcess) {
     }
     mean = last.empty() ? 0 : std::accumulate(last.begin(), last.end(), 0.0) / last.size();
     if (last.size() == 20 && mean >= 475) break;
+    ppo.bootstrap(f);
     ppo.update({f});
   }
   const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -161,33 +168,39 @@ TEST(PpoTest, LearnsCartPoleInProcess) {
 
 TEST(PpoTest, MalformedAnswersAndFragmentsAreRefused) {
   envs::VecEnv venv("CartPole-v1", 2, 1, /*autoreset=*/true);
-  observer::FragmentState state;
-  // A REINFORCE-style answer (no critic values) to a fragment's request.
-  auto no_values = [](const std::vector<float>&) {
+  std::atomic<bool> stop{false};
+  // An answer of the wrong kind (continuous actions for a discrete env) and one row short.
+  auto continuous = [](const rl::StepReport&) {
     rl::ActReply r;
-    r.actions = {0, 1};
+    r.cont_actions = {0.5f, 0.5f};
     r.log_probs = {-0.7f, -0.7f};
     return r;
   };
-  EXPECT_THROW(observer::run_fragment(venv, state, 0, 4, no_values, false), ProtocolError);
-  // One row short.
-  auto short_reply = [](const std::vector<float>&) {
+  EXPECT_THROW(observer::run_stream(venv, 0, continuous, stop), ProtocolError);
+  auto short_reply = [](const rl::StepReport&) {
     rl::ActReply r;
     r.actions = {0};
     r.log_probs = {-0.7f};
     r.values = {0.1f};
     return r;
   };
-  EXPECT_THROW(observer::run_fragment(venv, state, 0, 4, short_reply, false), ProtocolError);
+  EXPECT_THROW(observer::run_stream(venv, 0, short_reply, stop), ProtocolError);
 
   auto f = tiny_fragment();
-  EXPECT_NO_THROW(check_fragment(f, 1, 0));
+  EXPECT_NO_THROW(check_fragment(f, 1, 0, true));
   EXPECT_THROW(check_fragment(f, 2, 0), ProtocolError);  // obs_dim of another env
   EXPECT_THROW(check_fragment(f, 1, 2), ProtocolError);  // continuous env, discrete fragment
   f.last_values.clear();
-  EXPECT_THROW(check_fragment(f, 1, 0), ProtocolError);
+  EXPECT_NO_THROW(check_fragment(f, 1, 0));  // not bootstrapped yet
+  EXPECT_THROW(check_fragment(f, 1, 0, true), ProtocolError);
   f = tiny_fragment();
   f.truncated_values = {0.0f};
+  EXPECT_THROW(check_fragment(f, 1, 0, true), ProtocolError);
+  f = tiny_fragment();
+  f.final_obs.clear();  // the cut episode's final observation missing
+  EXPECT_THROW(check_fragment(f, 1, 0), ProtocolError);
+  f = tiny_fragment();
+  f.versions.pop_back();
   EXPECT_THROW(check_fragment(f, 1, 0), ProtocolError);
   f = tiny_fragment();
   f.cpu_us = std::numeric_limits<double>::infinity();
@@ -261,10 +274,13 @@ TEST(PpoTest, GradientClippingBoundsTheUpdate) {
     o.minibatch = 64;
     o.max_grad_norm = max_grad_norm;
     Ppo ppo(actor, o);
-    envs::VecEnv venv("CartPole-v1", 4, 100, /*autoreset=*/true);
-    observer::FragmentState state;
-    auto act = [&](const std::vector<float>& obs) { return actor.act(obs.data(), static_cast<int>(obs.size() / 4)); };
-    auto f = observer::run_fragment(venv, state, 0, 16, act, false);
+    TrajectoryOptions shape;
+    shape.envs = 4;
+    shape.obs_dim = 4;
+    shape.rollout = 16;
+    tools::LocalObserver observer("CartPole-v1", 100, actor, shape);
+    auto f = observer.next(1).at(0);
+    ppo.bootstrap(f);
     std::vector<torch::Tensor> before;
     for (const auto& p : net->parameters()) before.push_back(p.detach().clone());
     ppo.update({f});

@@ -1,5 +1,6 @@
-// REINFORCE in one process (no RPC): the agent's actor and learner driving the observer's
-// episode loop directly. A fixed seed learns CartPole within a bounded number of rounds.
+// REINFORCE in one process (no RPC): the agent's actor and learner fed by the observer's own
+// loop (tools/local_observer.h), trajectories cut into whole episodes. A fixed seed learns
+// CartPole within a bounded number of rounds.
 #include <gtest/gtest.h>
 
 #include <torch/torch.h>
@@ -14,6 +15,7 @@
 #include "envs/vec_env.h"
 #include "models/policy.h"
 #include "observer/observer.h"
+#include "tools/local_observer.h"
 
 namespace distrl::agent {
 namespace {
@@ -26,38 +28,45 @@ TEST(ReinforceTest, RewardsToGoRestartPerSegment) {
   EXPECT_THROW(rewards_to_go({1, 1}, {1}, 0.5), ProtocolError);
 }
 
-TEST(ReinforceTest, MalformedRolloutsAndRequestsAreRefused) {
-  rl::Rollout good;
-  good.obs_dim = 2;
-  good.obs = {0, 0, 1, 1, 2, 2};
-  good.actions = {0, 1, 0};
-  good.log_probs = {-1, -1, -1};
-  good.rewards = {1, 1, 1};
-  good.lengths = {2, 1};
-  good.terminated = {1, 0};
-  EXPECT_NO_THROW(check_rollout(good, 2));
-  EXPECT_THROW(check_rollout(good, 4), ProtocolError);  // wrong observation size
-  auto bad = good;
-  bad.actions.pop_back();
-  EXPECT_THROW(check_rollout(bad, 2), ProtocolError);
-  bad = good;
-  bad.obs.pop_back();
-  EXPECT_THROW(check_rollout(bad, 2), ProtocolError);
-  bad = good;
-  bad.lengths = {2, 2};
-  EXPECT_THROW(check_rollout(bad, 2), ProtocolError);
-  bad = good;
-  bad.lengths = {4, -1};
-  EXPECT_THROW(check_rollout(bad, 2), ProtocolError);
-  bad = good;
-  bad.terminated = {1};
-  EXPECT_THROW(check_rollout(bad, 2), ProtocolError);
-  bad = good;
-  bad.cpu_us = -1;  // the observer's CPU time, summed into the run's per-request figure
-  EXPECT_THROW(check_rollout(bad, 2), ProtocolError);
-  bad.cpu_us = std::nan("");
-  EXPECT_THROW(check_rollout(bad, 2), ProtocolError);
-  // select_action bodies: whole observations only.
+// A trajectory of two steps of two envs (time-major), with the given end flags.
+rl::Fragment trajectory(int observer, std::vector<float> rewards, std::vector<std::uint8_t> ended) {
+  rl::Fragment f;
+  f.observer_id = observer;
+  f.obs_dim = 1;
+  f.num_envs = 2;
+  f.steps = static_cast<int>(rewards.size()) / 2;
+  f.rewards = rewards;
+  for (std::size_t i = 0; i < rewards.size(); ++i) {
+    f.obs.push_back(rewards[i] * 10);  // tells the steps apart
+    f.actions.push_back(static_cast<std::int32_t>(i % 2));
+  }
+  f.terminated = ended;
+  f.truncated.assign(ended.size(), 0);
+  return f;
+}
+
+// Whole episodes only: an episode still running at a trajectory's end waits for its end in a
+// later one and is then learned whole, in order; another observer's envs are kept apart; a
+// dropped observer's unfinished episodes are forgotten.
+TEST(ReinforceTest, TrajectoriesAreCutIntoWholeEpisodesAcrossRounds) {
+  EpisodeCutter cut(1);
+  // Env 0 ends at step 0 and runs on; env 1 runs through.   [t0e0, t0e1, t1e0, t1e1]
+  Episodes e = cut.cut({trajectory(0, {1, 2, 3, 4}, {1, 0, 0, 0})});
+  EXPECT_EQ(e.lengths, std::vector<std::int32_t>({1}));
+  EXPECT_EQ(e.rewards, std::vector<float>({1}));
+  EXPECT_EQ(cut.unfinished_steps(), 3u);
+  // Both end in the next one: env 0's episode is steps 3, 5; env 1's 2, 4, 6.
+  e = cut.cut({trajectory(0, {5, 6}, {1, 1}), trajectory(1, {7, 8}, {0, 0})});
+  EXPECT_EQ(e.lengths, std::vector<std::int32_t>({2, 3}));
+  EXPECT_EQ(e.rewards, std::vector<float>({3, 5, 2, 4, 6}));
+  EXPECT_EQ(e.obs, std::vector<float>({30, 50, 20, 40, 60}));
+  EXPECT_EQ(cut.unfinished_steps(), 2u);  // observer 1's
+  cut.forget(1);
+  EXPECT_EQ(cut.unfinished_steps(), 0u);
+}
+
+TEST(ReinforceTest, MalformedRequestsAreRefused) {
+  // act bodies: whole observations only.
   EXPECT_EQ(rl::observation_rows({1, 2, 3, 4, 5, 6, 7, 8}, 4), 2);
   EXPECT_THROW(rl::observation_rows({}, 4), ProtocolError);
   EXPECT_THROW(rl::observation_rows({1, 2, 3}, 4), ProtocolError);
@@ -91,17 +100,22 @@ TEST(ReinforceTest, ImprovesTheRunningRewardOnCartPole) {
   models::PolicySpec spec;
   PolicyActor actor(models::make_policy("mlp", spec), torch::kCPU, 4, 7);
   Reinforce learner(actor, ReinforceOptions{0.99, 1e-2});
-  envs::VecEnv venv("CartPole-v1", 4, 11);
-  auto act = [&](const std::vector<float>& obs) { return actor.act(obs.data(), static_cast<int>(obs.size() / 4)); };
+  TrajectoryOptions shape;  // as the agent's REINFORCE intake: until every env has ended an episode
+  shape.envs = 4;
+  shape.obs_dim = 4;
+  shape.rollout = 500;
+  shape.cut = TrajectoryOptions::Cut::Episodes;
+  tools::LocalObserver observer("CartPole-v1", 11, actor, shape);
+  EpisodeCutter cutter(4);
   double first = 0, running = 0;
   int rounds = 0;
   for (; rounds < 150; ++rounds) {
-    rl::Rollout r = observer::run_episode(venv, 0, 500, act, false);
-    ASSERT_EQ(r.lengths.size(), 4u);
-    const double mean = static_cast<double>(r.steps()) / 4;  // reward 1 per step
+    Episodes r = cutter.cut(observer.next(1));
+    ASSERT_GE(r.lengths.size(), 4u);
+    const double mean = static_cast<double>(r.steps()) / static_cast<double>(r.lengths.size());  // reward 1 per step
     if (rounds == 0) first = running = mean;
     running = 0.1 * mean + 0.9 * running;
-    learner.update({r});
+    learner.update(r);
     if (running > 300) break;
   }
   EXPECT_GT(running, 300) << "after " << rounds << " rounds (first round: " << first << ")";
@@ -122,14 +136,11 @@ TEST(ReinforceTest, LossUsesNormalisedReturnsToGo) {
   auto net = models::make_policy("mlp", spec);
   PolicyActor actor(net, torch::kCPU, 4, 3);
   Reinforce learner(actor, ReinforceOptions{0.5, 1e-2});
-  rl::Rollout r;
-  r.obs_dim = 4;
+  Episodes r;
   r.obs = {0.1f, 0, 0, 0, 0, 0.2f, 0, 0, 0, 0, 0.3f, 0};
   r.actions = {0, 1, 1};
-  r.log_probs = {0, 0, 0};
   r.rewards = {1, 2, 4};
   r.lengths = {3};
-  r.terminated = {1};
   // G = 1 + 0.5 * (2 + 0.5 * 4), 2 + 0.5 * 4, 4 = 3, 4, 4
   const std::vector<double> G{3, 4, 4};
   const double mean = 11.0 / 3;
@@ -142,7 +153,7 @@ TEST(ReinforceTest, LossUsesNormalisedReturnsToGo) {
     for (int i = 0; i < 3; ++i)
       want -= logp[i][r.actions[i]].item<double>() * (G[i] - mean) / (std::sqrt(var) + 1e-7);  // ReinforceOptions::eps
   }
-  EXPECT_NEAR(learner.update({r}), want, 1e-5);
+  EXPECT_NEAR(learner.update(r), want, 1e-5);
 }
 
 // An idle observer (no call pending) notices the agent's dropped connection at its polls, long

@@ -1,7 +1,9 @@
 // Trajectories (agent/trajectories.h): streaming observers' steps assembled into trajectories
 // (what each field holds, truncated episodes' final observations, the next observation),
 // malformed reports refused by name and counted without touching what was assembled, the
-// bounded queue's back-pressure (a parked step, no blocked thread), close() and forget().
+// bounded queue's back-pressure (a parked step, no blocked thread), close(), forget() and the
+// readmission of a forgotten observer, resends, the synchronous learners' lockstep (one
+// trajectory per observer, held until release()) and trajectories cut at episode ends.
 #include "agent/trajectories.h"
 
 #include <gtest/gtest.h>
@@ -66,6 +68,15 @@ void play(Trajectories& tr, int id, int from, int to, int truncate_at = -1) {
   }
 }
 
+void expect_refused(Trajectories& tr, const rl::StepReport& r, const std::string& says) {
+  try {
+    tr.observe(r);
+    ADD_FAILURE() << "accepted: " << says;
+  } catch (const ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 
 TEST(TrajectoriesTest, StepsBecomeTrajectoriesOfRolloutStepsWithTheirNextObservation) {
@@ -97,14 +108,7 @@ TEST(TrajectoriesTest, StepsBecomeTrajectoriesOfRolloutStepsWithTheirNextObserva
 TEST(TrajectoriesTest, MalformedReportsAreRefusedNamingTheObserverAndChangeNothing) {
   Trajectories tr(options());
   play(tr, 0, 0, 2);
-  auto refused = [&](rl::StepReport r, const std::string& says) {
-    try {
-      tr.observe(r);
-      ADD_FAILURE() << "accepted: " << says;
-    } catch (const ProtocolError& e) {
-      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
-    }
-  };
+  auto refused = [&](const rl::StepReport& r, const std::string& says) { expect_refused(tr, r, says); };
   auto r = report(0, 2);
   r.obs.pop_back();
   refused(r, "act from observer 0: 3 observation floats; 2 envs x 2 expected");
@@ -181,10 +185,102 @@ TEST(TrajectoriesTest, CloseResumesAParkedStepDiscardsWhatWaitedAndStopsTheObser
   EXPECT_TRUE(tr.pop(1, 10ms).empty());
 }
 
-TEST(TrajectoriesTest, AForgottenObserversPartialTrajectoryIsDiscardedAndItsReportsRefused) {
+TEST(TrajectoriesTest, AForgottenObserversPartialTrajectoryIsDiscardedAndItsNextStepTakesItBack) {
   Trajectories tr(options());
   play(tr, 1, 0, 3);
   tr.forget(1);
+  EXPECT_FALSE(tr.live(1));
   EXPECT_EQ(tr.stats().discarded, 4);
-  EXPECT_THROW(tr.observe(report(1, 3)), ProtocolError);
+  // It was stopped, not dead: its next step (whatever it carries about the steps the agent gave
+  // up on) starts a new trajectory, and no step is counted twice.
+  const long long steps = tr.stats().steps;
+  ASSERT_EQ(tr.observe(report(1, 7)), Trajectories::Admit::Go);
+  EXPECT_TRUE(tr.live(1));
+  EXPECT_EQ(tr.stats().readmitted, 1);
+  EXPECT_EQ(tr.stats().steps, steps);
+  tr.acted(1, reply(7, 7));
+  play(tr, 1, 8, 11);
+  auto got = tr.pop(1, 1s);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].versions, (std::vector<std::int64_t>{7, 8, 9}));
+  EXPECT_EQ(got[0].obs[0], 700.0f);
+  expect_refused(tr, report(1, 5), "step 5 where 11 was expected");
+}
+
+// A resend (its first answer was lost with the connection) of the step the agent took is acted
+// on again, not assembled twice; one whose first try never arrived is a step like any other; a
+// "resend" with other observations is refused.
+TEST(TrajectoriesTest, AResendOfATakenStepIsActedOnAgainAndCountedOnce) {
+  Trajectories tr(options());
+  play(tr, 0, 0, 2);
+  auto again = report(0, 1);
+  again.restart = true;
+  ASSERT_EQ(tr.observe(again), Trajectories::Admit::Go);
+  EXPECT_EQ(tr.stats().resent, 1);
+  tr.acted(0, reply(5, 1));  // the answer that reaches the observer this time
+  auto next = report(0, 2);
+  next.restart = true;  // a resend whose first try never arrived
+  ASSERT_EQ(tr.observe(next), Trajectories::Admit::Go);
+  EXPECT_EQ(tr.stats().resent, 1);
+  tr.acted(0, reply(6, 2));
+  play(tr, 0, 3, 4);
+  auto got = tr.pop(1, 1s);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].versions, (std::vector<std::int64_t>{0, 5, 6}));  // step 1 as acted the second time
+  EXPECT_EQ(got[0].rewards, (std::vector<float>{1, 1.1f, 2, 2.1f, 3, 3.1f}));
+  auto forged = report(0, 3);
+  forged.restart = true;
+  forged.obs[0] = 1e6f;
+  expect_refused(tr, forged, "a resend of step 3 with other observations");
+}
+
+// The synchronous learners: an observer that completes its trajectory waits (held, no thread
+// blocked) while the others play on to theirs; the learner takes one from each, and release()
+// lets them all act, in turn, with the new weights. A resend of a held step waits in its place.
+TEST(TrajectoriesTest, LockstepHoldsEachObserverAtItsTrajectorysEndUntilRelease) {
+  auto o = options(/*rollout=*/2, /*queue=*/2);
+  o.lockstep = true;
+  Trajectories tr(o);
+  play(tr, 0, 0, 2);
+  int resumed0 = 0, resumed1 = 0;
+  EXPECT_EQ(tr.observe(report(0, 2), [&] { ++resumed0; }), Trajectories::Admit::Wait);  // its trajectory is done
+  play(tr, 1, 0, 2);  // the other observer plays on meanwhile
+  auto again = report(0, 2);
+  again.restart = true;
+  EXPECT_EQ(tr.observe(again, [&] { resumed0 += 10; }), Trajectories::Admit::Wait);  // waits in its place
+  EXPECT_EQ(tr.observe(report(1, 2), [&] { ++resumed1; }), Trajectories::Admit::Wait);
+  auto got = tr.pop(2, 1s);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(resumed0 + resumed1, 0);  // learning: nobody acts
+  tr.release();
+  EXPECT_EQ(resumed0, 10);  // the resend's resume, once
+  EXPECT_EQ(resumed1, 1);
+  tr.acted(0, reply(1, 2));
+  EXPECT_EQ(tr.observe(report(0, 3)), Trajectories::Admit::Go);  // a new round
+}
+
+// REINFORCE's cut: a trajectory ends once every env has ended an episode in it (here env 1 at
+// step 1, env 0 at step 3), capped at `rollout` steps.
+TEST(TrajectoriesTest, AnEpisodesCutEndsOnceEveryEnvHasEndedAnEpisode) {
+  auto o = options(/*rollout=*/10);
+  o.cut = TrajectoryOptions::Cut::Episodes;
+  Trajectories tr(o);
+  for (std::uint64_t t = 0; t <= 4; ++t) {
+    auto r = report(0, t, /*truncate_env1=*/t == 2);
+    if (t == 4) {
+      r.terminated = {1, 0};
+      r.episode_returns = {5.0f};
+      r.episode_lengths = {4};
+    }
+    ASSERT_EQ(tr.observe(r), Trajectories::Admit::Go) << t;
+    tr.acted(0, reply(0, static_cast<int>(t)));
+  }
+  auto got = tr.pop(1, 1s);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].steps, 4);
+  EXPECT_EQ(got[0].next_obs, report(0, 4).obs);
+  o.rollout = 2;  // the cap
+  Trajectories capped(o);
+  play(capped, 0, 0, 3);
+  EXPECT_EQ(capped.pop(1, 1s).size(), 1u);
 }
