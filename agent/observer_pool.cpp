@@ -60,15 +60,19 @@ void ObserverPool::check(Trajectories& trajectories) {
   int live = 0;
   for (std::size_t i = 0; i < obs_.size(); ++i) {
     const int id = static_cast<int>(i);
+    const bool connected = !rpc_.connection_lost(obs_[i].owner_name());
     if (!alive_[i]) {
-      if (!trajectories.live(id)) continue;
-      alive_[i] = true;  // it stepped again
+      // It stepped again, and its connection is back (a step can come in before the heartbeat
+      // that brings the connection back up: it waits for that, or it would be dropped again).
+      if (!trajectories.live(id) || !connected) continue;
+      alive_[i] = true;
       --lost_;
       ++readmitted_;
       if (batcher_) batcher_->set_active(id, true);
       DISTRL_LOG(Warn, "agent: observer " << i << " (" << obs_[i].owner_name() << ") is reachable again: readmitted");
-    } else if (rpc_.connection_lost(obs_[i].owner_name())) {
-      drop(i, trajectories, "its connection dropped");
+    } else if (!connected) {
+      drop(i, trajectories, "its connection " + rpc_.worker(obs_[i].owner_name()).endpoint +
+                                " was lost (the process exited or crashed, or its host became unreachable)");
       continue;
     }
     ++live;

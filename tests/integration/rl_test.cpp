@@ -836,7 +836,7 @@ TEST(AsyncRlTest, AKilledObserverIsNamedAndTheLearnerGoesOnWithTheOther) {
   ASSERT_TRUE(wait_for_rows(dir.file("metrics.csv"), 20, 60s)) << read_file(dir.file("agent.log"));
   ::kill(observers[1], SIGKILL);
   EXPECT_EQ(procs.wait_exit(observers[1], 10s), 128 + SIGKILL);
-  ASSERT_TRUE(log_says(dir.file("agent.log"), "lost observer 1 (observer2)")) << read_file(dir.file("agent.log"));
+  ASSERT_TRUE(log_says(dir.file("agent.log"), "dropping observer 1 (observer2)")) << read_file(dir.file("agent.log"));
   const int rows = count_lines(dir.file("metrics.csv"));
   ASSERT_TRUE(wait_for_rows(dir.file("metrics.csv"), rows + 30, 60s)) << read_file(dir.file("agent.log"));
   ::kill(agent, SIGINT);
