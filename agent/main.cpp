@@ -1,6 +1,7 @@
 // distrl-agent: owns the policy, serves observers' act requests (batched or one by
 // one) and learns from their episodes. Rank 0 of an RL run; see docs/rl.md.
 #include <chrono>
+#include <filesystem>
 #include <csignal>
 #include <iostream>
 #include <thread>
@@ -55,10 +56,6 @@ int main(int argc, char** argv) {
     agent::check_device(cfg.device);  // fail before rendezvous, not after
     // learner.device is the learner process's with roles.learners 1 (it checks it on its host).
     if (!cfg.learner_device.empty() && cfg.learners == 0) agent::check_device(cfg.learner_device, "learner.device");
-    if (cfg.agents > 1 && !cli.resume.empty())
-      throw ConfigError("--resume with roles.agents " + std::to_string(cfg.agents) + ": not supported yet (each agent "
-                        "has its own checkpoint); the learner resumes from OUT_DIR/learner.pt by itself, so start a "
-                        "fresh run into another run.out_dir");
     if (cli.check_only) {  // the line distrl-launch reads the world's size and out_dir from (config_launch.cpp)
       // The env (Gymnasium knows its IDs: asked here), the algorithm for it (REINFORCE cannot
       // drive continuous actions), a checkpoint that does not fit or has no rounds left; then the
@@ -96,9 +93,15 @@ int main(int argc, char** argv) {
                         "(distrl-observer) and the learner's (distrl-learner)");
     ro.name = rl::agent_name(rank);
     rl::RlConfig mine = cfg;
-    if (rank > 0) mine.out_dir = cfg.out_dir + "/agent" + std::to_string(rank);
+    std::string resume = cli.resume;
+    if (rank > 0) {
+      mine.out_dir = cfg.out_dir + "/agent" + std::to_string(rank);
+      // --resume names agent 0's checkpoint (OUT_DIR/policy.pt); agent k resumes from its own,
+      // the file of that name in OUT_DIR/agentK (the learner process from OUT_DIR/learner.pt).
+      if (!resume.empty()) resume = mine.out_dir + "/" + std::filesystem::path(resume).filename().string();
+    }
     set_log_tag(ro.name);
-    agent::RlAgent rl(mine, cli.resume);
+    agent::RlAgent rl(mine, resume);
     const RunLock claim(mine.out_dir);  // nothing written before it; distrl-launch's is inherited
     g_agent = &rl;
     std::signal(SIGUSR1, on_usr1);

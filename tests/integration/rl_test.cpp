@@ -925,6 +925,29 @@ TEST(AsyncRlTest, TwoAgentsFeedOneLearnerProcessAndTheFirstToSolveEndsTheRun) {
   EXPECT_NE(r.output.find("every agent needs at least one"), std::string::npos) << r.output;
 }
 
+// --resume with roles.agents 2: `--resume OUT_DIR/policy.pt` names agent 0's checkpoint; agent 1
+// resumes from its own (OUT_DIR/agent1/policy.pt) and the learner from OUT_DIR/learner.pt, each
+// counting on from where it was.
+TEST(AsyncRlTest, TwoAgentsAndTheLearnerResumeEachFromItsOwnCheckpoint) {
+  TempDir dir;
+  const std::string run = "--config " + kAppo + " roles.agents=2 roles.learners=1 observers=2 "
+                          "learner.target_reward=100000 run.out_dir=" + dir.path();
+  auto r = launch(run + " learner.rounds=30");
+  ASSERT_EQ(r.code, 0) << r.output;
+  // The first agent through its 30 rounds ends the run; the other may stop before.
+  const int rounds0 = count_lines(dir.file("metrics.csv")) - 1, rounds1 = count_lines(dir.file("agent1/metrics.csv")) - 1;
+  ASSERT_TRUE(rounds0 == 30 || rounds1 == 30) << r.output;
+  r = launch(run + " learner.rounds=60 --resume " + dir.file("policy.pt"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("[0] agent: resumed from " + dir.file("policy.pt") + " at round " + std::to_string(rounds0)),
+            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[1] agent: resumed from " + dir.file("agent1/policy.pt") + " at round " +
+                          std::to_string(rounds1)),
+            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("learner: resumed from " + dir.file("learner.pt")), std::string::npos) << r.output;
+  EXPECT_GT(count_lines(dir.file("agent1/metrics.csv")) - 1, rounds1);  // it counted on
+}
+
 // The pid of the running `exe` whose command line holds `needle` and whose environment says
 // RANK=rank (distrl-launch's ranks), or 0.
 pid_t find_rank(const std::string& exe, const std::string& needle, int rank) {
@@ -942,6 +965,42 @@ pid_t find_rank(const std::string& exe, const std::string& needle, int rank) {
     if (env.find(want) != std::string::npos) return std::stoi(name);
   }
   return 0;
+}
+
+// roles.learners 1, the learner stopped (SIGSTOP: its connections stay open, nothing answers):
+// the agent's learn call is bounded (the heartbeat reports the learner down after 10 s, well
+// inside rpc.timeout_s), the agent names it and goes on acting (rounds go on, the batches
+// counted unlearned); SIGCONT once a round has passed without it: the learner is back and the
+// run solves.
+TEST(AsyncRlTest, AStoppedLearnerIsNamedActingGoesOnAndItIsTakenBackWhenItRunsAgain) {
+  TempDir dir;
+  pid_t learner = 0;
+  bool unreachable = false, continued = false;
+  std::chrono::steady_clock::time_point stopped, named;
+  auto r = launch("--config " + kAppo + " roles.learners=1 learner.log_interval=5 rpc.timeout_s=60 run.out_dir=" +
+                      dir.path(),
+                  [&](const std::string& line) {
+                    if (!learner && line.rfind("[0] round    20 ", 0) == 0) {
+                      learner = find_rank("distrl-learner", dir.path(), 3);
+                      if (learner) ::kill(learner, SIGSTOP);
+                      stopped = std::chrono::steady_clock::now();
+                    } else if (learner && !unreachable &&
+                               line.find("agent: the learner cannot be reached") != std::string::npos) {
+                      unreachable = true;
+                      named = std::chrono::steady_clock::now();
+                    } else if (unreachable && !continued && line.rfind("[0] round ", 0) == 0) {
+                      continued = true;  // a round passed while the learner was stopped
+                      ::kill(learner, SIGCONT);
+                    }
+                  });
+  if (learner && !continued) ::kill(learner, SIGCONT);
+  ASSERT_TRUE(learner) << r.output;
+  ASSERT_TRUE(continued) << r.output;
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_LT(named - stopped, std::chrono::seconds(30)) << "the heartbeat (10 s), not rpc.timeout_s (60 s), ends the call";
+  EXPECT_NE(r.output.find("agent: the learner is back after"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("Solved after"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("trajectories: 0 dropped"), std::string::npos) << r.output;  // the unlearned are counted
 }
 
 // roles.agents 2, agent 1 killed mid-run (SIGKILL): its observer leaves, naming it lost;
