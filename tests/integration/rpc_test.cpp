@@ -3,7 +3,12 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
 #include <csignal>
+#include <filesystem>
 #include <fstream>
 
 #include "tests/support/multiproc.h"
@@ -448,6 +453,68 @@ TEST(RpcTest, HeartbeatsNoticeAPeerThatStoppedAnswering) {
       std::chrono::seconds(90));
   EXPECT_EQ(codes[0], 0);
   EXPECT_EQ(codes[1], 128 + SIGKILL);
+}
+
+// Issue 45, item 1: a shared-memory listener out of descriptors. Rank 0 runs at a descriptor
+// limit a little above what it has open; rank 1 opens 200 silent connections to its listener
+// (more than the descriptors it has left, and than the 64-deep backlog). accept4 failed with
+// EMFILE, the connection stayed in the backlog, poll(2) reported the listener again at once and
+// the I/O thread never left its accept loop: no replies, no heartbeats, a shutdown that hung.
+// Now the waiting connections are accepted and closed with a reserve descriptor: rank 0 keeps
+// answering over the connection it had, and both ranks shut down.
+TEST(RpcTest, AnShmListenerOutOfDescriptorsKeepsServingAndShutsDown) {
+  TempDir dir;
+  auto codes = run_ranks(
+      2,
+      [&](int rank) {
+        auto o = rpc_options(dir, rank, 2, "shm");
+        o.rpc_timeout = 5s;
+        if (rank == 0) {
+          long open = 0;
+          for (auto it = std::filesystem::directory_iterator("/proc/self/fd"); it != std::filesystem::directory_iterator(); ++it)
+            ++open;
+          rlimit r{};
+          ::getrlimit(RLIMIT_NOFILE, &r);
+          r.rlim_cur = static_cast<rlim_t>(open + 48);  // the agent's own (rings, eventfds, sockets) and ~6 connections
+          expect(::setrlimit(RLIMIT_NOFILE, &r) == 0, "setrlimit");
+        }
+        RpcAgent agent(o, register_all);
+        if (rank == 0) {
+          agent.shutdown();  // serves until rank 1 shuts down with it
+          return 0;
+        }
+        // Both of rank 1's connections to rank 0 exist before the flood (this thread's channel and
+        // the I/O thread's): a new one during it would be refused with the rest.
+        expect(agent.rpc_sync<int>(0, "add", 1, 2) == 3, "a call before the flood");
+        expect(agent.rpc_async<int>(0, "add", 1, 2).value() == 3, "a call before the flood");
+        const std::string endpoint = agent.worker(0).endpoint;  // shm://PATH
+        const std::string path = endpoint.substr(6);
+        std::vector<int> silent;
+        for (int i = 0; i < 200; ++i) {
+          const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+          sockaddr_un addr{};
+          addr.sun_family = AF_UNIX;
+          std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
+          if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 || errno == EINPROGRESS ||
+              errno == EAGAIN)
+            silent.push_back(fd);
+          else
+            ::close(fd);
+        }
+        // Rank 0 goes on answering while they are held (each call within its 5 s timeout).
+        for (int i = 0; i < 20; ++i) {
+          expect(agent.rpc_sync<int>(0, "add", i, 1) == i + 1, "a call during the flood");
+          expect(agent.rpc_async<int>(0, "add", i, 2).value() == i + 2, "a call during the flood");
+          std::this_thread::sleep_for(100ms);
+        }
+        for (int fd : silent) ::close(fd);
+        std::cout << silent.size() << " silent connections held for 2 s; rank 0 answered throughout" << std::endl;
+        agent.shutdown();
+        return 0;
+      },
+      std::chrono::seconds(60));
+  EXPECT_EQ(codes[0], 0);
+  EXPECT_EQ(codes[1], 0);
 }
 
 TEST(RpcTest, ShutdownWaitsForInFlightCallsOfEveryWorker) {

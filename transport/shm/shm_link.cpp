@@ -1,5 +1,6 @@
 #include "transport/shm/shm_link.h"
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -128,6 +129,14 @@ std::vector<std::string> ShmLink::bind(const std::vector<std::string>& endpoints
   (void)Segment::create("distrl-probe", ring_segment_bytes(options_.ring_bytes));
   path_ = path_of(endpoints.front());
   listener_ = UnixSocket::listen(path_);
+  reserve_ = OwnedFd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  // Each connection holds 4 descriptors here (its socket, two ring memfds, the caller's eventfd).
+  const auto budget = descriptor_budget();
+  if (budget.limit > 0)
+    DISTRL_LOG(Info, "shared memory: listening at " << path_ << "; the descriptor limit (" << budget.limit << ", "
+                                                    << budget.open << " open) allows about "
+                                                    << std::max(0L, (budget.limit - budget.open) / 4)
+                                                    << " connections (ulimit -n raises it)");
   return {endpoints.front()};
 }
 
@@ -372,6 +381,23 @@ void ShmLink::accept_all() {
         continue;
       }
       handshaking_.push_back(Handshake{std::move(c), Clock::now()});
+    } catch (const OutOfDescriptors& e) {
+      // The connection stays in the backlog, and poll(2) would report the listener again at
+      // once: with the reserve descriptor set free, accept it and close it (its caller reads
+      // EOF and may try again), until the backlog is empty.
+      bool refused = false;
+      if (reserve_.get() >= 0) {
+        ::close(reserve_.release());
+        refused = listener_.refuse_one();
+        reserve_ = OwnedFd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+      }
+      if (refused) ++refused_no_descriptor_;
+      if (refused_no_descriptor_ <= 1 || refused_no_descriptor_ % 1000 == 0)
+        report_dropped(cb_, "a shared-memory connection (" + std::to_string(refused_no_descriptor_) +
+                                " refused so far): " + e.what());
+      if (refused && reserve_.get() >= 0) continue;
+      accept_paused_until_ = Clock::now() + std::chrono::milliseconds(100);  // none to spare: look again later
+      return;
     } catch (const std::exception& e) {
       report_dropped(cb_, std::string("a shared-memory connection: ") + e.what());
     }
@@ -398,7 +424,7 @@ void ShmLink::wait_for_events(int timeout_ms) {
   fds_.clear();
   poll_ids_.clear();
   fds_.push_back({io_.wake_fd(), POLLIN, 0});
-  fds_.push_back({listener_.fd(), POLLIN, 0});
+  fds_.push_back({listener_.fd(), static_cast<short>(Clock::now() < accept_paused_until_ ? 0 : POLLIN), 0});
   for (auto& h : handshaking_) fds_.push_back({h.socket.fd(), POLLIN, 0});
   for (auto& [id, c] : accepted_) {
     fds_.push_back({c->pair.socket.fd(), POLLRDHUP, 0});

@@ -101,6 +101,12 @@ class ShmLink final : public Link {
   Events cb_;
   std::string path_;
   UnixSocket listener_;
+  // Out of descriptors, this one is closed to accept (and close) a waiting connection with, so
+  // the backlog empties instead of waking poll(2) again at once; the system out of them too:
+  // the listener is left alone until accept_paused_until_.
+  OwnedFd reserve_;
+  std::chrono::steady_clock::time_point accept_paused_until_{};
+  std::uint64_t refused_no_descriptor_ = 0;
   LinkThread io_;  // its eventfd also wakes us for the rings: peers get it in the handshake
   std::vector<std::string> peer_endpoints_;
   std::vector<std::unique_ptr<Conn>> peers_;                      // I/O thread only

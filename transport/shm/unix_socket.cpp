@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -10,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <thread>
 #include <utility>
 
@@ -120,6 +122,24 @@ UnixSocket UnixSocket::connect(const std::string& path, Clock::time_point deadli
   }
 }
 
+DescriptorBudget descriptor_budget() {
+  DescriptorBudget b;
+  rlimit r{};
+  if (::getrlimit(RLIMIT_NOFILE, &r) == 0) b.limit = r.rlim_cur == RLIM_INFINITY ? -1 : static_cast<long>(r.rlim_cur);
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec); !ec && it != std::filesystem::directory_iterator();
+       it.increment(ec))
+    ++b.open;
+  return b;
+}
+
+bool UnixSocket::refuse_one() {
+  const int fd = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+  if (fd < 0) return false;
+  ::close(fd);
+  return true;
+}
+
 UnixSocket UnixSocket::accept(Clock::time_point deadline) {
   for (;;) {
     pollfd p{fd_, POLLIN, 0};
@@ -129,6 +149,12 @@ UnixSocket UnixSocket::accept(Clock::time_point deadline) {
       UnixSocket s(::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC));
       if (s.fd_ < 0) {
         if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED) continue;
+        if (errno == EMFILE || errno == ENFILE || errno == ENOMEM || errno == ENOBUFS) {
+          const auto budget = descriptor_budget();
+          throw OutOfDescriptors("unix socket: accept: " + std::string(std::strerror(errno)) + " (" +
+                                 std::to_string(budget.open) + " descriptors open, the limit is " +
+                                 std::to_string(budget.limit) + ": raise it with ulimit -n)");
+        }
         fail("accept");
       }
       ucred cred{};

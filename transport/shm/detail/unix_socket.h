@@ -9,7 +9,21 @@
 #include <string>
 #include <vector>
 
+#include "common/error.h"
+
 namespace distrl::transport::detail {
+
+// accept() found this process (EMFILE) or the system (ENFILE, ENOMEM, ENOBUFS) out of
+// descriptors or memory: the connection stays in the listener's backlog.
+struct OutOfDescriptors : TransportError {
+  using TransportError::TransportError;
+};
+
+// This process's descriptor limit (RLIMIT_NOFILE, soft) and how many it has open now.
+struct DescriptorBudget {
+  long limit = 0, open = 0;
+};
+DescriptorBudget descriptor_budget();
 
 // A descriptor we own: closed when destroyed.
 class OwnedFd {
@@ -53,8 +67,13 @@ class UnixSocket {
   // Connects to a listener at path, retrying until the deadline while it is not there yet.
   static UnixSocket connect(const std::string& path, Clock::time_point deadline);
   // A connection from a process of our own user; an empty socket at the deadline. A connection
-  // from another user is closed and refused (TransportError naming its uid).
+  // from another user is closed and refused (TransportError naming its uid); OutOfDescriptors
+  // when none is left to accept it with.
   UnixSocket accept(Clock::time_point deadline);
+  // Accepts the first waiting connection and closes it at once (its caller reads EOF): how a
+  // listener out of descriptors empties its backlog, with one descriptor set free for it. False
+  // when none was waiting or it could not.
+  bool refuse_one();
 
   // Sends bytes with descriptors attached (SCM_RIGHTS; the descriptors stay ours). Small
   // messages only (the handshake): sent whole or TransportError.
