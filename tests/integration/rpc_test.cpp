@@ -517,6 +517,66 @@ TEST(RpcTest, AnShmListenerOutOfDescriptorsKeepsServingAndShutsDown) {
   EXPECT_EQ(codes[1], 0);
 }
 
+// Issue 45, item 2: a connect that finds a listener's backlog full (its process stopped: the
+// kernel queues connections nobody accepts) is not a death. The call waits for a connection
+// (retried with backoff within its own deadline) and is answered once the process runs again;
+// later calls work. Before, the one failed connect marked the peer down for good: this call and
+// every later one failed at once ("cannot connect ... Resource temporarily unavailable").
+TEST(RpcTest, AFullShmBacklogDelaysTheFirstCallInsteadOfLosingThePeer) {
+  TempDir dir;
+  auto codes = run_ranks(
+      2,
+      [&](int rank) {
+        auto o = rpc_options(dir, rank, 2, "shm");
+        o.rpc_timeout = 10s;
+        RpcAgent agent(o, register_all);
+        if (rank == 0) {
+          std::ofstream(dir.file("pid.tmp")) << ::getpid();
+          std::rename(dir.file("pid.tmp").c_str(), dir.file("pid").c_str());
+          agent.shutdown();  // serves until rank 1 shuts down with it
+          return 0;
+        }
+        expect(distrl::testing::wait_for_file(dir.file("pid"), 30s), "rank 0 never wrote its pid");
+        pid_t peer = 0;
+        std::ifstream(dir.file("pid")) >> peer;
+        const std::string path = agent.worker(0).endpoint.substr(6);  // shm://PATH
+        ::kill(peer, SIGSTOP);
+        std::vector<int> held;  // connections the stopped process cannot accept, until its backlog is full
+        for (int i = 0; i < 1000; ++i) {
+          const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+          sockaddr_un addr{};
+          addr.sun_family = AF_UNIX;
+          std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
+          if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+            ::close(fd);
+            break;
+          }
+          held.push_back(fd);
+        }
+        auto first = agent.rpc_async<int>(0, "add", 2, 3);  // the first call: its connect finds the backlog full
+        std::this_thread::sleep_for(1s);
+        ::kill(peer, SIGCONT);
+        int answer = 0;
+        try {
+          answer = first.value();
+        } catch (const std::exception& e) {
+          ::kill(peer, SIGKILL);
+          throw std::runtime_error(std::string("the first call failed: ") + e.what());
+        }
+        expect(answer == 5, "the first call's answer");
+        expect(agent.rpc_async<int>(0, "add", 1, 1).value() == 2, "a later call");
+        expect(agent.rpc_sync<int>(0, "add", 2, 2) == 4, "a later sync call");
+        std::cout << held.size() << " connections filled the backlog; the first call was answered after SIGCONT"
+                  << std::endl;
+        for (int fd : held) ::close(fd);
+        agent.shutdown();
+        return 0;
+      },
+      std::chrono::seconds(60));
+  EXPECT_EQ(codes[0], 0);
+  EXPECT_EQ(codes[1], 0);
+}
+
 TEST(RpcTest, ShutdownWaitsForInFlightCallsOfEveryWorker) {
   TempDir dir;
   auto codes = run_ranks(2, [&](int rank) {

@@ -144,6 +144,7 @@ void ShmLink::set_peers(std::vector<std::string> endpoints) {
   peer_endpoints_ = std::move(endpoints);
   peers_.resize(peer_endpoints_.size());
   peer_down_.resize(peer_endpoints_.size());
+  unsent_ = std::vector<Unsent>(peer_endpoints_.size());  // constructed in place: Frames do not copy
 }
 
 void ShmLink::start() {
@@ -161,7 +162,7 @@ bool ShmLink::post(std::function<void()> fn) { return io_.post(std::move(fn)); }
 
 // ------------------------------------------------------------------ sending
 
-ShmLink::Conn* ShmLink::connect_peer(int peer, std::string* error) {
+ShmLink::Conn* ShmLink::connect_peer(int peer, std::string* error, bool* later) {
   if (peer < 0 || peer >= static_cast<int>(peers_.size())) {
     *error = "no such rank " + std::to_string(peer);
     return nullptr;
@@ -171,23 +172,58 @@ ShmLink::Conn* ShmLink::connect_peer(int peer, std::string* error) {
     return nullptr;
   }
   if (peers_[peer]) return peers_[peer].get();
+  Unsent& u = unsent_[peer];
+  const auto now = Clock::now();
+  if (now < u.retry_at) {  // the last try was refused: not before its backoff
+    if (later) *later = true;
+    *error = "cannot connect to " + peer_endpoints_.at(peer) + " yet";
+    return nullptr;
+  }
   const std::string name = "rank " + std::to_string(peer);
   try {
     Hello h;
     h.capacity = options_.ring_bytes;
     h.kind = "io";
     h.rank = options_.rank;
-    // One attempt (no deadline to retry until): the peer listened before it published its
-    // address, so a refusal means it is gone, and this thread must not wait for it.
-    RingPair p = open_ring_pair(path_of(peer_endpoints_.at(peer)), h, io_.wake_fd(), name, Clock::now());
+    // One attempt now (this thread must not wait for a peer): a listener that is gone means a
+    // dead peer; one that cannot take the connection yet is tried again later (retry_connects).
+    RingPair p = open_ring_pair(path_of(peer_endpoints_.at(peer)), h, io_.wake_fd(), name, now);
     peers_[peer] = std::make_unique<Conn>(std::move(p), options_, peer, true);
     peers_[peer]->answered = false;
-    peers_[peer]->beat_seen = Clock::now();  // an acceptor that never answers is overdue too
-    return peers_[peer].get();
-  } catch (const std::exception& e) {
+    peers_[peer]->beat_seen = now;  // an acceptor that never answers is overdue too
+    u.backoff = std::chrono::milliseconds(0);
+    Conn* c = peers_[peer].get();
+    while (!u.frames.empty()) {  // what waited for this connection goes first, in order
+      queue(*c, u.frames.front());
+      u.frames.pop_front();
+    }
+    return c;
+  } catch (const TimeoutError& e) {  // nobody listens there: the process is gone
     peer_lost(peer, "cannot connect to " + peer_endpoints_.at(peer) + ": " + e.what());
     *error = peer_down_[peer];
     return nullptr;
+  } catch (const std::exception& e) {
+    // Its listener is there but cannot take the connection now (a full backlog), or this
+    // process is out of descriptors: not a death. Try again after the backoff.
+    u.backoff = std::clamp(u.backoff * 2, std::chrono::milliseconds(5), std::chrono::milliseconds(500));
+    u.retry_at = now + u.backoff;
+    DISTRL_LOG(Debug, "shared memory: cannot connect to " << name << " yet (" << e.what() << "); again in "
+                                                          << u.backoff.count() << " ms");
+    if (later) *later = true;
+    *error = "cannot connect to " + peer_endpoints_.at(peer) + " yet: " + e.what();
+    return nullptr;
+  }
+}
+
+void ShmLink::retry_connects(Clock::time_point now) {
+  for (std::size_t p = 0; p < unsent_.size(); ++p) {
+    if (unsent_[p].frames.empty() || peers_[p] || now < unsent_[p].retry_at) continue;
+    std::string ignored;
+    try {
+      (void)connect_peer(static_cast<int>(p), &ignored);
+    } catch (const std::exception& e) {
+      peer_lost(static_cast<int>(p), std::string("sending what waited for a connection: ") + e.what());
+    }
   }
 }
 
@@ -219,7 +255,16 @@ bool ShmLink::pump(Conn& c) {
 }
 
 bool ShmLink::send_to_peer(int peer, Frames& frames, std::string* error) {
-  Conn* c = connect_peer(peer, error);
+  bool later = false;
+  Conn* c = connect_peer(peer, error, &later);
+  if (c == nullptr && later) {  // waits for a connection (retry_connects), or its call's deadline
+    if (unsent_[peer].frames.size() >= kMaxQueued) {
+      *error = "send queue full (" + *error + ")";
+      return false;
+    }
+    unsent_[peer].frames.push_back(std::move(frames));
+    return true;
+  }
   if (c == nullptr) return false;
   try {
     if (queue(*c, frames)) return true;
@@ -254,6 +299,7 @@ void ShmLink::replace_peer(int peer, const std::string& endpoint) {
   if (was_connected) retired_.push_back(std::move(peers_[peer]));  // a reader may be inside it
   peer_endpoints_[peer] = endpoint;
   peer_down_[peer].clear();
+  unsent_[peer] = Unsent{};  // for the earlier process, whose calls failed with it
   if (was_connected) watch_peer(peer);
 }
 
@@ -334,6 +380,7 @@ void ShmLink::close_accepted(std::uint64_t id, const std::string& why) {
 
 void ShmLink::peer_lost(int peer, const std::string& why) {
   if (peers_[peer]) retired_.push_back(std::move(peers_[peer]));
+  unsent_[peer] = Unsent{};  // their calls fail with the peer (on_peer_down)
   if (!peer_down_[peer].empty()) return;
   peer_down_[peer] = why;
   guarded(cb_, "reporting a lost peer", [&] { cb_.on_peer_down(peer, why); });
@@ -488,7 +535,17 @@ void ShmLink::on_socket_events(std::size_t i, short revents) {
     const auto [p, conn] = poll_peers_[i - first_peer];
     if (peers_[p].get() != conn) return;  // replaced or lost since the poll
     Conn& c = *conn;
-    if ((revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) {
+    if ((revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0 && !c.answered) {
+      // Closed before it answered the handshake: the peer refused it (out of descriptors, too
+      // many connections), not a death. What was written into its rings is lost (those calls
+      // end at their deadlines); the next send connects again after a backoff.
+      DISTRL_LOG(Info, "shared memory: rank " << p << " closed a new connection before answering it (refused: out "
+                                                  "of descriptors?); connecting again on the next send");
+      retired_.push_back(std::move(peers_[p]));
+      Unsent& u = unsent_[p];
+      u.backoff = std::clamp(u.backoff * 2, std::chrono::milliseconds(5), std::chrono::milliseconds(500));
+      u.retry_at = Clock::now() + u.backoff;
+    } else if ((revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) {
       guarded(cb_, "reading a closed connection", [&] { serve(c); });
       if (peers_[p].get() == conn)
         peer_lost(p, "connection to " + peer_endpoints_[p] + " lost (the process exited or crashed)");
@@ -514,9 +571,12 @@ void ShmLink::run() {
       if (cb_.on_served) guarded(cb_, "finishing a round of requests", [&] { cb_.on_served(); });
     }
     auto now = Clock::now();
+    retry_connects(now);
     if (active) last_activity = now;
     if (!active && now - last_activity >= options_.spin) {
-      const auto until = std::min(cb_.next_deadline(), now + std::chrono::milliseconds(100));
+      auto until = std::min(cb_.next_deadline(), now + std::chrono::milliseconds(100));
+      for (const auto& u : unsent_)
+        if (!u.frames.empty()) until = std::min(until, u.retry_at);
       const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count() + 1;
       wait_for_events(static_cast<int>(std::max<long long>(1, ms)));
       next_check = Clock::now() + kSocketCheck;

@@ -95,7 +95,12 @@ class ShmLink final : public Link {
   void close_accepted(std::uint64_t id, const std::string& why);
   void peer_lost(int peer, const std::string& why);
   void heartbeats(std::chrono::steady_clock::time_point now);
-  Conn* connect_peer(int peer, std::string* error);
+  // The connection to `peer`, made now if there is none. Null with *error when it cannot be:
+  // the peer is down (its listener is gone: lost, named), or (*later set) its listener cannot
+  // take a connection yet (a full backlog: the process is stopped or busy; this process out of
+  // descriptors) and a retry is due at unsent_[peer].retry_at.
+  Conn* connect_peer(int peer, std::string* error, bool* later = nullptr);
+  void retry_connects(std::chrono::steady_clock::time_point now);
 
   Options options_;
   Events cb_;
@@ -111,6 +116,15 @@ class ShmLink final : public Link {
   std::vector<std::string> peer_endpoints_;
   std::vector<std::unique_ptr<Conn>> peers_;                      // I/O thread only
   std::vector<std::string> peer_down_;                            // why, or "" (I/O thread only)
+  // Frames for a peer that could not take a connection yet, in order: sent once a retry (backoff
+  // 5 ms doubling to 500 ms) connects; their calls otherwise end at their own deadlines. Only a
+  // death (the listener gone, EOF on an established connection, the heartbeat) loses the peer.
+  struct Unsent {
+    std::deque<Frames> frames;
+    std::chrono::steady_clock::time_point retry_at{};
+    std::chrono::milliseconds backoff{0};
+  };
+  std::vector<Unsent> unsent_;                                    // I/O thread only
   std::unordered_map<std::uint64_t, std::unique_ptr<Conn>> accepted_;  // I/O thread only
   struct Handshake {
     UnixSocket socket;

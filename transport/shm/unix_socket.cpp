@@ -37,8 +37,11 @@ sockaddr_un address(const std::string& path) {
   return a;
 }
 
+bool out_of_descriptors(int e) { return e == EMFILE || e == ENFILE || e == ENOMEM || e == ENOBUFS; }
+
 int new_socket() {
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0 && out_of_descriptors(errno)) throw OutOfDescriptors(std::string("unix socket: socket: ") + std::strerror(errno));
   if (fd < 0) fail("socket");
   return fd;
 }
@@ -116,8 +119,12 @@ UnixSocket UnixSocket::connect(const std::string& path, Clock::time_point deadli
       return s;
     }
     if (errno != ENOENT && errno != ECONNREFUSED && errno != EAGAIN) fail("connect " + path);
-    if (Clock::now() >= deadline)
+    if (Clock::now() >= deadline) {
+      if (errno == EAGAIN)
+        throw ListenerBusy("unix socket: the listener at " + path + " has a full backlog (its process is stopped, "
+                           "or too busy to accept)");
       throw TimeoutError("unix socket: nobody listens at " + path + " (" + std::strerror(errno) + ")");
+    }
     std::this_thread::sleep_for(pause);
   }
 }
@@ -149,7 +156,7 @@ UnixSocket UnixSocket::accept(Clock::time_point deadline) {
       UnixSocket s(::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC));
       if (s.fd_ < 0) {
         if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED) continue;
-        if (errno == EMFILE || errno == ENFILE || errno == ENOMEM || errno == ENOBUFS) {
+        if (out_of_descriptors(errno)) {
           const auto budget = descriptor_budget();
           throw OutOfDescriptors("unix socket: accept: " + std::string(std::strerror(errno)) + " (" +
                                  std::to_string(budget.open) + " descriptors open, the limit is " +

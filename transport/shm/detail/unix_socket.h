@@ -19,6 +19,12 @@ struct OutOfDescriptors : TransportError {
   using TransportError::TransportError;
 };
 
+// connect() found the listener's backlog full (EAGAIN: its process is stopped or too busy to
+// accept): it is there, just not accepting now.
+struct ListenerBusy : TransportError {
+  using TransportError::TransportError;
+};
+
 // This process's descriptor limit (RLIMIT_NOFILE, soft) and how many it has open now.
 struct DescriptorBudget {
   long limit = 0, open = 0;
@@ -64,7 +70,10 @@ class UnixSocket {
   // Listens at `path` (a stale socket file there is replaced), mode 0600. TransportError naming
   // the path when it cannot (too long for sun_path: 107 bytes; no such directory).
   static UnixSocket listen(const std::string& path);
-  // Connects to a listener at path, retrying until the deadline while it is not there yet.
+  // Connects to a listener at path, retrying until the deadline while it is not there yet or
+  // its backlog is full. At the deadline: TimeoutError when nobody listens there (ENOENT,
+  // ECONNREFUSED), ListenerBusy when one does with a full backlog; OutOfDescriptors when this
+  // process has none left for the socket.
   static UnixSocket connect(const std::string& path, Clock::time_point deadline);
   // A connection from a process of our own user; an empty socket at the deadline. A connection
   // from another user is closed and refused (TransportError naming its uid); OutOfDescriptors
