@@ -216,15 +216,21 @@ ShmLink::Conn* ShmLink::connect_peer(int peer, std::string* error, bool* later) 
 }
 
 void ShmLink::retry_connects(Clock::time_point now) {
+  if (!any_unsent_) return;
+  bool left = false;
   for (std::size_t p = 0; p < unsent_.size(); ++p) {
-    if (unsent_[p].frames.empty() || peers_[p] || now < unsent_[p].retry_at) continue;
-    std::string ignored;
-    try {
-      (void)connect_peer(static_cast<int>(p), &ignored);
-    } catch (const std::exception& e) {
-      peer_lost(static_cast<int>(p), std::string("sending what waited for a connection: ") + e.what());
+    if (unsent_[p].frames.empty()) continue;
+    if (!peers_[p] && now >= unsent_[p].retry_at) {
+      std::string ignored;
+      try {
+        (void)connect_peer(static_cast<int>(p), &ignored);
+      } catch (const std::exception& e) {
+        peer_lost(static_cast<int>(p), std::string("sending what waited for a connection: ") + e.what());
+      }
     }
+    left = left || !unsent_[p].frames.empty();
   }
+  any_unsent_ = left;
 }
 
 bool ShmLink::queue(Conn& c, Frames& frames) {
@@ -263,6 +269,7 @@ bool ShmLink::send_to_peer(int peer, Frames& frames, std::string* error) {
       return false;
     }
     unsent_[peer].frames.push_back(std::move(frames));
+    any_unsent_ = true;
     return true;
   }
   if (c == nullptr) return false;
@@ -575,8 +582,9 @@ void ShmLink::run() {
     if (active) last_activity = now;
     if (!active && now - last_activity >= options_.spin) {
       auto until = std::min(cb_.next_deadline(), now + std::chrono::milliseconds(100));
-      for (const auto& u : unsent_)
-        if (!u.frames.empty()) until = std::min(until, u.retry_at);
+      if (any_unsent_)
+        for (const auto& u : unsent_)
+          if (!u.frames.empty()) until = std::min(until, u.retry_at);
       const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count() + 1;
       wait_for_events(static_cast<int>(std::max<long long>(1, ms)));
       next_check = Clock::now() + kSocketCheck;

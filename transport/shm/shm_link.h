@@ -125,6 +125,7 @@ class ShmLink final : public Link {
     std::chrono::milliseconds backoff{0};
   };
   std::vector<Unsent> unsent_;                                    // I/O thread only
+  bool any_unsent_ = false;  // some peer has frames in unsent_ (the loop's check is one load)
   std::unordered_map<std::uint64_t, std::unique_ptr<Conn>> accepted_;  // I/O thread only
   struct Handshake {
     UnixSocket socket;
