@@ -577,6 +577,89 @@ TEST(RpcTest, AFullShmBacklogDelaysTheFirstCallInsteadOfLosingThePeer) {
   EXPECT_EQ(codes[1], 0);
 }
 
+// Issue 45, item 4: a peer that exits with many messages still unread in a ring. Rank 0 answers
+// 1000 calls of rank 1 while rank 1 is stopped (its reply ring fills, nothing reads it), then
+// exits at once; rank 1 runs again and finds the connection closed. Its I/O thread read 256
+// messages of a closed connection and lost the rest: 744 calls failed "connection lost". Now
+// everything published before the close is read: all 1000 are answered.
+TEST(RpcTest, RepliesLeftInARingWhenThePeerExitsAreAllRead) {
+  TempDir dir;
+  constexpr int kCalls = 1000;
+  auto codes = run_ranks(
+      3,
+      [&](int rank) -> int {
+        std::mutex mu;
+        std::vector<std::pair<Promise<int>, int>> held;  // rank 0: answered once rank 1 is stopped
+        auto o = rpc_options(dir, rank, 3, "shm");
+        o.rpc_timeout = 30s;
+        RpcAgent agent(o, [&](RpcAgent& a) {
+          a.register_function("later", [&](int x) {
+            std::lock_guard<std::mutex> lock(mu);
+            held.emplace_back();
+            held.back().second = x + 1;
+            return held.back().first.get_future();
+          });
+        });
+        const auto wait_for = [&](const char* name) {
+          expect(distrl::testing::wait_for_file(dir.file(name), 30s), std::string("no ") + name);
+        };
+        const auto mark = [&](const char* name) { std::ofstream(dir.file(name)) << ::getpid(); };
+        if (rank == 0) {
+          for (int i = 0; i < 30000; ++i) {
+            {
+              std::lock_guard<std::mutex> lock(mu);
+              if (held.size() == kCalls) break;
+            }
+            std::this_thread::sleep_for(1ms);
+          }
+          mark("arrived");
+          wait_for("stopped");
+          {
+            std::lock_guard<std::mutex> lock(mu);
+            expect(held.size() == kCalls, "every call arrived");
+            for (auto& [p, v] : held) p.set_value(v);
+          }
+          std::this_thread::sleep_for(300ms);  // the I/O thread writes the replies into rank 1's ring
+          mark("answered");
+          std::_Exit(0);  // the connection closes with every reply unread
+        }
+        if (rank == 1) {
+          mark("pid1");
+          std::vector<Future<int>> calls;
+          for (int i = 0; i < kCalls; ++i) calls.push_back(agent.rpc_async<int>(0, "later", i));
+          int ok = 0;
+          std::string first_error;
+          for (int i = 0; i < kCalls; ++i) {
+            try {
+              ok += calls[i].value() == i + 1;
+            } catch (const std::exception& e) {
+              if (first_error.empty()) first_error = e.what();
+            }
+          }
+          std::cout << ok << " of " << kCalls << " calls answered" << std::endl;
+          if (ok != kCalls) {
+            std::cerr << "only " << ok << " answered; the first failure: " << first_error << std::endl;
+            std::_Exit(1);
+          }
+          std::_Exit(0);  // rank 0 is gone: no graceful shutdown
+        }
+        // Rank 2 stops rank 1 once every call has reached rank 0, and lets it run once rank 0 has gone.
+        wait_for("arrived");
+        pid_t one = 0;
+        std::ifstream(dir.file("pid1")) >> one;
+        ::kill(one, SIGSTOP);
+        mark("stopped");
+        wait_for("answered");
+        std::this_thread::sleep_for(300ms);  // rank 0 has exited
+        ::kill(one, SIGCONT);
+        std::_Exit(0);
+      },
+      std::chrono::seconds(90));
+  EXPECT_EQ(codes[0], 0);
+  EXPECT_EQ(codes[1], 0);
+  EXPECT_EQ(codes[2], 0);
+}
+
 TEST(RpcTest, ShutdownWaitsForInFlightCallsOfEveryWorker) {
   TempDir dir;
   auto codes = run_ranks(2, [&](int rank) {

@@ -329,27 +329,36 @@ std::unique_ptr<Channel> ShmLink::open_channel(int peer, const std::string& endp
 
 // ------------------------------------------------------------------ the I/O thread
 
+bool ShmLink::read_one(Conn& c) {
+  Frames frames;
+  const Received got = c.decoder.next(c.pair.in, frames);
+  if (got == Received::Nothing) return false;
+  if (got == Received::TooManyParts) {
+    report_dropped(cb_, (c.outgoing ? "a reply from rank " : "a request from rank ") + std::to_string(c.rank) + ": " +
+                   c.decoder.dropped());
+    return true;
+  }
+  bytes_received_.fetch_add(frames_bytes(frames), std::memory_order_relaxed);
+  if (c.outgoing) {
+    guarded(cb_, "reading a reply", [&] { cb_.on_reply(c.rank, std::move(frames)); });
+  } else {
+    Caller from{route_of(c.id), c.rank};
+    guarded(cb_, "serving a request", [&] { cb_.on_request(std::move(from), std::move(frames)); });
+  }
+  return true;
+}
+
 bool ShmLink::serve(Conn& c) {
   bool moved = pump(c);
-  for (int n = 0; n < kDrainCap && !c.broken; ++n) {
-    Frames frames;
-    const Received got = c.decoder.next(c.pair.in, frames);
-    if (got == Received::Nothing) break;
-    moved = true;
-    if (got == Received::TooManyParts) {
-      report_dropped(cb_, (c.outgoing ? "a reply from rank " : "a request from rank ") + std::to_string(c.rank) + ": " +
-                     c.decoder.dropped());
-      continue;
-    }
-    bytes_received_.fetch_add(frames_bytes(frames), std::memory_order_relaxed);
-    if (c.outgoing) {
-      guarded(cb_, "reading a reply", [&] { cb_.on_reply(c.rank, std::move(frames)); });
-    } else {
-      Caller from{route_of(c.id), c.rank};
-      guarded(cb_, "serving a request", [&] { cb_.on_request(std::move(from), std::move(frames)); });
-    }
-  }
+  for (int n = 0; n < kDrainCap && !c.broken && read_one(c); ++n) moved = true;  // a turn each, in fairness
   return moved;
+}
+
+void ShmLink::drain(Conn& c) {
+  pump(c);
+  const std::uint64_t end = c.pair.in.position() + c.pair.in.readable();  // published before the close
+  while (!c.broken && c.pair.in.position() < end && read_one(c)) {
+  }
 }
 
 bool ShmLink::serve_all() {
@@ -536,7 +545,7 @@ void ShmLink::on_socket_events(std::size_t i, short revents) {
   } else if (i < first_peer) {
     // What the caller wrote before it closed (one-way notices at its shutdown) is read first.
     auto it = accepted_.find(poll_ids_[i - first_accepted]);
-    if (it != accepted_.end()) guarded(cb_, "reading a closed connection", [&] { serve(*it->second); });
+    if (it != accepted_.end()) guarded(cb_, "reading a closed connection", [&] { drain(*it->second); });
     close_accepted(poll_ids_[i - first_accepted], "the caller closed it");
   } else {
     const auto [p, conn] = poll_peers_[i - first_peer];
@@ -553,7 +562,7 @@ void ShmLink::on_socket_events(std::size_t i, short revents) {
       u.backoff = std::clamp(u.backoff * 2, std::chrono::milliseconds(5), std::chrono::milliseconds(500));
       u.retry_at = Clock::now() + u.backoff;
     } else if ((revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) {
-      guarded(cb_, "reading a closed connection", [&] { serve(c); });
+      guarded(cb_, "reading a closed connection", [&] { drain(c); });
       if (peers_[p].get() == conn)
         peer_lost(p, "connection to " + peer_endpoints_[p] + " lost (the process exited or crashed)");
     } else if (!c.answered) {

@@ -86,6 +86,11 @@ class ShmLink final : public Link {
   void run();
   bool serve_all();  // reads and writes every connection; true when anything moved
   bool serve(Conn& c);
+  // Reads and hands on one message; false when none is whole yet.
+  bool read_one(Conn& c);
+  // A connection whose peer closed it: every message published before now is read, however
+  // many (a caller's last notices, a peer's last replies); nothing written later is waited for.
+  void drain(Conn& c);
   bool pump(Conn& c);
   bool queue(Conn& c, Frames& frames);
   void wait_for_events(int timeout_ms);

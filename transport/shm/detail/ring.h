@@ -101,6 +101,9 @@ class RingReader : public RingEnd {
   bool wait_readable(std::chrono::steady_clock::time_point deadline, Spinner& spinner);
   // True when the writer closed the ring and everything it wrote was read.
   bool closed();
+  // Bytes read (or skipped) since the ring began: with readable(), where everything published
+  // so far ends.
+  std::uint64_t position() const { return head_; }
 
  private:
   std::uint64_t head_ = 0, released_ = 0, tail_seen_ = 0;
