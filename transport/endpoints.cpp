@@ -1,9 +1,12 @@
 #include "transport/detail/endpoints.h"
 #include "transport/rendezvous.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -261,9 +264,32 @@ std::string zmq_transport(const std::string& transport) {
   return transport == "shm" ? "ipc" : transport;
 }
 
+std::string private_socket_dir(const std::string& base) {
+  const auto uid = ::geteuid();
+  const std::string dir = base + "/distrl-u" + std::to_string(uid);
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+    throw TransportError("shared memory: cannot make " + dir + ": " + std::strerror(errno));
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0) throw TransportError("shared memory: " + dir + ": " + std::strerror(errno));
+  const char* what = nullptr;
+  if (S_ISLNK(st.st_mode)) what = "is a symbolic link";
+  else if (!S_ISDIR(st.st_mode)) what = "is not a directory";
+  else if (st.st_uid != uid) what = "belongs to another user";
+  else if ((st.st_mode & 077) != 0) what = "is open to other users";
+  if (what != nullptr) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    throw TransportError("shared memory: " + dir + " " + what + " (owner uid " + std::to_string(st.st_uid) + ", mode " +
+                         mode + "); it must be a directory of uid " + std::to_string(uid) +
+                         " that only it can use: remove it (or chmod 700 it, if it is yours)");
+  }
+  return dir;
+}
+
 std::string shm_endpoint_to_bind(const std::string& tag) {
   std::random_device rd;
-  return "shm:///tmp/distrl-" + std::to_string(::getpid()) + "-" + tag + "-shm-" + std::to_string(rd()) + ".ipc";
+  return "shm://" + private_socket_dir() + "/distrl-" + std::to_string(::getpid()) + "-" + tag + "-shm-" +
+         std::to_string(rd()) + ".ipc";
 }
 
 namespace {
@@ -304,10 +330,13 @@ namespace distrl::transport {
 
 void remove_ipc_files_of(int pid) {
   const std::string prefix = "distrl-" + std::to_string(pid) + "-";  // endpoints_to_bind's names
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator("/tmp", ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind(prefix, 0) == 0 && e.path().extension() == ".ipc") std::filesystem::remove(e.path(), ec);
+  // ZeroMQ's ipc:// files in /tmp, the shared-memory sockets in this uid's private directory.
+  for (const std::string& dir : {std::string("/tmp"), "/tmp/distrl-u" + std::to_string(::geteuid())}) {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind(prefix, 0) == 0 && e.path().extension() == ".ipc") std::filesystem::remove(e.path(), ec);
+    }
   }
 }
 

@@ -36,7 +36,8 @@ bool is_loopback(const std::string& host);
 // The local address the OS would use to reach host (no packet is sent); "127.0.0.1" for loopback.
 std::string local_address_towards(const std::string& host);
 
-// Removes the ipc socket files process `pid` of this host bound (/tmp/distrl-<pid>-*.ipc).
+// Removes the ipc socket files process `pid` of this host bound (/tmp/distrl-<pid>-*.ipc, and
+// its shared-memory sockets in /tmp/distrl-u<uid>/).
 // Every process removes its own when it shuts down; one that was killed cannot, so whoever
 // started it calls this once it has exited (distrl-launch, the tests' run_ranks).
 void remove_ipc_files_of(int pid);

@@ -511,12 +511,16 @@ TEST(RlRunDirTest, ASecondRunIntoTheSameOutDirIsRefusedNamingTheFirst) {
       << moved.output;
 }
 
-// The socket files of this process's pid under /tmp (ipc:// and shared-memory endpoints).
+// The socket files of this process's pid: ipc:// endpoints under /tmp, shared-memory ones under
+// this uid's /tmp/distrl-u<uid>.
 std::vector<std::string> ipc_files_of(pid_t pid) {
   std::vector<std::string> out;
   const std::string prefix = "distrl-" + std::to_string(pid) + "-";
-  for (const auto& e : std::filesystem::directory_iterator("/tmp"))
-    if (e.path().filename().string().rfind(prefix, 0) == 0) out.push_back(e.path().string());
+  for (const std::string& dir : {std::string("/tmp"), "/tmp/distrl-u" + std::to_string(::geteuid())}) {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+      if (e.path().filename().string().rfind(prefix, 0) == 0) out.push_back(e.path().string());
+  }
   return out;
 }
 

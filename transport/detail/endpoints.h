@@ -34,8 +34,12 @@ std::string checked_transport(const std::string& transport, const std::string& w
 // shm (ZeroMQ's same-host form, where no shared-memory path exists yet: the process group),
 // else tcp or ipc as named.
 std::string zmq_transport(const std::string& transport);
-// The Unix socket a shared-memory link listens at ("shm:///tmp/distrl-<pid>-<tag>-<n>.ipc",
-// removed at exit; remove_ipc_files_of finds those of a killed process).
+// The directory this uid's shared-memory sockets live in, `base`/distrl-u<uid>: made 0700 when
+// missing; one that is a link, not a directory, another uid's or open to others is refused
+// (TransportError naming it and what to do), so no other user can bind or replace a path in it.
+std::string private_socket_dir(const std::string& base = "/tmp");
+// The Unix socket a shared-memory link listens at ("shm://<private_socket_dir>/distrl-<pid>-<tag>-
+// shm-<n>.ipc", removed at exit; remove_ipc_files_of finds those of a killed process).
 std::string shm_endpoint_to_bind(const std::string& tag);
 // Whether the world runs over shared memory: transport shm (ConfigError naming a peer on
 // another host) or auto with every process on this host serving it.

@@ -202,6 +202,10 @@ ShmLink::Conn* ShmLink::connect_peer(int peer, std::string* error, bool* later) 
     peer_lost(peer, "cannot connect to " + peer_endpoints_.at(peer) + ": " + e.what());
     *error = peer_down_[peer];
     return nullptr;
+  } catch (const WrongListener& e) {  // a stranger holds its address: the peer is gone
+    peer_lost(peer, "cannot connect to " + peer_endpoints_.at(peer) + ": " + e.what());
+    *error = peer_down_[peer];
+    return nullptr;
   } catch (const std::exception& e) {
     // Its listener is there but cannot take the connection now (a full backlog), or this
     // process is out of descriptors: not a death. Try again after the backoff.

@@ -116,6 +116,13 @@ UnixSocket UnixSocket::connect(const std::string& path, Clock::time_point deadli
     if (flags < 0 || fcntl(s.fd_, F_SETFL, flags | O_NONBLOCK) != 0) fail("fcntl");
     if (::connect(s.fd_, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0) {
       if (fcntl(s.fd_, F_SETFL, flags) != 0) fail("fcntl");
+      ucred cred{};
+      socklen_t len = sizeof cred;
+      if (getsockopt(s.fd_, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) fail("SO_PEERCRED");
+      if (cred.uid != geteuid())
+        throw WrongListener("unix socket: the listener at " + path + " runs as uid " + std::to_string(cred.uid) +
+                            " (pid " + std::to_string(cred.pid) + "), not as this process's uid " +
+                            std::to_string(geteuid()) + ": refused, nothing was sent to it");
       return s;
     }
     if (errno != ENOENT && errno != ECONNREFUSED && errno != EAGAIN) fail("connect " + path);

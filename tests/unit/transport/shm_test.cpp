@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "transport/detail/endpoints.h"
 #include "transport/shm/detail/ring_pair.h"
 
 using namespace distrl;
@@ -272,6 +273,77 @@ TEST(ShmRingPair, MalformedHandshakeIsRefusedAndLeaksNothing) {
   EXPECT_EQ(open_fds(), fds_before);  // the descriptor that came with it was closed
   EXPECT_THROW(accept_ring_pair(listener, "nobody", Clock::now() + 50ms), TimeoutError);
   std::filesystem::remove(path);
+}
+
+// Issue 45, item 3: the connecting side checks who listens. A process of another uid that
+// listens at a shared-memory path (one that took the path of a rank that exited) is refused on
+// connect, naming its uid and pid, and gets nothing: no hello, no ring descriptor. Needs root
+// (to listen as another uid).
+TEST(ShmRingPair, AListenerOfAnotherUidIsRefusedBeforeAnyDescriptorIsSent) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to listen as another uid";
+  const std::string dir = "/tmp/distrl-uid-test-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  std::filesystem::permissions(dir, std::filesystem::perms::all);  // the stranger may bind in it
+  const std::string path = dir + "/stranger.sock";
+  int ready[2], report[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  ASSERT_EQ(::pipe(report), 0);
+  const pid_t stranger = ::fork();
+  if (stranger == 0) {  // uid 65534 (nobody): listens, accepts, and says how many bytes came
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(3);
+    UnixSocket l = UnixSocket::listen(path);
+    char c = 1;
+    if (::write(ready[1], &c, 1) != 1) ::_exit(4);
+    const int fd = ::accept(l.fd(), nullptr, nullptr);
+    char buf[256];
+    ssize_t got = 0, n = 0;
+    while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) got += n;
+    const long sent = static_cast<long>(got);
+    if (::write(report[1], &sent, sizeof sent) != sizeof sent) ::_exit(5);
+    ::_exit(0);
+  }
+  char c = 0;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  Hello h;
+  h.capacity = 4096;
+  h.kind = "io";
+  try {
+    open_ring_pair(path, h, -1, "rank 1", Clock::now() + 2s);
+    ADD_FAILURE() << "connected to another uid's listener";
+  } catch (const WrongListener& e) {
+    EXPECT_NE(std::string(e.what()).find("runs as uid 65534 (pid " + std::to_string(stranger) + ")"),
+              std::string::npos) << e.what();
+  }
+  long sent = -1;
+  ASSERT_EQ(::read(report[0], &sent, sizeof sent), static_cast<ssize_t>(sizeof sent));
+  EXPECT_EQ(sent, 0) << "bytes the stranger received";
+  int status = 0;
+  ::waitpid(stranger, &status, 0);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  std::filesystem::remove_all(dir);
+}
+
+// The sockets' directory: made 0700 for this uid; a link, another uid's directory, or one open
+// to others is refused, naming it and what to do.
+TEST(ShmRingPair, TheSocketDirectoryIsPrivateOrRefused) {
+  const std::string base = "/tmp/distrl-dir-test-" + std::to_string(::getpid());
+  std::filesystem::create_directories(base);
+  const std::string dir = private_socket_dir(base);
+  EXPECT_EQ(dir, base + "/distrl-u" + std::to_string(::geteuid()));
+  EXPECT_EQ(std::filesystem::status(dir).permissions() & std::filesystem::perms::all, std::filesystem::perms::owner_all);
+  EXPECT_EQ(private_socket_dir(base), dir);  // there already: fine
+  std::filesystem::permissions(dir, std::filesystem::perms::all);
+  try {
+    private_socket_dir(base);
+    ADD_FAILURE() << "a directory open to others was used";
+  } catch (const TransportError& e) {
+    EXPECT_NE(std::string(e.what()).find("is open to other users (owner uid"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("mode 0777"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove(dir);
+  std::filesystem::create_directory_symlink("/tmp", dir);
+  EXPECT_THROW(private_socket_dir(base), TransportError);  // a link: someone else's choice of directory
+  std::filesystem::remove_all(base);
 }
 
 TEST(ShmDoorbell, WakesASleeperAcrossThreads) {

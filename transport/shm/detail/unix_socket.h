@@ -25,6 +25,12 @@ struct ListenerBusy : TransportError {
   using TransportError::TransportError;
 };
 
+// The listener at a path runs as another uid than ours: it could be anyone's process that took
+// the path of one that exited. Refused on connect, before any descriptor is sent.
+struct WrongListener : TransportError {
+  using TransportError::TransportError;
+};
+
 // This process's descriptor limit (RLIMIT_NOFILE, soft) and how many it has open now.
 struct DescriptorBudget {
   long limit = 0, open = 0;
@@ -73,7 +79,8 @@ class UnixSocket {
   // Connects to a listener at path, retrying until the deadline while it is not there yet or
   // its backlog is full. At the deadline: TimeoutError when nobody listens there (ENOENT,
   // ECONNREFUSED), ListenerBusy when one does with a full backlog; OutOfDescriptors when this
-  // process has none left for the socket.
+  // process has none left for the socket; WrongListener (closed at once, nothing sent) when the
+  // listener runs as another uid (SO_PEERCRED: the credentials it listened with).
   static UnixSocket connect(const std::string& path, Clock::time_point deadline);
   // A connection from a process of our own user; an empty socket at the deadline. A connection
   // from another user is closed and refused (TransportError naming its uid); OutOfDescriptors
