@@ -455,6 +455,24 @@ TEST(RpcTest, HeartbeatsNoticeAPeerThatStoppedAnswering) {
   EXPECT_EQ(codes[1], 128 + SIGKILL);
 }
 
+// Up to `n` connections to the Unix socket at `path` that never say anything (non-blocking
+// connects, until one is refused: a full backlog); the caller closes them.
+std::vector<int> silent_connections(const std::string& path, int n) {
+  std::vector<int> fds;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
+  for (int i = 0; i < n; ++i) {
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      ::close(fd);
+      break;
+    }
+    fds.push_back(fd);
+  }
+  return fds;
+}
+
 // Issue 45, item 1: a shared-memory listener out of descriptors. Rank 0 runs at a descriptor
 // limit a little above what it has open; rank 1 opens 200 silent connections to its listener
 // (more than the descriptors it has left, and than the 64-deep backlog). accept4 failed with
@@ -489,18 +507,7 @@ TEST(RpcTest, AnShmListenerOutOfDescriptorsKeepsServingAndShutsDown) {
         expect(agent.rpc_async<int>(0, "add", 1, 2).value() == 3, "a call before the flood");
         const std::string endpoint = agent.worker(0).endpoint;  // shm://PATH
         const std::string path = endpoint.substr(6);
-        std::vector<int> silent;
-        for (int i = 0; i < 200; ++i) {
-          const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-          sockaddr_un addr{};
-          addr.sun_family = AF_UNIX;
-          std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
-          if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 || errno == EINPROGRESS ||
-              errno == EAGAIN)
-            silent.push_back(fd);
-          else
-            ::close(fd);
-        }
+        const std::vector<int> silent = silent_connections(path, 200);
         // Rank 0 goes on answering while they are held (each call within its 5 s timeout).
         for (int i = 0; i < 20; ++i) {
           expect(agent.rpc_sync<int>(0, "add", i, 1) == i + 1, "a call during the flood");
@@ -541,18 +548,7 @@ TEST(RpcTest, AFullShmBacklogDelaysTheFirstCallInsteadOfLosingThePeer) {
         std::ifstream(dir.file("pid")) >> peer;
         const std::string path = agent.worker(0).endpoint.substr(6);  // shm://PATH
         ::kill(peer, SIGSTOP);
-        std::vector<int> held;  // connections the stopped process cannot accept, until its backlog is full
-        for (int i = 0; i < 1000; ++i) {
-          const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-          sockaddr_un addr{};
-          addr.sun_family = AF_UNIX;
-          std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
-          if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-            ::close(fd);
-            break;
-          }
-          held.push_back(fd);
-        }
+        const std::vector<int> held = silent_connections(path, 1000);  // until the stopped process's backlog is full
         auto first = agent.rpc_async<int>(0, "add", 2, 3);  // the first call: its connect finds the backlog full
         std::this_thread::sleep_for(1s);
         ::kill(peer, SIGCONT);
