@@ -14,6 +14,8 @@ Batcher::Batcher(int obs_dim, int num_observers, BatchOptions options, Forward f
   if (obs_dim < 1 || num_observers < 1 || options.max_batch < 1 || options.max_wait.count() < 0)
     throw Error("Batcher: obs_dim, num_observers and max_batch must be positive and max_wait not negative");
   active_.assign(num_observers, 0);
+  playing_.assign(num_observers, 0);
+  waiting_.assign(num_observers, 0);
   asked_.assign(num_observers, 0);
   timer_ = std::thread([this] {
     name_this_thread("distrl-batch");
@@ -103,12 +105,18 @@ transport::Future<rl::ActReply> Batcher::submit(int observer, std::vector<float>
   return f;
 }
 
-void Batcher::set_active(int observer, bool active) {
+void Batcher::set_active(int observer, bool active) { update(observer, &playing_, active); }
+
+void Batcher::set_waiting(int observer, bool waiting) { update(observer, &waiting_, waiting); }
+
+void Batcher::update(int observer, std::vector<std::uint8_t>* flags, bool value) {
   Batch ready;
   bool close = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (observer < 0 || observer >= static_cast<int>(active_.size())) return;
+    (*flags)[observer] = value;
+    const bool active = playing_[observer] && !waiting_[observer];
     if (static_cast<bool>(active_[observer]) == active) return;
     active_[observer] = active;
     active_count_ += active ? 1 : -1;

@@ -61,9 +61,12 @@ class Batcher {
   // One observer's request; obs holds rows * obs_dim floats. Throws distrl::Error for a bad
   // observer id or a row count that does not match obs_dim.
   transport::Future<rl::ActReply> submit(int observer, std::vector<float> obs);
-  // The agent marks an observer active while it runs an episode; a batch never waits for an
-  // inactive one (finished, or dead).
+  // A batch waits only for the observers that play (set_active: the pool's say; false for one
+  // dropped or not started) and whose step is not waiting (set_waiting: the serving path's say,
+  // while a step is held at a synchronous round's end or parked by a full queue). Two flags, so
+  // that neither side can undo the other's.
   void set_active(int observer, bool active);
+  void set_waiting(int observer, bool waiting);
   int active_count() const;
   // Closes the open batch now if it holds a request (Close::WhenRead; a no-op otherwise) and
   // runs its forward on the calling thread.
@@ -93,13 +96,15 @@ class Batcher {
   void run(Batch& batch);  // then hands the batch's buffers back for the next one
   void recycle(Batch&& batch, double forward_us);
   void timer_loop();
+  void update(int observer, std::vector<std::uint8_t>* flags, bool value);
 
   const int obs_dim_;
   const BatchOptions options_;
   const Forward forward_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<std::uint8_t> active_;
+  std::vector<std::uint8_t> active_;  // playing_ and not waiting_: the observers a batch waits for
+  std::vector<std::uint8_t> playing_, waiting_;
   std::vector<std::uint8_t> asked_;  // observer has a request in the open batch
   int active_count_ = 0;
   Batch open_;

@@ -85,21 +85,23 @@ std::vector<rl::Fragment> ObserverPool::gather(Trajectories& trajectories) {
   std::vector<rl::Fragment> out;
   std::vector<bool> got(obs_.size(), false);
   const auto since = std::chrono::steady_clock::now();
+  // The observers held at this round's end wait for its answer within their own rpc.timeout_s,
+  // and some were held before this round began (while the last one saved): a straggler is
+  // dropped at half of it, so that the round still learns and answers them in time.
+  const auto patience = timeout_ / 2;
   for (;;) {
     check(trajectories);  // throws when none is left
     int missing = 0;
     for (std::size_t i = 0; i < obs_.size(); ++i) missing += alive_[i] && !got[i];
     if (missing == 0) return out;
-    if (std::chrono::steady_clock::now() - since > timeout_) {
+    if (std::chrono::steady_clock::now() - since > patience) {
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(patience).count();
+      const std::string waited = (ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms") +
+                                 " (half of rpc.timeout_s)";
       for (std::size_t i = 0; i < obs_.size(); ++i)
-        if (alive_[i] && !got[i])
-          drop(i, trajectories,
-               "no trajectory for " + std::to_string(std::chrono::duration_cast<std::chrono::seconds>(timeout_).count()) +
-                   " s (rpc.timeout_s)");
+        if (alive_[i] && !got[i]) drop(i, trajectories, "no trajectory for " + waited);
       if (!out.empty()) return out;
-      throw TransportError("no observer sent a trajectory for " +
-                           std::to_string(std::chrono::duration_cast<std::chrono::seconds>(timeout_).count()) +
-                           " s (rpc.timeout_s): are they stalled?");
+      throw TransportError("no observer sent a trajectory for " + waited + ": are they stalled?");
     }
     for (auto& f : trajectories.pop(missing, std::chrono::milliseconds(200))) {
       if (f.observer_id >= 0 && f.observer_id < size()) got[static_cast<std::size_t>(f.observer_id)] = true;

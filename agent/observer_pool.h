@@ -4,8 +4,9 @@
 // (trajectories.h). No call goes from agent to observer per round: a synchronous learner's round
 // is gather(), one trajectory from every live observer, while acting waits at the round's end.
 //
-// An observer whose connection is lost, or that sends nothing for the whole rpc.timeout_s of a
-// round, is dropped (named in the log; its unfinished trajectory discarded, its rows out of the
+// An observer whose connection is lost, or that sends nothing for half of rpc.timeout_s in a
+// synchronous round (the others wait for the round's answer within their own rpc.timeout_s), is
+// dropped (named in the log; its unfinished trajectory discarded, its rows out of the
 // batcher's waits) and the others go on. One that steps again later (it was stopped, or its
 // host unreachable, for a while) is taken back (readmitted) at that step; one that died never
 // steps again.
@@ -42,7 +43,7 @@ class ObserverPool {
   void check(Trajectories& trajectories);
   // A synchronous round: starts the loops on the first call, then waits until every live
   // observer's trajectory is in (checking the pool meanwhile) and takes them. One that sends
-  // none for `timeout` is dropped. Throws TransportError when every observer is gone.
+  // none for half of rpc.timeout_s is dropped. Throws TransportError when every observer is gone.
   std::vector<rl::Fragment> gather(Trajectories& trajectories);
 
   // Tells every live observer the run is over (they then join the graceful shutdown).

@@ -35,14 +35,20 @@ Episodes EpisodeCutter::cut(const std::vector<rl::Fragment>& trajectories) {
   Episodes out;
   for (const auto& f : trajectories) {
     const std::size_t dim = static_cast<std::size_t>(obs_dim_);
+    const bool after_drop = forgotten_.erase(f.observer_id) > 0;
     for (int e = 0; e < f.num_envs; ++e) {
       Running& r = running_[{f.observer_id, e}];
+      if (after_drop) r = Running{{}, {}, {}, true};
       for (int t = 0; t < f.steps; ++t) {
         const std::size_t i = static_cast<std::size_t>(t) * f.num_envs + e;
         r.obs.insert(r.obs.end(), f.obs.begin() + i * dim, f.obs.begin() + (i + 1) * dim);
         r.actions.push_back(f.actions[i]);
         r.rewards.push_back(f.rewards[i]);
         if (!f.terminated[i] && !f.truncated[i]) continue;
+        if (r.partial) {  // began before the observer was dropped: not a whole episode
+          r = Running{};
+          continue;
+        }
         out.obs.insert(out.obs.end(), r.obs.begin(), r.obs.end());
         out.actions.insert(out.actions.end(), r.actions.begin(), r.actions.end());
         out.rewards.insert(out.rewards.end(), r.rewards.begin(), r.rewards.end());
@@ -57,6 +63,7 @@ Episodes EpisodeCutter::cut(const std::vector<rl::Fragment>& trajectories) {
 void EpisodeCutter::forget(int observer) {
   for (auto it = running_.begin(); it != running_.end();)
     it = it->first.first == observer ? running_.erase(it) : std::next(it);
+  forgotten_.insert(observer);
 }
 
 std::size_t EpisodeCutter::unfinished_steps() const {
@@ -99,6 +106,8 @@ double Reinforce::update(const Episodes& episodes) {
 RoundData Reinforce::round(ObserverPool& pool, bool learn) {
   auto trajectories = pool.gather(intake_);
   ReleaseAtEnd release{intake_};  // the observers held at the round's end act with the new weights
+  // An observer dropped since the last round (this round's trajectories from it may begin after
+  // the drop, mid-episode): its episodes are cut at their next end, unlearned.
   drops_seen_.resize(static_cast<std::size_t>(pool.size()), 0);
   for (int i = 0; i < pool.size(); ++i)  // a dropped observer's envs went on unseen: its unfinished episodes are cut
     if (const auto d = pool.drops(i); d != drops_seen_[i]) {

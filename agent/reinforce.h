@@ -11,6 +11,7 @@
 #include <torch/optim/adam.h>
 
 #include <map>
+#include <set>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -44,7 +45,8 @@ class EpisodeCutter {
  public:
   explicit EpisodeCutter(int obs_dim) : obs_dim_(obs_dim) {}
   Episodes cut(const std::vector<rl::Fragment>& trajectories);
-  // The observer was dropped: its envs' steps were not all seen, so its unfinished episodes go.
+  // The observer was dropped: its envs' steps were not all seen, so its unfinished episodes go,
+  // and so does the rest of each episode its next trajectories begin in (to its end, unlearned).
   void forget(int observer);
   std::size_t unfinished_steps() const;
 
@@ -53,9 +55,11 @@ class EpisodeCutter {
     std::vector<float> obs;
     std::vector<std::int32_t> actions;
     std::vector<float> rewards;
+    bool partial = false;  // its beginning was not seen: dropped at its end
   };
   int obs_dim_;
   std::map<std::pair<int, int>, Running> running_;  // (observer, env)
+  std::set<int> forgotten_;                          // their envs' first episodes are partial
 };
 
 // Discounted rewards-to-go, restarting at each segment boundary. Exposed for tests.

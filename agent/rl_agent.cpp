@@ -48,7 +48,7 @@ transport::Future<rl::ActReply> admit(Trajectories& intake, Batcher* batcher, co
     {
       std::lock_guard<std::mutex> lock(hold->mu);
       hold->resumed = true;
-      if (hold->waiting && batcher) batcher->set_active(id, true);
+      if (hold->waiting && batcher) batcher->set_waiting(id, false);
     }
     try {
       act().then([later](const transport::Future<rl::ActReply>& f) {
@@ -66,7 +66,7 @@ transport::Future<rl::ActReply> admit(Trajectories& intake, Batcher* batcher, co
       std::lock_guard<std::mutex> lock(hold->mu);
       if (!hold->resumed && batcher) {
         hold->waiting = true;
-        batcher->set_active(id, false);
+        batcher->set_waiting(id, true);
       }
       return later.get_future();
     }

@@ -238,14 +238,16 @@ bool Trajectories::admit(int observer, std::optional<rl::Fragment> f, std::funct
 
 bool Trajectories::take_over(int observer, std::function<void()>& resume) {
   std::lock_guard<std::mutex> lock(mu_);
+  // Swapped, not overwritten: the displaced resume (its call is gone) goes with the caller's
+  // argument, outside this lock.
   for (auto& p : held_)
     if (p.observer == observer) {
-      p.resume = std::move(resume);
+      std::swap(p.resume, resume);
       return true;
     }
   for (auto& p : parked_)
     if (p.observer == observer) {
-      p.resume = std::move(resume);
+      std::swap(p.resume, resume);
       return true;
     }
   return false;
@@ -256,6 +258,10 @@ void Trajectories::release() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     held.swap(held_);
+    // What the round did not take (an observer dropped, or taken back, while it played) was
+    // acted with the weights before this round's update: a synchronous learner never learns it.
+    for (const auto& f : queue_) stats_.discarded += static_cast<long long>(f.transitions());
+    queue_.clear();
   }
   for (auto& p : held)
     if (p.resume) p.resume();

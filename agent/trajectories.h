@@ -87,7 +87,8 @@ class Trajectories {
   // Waits until `n` trajectories are queued (or as many as the queue holds, or closed, or
   // `timeout` has passed) and takes up to n of them, oldest first; parked ones then move in.
   std::vector<rl::Fragment> pop(int n, std::chrono::milliseconds timeout);
-  // Lockstep: the held steps are acted on (each on the calling thread), so their observers go on.
+  // Lockstep: the held steps are acted on (each on the calling thread), so their observers go
+  // on; a trajectory the round did not take is discarded (counted): it is a round old.
   void release();
   // A lost observer: its unfinished trajectory is discarded (counted); a report from it later
   // takes it back (counted in readmitted) and starts a new trajectory.

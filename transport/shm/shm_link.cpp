@@ -192,6 +192,7 @@ ShmLink::Conn* ShmLink::connect_peer(int peer, std::string* error, bool* later) 
     peers_[peer]->answered = false;
     peers_[peer]->beat_seen = now;  // an acceptor that never answers is overdue too
     u.backoff = std::chrono::milliseconds(0);
+    u.watch = false;
     Conn* c = peers_[peer].get();
     while (!u.frames.empty()) {  // what waited for this connection goes first, in order
       queue(*c, u.frames.front());
@@ -223,7 +224,7 @@ void ShmLink::retry_connects(Clock::time_point now) {
   if (!any_unsent_) return;
   bool left = false;
   for (std::size_t p = 0; p < unsent_.size(); ++p) {
-    if (unsent_[p].frames.empty()) continue;
+    if (unsent_[p].frames.empty() && !unsent_[p].watch) continue;
     if (!peers_[p] && now >= unsent_[p].retry_at) {
       std::string ignored;
       try {
@@ -232,7 +233,7 @@ void ShmLink::retry_connects(Clock::time_point now) {
         peer_lost(static_cast<int>(p), std::string("sending what waited for a connection: ") + e.what());
       }
     }
-    left = left || !unsent_[p].frames.empty();
+    left = left || !unsent_[p].frames.empty() || unsent_[p].watch;
   }
   any_unsent_ = left;
 }
@@ -301,7 +302,11 @@ bool ShmLink::send_reply(const Caller& to, Frames& frames) {
 
 void ShmLink::watch_peer(int peer) {
   std::string ignored;
-  (void)connect_peer(peer, &ignored);
+  bool later = false;
+  if (connect_peer(peer, &ignored, &later) == nullptr && later) {  // its listener cannot take it yet: retried
+    unsent_[peer].watch = true;
+    any_unsent_ = true;
+  }
 }
 
 void ShmLink::replace_peer(int peer, const std::string& endpoint) {
@@ -453,6 +458,7 @@ void ShmLink::accept_all() {
       // once: with the reserve descriptor set free, accept it and close it (its caller reads
       // EOF and may try again), until the backlog is empty.
       bool refused = false;
+      if (reserve_.get() < 0) reserve_ = OwnedFd(::open("/dev/null", O_RDONLY | O_CLOEXEC));  // lost last time
       if (reserve_.get() >= 0) {
         ::close(reserve_.release());
         refused = listener_.refuse_one();
@@ -555,7 +561,15 @@ void ShmLink::on_socket_events(std::size_t i, short revents) {
     const auto [p, conn] = poll_peers_[i - first_peer];
     if (peers_[p].get() != conn) return;  // replaced or lost since the poll
     Conn& c = *conn;
-    if ((revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0 && !c.answered) {
+    const bool closed = (revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+    if (closed && !c.answered && (revents & POLLIN) != 0) {
+      try {  // it answered, then closed: an established connection that ended (drained, lost below)
+        finish_ring_pair(c.pair, Clock::now() + std::chrono::milliseconds(100));
+        c.answered = true;
+      } catch (const std::exception&) {
+      }
+    }
+    if (closed && !c.answered) {
       // Closed before it answered the handshake: the peer refused it (out of descriptors, too
       // many connections), not a death. What was written into its rings is lost (those calls
       // end at their deadlines); the next send connects again after a backoff.
@@ -565,7 +579,9 @@ void ShmLink::on_socket_events(std::size_t i, short revents) {
       Unsent& u = unsent_[p];
       u.backoff = std::clamp(u.backoff * 2, std::chrono::milliseconds(5), std::chrono::milliseconds(500));
       u.retry_at = Clock::now() + u.backoff;
-    } else if ((revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) {
+      u.watch = true;  // connected again after the backoff, with or without anything to send
+      any_unsent_ = true;
+    } else if (closed) {
       guarded(cb_, "reading a closed connection", [&] { drain(c); });
       if (peers_[p].get() == conn)
         peer_lost(p, "connection to " + peer_endpoints_[p] + " lost (the process exited or crashed)");
@@ -597,7 +613,7 @@ void ShmLink::run() {
       auto until = std::min(cb_.next_deadline(), now + std::chrono::milliseconds(100));
       if (any_unsent_)
         for (const auto& u : unsent_)
-          if (!u.frames.empty()) until = std::min(until, u.retry_at);
+          if (!u.frames.empty() || u.watch) until = std::min(until, u.retry_at);
       const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count() + 1;
       wait_for_events(static_cast<int>(std::max<long long>(1, ms)));
       next_check = Clock::now() + kSocketCheck;

@@ -100,6 +100,29 @@ TEST(BatcherTest, DeadObserverIsDroppedAndNoLongerWaitedFor) {
   EXPECT_EQ(b.stats().closed_all_asked, 1u);
 }
 
+// A waiting step (held at a synchronous round's end, or parked) takes its observer out of the
+// batch's waits, and its end puts it back; but the end of a wait never brings back an observer
+// the pool dropped meanwhile (the review's case: a held observer killed, its step released).
+TEST(BatcherTest, AWaitingStepAndADroppedObserverAreSeparateSays) {
+  FakeForward fwd;
+  Batcher b(2, 2, BatchOptions{256, 60s}, fwd.fn());
+  b.set_active(0, true);
+  b.set_active(1, true);
+  b.set_waiting(1, true);
+  EXPECT_EQ(b.active_count(), 1);
+  ASSERT_TRUE(b.submit(0, {1, 0}).wait_for(5s));  // observer 1 is not waited for
+  b.set_active(1, false);                          // dropped while its step waited
+  b.set_waiting(1, false);                         // the step's wait ends
+  EXPECT_EQ(b.active_count(), 1) << "a dropped observer came back";
+  b.set_active(1, true);                           // taken back
+  EXPECT_EQ(b.active_count(), 2);
+  auto f0 = b.submit(0, {2, 0});
+  EXPECT_FALSE(f0.wait_for(20ms));  // waits for observer 1 again
+  auto f1 = b.submit(1, {3, 0});
+  ASSERT_TRUE(f0.wait_for(5s));
+  EXPECT_EQ(f1.value().actions[0], 3);
+}
+
 TEST(BatcherTest, FullBatchClosesAtMaxRows) {
   FakeForward fwd;
   Batcher b(2, 8, BatchOptions{4, 60s}, fwd.fn());

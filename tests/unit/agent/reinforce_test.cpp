@@ -47,7 +47,8 @@ rl::Fragment trajectory(int observer, std::vector<float> rewards, std::vector<st
 
 // Whole episodes only: an episode still running at a trajectory's end waits for its end in a
 // later one and is then learned whole, in order; another observer's envs are kept apart; a
-// dropped observer's unfinished episodes are forgotten.
+// dropped observer's unfinished episodes are forgotten, and the episodes it is taken back in the
+// middle of are not learned.
 TEST(ReinforceTest, TrajectoriesAreCutIntoWholeEpisodesAcrossRounds) {
   EpisodeCutter cut(1);
   // Env 0 ends at step 0 and runs on; env 1 runs through.   [t0e0, t0e1, t1e0, t1e1]
@@ -63,6 +64,14 @@ TEST(ReinforceTest, TrajectoriesAreCutIntoWholeEpisodesAcrossRounds) {
   EXPECT_EQ(cut.unfinished_steps(), 2u);  // observer 1's
   cut.forget(1);
   EXPECT_EQ(cut.unfinished_steps(), 0u);
+  // Taken back mid-episode: the first end of each env closes an episode whose beginning was not
+  // seen, and is not learned; env 1's next one is whole.
+  e = cut.cut({trajectory(1, {9, 10, 11, 12}, {1, 0, 0, 1})});
+  EXPECT_TRUE(e.lengths.empty());
+  e = cut.cut({trajectory(1, {13, 14}, {0, 1})});
+  EXPECT_EQ(e.lengths, std::vector<std::int32_t>({1}));
+  EXPECT_EQ(e.rewards, std::vector<float>({14}));
+  EXPECT_EQ(cut.unfinished_steps(), 2u);  // env 0's 11, 13
 }
 
 TEST(ReinforceTest, MalformedRequestsAreRefused) {

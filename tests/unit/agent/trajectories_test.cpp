@@ -257,6 +257,16 @@ TEST(TrajectoriesTest, LockstepHoldsEachObserverAtItsTrajectorysEndUntilRelease)
   EXPECT_EQ(resumed1, 1);
   tr.acted(0, reply(1, 2));
   EXPECT_EQ(tr.observe(report(0, 3)), Trajectories::Admit::Go);  // a new round
+  // A trajectory no round took (here: nobody popped it) is a round old at the next release:
+  // discarded, counted, never learned.
+  tr.acted(1, reply(1, 2));
+  EXPECT_EQ(tr.observe(report(1, 3)), Trajectories::Admit::Go);
+  tr.acted(1, reply(1, 3));
+  const long long discarded = tr.stats().discarded;
+  EXPECT_EQ(tr.observe(report(1, 4), [] {}), Trajectories::Admit::Wait);
+  tr.release();
+  EXPECT_EQ(tr.stats().discarded, discarded + 4);
+  EXPECT_TRUE(tr.pop(1, 10ms).empty());
 }
 
 // REINFORCE's cut: a trajectory ends once every env has ended an episode in it (here env 1 at
