@@ -16,6 +16,10 @@ namespace distrl::transport::detail {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The descriptor accept_all sets free when the process has none left (see there).
+OwnedFd reserve_descriptor() { return OwnedFd(::open("/dev/null", O_RDONLY | O_CLOEXEC)); }
+
 constexpr int kDrainCap = 256;                  // messages per connection per round
 constexpr std::size_t kMaxQueued = 1u << 16;    // messages waiting for room, per connection
 constexpr auto kHandshakeWait = std::chrono::milliseconds(2000);
@@ -129,7 +133,7 @@ std::vector<std::string> ShmLink::bind(const std::vector<std::string>& endpoints
   (void)Segment::create("distrl-probe", ring_segment_bytes(options_.ring_bytes));
   path_ = path_of(endpoints.front());
   listener_ = UnixSocket::listen(path_);
-  reserve_ = OwnedFd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  reserve_ = reserve_descriptor();
   // Each connection holds 4 descriptors here (its socket, two ring memfds, the caller's eventfd).
   const auto budget = descriptor_budget();
   if (budget.limit > 0)
@@ -180,6 +184,11 @@ ShmLink::Conn* ShmLink::connect_peer(int peer, std::string* error, bool* later) 
     return nullptr;
   }
   const std::string name = "rank " + std::to_string(peer);
+  const auto gone = [&](const std::exception& e) -> Conn* {
+    peer_lost(peer, "cannot connect to " + peer_endpoints_.at(peer) + ": " + e.what());
+    *error = peer_down_[peer];
+    return nullptr;
+  };
   try {
     Hello h;
     h.capacity = options_.ring_bytes;
@@ -191,33 +200,31 @@ ShmLink::Conn* ShmLink::connect_peer(int peer, std::string* error, bool* later) 
     peers_[peer] = std::make_unique<Conn>(std::move(p), options_, peer, true);
     peers_[peer]->answered = false;
     peers_[peer]->beat_seen = now;  // an acceptor that never answers is overdue too
-    u.backoff = std::chrono::milliseconds(0);
-    u.watch = false;
-    Conn* c = peers_[peer].get();
-    while (!u.frames.empty()) {  // what waited for this connection goes first, in order
-      queue(*c, u.frames.front());
-      u.frames.pop_front();
-    }
-    return c;
   } catch (const TimeoutError& e) {  // nobody listens there: the process is gone
-    peer_lost(peer, "cannot connect to " + peer_endpoints_.at(peer) + ": " + e.what());
-    *error = peer_down_[peer];
-    return nullptr;
+    return gone(e);
   } catch (const WrongListener& e) {  // a stranger holds its address: the peer is gone
-    peer_lost(peer, "cannot connect to " + peer_endpoints_.at(peer) + ": " + e.what());
-    *error = peer_down_[peer];
-    return nullptr;
+    return gone(e);
   } catch (const std::exception& e) {
     // Its listener is there but cannot take the connection now (a full backlog), or this
     // process is out of descriptors: not a death. Try again after the backoff.
-    u.backoff = std::clamp(u.backoff * 2, std::chrono::milliseconds(5), std::chrono::milliseconds(500));
-    u.retry_at = now + u.backoff;
+    u.back_off(now);
     DISTRL_LOG(Debug, "shared memory: cannot connect to " << name << " yet (" << e.what() << "); again in "
                                                           << u.backoff.count() << " ms");
     if (later) *later = true;
     *error = "cannot connect to " + peer_endpoints_.at(peer) + " yet: " + e.what();
     return nullptr;
   }
+  u.backoff = std::chrono::milliseconds(0);
+  u.watch = false;
+  Conn* c = peers_[peer].get();
+  for (; !u.frames.empty(); u.frames.pop_front()) {  // what waited for this connection goes first, in order
+    try {
+      queue(*c, u.frames.front());
+    } catch (const std::exception& e) {  // that message alone fails (its call ends at its deadline)
+      report_dropped(cb_, "a message to rank " + std::to_string(peer) + " that waited for its connection: " + e.what());
+    }
+  }
+  return c;
 }
 
 void ShmLink::retry_connects(Clock::time_point now) {
@@ -227,11 +234,7 @@ void ShmLink::retry_connects(Clock::time_point now) {
     if (unsent_[p].frames.empty() && !unsent_[p].watch) continue;
     if (!peers_[p] && now >= unsent_[p].retry_at) {
       std::string ignored;
-      try {
-        (void)connect_peer(static_cast<int>(p), &ignored);
-      } catch (const std::exception& e) {
-        peer_lost(static_cast<int>(p), std::string("sending what waited for a connection: ") + e.what());
-      }
+      (void)connect_peer(static_cast<int>(p), &ignored);  // sends what waited, or backs off again
     }
     left = left || !unsent_[p].frames.empty() || unsent_[p].watch;
   }
@@ -458,11 +461,11 @@ void ShmLink::accept_all() {
       // once: with the reserve descriptor set free, accept it and close it (its caller reads
       // EOF and may try again), until the backlog is empty.
       bool refused = false;
-      if (reserve_.get() < 0) reserve_ = OwnedFd(::open("/dev/null", O_RDONLY | O_CLOEXEC));  // lost last time
+      if (reserve_.get() < 0) reserve_ = reserve_descriptor();  // lost last time
       if (reserve_.get() >= 0) {
         ::close(reserve_.release());
         refused = listener_.refuse_one();
-        reserve_ = OwnedFd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+        reserve_ = reserve_descriptor();
       }
       if (refused) ++refused_no_descriptor_;
       if (refused_no_descriptor_ <= 1 || refused_no_descriptor_ % 1000 == 0)
@@ -577,8 +580,7 @@ void ShmLink::on_socket_events(std::size_t i, short revents) {
                                                   "of descriptors?); connecting again on the next send");
       retired_.push_back(std::move(peers_[p]));
       Unsent& u = unsent_[p];
-      u.backoff = std::clamp(u.backoff * 2, std::chrono::milliseconds(5), std::chrono::milliseconds(500));
-      u.retry_at = Clock::now() + u.backoff;
+      u.back_off(Clock::now());
       u.watch = true;  // connected again after the backoff, with or without anything to send
       any_unsent_ = true;
     } else if (closed) {

@@ -14,6 +14,7 @@
 // Private to transport/.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -129,6 +130,10 @@ class ShmLink final : public Link {
     bool watch = false;  // watch_peer asked for the connection (nothing to send): retried too
     std::chrono::steady_clock::time_point retry_at{};
     std::chrono::milliseconds backoff{0};
+    void back_off(std::chrono::steady_clock::time_point now) {  // 5 ms, doubling to 500 ms
+      backoff = std::clamp(backoff * 2, std::chrono::milliseconds(5), std::chrono::milliseconds(500));
+      retry_at = now + backoff;
+    }
   };
   std::vector<Unsent> unsent_;                                    // I/O thread only
   bool any_unsent_ = false;  // some peer has frames in unsent_ (the loop's check is one load)
