@@ -365,9 +365,9 @@ RoundData AsyncLearner::round(ObserverPool& pool, bool learn) {
   RoundData d;
   for (const auto& f : batch) {
     d.returns.insert(d.returns.end(), f.episode_returns.begin(), f.episode_returns.end());
-    d.latency_us.insert(d.latency_us.end(), f.latency_us.begin(), f.latency_us.end());
-    d.observer_cpu_us += f.cpu_us;
+    d.add_acting(f);
   }
+  // Env steps: every one acted since the last round, those of dropped trajectories included.
   const TrajectoryStats s = intake_.stats();
   d.env_steps = s.steps - steps_seen_;
   steps_seen_ = s.steps;

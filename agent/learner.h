@@ -70,6 +70,12 @@ struct RoundData {
   long long lag_max = 0, dropped = 0;
   // roles.agents > 1: another agent's run is over (the learner process said stop): this one ends.
   bool ended_elsewhere = false;
+  // What acting a trajectory took: its env steps, the observers' round trips and CPU time.
+  void add_acting(const rl::Fragment& f) {
+    env_steps += static_cast<long long>(f.transitions());
+    latency_us.insert(latency_us.end(), f.latency_us.begin(), f.latency_us.end());
+    observer_cpu_us += f.cpu_us;
+  }
 };
 
 // Where a learner's updates spend their time (rl/protocol.h: a learner process sends them).

@@ -339,9 +339,7 @@ RoundData Ppo::round(ObserverPool& pool, bool learn) {
   for (auto& f : frags) {
     bootstrap(f);
     d.returns.insert(d.returns.end(), f.episode_returns.begin(), f.episode_returns.end());
-    d.env_steps += static_cast<long long>(f.transitions());
-    d.latency_us.insert(d.latency_us.end(), f.latency_us.begin(), f.latency_us.end());
-    d.observer_cpu_us += f.cpu_us;
+    d.add_acting(f);
   }
   if (learn) d.loss = update(frags).policy_loss;
   return d;

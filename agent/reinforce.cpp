@@ -78,16 +78,16 @@ Reinforce::Reinforce(PolicyActor& actor, ReinforceOptions options, TrajectoryOpt
       cutter_(actor.obs_dim()) {}
 
 double Reinforce::update(const Episodes& episodes) {
-  const auto g_all = rewards_to_go(episodes.rewards, episodes.lengths, options_.gamma);
-  std::vector<float> obs = episodes.obs, returns = g_all;
+  std::vector<float> returns = rewards_to_go(episodes.rewards, episodes.lengths, options_.gamma);
   std::vector<std::int64_t> actions(episodes.actions.begin(), episodes.actions.end());
   const auto n = static_cast<std::int64_t>(returns.size());
   if (n == 0) return 0.0;
-  if (obs.size() != static_cast<std::size_t>(n) * actor_.obs_dim() || actions.size() != returns.size())
+  if (episodes.obs.size() != static_cast<std::size_t>(n) * actor_.obs_dim() || actions.size() != returns.size())
     throw ProtocolError("REINFORCE: " + std::to_string(n) + " rewards but " + std::to_string(actions.size()) +
-                        " actions and " + std::to_string(obs.size()) + " observation floats");
+                        " actions and " + std::to_string(episodes.obs.size()) + " observation floats");
   const auto dev = actor_.device();
-  auto x = torch::from_blob(obs.data(), {n, actor_.obs_dim()}, torch::kFloat32).to(dev);
+  // Read only (the forward's input): no copy of the episodes' observations.
+  auto x = torch::from_blob(const_cast<float*>(episodes.obs.data()), {n, actor_.obs_dim()}, torch::kFloat32).to(dev);
   auto a = torch::from_blob(actions.data(), {n, 1}, torch::kInt64).to(dev);
   auto g = torch::from_blob(returns.data(), {n}, torch::kFloat32).to(dev);
   if (n > 1) g = (g - g.mean()) / (g.std() + options_.eps);
@@ -109,7 +109,7 @@ RoundData Reinforce::round(ObserverPool& pool, bool learn) {
   // An observer dropped since the last round (this round's trajectories from it may begin after
   // the drop, mid-episode): its episodes are cut at their next end, unlearned.
   drops_seen_.resize(static_cast<std::size_t>(pool.size()), 0);
-  for (int i = 0; i < pool.size(); ++i)  // a dropped observer's envs went on unseen: its unfinished episodes are cut
+  for (int i = 0; i < pool.size(); ++i)
     if (const auto d = pool.drops(i); d != drops_seen_[i]) {
       cutter_.forget(i);
       drops_seen_[i] = d;
@@ -122,11 +122,7 @@ RoundData Reinforce::round(ObserverPool& pool, bool learn) {
     d.returns.push_back(std::accumulate(episodes.rewards.begin() + at, episodes.rewards.begin() + at + len, 0.0));
     at += static_cast<std::size_t>(len);
   }
-  for (const auto& f : trajectories) {
-    d.env_steps += static_cast<long long>(f.transitions());
-    d.latency_us.insert(d.latency_us.end(), f.latency_us.begin(), f.latency_us.end());
-    d.observer_cpu_us += f.cpu_us;
-  }
+  for (const auto& f : trajectories) d.add_acting(f);
   return d;
 }
 
