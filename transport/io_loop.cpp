@@ -192,7 +192,9 @@ bool IoLoop::send_reply(const Caller& to, Frames& frames) {
   }
 }
 
-std::unique_ptr<Channel> IoLoop::open_channel(int, const std::string& endpoint) {
+// ZeroMQ connects in the background: nothing here waits, the call's wait is bounded by its deadline.
+std::unique_ptr<Channel> IoLoop::open_channel(int, const std::string& endpoint, Clock::time_point,
+                                              const std::function<bool()>&) {
   const std::string identity = options_.identity_prefix + "c" + std::to_string(++channels_made_);
   return zmq_call([&] { return std::make_unique<ZmqChannel>(ctx_, identity, options_.max_frame_bytes, endpoint); });
 }

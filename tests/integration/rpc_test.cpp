@@ -10,6 +10,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <future>
 
 #include "tests/support/multiproc.h"
 #include "tests/support/rpc_world.h"
@@ -453,6 +454,54 @@ TEST(RpcTest, HeartbeatsNoticeAPeerThatStoppedAnswering) {
       std::chrono::seconds(90));
   EXPECT_EQ(codes[0], 0);
   EXPECT_EQ(codes[1], 128 + SIGKILL);
+}
+
+// Issue 45, item 5: a handler that holds the I/O thread (RunOn::IoThread) for 12 s, longer than
+// the 10 s heartbeat timeout. Over shared memory the beat came from that thread, so rank 0
+// reported rank 1 down (its pending calls failed with "no heartbeat"), and a channel opened
+// meanwhile (a call from a thread with none) failed after a fixed 2 s handshake wait. Now the
+// beat comes from a thread of the link's own and a channel waits until its call's deadline:
+// every call is answered once the handler returns. (ZeroMQ beats from its own threads.)
+TEST(RpcTest, AHandlerHoldingTheIoThreadPastTheHeartbeatTimeoutLosesNoPeer) {
+  TempDir dir;
+  auto codes = run_ranks(
+      2,
+      [&](int rank) {
+        auto o = rpc_options(dir, rank, 2);
+        o.rpc_timeout = 40s;
+        RpcAgent agent(o, [](RpcAgent& a) {
+          register_all(a);
+          a.register_function("hold_io", [](int ms) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+            return ms;
+          }, RunOn::IoThread);
+        });
+        const int other = 1 - rank;
+        expect(agent.rpc_sync<int>(other, "add", 1, 2) == 3, "a call before the hold");
+        expect(agent.rpc_async<int>(other, "add", 1, 2).value() == 3, "a call before the hold");
+        if (rank == 1) {
+          agent.shutdown();  // serves until rank 0 is done
+          return 0;
+        }
+        const auto start = std::chrono::steady_clock::now();
+        auto held = agent.rpc_async<int>(1, "hold_io", 12000);
+        std::this_thread::sleep_for(500ms);  // the handler holds rank 1's I/O thread by now
+        // Calls from threads without a channel yet: each opens one while rank 1 cannot answer.
+        std::vector<std::future<int>> during;
+        for (int i = 0; i < 2; ++i)
+          during.push_back(std::async(std::launch::async, [&agent, i] { return agent.rpc_sync<int>(1, "add", i, 10); }));
+        const auto async_during = agent.rpc_async<int>(1, "add", 5, 5);
+        expect(held.value() == 12000, "the held call is answered");
+        const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        for (int i = 0; i < 2; ++i) expect(during[i].get() == i + 10, "a sync call opened during the hold");
+        expect(async_during.value() == 10, "an async call sent during the hold");
+        expect(agent.rpc_sync<int>(1, "add", 3, 4) == 7, "a call after the hold");
+        std::cout << "rank 1's I/O thread held for " << took << " s; no peer lost, every call answered" << std::endl;
+        agent.shutdown();
+        return 0;
+      },
+      std::chrono::seconds(90));
+  EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
 
 // Up to `n` connections to the Unix socket at `path` that never say anything (non-blocking

@@ -78,7 +78,8 @@ class IoLoop final : public Link {
   // was connected, connects to the new one at once so that it is watched again.
   void replace_peer(int peer, const std::string& endpoint) override;
   // Any thread: a DEALER of its own, connected under this process's identity prefix.
-  std::unique_ptr<Channel> open_channel(int peer, const std::string& endpoint) override;
+  std::unique_ptr<Channel> open_channel(int peer, const std::string& endpoint, Clock::time_point deadline,
+                                        const std::function<bool()>& abandon) override;
 
  private:
   struct Peer;

@@ -105,9 +105,15 @@ class Link {
   virtual void replace_peer(int peer, const std::string& endpoint) = 0;
 
   // Any thread: a new channel to the process listening at `endpoint` (peer's, as the caller
-  // read it together with its incarnation). A channel's replies bypass the I/O thread, so the
-  // caller also posts watch_peer(peer) (post(), any thread) for the peer's death to be seen.
-  virtual std::unique_ptr<Channel> open_channel(int peer, const std::string& endpoint) = 0;
+  // read it together with its incarnation), opened by `deadline` (the call's) or TimeoutError;
+  // `abandon`, asked between waits, gives the wait up when true (TransportError: the caller
+  // knows why, the peer reported down or shutdown).
+  // A channel has no heartbeat of its own: its replies bypass the I/O thread, so the caller
+  // also posts watch_peer(peer) (post(), any thread), and a call waiting on a channel ends at
+  // the first of: the reply, the peer reported down by the I/O thread's watch (EOF of its
+  // connection, a missed heartbeat), the peer's socket closing, the call's deadline.
+  virtual std::unique_ptr<Channel> open_channel(int peer, const std::string& endpoint, Clock::time_point deadline,
+                                                const std::function<bool()>& abandon) = 0;
 };
 
 }  // namespace distrl::transport::detail

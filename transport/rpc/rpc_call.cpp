@@ -129,19 +129,34 @@ void RpcCore::call(int dest, Header h, const BodyWriter& body, Completion done, 
 
 namespace {
 
-// An idle channel to `dest`, or a new one (then the I/O thread is asked to connect to dest
-// too, so that it watches the connection and reports the peer's death). nullptr once the agent
-// is shutting down. Throws TransportError when the link cannot open a channel.
-ChannelPtr acquire_channel(RpcCore::State& s, int dest) {
+// An idle channel to `dest`, or a new one opened by `deadline` (then the I/O thread is asked to
+// connect to dest too, so that it watches the connection and reports the peer's death).
+// nullptr once the agent is shutting down. Throws TransportError when the link cannot open a
+// channel (TimeoutError: not by the deadline).
+ChannelPtr acquire_channel(RpcCore::State& s, int dest, Clock::time_point deadline) {
   bool closed = false;
   if (ChannelPtr c = s.channels.take(dest, &closed)) return c;
   if (closed) return nullptr;
   std::int64_t incarnation = 0;
   const std::string endpoint = s.peers.endpoint(dest, &incarnation);  // a rejoin changes both together
-  auto c = std::make_unique<PooledChannel>(PooledChannel{s.link->open_channel(dest, endpoint), incarnation});
   Link* link = s.link.get();
-  link->post([link, dest] { link->watch_peer(dest); });
-  return c;
+  link->post([link, dest] { link->watch_peer(dest); });  // first: a peer that never answers is reported down
+  // A busy peer is waited for until the call's deadline, a stopped or dead one until the I/O
+  // thread reports it down; and not past shutdown.
+  std::string why;
+  const auto abandon = [&] {
+    std::int64_t now_incarnation = 0;
+    if (!s.running.load()) why = "agent " + s.opts.name + " shut down";
+    else if (std::string down = s.peers.down_reason(dest, &now_incarnation); !down.empty()) why = std::move(down);
+    else if (now_incarnation != incarnation) why = "the process restarted (its rank rejoined)";
+    return !why.empty();
+  };
+  try {
+    return std::make_unique<PooledChannel>(PooledChannel{link->open_channel(dest, endpoint, deadline, abandon), incarnation});
+  } catch (const TransportError&) {
+    if (why.empty()) throw;
+  }
+  throw TransportError(why);
 }
 
 // What ends a synchronous call: a reply (its message), a failure, or nothing yet.
@@ -196,9 +211,8 @@ std::exception_ptr sync_call_ended(RpcCore::State& s, std::int64_t chan_incarnat
 
 // Waits on the channel for the call's answer, in slices: between them, see what the I/O loop
 // saw (a dead peer) and shutdown.
-SyncOutcome await_reply(RpcCore::State& s, PooledChannel& chan, int dest, const Header& h,
+SyncOutcome await_reply(RpcCore::State& s, PooledChannel& chan, int dest, const Header& h, Clock::time_point deadline,
                         std::chrono::milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
   const auto spin_until = Clock::now() + future_spin();
   for (;;) {
     const auto now = Clock::now();
@@ -229,6 +243,7 @@ void RpcCore::call_sync(int dest, Header h, const BodyWriter& body, const Comple
     return done(nullptr, std::current_exception());
   }
   s.calls.begin();
+  const auto deadline = Clock::now() + timeout;  // opening a channel and the wait for the reply
   // Exactly one of these ends the call: done runs, the channel goes back, shutdown may go on.
   ChannelPtr chan;
   auto finish = [&](InMessage* m, std::exception_ptr err) {
@@ -243,24 +258,34 @@ void RpcCore::call_sync(int dest, Header h, const BodyWriter& body, const Comple
   };
   std::exception_ptr failed;
   try {
-    chan = acquire_channel(s, dest);
-    const std::size_t bytes = frames_bytes(frames);
-    if (!chan) {
-      failed = agent_shut_down(s, h.fn);
-    } else if (!chan->channel->send(frames)) {
-      failed = call_failed(s, dest, h.fn, "send queue full (peer not reading?)");
-    } else {
-      s.sync_bytes_sent.fetch_add(bytes, std::memory_order_relaxed);
-      DISTRL_LOG(Debug, "rpc: sync call #" << h.call_id << " '" << h.fn << "' sent to " << s.worker_name(dest));
-    }
+    chan = acquire_channel(s, dest, deadline);
+  } catch (const TimeoutError& e) {  // the peer took no new connection by the deadline (busy)
+    s.timeouts.fetch_add(1);
+    failed = std::make_exception_ptr(TimeoutError(describe_call(s, dest, h.fn) + " timed out after " +
+                                                  std::to_string(timeout.count()) + " ms: " + e.what()));
   } catch (const TransportError& e) {
-    chan.reset();  // a send that failed may have left part of a message: never reused
     failed = call_failed(s, dest, h.fn, e.what());
+  }
+  if (!failed) {
+    try {
+      const std::size_t bytes = frames_bytes(frames);
+      if (!chan) {
+        failed = agent_shut_down(s, h.fn);
+      } else if (!chan->channel->send(frames)) {
+        failed = call_failed(s, dest, h.fn, "send queue full (peer not reading?)");
+      } else {
+        s.sync_bytes_sent.fetch_add(bytes, std::memory_order_relaxed);
+        DISTRL_LOG(Debug, "rpc: sync call #" << h.call_id << " '" << h.fn << "' sent to " << s.worker_name(dest));
+      }
+    } catch (const TransportError& e) {
+      chan.reset();  // a send that failed may have left part of a message: never reused
+      failed = call_failed(s, dest, h.fn, e.what());
+    }
   }
   if (failed) return finish(nullptr, failed);
   SyncOutcome out;
   try {
-    out = await_reply(s, *chan, dest, h, timeout);
+    out = await_reply(s, *chan, dest, h, deadline, timeout);
   } catch (const TransportError& e) {  // the channel failed: it is closed, not reused
     const std::int64_t incarnation = chan->incarnation;
     chan.reset();

@@ -35,7 +35,7 @@ void point_rings_at_wake(RingPair& p) {
 }  // namespace
 
 RingPair open_ring_pair(const std::string& path, const Hello& hello, int wake_fd, const std::string& peer,
-                        Deadline deadline) {
+                        Deadline deadline, Deadline busy_deadline, const Abandon& abandon) {
   RingPair p;
   const std::size_t bytes = ring_segment_bytes(hello.capacity);
   p.out_segment = Segment::create("distrl-ring-out", bytes);
@@ -44,16 +44,16 @@ RingPair open_ring_pair(const std::string& path, const Hello& hello, int wake_fd
   init_ring(p.in_segment.data(), hello.capacity);
   p.out = RingWriter(p.out_segment.data(), bytes, peer);
   p.in = RingReader(p.in_segment.data(), bytes, peer);
-  p.socket = UnixSocket::connect(path, deadline);
+  p.socket = UnixSocket::connect(path, deadline, busy_deadline, abandon);
   std::vector<int> fds{p.out_segment.fd(), p.in_segment.fd()};
   if (wake_fd >= 0) fds.push_back(wake_fd);
   p.socket.send(kHello + " " + std::to_string(hello.capacity) + " " + hello.kind + " " + std::to_string(hello.rank), fds);
   return p;
 }
 
-void finish_ring_pair(RingPair& p, Deadline deadline) {
+void finish_ring_pair(RingPair& p, Deadline deadline, const Abandon& abandon) {
   std::vector<int> raw;
-  const std::string answer = p.socket.receive(16, &raw, deadline);
+  const std::string answer = p.socket.receive(16, &raw, deadline, abandon);
   ReceivedFds got(raw);
   if (answer != kAnswer || got.fds.size() > 1)
     throw ProtocolError("shared memory: " + p.out.peer() + " answered the handshake with something else");

@@ -10,6 +10,7 @@
 #include "common/stop_signal.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/thread_name.h"
 
 namespace distrl::transport::detail {
 
@@ -152,17 +153,50 @@ void ShmLink::set_peers(std::vector<std::string> endpoints) {
 }
 
 void ShmLink::start() {
+  beater_.start();
   io_.start(options_.thread_init, [this] { run(); });
 }
 
 void ShmLink::stop() {
-  if (io_.stop() && !path_.empty()) {
+  const bool first = io_.stop();
+  beater_.stop();
+  if (first && !path_.empty()) {
     ::unlink(path_.c_str());
     forget_on_fatal_signal(path_.c_str());
   }
 }
 
 bool ShmLink::post(std::function<void()> fn) { return io_.post(std::move(fn)); }
+
+// ------------------------------------------------------------------ the beat
+
+void ShmLink::Beater::start() {
+  thread_ = std::thread([this] {
+    name_this_thread("distrl-beat");
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stopping_; }))
+      for (auto& [id, word] : words_) word->fetch_add(1, std::memory_order_relaxed);
+  });
+}
+
+void ShmLink::Beater::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void ShmLink::Beater::add(std::uint64_t id, std::atomic<std::uint64_t>* word) {
+  std::lock_guard<std::mutex> lock(mu_);
+  words_.emplace(id, word);
+}
+
+void ShmLink::Beater::remove(std::uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  words_.erase(id);
+}
 
 // ------------------------------------------------------------------ sending
 
@@ -322,16 +356,27 @@ void ShmLink::replace_peer(int peer, const std::string& endpoint) {
   if (was_connected) watch_peer(peer);
 }
 
-std::unique_ptr<Channel> ShmLink::open_channel(int peer, const std::string& endpoint) {
+std::unique_ptr<Channel> ShmLink::open_channel(int peer, const std::string& endpoint, Clock::time_point deadline,
+                                               const std::function<bool()>& abandon) {
   Hello h;
   h.capacity = options_.ring_bytes;
   h.kind = "channel";
   h.rank = options_.rank;
-  const auto deadline = Clock::now() + kHandshakeWait;
+  // Nobody listening means the process is gone (its address was published): not waited for
+  // long. A full backlog or an unanswered handshake is a busy process: waited for until the
+  // call's deadline.
+  const auto absent = std::min(deadline, Clock::now() + kHandshakeWait);
   try {
-    RingPair p = open_ring_pair(path_of(endpoint), h, -1, "rank " + std::to_string(peer), deadline);
-    finish_ring_pair(p, deadline);
+    RingPair p = open_ring_pair(path_of(endpoint), h, -1, "rank " + std::to_string(peer), absent, deadline, abandon);
+    finish_ring_pair(p, deadline, abandon);
     return std::make_unique<ShmChannel>(std::move(p), options_);
+  } catch (const ListenerBusy& e) {  // busy past the call's deadline
+    throw TimeoutError(std::string("shared memory: a channel to rank ") + std::to_string(peer) + ": " + e.what());
+  } catch (const TimeoutError& e) {
+    if (Clock::now() < deadline)  // nobody listens at its published address
+      throw TransportError(std::string("shared memory: a channel to rank ") + std::to_string(peer) + ": " + e.what() +
+                           " (the process is gone)");
+    throw;
   } catch (const TransportError&) {
     throw;
   } catch (const std::exception& e) {
@@ -401,6 +446,7 @@ bool ShmLink::serve_all() {
 void ShmLink::close_accepted(std::uint64_t id, const std::string& why) {
   auto it = accepted_.find(id);
   if (it == accepted_.end()) return;
+  beater_.remove(id);
   if (!why.empty()) DISTRL_LOG(Debug, "shared memory: closing a connection from rank " << it->second->rank << ": " << why);
   retired_.push_back(std::move(it->second));
   accepted_.erase(it);
@@ -414,16 +460,15 @@ void ShmLink::peer_lost(int peer, const std::string& why) {
   guarded(cb_, "reporting a lost peer", [&] { cb_.on_peer_down(peer, why); });
 }
 
-// Every second: beat on the connections peers' I/O threads watch, look at theirs, and drop
-// connections that never said hello.
+// Every second: look at the peers' beats (raised by their Beater), and drop connections that
+// never said hello. After this thread was held (a long handler), a peer that beat meanwhile has
+// a new beat: only one that did not beat for the whole timeout is reported.
 void ShmLink::heartbeats(Clock::time_point now) {
   for (std::size_t i = handshaking_.size(); i-- > 0;)
     if (now - handshaking_[i].since > kHandshakeWait) {
       report_dropped(cb_, "a shared-memory connection that sent no handshake for 2 s");
       handshaking_.erase(handshaking_.begin() + static_cast<std::ptrdiff_t>(i));
     }
-  for (auto& [id, c] : accepted_)
-    if (c->io) c->pair.out.control()->writer_beat.fetch_add(1, std::memory_order_relaxed);
   for (std::size_t p = 0; p < peers_.size(); ++p) {
     Conn* c = peers_[p].get();
     if (c == nullptr) continue;
@@ -490,6 +535,7 @@ void ShmLink::admit(std::size_t index) {
     auto c = std::make_unique<Conn>(std::move(p), options_, h.rank, false);
     c->id = ++next_id_;
     c->io = h.kind == "io";
+    if (c->io) beater_.add(c->id, &c->pair.out.control()->writer_beat);
     accepted_.emplace(c->id, std::move(c));
   } catch (const std::exception& e) {
     report_dropped(cb_, std::string("a shared-memory connection's handshake: ") + e.what());
@@ -651,6 +697,7 @@ void ShmLink::run() {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   for (Conn* c : all) c->pair.out.close();
+  beater_.stop();  // before the rings it beats on are unmapped
   accepted_.clear();
   peers_.clear();
   handshaking_.clear();

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -46,8 +47,11 @@ class ShmLink final : public Link {
     std::chrono::microseconds spin{20};
     // How long a channel's send waits for room in a full ring before it fails.
     std::chrono::milliseconds send_timeout{60000};
-    // A peer whose I/O thread has not beaten for this long is reported down (stopped or hung),
-    // and up again when it beats (ZeroMQ's heartbeat timeout is the same 10 s).
+    // A peer that has not beaten for this long is reported down (its process stopped, or too
+    // starved to run a thread once a second), and up again when it beats. The beat comes from
+    // a thread of the link's own that runs no user code (as ZeroMQ's heartbeats come from its
+    // I/O threads): a handler or continuation that holds the I/O thread for minutes does not
+    // make peers think the process dead. The timeout is ZeroMQ's heartbeat timeout, 10 s.
     std::chrono::milliseconds heartbeat_timeout{10000};
     std::function<void()> thread_init;  // runs first on the I/O thread
     int rank = -1;                      // this process's rank, told to the peers it connects to
@@ -77,7 +81,11 @@ class ShmLink final : public Link {
   bool send_reply(const Caller& to, Frames& frames) override;
   void watch_peer(int peer) override;
   void replace_peer(int peer, const std::string& endpoint) override;
-  std::unique_ptr<Channel> open_channel(int peer, const std::string& endpoint) override;
+  // Waits for the peer's listener to take the connection and its I/O thread to answer until
+  // `deadline` (a busy peer: the call's own deadline); a listener that is not there at all is
+  // waited for 2 s at most (the process is gone). TimeoutError at the deadline.
+  std::unique_ptr<Channel> open_channel(int peer, const std::string& endpoint, Clock::time_point deadline,
+                                        const std::function<bool()>& abandon) override;
 
   // The socket path in an endpoint ("shm:///tmp/x" -> "/tmp/x"); ConfigError for another scheme.
   static std::string path_of(const std::string& endpoint);
@@ -108,8 +116,27 @@ class ShmLink final : public Link {
   Conn* connect_peer(int peer, std::string* error, bool* later = nullptr);
   void retry_connects(std::chrono::steady_clock::time_point now);
 
+  // Raises the beat word of every accepted I/O-thread connection once a second, on a thread of
+  // its own. add/remove on the I/O thread (remove before the connection's rings are unmapped);
+  // start and stop from the link's.
+  class Beater {
+   public:
+    void start();
+    void stop();  // idempotent; joins
+    void add(std::uint64_t id, std::atomic<std::uint64_t>* word);
+    void remove(std::uint64_t id);
+
+   private:
+    std::mutex mu_;
+    std::condition_variable cv_;
+    bool stopping_ = false;
+    std::unordered_map<std::uint64_t, std::atomic<std::uint64_t>*> words_;
+    std::thread thread_;
+  };
+
   Options options_;
   Events cb_;
+  Beater beater_;
   std::string path_;
   UnixSocket listener_;
   // Out of descriptors, this one is closed to accept (and close) a waiting connection with, so

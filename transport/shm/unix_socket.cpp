@@ -106,8 +106,10 @@ UnixSocket UnixSocket::listen(const std::string& path) {
   return s;
 }
 
-UnixSocket UnixSocket::connect(const std::string& path, Clock::time_point deadline) {
+UnixSocket UnixSocket::connect(const std::string& path, Clock::time_point deadline, Clock::time_point busy_deadline,
+                               const Abandon& abandon) {
   const sockaddr_un a = address(path);
+  if (busy_deadline == Clock::time_point::min()) busy_deadline = deadline;
   for (auto pause = std::chrono::microseconds(200);; pause = std::min(pause * 2, std::chrono::microseconds(20000))) {
     // Non-blocking: a listener whose backlog is full (its process stopped) answers EAGAIN
     // instead of holding this thread; the connection is made blocking again once it stands.
@@ -126,12 +128,13 @@ UnixSocket UnixSocket::connect(const std::string& path, Clock::time_point deadli
       return s;
     }
     if (errno != ENOENT && errno != ECONNREFUSED && errno != EAGAIN) fail("connect " + path);
-    if (Clock::now() >= deadline) {
+    if (Clock::now() >= (errno == EAGAIN ? busy_deadline : deadline)) {
       if (errno == EAGAIN)
         throw ListenerBusy("unix socket: the listener at " + path + " has a full backlog (its process is stopped, "
                            "or too busy to accept)");
       throw TimeoutError("unix socket: nobody listens at " + path + " (" + std::strerror(errno) + ")");
     }
+    if (abandon && abandon()) throw Abandoned("unix socket: connecting to " + path + " given up");
     std::this_thread::sleep_for(pause);
   }
 }
@@ -207,13 +210,15 @@ void UnixSocket::send(const std::string& bytes, const std::vector<int>& fds) {
   if (static_cast<std::size_t>(n) != bytes.size()) throw TransportError("unix socket: a handshake message was cut short");
 }
 
-std::string UnixSocket::receive(std::size_t max_bytes, std::vector<int>* fds, Clock::time_point deadline) {
+std::string UnixSocket::receive(std::size_t max_bytes, std::vector<int>* fds, Clock::time_point deadline,
+                                const Abandon& abandon) {
   for (;;) {
     pollfd p{fd_, POLLIN, 0};
-    const int r = ::poll(&p, 1, ms_until(deadline));
+    const int r = ::poll(&p, 1, abandon ? std::min(ms_until(deadline), 10) : ms_until(deadline));
     if (r < 0 && errno != EINTR) fail("poll");
     if (r > 0) break;
     if (Clock::now() >= deadline) throw TimeoutError("unix socket: no message from the peer before the deadline");
+    if (abandon && abandon()) throw Abandoned("unix socket: waiting for the peer's message given up");
   }
   std::string bytes(max_bytes, '\0');
   iovec iov{bytes.data(), bytes.size()};

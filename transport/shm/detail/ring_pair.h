@@ -38,12 +38,15 @@ struct Hello {
 using Deadline = std::chrono::steady_clock::time_point;
 
 // Connector, step 1: creates the rings, connects to path and sends the hello (with wake_fd
-// unless -1). Does not wait for the answer.
+// unless -1). Does not wait for the answer. Waits for a listener that is not there until
+// `deadline`, for one with a full backlog until `busy_deadline` (by default the same).
+// `abandon` (UnixSocket's) may give the wait up.
 RingPair open_ring_pair(const std::string& path, const Hello& hello, int wake_fd, const std::string& peer,
-                        Deadline deadline);
-// Connector, step 2: reads the answer (blocking until the deadline: TimeoutError); takes the
-// acceptor's eventfd into pair.peer_wake and points the rings at it.
-void finish_ring_pair(RingPair& pair, Deadline deadline);
+                        Deadline deadline, Deadline busy_deadline = Deadline::min(), const Abandon& abandon = {});
+// Connector, step 2: reads the answer (blocking until the deadline: TimeoutError; Abandoned when
+// `abandon` says so first); takes the acceptor's eventfd into pair.peer_wake and points the
+// rings at it.
+void finish_ring_pair(RingPair& pair, Deadline deadline, const Abandon& abandon = {});
 
 // Acceptor: reads the hello on a connection just accepted (blocking until the deadline) and
 // maps its rings. ProtocolError/TransportError (and every descriptor that came closed) when

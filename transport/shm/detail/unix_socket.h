@@ -6,6 +6,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,15 @@ struct ListenerBusy : TransportError {
 struct WrongListener : TransportError {
   using TransportError::TransportError;
 };
+
+// A wait given up because its caller's `abandon` said so (the caller knows why: the peer was
+// reported down, the process shuts down).
+struct Abandoned : TransportError {
+  using TransportError::TransportError;
+};
+
+// Asked between a wait's slices (every 10 ms at most): true gives the wait up (Abandoned).
+using Abandon = std::function<bool()>;
 
 // This process's descriptor limit (RLIMIT_NOFILE, soft) and how many it has open now.
 struct DescriptorBudget {
@@ -76,12 +86,14 @@ class UnixSocket {
   // Listens at `path` (a stale socket file there is replaced), mode 0600. TransportError naming
   // the path when it cannot (too long for sun_path: 107 bytes; no such directory).
   static UnixSocket listen(const std::string& path);
-  // Connects to a listener at path, retrying until the deadline while it is not there yet or
-  // its backlog is full. At the deadline: TimeoutError when nobody listens there (ENOENT,
-  // ECONNREFUSED), ListenerBusy when one does with a full backlog; OutOfDescriptors when this
-  // process has none left for the socket; WrongListener (closed at once, nothing sent) when the
-  // listener runs as another uid (SO_PEERCRED: the credentials it listened with).
-  static UnixSocket connect(const std::string& path, Clock::time_point deadline);
+  // Connects to a listener at path, retrying while it is not there yet (until `deadline`) or
+  // its backlog is full (until `busy_deadline`, by default the same). Then: TimeoutError when
+  // nobody listens there (ENOENT, ECONNREFUSED), ListenerBusy when one does with a full backlog;
+  // OutOfDescriptors when this process has none left for the socket; WrongListener (closed at
+  // once, nothing sent) when the listener runs as another uid (SO_PEERCRED: the credentials it
+  // listened with).
+  static UnixSocket connect(const std::string& path, Clock::time_point deadline,
+                            Clock::time_point busy_deadline = Clock::time_point::min(), const Abandon& abandon = {});
   // A connection from a process of our own user; an empty socket at the deadline. A connection
   // from another user is closed and refused (TransportError naming its uid); OutOfDescriptors
   // when none is left to accept it with.
@@ -95,8 +107,10 @@ class UnixSocket {
   // messages only (the handshake): sent whole or TransportError.
   void send(const std::string& bytes, const std::vector<int>& fds = {});
   // Receives one message of at most max_bytes and the descriptors sent with it (ours to close);
-  // TransportError on EOF ("closed") or error, TimeoutError at the deadline.
-  std::string receive(std::size_t max_bytes, std::vector<int>* fds, Clock::time_point deadline);
+  // TransportError on EOF ("closed") or error, TimeoutError at the deadline, Abandoned when
+  // `abandon` says so first.
+  std::string receive(std::size_t max_bytes, std::vector<int>* fds, Clock::time_point deadline,
+                      const Abandon& abandon = {});
   // Non-blocking: true when the peer closed its end or the connection failed.
   bool peer_closed() const;
 
