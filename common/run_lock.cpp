@@ -70,6 +70,31 @@ Holder read_holder(int fd) {
   return h;
 }
 
+// The lock file at path, opened without following a link, and only when it is a regular file
+// of this user: a link planted there (to a file the run would then truncate and write), a FIFO
+// or another user's file is refused, naming it. -1 (errno set) when there is none and flags do
+// not create it.
+int open_lock_file(const std::string& path, int flags) {
+  const int fd = ::open(path.c_str(), flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    if (errno == ELOOP)
+      throw OutputError("'" + path + "' is a symbolic link: refused (a run's lock file is a regular file it makes; "
+                        "remove the link, or choose another run.out_dir)");
+    return -1;
+  }
+  struct stat st{};
+  std::string wrong;
+  if (::fstat(fd, &st) != 0) wrong = std::string("cannot be examined (") + std::strerror(errno) + ")";
+  else if (!S_ISREG(st.st_mode)) wrong = "is not a regular file";
+  else if (st.st_uid != ::geteuid())
+    wrong = "belongs to uid " + std::to_string(st.st_uid) + ", not to this process's uid " + std::to_string(::geteuid());
+  if (!wrong.empty()) {
+    ::close(fd);
+    throw OutputError("'" + path + "' " + wrong + ": refused as a run's lock file (remove it, or choose another run.out_dir)");
+  }
+  return fd;
+}
+
 bool runs_here(long pid) { return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM); }
 
 // The refusal for a directory whose lock file (open as fd) a live run holds: who, since when,
@@ -116,7 +141,7 @@ RunLock::RunLock(const std::string& dir) {
   std::filesystem::create_directories(dir, ec);
   if (ec) throw OutputError("cannot create run.out_dir '" + dir + "': " + ec.message() + " (choose another run.out_dir)");
   const std::string path = (std::filesystem::path(dir) / kLockName).string();
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  const int fd = open_lock_file(path, O_RDWR | O_CREAT);
   if (fd < 0)
     throw OutputError("cannot open '" + path + "': " + std::strerror(errno) + " (choose a writable run.out_dir)");
   if (inherited(fd)) {  // the launcher that started this process holds it and made the directory this run's
@@ -177,7 +202,7 @@ void RunLock::check_before_start(const std::string& dir) {
 
 void RunLock::refuse_if_claimed(const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / kLockName).string();
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = open_lock_file(path, O_RDONLY);
   if (fd < 0) return;  // never claimed
   if (inherited(fd) || ::flock(fd, LOCK_SH | LOCK_NB) == 0) {  // ours, or nobody's
     ::close(fd);

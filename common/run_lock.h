@@ -1,7 +1,8 @@
 // A run's claim on its output directory, so that two runs never write into one (two
 // `make demo`s into runs/cartpole overwrote each other and both exited 0).
 //
-// The claim is flock(2) on OUT_DIR/.distrl-run.lock, held for the holder's life: the kernel
+// The claim is flock(2) on OUT_DIR/.distrl-run.lock (a regular file of this user: a symbolic
+// link, a FIFO or another user's file there is refused, never followed), held for the holder's life: the kernel
 // drops it when the holder exits however it exits, so the lock of a dead run is simply free
 // (taken over, nothing to clean). The file says who holds it (pid, host, tool, since when) for
 // the refusal's message; it stays behind, empty of meaning once unlocked.

@@ -115,7 +115,17 @@ std::vector<std::string> load_env_plugin(const std::string& path) {
   for (int i = 0; i < info->count; ++i) {
     const PluginEnv e = info->envs[i];
     if (e.name == nullptr || *e.name == '\0' || e.make == nullptr) refuse("an entry without a name or a factory");
-    names.emplace_back(e.name);
+    const std::string name = e.name;
+    // One name twice would leave the later entry silently in place of the earlier, and a
+    // gymnasium: name is always Gymnasium's (make_env): refused, naming the entry.
+    std::string wrong;
+    if (std::find(names.begin(), names.end(), name) != names.end()) wrong = "twice (entries of one name replace each other)";
+    else if (gymnasium_id(name)) wrong = "as a name, but names starting with 'gymnasium:' are Gymnasium's own environments";
+    if (!wrong.empty()) {
+      ::dlclose(handle);
+      throw ConfigError(what + " lists '" + name + "' " + wrong + ": give each of its environments a name of its own");
+    }
+    names.push_back(name);
   }
   // A name taken already (built in, or from another plugin) is refused: a plugin must not
   // replace an environment behind the user's back.

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <sstream>
 #include <thread>
@@ -115,12 +116,24 @@ std::string number(double v) {
   return buf;
 }
 
-// "DIM LOW... HIGH..." from words[at]; empty bounds when malformed.
-Space box(const std::vector<std::string>& w, std::size_t at) {
+// What a child may announce: sizes the policy and its batches can hold (an observation of 2^24
+// floats is 64 MiB per env step; a Discrete space of 2^30 actions an output layer of 2^30 rows).
+// Atari's 210x160x3 frames are 100,800 floats, CarRacing's 27,648.
+constexpr long kMaxObservationFloats = 1L << 20;
+constexpr long kMaxDiscreteActions = 1L << 16;
+constexpr long kMaxBoxActions = 1L << 12;
+
+// "DIM LOW... HIGH..." from words[at]; empty bounds when malformed. A dimension over max_dim is
+// refused naming the limit (what: "observation space", "action space").
+Space box(const std::vector<std::string>& w, std::size_t at, long max_dim, const std::string& what,
+          const std::function<void(const std::string&)>& fail) {
   Space s;
   s.kind = Space::Kind::Box;
   long dim = 0;
-  if (at >= w.size() || !parse_int(w[at], 1, 1 << 24, &dim) || w.size() != at + 1 + 2 * static_cast<std::size_t>(dim))
+  if (at < w.size() && parse_int(w[at], 1, 1L << 40, &dim) && dim > max_dim)
+    fail("an " + what + " of " + w[at] + " values, over the " + std::to_string(max_dim) +
+         " a policy here is built for");
+  if (at >= w.size() || !parse_int(w[at], 1, max_dim, &dim) || w.size() != at + 1 + 2 * static_cast<std::size_t>(dim))
     return s;
   std::vector<float> low(dim), high(dim);
   for (long i = 0; i < dim; ++i)
@@ -185,15 +198,19 @@ GymnasiumEnv::GymnasiumEnv(const std::string& id, double step_timeout_s, double 
     if (spec.size() != 3 || !parse_int(spec[1], 1, 1 << 30, &steps) || !parse_float(spec[2], &threshold_))
       fail("a malformed answer to make");
     max_steps_ = static_cast<int>(steps);
-    obs_space_ = box(receive("observation", step_timeout_s_), 1);
+    const auto refuse = [this](const std::string& what) { fail(what); };
+    obs_space_ = box(receive("observation", step_timeout_s_), 1, kMaxObservationFloats, "observation space", refuse);
     if (obs_space_.low.empty()) fail("a malformed observation space");
     const auto act = receive("action", step_timeout_s_);
     long n = 0;
-    if (act.size() == 3 && act[1] == "discrete" && parse_int(act[2], 1, 1 << 30, &n)) {
+    if (act.size() == 3 && act[1] == "discrete" && parse_int(act[2], 1, 1L << 40, &n)) {
+      if (n > kMaxDiscreteActions)
+        fail("a Discrete action space of " + act[2] + " actions, over the " + std::to_string(kMaxDiscreteActions) +
+             " a policy here is built for");
       act_space_.kind = Space::Kind::Discrete;
       act_space_.n = static_cast<int>(n);
     } else if (act.size() > 2 && act[1] == "box") {
-      act_space_ = box(act, 2);
+      act_space_ = box(act, 2, kMaxBoxActions, "action space", refuse);
     }
     if (act_space_.dim() <= 0 || (act_space_.kind == Space::Kind::Discrete && act_space_.n <= 0))
       fail("a malformed action space");

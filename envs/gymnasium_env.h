@@ -8,7 +8,8 @@
 // socket closes), its stdin and stdout one end of a socketpair, its stderr ours; it speaks one
 // line per request on that socket, and whatever else prints goes to stderr.
 // Observation spaces must be a Box (flattened), action spaces Discrete or a 1-D Box; anything
-// else is refused at construction naming the space. A seed given with seed() goes to the next
+// else is refused at construction naming the space, and so are sizes a policy cannot hold (over
+// 2^20 observation floats, 65,536 Discrete actions or 4,096 Box actions), naming the limit. A seed given with seed() goes to the next
 // reset(seed=...); later resets continue Gymnasium's generator, as Gymnasium's own loop does.
 // A terminal step at the time limit is `terminated` only, as in the native envs.
 //

@@ -15,7 +15,9 @@
 // target_link_libraries(my_env PRIVATE distrl::env_headers). The loader (envs::load_env_plugin)
 // refuses, naming the fix, a library built against other envs headers (kEnvAbi) or another C++
 // ABI (GCC's __GXX_ABI_VERSION, libstdc++'s _GLIBCXX_USE_CXX11_ABI): the Env objects cross the
-// boundary as C++ objects, so both sides must agree on their layout.
+// boundary as C++ objects, so both sides must agree on their layout. It also refuses a name that is
+// taken (built in, or another plugin's), listed twice, or starts with `gymnasium:` (those are
+// always Gymnasium's own environments).
 //
 // Lifetime: a plugin stays loaded for the process's life. Its factories run on whatever thread
 // makes an env (the agent's main thread, an observer's handler threads).

@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
@@ -130,6 +133,48 @@ TEST(RunDirTest, AResumeChecksTheCheckpointsRunAndWorkload) {
   distrl::check_resume(empty.path(), "ck.pt", id, "rl");
   { distrl::RunLock claim(empty.path()); }
   EXPECT_EQ(distrl::read_run_identity(empty.path())->run, id);
+}
+
+// Issue 45, item 8: the lock file was opened following links, so a link planted at
+// OUT_DIR/.distrl-run.lock made the run truncate and write the file it points to. A link, a FIFO
+// and (as root) another user's file are refused, naming the path; the link's target is untouched.
+TEST(RunDirTest, ALockFileThatIsALinkAFifoOrAnotherUsersIsRefused) {
+  ThisRunReset reset;
+  TempDir dir, elsewhere;
+  const std::string target = elsewhere.file("precious.txt");
+  touch(target, "keep me");
+  fs::create_symlink(target, dir.file(".distrl-run.lock"));
+  const auto output_error = [](auto f) -> std::string {
+    try {
+      f();
+    } catch (const distrl::OutputError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  std::string why = output_error([&] { distrl::RunLock claim(dir.path()); });
+  EXPECT_NE(why.find("is a symbolic link"), std::string::npos) << why;
+  EXPECT_NE(why.find(dir.file(".distrl-run.lock")), std::string::npos) << why;
+  why = output_error([&] { distrl::RunLock::refuse_if_claimed(dir.path()); });
+  EXPECT_NE(why.find("is a symbolic link"), std::string::npos) << why;
+  EXPECT_EQ(read(target), "keep me");
+
+  TempDir fifo_dir;
+  ASSERT_EQ(::mkfifo(fifo_dir.file(".distrl-run.lock").c_str(), 0600), 0);
+  why = output_error([&] { distrl::RunLock claim(fifo_dir.path()); });
+  EXPECT_NE(why.find("is not a regular file"), std::string::npos) << why;
+
+  if (::geteuid() == 0) {  // only root can make a file another user's
+    TempDir theirs;
+    touch(theirs.file(".distrl-run.lock"), "");
+    ASSERT_EQ(::chown(theirs.file(".distrl-run.lock").c_str(), 65534, 65534), 0);
+    why = output_error([&] { distrl::RunLock claim(theirs.path()); });
+    EXPECT_NE(why.find("belongs to uid 65534"), std::string::npos) << why;
+  }
+  // A regular file of ours (an earlier run's) is the lock, as before.
+  TempDir ours;
+  touch(ours.file(".distrl-run.lock"), "pid=1 host=h tool=t since=s\n");
+  EXPECT_NO_THROW({ distrl::RunLock claim(ours.path()); });
 }
 
 TEST(CsvFileTest, AResumeDropsTheRowsPastItsCheckpointAndRefusesAnotherHeader) {

@@ -1,6 +1,7 @@
 // CartPole-v1 against Gym's equations, seeding, the episode boundaries, VecEnv, the registry.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -189,6 +190,28 @@ TEST(EnvRegistryTest, UnknownNameListsTheKnownOnes) {
   } catch (const EnvError& e) {
     EXPECT_NE(std::string(e.what()).find("CartPole-v1"), std::string::npos) << e.what();
   }
+}
+
+// Issue 45, item 8: a plugin that lists one name twice (the later entry silently replaced the
+// earlier) or a "gymnasium:" name (never reachable: make_env gives those to Gymnasium) is
+// refused, naming the entry; nothing of it is registered.
+TEST(EnvRegistryTest, APluginWithANameTwiceOrAGymnasiumNameIsRefused) {
+  const auto refusal = [](const std::string& path) -> std::string {
+    try {
+      load_env_plugin(path);
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const std::string twice = refusal(DISTRL_DUPLICATE_NAME_PLUGIN);
+  EXPECT_NE(twice.find("lists 'Twice-v0' twice"), std::string::npos) << twice;
+  const std::string gym = refusal(DISTRL_GYMNASIUM_NAME_PLUGIN);
+  EXPECT_NE(gym.find("lists 'gymnasium:Mine-v0' as a name, but names starting with 'gymnasium:' are Gymnasium's"),
+            std::string::npos)
+      << gym;
+  const auto names = env_names();
+  for (const char* n : {"Twice-v0", "Once-v0"}) EXPECT_EQ(std::find(names.begin(), names.end(), n), names.end()) << n;
 }
 
 }  // namespace
