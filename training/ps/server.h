@@ -33,7 +33,12 @@
 // is answered as dropped there. Across a restart of the leader the rounds are its
 // restored process's: one that mixes the retries of trainers it had not answered before it
 // died with the others' next pushes is applied by the followers as decided (the rollback's
-// loss of exactness; a follower then counts one round more than the trainers made).
+// loss of exactness; a follower then counts one round more than the trainers made). Such a
+// round's mean is over all the pushes the decision names, also on a follower that applied some
+// of them already (before the leader's restart; they count as zero there, not twice): each new
+// push then has the weight the leader gave it on every shard (1/pushes), so one trainer's
+// gradient moves all its parameters alike. Dividing by only the pushes applied would give a
+// new push a larger step on that follower's parameters than on the leader's.
 //
 // Thread-safety: every method may be called from any thread (the RPC handler pool); one lock
 // guards the shard. A timer thread (`ps-timer`, from construction to stop()) closes sync rounds

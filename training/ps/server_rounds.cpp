@@ -296,6 +296,8 @@ bool ShardServer::follow_one_locked(const Decision& d, bool overdue, Outcome& ou
   std::sort(found.begin(), found.end());
   for (auto i = found.rbegin(); i != found.rend(); ++i) held_.erase(held_.begin() + static_cast<std::ptrdiff_t>(*i));
   for (const auto& h : pushes) accumulate_locked(h.ups);
+  // Over all the pushes named, those final here (applied before a leader's restart) counting as
+  // zero: each push's weight is the leader's on every shard (server.h).
   apply_round_locked(d.pushes.size(), static_cast<Close>(d.kind));
   answer_round_locked(pushes, out);
   return true;

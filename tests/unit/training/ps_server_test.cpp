@@ -649,6 +649,31 @@ TEST(PsExactlyOnceTest, AFollowerThatMissedDecisionsCatchesUpFromTheLeader) {
   EXPECT_EQ(value_of(follower, "b").item<float>(), value_of(leader, "a").item<float>());
 }
 
+// Issue 45, item 8: a restored leader's round mixes a push the follower applied before the
+// restart (in the earlier leader's round 1) with a new one. The follower applies only the new
+// push, scaled as the leader scales it (by the 2 pushes its decision names), not by the 1 it
+// applies: the new gradient's step is the same on both shards (server.h says why).
+TEST(PsExactlyOnceTest, AFollowerReplayingAMixedRoundScalesANewPushAsTheLeaderDoes) {
+  ServerOptions o = plain_sgd(Mode::Sync, 1.0);
+  ShardServer follower(1, 2, 2, 2, o);
+  follower.declare(dense("b", torch::zeros({1})));
+  PushRequest p0 = push_of(0, 0, "b", torch::full({1}, 2.0f));
+  auto f0 = follower.push(p0);
+  follower.decide(Decision{1, 1, 1, Decision::Quorum, {p0.id}});  // leader process 1, round 1: p0 alone
+  ASSERT_TRUE(f0.wait_for(5s));
+  EXPECT_EQ(value_of(follower, "b").item<float>(), -2.0f);
+  // Leader process 2, restored from before its round 1: p0 (retried there) and p1 in its round 1.
+  PushRequest p1 = push_of(1, 0, "b", torch::full({1}, 4.0f));
+  auto f1 = follower.push(p1);
+  follower.decide(Decision{2, 1, 1, Decision::Quorum, {p0.id, p1.id}});
+  ASSERT_TRUE(f1.wait_for(5s));
+  EXPECT_FALSE(f1.value().dropped);
+  // p0 not applied again; p1 at the leader's weight, 4 / 2 (the leader: (2 + 4) / 2 = 3 from its
+  // restored value). Scaled by the pushes applied here it would be 4 / 1.
+  EXPECT_EQ(value_of(follower, "b").item<float>(), -4.0f);
+  EXPECT_EQ(follower.stats().rounds, 2);
+}
+
 // A decided push that counted as zero on a follower (its trainer was gone there) and arrives
 // after all is answered at once as dropped, not held for a decision that will never come; a
 // trainer's pushes waiting on a shard are bounded.
