@@ -581,6 +581,55 @@ TEST(UnknownObjectsTest, AMembersCallsWaitingForCreationsAreBoundedInBytesAndNam
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
 
+// Issue 45, item 6: a member that sends requests over shared memory and never reads its reply
+// ring. Each reply (1 MiB) that did not fit waited in rank 0's queue for that connection, bounded
+// only at 65,536 messages: 200 requests held 200 MiB there (a 64 KiB reply: 4 GiB at the bound).
+// Now the queue is bounded at 128 MiB too: the rest are refused and counted as dropped (the
+// peer named in the log), and rank 0 goes on serving.
+TEST(ShmRingInputTest, AReaderThatNeverReadsItsRepliesIsBoundedInBytes) {
+  const char* forced = std::getenv("DISTRL_TRANSPORT");
+  if (forced != nullptr && std::string(forced) != "auto" && std::string(forced) != "shm")
+    GTEST_SKIP() << "needs the shared-memory link (DISTRL_TRANSPORT=" << forced << ")";
+  namespace d = distrl::transport::detail;
+  TempDir dir;
+  auto codes = run_ranks(2, [&](int rank) {
+    RpcAgent agent(rpc_options(dir, rank, 2), [](RpcAgent& a) {
+      a.register_function("add", [](int x, int y) { return x + y; });
+      a.register_function("blob", [](int) { return std::string(1 << 20, 'b'); });
+      a.register_function("stats", [&a]() { return a.stats(); });
+    });
+    if (rank == 0) {
+      agent.shutdown();  // serves until rank 1 is done
+      return 0;
+    }
+    const std::string path = agent.worker(0).endpoint.substr(6);
+    const auto before = agent.rpc_sync<RpcStats>(0, "stats");
+    d::Hello h;
+    h.capacity = 4096;
+    h.kind = "channel";
+    h.rank = -1;
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    d::RingPair p = d::open_ring_pair(path, h, -1, "rank 0", deadline);
+    d::finish_ring_pair(p, deadline);
+    d::MessageWriter writer;
+    d::Spinner spinner(std::chrono::microseconds(20));
+    for (std::uint64_t i = 1; i <= 200; ++i)
+      writer.write(p.out, request(i, "blob", 0), std::chrono::steady_clock::now() + 5s, spinner);
+    // About 127 replies wait (128 MiB), one is being written; the rest are refused.
+    const bool refused = distrl::testing::wait_until(
+        [&] { return agent.rpc_sync<RpcStats>(0, "stats").dropped_messages >= before.dropped_messages + 60; }, 20s);
+    const auto after = agent.rpc_sync<RpcStats>(0, "stats");
+    std::cout << after.dropped_messages - before.dropped_messages << " of 200 replies refused" << std::endl;
+    expect(refused, "replies to a reader that never reads were all kept (" +
+                        std::to_string(after.dropped_messages - before.dropped_messages) + " refused)");
+    expect(after.dropped_messages - before.dropped_messages <= 80, "more refused than the bound says");
+    expect(agent.rpc_sync<int>(0, "add", 2, 3) == 5, "rank 0 still serves");
+    agent.shutdown();
+    return 0;
+  }, 60s);
+  EXPECT_EQ(codes, (std::vector<int>{0, 0}));
+}
+
 // The shared-memory link's rings are untrusted input like a socket: a member process that
 // writes garbage into its ring, moves its index past the ring, or dies mid-message loses that
 // connection (dropped and counted, the peer named in the log), and the agent goes on serving

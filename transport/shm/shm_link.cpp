@@ -22,7 +22,22 @@ using Clock = std::chrono::steady_clock;
 OwnedFd reserve_descriptor() { return OwnedFd(::open("/dev/null", O_RDONLY | O_CLOEXEC)); }
 
 constexpr int kDrainCap = 256;                  // messages per connection per round
-constexpr std::size_t kMaxQueued = 1u << 16;    // messages waiting for room, per connection
+// What may wait for room behind a connection's writer (or for a peer's connection): 65,536
+// messages and 128 MiB, whichever comes first (ZeroMQ's high-water mark here is 100,000
+// messages). A message is always taken when nothing waits, however big: the bound refuses a
+// flood (a peer that never reads its replies), never one large tensor.
+constexpr std::size_t kMaxQueued = 1u << 16;
+constexpr std::size_t kMaxQueuedBytes = 128u << 20;
+
+bool queue_full(std::size_t messages, std::size_t bytes, std::size_t more) {
+  return messages > 0 && (messages >= kMaxQueued || bytes + more > kMaxQueuedBytes);
+}
+
+std::string queue_full_message(std::size_t messages, std::size_t bytes) {
+  return "its send queue is full (" + std::to_string(messages) + " messages, " + std::to_string(bytes >> 20) +
+         " MiB waiting; the bound is " + std::to_string(kMaxQueued) + " messages or " +
+         std::to_string(kMaxQueuedBytes >> 20) + " MiB): it does not read what it is sent";
+}
 constexpr auto kHandshakeWait = std::chrono::milliseconds(2000);
 constexpr auto kSocketCheck = std::chrono::milliseconds(1);  // deaths and connections, while busy
 // Connections accepted at once (handshakes included): what a peer can make this process hold
@@ -107,6 +122,8 @@ struct ShmLink::Conn {
   MessageDecoder decoder;
   MessageWriter writer;
   std::deque<Frames> waiting;  // behind the message writer
+  std::size_t waiting_bytes = 0;
+  std::uint64_t refused = 0;   // messages refused by the queue's bound
   int rank;                    // outgoing: the peer; accepted: the caller's rank (-1: not a member)
   bool outgoing;
   bool answered = true;        // outgoing: the acceptor's answer read
@@ -251,6 +268,7 @@ ShmLink::Conn* ShmLink::connect_peer(int peer, std::string* error, bool* later) 
   u.backoff = std::chrono::milliseconds(0);
   u.watch = false;
   Conn* c = peers_[peer].get();
+  u.bytes = 0;
   for (; !u.frames.empty(); u.frames.pop_front()) {  // what waited for this connection goes first, in order
     try {
       queue(*c, u.frames.front());
@@ -281,8 +299,16 @@ bool ShmLink::queue(Conn& c, Frames& frames) {
     c.writer.start(std::move(frames));
     pump(c);
   } else {
-    if (c.waiting.size() >= kMaxQueued) return false;
+    if (queue_full(c.waiting.size(), c.waiting_bytes, bytes)) {
+      if (++c.refused == 1 || c.refused % 1000 == 0)
+        DISTRL_LOG(Warn, "shared memory: " << (c.outgoing ? "a request to " : "a reply to ")
+                                           << (c.rank >= 0 ? "rank " + std::to_string(c.rank) : "a non-member")
+                                           << " refused (" << c.refused << " so far): "
+                                           << queue_full_message(c.waiting.size(), c.waiting_bytes));
+      return false;
+    }
     c.waiting.push_back(std::move(frames));
+    c.waiting_bytes += bytes;
   }
   bytes_sent_.fetch_add(bytes, std::memory_order_relaxed);
   return true;
@@ -292,6 +318,7 @@ bool ShmLink::pump(Conn& c) {
   bool moved = false;
   while (!c.writer.idle() || !c.waiting.empty()) {
     if (c.writer.idle()) {
+      c.waiting_bytes -= frames_bytes(c.waiting.front());
       c.writer.start(std::move(c.waiting.front()));
       c.waiting.pop_front();
     }
@@ -306,18 +333,21 @@ bool ShmLink::send_to_peer(int peer, Frames& frames, std::string* error) {
   bool later = false;
   Conn* c = connect_peer(peer, error, &later);
   if (c == nullptr && later) {  // waits for a connection (retry_connects), or its call's deadline
-    if (unsent_[peer].frames.size() >= kMaxQueued) {
-      *error = "send queue full (" + *error + ")";
+    Unsent& u = unsent_[peer];
+    const std::size_t bytes = frames_bytes(frames);
+    if (queue_full(u.frames.size(), u.bytes, bytes)) {
+      *error = "rank " + std::to_string(peer) + ": " + queue_full_message(u.frames.size(), u.bytes) + " (" + *error + ")";
       return false;
     }
-    unsent_[peer].frames.push_back(std::move(frames));
+    u.frames.push_back(std::move(frames));
+    u.bytes += bytes;
     any_unsent_ = true;
     return true;
   }
   if (c == nullptr) return false;
   try {
     if (queue(*c, frames)) return true;
-    *error = "send queue full (peer not reading?)";
+    *error = "rank " + std::to_string(peer) + ": " + queue_full_message(c->waiting.size(), c->waiting_bytes);
   } catch (const std::exception& e) {
     *error = e.what();
   }

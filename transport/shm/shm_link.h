@@ -154,6 +154,7 @@ class ShmLink final : public Link {
   // death (the listener gone, EOF on an established connection, the heartbeat) loses the peer.
   struct Unsent {
     std::deque<Frames> frames;
+    std::size_t bytes = 0;  // of frames (bounded as a connection's queue)
     bool watch = false;  // watch_peer asked for the connection (nothing to send): retried too
     std::chrono::steady_clock::time_point retry_at{};
     std::chrono::milliseconds backoff{0};
