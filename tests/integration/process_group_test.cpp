@@ -440,6 +440,35 @@ TEST(ProcessGroupTest, DeadRankIsNamedAndNobodyHangs) {
   }
 }
 
+// Issue 45, item 7: rank 3 of 4 dies while ranks 1 and 2 wait in a barrier and rank 0 is busy
+// elsewhere (14 s outside any collective). In shared memory the members watched only rank 0's
+// socket, so ranks 1 and 2 learned of the death only when rank 0 reached the barrier (14 s).
+// Now every rank learns of any rank's death within the heartbeat bound (10 s), naming it.
+TEST(ProcessGroupTest, EveryRankLearnsOfAnyRanksDeathWhileRankZeroIsBusy) {
+  TempDir dir;
+  auto codes = run_ranks(4, [&](int rank) {
+    auto pg = join(dir, rank, 4, std::chrono::seconds(60));
+    pg->barrier();  // every connection made
+    if (rank == 3) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      ::raise(SIGKILL);
+    }
+    if (rank == 0) std::this_thread::sleep_for(std::chrono::seconds(14));  // busy, in no collective
+    const auto start = Clock::now();
+    try {
+      pg->barrier();
+      return 3;
+    } catch (const distrl::TransportError& e) {
+      const double took = std::chrono::duration<double>(Clock::now() - start).count();
+      std::cout << "rank " << rank << " learned of it after " << took << " s: " << e.what() << std::endl;
+      expect(std::string(e.what()).find("rank 3") != std::string::npos, e.what());
+      if (rank != 0) expect(took < 12, "rank " + std::to_string(rank) + " waited " + std::to_string(took) + " s");
+    }
+    return 0;
+  }, std::chrono::seconds(90));
+  EXPECT_EQ(codes, (std::vector<int>{0, 0, 0, 128 + SIGKILL}));
+}
+
 TEST(ProcessGroupTest, SilentRankTimesOutNamingIt) {
   TempDir dir;
   auto codes = run_ranks(2, [&](int rank) {

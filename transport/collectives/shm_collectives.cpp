@@ -1,16 +1,21 @@
 #include "transport/collectives/detail/shm_collectives.h"
 
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include <c10/core/ScalarType.h>
 
 #include "common/stop_signal.h"
 #include "common/log.h"
+#include "common/thread_name.h"
 #include "transport/collectives/detail/reduce_ops.h"
 #include "transport/detail/endpoints.h"
 #include "transport/shm/detail/futex.h"
@@ -118,7 +123,64 @@ struct ShmCollectives::Impl {
   std::size_t esize = 1;
   ReduceOp op = ReduceOp::Sum;
 
+  // Rank 0, once every member is admitted: a thread that watches the members' sockets, so that a
+  // member's death aborts the group at once, naming it, whether or not rank 0 is in a
+  // collective (the members watch only rank 0's socket). Stopped (and joined) by stop_watching.
+  std::thread watcher;
+  OwnedFd watcher_stop;  // an eventfd: written to stop the watcher
+
   Control& ctl() const { return *static_cast<Control*>(seg.data()); }
+
+  // Marks the group aborted (the first reason wins) and wakes every waiter.
+  void abort(AbortType type, int from, const std::string& reason) {
+    Control& c = ctl();
+    std::uint32_t expected = 0;
+    if (c.claim.compare_exchange_strong(expected, 1)) {
+      c.abort_from = from;
+      c.abort_type = static_cast<std::uint32_t>(type);
+      const std::size_t n = std::min(reason.size(), sizeof c.reason - 1);
+      std::memcpy(c.reason, reason.data(), n);
+      c.reason[n] = '\0';
+      c.aborted.store(1, std::memory_order_release);
+    }
+    c.bell.ring();
+  }
+
+  static std::string gone(int i) {
+    return "rank " + std::to_string(i) +
+           " is gone (its shared-memory connection closed: the process exited, crashed or destroyed the group)";
+  }
+
+  void watch_members() {
+    watcher_stop = OwnedFd(::eventfd(0, EFD_CLOEXEC));
+    if (watcher_stop.get() < 0) return;  // no thread: rank 0's own waits still see deaths
+    watcher = std::thread([this] {
+      name_this_thread("distrl-pg-watch");
+      std::vector<pollfd> fds{{watcher_stop.get(), POLLIN, 0}};
+      std::vector<int> ranks{-1};
+      for (int i = 1; i < world; ++i) {
+        fds.push_back({peers[static_cast<std::size_t>(i)].fd(), POLLRDHUP, 0});
+        ranks.push_back(i);
+      }
+      while (fds.size() > 1) {
+        if (::poll(fds.data(), fds.size(), -1) < 0 && errno != EINTR) return;
+        if (fds[0].revents != 0) return;
+        for (std::size_t k = fds.size(); k-- > 1;) {
+          if ((fds[k].revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0) continue;
+          abort(AbortType::Transport, 0, gone(ranks[k]));
+          fds.erase(fds.begin() + static_cast<std::ptrdiff_t>(k));
+          ranks.erase(ranks.begin() + static_cast<std::ptrdiff_t>(k));
+        }
+      }
+    });
+  }
+
+  void stop_watching() {
+    if (!watcher.joinable()) return;
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const auto n = ::write(watcher_stop.get(), &one, sizeof one);  // an eventfd: never short
+    watcher.join();
+  }
   RankBlock& block(int i) const {
     return reinterpret_cast<RankBlock*>(static_cast<char*>(seg.data()) + blocks_off)[i];
   }
@@ -172,9 +234,7 @@ struct ShmCollectives::Impl {
     for (int i : missing()) {
       const std::size_t at = rank == 0 ? static_cast<std::size_t>(i) : 0;
       if ((rank == 0 || i == 0) && at < peers.size() && peers[at] && peers[at].peer_closed())
-        throw TransportError(what + ": rank " + std::to_string(i) +
-                             " is gone (its shared-memory connection closed: the process exited, crashed or "
-                             "destroyed the group)");
+        throw TransportError(what + ": " + gone(i));
     }
   }
 
@@ -303,6 +363,7 @@ void ShmCollectives::Impl::scatter_pieces(char* out, const std::vector<at::Tenso
 ShmCollectives::ShmCollectives(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 ShmCollectives::~ShmCollectives() {
+  if (impl_) impl_->stop_watching();
   if (impl_ && !impl_->path.empty()) {
     ::unlink(impl_->path.c_str());
     forget_on_fatal_signal(impl_->path.c_str());
@@ -368,6 +429,7 @@ void ShmCollectives::admit_members(Clock::time_point deadline) {
   ::unlink(m.path.c_str());
   forget_on_fatal_signal(m.path.c_str());
   m.path.clear();
+  m.watch_members();
 }
 
 std::unique_ptr<ShmCollectives> ShmCollectives::join(const std::string& address, int rank, int world,
@@ -395,19 +457,10 @@ std::unique_ptr<ShmCollectives> ShmCollectives::join(const std::string& address,
 }
 
 void ShmCollectives::abort(const std::string& type, const std::string& reason) {
-  Control& c = impl_->ctl();
-  std::uint32_t expected = 0;
-  if (c.claim.compare_exchange_strong(expected, 1)) {
-    c.abort_from = impl_->rank;
-    c.abort_type = static_cast<std::uint32_t>(type == "MismatchError"  ? AbortType::Mismatch
-                                              : type == "TimeoutError" ? AbortType::Timeout
-                                                                       : AbortType::Transport);
-    const std::size_t n = std::min(reason.size(), sizeof c.reason - 1);
-    std::memcpy(c.reason, reason.data(), n);
-    c.reason[n] = '\0';
-    c.aborted.store(1, std::memory_order_release);
-  }
-  c.bell.ring();
+  impl_->abort(type == "MismatchError"  ? AbortType::Mismatch
+               : type == "TimeoutError" ? AbortType::Timeout
+                                        : AbortType::Transport,
+               impl_->rank, reason);
 }
 
 void ShmCollectives::run(ProcessGroup::Call& call, std::uint64_t seq, Clock::time_point deadline,

@@ -25,8 +25,10 @@
 // Failure: a rank that fails (timeout, mismatch, abort()) marks the segment aborted with its
 // reason and wakes everyone; the others raise the error naming it. A rank's death is seen on
 // the Unix sockets (rank 0 holds one to each member, each member one to rank 0): the kernel
-// closes a dead process's end, and a waiter that finds a missing rank's socket closed marks
-// the group aborted naming it. The segment is untrusted input like a socket: sizes and offsets
+// closes a dead process's end. Rank 0 watches its members' sockets from a thread of its own
+// ("distrl-pg-watch", from admit_members to destruction), which marks the group aborted naming
+// a member as soon as it dies, whether or not rank 0 is in a collective; a member waiting for
+// rank 0 that finds rank 0's socket closed marks it so itself. The segment is untrusted input like a socket: sizes and offsets
 // come from this process's own options, never from the shared words; what a peer writes there
 // can only make a collective compute garbage or fail, never make this process crash or hang
 // past its deadline.
