@@ -3,7 +3,9 @@
 // replies as frames, reads replies, and reports a peer's connection lost and back. A Channel
 // is a connection of one calling thread's own (the sync fast path). Frames are opaque here:
 // call ids, deadlines, dead-peer errors, rejoin, decoder limits and hooks live above, in RPC.
-// ZeroMQ (detail/io_loop.h) is today's only implementation. Private to transport/.
+// Two links implement it: ZeroMQ (detail/io_loop.h) and shared memory (shm/shm_link.h); both
+// pass the same contract suite (tests/integration/link_contract_test.cpp), which a new link
+// joins by adding its name there. Private to transport/.
 #pragma once
 
 #include <chrono>

@@ -300,7 +300,8 @@ bool ShmLink::queue(Conn& c, Frames& frames) {
     pump(c);
   } else {
     if (queue_full(c.waiting.size(), c.waiting_bytes, bytes)) {
-      if (++c.refused == 1 || c.refused % 1000 == 0)
+      ++c.refused;
+      if ((c.refused & (c.refused - 1)) == 0)  // the 1st, 2nd, 4th, 8th ... logged
         DISTRL_LOG(Warn, "shared memory: " << (c.outgoing ? "a request to " : "a reply to ")
                                            << (c.rank >= 0 ? "rank " + std::to_string(c.rank) : "a non-member")
                                            << " refused (" << c.refused << " so far): "
