@@ -581,15 +581,21 @@ TEST(UnknownObjectsTest, AMembersCallsWaitingForCreationsAreBoundedInBytesAndNam
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
 
+// Why this run cannot use the shared-memory link ("" when it can): DISTRL_TRANSPORT names another.
+std::string not_shm() {
+  const char* forced = std::getenv("DISTRL_TRANSPORT");
+  if (forced != nullptr && std::string(forced) != "auto" && std::string(forced) != "shm")
+    return std::string("needs the shared-memory link (DISTRL_TRANSPORT=") + forced + ")";
+  return "";
+}
+
 // Issue 45, item 6: a member that sends requests over shared memory and never reads its reply
 // ring. Each reply (1 MiB) that did not fit waited in rank 0's queue for that connection, bounded
 // only at 65,536 messages: 200 requests held 200 MiB there (a 64 KiB reply: 4 GiB at the bound).
 // Now the queue is bounded at 128 MiB too: the rest are refused and counted as dropped (the
 // peer named in the log), and rank 0 goes on serving.
 TEST(ShmRingInputTest, AReaderThatNeverReadsItsRepliesIsBoundedInBytes) {
-  const char* forced = std::getenv("DISTRL_TRANSPORT");
-  if (forced != nullptr && std::string(forced) != "auto" && std::string(forced) != "shm")
-    GTEST_SKIP() << "needs the shared-memory link (DISTRL_TRANSPORT=" << forced << ")";
+  if (const std::string why = not_shm(); !why.empty()) GTEST_SKIP() << why;
   namespace d = distrl::transport::detail;
   TempDir dir;
   auto codes = run_ranks(2, [&](int rank) {
@@ -635,9 +641,7 @@ TEST(ShmRingInputTest, AReaderThatNeverReadsItsRepliesIsBoundedInBytes) {
 // connection (dropped and counted, the peer named in the log), and the agent goes on serving
 // everyone else -- including the same process on a new connection.
 TEST(ShmRingInputTest, GarbageAnImpossibleIndexAndATruncatedMessageDropOnlyThatConnection) {
-  const char* forced = std::getenv("DISTRL_TRANSPORT");
-  if (forced != nullptr && std::string(forced) != "auto" && std::string(forced) != "shm")
-    GTEST_SKIP() << "needs the shared-memory link (DISTRL_TRANSPORT=" << forced << ")";
+  if (const std::string why = not_shm(); !why.empty()) GTEST_SKIP() << why;
   namespace d = distrl::transport::detail;
   TempDir dir;
   auto codes = run_ranks(2, [&](int rank) {
