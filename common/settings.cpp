@@ -536,6 +536,12 @@ void Settings::apply_overrides(const std::vector<std::string>& given) {
   }
 }
 
+std::vector<std::string> Settings::keys() const {
+  std::vector<std::string> out;
+  for (const auto& f : fields_) out.push_back(f->key_);
+  return out;
+}
+
 std::string Settings::describe(const std::vector<std::string>& prefixes) const {
   const auto shown = [&](const Field& f) {
     if (prefixes.empty()) return true;

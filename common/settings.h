@@ -88,6 +88,8 @@ class Settings {
   // Every key (or those starting with one of `prefixes`) with its current value, type, origin
   // and help (for --help and logs).
   std::string describe(const std::vector<std::string>& prefixes = {}) const;
+  // Every bound key, in the order bound (what docs/ must describe: workload_test.cpp).
+  std::vector<std::string> keys() const;
   // The effective configuration as YAML (written next to run outputs).
   std::string to_yaml() const;
 

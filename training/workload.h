@@ -1,8 +1,11 @@
 // The workload registry: every training workload a config file can name (`workload: X`), with
 // the tool that runs its ranks, how its roles make the world, its keys (bind + validate) and
-// its run. distrl-launch, --check-config and the tools' mains ask it; nothing else switches on
-// a workload's name. Each mode's folder gives its entries (make_workload); workloads() lists
-// them all.
+// its run. --check-config and the tools' mains ask it. distrl-launch, which must not link this
+// library (LibTorch), reads each workload's tool from workload_names.h, a second list of the
+// names that a test keeps equal to this one (workload_test.cpp), and the world's size from the
+// tool's --check-config line; RL (no `workload` key) is not in the registry yet
+// (tools/config_launch.cpp starts its agent, observers and learner). Each mode's folder gives
+// its entries (make_workload); workloads() lists them all.
 #pragma once
 
 #include <functional>

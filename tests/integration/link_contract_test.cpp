@@ -262,11 +262,14 @@ TEST_P(LinkContract, APeerKilledMidMessageIsReportedDownAndNoPartOfItIsDelivered
       expect(end.send(0, frames_of({"hello"})) && end.next_reply(20s).has_value(), "a first round trip");
       expect(distrl::testing::wait_for_file(dir.file("watching"), 20s), "rank 0 never watched");
       auto big = std::make_shared<Frames>(frames_of({pattern(kBig, 5)}));
+      const std::uint64_t before = end.link().bytes_sent();
       end.link().post([&end, big] {
         std::string err;
         end.link().send_to_peer(0, *big, &err);
       });
-      std::this_thread::sleep_for(3ms);  // part of it written
+      // Taken by the link (shared memory: its first part in the ring), then part of it written.
+      expect(distrl::testing::wait_until([&] { return end.link().bytes_sent() >= before + kBig; }, 20s), "never sent");
+      std::this_thread::sleep_for(3ms);
       ::raise(SIGKILL);
     }
     // Connected to rank 1 (its death is watched) before it sends.
@@ -291,13 +294,15 @@ TEST_P(LinkContract, AStoppedPeerIsReportedDownWithinTheHeartbeatBoundAndUpOnceI
   auto codes = run_ranks(2, [&](int rank) {
     End end(kind, dir, rank);
     if (rank == 1) {
-      std::ofstream(dir.file("pid")) << ::getpid();
+      std::ofstream(dir.file("pid.tmp")) << ::getpid();
+      std::rename(dir.file("pid.tmp").c_str(), dir.file("pid").c_str());  // whole when it appears
       return serve_until_done(end, dir, 60s);
     }
     expect(distrl::testing::wait_for_file(dir.file("pid"), 10s), "no pid");
     expect(end.send(1, frames_of({"before"})) && end.next_reply(20s).has_value(), "a round trip before the stop");
     pid_t peer = 0;
     std::ifstream(dir.file("pid")) >> peer;
+    expect(peer > 1, "rank 1's pid file");  // kill(0, ...) would stop this whole process group
     ::kill(peer, SIGSTOP);
     const auto stopped = Clock::now();
     const std::string why = end.wait_down(1, 20s);

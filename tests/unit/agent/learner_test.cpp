@@ -14,6 +14,9 @@
 #include "agent/ppo.h"
 #include "agent/run_checkpoint.h"
 #include "common/error.h"
+#include "common/settings.h"
+#include "rl/rl_config.h"
+#include "tests/support/docs_text.h"
 
 namespace distrl::agent {
 namespace {
@@ -23,6 +26,16 @@ rl::RlConfig config(const std::string& algo) {
   c.algo = algo;
   c.solved_window = 3;
   return c;
+}
+
+// Every key of an RL config is described in the docs (README.md or docs/*.md, in backticks).
+TEST(RlConfigTest, EveryKeyIsDocumented) {
+  const std::string docs = distrl::testing::documentation_text();
+  distrl::Settings settings("distrl-agent");
+  distrl::rl::RlConfig config;
+  distrl::rl::bind(settings, config);
+  for (const auto& key : settings.keys())
+    EXPECT_TRUE(distrl::testing::documents_key(docs, key)) << "the RL key " << key << " is in no doc";
 }
 
 TEST(LearnerTest, BothAlgorithmsActThroughTheSameSeam) {

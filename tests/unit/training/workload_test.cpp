@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/settings.h"
+#include "tests/support/docs_text.h"
 #include "training/workload.h"
 
 namespace {
@@ -125,6 +127,18 @@ TEST(WorkloadRegistryTest, EveryConfigNamesAWorkloadOfTheToolThatRunsIt) {
   }
   // An override names the workload as the file would.
   EXPECT_EQ(tr::workload_named_by(kConfigs + "ps_batch_update.yaml", {"workload=ps_skipgram"}), "ps_skipgram");
+}
+
+// Every key a workload binds is described in the docs (README.md or docs/*.md, in backticks):
+// four parameter-server keys went undocumented once (issue 46).
+TEST(WorkloadRegistryTest, EveryKeyOfEveryWorkloadIsDocumented) {
+  const std::string docs = distrl::testing::documentation_text();
+  for (const auto& w : tr::workloads()) {
+    distrl::Settings settings(w.tool);
+    w.make()->bind(settings);
+    for (const auto& key : settings.keys())
+      EXPECT_TRUE(distrl::testing::documents_key(docs, key)) << w.name << "'s key " << key << " is in no doc";
+  }
 }
 
 // One config struct per workload: a key of another workload is unknown, named with the fix.

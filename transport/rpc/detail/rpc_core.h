@@ -1,6 +1,7 @@
 // The RPC agent's engine, shared by RpcAgent, RRef and the typed templates. It owns its link to
-// the peers (transport/detail/link.h: one I/O thread, every connection; ZeroMQ's IoLoop today,
-// named only in RpcCore::start), the handler pool and the owned parts of its State (registry,
+// the peers (transport/detail/link.h: one I/O thread, every connection; ZeroMQ's IoLoop or the
+// shared-memory ShmLink, both bound in rpc_core.cpp's bind_links and one kept once the world's
+// addresses say which), the handler pool and the owned parts of its State (registry,
 // object table, peer table, call table, channel pool: rpc_state.h). Private to transport/: the
 // public face is RpcAgent.
 #pragma once
