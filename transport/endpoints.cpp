@@ -127,6 +127,41 @@ std::string rank_list(const std::vector<int>& ranks) {
   return out;
 }
 
+// Who held this rank before: the claim counter is atomic, so of two processes started as one
+// rank at the same moment exactly one sees that it is the second. ConfigError when that holder
+// still runs on this host; a restart (the holder gone, or on another host) is logged.
+void claim_rank(Store& store, const std::string& key_prefix, const std::string& key, int rank, const Address& me,
+                const std::string& self) {
+  if (store.add(key_prefix + "claims/" + std::to_string(rank), 1) <= 1) return;
+  std::optional<Address> holder;
+  try {  // the holder claims, then publishes: give it a moment
+    holder = decode_address(store.get(key, std::chrono::milliseconds(3000)), rank);
+  } catch (const TimeoutError&) {
+  }  // it died between the two: nothing to check
+  // A host whose boot id could not be read ends in '/': it cannot be told from another.
+  const bool same_host = holder && holder->host_id == me.host_id && me.host_id.back() != '/';
+  if (!holder || holder->process == me.process) return;
+  if (same_host && still_runs(*holder))
+    throw ConfigError("rendezvous: rank " + std::to_string(rank) + " is taken: " + who(rank, *holder) +
+                      " runs already, so " + self + " stops; give each process its own rank (RANK or --rank)");
+  DISTRL_LOG(Info, "rendezvous: " << self << " takes over rank " << rank << " from "
+                                   << (same_host ? "" : "(cannot check one on another host or pid namespace) ")
+                                   << who(rank, *holder) << ": a restart");
+}
+
+// The progress line of a rendezvous still waiting: rank 0 names the missing ranks.
+void report_waiting(const std::string& name, int rank, int world, const std::vector<int>& missing, long long waited,
+                    std::chrono::milliseconds timeout) {
+  const std::string give_up = std::to_string(timeout.count() / 1000.0).substr(0, 5);
+  if (rank == 0)
+    DISTRL_LOG(Info, "rendezvous: " << name << " waiting for rank" << (missing.size() > 1 ? "s " : " ")
+                                    << rank_list(missing) << ": " << world - static_cast<int>(missing.size()) << " of "
+                                    << world << " joined, " << waited << " s (gives up after " << give_up << " s)");
+  else
+    DISTRL_LOG(Info, "rendezvous: " << name << " waiting for " << missing.size() << " of " << world << " ranks, "
+                                    << waited << " s (gives up after " << give_up << " s)");
+}
+
 }  // namespace
 
 std::vector<Address> exchange_addresses(Store& store, const std::string& key_prefix, int rank, int world, Address me,
@@ -151,25 +186,7 @@ std::vector<Address> exchange_addresses(Store& store, const std::string& key_pre
     return a;
   };
 
-  // Who held this rank before: the claim counter is atomic, so of two processes started as one
-  // rank at the same moment exactly one sees that it is the second.
-  if (store.add(key_prefix + "claims/" + std::to_string(rank), 1) > 1) {
-    std::optional<Address> holder;
-    try {  // the holder claims, then publishes: give it a moment
-      holder = decode_address(store.get(keys[rank], std::chrono::milliseconds(3000)), rank);
-    } catch (const TimeoutError&) {
-    }  // it died between the two: nothing to check
-    // A host whose boot id could not be read ends in '/': it cannot be told from another.
-    const bool same_host = holder && holder->host_id == me.host_id && me.host_id.back() != '/';
-    if (holder && holder->process != me.process) {
-      if (same_host && still_runs(*holder))
-        throw ConfigError("rendezvous: rank " + std::to_string(rank) + " is taken: " + who(rank, *holder) +
-                          " runs already, so " + self + " stops; give each process its own rank (RANK or --rank)");
-      DISTRL_LOG(Info, "rendezvous: " << self << " takes over rank " << rank << " from "
-                                       << (same_host ? "" : "(cannot check one on another host or pid namespace) ")
-                                       << who(rank, *holder) << ": a restart");
-    }
-  }
+  claim_rank(store, key_prefix, keys[rank], rank, me, self);
   msgpack::sbuffer buf;
   msgpack::pack(buf, me);
   store.set(keys[rank], std::string(buf.data(), buf.size()));
@@ -213,15 +230,7 @@ std::vector<Address> exchange_addresses(Store& store, const std::string& key_pre
                          " did not join within " + std::to_string(timeout.count()) +
                          " ms (started? same world size and master address?)");
     if (report) {
-      const std::string give_up = std::to_string(timeout.count() / 1000.0).substr(0, 5);
-      if (rank == 0)
-        DISTRL_LOG(Info, "rendezvous: " << me.name << " waiting for rank" << (missing.size() > 1 ? "s " : " ")
-                                        << rank_list(missing) << ": " << world - static_cast<int>(missing.size())
-                                        << " of " << world << " joined, " << waited << " s (gives up after "
-                                        << give_up << " s)");
-      else
-        DISTRL_LOG(Info, "rendezvous: " << me.name << " waiting for " << missing.size() << " of " << world
-                                        << " ranks, " << waited << " s (gives up after " << give_up << " s)");
+      report_waiting(me.name, rank, world, missing, waited, timeout);
       next_report = now + std::chrono::seconds(5);
     }
     std::vector<std::string> wanted;
