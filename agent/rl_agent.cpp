@@ -271,6 +271,15 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
     sum.backpressure_s = ts.waited_s;
   }
   sum.observers_readmitted = pool.readmitted();
+  summarise_serving(sum, latencies, latency_sum);
+  sum.stop_reason = stop_reason(sum, ended_elsewhere);
+
+  end_streams(sum.failure.empty());
+  if (cfg_.learn) save(checkpoint_path());
+  return sum;
+}
+
+void RlAgent::summarise_serving(RunSummary& sum, const QuantileSketch& latencies, double latency_sum) const {
   sum.mean_batch = batcher_ ? batcher_->stats().mean_rows() : 1.0;
   sum.latency_median_us = latencies.quantile(0.5);
   sum.latency_p99_us = latencies.quantile(0.99);
@@ -289,6 +298,9 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
     if (requests > 0) sum.forward_us = forward_us / requests;
     if (rows > 0) sum.forward_us_per_row = forward_us / rows;
   }
+}
+
+std::string RlAgent::stop_reason(const RunSummary& sum, bool ended_elsewhere) const {
   std::ostringstream why;
   why << std::fixed << std::setprecision(1);
   if (!sum.failure.empty())
@@ -310,11 +322,7 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
         << cfg_.target_reward << " (raise learner.rounds or tune learner.lr)";
   else
     why << "ran all " << cfg_.rounds << " rounds (learner.learn is off)";
-  sum.stop_reason = why.str();
-
-  end_streams(sum.failure.empty());
-  if (cfg_.learn) save(checkpoint_path());
-  return sum;
+  return why.str();
 }
 
 std::vector<double> RlAgent::evaluate(int episodes, std::uint64_t seed, const std::string& gif_path) {

@@ -20,6 +20,7 @@
 
 #include "agent/batcher.h"
 #include "agent/learner.h"
+#include "common/quantiles.h"
 #include "rl/rl_config.h"
 #include "transport/rpc/rpc_agent.h"
 
@@ -93,6 +94,12 @@ class RlAgent {
   std::vector<double> evaluate(int episodes, std::uint64_t seed, const std::string& gif_path = "");
 
  private:
+  // run()'s summary of the serving side: the round trip's quantiles and mean, where it goes
+  // (queue wait, forward) and the mean batch.
+  void summarise_serving(RunSummary& sum, const QuantileSketch& latencies, double latency_sum) const;
+  // run()'s stop line: why the run ended, and how to go on.
+  std::string stop_reason(const RunSummary& sum, bool ended_elsewhere) const;
+
   rl::RlConfig cfg_;
   int observers_ = 0;  // serve()
   int obs_dim_ = 0, act_dim_ = 0;

@@ -8,7 +8,10 @@
 
 namespace distrl::rl {
 
-void bind(Settings& s, RlConfig& c) {
+namespace {
+
+// run.*, env.* and the observer count.
+void bind_run_and_env(Settings& s, RlConfig& c) {
   s.bind("run.seed", &c.seed, "seed for the network, action sampling and environments").range(0, 2147483647);
   s.bind("run.out_dir", &c.out_dir, "directory for metrics.csv, the checkpoint and the effective config")
       .output_dir();
@@ -25,6 +28,10 @@ void bind(Settings& s, RlConfig& c) {
          "is from the current directory");
   s.bind("env.per_observer", &c.envs_per_observer, "environments each observer steps together").range(1, 4096);
   s.bind("observers", &c.observers, "observer processes (distrl-launch starts this many)").range(1, 1024);
+}
+
+// agent.* (serving) and model.*.
+void bind_agent_and_model(Settings& s, RlConfig& c) {
   s.bind("agent.device", &c.device, "where the policy runs: cpu, cuda or cuda:N");
   s.bind("agent.mode", &c.mode, "batched: one forward per gathered batch; unbatched: one per request")
       .choices({"batched", "unbatched"});
@@ -44,6 +51,10 @@ void bind(Settings& s, RlConfig& c) {
   s.bind("model.dropout", &c.dropout, "mlp: dropout after each hidden layer").range(0, 0.99);
   s.bind("model.activation", &c.activation, "ppo: actor-critic activation").choices({"tanh", "relu"});
   s.bind("model.shared", &c.shared, "ppo: one trunk for policy and value");
+}
+
+// learner.* and ppo.*.
+void bind_learning(Settings& s, RlConfig& c) {
   s.bind("learner.algo", &c.algo,
          "reinforce (whole episodes), ppo (fixed-length trajectories, actor-critic; both synchronous: acting "
          "pauses at the round's end while the learner updates), appo (PPO's clipped objective on V-trace targets) or impala (V-trace actor-critic); "
@@ -83,6 +94,10 @@ void bind(Settings& s, RlConfig& c) {
   s.bind("learner.device", &c.learner_device,
          "appo/impala: where the learner trains its copy of the network: cpu, cuda or cuda:N (empty: agent.device); "
          "inference stays on agent.device and takes each new version across");
+}
+
+// roles.*, launch.*, async.* and vtrace.* (APPO/IMPALA).
+void bind_roles_and_async(Settings& s, RlConfig& c) {
   s.bind("roles.learners", &c.learners,
          "appo/impala: 1 runs the learner in its own process (distrl-learner, the world's last rank: on "
          "another host with --nnodes, on learner.device there); 0 runs it in the agent")
@@ -115,6 +130,10 @@ void bind(Settings& s, RlConfig& c) {
   s.bind("vtrace.c_bar", &c.async.c_bar, "V-trace: clip of the traces").range(1e-6, 1e9);
   s.bind("vtrace.pg_rho_bar", &c.async.pg_rho_bar, "impala: clip of the importance weight on the policy gradient")
       .range(1e-6, 1e9);
+}
+
+// rpc.*.
+void bind_rpc(Settings& s, RlConfig& c) {
   s.bind("rpc.transport", &c.transport, transport::kTransportHelp).choices(transport::transport_choices());
   s.bind("rpc.timeout_s", &c.rpc_timeout_s, "per-call timeout; also how long an observer waits for a silent agent")
       .range(0.1, 86400);
@@ -122,6 +141,17 @@ void bind(Settings& s, RlConfig& c) {
   s.bind("rpc.shm_spin_us", &c.shm_spin_us,
          "shared memory: the most a waiter spins before it sleeps (adaptive; 0: sleep at once)")
       .range(0, 100000);
+}
+
+}  // namespace
+
+// The keys in the order --help lists them.
+void bind(Settings& s, RlConfig& c) {
+  bind_run_and_env(s, c);
+  bind_agent_and_model(s, c);
+  bind_learning(s, c);
+  bind_roles_and_async(s, c);
+  bind_rpc(s, c);
 }
 
 transport::RpcOptions rpc_options(const RlConfig& c, const WorldFlags& w, const std::string& name) {
