@@ -26,6 +26,28 @@ void copy_parameters(torch::nn::Module& to, const torch::nn::Module& from) {
   for (std::size_t i = 0; i < dst.size(); ++i) dst[i].copy_(src[i]);
 }
 
+// Every observation the loss and V-trace need, in one buffer: the steps' (N), then each
+// trajectory's next observation, then the final observations of truncated episodes; and the
+// steps' behaviour log-probs and actions.
+struct Gathered {
+  std::vector<float> obs, old_logp, cont;
+  std::vector<std::int64_t> acts;
+};
+
+Gathered gather(const std::vector<rl::Fragment>& keep, int obs_dim, int act_dim, std::int64_t N) {
+  Gathered g;
+  g.obs.reserve(static_cast<std::size_t>(N + 64) * obs_dim);
+  for (const auto& f : keep) {
+    g.obs.insert(g.obs.end(), f.obs.begin(), f.obs.end());
+    g.old_logp.insert(g.old_logp.end(), f.log_probs.begin(), f.log_probs.end());
+    if (act_dim == 0) g.acts.insert(g.acts.end(), f.actions.begin(), f.actions.end());
+    else g.cont.insert(g.cont.end(), f.cont_actions.begin(), f.cont_actions.end());
+  }
+  for (const auto& f : keep) g.obs.insert(g.obs.end(), f.next_obs.begin(), f.next_obs.end());
+  for (const auto& f : keep) g.obs.insert(g.obs.end(), f.final_obs.begin(), f.final_obs.end());
+  return g;
+}
+
 }  // namespace
 
 void check_queue_holds_batch(int queue, int batch) {
@@ -65,11 +87,8 @@ void AsyncLearner::publish() {
   actor_.set_version(++version_);
 }
 
-AsyncStats AsyncLearner::update(std::vector<rl::Fragment> batch) {
-  using Clock = std::chrono::steady_clock;
-  const auto t_start = Clock::now();
+std::vector<rl::Fragment> AsyncLearner::fresh(std::vector<rl::Fragment> batch, AsyncStats& st) const {
   const int obs_dim = net_->spec().obs_dim, act_dim = net_->spec().action_dim;
-  AsyncStats st;
   std::vector<rl::Fragment> keep;
   double lag_sum = 0;
   for (auto& f : batch) {
@@ -91,23 +110,80 @@ AsyncStats AsyncLearner::update(std::vector<rl::Fragment> batch) {
     st.transitions += f.transitions();
     keep.push_back(std::move(f));
   }
-  if (keep.empty()) return st;
-  st.lag_mean = lag_sum / static_cast<double>(st.transitions);
+  if (!keep.empty()) st.lag_mean = lag_sum / static_cast<double>(st.transitions);
+  return keep;
+}
 
-  // Every observation the loss and V-trace need, in one tensor: the steps' (N), then each
-  // trajectory's next observation (B), then the final observations of truncated episodes (K).
-  const auto N = static_cast<std::int64_t>(st.transitions);
-  std::vector<float> obs, old_logp, cont;
-  std::vector<std::int64_t> acts;
-  obs.reserve(static_cast<std::size_t>(N + 64) * obs_dim);
-  for (const auto& f : keep) {
-    obs.insert(obs.end(), f.obs.begin(), f.obs.end());
-    old_logp.insert(old_logp.end(), f.log_probs.begin(), f.log_probs.end());
-    if (act_dim == 0) acts.insert(acts.end(), f.actions.begin(), f.actions.end());
-    else cont.insert(cont.end(), f.cont_actions.begin(), f.cont_actions.end());
+void AsyncLearner::vtrace_targets(std::vector<rl::Fragment>& keep, const float* vp, const float* lr, std::int64_t N,
+                                  std::vector<float>* targets, std::vector<float>* advantages) {
+  VtraceOptions vo;
+  vo.gamma = o_.gamma;
+  vo.lambda = a_.lambda;
+  vo.rho_bar = a_.rho_bar;
+  vo.c_bar = a_.c_bar;
+  vo.pg_rho_bar = a_.pg_rho_bar;
+  targets->reserve(static_cast<std::size_t>(N));
+  advantages->reserve(static_cast<std::size_t>(N));
+  std::int64_t at = 0, boot = N, fin = N;
+  for (const auto& f : keep) fin += f.num_envs;
+  for (auto& f : keep) {
+    const std::size_t n = f.transitions();
+    std::vector<float> truncated_values(n, 0.0f);
+    for (std::size_t i = 0; i < n; ++i)
+      if (f.truncated[i] && !f.terminated[i]) truncated_values[i] = vp[fin++];
+    const std::vector<float> rewards = o_.norm_reward ? scaler_.scale(f) : f.rewards;
+    VtraceInput in;
+    in.steps = f.steps;
+    in.envs = f.num_envs;
+    in.log_rhos = lr + at;
+    in.rewards = rewards.data();
+    in.values = vp + at;
+    in.bootstrap = vp + boot;
+    in.terminated = f.terminated.data();
+    in.truncated = f.truncated.data();
+    in.truncated_values = truncated_values.data();
+    const VtraceOutput out = vtrace(in, vo);
+    targets->insert(targets->end(), out.vs.begin(), out.vs.end());
+    if (loss_ == Loss::Impala) {
+      advantages->insert(advantages->end(), out.pg_advantages.begin(), out.pg_advantages.end());
+    } else {
+      for (std::size_t i = 0; i < n; ++i) advantages->push_back(out.q[i] - vp[at + static_cast<std::int64_t>(i)]);
+    }
+    at += static_cast<std::int64_t>(n);
+    boot += f.num_envs;
   }
-  for (const auto& f : keep) obs.insert(obs.end(), f.next_obs.begin(), f.next_obs.end());
-  for (const auto& f : keep) obs.insert(obs.end(), f.final_obs.begin(), f.final_obs.end());
+}
+
+void AsyncLearner::learn_step(const models::ActorCritic::Out& out, const torch::Tensor& logp,
+                              const std::array<torch::Tensor, 3>& cols, std::chrono::steady_clock::time_point t0,
+                              AsyncStats& st) {
+  const auto& A = cols[0];
+  torch::Tensor policy;
+  if (loss_ == Loss::Appo) {
+    const auto ratio = (logp - cols[1]).exp();
+    policy = -torch::min(ratio * A, ratio.clamp(1 - o_.clip, 1 + o_.clip) * A).mean();
+  } else {
+    policy = -(A * logp).mean();
+  }
+  const auto value = 0.5 * (out.value - cols[2]).pow(2).mean();
+  const auto entropy = net_->entropy(out).mean();
+  const auto total = policy + o_.vf_coef * value - o_.ent_coef * entropy;
+  gradient_step(optimizer_, total, o_.max_grad_norm, t0, out.value.size(0), &times_);
+  st.policy_loss += policy.item<double>();
+  st.value_loss += value.item<double>();
+  st.entropy += entropy.item<double>();
+}
+
+AsyncStats AsyncLearner::update(std::vector<rl::Fragment> batch) {
+  using Clock = std::chrono::steady_clock;
+  const auto t_start = Clock::now();
+  const int obs_dim = net_->spec().obs_dim, act_dim = net_->spec().action_dim;
+  AsyncStats st;
+  std::vector<rl::Fragment> keep = fresh(std::move(batch), st);
+  if (keep.empty()) return st;
+  const auto N = static_cast<std::int64_t>(st.transitions);
+  Gathered g = gather(keep, obs_dim, act_dim, N);  // the steps' observations, then the next and final ones
+  auto& obs = g.obs;
   const auto rows = static_cast<std::int64_t>(obs.size() / obs_dim);
   const auto dev = device_;
   auto x = torch::from_blob(obs.data(), {rows, obs_dim}, torch::kFloat32).to(dev);
@@ -115,9 +191,9 @@ AsyncStats AsyncLearner::update(std::vector<rl::Fragment> batch) {
     x = obs_rms_.normalize(x);  // the statistics so far, then this batch's steps join them
     obs_rms_.update(obs.data(), static_cast<std::size_t>(N));
   }
-  auto old = torch::from_blob(old_logp.data(), {N}, torch::kFloat32).to(dev);
-  auto a = act_dim == 0 ? torch::from_blob(acts.data(), {N}, torch::kInt64).to(dev)
-                        : torch::from_blob(cont.data(), {N, act_dim}, torch::kFloat32).to(dev);
+  auto old = torch::from_blob(g.old_logp.data(), {N}, torch::kFloat32).to(dev);
+  auto a = act_dim == 0 ? torch::from_blob(g.acts.data(), {N}, torch::kInt64).to(dev)
+                        : torch::from_blob(g.cont.data(), {N, act_dim}, torch::kFloat32).to(dev);
 
   // One pass over the whole batch (IMPALA always; APPO by default): the forward that gives
   // V-trace its values is the one the loss differentiates.
@@ -138,43 +214,8 @@ AsyncStats AsyncLearner::update(std::vector<rl::Fragment> batch) {
   const float* vp = values.data_ptr<float>();
   const float* lr = log_rhos.data_ptr<float>();
 
-  VtraceOptions vo;
-  vo.gamma = o_.gamma;
-  vo.lambda = a_.lambda;
-  vo.rho_bar = a_.rho_bar;
-  vo.c_bar = a_.c_bar;
-  vo.pg_rho_bar = a_.pg_rho_bar;
   std::vector<float> targets, advantages;
-  targets.reserve(static_cast<std::size_t>(N));
-  advantages.reserve(static_cast<std::size_t>(N));
-  std::int64_t at = 0, boot = N, fin = N;
-  for (const auto& f : keep) fin += f.num_envs;
-  for (auto& f : keep) {
-    const std::size_t n = f.transitions();
-    std::vector<float> truncated_values(n, 0.0f);
-    for (std::size_t i = 0; i < n; ++i)
-      if (f.truncated[i] && !f.terminated[i]) truncated_values[i] = vp[fin++];
-    const std::vector<float> rewards = o_.norm_reward ? scaler_.scale(f) : f.rewards;
-    VtraceInput in;
-    in.steps = f.steps;
-    in.envs = f.num_envs;
-    in.log_rhos = lr + at;
-    in.rewards = rewards.data();
-    in.values = vp + at;
-    in.bootstrap = vp + boot;
-    in.terminated = f.terminated.data();
-    in.truncated = f.truncated.data();
-    in.truncated_values = truncated_values.data();
-    const VtraceOutput out = vtrace(in, vo);
-    targets.insert(targets.end(), out.vs.begin(), out.vs.end());
-    if (loss_ == Loss::Impala) {
-      advantages.insert(advantages.end(), out.pg_advantages.begin(), out.pg_advantages.end());
-    } else {
-      for (std::size_t i = 0; i < n; ++i) advantages.push_back(out.q[i] - vp[at + static_cast<std::int64_t>(i)]);
-    }
-    at += static_cast<std::int64_t>(n);
-    boot += f.num_envs;
-  }
+  vtrace_targets(keep, vp, lr, N, &targets, &advantages);
   auto vs = torch::from_blob(targets.data(), {N}, torch::kFloat32).to(dev);
   auto adv = torch::from_blob(advantages.data(), {N}, torch::kFloat32).to(dev);
   if (loss_ == Loss::Appo && o_.norm_adv && N > 1) adv = (adv - adv.mean()) / (adv.std() + 1e-8);
@@ -184,24 +225,9 @@ AsyncStats AsyncLearner::update(std::vector<rl::Fragment> batch) {
   }
 
   int steps = 0;
-  // One gradient step on rows whose advantages, behaviour log-probs and value targets are `cols`.
-  auto learn = [&](const models::ActorCritic::Out& out, const torch::Tensor& logp,
-                   const std::array<torch::Tensor, 3>& cols, Clock::time_point t0) {
-    const auto& A = cols[0];
-    torch::Tensor policy;
-    if (loss_ == Loss::Appo) {
-      const auto ratio = (logp - cols[1]).exp();
-      policy = -torch::min(ratio * A, ratio.clamp(1 - o_.clip, 1 + o_.clip) * A).mean();
-    } else {
-      policy = -(A * logp).mean();
-    }
-    const auto value = 0.5 * (out.value - cols[2]).pow(2).mean();
-    const auto entropy = net_->entropy(out).mean();
-    const auto total = policy + o_.vf_coef * value - o_.ent_coef * entropy;
-    gradient_step(optimizer_, total, o_.max_grad_norm, t0, out.value.size(0), &times_);
-    st.policy_loss += policy.item<double>();
-    st.value_loss += value.item<double>();
-    st.entropy += entropy.item<double>();
+  const auto learn = [&](const models::ActorCritic::Out& out, const torch::Tensor& logp,
+                         const std::array<torch::Tensor, 3>& cols, Clock::time_point t0) {
+    learn_step(out, logp, cols, t0, st);
     ++steps;
   };
   if (one_pass) {

@@ -31,6 +31,7 @@
 
 #include <torch/types.h>
 
+#include <array>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -100,6 +101,18 @@ class AsyncLearner : public Learner {
   LearnerTimes times() const override { return times_; }
 
  private:
+  // The batch's trajectories fresh enough to learn from (the rest counted in st.dropped_stale),
+  // each checked; st's lag and transitions filled in. ProtocolError for one from the future.
+  std::vector<rl::Fragment> fresh(std::vector<rl::Fragment> batch, AsyncStats& st) const;
+  // V-trace over each kept trajectory (values vp and log-ratios lr of its N steps, then the
+  // bootstrap and truncated episodes' final values): the value targets and the loss's advantages.
+  void vtrace_targets(std::vector<rl::Fragment>& keep, const float* vp, const float* lr, std::int64_t N,
+                      std::vector<float>* targets, std::vector<float>* advantages);
+  // One gradient step on rows whose advantages, behaviour log-probs and value targets are `cols`
+  // (APPO's clipped surrogate or IMPALA's policy gradient, the value loss, the entropy bonus);
+  // its losses added to st.
+  void learn_step(const models::ActorCritic::Out& out, const torch::Tensor& logp, const std::array<torch::Tensor, 3>& cols,
+                  std::chrono::steady_clock::time_point t0, AsyncStats& st);
   // net on the actor's device with the actor's weights (before the optimizer flattens them).
   static std::shared_ptr<models::ActorCritic> prepared(const std::shared_ptr<models::ActorCritic>& net,
                                                        PpoActor& actor, torch::Device device);

@@ -121,6 +121,12 @@ class End {
     for (int r = 0; r < world; ++r) peers.push_back(endpoint(kind, dir, r));
     link_->set_peers(peers);
     link_->start();
+    // As the address exchange does in a world: nobody sends before every rank listens (shared
+    // memory takes a listener that is not there for a dead peer).
+    distrl::testing::touch(dir.file("listening-" + std::to_string(rank)));
+    for (int r = 0; r < world; ++r)
+      expect(distrl::testing::wait_for_file(dir.file("listening-" + std::to_string(r)), 30s),
+             "rank " + std::to_string(r) + " never listened");
   }
   ~End() { link_->stop(); }
 
