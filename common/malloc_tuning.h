@@ -1,8 +1,7 @@
 // Keeps large blocks on glibc's heap: mmap threshold 256 MiB, trim threshold 1 GiB, for the
 // whole process, once. By default every block above 128 KiB (glibc's threshold grows only
-// slowly) is a fresh mmap whose pages fault in again on every use: measured, a 16 MiB
-// all-reduce after small ones ran 2-3x slower, and the model-on-server's CNN forward on the
-// server's handler threads spent 14% of its time in page faults. The cost: up to 1 GiB of
+// slowly) is a fresh mmap whose pages fault in again on every use (the measurements:
+// docs/benchmarks.md, "Measurements behind decisions in the code"). The cost: up to 1 GiB of
 // freed heap is kept by the process instead of returned to the system.
 #pragma once
 

@@ -1,8 +1,8 @@
 // How many threads LibTorch's CPU kernels use in this process: one call that reaches every
 // pool a kernel may run on. at::set_num_threads sets OpenMP's (and MKL's) but not OpenBLAS's,
 // whose worker threads (Debian's LibTorch does its matrix products through OpenBLAS) then
-// busy-wait with sched_yield between products: measured in the RL agent (perf, 8 observers,
-// 2 vCPUs), half of its CPU samples were those threads yielding.
+// busy-wait with sched_yield between products, stealing the CPU of the threads with work
+// (docs/benchmarks.md, "Measurements behind decisions in the code").
 #pragma once
 
 namespace distrl::models {

@@ -113,8 +113,8 @@ namespace {
 // order and must stay within kReorderFactor times it (never less than as many units in the last
 // place of the largest value): the first batch's loss and the parameters after its step. Later
 // batches are said, not compared: they start from weights already a rounding apart, and a
-// rounding-level change can move a max-pool's choice, after which the runs rightly part (gaps of
-// 4e-4 in conv1.weight were measured after two steps).
+// rounding-level change can move a max-pool's choice, after which the runs rightly part
+// (docs/pipeline.md gives the gaps measured after two steps).
 class OneProcessCheck {
  public:
   static constexpr double kReorderFactor = 3, kFloat32Unit = 0x1p-24;

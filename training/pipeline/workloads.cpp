@@ -404,8 +404,8 @@ Roles one_process(const PipelineConfig&) { return {1, "1 process"}; }
 void prepare_process() {
   keep_large_blocks_on_heap();  // activations of many MB each micro-batch: no mmap + page faults each time
   // ... and one malloc arena: the shards run on RPC handler threads, whose own arenas (64 MiB
-  // heaps, trimmed as soon as they free) faulted every activation in again. Measured, the
-  // ResNet-50 pipeline at micro-batch 20: 12.7-14.1 s -> 6.7 s per batch; system time 1m36 -> 0m38.
+  // heaps, trimmed as soon as they free) faulted every activation in again (the measurement:
+  // docs/benchmarks.md, "Measurements behind decisions in the code").
   ::mallopt(M_ARENA_MAX, 1);
 }
 

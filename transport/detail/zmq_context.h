@@ -58,7 +58,7 @@ int poll_nointr(zmq::pollitem_t* items, std::size_t count, std::chrono::millisec
 // Sends and receives that retry EINTR. libzmq checks its command mailbox inside a send or
 // receive, non-blocking ones too, and reports a signal that lands there as EINTR, which cppzmq
 // throws: a SIGTERM during a dontwait recv made a process fail with "Interrupted system call"
-// (measured: 1,832 of 2 M dontwait receives under a signal every 20 us). A failed attempt
+// (how often: docs/benchmarks.md, "Measurements behind decisions in the code"). A failed attempt
 // leaves the message with the caller, so retrying is exact. Otherwise as cppzmq's: an empty
 // result is EAGAIN (nothing there, or a full queue, with dontwait), other errors throw.
 std::optional<std::size_t> recv_nointr(zmq::socket_t& s, zmq::message_t& m, zmq::recv_flags flags);

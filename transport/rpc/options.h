@@ -39,18 +39,20 @@ struct RpcOptions {
   std::string transport = "auto";
   std::string bind_host;                // tcp interface; default: loopback, or the one reaching the master
   // How long the I/O thread polls before it sleeps. 0 on small machines: with more busy
-  // threads than cores a spinning thread steals the CPU from the one with work (measured:
-  // 2 vCPUs, 50 us spin doubles the round trip). Try 20-50 us where cores are plentiful.
+  // threads than cores a spinning thread steals the CPU from the one with work
+  // (docs/benchmarks.md, "Measurements behind decisions in the code"). Try 20-50 us where
+  // cores are plentiful.
   std::chrono::microseconds io_spin{0};
   // Shared memory: the most a waiter (the I/O thread after activity, a caller waiting for its
-  // reply) spins before it sleeps on a futex; adaptive (a spin that keeps failing stops). The
-  // round trip between two idle vCPUs: 0.7 us spinning, 22 us waking (this VM).
+  // reply) spins before it sleeps on a futex; adaptive (a spin that keeps failing stops): a
+  // wake-up costs far more than the spin (docs/benchmarks.md, "Measurements behind decisions
+  // in the code").
   std::chrono::microseconds shm_spin{20};
   // Runs first on every thread that runs handlers (the pool, and the I/O thread for RunOn::
   // IoThread): per-thread library state belongs here. LibTorch's intra-op thread count is per
   // thread and a new thread gets every core, so torch::set_num_threads(n) in main does not
-  // reach the handlers; `[] { at::init_num_threads(); }` does (distrl's tools set it). Measured:
-  // the ResNet-50 pipeline's shards ran 2 OpenMP threads each on 2 vCPUs without it.
+  // reach the handlers; `[] { at::init_num_threads(); }` does (distrl's tools set it; without
+  // it the ResNet-50 pipeline's shards oversubscribed 2 vCPUs).
   std::function<void()> thread_init;
   WireLimits limits;
   // A member's call (or fork notice) naming an object this worker has not seen created waits
