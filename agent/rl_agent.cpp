@@ -176,32 +176,38 @@ void RlAgent::serve(transport::RpcAgent& rpc) {
   }
 }
 
+namespace {
+
+// However RlAgent::run ends (a failed write throws out of it too), the observers are told to
+// stop and to finish before the pool releases them: an observer whose loop still ran when its
+// Observer went would wait out rpc.timeout_s for a reply.
+struct EndStreams {
+  Learner& learner;
+  ObserverPool& pool;
+  bool done = false;
+  void operator()(bool ended) {
+    if (done) return;
+    done = true;
+    learner.stop_acting(ended);  // the observers leave their loops at their next request
+    pool.finish();
+  }
+  ~EndStreams() {  // an exception ends the run: a failure
+    try {
+      (*this)(false);
+    } catch (...) {
+    }
+  }
+};
+
+}  // namespace
+
 RunSummary RlAgent::run(transport::RpcAgent& rpc) {
   Learner& learner = *algo_.learner;
   if (cfg_.learners > 0 && rpc.workers().back().name != rl::kLearnerName)
     throw ConfigError(std::string("roles.learners is 1, but the world's last rank is ") + rpc.workers().back().name +
                       ", not distrl-learner (" + rl::kLearnerName + "): start the world with distrl-launch --config");
   ObserverPool pool(rpc, cfg_, batcher_.get());
-  // However run() ends (a failed write throws out of it too), the observers are told to stop
-  // and to finish before the pool releases them: an observer whose loop still ran when its
-  // Observer went would wait out rpc.timeout_s for a reply.
-  struct EndStreams {
-    Learner& learner;
-    ObserverPool& pool;
-    bool done = false;
-    void operator()(bool ended) {
-      if (done) return;
-      done = true;
-      learner.stop_acting(ended);  // the observers leave their loops at their next request
-      pool.finish();
-    }
-    ~EndStreams() {  // an exception ends the run: a failure
-      try {
-        (*this)(false);
-      } catch (...) {
-      }
-    }
-  } end_streams{learner, pool};
+  EndStreams end_streams{learner, pool};  // however run() ends
   RoundLog log(cfg_.out_dir, cfg_.log_interval, progress_, cfg_.tensorboard, cfg_.asynchronous());
   RunSummary sum;
   sum.event_file = log.event_file();
