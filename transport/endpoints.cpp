@@ -20,12 +20,15 @@
 
 namespace distrl::transport::detail {
 
-// The boot id tells apart containers named alike.
+// The boot id tells apart machines (and containers) named alike; the network namespace, two
+// namespaces of one machine.
 std::string host_id() {
   std::ifstream f("/proc/sys/kernel/random/boot_id");
   std::string boot;
   std::getline(f, boot);
-  return host_name() + "/" + boot;
+  std::error_code ec;
+  const auto net = std::filesystem::read_symlink("/proc/self/ns/net", ec);  // "net:[4026531840]"
+  return host_name() + "/" + boot + (ec ? std::string() : "/" + net.string());
 }
 
 std::string bind_ip(const WorldSpec& world, const std::string& bind_host) {
@@ -33,11 +36,11 @@ std::string bind_ip(const WorldSpec& world, const std::string& bind_host) {
   return world.method == "file" ? "127.0.0.1" : local_address_towards(world.master_addr);
 }
 
-std::vector<std::string> endpoints_to_bind(const std::string& transport, const std::string& ip, const std::string& tag,
+std::vector<std::string> endpoints_to_bind(Transport transport, const std::string& ip, const std::string& tag,
                                            std::string* ipc_path) {
   std::vector<std::string> eps;
-  if (transport != "ipc") eps.push_back("tcp://" + ip + ":*");
-  if (transport != "tcp") {
+  if (transport != Transport::Ipc) eps.push_back("tcp://" + ip + ":*");
+  if (transport != Transport::Tcp) {
     std::random_device rd;
     *ipc_path = "/tmp/distrl-" + std::to_string(::getpid()) + "-" + tag + "-" + std::to_string(rd()) + ".ipc";
     remove_on_fatal_signal(ipc_path->c_str());  // ZeroMQ makes it at bind
@@ -46,9 +49,9 @@ std::vector<std::string> endpoints_to_bind(const std::string& transport, const s
   return eps;
 }
 
-Address make_address(const std::string& name, const std::string& transport, const std::vector<std::string>& bound) {
-  return Address{name, host_id(), host_name(), transport != "ipc" ? bound.at(0) : "",
-                 transport != "tcp" ? bound.back() : "", ""};
+Address make_address(const std::string& name, Transport transport, const std::vector<std::string>& bound) {
+  return Address{name, host_id(), host_name(), transport != Transport::Ipc ? bound.at(0) : "",
+                 transport != Transport::Tcp ? bound.back() : "", ""};
 }
 
 namespace {
@@ -256,21 +259,32 @@ std::vector<Address> exchange_addresses(Store& store, const std::string& key_pre
   return out;
 }
 
-std::string checked_transport(const std::string& transport, const std::string& who) {
+const char* transport_name(Transport t) {
+  switch (t) {
+    case Transport::Auto: return "auto";
+    case Transport::Shm: return "shm";
+    case Transport::Zmq: return "zmq";
+    case Transport::Tcp: return "tcp";
+    case Transport::Ipc: return "ipc";
+  }
+  return "?";
+}
+
+Transport parse_transport(const std::string& transport, const std::string& who) {
   std::string t = transport;
   if (t == "auto") {
     const char* env = std::getenv("DISTRL_TRANSPORT");
     if (env != nullptr && *env != '\0') t = env;
   }
-  if (t != "auto" && t != "shm" && t != "zmq" && t != "tcp" && t != "ipc")
-    throw ConfigError(who + ": transport is '" + t + "'" + (t != transport ? " (from DISTRL_TRANSPORT)" : "") +
-                      ", allowed: auto, shm, zmq, tcp, ipc");
-  return t;
+  for (Transport c : {Transport::Auto, Transport::Shm, Transport::Zmq, Transport::Tcp, Transport::Ipc})
+    if (t == transport_name(c)) return c;
+  throw ConfigError(who + ": transport is '" + t + "'" + (t != transport ? " (from DISTRL_TRANSPORT)" : "") +
+                    ", allowed: auto, shm, zmq, tcp, ipc");
 }
 
-std::string zmq_transport(const std::string& transport) {
-  if (transport == "auto" || transport == "zmq") return "auto";
-  return transport == "shm" ? "ipc" : transport;
+Transport zmq_transport(Transport t) {
+  if (t == Transport::Auto) return Transport::Zmq;
+  return t == Transport::Shm ? Transport::Ipc : t;
 }
 
 std::string private_socket_dir(const std::string& base) {
@@ -301,32 +315,28 @@ std::string shm_endpoint_to_bind(const std::string& tag) {
          std::to_string(rd()) + ".ipc";
 }
 
-namespace {
-
-// The one test of whether `me` can reach `peer` over shared memory.
 bool shm_reachable(const Address& me, const Address& peer) { return peer.host_id == me.host_id && !peer.shm.empty(); }
 
-}  // namespace
-
-bool world_uses_shm(const Address& me, const std::vector<Address>& peers, const std::string& transport) {
-  if (transport != "auto" && transport != "shm") return false;
+bool world_uses_shm(const Address& me, const std::vector<Address>& peers, Transport transport) {
+  if (transport != Transport::Auto && transport != Transport::Shm) return false;
   for (const auto& p : peers) {
     if (shm_reachable(me, p)) continue;
-    if (transport == "auto") return false;
+    if (transport == Transport::Auto) return false;
     throw ConfigError("transport shm: '" + p.name + "' runs on another host (" + p.hostname +
                       ") or serves no shared memory; use transport auto, zmq or tcp");
   }
   return true;
 }
 
-std::string endpoint_for(const Address& me, const Address& peer, const std::string& transport) {
-  if (transport == "shm") {
+std::string endpoint_for(const Address& me, const Address& peer, Transport transport) {
+  if (transport == Transport::Auto && shm_reachable(me, peer)) return peer.shm;
+  if (transport == Transport::Shm) {
     if (!shm_reachable(me, peer))
       throw ConfigError("'" + peer.name + "' serves no shared memory on this host (" + peer.hostname +
                         "); use transport auto, zmq or tcp");
     return peer.shm;
   }
-  const bool same_host = peer.host_id == me.host_id && !peer.ipc.empty() && transport != "tcp";
+  const bool same_host = peer.host_id == me.host_id && !peer.ipc.empty() && transport != Transport::Tcp;
   if (!same_host && peer.tcp.empty())
     throw ConfigError("'" + peer.name + "' serves only ipc:// but runs on another host (" + peer.hostname +
                       "); use transport auto or tcp");

@@ -1,6 +1,8 @@
 // The link contract (transport/detail/link.h): what every link promises RPC, checked on every
-// link by the same tests -- ZeroMQ (IoLoop) and shared memory (ShmLink) today; a third link
-// (RDMA, another shared-memory layout) is added to kLinks and must pass them unchanged.
+// link by the same tests -- ZeroMQ (IoLoop), shared memory (ShmLink) and both as one (PairLink,
+// here with this process reached over shared memory, so that its home is the shared-memory link
+// and the peer's messages cross over from ZeroMQ's thread); a new link (RDMA, another
+// shared-memory layout) is added to kLinks and must pass them unchanged.
 //
 // Two real processes (run_ranks), each with a Link of the kind under test at a known endpoint;
 // rank 0 echoes every request (or answers with `reply_bytes`), rank 1 calls. The contract:
@@ -35,6 +37,7 @@
 #include "tests/support/multiproc.h"
 #include "tests/support/rpc_world.h"
 #include "transport/detail/io_loop.h"
+#include "transport/detail/pair_link.h"
 #include "transport/detail/zmq_context.h"
 #include "transport/shm/shm_link.h"
 
@@ -47,11 +50,12 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-const std::vector<std::string> kLinks = {"zmq", "shm"};
+const std::vector<std::string> kLinks = {"zmq", "shm", "pair"};
 constexpr std::size_t kMaxParts = 16;
 
+// Where a peer reaches `rank` (a pair's peers over ZeroMQ; it listens on both).
 std::string endpoint(const std::string& kind, const TempDir& dir, int rank) {
-  return (kind == "zmq" ? "ipc://" : "shm://") + dir.file("link-" + std::to_string(rank));
+  return (kind == "shm" ? "shm://" : "ipc://") + dir.file("link-" + std::to_string(rank));
 }
 
 Frames frames_of(const std::vector<std::string>& parts) {
@@ -105,20 +109,25 @@ class End {
     ev.on_tick = [](Clock::time_point) {};
     ev.next_deadline = [] { return Clock::now() + 100ms; };
     ev.on_dropped = [this](const std::string&) { dropped_.fetch_add(1); };
-    if (kind == "zmq") {
-      IoLoop::Options o;
-      o.max_parts = kMaxParts + 1;  // + the routing id
-      o.identity_prefix = IoLoop::member_identity(rank, 42);
-      link_ = std::make_unique<IoLoop>(shared_zmq_context(), o, std::move(ev));
-    } else {
-      ShmLink::Options o;
-      o.max_parts = kMaxParts;
-      o.rank = rank;
-      link_ = std::make_unique<ShmLink>(o, std::move(ev));
-    }
-    link_->bind({endpoint(kind, dir, rank)});
-    std::vector<std::string> peers;
+    IoLoop::Options zo;
+    zo.max_parts = kMaxParts + 1;  // + the routing id
+    zo.identity_prefix = IoLoop::member_identity(rank, 42);
+    ShmLink::Options so;
+    so.max_parts = kMaxParts;
+    so.rank = rank;
+    std::vector<std::string> bind{endpoint(kind, dir, rank)}, peers;
     for (int r = 0; r < world; ++r) peers.push_back(endpoint(kind, dir, r));
+    if (kind == "zmq") {
+      link_ = std::make_unique<IoLoop>(shared_zmq_context(), zo, std::move(ev));
+    } else if (kind == "shm") {
+      link_ = std::make_unique<ShmLink>(so, std::move(ev));
+    } else {
+      link_ = std::make_unique<PairLink>(std::make_unique<ShmLink>(so, ev),
+                                         std::make_unique<IoLoop>(shared_zmq_context(), zo, ev), ev);
+      peers[rank] = "shm://" + dir.file("link-" + std::to_string(rank) + "-shm");
+      bind.push_back(peers[rank]);
+    }
+    link_->bind(bind);
     link_->set_peers(peers);
     link_->start();
     // As the address exchange does in a world: nobody sends before every rank listens (shared

@@ -264,6 +264,30 @@ TEST_F(TwoHostsTest, OneLaunchPerHostRunsAConfigAcrossBoth) {
   EXPECT_TRUE(std::filesystem::exists(dir.file("policy.pt"))) << a;
 }
 
+// The link chosen per pair of peers (transport auto): the agent and observer 1 on A, observers 2
+// and 3 on B. Ranks that share a host reach each other over shared memory, the others over
+// ZeroMQ (tcp), in one world: the agent serves observer 1's requests from its rings and the
+// others' from its sockets, in the same batches, and the run finishes.
+TEST_F(TwoHostsTest, RanksThatShareAHostUseSharedMemoryInAWorldThatSpansHosts) {
+  TempDir dir;
+  const std::string args = "--nnodes 2 --master-addr " + std::string(kAddrA) + " --master-port 29523 --config " +
+                           kSource + "/configs/cartpole.yaml observers=3 rpc.transport=auto learner.rounds=8 " +
+                           "run.out_dir=" + dir.path();
+  std::vector<std::unique_ptr<Process>> ps = launch_on_both(args, dir);
+  std::vector<int> codes;
+  wait_all(ps, 120s, &codes);
+  ASSERT_EQ(codes, (std::vector<int>{0, 0})) << all_output(ps);
+  const std::string a = ps[0]->output(), b = ps[1]->output();
+  for (const char* line : {"rpc: agent (rank 0) reaches ranks 0-1 over shared memory, ranks 2-3 over ZeroMQ",
+                           "rpc: observer1 (rank 1) reaches ranks 0-1 over shared memory, ranks 2-3 over ZeroMQ"})
+    EXPECT_NE(a.find(line), std::string::npos) << "host A's output lacks '" << line << "':\n" << a;
+  for (const char* line : {"rpc: observer2 (rank 2) reaches ranks 2-3 over shared memory, ranks 0-1 over ZeroMQ",
+                           "rpc: observer3 (rank 3) reaches ranks 2-3 over shared memory, ranks 0-1 over ZeroMQ"})
+    EXPECT_NE(b.find(line), std::string::npos) << "host B's output lacks '" << line << "':\n" << b;
+  EXPECT_NE(a.find("3 observer(s) joined"), std::string::npos) << a;
+  EXPECT_TRUE(std::filesystem::exists(dir.file("policy.pt"))) << a;
+}
+
 // APPO across hosts (issue 44): the agent with its learner and observer 1 on A, observer 2 on B,
 // tcp between them; the observers' own loops stream their steps to the agent over the link and
 // the run solves CartPole.

@@ -96,8 +96,8 @@ Mesh::Mesh(Store& store, const std::string& prefix, int rank, int world, const P
       router_(*ctx_, zmq::socket_type::router), gone_since_(world) {
   // The sockets carry point-to-point calls always and collectives unless the world runs them in
   // shared memory (shm: ZeroMQ's same-host ipc form).
-  const std::string chosen = checked_transport(options_.transport, "process group");
-  const std::string transport = zmq_transport(chosen);
+  const Transport chosen = parse_transport(options_.transport, "process group");
+  const Transport transport = zmq_transport(chosen);
   apply_common_options(router_, 2000);
   secure_server(*ctx_, router_);
   router_.set(zmq::sockopt::rcvhwm, 0);

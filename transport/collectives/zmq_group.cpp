@@ -363,7 +363,7 @@ class ZmqGroup final : public ProcessGroup {
 
 // Hands rank 0's segment to every rank; the group switches to it only if every rank mapped it
 // (agreed over the sockets), else stays on ZeroMQ (transport auto) or fails (shm).
-void attach_shared_memory(ZmqGroup& pg, Mesh& mesh, std::unique_ptr<ShmCollectives> shm, const std::string& transport) {
+void attach_shared_memory(ZmqGroup& pg, Mesh& mesh, std::unique_ptr<ShmCollectives> shm, Transport transport) {
   const auto timeout = std::min<std::chrono::milliseconds>(mesh.options().timeout, std::chrono::seconds(10));
   const auto deadline = Clock::now() + timeout;
   std::string why;
@@ -380,7 +380,7 @@ void attach_shared_memory(ZmqGroup& pg, Mesh& mesh, std::unique_ptr<ShmCollectiv
   pg.all_reduce(ok, ReduceOp::Min);
   if (ok.item<int>() == 1) return pg.use_shared_memory(std::move(shm));
   const std::string reason = why.empty() ? "another rank could not map the shared memory" : why;
-  if (transport == "shm") throw TransportError("process group: transport shm: " + reason);
+  if (transport == Transport::Shm) throw TransportError("process group: transport shm: " + reason);
   DISTRL_LOG(Info, "process group: collectives over ZeroMQ (shared memory failed: " << reason << ")");
 }
 
@@ -398,18 +398,18 @@ std::shared_ptr<ProcessGroup> make_zmq_process_group(Store& store, int rank, int
   if (options.tune_malloc) keep_large_blocks_on_heap();
   // Shared-memory collectives when every rank is on this host: rank 0 makes the segment before
   // the address exchange and offers it there; the others say they would use it.
-  const std::string transport = checked_transport(options.transport, "process group");
+  const Transport transport = parse_transport(options.transport, "process group");
   std::unique_ptr<ShmCollectives> shm;
   std::string offer;
-  if (world_size > 1 && (transport == "auto" || transport == "shm")) {
+  if (world_size > 1 && (transport == Transport::Auto || transport == Transport::Shm)) {
     offer = "shm";
     if (rank == 0) {
       std::string why;
       shm = ShmCollectives::host(world_size, options, &why);
       // Without it rank 0 offers nothing: under shm every rank then refuses at the exchange
       // (rather than waiting for a rank 0 that gave up before it); under auto all use ZeroMQ.
-      if (!shm && transport == "shm") DISTRL_LOG(Error, "process group: transport shm: no shared memory (" << why << ")");
-      if (!shm && transport != "shm") DISTRL_LOG(Info, "process group: collectives over ZeroMQ (no shared memory: " << why << ")");
+      if (!shm && transport == Transport::Shm) DISTRL_LOG(Error, "process group: transport shm: no shared memory (" << why << ")");
+      if (!shm && transport != Transport::Shm) DISTRL_LOG(Info, "process group: collectives over ZeroMQ (no shared memory: " << why << ")");
       offer = shm ? shm->address() : "";
     }
   }

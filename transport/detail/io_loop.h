@@ -53,6 +53,7 @@ class IoLoop final : public Link {
   static std::string member_identity(int rank, std::uint64_t nonce);
 
   // Before start(): binds the ROUTER to each endpoint; returns the bound endpoints.
+  void set_events(Events events) override { cb_ = std::move(events); }
   std::vector<std::string> bind(const std::vector<std::string>& endpoints) override;
   // Before start(): the endpoint to dial for each peer rank.
   void set_peers(std::vector<std::string> endpoints) override;

@@ -3,9 +3,10 @@
 // replies as frames, reads replies, and reports a peer's connection lost and back. A Channel
 // is a connection of one calling thread's own (the sync fast path). Frames are opaque here:
 // call ids, deadlines, dead-peer errors, rejoin, decoder limits and hooks live above, in RPC.
-// Two links implement it: ZeroMQ (detail/io_loop.h) and shared memory (shm/shm_link.h); both
-// pass the same contract suite (tests/integration/link_contract_test.cpp), which a new link
-// joins by adding its name there. Private to transport/.
+// Two links implement it: ZeroMQ (detail/io_loop.h) and shared memory (shm/shm_link.h); a
+// PairLink (detail/pair_link.h) runs both as one, chosen per peer. All three pass the same
+// contract suite (tests/integration/link_contract_test.cpp), which a new link joins by adding
+// its name there. Private to transport/.
 #pragma once
 
 #include <chrono>
@@ -36,6 +37,7 @@ inline std::size_t frames_bytes(const Frames& frames) {
 struct Caller {
   zmq::message_t route;
   int rank = -1;
+  std::uint8_t via = 0;  // which of a PairLink's links the request came through (0 elsewhere)
 };
 
 // What reading a channel or socket gave: nothing waiting, one message, or a message of more
@@ -75,10 +77,17 @@ class Link {
     std::function<Clock::time_point()> next_deadline;  // the loop wakes for it
     // A message refused before any callback saw it (too many frames), or a callback that threw.
     std::function<void(const std::string& what)> on_dropped;
+    // Optional: a message send_to_peer or send_reply accepted could not be sent after all (a
+    // PairLink hands a message for the other link to that link's thread), with its frames as
+    // given and why; peer is the rank it was for (a reply's Caller::rank).
+    std::function<void(int peer, Frames&& frames, const std::string& why)> on_send_failed;
   };
 
   virtual ~Link() = default;
 
+  // Before start(): the callbacks from here on, in place of those the link was made with (a
+  // PairLink puts its own between a link and RPC).
+  virtual void set_events(Events events) = 0;
   // Before start(): listens at each endpoint; returns where peers reach it.
   virtual std::vector<std::string> bind(const std::vector<std::string>& endpoints) = 0;
   // Before start(): where each peer rank listens.

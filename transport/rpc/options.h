@@ -21,8 +21,9 @@ inline const std::vector<std::string>& transport_choices() {
   return c;
 }
 constexpr const char* kTransportHelp =
-    "auto: shared memory when every process is on this host, else ZeroMQ (ipc on one host, tcp between hosts); "
-    "shm; zmq; tcp; ipc (ZeroMQ over that only). DISTRL_TRANSPORT overrides auto";
+    "auto: per pair of processes, shared memory between those on one host, ZeroMQ between hosts (process groups: "
+    "shared memory only when the whole world is on one host); shm; zmq (ipc on one host, tcp between hosts); tcp; "
+    "ipc (ZeroMQ over that only). DISTRL_TRANSPORT overrides auto";
 
 struct RpcOptions {
   std::string name;                     // worker name; default "worker<rank>"
@@ -33,9 +34,9 @@ struct RpcOptions {
   std::chrono::milliseconds rendezvous_timeout{120000};  // finding every peer at start
   std::chrono::milliseconds shutdown_timeout{60000};     // all of a graceful shutdown (calls, barriers)
   int num_worker_threads = 4;           // handler pool
-  // auto: shared memory when every process of the world is on this host, else ZeroMQ (ipc on
-  // one host, tcp between hosts); shm, zmq (ZeroMQ's auto), tcp, ipc. "auto" yields to the
-  // DISTRL_TRANSPORT environment variable when it is set.
+  // auto: chosen per pair of peers, shared memory to a peer on this host, ZeroMQ (tcp) to a peer
+  // on another (a world that spans hosts runs both: detail/pair_link.h); shm, zmq (ipc on one
+  // host, tcp between hosts), tcp, ipc. "auto" yields to DISTRL_TRANSPORT when it is set.
   std::string transport = "auto";
   std::string bind_host;                // tcp interface; default: loopback, or the one reaching the master
   // How long the I/O thread polls before it sleeps. 0 on small machines: with more busy
@@ -86,7 +87,7 @@ struct WorkerInfo {
   std::string name;
   int rank = -1;
   std::string host;      // hostname
-  std::string endpoint;  // the endpoint this process uses to reach it
+  std::string endpoint;  // the endpoint this process uses to reach it; its scheme names the link (shm, tcp, ipc)
 };
 
 // Where a call goes: a worker name or rank, and optionally a timeout for this call

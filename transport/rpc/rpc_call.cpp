@@ -321,6 +321,18 @@ void on_reply(RpcCore::State& s, int peer, Frames&& frames) {
   else complete(s, *p, nullptr, error_from_reply(s, *m, p->fn));
 }
 
+void on_send_failed(RpcCore::State& s, int peer, Frames&& frames, const std::string& why) {
+  DecodeFailure bad;
+  auto m = decode_message(std::move(frames), s.opts.limits, &bad);  // our own message
+  if (!m) return;
+  if (m->header.kind == Kind::Response || m->header.kind == Kind::Error) {
+    s.dropped.fetch_add(1);
+    return;
+  }
+  if (m->header.kind != Kind::Request) return;  // a one-way notice: nobody waits for it
+  if (auto p = s.calls.take(m->header.call_id)) complete(s, *p, nullptr, call_failed(s, peer, p->fn, why));
+}
+
 void on_peer_down(RpcCore::State& s, int peer, const std::string& why) {
   s.peers.down(peer, why);
   if (s.hooks) s.hooks->on_peer_down(peer, why);

@@ -14,6 +14,7 @@
 #include "common/stop_signal.h"
 #include "transport/detail/endpoints.h"
 #include "transport/detail/io_loop.h"
+#include "transport/detail/pair_link.h"
 #include "transport/detail/wire_codec.h"
 #include "transport/detail/zmq_context.h"
 #include "transport/rpc/detail/rpc_state.h"
@@ -133,12 +134,12 @@ struct Links {
 
 // Makes and binds the links `transport` may use and sets s.me to where they listen. nonce:
 // part of ZeroMQ's member identity.
-Links bind_links(RpcCore::State& s, const WorldSpec& w, const std::string& transport, Link::Events events,
+Links bind_links(RpcCore::State& s, const WorldSpec& w, Transport transport, const Link::Events& events,
                  std::uint64_t nonce) {
   Links l;
   std::vector<std::string> bound;
-  const std::string zt = zmq_transport(transport);
-  if (transport != "shm") {
+  const Transport zt = zmq_transport(transport);
+  if (transport != Transport::Shm) {
     // Every connection of this process is made under its member identity, so that a server
     // can check that a message's src is the rank of the connection it came on.
     l.zmq = std::make_unique<IoLoop>(
@@ -149,9 +150,9 @@ Links bind_links(RpcCore::State& s, const WorldSpec& w, const std::string& trans
     // tcp and/or ipc on the one ROUTER; peers pick ipc when they share our host.
     bound = l.zmq->bind(endpoints_to_bind(zt, bind_ip(w, s.opts.bind_host), std::to_string(s.rank), &s.ipc_path));
   }
-  s.me = transport == "shm" ? Address{s.opts.name, host_id(), host_name(), "", "", ""}
-                            : make_address(s.opts.name, zt, bound);
-  if (transport == "shm" || transport == "auto") {
+  s.me = transport == Transport::Shm ? Address{s.opts.name, host_id(), host_name(), "", "", ""}
+                                     : make_address(s.opts.name, zt, bound);
+  if (transport == Transport::Shm || transport == Transport::Auto) {
     ShmLink::Options o;
     o.max_message_bytes = s.opts.limits.max_message_bytes;
     o.max_parts = s.opts.limits.max_frames + 1;  // header + tensor frames (ZeroMQ's + 2 counts the routing id)
@@ -159,17 +160,67 @@ Links bind_links(RpcCore::State& s, const WorldSpec& w, const std::string& trans
     o.send_timeout = s.opts.rpc_timeout;
     o.thread_init = s.opts.thread_init;
     o.rank = s.rank;
-    l.shm = std::make_unique<ShmLink>(std::move(o), std::move(events));
+    l.shm = std::make_unique<ShmLink>(std::move(o), events);
     try {
       s.me.shm = l.shm->bind({shm_endpoint_to_bind(std::to_string(s.rank))}).front();
     } catch (const TransportError& e) {
-      if (transport == "shm") throw;
-      // auto: this process offers no shared memory, so the world takes ZeroMQ.
+      if (transport == Transport::Shm) throw;
+      // auto: this process offers no shared memory, so its peers reach it over ZeroMQ.
       DISTRL_LOG(Warn, "rpc: " << s.opts.name << " cannot use shared memory (" << e.what() << "); using ZeroMQ");
       l.shm.reset();
     }
   }
   return l;
+}
+
+// What the peers' endpoints are chosen under. Auto stays per pair only when some other rank is
+// reached over shared memory and some over ZeroMQ (a world that spans hosts); else it is the one
+// link that serves them all: shared memory when every rank is on this host and serves it (this
+// process too), ZeroMQ when no other rank is.
+Transport endpoints_transport(const Address& me, int rank, const std::vector<Address>& peers, Transport t,
+                              bool have_shm) {
+  if (t != Transport::Auto) return t;
+  if (!have_shm) return Transport::Zmq;
+  int local = 0, remote = 0;
+  for (int r = 0; r < static_cast<int>(peers.size()); ++r)
+    if (r != rank) ++(shm_reachable(me, peers[r]) ? local : remote);
+  if (remote == 0) return Transport::Shm;
+  return local == 0 ? Transport::Zmq : Transport::Auto;
+}
+
+// "ranks 0-1, 3" of the ranks whose endpoint is (or is not) shm://.
+std::string ranks_over(const std::vector<std::string>& endpoints, bool shm) {
+  std::string out;
+  const int n = static_cast<int>(endpoints.size());
+  for (int r = 0; r < n; ++r) {
+    if ((PairLink::via_of(endpoints[r]) == PairLink::kLocal) != shm) continue;
+    int last = r;
+    while (last + 1 < n && (PairLink::via_of(endpoints[last + 1]) == PairLink::kLocal) == shm) ++last;
+    out += (out.empty() ? "" : ", ") + std::to_string(r) + (last > r ? "-" + std::to_string(last) : "");
+    r = last;
+  }
+  return out;
+}
+
+// The link of the world, from the links bound and the endpoints chosen: one of them, or both as a
+// PairLink. Says which ranks each reaches (info).
+std::unique_ptr<Link> choose_link(RpcCore::State& s, Links& links, const std::vector<std::string>& endpoints,
+                                  Link::Events events) {
+  std::string line = "rpc: " + s.opts.name + " (rank " + std::to_string(s.rank) + ") reaches ";
+  std::unique_ptr<Link> link;
+  if (s.link_transport == Transport::Auto) {
+    line += "ranks " + ranks_over(endpoints, true) + " over shared memory, ranks " + ranks_over(endpoints, false) +
+            " over ZeroMQ";
+    link = std::make_unique<PairLink>(std::move(links.shm), std::move(links.zmq), std::move(events));
+  } else if (s.link_transport == Transport::Shm) {
+    line += "every rank over shared memory";
+    link = std::move(links.shm);
+  } else {
+    line += std::string("every rank over ZeroMQ (") + transport_name(s.link_transport) + ")";
+    link = std::move(links.zmq);
+  }
+  DISTRL_LOG(Info, line);
+  return link;
 }
 
 // Tells every peer where this restarted rank listens now (one-way notices; a peer that is
@@ -219,21 +270,20 @@ void RpcCore::start(const std::function<void()>& before_publish) {
     if (sp->after_requests_read) sp->after_requests_read();
   };
   cb.on_dropped = [sp](const std::string& what) { count_bad(*sp, what, false); };
+  cb.on_send_failed = [sp](int peer, Frames&& f, const std::string& why) { on_send_failed(*sp, peer, std::move(f), why); };
   cb.next_deadline = [sp] { return sp->calls.next_deadline(); };
   // The links: ZeroMQ (unless shm is asked for) and shared memory (when it may be used), both
-  // bound before the addresses are published; the world's addresses decide which one runs
-  // (the same answer on every rank), and the other is closed unused.
-  const std::string transport = checked_transport(s.opts.transport, "rpc options");
-  auto links = bind_links(s, w, transport, std::move(cb), new_object_id());
+  // bound before the addresses are published; the world's addresses decide which runs: one of
+  // them, or both (a world that spans hosts: shared memory to the ranks on this host).
+  const Transport transport = parse_transport(s.opts.transport, "rpc options");
+  auto links = bind_links(s, w, transport, cb, new_object_id());
   RegisteredPathGuard ipc_file(s.ipc_path);  // a rendezvous that throws leaves no slot behind
   if (before_publish) before_publish();  // registrations land before any peer can reach us
 
   auto& store = s.rdv->store();
   const Address& me = s.me;
   const auto peers = exchange_addresses(store, kWorkerAddressPrefix, s.rank, s.world, me, s.opts.rendezvous_timeout);
-  const bool shm = world_uses_shm(me, peers, transport);
-  s.link_transport = shm ? "shm" : zmq_transport(transport);
-  s.link = shm ? std::move(links.shm) : std::move(links.zmq);
+  s.link_transport = endpoints_transport(me, s.rank, peers, transport, links.shm != nullptr);
   std::vector<std::int64_t> incarnations(s.world, 1);
   if (s.incarnation > 1)
     for (int r = 0; r < s.world; ++r) incarnations[r] = std::max<std::int64_t>(1, store.add("rpc/incarnation/" + std::to_string(r), 0));
@@ -251,6 +301,7 @@ void RpcCore::start(const std::function<void()>& before_publish) {
     }
     s.workers.push_back(WorkerInfo{p.name, r, p.hostname, endpoints.back()});
   }
+  s.link = choose_link(s, links, endpoints, std::move(cb));
   s.link->set_peers(endpoints);
   s.channels.reset(incarnations);
   s.peers.reset(endpoints, std::move(incarnations));

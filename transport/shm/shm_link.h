@@ -65,6 +65,7 @@ class ShmLink final : public Link {
   // "shm://<path of a Unix socket>" for a path; listens at the first endpoint, returns it.
   // TransportError when shared memory cannot be used here (no memfd, or a ring's size is over
   // the process's file-size limit, RLIMIT_FSIZE: memfds count as files).
+  void set_events(Events events) override { cb_ = std::move(events); }
   std::vector<std::string> bind(const std::vector<std::string>& endpoints) override;
   void set_peers(std::vector<std::string> endpoints) override;
   void start() override;

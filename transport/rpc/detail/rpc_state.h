@@ -47,7 +47,9 @@ struct RpcCore::State {
   Address me;                     // as published at rendezvous
   std::int64_t incarnation = 1;   // this process's: 1, or more for a rank that rejoined
   std::string ipc_path;
-  std::string link_transport;     // "shm", or ZeroMQ's: auto, tcp, ipc (endpoint_for's argument)
+  // What peers' endpoints are chosen under (endpoint_for's argument): Auto when the link is a
+  // PairLink (per pair), Shm for shared memory only, else ZeroMQ's.
+  Transport link_transport = Transport::Auto;
   std::unique_ptr<Rendezvous> rdv;
   std::unique_ptr<ThreadPool> pool;
   // The transport (detail/link.h): its I/O thread runs the entry points below.
@@ -87,6 +89,9 @@ void complete(RpcCore::State& s, CallTable::Pending& p, InMessage* m, std::excep
 
 // I/O thread entry points (rpc_call.cpp).
 void on_reply(RpcCore::State& s, int peer, Frames&& frames);
+// A message the link took could not be sent after all (Link::Events::on_send_failed): a request
+// fails its call now, naming why; a reply counts as dropped.
+void on_send_failed(RpcCore::State& s, int peer, Frames&& frames, const std::string& why);
 void on_peer_down(RpcCore::State& s, int peer, const std::string& why);
 void on_peer_up(RpcCore::State& s, int peer);  // its connection came back: calls go through again
 // A rank announced it restarted (kRejoinFn): calls to the earlier process fail, the connection
