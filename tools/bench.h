@@ -96,7 +96,10 @@ struct AllreduceBenchOptions {
   std::string csv;  // --csv; "": OUT_DIR/allreduce.csv (distrl-bench --out-dir)
 };
 int run_allreduce_bench(const AllreduceBenchOptions& options);
-int run_allreduce_worker(const std::string& out, const std::vector<std::int64_t>& sizes);
+// One rank of the allreduce suite (under distrl-launch, on one host or several): checks each
+// size's sums and averages first (exits 1 naming a wrong element), then times it; rank 0 writes
+// a CSV line per size. flat: ProcessGroupOptions::hierarchical off.
+int run_allreduce_worker(const std::string& out, const std::vector<std::int64_t>& sizes, bool flat = false);
 
 struct DdpBenchOptions {
   std::vector<std::string> models{"mnist_cnn", "mlp"};

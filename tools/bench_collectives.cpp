@@ -29,10 +29,32 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-std::shared_ptr<transport::ProcessGroup> join() {
+std::shared_ptr<transport::ProcessGroup> join(bool hierarchical = true) {
   transport::ProcessGroupOptions o;  // env:// from distrl-launch
   o.timeout = std::chrono::seconds(120);
+  o.hierarchical = hierarchical;
   return transport::init_process_group(o);
+}
+
+// all_reduce of `numel` floats, rank r holding (i % 1024) + r at element i: the sum is exact in
+// float32 (small integers), n * (i % 1024) + n(n-1)/2, and the average that over n. Throws
+// naming the first wrong element.
+void check_all_reduce(transport::ProcessGroup& pg, std::int64_t numel) {
+  const int n = pg.size(), r = pg.rank();
+  const auto base = torch::arange(numel, torch::kLong).remainder(1024).to(torch::kFloat);
+  for (auto op : {transport::ReduceOp::Sum, transport::ReduceOp::Avg}) {
+    at::Tensor t = base + r;
+    pg.all_reduce(t, op);
+    at::Tensor want = base * n + n * (n - 1) / 2.0;
+    if (op == transport::ReduceOp::Avg) want = want / n;
+    const auto wrong = (t - want).abs().gt(1e-3 * want.abs().clamp_min(1)).nonzero();
+    if (wrong.numel() > 0) {
+      const std::int64_t i = wrong[0][0].item<std::int64_t>();
+      throw Error("all_reduce " + std::string(transport::to_string(op)) + " of " + std::to_string(numel) +
+                  " floats on rank " + std::to_string(r) + ": element " + std::to_string(i) + " is " +
+                  std::to_string(t[i].item<float>()) + ", expected " + std::to_string(want[i].item<float>()));
+    }
+  }
 }
 
 // Slowest rank's value.
@@ -50,12 +72,13 @@ std::string human_bytes(std::int64_t b) {
 
 }  // namespace
 
-int run_allreduce_worker(const std::string& out, const std::vector<std::int64_t>& sizes) {
-  auto pg = join();
+int run_allreduce_worker(const std::string& out, const std::vector<std::int64_t>& sizes, bool flat) {
+  auto pg = join(!flat);
   const int n = pg->size();
   std::ofstream f;
   if (pg->rank() == 0) f.open(out);
   for (auto bytes : sizes) {
+    check_all_reduce(*pg, bytes / 4);
     auto t = torch::ones({bytes / 4}, torch::kFloat);
     const int iters = static_cast<int>(std::clamp<std::int64_t>((std::int64_t(512) << 20) / bytes, 5, 2000));
     for (int i = 0; i < std::max(3, iters / 10); ++i) pg->all_reduce(t);

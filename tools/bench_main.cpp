@@ -180,6 +180,7 @@ struct WorkerArgs {
   std::string out, schedule, model;
   std::vector<std::int64_t> sizes;
   int microbatches = 0, chunks = 1, steps = 3, iterations = 0, contexts = 0, rows = 0, batch = 0;
+  bool flat = false;
   double f_ms = 0, b_ms = 0, bucket_mb = 25;
 };
 
@@ -202,9 +203,9 @@ void add_workers(CLI::App& app, WorkerArgs& w, std::vector<std::pair<CLI::App*, 
   CLI::App* ps = hidden("ps-worker", [&w] { return run_ps_worker(w.out, w.rows, w.iterations); });
   ps->add_option("--rows", w.rows)->required();
   ps->add_option("--iterations", w.iterations)->required();
-  hidden("allreduce-worker", [&w] { return run_allreduce_worker(w.out, w.sizes); })
-      ->add_option("sizes", w.sizes)
-      ->required();
+  CLI::App* ar = hidden("allreduce-worker", [&w] { return run_allreduce_worker(w.out, w.sizes, w.flat); });
+  ar->add_option("sizes", w.sizes)->required();
+  ar->add_flag("--flat", w.flat, "one flat ring over every rank, never hierarchical across hosts");
   CLI::App* ag = hidden("autograd-worker", [&w] { return run_autograd_worker(w.out, w.iterations, w.contexts); });
   ag->add_option("--iterations", w.iterations)->required();
   ag->add_option("--contexts", w.contexts)->required();

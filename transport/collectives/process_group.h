@@ -65,6 +65,11 @@ struct ProcessGroupOptions {
   // ZeroMQ's ipc; auto falls back to ZeroMQ when shared memory cannot be set up, shm fails.
   std::string transport = "auto";
   std::string bind_host;               // zmq: tcp interface (default: the one reaching the master)
+  // zmq, a world that spans hosts with more than one rank on some host: all_reduce reduces inside
+  // each host (in shared memory under transport auto), all_reduces between one leader per host
+  // and broadcasts inside each host, so only the leaders' traffic crosses between hosts. false:
+  // one flat ring (or recursive doubling) over every rank.
+  bool hierarchical = true;
   // zmq algorithm choice: all_reduce and broadcast of at most small_bytes use recursive
   // doubling / a binomial tree (fewest hops); larger ones a ring / chain pipelined in chunks.
   // In shared memory, chunk_bytes is each rank's slot (two per rank: a segment of
@@ -97,7 +102,8 @@ class ProcessGroup {
   int size() const { return size_; }
   virtual std::string backend() const = 0;
   // What the collectives travel over: "shm" (the zmq backend with every rank on this host),
-  // "zmq" (its sockets), "nccl".
+  // "zmq" (its sockets), "shm+zmq" / "zmq+zmq" (hierarchical all_reduce across hosts: inside
+  // each host, then between them), "nccl".
   virtual std::string transport() const { return backend(); }
 
   // Point to point (ranks are group ranks). The receiver's tensor must match the sender's

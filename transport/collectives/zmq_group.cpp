@@ -13,8 +13,15 @@
 //   collectives first pass each rank's root to the next rank (agree_on_root).
 // Every rank computes each reduced value once (ring) or with commuting operands (recursive
 // doubling), so all ranks end with the same bits.
+//
+// A world that spans hosts, with more than one rank on some host, runs all_reduce in three
+// steps, as NCCL and Horovod do (Hierarchy): reduce inside each host (in shared memory under
+// transport auto: one segment per host, made by the host's leader), all_reduce between one
+// leader per host (its lowest rank) over the sockets, broadcast inside each host. Only the
+// leaders' traffic crosses between hosts. The other collectives stay flat.
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <thread>
 
 #include "common/log.h"
@@ -44,6 +51,13 @@ std::string error_type(const std::exception& e) {
   return "TransportError";
 }
 
+// The groups a hierarchical all_reduce runs on (subgroups of the world group, made by every rank
+// in the same order): this host's ranks, its leader first; the leaders of all hosts (null on a
+// rank that leads none).
+struct Hierarchy {
+  std::shared_ptr<ProcessGroup> local, leaders;
+};
+
 class ZmqGroup final : public ProcessGroup {
  public:
   ZmqGroup(std::shared_ptr<Mesh> mesh, std::uint32_t id, std::vector<int> members, int my_index,
@@ -65,11 +79,18 @@ class ZmqGroup final : public ProcessGroup {
   }
 
   std::string backend() const override { return "zmq"; }
-  std::string transport() const override { return shm_ ? "shm" : "zmq"; }
+  // "shm", "zmq", or "<local>+zmq" for a hierarchical all_reduce (its inside-host part first).
+  std::string transport() const override {
+    if (hier_) return hier_->local->transport() + "+zmq";
+    return shm_ ? "shm" : "zmq";
+  }
 
   // Collectives from now on run in shared memory (every rank of the group switches together,
   // before the first collective is issued).
   void use_shared_memory(std::unique_ptr<ShmCollectives> shm) { shm_ = std::move(shm); }
+  // all_reduce from now on runs hierarchically (every rank switches together, before the first
+  // collective is issued).
+  void use_hierarchy(std::unique_ptr<Hierarchy> h) { hier_ = std::move(h); }
 
   WorkPtr isend(const at::Tensor& tensor, int dst, int tag) override {
     check_p2p(tensor, dst, tag, "isend to");
@@ -96,6 +117,7 @@ class ZmqGroup final : public ProcessGroup {
       if (broken_.empty()) broken_ = "aborted here: " + reason;
     }
     if (shm_) shm_->abort("TransportError", reason);
+    abort_hierarchy(reason);
     mesh_->send_abort(id_, members_, "TransportError", reason);
   }
 
@@ -261,6 +283,7 @@ class ZmqGroup final : public ProcessGroup {
       }
       if (std::string(ex.what()).find("the group was aborted by rank") == std::string::npos) {
         if (shm_) shm_->abort(error_type(ex), ex.what());
+        abort_hierarchy(ex.what());
         mesh_->send_abort(id_, members_, error_type(ex), ex.what(), e.h.seq);
       }
       throw;
@@ -274,6 +297,7 @@ class ZmqGroup final : public ProcessGroup {
     const std::int64_t numel = e.h.numel;
     const std::size_t bytes = numel * e.esize;
     e.keep = keep;
+    if (hier_ && c.kind == Kind::AllReduce && numel > 0) return hierarchical_all_reduce(e, c.tensors[0]);
     if (shm_) return shm_->run(c, e.h.seq, e.deadline, e.what);
     if (is_rooted(c.kind) && n > 1) agree_on_root(e);
     switch (c.kind) {
@@ -344,11 +368,31 @@ class ZmqGroup final : public ProcessGroup {
     }
   }
 
+  // Reduce inside this host to its leader, all_reduce between the leaders, broadcast inside this
+  // host. Avg sums throughout and divides at the end (hosts may hold different rank counts).
+  // A failure in any step aborts both subgroups, so no rank of this host waits on a leader that
+  // gave up.
+  void hierarchical_all_reduce(Exec& e, at::Tensor& t) {
+    const ReduceOp op = e.op == ReduceOp::Avg ? ReduceOp::Sum : e.op;
+    ProcessGroup& local = *hier_->local;
+    if (local.size() > 1) local.reduce(t, 0, op);
+    if (hier_->leaders) hier_->leaders->all_reduce(t, op);
+    if (local.size() > 1) local.broadcast(t, 0);
+    if (e.op == ReduceOp::Avg) divide(e.type, data(t), static_cast<std::size_t>(t.numel()), size());
+  }
+
+  void abort_hierarchy(const std::string& reason) {
+    if (!hier_) return;
+    hier_->local->abort(reason);
+    if (hier_->leaders) hier_->leaders->abort(reason);
+  }
+
   std::shared_ptr<Mesh> mesh_;
   std::uint32_t id_;
   std::vector<int> members_;
   std::shared_ptr<void> keepalive_;
   std::unique_ptr<ShmCollectives> shm_;  // set before the first collective; the executing thread uses it
+  std::unique_ptr<Hierarchy> hier_;      // likewise
   std::uint64_t seq_ = 0;          // the executing thread only
   std::uint32_t children_ = 0;
 
@@ -361,9 +405,11 @@ class ZmqGroup final : public ProcessGroup {
   std::thread worker_;
 };
 
-// Hands rank 0's segment to every rank; the group switches to it only if every rank mapped it
-// (agreed over the sockets), else stays on ZeroMQ (transport auto) or fails (shm).
-void attach_shared_memory(ZmqGroup& pg, Mesh& mesh, std::unique_ptr<ShmCollectives> shm, Transport transport) {
+// Hands the segment of the group's rank 0 (`shm` there; `address` where the others fetch it) to
+// every rank; the group switches to it only if every rank mapped it (agreed over the sockets),
+// else stays on ZeroMQ (transport auto) or fails (shm).
+void attach_shared_memory(ZmqGroup& pg, Mesh& mesh, std::unique_ptr<ShmCollectives> shm, const std::string& address,
+                          Transport transport) {
   const auto timeout = std::min<std::chrono::milliseconds>(mesh.options().timeout, std::chrono::seconds(10));
   const auto deadline = Clock::now() + timeout;
   std::string why;
@@ -371,7 +417,7 @@ void attach_shared_memory(ZmqGroup& pg, Mesh& mesh, std::unique_ptr<ShmCollectiv
     if (pg.rank() == 0)
       shm->admit_members(deadline);
     else
-      shm = ShmCollectives::join(mesh.shm_address(), pg.rank(), pg.size(), mesh.options(), deadline);
+      shm = ShmCollectives::join(address, pg.rank(), pg.size(), mesh.options(), deadline);
   } catch (const std::exception& e) {
     why = e.what();
     shm.reset();
@@ -382,6 +428,68 @@ void attach_shared_memory(ZmqGroup& pg, Mesh& mesh, std::unique_ptr<ShmCollectiv
   const std::string reason = why.empty() ? "another rank could not map the shared memory" : why;
   if (transport == Transport::Shm) throw TransportError("process group: transport shm: " + reason);
   DISTRL_LOG(Info, "process group: collectives over ZeroMQ (shared memory failed: " << reason << ")");
+}
+
+// "0-1, 3" of a sorted rank list.
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string out;
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    std::size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    out += (out.empty() ? "" : ", ") + std::to_string(ranks[i]) + (j > i ? "-" + std::to_string(ranks[j]) : "");
+    i = j;
+  }
+  return out;
+}
+
+// A world that spans hosts with more than one rank on some host: the subgroups of a hierarchical
+// all_reduce, each host's in shared memory under transport auto (its leader makes the segment
+// and publishes its address in the store under `prefix`/host<leader>/shm).
+void attach_hierarchy(ZmqGroup& pg, Mesh& mesh, Store& store, const std::string& prefix, Transport transport) {
+  std::vector<std::vector<int>> hosts;  // ranks per host, hosts in order of their lowest rank
+  std::map<std::string, std::size_t> index;
+  for (int r = 0; r < pg.size(); ++r) {
+    auto [it, fresh] = index.emplace(mesh.host_ids()[r], hosts.size());
+    if (fresh) hosts.emplace_back();
+    hosts[it->second].push_back(r);
+  }
+  if (hosts.size() < 2 || hosts.size() == static_cast<std::size_t>(pg.size())) return;
+  auto h = std::make_unique<Hierarchy>();
+  std::vector<int> leaders;
+  std::vector<int> mine;
+  for (const auto& ranks : hosts) {
+    leaders.push_back(ranks.front());
+    if (auto g = pg.new_group(ranks)) {
+      h->local = std::move(g);
+      mine = ranks;
+    }
+  }
+  h->leaders = pg.new_group(leaders);
+  auto& local = static_cast<ZmqGroup&>(*h->local);
+  if (local.size() > 1 && (transport == Transport::Auto || transport == Transport::Shm)) {
+    const std::string key = prefix + "/host" + std::to_string(mine.front()) + "/shm";
+    std::unique_ptr<ShmCollectives> shm;
+    std::string address, why;
+    if (local.rank() == 0) {
+      shm = ShmCollectives::host(local.size(), mesh.options(), &why);
+      store.set(key, shm ? shm->address() : "");
+      if (!shm) DISTRL_LOG(Info, "process group: this host's part of all_reduce over ZeroMQ (no shared memory: " << why << ")");
+    } else {
+      address = store.get(key, mesh.options().timeout);
+    }
+    if (local.rank() == 0 ? shm != nullptr : !address.empty())
+      attach_shared_memory(local, mesh, std::move(shm), address, Transport::Auto);
+    else  // the leader offers none: every member of the host learns it the same way
+      local.barrier();
+  }
+  std::string sizes;
+  for (const auto& ranks : hosts) sizes += (sizes.empty() ? "" : ", ") + std::to_string(ranks.size());
+  DISTRL_LOG(Info, "process group: rank " << pg.rank() << ": all_reduce across " << hosts.size() << " hosts ("
+                                          << sizes << " ranks): inside this host (ranks " << rank_list(mine) << ") over "
+                                          << (local.transport() == "shm" ? "shared memory" : "ZeroMQ")
+                                          << ", between the host leaders (ranks " << rank_list(leaders)
+                                          << ") over ZeroMQ");
+  pg.use_hierarchy(std::move(h));
 }
 
 }  // namespace
@@ -418,7 +526,8 @@ std::shared_ptr<ProcessGroup> make_zmq_process_group(Store& store, int rank, int
   for (int r = 0; r < world_size; ++r) members[r] = r;
   auto pg = std::make_shared<ZmqGroup>(mesh, 0, std::move(members), rank, std::move(keepalive));
   pg->barrier();  // every rank reachable before the first real collective
-  if (mesh->shm_world()) attach_shared_memory(*pg, *mesh, std::move(shm), transport);
+  if (mesh->shm_world()) attach_shared_memory(*pg, *mesh, std::move(shm), mesh->shm_address(), transport);
+  else if (options.hierarchical && world_size > 1) attach_hierarchy(*pg, *mesh, store, prefix, transport);
   return pg;
 }
 

@@ -94,6 +94,9 @@ class Mesh {
   // same answer on every rank), and rank 0's address to fetch it from.
   bool shm_world() const { return shm_world_; }
   const std::string& shm_address() const { return shm_address_; }
+  // Each rank's host (detail/endpoints.h's host_id, from its address record): equal on ranks
+  // that share a host.
+  const std::vector<std::string>& host_ids() const { return host_ids_; }
   const ProcessGroupOptions& options() const { return options_; }
 
   // Sends header + bytes to global rank dst. Below kCopyBelow bytes, or without a tracker,
@@ -149,6 +152,7 @@ class Mesh {
   std::string ipc_path_;
   bool shm_world_ = false;
   std::string shm_address_;
+  std::vector<std::string> host_ids_;
 
   std::mutex mu_;
   std::condition_variable cv_;
