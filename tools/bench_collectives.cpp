@@ -1,6 +1,7 @@
 // distrl-bench allreduce / ddp: the process group and DDP, measured with real processes
 // started by distrl-launch. Each suite re-runs this binary as the hidden worker subcommand
 // on every rank; rank 0 writes its measurements to a file the parent turns into a table.
+#include <signal.h>
 #include <unistd.h>
 
 #include <torch/torch.h>
@@ -15,6 +16,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/failpoint.h"
 #include "models/nets.h"
 #include "models/torch_threads.h"
 #include "tools/bench.h"
@@ -85,6 +87,7 @@ int run_allreduce_worker(const std::string& out, const std::vector<std::int64_t>
     pg->barrier();
     std::vector<double> per;
     for (int i = 0; i < iters; ++i) {
+      if (failpoint("bench.allreduce.crash")) ::raise(SIGKILL);  // tests: a rank dying between collectives
       const auto s = Clock::now();
       pg->all_reduce(t);
       per.push_back(since(s));
