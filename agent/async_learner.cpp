@@ -62,9 +62,8 @@ AsyncLearner::AsyncLearner(PpoActor& actor, Loss loss, rl::PpoOptions ppo, rl::A
                            torch::Device device)
     : actor_(actor), device_(device), loss_(loss), o_(ppo), a_(async),
       net_(std::make_shared<models::ActorCritic>(actor.net().spec())),
-      optimizer_(*prepared(net_, actor, device), ppo.lr, 1e-5),
-      obs_rms_(actor.net().spec().obs_dim), scaler_(ppo.gamma), recent_(solved_window), intake_(intake),
-      timeout_(timeout), rng_(ppo.seed) {}
+      optimizer_(*prepared(net_, actor, device), ppo.lr, 1e-5), obs_rms_(actor.net().spec().obs_dim),
+      scaler_(ppo.gamma), recent_(solved_window), intake_(intake), timeout_(timeout), rng_(ppo.seed) {}
 
 std::shared_ptr<models::ActorCritic> AsyncLearner::prepared(const std::shared_ptr<models::ActorCritic>& net,
                                                             PpoActor& actor, torch::Device device) {
@@ -208,7 +207,8 @@ AsyncStats AsyncLearner::update(std::vector<rl::Fragment> batch) {
     full = net_->forward(x);
     logp_full = net_->log_prob({full.head.narrow(0, 0, N), full.value.narrow(0, 0, N)}, a);
   }
-  if (one_pass) times_.forward_s += seconds_between(t_fwd, Clock::now());  // the loss's forward; else V-trace's, the rest
+  if (one_pass)
+    times_.forward_s += seconds_between(t_fwd, Clock::now());  // the loss's forward; else V-trace's, the rest
   const auto values = full.value.detach().to(torch::kCPU).contiguous();
   const auto log_rhos = (logp_full.detach() - old).to(torch::kCPU).contiguous();
   const float* vp = values.data_ptr<float>();
@@ -242,8 +242,8 @@ AsyncStats AsyncLearner::update(std::vector<rl::Fragment> batch) {
       // The epoch's order gathered once; a minibatch is a slice of each (a view).
       const auto perm = torch::tensor(order).to(dev);
       const auto xe = xs.index_select(0, perm), ae = a.index_select(0, perm);
-      const auto epoch_cols = std::array<torch::Tensor, 3>{adv.index_select(0, perm), old.index_select(0, perm),
-                                                           vs.index_select(0, perm)};
+      const auto epoch_cols =
+          std::array<torch::Tensor, 3>{adv.index_select(0, perm), old.index_select(0, perm), vs.index_select(0, perm)};
       for (std::int64_t s = 0; s + mb <= N; s += mb) {
         const auto t0 = Clock::now();
         auto out = net_->forward(xe.narrow(0, s, mb));
@@ -336,17 +336,18 @@ bool AsyncLearner::learn_remotely(std::vector<rl::Fragment> batch, AsyncStats* s
       unreachable_ = true;
       unreachable_since_ = std::chrono::steady_clock::now();
       DISTRL_LOG(Warn, "agent: the learner cannot be reached (" << e.what() << "); acting goes on with policy version "
-                                                                << version_ << ", and the trajectories are dropped "
+                                                                << version_
+                                                                << ", and the trajectories are dropped "
                                                                    "(counted) until it is back");
     }
     return false;
   }
   if (unreachable_) {
     unreachable_ = false;
-    DISTRL_LOG(Warn, "agent: the learner is back after "
-                         << static_cast<long long>(seconds_between(unreachable_since_, std::chrono::steady_clock::now()))
-                         << " s at policy version " << r.weights.version << "; " << unlearned_
-                         << " trajectories went unlearned so far");
+    DISTRL_LOG(Warn, "agent: the learner is back after " << static_cast<long long>(seconds_between(
+                                                                unreachable_since_, std::chrono::steady_clock::now()))
+                                                         << " s at policy version " << r.weights.version << "; "
+                                                         << unlearned_ << " trajectories went unlearned so far");
   }
   if (r.stop) {  // another agent's run is over: nothing was learned
     ended_elsewhere_ = true;

@@ -111,11 +111,11 @@ class AsyncLearner : public Learner {
   // One gradient step on rows whose advantages, behaviour log-probs and value targets are `cols`
   // (APPO's clipped surrogate or IMPALA's policy gradient, the value loss, the entropy bonus);
   // its losses added to st.
-  void learn_step(const models::ActorCritic::Out& out, const torch::Tensor& logp, const std::array<torch::Tensor, 3>& cols,
-                  std::chrono::steady_clock::time_point t0, AsyncStats& st);
+  void learn_step(const models::ActorCritic::Out& out, const torch::Tensor& logp,
+                  const std::array<torch::Tensor, 3>& cols, std::chrono::steady_clock::time_point t0, AsyncStats& st);
   // net on the actor's device with the actor's weights (before the optimizer flattens them).
-  static std::shared_ptr<models::ActorCritic> prepared(const std::shared_ptr<models::ActorCritic>& net,
-                                                       PpoActor& actor, torch::Device device);
+  static std::shared_ptr<models::ActorCritic> prepared(const std::shared_ptr<models::ActorCritic>& net, PpoActor& actor,
+                                                       torch::Device device);
   // roles.learners 1: the learner process learns `batch` (false: it cannot be reached now, and
   // the batch is dropped); the learner's first weights before acting starts.
   bool learn_remotely(std::vector<rl::Fragment> batch, AsyncStats* stats);
@@ -127,22 +127,22 @@ class AsyncLearner : public Learner {
   rl::AsyncOptions a_;
   std::shared_ptr<models::ActorCritic> net_;  // the learner's copy
   FlatAdam optimizer_;
-  RunningMeanStd obs_rms_;                   // the learner's; published with the weights
+  RunningMeanStd obs_rms_;  // the learner's; published with the weights
   RewardScaler scaler_;
   RecentReturns recent_;
   Trajectories intake_;
   std::chrono::milliseconds timeout_;
   std::int64_t version_ = 0;
   bool started_ = false;
-  long long steps_seen_ = 0;   // intake_.stats().steps at the last round
-  long long dropped_ = 0;      // stale trajectories so far
+  long long steps_seen_ = 0;  // intake_.stats().steps at the last round
+  long long dropped_ = 0;     // stale trajectories so far
   std::mt19937_64 rng_;
   LearnerTimes times_;  // with a remote learner: its own, from its last reply
   transport::RpcAgent* remote_ = nullptr;
   std::chrono::steady_clock::time_point unreachable_since_{};  // the learner could not be reached (remote_)
   bool unreachable_ = false;
   bool ended_elsewhere_ = false;  // a reply said stop
-  long long unlearned_ = 0;  // trajectories dropped while the learner was unreachable
+  long long unlearned_ = 0;       // trajectories dropped while the learner was unreachable
 };
 
 }  // namespace distrl::agent

@@ -47,7 +47,8 @@ bool Batcher::should_close_locked() const {
 
 Batcher::Batch Batcher::take_locked(Reason why) {
   const auto now = Clock::now();
-  for (const auto& r : open_.requests) stats_.queue_us += std::chrono::duration<double, std::micro>(now - r.arrived).count();
+  for (const auto& r : open_.requests)
+    stats_.queue_us += std::chrono::duration<double, std::micro>(now - r.arrived).count();
   Batch b = std::move(open_);
   open_ = std::move(spare_);
   open_.obs.clear();

@@ -29,8 +29,8 @@ struct BatchOptions {
   // AllAsked: lock-step like the tutorial (every active observer, bounded by max_wait).
   // WhenRead: also closes at flush(): the requests that arrived together, no waiting.
   enum class Close { AllAsked, WhenRead };
-  int max_batch = 256;                         // rows per forward pass
-  std::chrono::microseconds max_wait{5000};    // since the batch's first request
+  int max_batch = 256;                       // rows per forward pass
+  std::chrono::microseconds max_wait{5000};  // since the batch's first request
   Close close = Close::AllAsked;
   // Rows one request may carry (an observer sends one per env); more is refused with a
   // ProtocolError, so that one request cannot stall every observer's batch. 0: no cap.

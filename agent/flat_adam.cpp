@@ -89,8 +89,9 @@ void gradient_step(FlatAdam& optimizer, const torch::Tensor& loss, double max_gr
 
 void load_optimizer(FlatAdam& optimizer, const std::map<std::string, torch::Tensor>& tensors, const std::string& path) {
   if (!tensors.count("adam.m"))
-    DISTRL_LOG(Warn, "checkpoint '" << path << "' holds no Adam state of this version (saved before FlatAdam): "
-                                    "the weights load, Adam's moments start from zero");
+    DISTRL_LOG(Warn, "checkpoint '" << path
+                                    << "' holds no Adam state of this version (saved before FlatAdam): "
+                                       "the weights load, Adam's moments start from zero");
   try {
     optimizer.load(tensors);
   } catch (const std::invalid_argument& e) {

@@ -37,11 +37,12 @@ Algorithm make_algorithm(const rl::RlConfig& cfg, int obs_dim, int n_actions, in
     throw ConfigError("learner.device is " + cfg.learner_device + ", but learner.algo " + cfg.algo +
                       " learns where it acts (agent.device); learner.device is for appo and impala");
   if (cfg.agents > 1 && cfg.learners == 0)
-    throw ConfigError("roles.agents is " + std::to_string(cfg.agents) + ": several agents feed one learner process; "
+    throw ConfigError("roles.agents is " + std::to_string(cfg.agents) +
+                      ": several agents feed one learner process; "
                       "set roles.learners: 1 (and learner.algo appo or impala)");
   if (cfg.agents > cfg.observers)
-    throw ConfigError("roles.agents is " + std::to_string(cfg.agents) + " but there are " + std::to_string(cfg.observers) +
-                      " observers: every agent needs at least one (raise observers)");
+    throw ConfigError("roles.agents is " + std::to_string(cfg.agents) + " but there are " +
+                      std::to_string(cfg.observers) + " observers: every agent needs at least one (raise observers)");
   if (cfg.learners > 0 && !cfg.asynchronous())
     throw ConfigError("roles.learners is " + std::to_string(cfg.learners) + ", but learner.algo " + cfg.algo +
                       " learns in the agent between rounds; a learner process is for appo and impala");
@@ -94,7 +95,8 @@ Algorithm make_algorithm(const rl::RlConfig& cfg, int obs_dim, int n_actions, in
     return a;
   }
   if (act_dim > 0)
-    throw ConfigError("env.name: " + cfg.env + " has continuous actions; REINFORCE here needs a discrete env "
+    throw ConfigError("env.name: " + cfg.env +
+                      " has continuous actions; REINFORCE here needs a discrete env "
                       "(use learner.algo=ppo)");
   models::PolicySpec spec;
   spec.obs_dim = obs_dim;

@@ -53,13 +53,13 @@ class Actor {
 struct Progress {
   int rounds = 0;
   long long episodes = 0, env_steps = 0;
-  double seconds = 0;          // time spent in rounds, over every run of this output directory
+  double seconds = 0;  // time spent in rounds, over every run of this output directory
   double running_reward = 0;
 };
 
 // What one round brought in.
 struct RoundData {
-  std::vector<double> returns;    // one per episode that ended in this round
+  std::vector<double> returns;  // one per episode that ended in this round
   long long env_steps = 0;
   std::vector<float> latency_us;  // the observers' act round trips (one per request)
   double observer_cpu_us = 0;     // the observers' CPU time for this round, summed
@@ -129,7 +129,7 @@ struct ReleaseAtEnd {
 };
 
 struct Algorithm {
-  std::unique_ptr<Actor> actor;      // declared first: destroyed after the learner
+  std::unique_ptr<Actor> actor;  // declared first: destroyed after the learner
   std::unique_ptr<Learner> learner;
 };
 

@@ -164,11 +164,10 @@ int main(int argc, char** argv) {
     const auto space = env->action_space();
     const int act_dim = space.kind == envs::Space::Kind::Box ? space.dim() : 0;
     models::set_torch_threads(cfg.torch_threads);
-    agent::Algorithm algo = agent::make_algorithm(cfg, env->observation_space().dim(),
-                                                  act_dim > 0 ? 0 : space.n, act_dim, agent::Role::LearnerProcess);
+    agent::Algorithm algo = agent::make_algorithm(cfg, env->observation_space().dim(), act_dim > 0 ? 0 : space.n,
+                                                  act_dim, agent::Role::LearnerProcess);
     auto* learner = dynamic_cast<agent::AsyncLearner*>(algo.learner.get());
-    if (!learner)
-      throw ConfigError("distrl-learner learns appo or impala (learner.algo), not " + cfg.algo);
+    if (!learner) throw ConfigError("distrl-learner learns appo or impala (learner.algo), not " + cfg.algo);
     if (cli.check_only) return 0;
 
     set_log_tag("learner");

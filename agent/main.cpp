@@ -43,8 +43,9 @@ int main(int argc, char** argv) {
     bool eval = false;
     std::string checkpoint;
     int eval_episodes = 100;
-    cmd.app.add_flag("--eval", eval, "play --episodes episodes in this process with --checkpoint's policy and report "
-                                     "mean +- std return (PPO: the most likely action)");
+    cmd.app.add_flag("--eval", eval,
+                     "play --episodes episodes in this process with --checkpoint's policy and report "
+                     "mean +- std return (PPO: the most likely action)");
     cmd.app.add_option("--checkpoint", checkpoint, "--eval: the policy to evaluate (OUT_DIR/policy.pt)");
     cmd.app.add_option("--episodes", eval_episodes, "--eval: episodes to play")->check(CLI::Range(1, 1000000));
     std::string render;
@@ -68,10 +69,9 @@ int main(int argc, char** argv) {
       RunLock::check_before_start(cfg.out_dir);
       std::cout << "distrl-agent: ok: rl, " << cfg.agents + cfg.observers + cfg.learners << " ranks (" << cfg.agents
                 << " agent" << (cfg.agents == 1 ? "" : "s") << " + " << cfg.observers << " observer"
-                << (cfg.observers == 1 ? "" : "s")
-                << (cfg.learners > 0 ? " + 1 learner" : "") << "; " << cfg.env << ", " << cfg.algo << ", "
-                << cfg.mode << (cmd.flags.security == "curve" ? ", security curve" : "") << "); outputs in "
-                << cfg.out_dir << std::endl;
+                << (cfg.observers == 1 ? "" : "s") << (cfg.learners > 0 ? " + 1 learner" : "") << "; " << cfg.env
+                << ", " << cfg.algo << ", " << cfg.mode << (cmd.flags.security == "curve" ? ", security curve" : "")
+                << "); outputs in " << cfg.out_dir << std::endl;
       return 0;
     }
     if (eval) {
@@ -89,7 +89,8 @@ int main(int argc, char** argv) {
     const int rank = transport::resolve_world(ro.init_method, ro.rank, ro.world_size).rank;
     if (rank >= cfg.agents)
       throw ConfigError("distrl-agent was started as rank " + std::to_string(rank) + ", but the agents are ranks 0.." +
-                        std::to_string(cfg.agents - 1) + " (roles.agents); the ranks after them are the observers' "
+                        std::to_string(cfg.agents - 1) +
+                        " (roles.agents); the ranks after them are the observers' "
                         "(distrl-observer) and the learner's (distrl-learner)");
     ro.name = rl::agent_name(rank);
     rl::RlConfig mine = cfg;
@@ -119,6 +120,6 @@ int main(int argc, char** argv) {
     rpc.shutdown();
     agent::write_run_report(mine, s, observers, cmd.settings.to_yaml());
     if (!s.failure.empty()) throw TransportError(s.failure);  // exit 1, after every output is written
-    return stop_exit_code();  // 0, or 128 + the signal that stopped the run
+    return stop_exit_code();                                  // 0, or 128 + the signal that stopped the run
   });
 }

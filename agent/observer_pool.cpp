@@ -71,8 +71,9 @@ void ObserverPool::check(Trajectories& trajectories) {
       if (batcher_) batcher_->set_active(id, true);
       DISTRL_LOG(Warn, "agent: observer " << i << " (" << obs_[i].owner_name() << ") is reachable again: readmitted");
     } else if (!connected) {
-      drop(i, trajectories, "its connection " + rpc_.worker(obs_[i].owner_name()).endpoint +
-                                " was lost (the process exited or crashed, or its host became unreachable)");
+      drop(i, trajectories,
+           "its connection " + rpc_.worker(obs_[i].owner_name()).endpoint +
+               " was lost (the process exited or crashed, or its host became unreachable)");
       continue;
     }
     ++live;
@@ -96,8 +97,8 @@ std::vector<rl::Fragment> ObserverPool::gather(Trajectories& trajectories) {
     if (missing == 0) return out;
     if (std::chrono::steady_clock::now() - since > patience) {
       const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(patience).count();
-      const std::string waited = (ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms") +
-                                 " (half of rpc.timeout_s)";
+      const std::string waited =
+          (ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms") + " (half of rpc.timeout_s)";
       for (std::size_t i = 0; i < obs_.size(); ++i)
         if (alive_[i] && !got[i]) drop(i, trajectories, "no trajectory for " + waited);
       if (!out.empty()) return out;

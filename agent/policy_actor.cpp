@@ -14,14 +14,19 @@ torch::Device parse_device(const std::string& name, const std::string& key) {
   if (name.rfind("cuda", 0) == 0) {
 #if DISTRL_WITH_CUDA
     if (!torch::cuda::is_available())
-      throw ConfigError(key + " '" + name + "': no CUDA device is visible to this process (check nvidia-smi and CUDA_VISIBLE_DEVICES), or use --" + key + " cpu");
+      throw ConfigError(
+          key + " '" + name +
+          "': no CUDA device is visible to this process (check nvidia-smi and CUDA_VISIBLE_DEVICES), or use --" + key +
+          " cpu");
     try {
       return torch::Device(name);
     } catch (const std::exception& e) {
       throw ConfigError(key + " '" + name + "' is not a valid device (cuda or cuda:N)");
     }
 #else
-    throw ConfigError(key + " '" + name + "': this build has no CUDA (the LibTorch it was built against is CPU-only); use --" + key + " cpu or rebuild against a CUDA LibTorch with -DDISTRL_CUDA=ON");
+    throw ConfigError(key + " '" + name +
+                      "': this build has no CUDA (the LibTorch it was built against is CPU-only); use --" + key +
+                      " cpu or rebuild against a CUDA LibTorch with -DDISTRL_CUDA=ON");
 #endif
   }
   throw ConfigError(key + " '" + name + "' is not one of: cpu, cuda, cuda:N");

@@ -102,7 +102,8 @@ void check_fragment(const rl::Fragment& f, int obs_dim, int act_dim, bool bootst
   if (f.steps < 1 || f.num_envs < 1) bad("no steps");
   if (!(f.cpu_us >= 0 && f.cpu_us < 1e15)) bad("cpu_us " + std::to_string(f.cpu_us) + " is not a CPU time");
   const std::size_t n = f.transitions();
-  if (f.obs.size() != n * obs_dim) bad(std::to_string(f.obs.size()) + " observation floats for " + std::to_string(n) + " steps");
+  if (f.obs.size() != n * obs_dim)
+    bad(std::to_string(f.obs.size()) + " observation floats for " + std::to_string(n) + " steps");
   if (act_dim == 0 ? f.actions.size() != n : f.cont_actions.size() != n * act_dim) bad("action count");
   if (f.log_probs.size() != n || f.values.size() != n || f.rewards.size() != n || f.terminated.size() != n ||
       f.truncated.size() != n)
@@ -116,7 +117,8 @@ void check_fragment(const rl::Fragment& f, int obs_dim, int act_dim, bool bootst
   std::size_t cut = 0;
   for (std::size_t i = 0; i < n; ++i) cut += f.truncated[i] && !f.terminated[i];
   if (f.final_obs.size() != cut * obs_dim)
-    bad(std::to_string(f.final_obs.size()) + " final-observation floats for " + std::to_string(cut) + " truncated episodes");
+    bad(std::to_string(f.final_obs.size()) + " final-observation floats for " + std::to_string(cut) +
+        " truncated episodes");
 }
 
 // ------------------------------------------------------------------ acting
@@ -234,9 +236,8 @@ std::vector<float> RewardScaler::scale(const rl::Fragment& f) {
 }
 
 Ppo::Ppo(PpoActor& actor, rl::PpoOptions options, TrajectoryOptions intake, int solved_window)
-    : actor_(actor), o_(options), intake_(intake), recent_(solved_window),
-      optimizer_(actor.net(), options.lr, 1e-5), scaler_(options.gamma),
-      rng_(options.seed) {}
+    : actor_(actor), o_(options), intake_(intake), recent_(solved_window), optimizer_(actor.net(), options.lr, 1e-5),
+      scaler_(options.gamma), rng_(options.seed) {}
 
 PpoStats Ppo::update(const std::vector<rl::Fragment>& fragments) {
   using Clock = std::chrono::steady_clock;
@@ -287,8 +288,7 @@ PpoStats Ppo::update(const std::vector<rl::Fragment>& fragments) {
     // operations per epoch instead of six per minibatch.
     const auto perm = torch::tensor(order).to(dev);
     const auto xe = x.index_select(0, perm), ae = a.index_select(0, perm), olde = old_logp.index_select(0, perm),
-               adve = adv.index_select(0, perm), olde_v = old_v.index_select(0, perm),
-               rete = ret.index_select(0, perm);
+               adve = adv.index_select(0, perm), olde_v = old_v.index_select(0, perm), rete = ret.index_select(0, perm);
     for (std::int64_t s = 0; s + mb <= n; s += mb) {
       const auto t0 = Clock::now();
       auto out = net.forward(xe.narrow(0, s, mb));

@@ -73,9 +73,8 @@ std::size_t EpisodeCutter::unfinished_steps() const {
 }
 
 Reinforce::Reinforce(PolicyActor& actor, ReinforceOptions options, TrajectoryOptions intake)
-    : actor_(actor), options_(options),
-      optimizer_(actor.net().parameters(), torch::optim::AdamOptions(options.lr)), intake_(intake),
-      cutter_(actor.obs_dim()) {}
+    : actor_(actor), options_(options), optimizer_(actor.net().parameters(), torch::optim::AdamOptions(options.lr)),
+      intake_(intake), cutter_(actor.obs_dim()) {}
 
 double Reinforce::update(const Episodes& episodes) {
   std::vector<float> returns = rewards_to_go(episodes.rewards, episodes.lengths, options_.gamma);

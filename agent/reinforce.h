@@ -59,7 +59,7 @@ class EpisodeCutter {
   };
   int obs_dim_;
   std::map<std::pair<int, int>, Running> running_;  // (observer, env)
-  std::set<int> forgotten_;                          // their envs' first episodes are partial
+  std::set<int> forgotten_;                         // their envs' first episodes are partial
 };
 
 // Discounted rewards-to-go, restarting at each segment boundary. Exposed for tests.

@@ -35,8 +35,8 @@ rl::ActReply stop_reply() {
 // runs on the learner's thread), or the reply says stop (the run is over). A waiting observer
 // has no request in the batch: the batcher (may be null) does not wait for it meanwhile.
 template <typename Act>
-transport::Future<rl::ActReply> admit(Trajectories& intake, Batcher* batcher, const std::shared_ptr<rl::StepReport>& step,
-                                      Act act) {
+transport::Future<rl::ActReply> admit(Trajectories& intake, Batcher* batcher,
+                                      const std::shared_ptr<rl::StepReport>& step, Act act) {
   struct Hold {  // the resume may run before observe() has returned Wait
     std::mutex mu;
     bool waiting = false, resumed = false;
@@ -60,8 +60,7 @@ transport::Future<rl::ActReply> admit(Trajectories& intake, Batcher* batcher, co
     }
   };
   switch (intake.observe(*step, resume)) {
-    case Trajectories::Admit::Stop:
-      return transport::Future<rl::ActReply>::ready(stop_reply());
+    case Trajectories::Admit::Stop: return transport::Future<rl::ActReply>::ready(stop_reply());
     case Trajectories::Admit::Wait: {
       std::lock_guard<std::mutex> lock(hold->mu);
       if (!hold->resumed && batcher) {
@@ -70,8 +69,7 @@ transport::Future<rl::ActReply> admit(Trajectories& intake, Batcher* batcher, co
       }
       return later.get_future();
     }
-    case Trajectories::Admit::Go:
-      break;
+    case Trajectories::Admit::Go: break;
   }
   return act();
 }
@@ -91,8 +89,10 @@ RlAgent::RlAgent(rl::RlConfig config, const std::string& resume, Load load) : cf
   if (load == Load::Evaluate) return;
   if (progress_.rounds >= cfg_.rounds)  // it ran on and rewrote summary.csv with nothing in it
     throw ConfigError("--resume " + resume + ": the checkpoint is at round " + std::to_string(progress_.rounds) +
-                      " and learner.rounds is " + std::to_string(cfg_.rounds) + ": nothing is left to run; raise it "
-                      "(e.g. learner.rounds=" + std::to_string(progress_.rounds + cfg_.rounds) + ")");
+                      " and learner.rounds is " + std::to_string(cfg_.rounds) +
+                      ": nothing is left to run; raise it "
+                      "(e.g. learner.rounds=" +
+                      std::to_string(progress_.rounds + cfg_.rounds) + ")");
   std::ostringstream line;  // progress output, shown at every log level like the round lines
   line << "agent: resumed from " << resume << " at round " << progress_.rounds << " (" << progress_.episodes
        << " episodes, " << progress_.env_steps << " env steps, running reward " << progress_.running_reward
@@ -136,43 +136,50 @@ void RlAgent::serve(transport::RpcAgent& rpc) {
     bo.max_request_rows = cfg_.envs_per_observer;
     if (cfg_.batch_close == "read") {
       if (!cfg_.serve_inline)
-        throw ConfigError("agent.batch_close: read needs agent.serve_inline: true (the batch closes when the I/O "
-                          "thread has read every request, so the requests must be served there)");
+        throw ConfigError(
+            "agent.batch_close: read needs agent.serve_inline: true (the batch closes when the I/O "
+            "thread has read every request, so the requests must be served there)");
       bo.close = BatchOptions::Close::WhenRead;
     }
     batcher_ = std::make_unique<Batcher>(obs_dim_, observers, bo,
                                          [actor](const float* obs, int rows) { return actor->act(obs, rows); });
     Batcher* b = batcher_.get();
     // An observer's step: its outcome into the trajectories, its observations into the batch.
-    rpc.register_function(rl::kAct, [b, intake](rl::StepReport report) {
-      auto step = std::make_shared<rl::StepReport>(std::move(report));
-      return admit(*intake, b, step, [b, intake, step] {
-        const int id = step->observer_id;
-        return b->submit(id, std::move(step->obs)).then([intake, id](const transport::Future<rl::ActReply>& f) {
-          intake->acted(id, f.value());
-          return f.value();
-        });
-      });
-    }, where);
+    rpc.register_function(
+        rl::kAct,
+        [b, intake](rl::StepReport report) {
+          auto step = std::make_shared<rl::StepReport>(std::move(report));
+          return admit(*intake, b, step, [b, intake, step] {
+            const int id = step->observer_id;
+            return b->submit(id, std::move(step->obs)).then([intake, id](const transport::Future<rl::ActReply>& f) {
+              intake->acted(id, f.value());
+              return f.value();
+            });
+          });
+        },
+        where);
     if (bo.close == BatchOptions::Close::WhenRead) rpc.after_requests_read([b] { b->flush(); });
   } else {
     const int dim = obs_dim_;
     auto times = unbatched_;  // handlers may run on several pool threads: atomic sums
-    rpc.register_function(rl::kAct, [actor, dim, intake, times](rl::StepReport report) {
-      auto step = std::make_shared<rl::StepReport>(std::move(report));
-      return admit(*intake, nullptr, step, [actor, dim, intake, step, times] {
-        // obs was checked whole (Trajectories::observe): rows = the observer's envs
-        const int rows = static_cast<int>(step->obs.size()) / dim;
-        const auto t0 = std::chrono::steady_clock::now();
-        rl::ActReply reply = actor->act(step->obs.data(), rows);
-        const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
-        times->requests.fetch_add(1, std::memory_order_relaxed);
-        times->rows.fetch_add(static_cast<std::uint64_t>(rows), std::memory_order_relaxed);
-        times->forward_ns.fetch_add(static_cast<std::uint64_t>(ns.count()), std::memory_order_relaxed);
-        intake->acted(step->observer_id, reply);
-        return transport::Future<rl::ActReply>::ready(std::move(reply));
-      });
-    }, where);
+    rpc.register_function(
+        rl::kAct,
+        [actor, dim, intake, times](rl::StepReport report) {
+          auto step = std::make_shared<rl::StepReport>(std::move(report));
+          return admit(*intake, nullptr, step, [actor, dim, intake, step, times] {
+            // obs was checked whole (Trajectories::observe): rows = the observer's envs
+            const int rows = static_cast<int>(step->obs.size()) / dim;
+            const auto t0 = std::chrono::steady_clock::now();
+            rl::ActReply reply = actor->act(step->obs.data(), rows);
+            const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
+            times->requests.fetch_add(1, std::memory_order_relaxed);
+            times->rows.fetch_add(static_cast<std::uint64_t>(rows), std::memory_order_relaxed);
+            times->forward_ns.fetch_add(static_cast<std::uint64_t>(ns.count()), std::memory_order_relaxed);
+            intake->acted(step->observer_id, reply);
+            return transport::Future<rl::ActReply>::ready(std::move(reply));
+          });
+        },
+        where);
   }
 }
 
@@ -194,8 +201,7 @@ struct EndStreams {
   ~EndStreams() {  // an exception ends the run: a failure
     try {
       (*this)(false);
-    } catch (...) {
-    }
+    } catch (...) {}
   }
 };
 
@@ -239,12 +245,13 @@ RunSummary RlAgent::run(transport::RpcAgent& rpc) {
     progress_.running_reward = learner.running_reward(d.returns, progress_.running_reward);
     progress_.seconds = seconds_now();
     if (!d.returns.empty())
-      sum.last_reward = std::accumulate(d.returns.begin(), d.returns.end(), 0.0) / static_cast<double>(d.returns.size());
+      sum.last_reward =
+          std::accumulate(d.returns.begin(), d.returns.end(), 0.0) / static_cast<double>(d.returns.size());
     const bool solved = cfg_.learn && learner.solved(progress_.running_reward, cfg_.target_reward);
     const BatchStats bs = batcher_ ? batcher_->stats() : BatchStats{};
     log.round(progress_, d, batcher_ ? &bs : nullptr, solved || round == cfg_.rounds);
-    if (cfg_.learn && ((cfg_.checkpoint_every > 0 && round % cfg_.checkpoint_every == 0) ||
-                       checkpoint_requested_.exchange(false)))
+    if (cfg_.learn &&
+        ((cfg_.checkpoint_every > 0 && round % cfg_.checkpoint_every == 0) || checkpoint_requested_.exchange(false)))
       save(checkpoint_path());
     if (solved) {
       sum.solved = true;
@@ -315,8 +322,7 @@ std::string RlAgent::stop_reason(const RunSummary& sum, bool ended_elsewhere) co
                              " (go on once the observers can reach the agent: " +
                              resume_command(cfg_.out_dir, checkpoint_path()) + ")"
                        : std::string());
-  else if (sum.solved)
-    why << "running reward " << sum.running_reward << " >= " << cfg_.target_reward;
+  else if (sum.solved) why << "running reward " << sum.running_reward << " >= " << cfg_.target_reward;
   else if (ended_elsewhere)
     why << "another agent's run ended (the learner process said stop) after round " << progress_.rounds
         << "; running reward here " << sum.running_reward;
@@ -326,8 +332,7 @@ std::string RlAgent::stop_reason(const RunSummary& sum, bool ended_elsewhere) co
   else if (cfg_.learn)
     why << "ran all " << cfg_.rounds << " rounds; running reward " << sum.running_reward << " < target "
         << cfg_.target_reward << " (raise learner.rounds or tune learner.lr)";
-  else
-    why << "ran all " << cfg_.rounds << " rounds (learner.learn is off)";
+  else why << "ran all " << cfg_.rounds << " rounds (learner.learn is off)";
   return why.str();
 }
 
@@ -347,7 +352,8 @@ std::vector<double> RlAgent::evaluate(int episodes, std::uint64_t seed, const st
     double ret = 0;
     for (int t = 0; t < cfg_.max_steps; ++t) {
       const rl::ActReply a = algo_.actor->act_eval(obs.data(), 1);
-      const envs::Step s = act_dim_ > 0 ? env->step(a.cont_actions.data(), obs.data()) : env->step(a.actions[0], obs.data());
+      const envs::Step s =
+          act_dim_ > 0 ? env->step(a.cont_actions.data(), obs.data()) : env->step(a.actions[0], obs.data());
       ret += s.reward;
       if (gif && (t % 2 == 1 || s.done())) {  // 25 frames per second of game time
         envs::draw(*env, &frame);

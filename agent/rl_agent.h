@@ -32,10 +32,10 @@ struct RunSummary {
   int rounds = 0;
   long long episodes = 0;
   long long env_steps = 0;
-  double seconds = 0;          // the rounds only (not start-up)
+  double seconds = 0;  // the rounds only (not start-up)
   double running_reward = 0;
   double last_reward = 0;
-  double mean_batch = 0;       // rows per forward pass
+  double mean_batch = 0;                             // rows per forward pass
   double latency_median_us = 0, latency_p99_us = 0;  // observers' act round trips
   // The mean round trip and the agent's share of it, per request: waiting for the batch to close
   // (0 unbatched), the forward pass it waited for; the rest is transport and reply. And a

@@ -23,17 +23,14 @@ std::string thousands(double v) {
 }  // namespace
 
 RoundLog::RoundLog(const std::string& out_dir, int log_interval, const Progress& start, bool tensorboard, bool lag)
-    : log_interval_(log_interval),
-      lag_(lag),
-      last_print_(std::chrono::steady_clock::now()),
-      steps_at_print_(start.env_steps),
-      steps_at_row_(start.env_steps),
-      seconds_at_row_(start.seconds) {
+    : log_interval_(log_interval), lag_(lag), last_print_(std::chrono::steady_clock::now()),
+      steps_at_print_(start.env_steps), steps_at_row_(start.env_steps), seconds_at_row_(start.seconds) {
   std::filesystem::create_directories(out_dir);
   const long long resumed_at = start.rounds > 0 ? start.rounds : -1;
   csv_ = CsvFile(out_dir + "/metrics.csv",
                  std::string("round,episodes,env_steps,seconds,mean_reward,min_reward,max_reward,running_reward,loss,"
-                             "mean_batch") + (lag ? ",lag_mean,lag_max,dropped" : ""),
+                             "mean_batch") +
+                     (lag ? ",lag_mean,lag_max,dropped" : ""),
                  resumed_at);
   if (tensorboard) events_ = std::make_unique<EventFile>(out_dir, resumed_at);
 }
@@ -90,8 +87,7 @@ void RoundLog::round(const Progress& p, const RoundData& d, const BatchStats* ba
   if (std::isnan(mean)) line << "-";  // PPO: no episode ended in this round's fragments
   else line << mean;
   line << "  running " << std::setw(6) << p.running_reward << "  env-steps/s " << std::setw(9)
-       << thousands((p.env_steps - steps_at_print_) / dt) << "  batch " << std::setprecision(2)
-       << (batch ? rows : 1.0);
+       << thousands((p.env_steps - steps_at_print_) / dt) << "  batch " << std::setprecision(2) << (batch ? rows : 1.0);
   if (lag_) line << "  lag " << std::setprecision(1) << d.lag_mean << "/" << d.lag_max << "  dropped " << d.dropped;
   line << "  " << std::setprecision(1) << p.seconds << " s";
   std::printf("%s\n", line.str().c_str());

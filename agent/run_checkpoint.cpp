@@ -24,7 +24,8 @@ Progress load_run(Learner& learner, const std::string& path, const rl::RlConfig&
     if (const auto ppo = saved.find("ppo"); ppo != saved.end() && (ppo->second != 0) != learner.actor_critic()) {
       const std::string was = ppo->second != 0 ? "ppo" : "reinforce";
       throw ConfigError("checkpoint '" + path + "' was saved by a learner.algo " + was + " run, and this run is " +
-                        cfg.algo + ": load it with learner.algo " + was + " (and that run's model keys), or start "
+                        cfg.algo + ": load it with learner.algo " + was +
+                        " (and that run's model keys), or start "
                         "without it");
     }
     throw ConfigError(std::string(e.what()) + " (this run: learner.algo " + cfg.algo + ", env " + cfg.env +

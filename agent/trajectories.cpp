@@ -64,7 +64,7 @@ void Trajectories::check(const rl::StepReport& r, const Slot& slot) const {
   if (!(r.cpu_us >= 0 && r.cpu_us < 1e15)) bad("cpu_us " + std::to_string(r.cpu_us) + " is not a CPU time");
   if (!(r.latency_us == -1 || (r.latency_us >= 0 && r.latency_us < 1e12)))
     bad("latency_us " + std::to_string(r.latency_us) + " is not a round trip");
-  if (slot.forgotten) return;  // taken back: its outcomes are not used
+  if (slot.forgotten) return;                       // taken back: its outcomes are not used
   if (r.restart && r.step + 1 == slot.next_step) {  // a resend of the step taken last
     if (r.obs != slot.pending_obs) bad("a resend of step " + std::to_string(r.step) + " with other observations");
     return;

@@ -52,20 +52,20 @@ namespace distrl::agent {
 struct TrajectoryOptions {
   enum class Cut { Steps, Episodes };
   int observers = 1, envs = 1, obs_dim = 1, act_dim = 0;  // act_dim 0: discrete actions
-  int rollout = 32;  // steps per trajectory (Cut::Episodes: at most)
+  int rollout = 32;                                       // steps per trajectory (Cut::Episodes: at most)
   int queue = 32;
   Cut cut = Cut::Steps;
   bool lockstep = false;
 };
 
 struct TrajectoryStats {
-  long long steps = 0;          // env steps completed (their outcome arrived)
-  long long queued = 0;         // trajectories queued
-  long long refused = 0;        // malformed reports refused
-  long long discarded = 0;      // steps of lost observers' unfinished trajectories, and left at the end
-  long long readmitted = 0;     // dropped observers whose steps came again
-  long long resent = 0;         // resends of a step already taken (its answer was lost)
-  double waited_s = 0;          // parked trajectories' total wait for room in the queue (back-pressure)
+  long long steps = 0;       // env steps completed (their outcome arrived)
+  long long queued = 0;      // trajectories queued
+  long long refused = 0;     // malformed reports refused
+  long long discarded = 0;   // steps of lost observers' unfinished trajectories, and left at the end
+  long long readmitted = 0;  // dropped observers whose steps came again
+  long long resent = 0;      // resends of a step already taken (its answer was lost)
+  double waited_s = 0;       // parked trajectories' total wait for room in the queue (back-pressure)
 };
 
 class Trajectories {

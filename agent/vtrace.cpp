@@ -9,7 +9,8 @@ namespace distrl::agent {
 
 VtraceOutput vtrace(const VtraceInput& in, const VtraceOptions& o) {
   const int T = in.steps, E = in.envs;
-  if (T < 1 || E < 1) throw std::invalid_argument("vtrace: " + std::to_string(T) + " steps x " + std::to_string(E) + " envs");
+  if (T < 1 || E < 1)
+    throw std::invalid_argument("vtrace: " + std::to_string(T) + " steps x " + std::to_string(E) + " envs");
   if (!in.log_rhos || !in.rewards || !in.values || !in.bootstrap || !in.terminated || !in.truncated)
     throw std::invalid_argument("vtrace: an input array is missing");
   if (!(o.gamma >= 0 && o.gamma <= 1) || !(o.lambda >= 0 && o.lambda <= 1) || !(o.rho_bar > 0) || !(o.c_bar > 0) ||
@@ -21,9 +22,9 @@ VtraceOutput vtrace(const VtraceInput& in, const VtraceOptions& o) {
   out.q.resize(n);
   out.pg_advantages.resize(n);
   for (int e = 0; e < E; ++e) {
-    double acc = 0;                      // v_{t+1} - V(x_{t+1}) of the step after t
-    double next_v = in.bootstrap[e];     // V(x_{t+1})
-    double next_vs = in.bootstrap[e];    // v_{t+1}
+    double acc = 0;                    // v_{t+1} - V(x_{t+1}) of the step after t
+    double next_v = in.bootstrap[e];   // V(x_{t+1})
+    double next_vs = in.bootstrap[e];  // v_{t+1}
     for (int t = T - 1; t >= 0; --t) {
       const std::size_t i = static_cast<std::size_t>(t) * E + e;
       const double ratio = std::exp(static_cast<double>(in.log_rhos[i]));

@@ -27,18 +27,18 @@ namespace distrl::agent {
 
 struct VtraceOptions {
   double gamma = 0.99;
-  double lambda = 1.0;       // the trace-cutting lambda of the paper's remark 2
-  double rho_bar = 1.0;      // clips the importance weight in the value target's deltas
-  double c_bar = 1.0;        // clips the traces
-  double pg_rho_bar = 1.0;   // clips the importance weight on the policy-gradient advantage
+  double lambda = 1.0;      // the trace-cutting lambda of the paper's remark 2
+  double rho_bar = 1.0;     // clips the importance weight in the value target's deltas
+  double c_bar = 1.0;       // clips the traces
+  double pg_rho_bar = 1.0;  // clips the importance weight on the policy-gradient advantage
 };
 
 struct VtraceInput {
   int steps = 0, envs = 0;
-  const float* log_rhos = nullptr;          // [T, E] log pi(a_t|x_t) - log mu(a_t|x_t)
-  const float* rewards = nullptr;           // [T, E]
-  const float* values = nullptr;            // [T, E] V(x_t), the current critic
-  const float* bootstrap = nullptr;         // [E] V(x_T)
+  const float* log_rhos = nullptr;           // [T, E] log pi(a_t|x_t) - log mu(a_t|x_t)
+  const float* rewards = nullptr;            // [T, E]
+  const float* values = nullptr;             // [T, E] V(x_t), the current critic
+  const float* bootstrap = nullptr;          // [E] V(x_T)
   const std::uint8_t* terminated = nullptr;  // [T, E]
   const std::uint8_t* truncated = nullptr;   // [T, E]
   const float* truncated_values = nullptr;   // [T, E] V(final observation) where truncated; may be null
@@ -46,9 +46,9 @@ struct VtraceInput {
 };
 
 struct VtraceOutput {
-  std::vector<float> vs;            // [T, E] value targets
-  std::vector<float> q;             // [T, E] r_t + gamma * v_{t+1}: APPO's advantage is q - V
-  std::vector<float> pg_advantages; // [T, E] IMPALA's: min(pg_rho_bar, pi/mu) * (q - V)
+  std::vector<float> vs;             // [T, E] value targets
+  std::vector<float> q;              // [T, E] r_t + gamma * v_{t+1}: APPO's advantage is q - V
+  std::vector<float> pg_advantages;  // [T, E] IMPALA's: min(pg_rho_bar, pi/mu) * (q - V)
 };
 
 // Computed in double, returned as float. Throws std::invalid_argument for a non-positive shape,

@@ -16,8 +16,8 @@ void enable(transport::RpcAgent& agent, AutogradOptions options) {
   auto engine = std::make_shared<Engine>(agent, options);
   agent.set_hooks(engine);
   std::weak_ptr<Engine> weak = engine;
-  agent.register_function(detail::kGradsFn, [weak](std::int64_t ctx, std::int64_t msg, std::vector<std::uint32_t> frames,
-                                                   std::vector<at::Tensor> grads) {
+  agent.register_function(detail::kGradsFn, [weak](std::int64_t ctx, std::int64_t msg,
+                                                   std::vector<std::uint32_t> frames, std::vector<at::Tensor> grads) {
     auto e = weak.lock();
     if (!e) throw Error("distributed autograd: the engine is gone (shutting down)");
     return e->on_gradients(ctx, msg, frames, grads);

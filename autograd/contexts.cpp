@@ -32,8 +32,9 @@ struct Current {
 thread_local std::vector<Current> t_current;
 
 void prune_left() {
-  t_current.erase(std::remove_if(t_current.begin(), t_current.end(), [](const Current& c) { return c.scope.expired(); }),
-                  t_current.end());
+  t_current.erase(
+      std::remove_if(t_current.begin(), t_current.end(), [](const Current& c) { return c.scope.expired(); }),
+      t_current.end());
 }
 
 }  // namespace
@@ -44,14 +45,12 @@ std::int64_t make_id(int rank, std::int64_t incarnation, std::int64_t counter) {
 }
 
 std::string id_name(std::int64_t id) {
-  return std::to_string(creator(id)) + ":" + std::to_string(incarnation_of(id)) + ":" + std::to_string(id & kCounterMask);
+  return std::to_string(creator(id)) + ":" + std::to_string(incarnation_of(id)) + ":" +
+         std::to_string(id & kCounterMask);
 }
 
 Engine::Engine(transport::RpcAgent& agent, const AutogradOptions& options)
-    : agent_(agent),
-      rank_(agent.rank()),
-      incarnation_(agent.incarnation()),
-      options_(options),
+    : agent_(agent), rank_(agent.rank()), incarnation_(agent.incarnation()), options_(options),
       watched_(new std::atomic<bool>[static_cast<std::size_t>(agent.world_size())]()) {}
 
 std::string Engine::describe(std::int64_t ctx) const { return "context " + id_name(ctx) + " on " + agent_.name(); }
@@ -98,16 +97,19 @@ std::shared_ptr<ContextState> Engine::drop_locked(std::int64_t id, Gone why) {
 std::string Engine::gone_locked(std::int64_t id) const {
   auto it = gone_.find(id);
   if (it != gone_.end()) {
-    if (!it->second.reaped) return id_name(id) + " was released on " + agent_.name() + " (left by its creator, or reaped upstream)";
+    if (!it->second.reaped)
+      return id_name(id) + " was released on " + agent_.name() + " (left by its creator, or reaped upstream)";
     const int lost = it->second.lost;
-    const std::string who = lost >= 0 && lost < agent_.world_size() ? agent_.workers().at(lost).name : "rank " + std::to_string(lost);
+    const std::string who =
+        lost >= 0 && lost < agent_.world_size() ? agent_.workers().at(lost).name : "rank " + std::to_string(lost);
     return id_name(id) + " was reaped on " + agent_.name() + " when " + who +
            " was lost (exited, crashed, or silent for 10 s; the worker that made the context or brought it here)";
   }
   if (creator(id) == rank_ && incarnation_of(id) != (incarnation_ & ((1 << kIdIncarnationBits) - 1)))
     return id_name(id) + " was made by an earlier process of " + agent_.name() + " (incarnation " +
            std::to_string(incarnation_of(id)) + "; this is incarnation " + std::to_string(incarnation_) + ")";
-  if (creator(id) == rank_) return id_name(id) + " of " + agent_.name() + " is no longer live there (its Context was left)";
+  if (creator(id) == rank_)
+    return id_name(id) + " of " + agent_.name() + " is no longer live there (its Context was left)";
   return {};
 }
 
@@ -223,7 +225,8 @@ transport::Future<void> Engine::forward_release(const std::shared_ptr<ContextSta
     try {
       f.value();
     } catch (const std::exception& e) {
-      DISTRL_LOG(Debug, "dist_autograd: release of " << self->describe(id) << " not acknowledged everywhere: " << e.what());
+      DISTRL_LOG(Debug,
+                 "dist_autograd: release of " << self->describe(id) << " not acknowledged everywhere: " << e.what());
     }
   });
 }
@@ -239,8 +242,9 @@ void Engine::on_peer_down(int rank, const std::string& why) {
     for (auto& [id, s] : contexts_) {
       if (own(id)) continue;
       std::lock_guard<std::mutex> l(s->mu);
-      const bool brought_by_lost = s->senders.count(rank) > 0 &&
-          std::all_of(s->senders.begin(), s->senders.end(), [&](int r) { return r == rank || agent_.connection_lost(r); });
+      const bool brought_by_lost =
+          s->senders.count(rank) > 0 && std::all_of(s->senders.begin(), s->senders.end(),
+                                                    [&](int r) { return r == rank || agent_.connection_lost(r); });
       if (creator(id) == rank || brought_by_lost) ids.push_back(id);
     }
     for (auto id : ids) reaped.push_back(drop_locked(id, Gone{true, rank}));
@@ -317,10 +321,10 @@ at::Tensor Engine::on_receive(const transport::MessageTag& tag, int src, std::ui
 void Engine::check_room(const ContextState& s, const char* what, int peer) const {
   const std::size_t held = s.sends.size() + s.recvs.size();
   if (held < options_.max_messages_per_context) return;
-  throw ProtocolError("context " + id_name(s.id) + " already recorded " + std::to_string(held) +
-                      " messages that require grad on " + agent_.name() +
-                      " (sent and received), its max_messages_per_context: refusing to " + what + " rank " +
-                      std::to_string(peer) + " (raise AutogradOptions::max_messages_per_context in dist_autograd::enable)");
+  throw ProtocolError(
+      "context " + id_name(s.id) + " already recorded " + std::to_string(held) + " messages that require grad on " +
+      agent_.name() + " (sent and received), its max_messages_per_context: refusing to " + what + " rank " +
+      std::to_string(peer) + " (raise AutogradOptions::max_messages_per_context in dist_autograd::enable)");
 }
 
 std::string Engine::gone_reason(std::int64_t id) const {

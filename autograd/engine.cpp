@@ -102,7 +102,8 @@ std::vector<std::int64_t> Engine::guard_waits_everywhere() {
   std::vector<transport::Future<std::vector<std::int64_t>>> asked;
   for (int r = 0; r < agent_.world_size(); ++r)
     if (r != rank_ && !agent_.connection_lost(r))  // bounded: a stopped peer must not hold the guard's wait
-      asked.push_back(agent_.rpc_async<std::vector<std::int64_t>>(transport::Target(r, std::chrono::seconds(1)), kWaitsFn));
+      asked.push_back(
+          agent_.rpc_async<std::vector<std::int64_t>>(transport::Target(r, std::chrono::seconds(1)), kWaitsFn));
   for (auto& f : asked) {
     try {
       auto theirs = f.value();
@@ -267,7 +268,8 @@ transport::Future<void> Engine::run_part(const std::shared_ptr<ContextState>& st
   });
 }
 
-transport::Future<void> Engine::on_gradients(std::int64_t ctx, std::int64_t msg, const std::vector<std::uint32_t>& frames,
+transport::Future<void> Engine::on_gradients(std::int64_t ctx, std::int64_t msg,
+                                             const std::vector<std::uint32_t>& frames,
                                              const std::vector<at::Tensor>& grads) {
   auto s = find(ctx);
   if (!s) {
@@ -276,8 +278,8 @@ transport::Future<void> Engine::on_gradients(std::int64_t ctx, std::int64_t msg,
                         " (never seen here)");
   }
   if (frames.size() != grads.size())
-    throw ProtocolError("gradients for " + describe(ctx) + ": " + std::to_string(frames.size()) + " frame numbers but " +
-                        std::to_string(grads.size()) + " gradients");
+    throw ProtocolError("gradients for " + describe(ctx) + ": " + std::to_string(frames.size()) +
+                        " frame numbers but " + std::to_string(grads.size()) + " gradients");
   edge_list roots;
   variable_list in;
   {
@@ -291,8 +293,8 @@ transport::Future<void> Engine::on_gradients(std::int64_t ctx, std::int64_t msg,
     for (std::size_t i = 0; i < frames.size(); ++i) {
       auto pos = std::find(rec.frames.begin(), rec.frames.end(), frames[i]);
       if (pos == rec.frames.end())
-        throw ProtocolError("gradients for " + describe(ctx) + ": message " + id_name(msg) + " sent no tensor that requires grad in frame " +
-                            std::to_string(frames[i]));
+        throw ProtocolError("gradients for " + describe(ctx) + ": message " + id_name(msg) +
+                            " sent no tensor that requires grad in frame " + std::to_string(frames[i]));
       const std::size_t k = static_cast<std::size_t>(pos - rec.frames.begin());
       const at::Tensor& g = grads[i];
       if (g.scalar_type() != rec.dtypes[k] || g.sizes().vec() != rec.sizes[k])
@@ -337,6 +339,8 @@ void set_part_gradient(const at::Tensor& leaf, const at::Tensor& grad) {
   part.state->grads[leaf.unsafeGetTensorImpl()] = {leaf, grad};
 }
 
-void queue_part_callback(std::function<void()> fn) { current_part("queue_part_callback").callbacks.push_back(std::move(fn)); }
+void queue_part_callback(std::function<void()> fn) {
+  current_part("queue_part_callback").callbacks.push_back(std::move(fn));
+}
 
 }  // namespace distrl::autograd

@@ -23,10 +23,12 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerSpec& s, 
         params, torch::optim::SGDOptions(s.lr).momentum(s.momentum).nesterov(s.nesterov).weight_decay(s.weight_decay));
   if (s.kind == "adam")
     return std::make_unique<torch::optim::Adam>(
-        params, torch::optim::AdamOptions(s.lr).betas({s.beta1, s.beta2}).eps(s.eps_or_default()).weight_decay(s.weight_decay));
+        params,
+        torch::optim::AdamOptions(s.lr).betas({s.beta1, s.beta2}).eps(s.eps_or_default()).weight_decay(s.weight_decay));
   if (s.kind == "adagrad")
     return std::make_unique<torch::optim::Adagrad>(
-        params, torch::optim::AdagradOptions(s.lr).lr_decay(s.lr_decay).weight_decay(s.weight_decay).eps(s.eps_or_default()));
+        params,
+        torch::optim::AdagradOptions(s.lr).lr_decay(s.lr_decay).weight_decay(s.weight_decay).eps(s.eps_or_default()));
   throw ConfigError("optimizer: unknown kind '" + s.kind + "' (known: sgd, adam, adagrad)");
 }
 

@@ -31,12 +31,12 @@ class OptimizerHost;
 struct OptimizerSpec {
   std::string kind = "sgd";  // sgd (momentum, nesterov), adam, adagrad
   double lr = 0.01;
-  double momentum = 0.0;     // sgd
-  bool nesterov = false;     // sgd
+  double momentum = 0.0;  // sgd
+  bool nesterov = false;  // sgd
   double weight_decay = 0.0;
   double beta1 = 0.9, beta2 = 0.999;  // adam
-  double eps = -1;           // adam, adagrad; < 0: LibTorch's default for the kind (adam 1e-8, adagrad 1e-10)
-  double lr_decay = 0.0;     // adagrad
+  double eps = -1;                    // adam, adagrad; < 0: LibTorch's default for the kind (adam 1e-8, adagrad 1e-10)
+  double lr_decay = 0.0;              // adagrad
   MSGPACK_DEFINE(kind, lr, momentum, nesterov, weight_decay, beta1, beta2, eps, lr_decay);
 
   double eps_or_default() const { return eps >= 0 ? eps : kind == "adagrad" ? 1e-10 : 1e-8; }

@@ -80,7 +80,8 @@ class RemoteModule {
   // Constructs the module registered as `name` on `owner` (returns at once; calls queue behind
   // the construction, and a failed construction fails them).
   template <typename Config>
-  RemoteModule(transport::RpcAgent& agent, const transport::Target& owner, const std::string& name, const Config& config)
+  RemoteModule(transport::RpcAgent& agent, const transport::Target& owner, const std::string& name,
+               const Config& config)
       : rref_(agent.remote<ModuleHost<M>>(owner, name, config)) {}
   // The module another worker created, from its RRef (sent here in an RPC, say).
   explicit RemoteModule(transport::RRef<ModuleHost<M>> rref) : rref_(std::move(rref)) {}

@@ -73,7 +73,7 @@ void ParameterGuard::enter() {
 
 namespace {
 
-constexpr auto kDeadlockProbe = std::chrono::milliseconds(200);     // first question after this wait
+constexpr auto kDeadlockProbe = std::chrono::milliseconds(200);      // first question after this wait
 constexpr auto kDeadlockProbeMax = std::chrono::milliseconds(3200);  // then doubling up to this
 
 // The cycle of waits that leads from ctx back to ctx (ctx first), or empty. waits: flat
@@ -102,7 +102,8 @@ std::vector<std::int64_t> cycle_through(std::int64_t ctx, const std::vector<std:
 void ParameterGuard::wait_for_holder(std::unique_lock<std::mutex>& lock, std::int64_t ctx) {
   const auto until = std::chrono::steady_clock::now() + wait_timeout_;
   auto probe = kDeadlockProbe;
-  while (!cv_.wait_until(lock, std::min(until, std::chrono::steady_clock::now() + probe), [&] { return holder_ < 0; })) {
+  while (
+      !cv_.wait_until(lock, std::min(until, std::chrono::steady_clock::now() + probe), [&] { return holder_ < 0; })) {
     probe = std::min(probe * 2, kDeadlockProbeMax);
     if (std::chrono::steady_clock::now() >= until) {
       const double held = std::chrono::duration<double>(std::chrono::steady_clock::now() - held_since_).count();
@@ -117,9 +118,10 @@ void ParameterGuard::wait_for_holder(std::unique_lock<std::mutex>& lock, std::in
     if (cycle.empty() || *std::max_element(cycle.begin(), cycle.end()) != ctx || holder_ < 0) continue;
     std::string chain;
     for (auto c : cycle) chain += detail::id_name(c) + " waits for ";
-    throw GuardDeadlockError("ParameterGuard (serialize) on " + engine_->agent().name() + ": deadlock: context " + chain +
-                             detail::id_name(ctx) + " (serialize guards entered in opposite orders); " +
-                             engine_->describe(ctx) + ", the largest id of the cycle, is refused: leave it (which frees what it "
+    throw GuardDeadlockError("ParameterGuard (serialize) on " + engine_->agent().name() + ": deadlock: context " +
+                             chain + detail::id_name(ctx) + " (serialize guards entered in opposite orders); " +
+                             engine_->describe(ctx) +
+                             ", the largest id of the cycle, is refused: leave it (which frees what it "
                              "holds) and retry, or enter guards in one order (by owner rank)");
   }
 }

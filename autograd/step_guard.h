@@ -134,7 +134,7 @@ class ParameterGuard {
 
   mutable std::mutex mu_;  // guards the members below
   std::condition_variable cv_;
-  std::int64_t holder_ = -1;  // serialize: the context holding the parameters
+  std::int64_t holder_ = -1;                       // serialize: the context holding the parameters
   std::unordered_map<std::int64_t, int> waiting_;  // serialize: contexts waiting (how many calls)
   std::chrono::steady_clock::time_point held_since_;
   std::unordered_map<std::int64_t, std::uint64_t> seen_;  // versioned: context -> version at first forward

@@ -92,8 +92,8 @@ class ToolCommandLine {
     app.footer(help_keys.empty()
                    ? "Config keys (in the YAML file as nested maps, or here as --key value / key=value; shown: " +
                          shown + "):\n" + settings.describe()
-                   : "Config keys this tool reads (the file may hold the others; " + help_keys_note + "; shown: " +
-                         shown + "):\n" + settings.describe(help_keys));
+                   : "Config keys this tool reads (the file may hold the others; " + help_keys_note +
+                         "; shown: " + shown + "):\n" + settings.describe(help_keys));
     try {
       app.parse(argc, argv);
     } catch (const CLI::CallForHelp&) {
@@ -111,7 +111,7 @@ class ToolCommandLine {
     run.check_only = flags.check_only;
     run.started = std::filesystem::file_time_type::clock::now();
     if (const char* id = std::getenv("DISTRL_RUN_ID")) run.run = id;  // distrl-launch's claim made it
-    remember_command(tool_name_, flags.config, app.remaining());  // for resume_command's hint
+    remember_command(tool_name_, flags.config, app.remaining());      // for resume_command's hint
     return true;
   }
 

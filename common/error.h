@@ -40,8 +40,8 @@ class TimeoutError : public TransportError {
 class RemoteError : public Error {
  public:
   RemoteError(std::string worker, std::string type, std::string message)
-      : Error("remote error on " + worker + ": " + type + ": " + message),
-        worker_(std::move(worker)), type_(std::move(type)), message_(std::move(message)) {}
+      : Error("remote error on " + worker + ": " + type + ": " + message), worker_(std::move(worker)),
+        type_(std::move(type)), message_(std::move(message)) {}
   const std::string& worker() const { return worker_; }
   const std::string& type() const { return type_; }        // e.g. "std::invalid_argument"
   const std::string& message() const { return message_; }  // the remote what()
@@ -80,7 +80,7 @@ namespace detail {
 }  // namespace distrl
 
 // For our own invariants only; user and network input raise typed errors instead.
-#define DISTRL_CHECK(cond, msg)                                                  \
-  do {                                                                           \
+#define DISTRL_CHECK(cond, msg)                                                    \
+  do {                                                                             \
     if (!(cond)) ::distrl::detail::check_failed(#cond, __FILE__, __LINE__, (msg)); \
   } while (0)

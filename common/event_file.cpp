@@ -61,8 +61,7 @@ void put_double(std::string& out, int field, double v) {
 
 std::string event_header(long long step) {
   std::string e;
-  const double now =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   put_double(e, 1, now);  // wall_time
   put_varint(e, 2 << 3);  // step, varint
   put_varint(e, static_cast<std::uint64_t>(step));
@@ -88,13 +87,14 @@ unsigned crc32c(const void* data, std::size_t n) {
 
 EventFile::EventFile(const std::string& dir, long long resumed_at) {
   static int made = 0;  // several in one process and second: names still differ
-  const auto secs = std::chrono::duration_cast<std::chrono::seconds>(
-                        std::chrono::system_clock::now().time_since_epoch())
-                        .count();
-  path_ = dir + "/events.out.tfevents." + std::to_string(secs) + "." + host_name() + "." +
-          std::to_string(::getpid()) + "." + std::to_string(made++);
+  const auto secs =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  path_ = dir + "/events.out.tfevents." + std::to_string(secs) + "." + host_name() + "." + std::to_string(::getpid()) +
+          "." + std::to_string(made++);
   out_.open(path_, std::ios::binary | std::ios::trunc);
-  if (!out_) throw OutputError("cannot open '" + path_ + "' for writing (choose a writable run.out_dir, or set run.tensorboard: false)");
+  if (!out_)
+    throw OutputError("cannot open '" + path_ +
+                      "' for writing (choose a writable run.out_dir, or set run.tensorboard: false)");
   std::string e = event_header(0);
   put_bytes(e, 3, "brain.Event:2");  // file_version
   record(e);
@@ -112,7 +112,7 @@ EventFile::EventFile(const std::string& dir, long long resumed_at) {
 void EventFile::scalar(const std::string& tag, long long step, double value) {
   if (!std::isfinite(value)) return;
   std::string v;
-  put_bytes(v, 1, tag);  // Summary.Value.tag
+  put_bytes(v, 1, tag);         // Summary.Value.tag
   put_varint(v, (2 << 3) | 5);  // simple_value, 32-bit
   const float f = static_cast<float>(value);
   std::uint32_t bits;
@@ -141,8 +141,7 @@ void EventFile::flush() {
   check_written(out_, path_);
 }
 
-CsvEvents::CsvEvents(const std::string& dir, const std::string& header, long long resumed_at)
-    : file_(dir, resumed_at) {
+CsvEvents::CsvEvents(const std::string& dir, const std::string& header, long long resumed_at) : file_(dir, resumed_at) {
   std::stringstream ss(header);
   for (std::string c; std::getline(ss, c, ',');) columns_.push_back(c);
   for (std::size_t i = 1; i < columns_.size(); ++i)

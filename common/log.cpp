@@ -65,8 +65,11 @@ void log_line(LogLevel l, const std::string& message) {
     // Debug lines carry CLOCK_MONOTONIC seconds: one clock for every process on the host, so
     // traces of several processes can be merged and ordered.
     char stamp[32];
-    const auto ms = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
-    std::snprintf(stamp, sizeof stamp, " %lld.%06lld", static_cast<long long>(ms / 1000000), static_cast<long long>(ms % 1000000));
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
+            .count();
+    std::snprintf(stamp, sizeof stamp, " %lld.%06lld", static_cast<long long>(ms / 1000000),
+                  static_cast<long long>(ms % 1000000));
     line += stamp;
   }
   if (l != LogLevel::Info) line += ": ";
@@ -77,8 +80,8 @@ void log_line(LogLevel l, const std::string& message) {
 }
 
 bool RateLimiter::allow(long* suppressed) {
-  long long now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                      std::chrono::steady_clock::now().time_since_epoch()).count();
+  long long now =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
   long long last = last_ns_.load();
   if (now - last >= interval_ns_ && last_ns_.compare_exchange_strong(last, now)) {
     *suppressed = held_.exchange(0);
@@ -90,8 +93,7 @@ bool RateLimiter::allow(long* suppressed) {
 
 namespace detail {
 void check_failed(const char* expr, const char* file, int line, const std::string& msg) {
-  throw Error(std::string("internal check failed: ") + expr + " at " + file + ":" + std::to_string(line) +
-              ": " + msg);
+  throw Error(std::string("internal check failed: ") + expr + " at " + file + ":" + std::to_string(line) + ": " + msg);
 }
 }  // namespace detail
 

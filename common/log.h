@@ -31,11 +31,11 @@ class RateLimiter {
 
 }  // namespace distrl
 
-#define DISTRL_LOG(level, expr)                                       \
-  do {                                                                \
-    if (::distrl::log_enabled(::distrl::LogLevel::level)) {           \
-      std::ostringstream distrl_log_os_;                              \
-      distrl_log_os_ << expr;                                         \
+#define DISTRL_LOG(level, expr)                                            \
+  do {                                                                     \
+    if (::distrl::log_enabled(::distrl::LogLevel::level)) {                \
+      std::ostringstream distrl_log_os_;                                   \
+      distrl_log_os_ << expr;                                              \
       ::distrl::log_line(::distrl::LogLevel::level, distrl_log_os_.str()); \
-    }                                                                 \
+    }                                                                      \
   } while (0)

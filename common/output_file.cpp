@@ -62,8 +62,8 @@ void check_written(std::ostream& s, const std::string& path) {
   s.flush();
   if (s) return;
   const int err = errno;
-  throw OutputError("cannot write '" + path + "': " +
-                    (err && !failed_before ? reason(err) : std::string("a write failed (is the disk full?)")));
+  throw OutputError("cannot write '" + path +
+                    "': " + (err && !failed_before ? reason(err) : std::string("a write failed (is the disk full?)")));
 }
 
 CsvFile::CsvFile(std::string path, const std::string& header, long long resumed_at) : path_(std::move(path)) {

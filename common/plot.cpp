@@ -69,8 +69,8 @@ bool plot_csv(const std::string& csv, const std::string& png, const std::vector<
       g << "set title " << quote(chart.title) << "\nset xlabel " << quote(chart.xlabel) << "\nplot ";
       for (std::size_t i = 0; i < chart.series.size(); ++i) {
         const auto& s = chart.series[i];
-        g << (i ? ", " : "") << "'" << csv << "' skip 1 using " << column(s.x) << ":" << column(s.y) << " with linespoints title "
-          << quote(s.title);
+        g << (i ? ", " : "") << "'" << csv << "' skip 1 using " << column(s.x) << ":" << column(s.y)
+          << " with linespoints title " << quote(s.title);
       }
       g << "\n";
     }

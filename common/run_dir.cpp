@@ -23,10 +23,10 @@ constexpr const char* kPrevious = "previous";
 // Every name a tool writes into run.out_dir (tests check that a run leaves nothing else), and
 // the prefixes of those it numbers.
 const char* const kOutputs[] = {
-    kIdentity,        "config.yaml",    "metrics.csv",   "summary.csv",    "learning_curve.png",
-    "policy.pt",      "checkpoint.pt",  "checkpoints",   "timeline.json",  "timeline.png",
-    "timeline.csv",   "sweep.csv",      "params.pt",     "embeddings.pt",  "ps_stats.csv",
-    "server.csv",     "epochs.csv",     "step_order.csv", "neighbours.txt", "snapshots"};
+    kIdentity,      "config.yaml",   "metrics.csv",    "summary.csv",    "learning_curve.png",
+    "policy.pt",    "checkpoint.pt", "checkpoints",    "timeline.json",  "timeline.png",
+    "timeline.csv", "sweep.csv",     "params.pt",      "embeddings.pt",  "ps_stats.csv",
+    "server.csv",   "epochs.csv",    "step_order.csv", "neighbours.txt", "snapshots"};
 const char* const kOutputPrefixes[] = {"events.out.tfevents."};
 // What --resume takes, in the order a refusal suggests them.
 const char* const kCheckpoints[] = {"policy.pt", "checkpoint.pt", "checkpoints"};
@@ -54,8 +54,7 @@ std::string listed(const std::vector<std::string>& names) {
   for (const auto& n : names)
     if (n.rfind(kOutputPrefixes[0], 0) == 0) ++events;
     else if (n != kIdentity) shown.push_back(n);
-  if (events > 0)
-    shown.push_back(std::to_string(events) + " TensorBoard event file" + (events == 1 ? "" : "s"));
+  if (events > 0) shown.push_back(std::to_string(events) + " TensorBoard event file" + (events == 1 ? "" : "s"));
   std::string out;
   for (std::size_t i = 0; i < shown.size(); ++i)
     out += (i == 0 ? "" : i + 1 == shown.size() ? " and " : ", ") + shown[i];
@@ -121,7 +120,7 @@ std::optional<RunIdentity> read_run_identity(const std::string& dir) {
 
 void write_run_identity(const std::string& dir, const RunIdentity& id) {
   write_file_atomically((fs::path(dir) / kIdentity).string(), "run=" + id.run + " workload=" + id.workload +
-                                                                   " tool=" + id.tool + " started=" + id.started + "\n");
+                                                                  " tool=" + id.tool + " started=" + id.started + "\n");
 }
 
 RunIdentity new_run_identity(const std::string& tool) {
@@ -170,15 +169,15 @@ void check_fresh(const std::string& dir, bool force) {
   const auto id = read_run_identity(dir);
   std::string resume;  // only a run of this workload can be continued by this command
   for (const char* c : kCheckpoints)
-    if ((!id || id->workload == this_run().workload) &&
-        std::find(outputs.begin(), outputs.end(), c) != outputs.end()) {
+    if ((!id || id->workload == this_run().workload) && std::find(outputs.begin(), outputs.end(), c) != outputs.end()) {
       resume = ", continue that run (" + resume_command(dir, (fs::path(dir) / c).string()) + ")";
       break;
     }
   throw ConfigError("run.out_dir '" + dir + "' holds another run's outputs (" + listed(outputs) +
-                    whose(read_run_identity(dir)) + "): a new run there would mix with them (TensorBoard would show "
-                    "both as one run). Give this run its own directory (run.out_dir=" + dir + "-2)" + resume +
-                    ", or pass --force to move them aside into " + dir + "/" + kPrevious + "/");
+                    whose(read_run_identity(dir)) +
+                    "): a new run there would mix with them (TensorBoard would show "
+                    "both as one run). Give this run its own directory (run.out_dir=" +
+                    dir + "-2)" + resume + ", or pass --force to move them aside into " + dir + "/" + kPrevious + "/");
 }
 
 std::string move_outputs_aside(const std::string& dir, const std::string& tool) {
@@ -216,8 +215,10 @@ void check_resume(const std::string& dir, const std::string& checkpoint, const s
   if (checkpoint_run.empty() || !id || id->run == checkpoint_run || earlier_outputs(dir).empty()) return;
   throw ConfigError("--resume " + checkpoint + ": the checkpoint belongs to run " + checkpoint_run +
                     ", but run.out_dir '" + dir + "' holds the outputs of run " + id->run + " (" + id->workload +
-                    ", started " + id->started + "): its metrics would go on another run's. Resume into the "
-                    "directory the checkpoint came from (run.out_dir=" + fs::path(checkpoint).parent_path().string() +
+                    ", started " + id->started +
+                    "): its metrics would go on another run's. Resume into the "
+                    "directory the checkpoint came from (run.out_dir=" +
+                    fs::path(checkpoint).parent_path().string() +
                     " when it is still there), or give this run a directory of its own");
 }
 

@@ -35,7 +35,7 @@ struct ThisRun {
   std::string workload;
   bool resume = false;
   bool check_only = false;  // --check-config: nothing runs (checks of inputs every rank may lack)
-  std::string run;  // set by the claim (fresh: a new id; resume: the directory's or the checkpoint's)
+  std::string run;          // set by the claim (fresh: a new id; resume: the directory's or the checkpoint's)
   // When this process started (its command line was read): a directory's outputs from then on
   // are this run's own (another rank's), not an earlier run's.
   std::filesystem::file_time_type started{};

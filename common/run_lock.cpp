@@ -26,7 +26,8 @@ constexpr const char* kLockName = ".distrl-run.lock";
 constexpr const char* kFdVariable = "DISTRL_RUN_LOCK_FD";
 
 bool same_file(int a, int b) {
-  struct stat sa{}, sb{};
+  struct stat sa {
+  }, sb{};
   return ::fstat(a, &sa) == 0 && ::fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
@@ -78,19 +79,22 @@ int open_lock_file(const std::string& path, int flags) {
   const int fd = ::open(path.c_str(), flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
   if (fd < 0) {
     if (errno == ELOOP)
-      throw OutputError("'" + path + "' is a symbolic link: refused (a run's lock file is a regular file it makes; "
+      throw OutputError("'" + path +
+                        "' is a symbolic link: refused (a run's lock file is a regular file it makes; "
                         "remove the link, or choose another run.out_dir)");
     return -1;
   }
-  struct stat st{};
+  struct stat st {};
   std::string wrong;
   if (::fstat(fd, &st) != 0) wrong = std::string("cannot be examined (") + std::strerror(errno) + ")";
   else if (!S_ISREG(st.st_mode)) wrong = "is not a regular file";
   else if (st.st_uid != ::geteuid())
-    wrong = "belongs to uid " + std::to_string(st.st_uid) + ", not to this process's uid " + std::to_string(::geteuid());
+    wrong =
+        "belongs to uid " + std::to_string(st.st_uid) + ", not to this process's uid " + std::to_string(::geteuid());
   if (!wrong.empty()) {
     ::close(fd);
-    throw OutputError("'" + path + "' " + wrong + ": refused as a run's lock file (remove it, or choose another run.out_dir)");
+    throw OutputError("'" + path + "' " + wrong +
+                      ": refused as a run's lock file (remove it, or choose another run.out_dir)");
   }
   return fd;
 }
@@ -106,11 +110,14 @@ std::string in_use_message(const std::string& dir, const std::string& path, int 
                           (h.since.empty() ? "" : ", since " + h.since);
   std::string gone;
   if (h.pid > 0 && h.host == host_name() && !runs_here(h.pid))
-    gone = " (pid " + std::to_string(h.pid) + " has exited, but processes it started still run and hold the "
-           "directory: `fuser -v " + path + "` lists them)";
+    gone = " (pid " + std::to_string(h.pid) +
+           " has exited, but processes it started still run and hold the "
+           "directory: `fuser -v " +
+           path + "` lists them)";
   return "run.out_dir '" + dir + "' is in use by " + who + gone +
          ": two runs in one directory overwrite each other's outputs. Wait for it to finish, or give this run "
-         "another directory (run.out_dir=" + dir + "-2)" +
+         "another directory (run.out_dir=" +
+         dir + "-2)" +
          (RunLock::forced() ? " (--force moves a finished run's outputs aside; it cannot take a directory a live run "
                               "writes to)"
                             : "");
@@ -139,7 +146,8 @@ RunLock::RunLock(const std::string& dir) {
   const std::string tool = program_invocation_short_name;  // distrl-launch, distrl-agent, distrl-train ...
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) throw OutputError("cannot create run.out_dir '" + dir + "': " + ec.message() + " (choose another run.out_dir)");
+  if (ec)
+    throw OutputError("cannot create run.out_dir '" + dir + "': " + ec.message() + " (choose another run.out_dir)");
   const std::string path = (std::filesystem::path(dir) / kLockName).string();
   const int fd = open_lock_file(path, O_RDWR | O_CREAT);
   if (fd < 0)
@@ -203,7 +211,7 @@ void RunLock::check_before_start(const std::string& dir) {
 void RunLock::refuse_if_claimed(const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / kLockName).string();
   const int fd = open_lock_file(path, O_RDONLY);
-  if (fd < 0) return;  // never claimed
+  if (fd < 0) return;                                          // never claimed
   if (inherited(fd) || ::flock(fd, LOCK_SH | LOCK_NB) == 0) {  // ours, or nobody's
     ::close(fd);
     return;

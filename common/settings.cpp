@@ -184,7 +184,7 @@ namespace {
 // The name of the kernel's pseudo file system path is on (proc, sysfs, ...), else nullptr: they
 // take directories and files as root yet keep nothing (fs::space says 0 bytes free there).
 const char* pseudo_file_system(const std::string& path) {
-  struct statfs st{};
+  struct statfs st {};
   if (::statfs(path.c_str(), &st) != 0) return nullptr;
   switch (static_cast<unsigned long>(st.f_type)) {
     case 0x9fa0: return "proc";            // PROC_SUPER_MAGIC
@@ -221,7 +221,7 @@ void Settings::check() const {
       throw ConfigError(where + ": '" + dir + "' is on " + p.string() + ", a " + pseudo +
                         " file system of the kernel's, which holds no files of a run (choose another " + f->key_ +
                         ", e.g. runs/NAME)");
-    struct statvfs vfs{};
+    struct statvfs vfs {};
     if (::statvfs(p.c_str(), &vfs) == 0 && (vfs.f_flag & ST_RDONLY) != 0)
       throw ConfigError(where + ": '" + dir + "' cannot be written: " + p.string() +
                         " is on a read-only file system (choose another " + f->key_ + ")");
@@ -281,13 +281,15 @@ void Settings::integer_field(Field& f, std::function<void(long long)> store, std
 Settings::Field& Settings::bind(const std::string& key, int* value, const std::string& help) {
   Field& f = add(key, help, "int");
   f.range(-2147483648.0, 2147483647.0);
-  integer_field(f, [value](long long v) { *value = static_cast<int>(v); }, [value] { return std::to_string(*value); });
+  integer_field(
+      f, [value](long long v) { *value = static_cast<int>(v); }, [value] { return std::to_string(*value); });
   return f;
 }
 
 Settings::Field& Settings::bind(const std::string& key, long long* value, const std::string& help) {
   Field& f = add(key, help, "int");
-  integer_field(f, [value](long long v) { *value = v; }, [value] { return std::to_string(*value); });
+  integer_field(
+      f, [value](long long v) { *value = v; }, [value] { return std::to_string(*value); });
   return f;
 }
 
@@ -384,9 +386,8 @@ std::string Settings::nearest_key(const std::string& key) const {
 
 std::string Settings::unknown_key(const std::string& key, const std::string& where) const {
   const std::string near = nearest_key(key);
-  return where + ": unknown key '" + key + "'" + (near.empty() ? "" : " (did you mean " + near + "?)") + "; " +
-         tool_ + " --config FILE --help lists the keys of that file's workload (" +
-         std::to_string(fields_.size()) + " keys)";
+  return where + ": unknown key '" + key + "'" + (near.empty() ? "" : " (did you mean " + near + "?)") + "; " + tool_ +
+         " --config FILE --help lists the keys of that file's workload (" + std::to_string(fields_.size()) + " keys)";
 }
 
 void Settings::rename(const std::string& old_key, const std::string& new_key) {
@@ -477,7 +478,8 @@ std::optional<std::string> Settings::peek(const std::string& path, const std::ve
 void Settings::load_text(const std::string& yaml, const std::string& source) {
   const YAML::Node root = parse_yaml(yaml, source);
   if (root.IsNull())  // an empty file ran CartPole with every default, silently
-    throw ConfigError(source + ": the file holds no keys; a run's file names what it runs (start from one under "
+    throw ConfigError(source +
+                      ": the file holds no keys; a run's file names what it runs (start from one under "
                       "configs/, e.g. configs/cartpole.yaml)");
   if (!root.IsMap()) throw ConfigError(source + ": the top level must be a map of keys");
   std::vector<Leaf> leaves;

@@ -25,8 +25,8 @@ class Settings {
   // Per-key constraints, chained after bind().
   class Field {
    public:
-    Field& range(double lo, double hi);                       // numbers (and list items)
-    Field& choices(std::vector<std::string> allowed);         // strings
+    Field& range(double lo, double hi);                // numbers (and list items)
+    Field& choices(std::vector<std::string> allowed);  // strings
     // strings: a directory the run writes into; check() refuses an empty one, one that is a
     // file, or one under a directory this process cannot write (nothing is created here).
     Field& output_dir();

@@ -177,8 +177,8 @@ void BipedalWalker::generate_terrain() {
       if (counter > 1) y -= 4 * step;
     } else if (state == kStump && oneshot) {
       counter = integer(1, 3);
-      w.static_polygon({{{x, y}, {x + counter * step, y}, {x + counter * step, y + counter * step},
-                         {x, y + counter * step}}});
+      w.static_polygon(
+          {{{x, y}, {x + counter * step, y}, {x + counter * step, y + counter * step}, {x, y + counter * step}}});
     } else if (state == kStairs && oneshot) {
       stair_height = uniform(0, 1) > 0.5 ? +1 : -1;  // np_random.random()
       stair_width = integer(4, 5);
@@ -322,7 +322,8 @@ Step BipedalWalker::advance(const float* action, float* obs) {
   for (int i = 0; i < 4; ++i) {
     const double speed = i % 2 == 0 ? kSpeedHip : kSpeedKnee;
     w.joints[i]->SetMotorSpeed(static_cast<float>(speed * sign(action[i])));
-    w.joints[i]->SetMaxMotorTorque(static_cast<float>(kMotorsTorque * std::clamp(std::abs(double(action[i])), 0.0, 1.0)));
+    w.joints[i]->SetMaxMotorTorque(
+        static_cast<float>(kMotorsTorque * std::clamp(std::abs(double(action[i])), 0.0, 1.0)));
   }
 
   w.world.Step(static_cast<float>(1.0 / kFps), 6 * 30, 2 * 30);
@@ -438,7 +439,7 @@ std::array<float, 4> BipedalWalkerHeuristic::operator()(const float* s) {
   if (knee_targ[1] != 0) knee_todo[1] = 4.0 * (knee_targ[1] - s[11]) - 0.25 * s[12];
   for (int k = 0; k < 2; ++k) {
     hip_todo[k] -= 0.9 * (0 - s[0]) - 1.5 * s[1];  // PID to keep the head straight
-    knee_todo[k] -= 15.0 * s[3];                    // vertical speed, to damp oscillations
+    knee_todo[k] -= 15.0 * s[3];                   // vertical speed, to damp oscillations
   }
   const std::array<double, 4> a{hip_todo[0], knee_todo[0], hip_todo[1], knee_todo[1]};
   std::array<float, 4> out;

@@ -187,7 +187,7 @@ bool MountainCar::move(double force_term) {
   velocity = std::min(std::max(velocity, -kMaxSpeed), kMaxSpeed);
   position += velocity;
   position = std::min(std::max(position, kMinPosition), kMaxPosition);
-  if (position == kMinPosition && velocity < 0) velocity = 0;  // the left wall stops the car
+  if (position == kMinPosition && velocity < 0) velocity = 0;      // the left wall stops the car
   return position >= (continuous_ ? 0.45 : 0.5) && velocity >= 0;  // at the flag
 }
 

@@ -92,13 +92,15 @@ std::vector<std::string> load_env_plugin(const std::string& path) {
   const auto entry = reinterpret_cast<Entry>(::dlsym(handle, "distrl_env_plugin"));
   if (!entry) {
     ::dlclose(handle);
-    throw ConfigError(what + " is not a distrl environment plugin: it exports no distrl_env_plugin() (define one "
+    throw ConfigError(what +
+                      " is not a distrl environment plugin: it exports no distrl_env_plugin() (define one "
                       "with DISTRL_ENV_PLUGIN, envs/plugin.h)");
   }
   const PluginInfo* info = entry();
   const auto refuse = [&](const std::string& mismatch) {
     ::dlclose(handle);
-    throw ConfigError(what + " was built against " + mismatch + ": rebuild it against this installation's "
+    throw ConfigError(what + " was built against " + mismatch +
+                      ": rebuild it against this installation's "
                       "headers (find_package(distrl), the same compiler; examples/env_plugin/)");
   };
   if (info == nullptr) refuse("nothing (distrl_env_plugin() returned null)");
@@ -119,8 +121,10 @@ std::vector<std::string> load_env_plugin(const std::string& path) {
     // One name twice would leave the later entry silently in place of the earlier, and a
     // gymnasium: name is always Gymnasium's (make_env): refused, naming the entry.
     std::string wrong;
-    if (std::find(names.begin(), names.end(), name) != names.end()) wrong = "twice (entries of one name replace each other)";
-    else if (gymnasium_id(name)) wrong = "as a name, but names starting with 'gymnasium:' are Gymnasium's own environments";
+    if (std::find(names.begin(), names.end(), name) != names.end())
+      wrong = "twice (entries of one name replace each other)";
+    else if (gymnasium_id(name))
+      wrong = "as a name, but names starting with 'gymnasium:' are Gymnasium's own environments";
     if (!wrong.empty()) {
       ::dlclose(handle);
       throw ConfigError(what + " lists '" + name + "' " + wrong + ": give each of its environments a name of its own");
@@ -136,7 +140,8 @@ std::vector<std::string> load_env_plugin(const std::string& path) {
     for (const auto& [other, its] : loaded)
       if (std::find(its.begin(), its.end(), name) != its.end()) by = "defined by env.plugin '" + other + "'";
     ::dlclose(handle);
-    throw ConfigError(what + " defines '" + name + "', which is " + by + " already: give the plugin's environment "
+    throw ConfigError(what + " defines '" + name + "', which is " + by +
+                      " already: give the plugin's environment "
                       "another name");
   }
   // Kept loaded for the process's life: the envs' code and vtables live in it.

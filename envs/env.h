@@ -29,10 +29,10 @@ inline constexpr int kEnvAbi = 1;
 struct Space {
   enum class Kind { Discrete, Box };
   Kind kind = Kind::Box;
-  int n = 0;                          // Discrete: number of actions
-  std::vector<float> low, high;       // Box: bounds per dimension
+  int n = 0;                     // Discrete: number of actions
+  std::vector<float> low, high;  // Box: bounds per dimension
   int dim() const { return kind == Kind::Discrete ? 1 : static_cast<int>(low.size()); }
-  std::string describe() const {       // "Discrete(2)", "Box(4)"
+  std::string describe() const {  // "Discrete(2)", "Box(4)"
     return kind == Kind::Discrete ? "Discrete(" + std::to_string(n) + ")" : "Box(" + std::to_string(low.size()) + ")";
   }
 };

@@ -160,7 +160,8 @@ std::string no_gymnasium_fix() {
 GymnasiumEnv::GymnasiumEnv(const std::string& id, double step_timeout_s, double make_timeout_s)
     : name_(kGymnasiumPrefix + id), id_(id), step_timeout_s_(step_timeout_s) {
   if (id.empty() || id.find_first_of(" \t\n") != std::string::npos)
-    throw EnvError("env.name '" + name_ + "': give a Gymnasium ID after 'gymnasium:' (e.g. gymnasium:BipedalWalker-v3)");
+    throw EnvError("env.name '" + name_ +
+                   "': give a Gymnasium ID after 'gymnasium:' (e.g. gymnasium:BipedalWalker-v3)");
   const char* env_python = std::getenv("DISTRL_GYMNASIUM_PYTHON");
   const std::string python = env_python && *env_python ? env_python : "python3";
   int fds[2];
@@ -279,7 +280,8 @@ std::vector<std::string> GymnasiumEnv::receive(const std::string& expect, double
   std::size_t end;
   while ((end = buffer_.find('\n')) == std::string::npos) {
     if (buffer_.size() > kMaxAnswerBytes) fail("an answer line over " + std::to_string(kMaxAnswerBytes >> 20) + " MiB");
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) fail("Gymnasium answered nothing for " + number(timeout_s) + " s; killed it");
     pollfd p{fd_, POLLIN, 0};
     const int r = ::poll(&p, 1, static_cast<int>(std::min<long long>(left.count(), 1000)));
@@ -302,7 +304,8 @@ std::vector<std::string> GymnasiumEnv::receive(const std::string& expect, double
     done_ = true;  // the episode's state is Gymnasium's to say; start again with reset()
     throw EnvError(name_ + ": Gymnasium says: " + message);
   }
-  if (words.empty() || words[0] != expect) fail("an unexpected answer '" + line.substr(0, 80) + "' (wanted " + expect + ")");
+  if (words.empty() || words[0] != expect)
+    fail("an unexpected answer '" + line.substr(0, 80) + "' (wanted " + expect + ")");
   return words;
 }
 

@@ -42,8 +42,8 @@ class GymnasiumEnv final : public Env {
   const std::string& name() const override { return name_; }
   Space observation_space() const override { return obs_space_; }
   Space action_space() const override { return act_space_; }
-  int max_episode_steps() const override { return max_steps_; }    // 1,000,000 when Gymnasium sets none
-  float reward_threshold() const override { return threshold_; }   // +inf when Gymnasium sets none
+  int max_episode_steps() const override { return max_steps_; }   // 1,000,000 when Gymnasium sets none
+  float reward_threshold() const override { return threshold_; }  // +inf when Gymnasium sets none
   void seed(std::uint64_t seed) override { pending_seed_ = seed; }
   using Env::reset;
   void reset(float* obs) override;

@@ -26,10 +26,10 @@ namespace distrl::envs {
 
 struct LunarLanderOptions {
   bool continuous = false;
-  float gravity = -10.0f;        // (-12, 0)
+  float gravity = -10.0f;  // (-12, 0)
   bool enable_wind = false;
-  float wind_power = 15.0f;      // [0, 20]
-  float turbulence_power = 1.5f; // [0, 2]
+  float wind_power = 15.0f;       // [0, 20]
+  float turbulence_power = 1.5f;  // [0, 2]
 };
 
 class LunarLander final : public Env {
@@ -58,8 +58,8 @@ class LunarLander final : public Env {
   using Env::reset;
   void reset(float* obs) override;
   using Env::step;
-  Step step(int action, float* obs) override;            // LunarLander-v2: 0 noop, 1 left, 2 main, 3 right
-  Step step(const float* action, float* obs) override;   // continuous: [main, lateral] in [-1, 1]
+  Step step(int action, float* obs) override;           // LunarLander-v2: 0 noop, 1 left, 2 main, 3 right
+  Step step(const float* action, float* obs) override;  // continuous: [main, lateral] in [-1, 1]
 
   // What a picture needs, in world units (x right, y up): the terrain polyline, the helipad,
   // and the outlines of the lander and its legs.

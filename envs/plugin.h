@@ -34,9 +34,9 @@ struct PluginEnv {
 
 // What a plugin's distrl_env_plugin() returns: how it was built, and its environments.
 struct PluginInfo {
-  int env_abi;            // kEnvAbi of the headers it was compiled against
-  int gxx_abi;            // __GXX_ABI_VERSION
-  int cxx11_string_abi;   // _GLIBCXX_USE_CXX11_ABI (std::string's layout)
+  int env_abi;                // kEnvAbi of the headers it was compiled against
+  int gxx_abi;                // __GXX_ABI_VERSION
+  int cxx11_string_abi;       // _GLIBCXX_USE_CXX11_ABI (std::string's layout)
   const char* built_against;  // distrl version of those headers ("" when unknown)
   const PluginEnv* envs;
   int count;
@@ -51,12 +51,14 @@ struct PluginInfo {
 #endif
 
 // Defines the one symbol the loader looks for, with the build facts of the headers included.
-#define DISTRL_ENV_PLUGIN(...)                                                                       \
-  extern "C" __attribute__((visibility("default"))) const ::distrl::envs::PluginInfo*               \
-  distrl_env_plugin() {                                                                              \
-    static const ::distrl::envs::PluginEnv envs[] = {__VA_ARGS__};                                   \
-    static const ::distrl::envs::PluginInfo info{::distrl::envs::kEnvAbi, __GXX_ABI_VERSION,         \
-                                                 _GLIBCXX_USE_CXX11_ABI, DISTRL_PLUGIN_VERSION, envs, \
-                                                 static_cast<int>(sizeof(envs) / sizeof(envs[0]))};  \
-    return &info;                                                                                    \
+#define DISTRL_ENV_PLUGIN(...)                                                                              \
+  extern "C" __attribute__((visibility("default"))) const ::distrl::envs::PluginInfo* distrl_env_plugin() { \
+    static const ::distrl::envs::PluginEnv envs[] = {__VA_ARGS__};                                          \
+    static const ::distrl::envs::PluginInfo info{::distrl::envs::kEnvAbi,                                   \
+                                                 __GXX_ABI_VERSION,                                         \
+                                                 _GLIBCXX_USE_CXX11_ABI,                                    \
+                                                 DISTRL_PLUGIN_VERSION,                                     \
+                                                 envs,                                                      \
+                                                 static_cast<int>(sizeof(envs) / sizeof(envs[0]))};         \
+    return &info;                                                                                           \
   }

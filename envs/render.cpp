@@ -16,23 +16,37 @@ namespace distrl::envs {
 namespace {
 
 enum Colour : std::uint8_t {
-  kSky, kGround, kPole, kFlag, kBody, kLeg, kFlame, kContact, kCart, kRod, kTrack, kGrass, kLidar, kFarLeg, kDaySky
+  kSky,
+  kGround,
+  kPole,
+  kFlag,
+  kBody,
+  kLeg,
+  kFlame,
+  kContact,
+  kCart,
+  kRod,
+  kTrack,
+  kGrass,
+  kLidar,
+  kFarLeg,
+  kDaySky
 };
 constexpr std::array<std::array<std::uint8_t, 3>, 16> kPalette{{{0, 0, 0},
-                                                                 {255, 255, 255},
-                                                                 {204, 204, 204},
-                                                                 {204, 204, 0},
-                                                                 {128, 102, 230},
-                                                                 {77, 77, 128},
-                                                                 {255, 140, 30},
-                                                                 {80, 200, 80},
-                                                                 {60, 60, 60},
-                                                                 {202, 152, 101},
-                                                                 {120, 120, 120},
-                                                                 {102, 153, 76},
-                                                                 {255, 80, 80},
-                                                                 {110, 60, 100},
-                                                                 {215, 215, 255}}};
+                                                                {255, 255, 255},
+                                                                {204, 204, 204},
+                                                                {204, 204, 0},
+                                                                {128, 102, 230},
+                                                                {77, 77, 128},
+                                                                {255, 140, 30},
+                                                                {80, 200, 80},
+                                                                {60, 60, 60},
+                                                                {202, 152, 101},
+                                                                {120, 120, 120},
+                                                                {102, 153, 76},
+                                                                {255, 80, 80},
+                                                                {110, 60, 100},
+                                                                {215, 215, 255}}};
 
 using Pt = std::array<float, 2>;  // pixels, y down
 
@@ -45,7 +59,8 @@ class Canvas {
     if (p.size() < 3) return;
     float lo = p[0][1], hi = p[0][1];
     for (const auto& q : p) lo = std::min(lo, q[1]), hi = std::max(hi, q[1]);
-    const int y0 = std::max(0, static_cast<int>(std::floor(lo))), y1 = std::min(f_->height - 1, static_cast<int>(std::ceil(hi)));
+    const int y0 = std::max(0, static_cast<int>(std::floor(lo))),
+              y1 = std::min(f_->height - 1, static_cast<int>(std::ceil(hi)));
     std::vector<float> xs;
     for (int y = y0; y <= y1; ++y) {
       const float yc = y + 0.5f;
@@ -63,12 +78,15 @@ class Canvas {
       }
     }
   }
-  void rect(float x0, float y0, float x1, float y1, std::uint8_t c) { polygon({{x0, y0}, {x1, y0}, {x1, y1}, {x0, y1}}, c); }
+  void rect(float x0, float y0, float x1, float y1, std::uint8_t c) {
+    polygon({{x0, y0}, {x1, y0}, {x1, y1}, {x0, y1}}, c);
+  }
   void line(Pt a, Pt b, std::uint8_t c) {  // one pixel wide
     const int n = static_cast<int>(std::max(std::abs(b[0] - a[0]), std::abs(b[1] - a[1]))) + 1;
     for (int i = 0; i <= n; ++i) {
       const int x = static_cast<int>(a[0] + (b[0] - a[0]) * i / n), y = static_cast<int>(a[1] + (b[1] - a[1]) * i / n);
-      if (x >= 0 && x < f_->width && y >= 0 && y < f_->height) f_->pixels[static_cast<std::size_t>(y) * f_->width + x] = c;
+      if (x >= 0 && x < f_->width && y >= 0 && y < f_->height)
+        f_->pixels[static_cast<std::size_t>(y) * f_->width + x] = c;
     }
   }
 
@@ -100,7 +118,8 @@ void draw_lander(const LunarLander& env, Canvas& cv) {
   }
   if (sc.side_power > 0) {
     const float dir = static_cast<float>(-sc.side_direction);  // the exhaust leaves on the other side
-    cv.polygon({{mid[0] + dir * 17, mid[1] - 10}, {mid[0] + dir * 17, mid[1] - 4}, {mid[0] + dir * 30, mid[1] - 7}}, kFlame);
+    cv.polygon({{mid[0] + dir * 17, mid[1] - 10}, {mid[0] + dir * 17, mid[1] - 4}, {mid[0] + dir * 30, mid[1] - 7}},
+               kFlame);
   }
   for (int i = 0; i < 2; ++i) {
     std::vector<Pt> leg;
@@ -158,8 +177,10 @@ void draw_cartpole(const CartPole& env, Canvas& cv) {  // Gym's classic_control 
   const float th = static_cast<float>(st[2]);
   const float axle_y = carty - carth / 4;
   std::vector<Pt> pole;
-  for (const auto& c : std::array<Pt, 4>{{{-polewidth / 2, 0}, {-polewidth / 2, polelen - polewidth / 2},
-                                         {polewidth / 2, polelen - polewidth / 2}, {polewidth / 2, 0}}}) {
+  for (const auto& c : std::array<Pt, 4>{{{-polewidth / 2, 0},
+                                          {-polewidth / 2, polelen - polewidth / 2},
+                                          {polewidth / 2, polelen - polewidth / 2},
+                                          {polewidth / 2, 0}}}) {
     // rotate by -theta (clockwise positive angle leans right), y up -> down
     const float x = c[0] * std::cos(th) + c[1] * std::sin(th), y = -c[0] * std::sin(th) + c[1] * std::cos(th);
     pole.push_back({cx + x, axle_y - y});
@@ -176,7 +197,8 @@ void draw(const Env& env, Frame* frame) {
   if (const auto* l = dynamic_cast<const LunarLander*>(&env)) return draw_lander(*l, cv);
   if (const auto* c = dynamic_cast<const CartPole*>(&env)) return draw_cartpole(*c, cv);
   if (const auto* w = dynamic_cast<const BipedalWalker*>(&env)) return draw_walker(*w, cv);
-  throw EnvError("render: no picture for " + env.name() + " (drawn: CartPole-v1, LunarLander-v2, "
+  throw EnvError("render: no picture for " + env.name() +
+                 " (drawn: CartPole-v1, LunarLander-v2, "
                  "LunarLanderContinuous-v2, BipedalWalker-v3, BipedalWalkerHardcore-v3)");
 }
 
@@ -212,8 +234,7 @@ GifWriter::GifWriter(const std::string& path, int width, int height, int delay_c
 GifWriter::~GifWriter() {
   try {
     close();
-  } catch (...) {
-  }
+  } catch (...) {}
 }
 
 void GifWriter::add(const Frame& f) {
@@ -246,8 +267,8 @@ void GifWriter::close() {
   // giflib creates the file 0600; a picture is for sharing.
   std::error_code ec;
   namespace fs = std::filesystem;
-  fs::permissions(impl_->path, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
-                                   fs::perms::others_read, ec);
+  fs::permissions(impl_->path,
+                  fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read, ec);
 }
 
 }  // namespace distrl::envs

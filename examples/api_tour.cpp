@@ -63,7 +63,10 @@ int main() {
     a.register_function("add", [](int x, int y) { return x + y; });
     a.register_function("scale", [](at::Tensor t, double f) { return t * f; });
     a.register_function("contribute", [&](int x) { return gate.contribute(x); });
-    a.register_class<Counter>("Counter").constructor<int>().method("increment", &Counter::increment).method("value", &Counter::value);
+    a.register_class<Counter>("Counter")
+        .constructor<int>()
+        .method("increment", &Counter::increment)
+        .method("value", &Counter::value);
   });
 
   bool ok = true;  // the tour checks its own answers; the exit code says whether they were right

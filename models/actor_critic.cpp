@@ -53,8 +53,7 @@ ActorCritic::ActorCritic(const ActorCriticSpec& spec) : spec_(spec) {
   }
   pi_head_ = register_module("pi_head", head(last, outs, 0.01));
   v_head_ = register_module("v_head", head(last, 1, 1.0));
-  if (continuous())
-    log_std_ = register_parameter("log_std", torch::full({spec.action_dim}, spec.init_log_std));
+  if (continuous()) log_std_ = register_parameter("log_std", torch::full({spec.action_dim}, spec.init_log_std));
 }
 
 ActorCritic::Out ActorCritic::forward(const torch::Tensor& obs) {

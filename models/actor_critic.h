@@ -14,11 +14,11 @@ namespace distrl::models {
 
 struct ActorCriticSpec {
   int obs_dim = 4;
-  int n_actions = 2;      // discrete: number of actions; 0 for continuous
-  int action_dim = 0;     // continuous: action dimensions; 0 for discrete
+  int n_actions = 2;   // discrete: number of actions; 0 for continuous
+  int action_dim = 0;  // continuous: action dimensions; 0 for discrete
   std::vector<int> hidden{64, 64};
   std::string activation = "tanh";  // tanh | relu
-  bool shared = false;    // one trunk for policy and value
+  bool shared = false;              // one trunk for policy and value
   double init_log_std = 0.0;
 };
 

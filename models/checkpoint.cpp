@@ -11,7 +11,8 @@
 namespace distrl::models {
 
 void save_checkpoint(const std::string& path, const torch::nn::Module& module, const torch::optim::Optimizer* optimizer,
-                     const std::map<std::string, double>& numbers, const std::map<std::string, torch::Tensor>& tensors) {
+                     const std::map<std::string, double>& numbers,
+                     const std::map<std::string, torch::Tensor>& tensors) {
   torch::serialize::OutputArchive ar;
   module.save(ar);
   if (optimizer) {
@@ -49,8 +50,8 @@ void check_shapes(const torch::nn::Module& module, torch::serialize::InputArchiv
     if (saved.sizes() != mine.sizes() || saved.scalar_type() != mine.scalar_type()) {
       std::ostringstream m;
       m << "checkpoint '" << path << "' does not fit this model: " << prefix << name << " is "
-        << c10::toString(saved.scalar_type()) << saved.sizes() << " in the file, "
-        << c10::toString(mine.scalar_type()) << mine.sizes() << " in the model";
+        << c10::toString(saved.scalar_type()) << saved.sizes() << " in the file, " << c10::toString(mine.scalar_type())
+        << mine.sizes() << " in the model";
       throw ConfigError(m.str());
     }
   };
@@ -106,7 +107,8 @@ CheckpointOwner checkpoint_owner(const std::string& path) {
 void check_resume_from(const std::string& out_dir, const std::string& checkpoint) {
   std::error_code ec;
   if (!std::filesystem::exists(checkpoint, ec))
-    throw ConfigError("--resume " + checkpoint + ": no such file or directory (a run's checkpoint is in its "
+    throw ConfigError("--resume " + checkpoint +
+                      ": no such file or directory (a run's checkpoint is in its "
                       "run.out_dir: policy.pt, checkpoint.pt or checkpoints/)");
   // A directory of per-stage checkpoints (the pipeline's): its first stage's says whose they are.
   const std::string file = std::filesystem::is_directory(checkpoint, ec) ? checkpoint + "/stage0.pt" : checkpoint;
@@ -125,8 +127,7 @@ std::map<std::string, double> checkpoint_numbers(const std::string& path) {
       torch::Tensor t;
       if (key.rfind("number.", 0) == 0 && ar.try_read(key, t)) numbers[key.substr(7)] = t.item<double>();
     }
-  } catch (const c10::Error&) {
-  }
+  } catch (const c10::Error&) {}
   return numbers;
 }
 

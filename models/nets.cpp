@@ -73,7 +73,8 @@ std::shared_ptr<Net> make_net(const NetSpec& s) {
                      ", " + std::to_string(s.outputs) + ")");
   if (s.name == "toy") return std::make_shared<ToyModel>(s.inputs, s.outputs);
   if (s.name == "mnist_cnn") {
-    if (s.inputs != 784) throw ModelError("model 'mnist_cnn' takes 1x28x28 images (784 inputs), not " + std::to_string(s.inputs));
+    if (s.inputs != 784)
+      throw ModelError("model 'mnist_cnn' takes 1x28x28 images (784 inputs), not " + std::to_string(s.inputs));
     return std::make_shared<MnistCnn>(s.outputs);
   }
   if (s.name == "mlp") {

@@ -20,8 +20,8 @@ namespace distrl::models {
 
 struct NetSpec {
   std::string name = "mlp";
-  int inputs = 784;              // toy: 10; mlp: flattened input size; mnist_cnn: 28x28 images only
-  int outputs = 10;              // toy: 5
+  int inputs = 784;                           // toy: 10; mlp: flattened input size; mnist_cnn: 28x28 images only
+  int outputs = 10;                           // toy: 5
   std::vector<int> hidden{1024, 1024, 1024};  // mlp
 };
 

@@ -22,8 +22,8 @@ BottleneckImpl::BottleneckImpl(int inplanes, int planes, int stride) {
   conv3_ = register_module("conv3", conv(planes, planes * kExpansion, 1, 1, 0));
   bn3_ = register_module("bn3", nn::BatchNorm2d(planes * kExpansion));
   if (stride != 1 || inplanes != planes * kExpansion)
-    downsample_ = register_module(
-        "downsample", nn::Sequential(conv(inplanes, planes * kExpansion, 1, stride, 0), nn::BatchNorm2d(planes * kExpansion)));
+    downsample_ = register_module("downsample", nn::Sequential(conv(inplanes, planes * kExpansion, 1, stride, 0),
+                                                               nn::BatchNorm2d(planes * kExpansion)));
 }
 
 torch::Tensor BottleneckImpl::forward(torch::Tensor x) {

@@ -9,8 +9,7 @@ namespace distrl::models {
 void set_torch_threads(int n) {
   at::set_num_threads(n);
   using SetThreads = void (*)(int);
-  if (auto* openblas = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
-    openblas(n);
+  if (auto* openblas = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) openblas(n);
 }
 
 }  // namespace distrl::models

@@ -14,12 +14,11 @@
 int main(int argc, char** argv) {
   return distrl::guarded_main("distrl-observer", [&] {
     using namespace distrl;
-    rl::RlCommandLine cmd(
-        "distrl-observer",
-        "distrl-observer: an RL observer process. Steps the environments the agent asks for and\n"
-        "asks the agent for every action. Takes the same --config and overrides as distrl-agent\n"
-        "(it uses the rpc.* keys; the agent sends it the rest). Exits when the agent finishes, or\n"
-        "with an error within rpc.timeout_s when the agent is gone.");
+    rl::RlCommandLine cmd("distrl-observer",
+                          "distrl-observer: an RL observer process. Steps the environments the agent asks for and\n"
+                          "asks the agent for every action. Takes the same --config and overrides as distrl-agent\n"
+                          "(it uses the rpc.* keys; the agent sends it the rest). Exits when the agent finishes, or\n"
+                          "with an error within rpc.timeout_s when the agent is gone.");
     cmd.help_keys = {"rpc.", "security"};
     cmd.help_keys_note = "the agent sends an observer what it steps: distrl-agent --help lists every key";
     if (!cmd.parse(argc, argv)) return 0;
@@ -41,17 +40,15 @@ int main(int argc, char** argv) {
     // Throws with the reason when the agent is gone (connection dropped) or silent too long.
     const std::string agent = rl::agent_name(rl::agent_of_observer(world.rank, cfg.agents));  // roles.agents
     const auto agent_lost = [&] {
-      return rpc.connection_lost(agent)
-                 ? "its connection " + rpc.worker(agent).endpoint +
-                       " dropped (the process exited or crashed, or its host became unreachable)"
-                 : std::string();
+      return rpc.connection_lost(agent) ? "its connection " + rpc.worker(agent).endpoint +
+                                              " dropped (the process exited or crashed, or its host became unreachable)"
+                                        : std::string();
     };
     if (!host.wait(opts.rpc_timeout, agent_lost)) {
       if (host.started())
         std::cerr << "distrl-observer: " << stop_signal_name()
                   << ": the agent did not end the run within 20 s of the signal; leaving without it\n";
-      else
-        std::cerr << "distrl-observer: " << stop_signal_name() << " before the agent started a run; leaving\n";
+      else std::cerr << "distrl-observer: " << stop_signal_name() << " before the agent started a run; leaving\n";
       return stop_exit_code();
     }
     rpc.shutdown();

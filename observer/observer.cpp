@@ -128,7 +128,7 @@ void ObserverHost::fail(const std::string& why) {
 bool ObserverHost::wait(std::chrono::milliseconds idle_limit, const std::function<std::string()>& agent_lost,
                         std::chrono::milliseconds stop_grace) {
   std::unique_lock<std::mutex> lock(mu_);
-  std::optional<Clock::time_point> leave_at;  // set by a stop signal
+  std::optional<Clock::time_point> leave_at;   // set by a stop signal
   auto lost_since = Clock::time_point::max();  // since when the agent's connection is down (max: it is not)
   for (;;) {
     if (finished_) return true;
@@ -184,7 +184,7 @@ rl::ActReply Observer::step(const rl::StepReport& report) {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
       }
       DISTRL_LOG(Warn, "the connection to '" << spec_.agent << "' dropped during step " << report.step
-                                            << " and is back: sending its observations again (" << e.what() << ")");
+                                             << " and is back: sending its observations again (" << e.what() << ")");
       again = report;
       again.restart = true;
       send = &again;
@@ -199,13 +199,12 @@ int Observer::run_stream(int) {
   stream_ = std::thread([this] {
     const std::uint64_t drops = rpc_.connection_drops(spec_.agent);
     try {
-      observer::run_stream(venv_, spec_.observer_id, [this](const rl::StepReport& report) { return step(report); },
-                           stop_);
+      observer::run_stream(
+          venv_, spec_.observer_id, [this](const rl::StepReport& report) { return step(report); }, stop_);
     } catch (const TransportError& e) {
       if (!rpc_.connection_lost(spec_.agent) && rpc_.connection_drops(spec_.agent) == drops)
         host_.fail(std::string("lost the agent: ") + e.what());
-      else
-        host_.fail(e.what());
+      else host_.fail(e.what());
     } catch (const std::exception& e) {
       host_.fail(std::string("the agent refused a step: ") + e.what());
     }

@@ -26,15 +26,15 @@
 
 namespace distrl::rl {
 
-inline constexpr const char* kAgentName = "agent";  // the (first) agent's RPC worker name
-inline constexpr const char* kObserverClass = "Observer";      // class registered by observers
-inline constexpr const char* kFinish = "finish";                // Observer methods
+inline constexpr const char* kAgentName = "agent";         // the (first) agent's RPC worker name
+inline constexpr const char* kObserverClass = "Observer";  // class registered by observers
+inline constexpr const char* kFinish = "finish";           // Observer methods
 inline constexpr const char* kRunStream = "run_stream";
-inline constexpr const char* kAct = "act";  // function on the agent: a streaming observer's step
+inline constexpr const char* kAct = "act";              // function on the agent: a streaming observer's step
 inline constexpr const char* kLearnerName = "learner";  // the learner process's worker name (roles.learners 1)
 inline constexpr const char* kLearn = "learn";          // functions on the learner
 inline constexpr const char* kWeights = "weights";
-inline constexpr const char* kFinished = "finished";    // an agent's run is over: the others stop too
+inline constexpr const char* kFinished = "finished";  // an agent's run is over: the others stop too
 
 // The RL world's ranks: [0, agents) the agents ("agent", "agent1", ...; roles.agents), then the
 // observers, observer rank r serving agent (r - agents) % agents, then (roles.learners 1) the
@@ -47,8 +47,8 @@ inline int observers_of_agent(int agent, int observers, int agents) {
 }
 
 struct ObserverSpec {
-  std::string agent;          // the agent's worker name
-  int observer_id = 0;        // 0..N-1, the batcher's slot for this observer
+  std::string agent;    // the agent's worker name
+  int observer_id = 0;  // 0..N-1, the batcher's slot for this observer
   std::string env = "CartPole-v1";
   int num_envs = 1;           // envs stepped together; one request carries all their rows
   std::uint64_t seed = 0;     // env i of this observer is seeded seed + i
@@ -104,7 +104,7 @@ struct ActReply {
 struct Fragment {
   int observer_id = 0;
   int obs_dim = 0;
-  int act_dim = 0;                       // 0: discrete actions in `actions`, else `cont_actions`
+  int act_dim = 0;  // 0: discrete actions in `actions`, else `cont_actions`
   int num_envs = 0;
   int steps = 0;
   std::vector<float> obs;                // [steps, num_envs, obs_dim], the observation acted on
@@ -120,10 +120,10 @@ struct Fragment {
   std::vector<float> episode_returns;    // episodes that ended inside this fragment
   std::vector<std::int32_t> episode_lengths;
   std::vector<float> latency_us;
-  double cpu_us = 0;                     // the observer process's CPU time (getrusage) for these steps
-  std::vector<float> next_obs;           // [num_envs, obs_dim]: the observation after the last step
-  std::vector<float> final_obs;          // [truncated-not-terminated steps, obs_dim], time-major order
-  std::vector<std::int64_t> versions;    // [steps]: the policy version that chose each step's actions
+  double cpu_us = 0;                   // the observer process's CPU time (getrusage) for these steps
+  std::vector<float> next_obs;         // [num_envs, obs_dim]: the observation after the last step
+  std::vector<float> final_obs;        // [truncated-not-terminated steps, obs_dim], time-major order
+  std::vector<std::int64_t> versions;  // [steps]: the policy version that chose each step's actions
   MSGPACK_DEFINE(observer_id, obs_dim, act_dim, num_envs, steps, obs, actions, cont_actions, log_probs, values, rewards,
                  terminated, truncated, truncated_values, last_values, episode_returns, episode_lengths, latency_us,
                  cpu_us, next_obs, final_obs, versions);
@@ -143,8 +143,8 @@ struct StepReport {
   std::vector<float> final_obs;          // [truncated-not-terminated envs, obs_dim], in env order
   std::vector<float> episode_returns;    // the episodes those steps ended
   std::vector<std::int32_t> episode_lengths;
-  float latency_us = -1;                 // the previous request's round trip (-1: none)
-  double cpu_us = 0;                     // the observer process's CPU time since the previous request
+  float latency_us = -1;  // the previous request's round trip (-1: none)
+  double cpu_us = 0;      // the observer process's CPU time since the previous request
   // A resend: the first try's answer was lost (the connection dropped mid-call), so the envs
   // did not step. The agent takes it as new when the first try never arrived, and acts on its
   // observations again when it did (the outcomes are not counted twice). A run that had dropped

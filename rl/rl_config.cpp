@@ -13,16 +13,16 @@ namespace {
 // run.*, env.* and the observer count.
 void bind_run_and_env(Settings& s, RlConfig& c) {
   s.bind("run.seed", &c.seed, "seed for the network, action sampling and environments").range(0, 2147483647);
-  s.bind("run.out_dir", &c.out_dir, "directory for metrics.csv, the checkpoint and the effective config")
-      .output_dir();
+  s.bind("run.out_dir", &c.out_dir, "directory for metrics.csv, the checkpoint and the effective config").output_dir();
   s.bind("run.tensorboard", &c.tensorboard,
          "write TensorBoard event files (events.out.tfevents.*) beside metrics.csv: reward, running reward, "
          "loss, env-steps/s, seconds per round; tensorboard --logdir <run.out_dir>");
   std::string names;
   for (const auto& n : envs::env_names()) names += (names.empty() ? "" : ", ") + n;
   s.bind("env.name", &c.env,
-         "environment: " + names + ", one that env.plugin adds, or gymnasium:ID (Gymnasium's own, stepped by "
-         "Python: DISTRL_GYMNASIUM_PYTHON or python3)");
+         "environment: " + names +
+             ", one that env.plugin adds, or gymnasium:ID (Gymnasium's own, stepped by "
+             "Python: DISTRL_GYMNASIUM_PYTHON or python3)");
   s.bind("env.plugin", &c.env_plugin,
          "a shared library of environments to load first (envs/plugin.h, examples/env_plugin/); a relative path "
          "is from the current directory");
@@ -36,8 +36,7 @@ void bind_agent_and_model(Settings& s, RlConfig& c) {
   s.bind("agent.mode", &c.mode, "batched: one forward per gathered batch; unbatched: one per request")
       .choices({"batched", "unbatched"});
   s.bind("agent.max_batch", &c.max_batch, "batched: rows that close a batch").range(1, 1 << 20);
-  s.bind("agent.max_wait_us", &c.max_wait_us, "batched: longest wait after a batch's first request")
-      .range(0, 60000000);
+  s.bind("agent.max_wait_us", &c.max_wait_us, "batched: longest wait after a batch's first request").range(0, 60000000);
   s.bind("agent.batch_close", &c.batch_close,
          "batched: all = a batch waits for every active observer (the tutorial's lock-step, max_wait at most); "
          "read = it closes once the I/O thread has read every waiting request (needs serve_inline)")
@@ -57,7 +56,8 @@ void bind_agent_and_model(Settings& s, RlConfig& c) {
 void bind_learning(Settings& s, RlConfig& c) {
   s.bind("learner.algo", &c.algo,
          "reinforce (whole episodes), ppo (fixed-length trajectories, actor-critic; both synchronous: acting "
-         "pauses at the round's end while the learner updates), appo (PPO's clipped objective on V-trace targets) or impala (V-trace actor-critic); "
+         "pauses at the round's end while the learner updates), appo (PPO's clipped objective on V-trace targets) or "
+         "impala (V-trace actor-critic); "
          "appo and impala are asynchronous: the observers act on while the learner updates")
       .choices({"reinforce", "ppo", "appo", "impala"});
   s.bind("learner.gamma", &c.gamma, "discount factor").range(0, 1);
@@ -70,7 +70,8 @@ void bind_learning(Settings& s, RlConfig& c) {
   s.rename("learner.episodes", "learner.rounds");  // its name until issue 35: it always counted rounds
   s.bind("learner.max_steps", &c.max_steps,
          "steps per episode at most: the observers truncate longer episodes (the env's own limit still "
-         "applies), and --eval plays that many at most").range(1, 100000000);
+         "applies), and --eval plays that many at most")
+      .range(1, 100000000);
   s.bind("learner.target_reward", &c.target_reward, "stop as solved when the running reward reaches this");
   s.bind("learner.learn", &c.learn, "false: act only (benchmarks)");
   s.bind("learner.log_interval", &c.log_interval, "rounds between progress lines").range(1, 100000000);
@@ -89,8 +90,10 @@ void bind_learning(Settings& s, RlConfig& c) {
   s.bind("ppo.norm_reward", &c.ppo.norm_reward, "scale rewards by the running std of the discounted return");
   s.bind("ppo.log_std_init", &c.ppo_log_std_init, "continuous actions: initial log standard deviation")
       .range(-10.0, 5.0);
-  s.bind("ppo.solved_window", &c.solved_window, "solved when the mean return of the last N episodes reaches "
-                                                "learner.target_reward").range(1, 100000);
+  s.bind("ppo.solved_window", &c.solved_window,
+         "solved when the mean return of the last N episodes reaches "
+         "learner.target_reward")
+      .range(1, 100000);
   s.bind("learner.device", &c.learner_device,
          "appo/impala: where the learner trains its copy of the network: cpu, cuda or cuda:N (empty: agent.device); "
          "inference stays on agent.device and takes each new version across");
@@ -175,8 +178,9 @@ void prepare_env(RlConfig& c) {
   std::string known;
   for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
   throw ConfigError("env.name: '" + c.env + "' is not one of: " + known +
-                    (c.env_plugin.empty() ? " (an environment of your own: env.plugin, envs/plugin.h; Gymnasium's: gymnasium:ID)"
-                                          : " (" + c.env_plugin + " adds none by that name)"));
+                    (c.env_plugin.empty()
+                         ? " (an environment of your own: env.plugin, envs/plugin.h; Gymnasium's: gymnasium:ID)"
+                         : " (" + c.env_plugin + " adds none by that name)"));
 }
 
 }  // namespace distrl::rl

@@ -43,17 +43,17 @@ struct RlConfig {
   std::string algo = "reinforce";
   double gamma = 0.99;
   double lr = 1e-2;
-  int rounds = 1000;        // learner.rounds: one trajectory per observer per round (REINFORCE, PPO)
-  int max_steps = 500;      // steps per episode (the env's own limit still applies)
+  int rounds = 1000;    // learner.rounds: one trajectory per observer per round (REINFORCE, PPO)
+  int max_steps = 500;  // steps per episode (the env's own limit still applies)
   double target_reward = 475;
   bool learn = true;
   int log_interval = 10;
   int checkpoint_every = 0;  // rounds; 0: only at the end
   // ppo
-  int ppo_steps = 128;       // steps per env per trajectory (one per observer per round)
-  PpoOptions ppo;            // the ppo.* learner keys (gamma, lr and seed are set from learner.*, run.*)
+  int ppo_steps = 128;  // steps per env per trajectory (one per observer per round)
+  PpoOptions ppo;       // the ppo.* learner keys (gamma, lr and seed are set from learner.*, run.*)
   double ppo_log_std_init = 0.0;
-  int solved_window = 100;   // ppo: "solved" = mean return of the last N episodes >= target
+  int solved_window = 100;  // ppo: "solved" = mean return of the last N episodes >= target
   // appo, impala (the ppo.* keys they share: clip, epochs, minibatch, vf_coef, ent_coef, ...)
   AsyncOptions async;
   std::string learner_device;  // learner.device: where appo/impala's learner trains ("": agent.device)
@@ -66,14 +66,13 @@ struct RlConfig {
   std::string transport = "auto";
   double rpc_timeout_s = 60;
   int rpc_threads = 4;
-  int shm_spin_us = 20;      // RpcOptions::shm_spin
+  int shm_spin_us = 20;  // RpcOptions::shm_spin
 };
 
 void bind(Settings& s, RlConfig& c);
 // After the keys are read: loads env.plugin (made absolute) and checks env.name against every
 // registered environment. ConfigError naming the key.
 void prepare_env(RlConfig& c);
-
 
 transport::RpcOptions rpc_options(const RlConfig& c, const WorldFlags& w, const std::string& name);
 

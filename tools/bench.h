@@ -39,35 +39,35 @@ std::string find_config(const std::string& path, const std::string& flag);
 std::vector<std::map<std::string, std::string>> read_csv(const std::string& path);
 
 struct RpcBenchOptions {
-  int calls = 20000;                       // timed rpc_sync calls
+  int calls = 20000;  // timed rpc_sync calls
   int warmup = 2000;
-  int throughput_calls = 100000;           // rpc_async calls for the throughput run
+  int throughput_calls = 100000;  // rpc_async calls for the throughput run
   int inflight = 64;
   int big_mib = 4;
   int big_iters = 50;
   std::vector<std::string> transports{"ipc", "tcp", "shm"};
-  std::string cpus = "any";                // any | same | split: where the two processes run
+  std::string cpus = "any";                  // any | same | split: where the two processes run
   std::vector<std::string> security{"off"};  // off, curve: each setting measured (transport/security.h)
-  int spin_us = -1;                        // -1: defaults; else both the I/O loop and future spin
-  int idle_peers = 8;                      // then a world of 1 + idle_peers processes, connected and idle
-  double idle_s = 10;                      // for this long: their CPU in all (0: skip)
-  std::string csv;  // --csv; "": OUT_DIR/rpc.csv (distrl-bench --out-dir)
+  int spin_us = -1;                          // -1: defaults; else both the I/O loop and future spin
+  int idle_peers = 8;                        // then a world of 1 + idle_peers processes, connected and idle
+  double idle_s = 10;                        // for this long: their CPU in all (0: skip)
+  std::string csv;                           // --csv; "": OUT_DIR/rpc.csv (distrl-bench --out-dir)
 };
 
 int run_rpc_bench(const RpcBenchOptions& options);
 
 struct RlBenchOptions {
   std::vector<int> observers{1, 2, 4, 8};
-  int episodes = 200;          // rounds: every observer runs one episode per round
-  int steps = 10;              // steps per episode (CartPole's random episodes outlast 10: fixed work)
+  int episodes = 200;  // rounds: every observer runs one episode per round
+  int steps = 10;      // steps per episode (CartPole's random episodes outlast 10: fixed work)
   int envs_per_observer = 1;
-  int repeats = 3;             // each cell runs batched and unbatched alternately this often: the median run
+  int repeats = 3;  // each cell runs batched and unbatched alternately this often: the median run
   std::string config = "configs/cartpole.yaml";
   // Policy sizes to sweep: "tutorial" (Linear 128, Dropout, ReLU, Linear) or "mlp:W1xW2..."
   // (hidden widths), e.g. mlp:256x256.
   std::vector<std::string> models{"tutorial"};
   std::vector<std::string> overrides;  // more KEY=VALUE for every run
-  std::string csv;  // --csv; "": OUT_DIR/rl.csv (distrl-bench --out-dir)
+  std::string csv;                     // --csv; "": OUT_DIR/rl.csv (distrl-bench --out-dir)
   std::string png;  // --png; "": beside the CSV (rl.csv -> rl.png; several models: rl-MODEL.png); "none": no plot
 };
 
@@ -83,7 +83,7 @@ struct SoakBenchOptions {
   std::vector<std::string> modes{"batched", "unbatched"};
   std::string config = "configs/cartpole.yaml";
   std::vector<std::string> overrides;  // more KEY=VALUE for every run
-  std::string out_dir;  // OUT_DIR/soak: soak.csv, soak.png and each run's outputs
+  std::string out_dir;                 // OUT_DIR/soak: soak.csv, soak.png and each run's outputs
 };
 
 int run_soak_bench(const SoakBenchOptions& options);
@@ -91,8 +91,8 @@ int run_soak_bench(const SoakBenchOptions& options);
 struct AllreduceBenchOptions {
   std::vector<int> ranks{2, 4};
   std::vector<std::int64_t> sizes{4 << 10, 1 << 20, 16 << 20, 64 << 20};  // bytes
-  std::vector<std::string> security{"off"};  // off, curve: each setting measured
-  std::vector<std::string> transports{"shm", "zmq"};  // each measured (ranks on one host)
+  std::vector<std::string> security{"off"};                               // off, curve: each setting measured
+  std::vector<std::string> transports{"shm", "zmq"};                      // each measured (ranks on one host)
   std::string csv;  // --csv; "": OUT_DIR/allreduce.csv (distrl-bench --out-dir)
 };
 int run_allreduce_bench(const AllreduceBenchOptions& options);
@@ -108,18 +108,24 @@ struct DdpBenchOptions {
   int batch = 64;  // per rank
   double bucket_mb = 25;
   std::vector<std::string> transports{"shm", "zmq"};  // each measured (ranks on one host)
-  std::string csv;  // --csv; "": OUT_DIR/ddp.csv (distrl-bench --out-dir)
+  std::string csv;                                    // --csv; "": OUT_DIR/ddp.csv (distrl-bench --out-dir)
 };
 int run_ddp_bench(const DdpBenchOptions& options);
 int run_ddp_worker(const std::string& out, const std::string& model, int steps, int batch, double bucket_mb);
 
 struct EnvBenchOptions {
-  std::vector<std::string> envs{"CartPole-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0", "Pendulum-v1",
-                                "LunarLander-v2", "LunarLanderContinuous-v2", "BipedalWalker-v3",
+  std::vector<std::string> envs{"CartPole-v1",
+                                "Acrobot-v1",
+                                "MountainCar-v0",
+                                "MountainCarContinuous-v0",
+                                "Pendulum-v1",
+                                "LunarLander-v2",
+                                "LunarLanderContinuous-v2",
+                                "BipedalWalker-v3",
                                 "BipedalWalkerHardcore-v3"};
   long long steps = 1000000;  // per env, or
   double seconds = 10;        // per env, whichever comes first (the Box2D envs are slow)
-  std::string csv;  // --csv; "": OUT_DIR/env.csv (distrl-bench --out-dir)
+  std::string csv;            // --csv; "": OUT_DIR/env.csv (distrl-bench --out-dir)
 };
 int run_env_bench(const EnvBenchOptions& options);
 
@@ -127,10 +133,10 @@ int run_env_bench(const EnvBenchOptions& options);
 // gradient step, split into forward, backward, optimizer and the rest.
 struct LearnerBenchOptions {
   std::vector<std::string> configs{"configs/lunarlander_ppo.yaml", "configs/lunarlander_appo.yaml"};
-  int updates = 20;   // timed updates per config
+  int updates = 20;  // timed updates per config
   int warmup = 3;
   std::vector<std::string> overrides;  // KEY=VALUE for every config
-  std::string csv;  // --csv; "": OUT_DIR/learner.csv (distrl-bench --out-dir)
+  std::string csv;                     // --csv; "": OUT_DIR/learner.csv (distrl-bench --out-dir)
 };
 int run_learner_bench(const LearnerBenchOptions& options);
 
@@ -138,19 +144,19 @@ int run_learner_bench(const LearnerBenchOptions& options);
 std::string machine_description();
 
 struct AutogradBenchOptions {
-  int iterations = 50;    // the tutorial's 10 epochs x 5 batches
-  int contexts = 0;       // then a loop of this many contexts (0: skip)
-  std::string csv;  // --csv; "": OUT_DIR/autograd.csv (distrl-bench --out-dir)
+  int iterations = 50;  // the tutorial's 10 epochs x 5 batches
+  int contexts = 0;     // then a loop of this many contexts (0: skip)
+  std::string csv;      // --csv; "": OUT_DIR/autograd.csv (distrl-bench --out-dir)
 };
 int run_autograd_bench(const AutogradBenchOptions& options);
 int run_autograd_worker(const std::string& out, int iterations, int contexts);
 
 struct PsBenchOptions {
-  int rows = 10000;         // sparse: rows per pull and per push
-  int iterations = 200;     // sparse: timed pull + push pairs
-  int images = 3000;        // model on server: Fashion-MNIST images per run (0: skip)
-  int rounds = 40;          // straggler runs: rounds per trainer
-  int resnet_rounds = 4;    // ResNet-50 batch update rounds (0: skip)
+  int rows = 10000;       // sparse: rows per pull and per push
+  int iterations = 200;   // sparse: timed pull + push pairs
+  int images = 3000;      // model on server: Fashion-MNIST images per run (0: skip)
+  int rounds = 40;        // straggler runs: rounds per trainer
+  int resnet_rounds = 4;  // ResNet-50 batch update rounds (0: skip)
   std::string configs = "configs";
   std::string out_dir;  // OUT_DIR/ps: ps.csv and every run's outputs
 };
@@ -160,7 +166,7 @@ int run_ps_worker(const std::string& out, int rows, int iterations);
 struct PipelineBenchOptions {
   std::vector<int> stages{2, 4, 8};
   int microbatches = 8;
-  double f_ms = 20, b_ms = 40;   // per stage and micro-batch (sleeps)
+  double f_ms = 20, b_ms = 40;                             // per stage and micro-batch (sleeps)
   std::vector<int> resnet_sizes{1, 2, 4, 8, 20, 40, 120};  // empty or {0}: skip the tutorial
   int resnet_batches = 3;
   std::string configs = "configs";

@@ -37,7 +37,7 @@ constexpr int kTokens = 7, kInput = 2, kHidden = 3, kLayers = 4, kBatch = 5, kIn
 }  // namespace
 
 int run_autograd_worker(const std::string& out, int iterations, int contexts) {
-  transport::RpcOptions o;  // env:// from distrl-launch
+  transport::RpcOptions o;                     // env:// from distrl-launch
   o.shutdown_timeout = std::chrono::hours(2);  // the ps waits while the trainer loops
   transport::RpcAgent agent(o, [](transport::RpcAgent& a) {
     training::register_rnn(a);
@@ -122,7 +122,8 @@ int run_autograd_worker(const std::string& out, int iterations, int contexts) {
 
 int run_autograd_bench(const AutogradBenchOptions& opt) {
   auto worker = [](int iterations, int contexts) {
-    return run_workers(2, "autograd-worker", {"--iterations", std::to_string(iterations), "--contexts", std::to_string(contexts)});
+    return run_workers(2, "autograd-worker",
+                       {"--iterations", std::to_string(iterations), "--contexts", std::to_string(contexts)});
   };
   // 1. the tutorial run, whole-process time included
   const auto start = Clock::now();
@@ -136,15 +137,18 @@ int run_autograd_bench(const AutogradBenchOptions& opt) {
     stp.push_back(std::stod(c[3]) * 1e3);
     total.push_back(fwd.back() + bwd.back() + stp.back());
   }
-  if (static_cast<int>(total.size()) != opt.iterations) throw Error("autograd-worker wrote " + std::to_string(total.size()) + " iterations");
+  if (static_cast<int>(total.size()) != opt.iterations)
+    throw Error("autograd-worker wrote " + std::to_string(total.size()) + " iterations");
   double sum = 0;
   for (double t : total) sum += t;
   std::printf("distrl-bench autograd: the RNN tutorial (ps + trainer processes), %d iterations\n\n", opt.iterations);
   std::printf("%-12s %10s %10s\n", "phase", "median ms", "p99 ms");
   std::ofstream csv = open_csv(opt.csv);
   csv << "phase,median_ms,p99_ms\n";
-  for (const auto& [name, v] : {std::pair<const char*, const std::vector<double>&>{"forward", fwd}, {"backward", bwd},
-                                {"step", stp}, {"iteration", total}}) {
+  for (const auto& [name, v] : {std::pair<const char*, const std::vector<double>&>{"forward", fwd},
+                                {"backward", bwd},
+                                {"step", stp},
+                                {"iteration", total}}) {
     std::printf("%-12s %10.3f %10.3f\n", name, percentile(v, 0.5), percentile(v, 0.99));
     csv << name << ',' << percentile(v, 0.5) << ',' << percentile(v, 0.99) << '\n';
   }
@@ -156,10 +160,11 @@ int run_autograd_bench(const AutogradBenchOptions& opt) {
     if (line.rfind("base,", 0) != 0) continue;
     auto c = fields(line, 3, "autograd-worker");
     const double rtt_ms = std::stod(c[1]) * 1e3, local_ms = std::stod(c[2]) * 1e3;
-    std::printf("where the time goes: a plain rpc_sync round trip %.3f ms (median); the same model in one process "
-                "%.3f ms per iteration; an iteration makes 6 sequential round trips (2 forward, 3 nested in backward, "
-                "1 step) = %.3f ms + local compute\n",
-                rtt_ms, local_ms, 6 * rtt_ms);
+    std::printf(
+        "where the time goes: a plain rpc_sync round trip %.3f ms (median); the same model in one process "
+        "%.3f ms per iteration; an iteration makes 6 sequential round trips (2 forward, 3 nested in backward, "
+        "1 step) = %.3f ms + local compute\n",
+        rtt_ms, local_ms, 6 * rtt_ms);
     csv << "rtt_ms," << rtt_ms << ",\nlocal_model_ms," << local_ms << ",\n";
   }
   // 3. the contexts loop
@@ -167,10 +172,12 @@ int run_autograd_bench(const AutogradBenchOptions& opt) {
     for (const auto& line : worker(1, opt.contexts)) {
       if (line.rfind("contexts,", 0) != 0) continue;
       auto c = fields(line, 11, "autograd-worker");
-      std::printf("\n%s contexts (one recorded RPC + backward each) in %.1f s (%.0f/s); live afterwards: trainer %s, ps %s\n",
-                  c[1].c_str(), std::stod(c[2]), std::stod(c[1]) / std::stod(c[2]), c[3].c_str(), c[4].c_str());
-      std::printf("RSS MiB  trainer: start %.1f, after 10%% %.1f, end %.1f;  ps: start %.1f, after 10%% %.1f, end %.1f\n",
-                  std::stod(c[5]), std::stod(c[6]), std::stod(c[7]), std::stod(c[8]), std::stod(c[9]), std::stod(c[10]));
+      std::printf(
+          "\n%s contexts (one recorded RPC + backward each) in %.1f s (%.0f/s); live afterwards: trainer %s, ps %s\n",
+          c[1].c_str(), std::stod(c[2]), std::stod(c[1]) / std::stod(c[2]), c[3].c_str(), c[4].c_str());
+      std::printf(
+          "RSS MiB  trainer: start %.1f, after 10%% %.1f, end %.1f;  ps: start %.1f, after 10%% %.1f, end %.1f\n",
+          std::stod(c[5]), std::stod(c[6]), std::stod(c[7]), std::stod(c[8]), std::stod(c[9]), std::stod(c[10]));
       csv << "contexts," << c[1] << "\ncontexts_s," << c[2] << "\nlive_trainer," << c[3] << "\nlive_ps," << c[4]
           << "\nrss_trainer_mib," << c[5] << ';' << c[6] << ';' << c[7] << "\nrss_ps_mib," << c[8] << ';' << c[9] << ';'
           << c[10] << '\n';

@@ -97,8 +97,8 @@ int run_allreduce_worker(const std::string& out, const std::vector<std::int64_t>
     const double lo = max_over_ranks(*pg, per.front()), hi = max_over_ranks(*pg, per.back());
     const double alg = bytes / median / 1e9;
     if (f)
-      f << pg->transport() << ',' << n << ',' << bytes << ',' << iters << ',' << median * 1e6 << ',' << alg << ',' << alg * 2 * (n - 1) / n << ','
-        << lo * 1e6 << ',' << hi * 1e6 << '\n';
+      f << pg->transport() << ',' << n << ',' << bytes << ',' << iters << ',' << median * 1e6 << ',' << alg << ','
+        << alg * 2 * (n - 1) / n << ',' << lo * 1e6 << ',' << hi * 1e6 << '\n';
   }
   return 0;
 }
@@ -106,12 +106,13 @@ int run_allreduce_worker(const std::string& out, const std::vector<std::int64_t>
 int run_allreduce_bench(const AllreduceBenchOptions& o) {
   std::ofstream csv = open_csv(o.csv);
   csv << "security,transport,ranks,bytes,iters,median_us,algbw_GBps,busbw_GBps,min_us,max_us\n";
-  std::cout << "all_reduce(SUM, float32), the zmq process group over shared memory (shm) or its sockets (zmq); time\n"
-               "per call: median of the timed calls, with the fastest and slowest (min / max), each the slowest rank's;\n"
-               "sizes run in the order given\n"
-            << machine_description() << "\n\n"
-            << "| security | transport | ranks | size | calls | time per call | min / max | algbw GB/s | busbw GB/s |\n"
-               "|---|---|---:|---:|---:|---:|---:|---:|---:|\n";
+  std::cout
+      << "all_reduce(SUM, float32), the zmq process group over shared memory (shm) or its sockets (zmq); time\n"
+         "per call: median of the timed calls, with the fastest and slowest (min / max), each the slowest rank's;\n"
+         "sizes run in the order given\n"
+      << machine_description() << "\n\n"
+      << "| security | transport | ranks | size | calls | time per call | min / max | algbw GB/s | busbw GB/s |\n"
+         "|---|---|---:|---:|---:|---:|---:|---:|---:|\n";
   std::vector<std::string> args;
   for (auto s : o.sizes) args.push_back(std::to_string(s));
   for (int ranks : o.ranks)
@@ -122,8 +123,8 @@ int run_allreduce_bench(const AllreduceBenchOptions& o) {
           csv << security << ',' << line << '\n';
           std::cout << "| " << security << " | " << c[0] << " | " << c[1] << " | " << human_bytes(std::stoll(c[2]))
                     << " | " << c[3] << " | " << std::fixed << std::setprecision(1) << std::stod(c[4]) << " µs | "
-                    << std::stod(c[7]) << " / " << std::stod(c[8]) << " µs | " << std::setprecision(2) << std::stod(c[5])
-                    << " | " << std::stod(c[6]) << " |\n";
+                    << std::stod(c[7]) << " / " << std::stod(c[8]) << " µs | " << std::setprecision(2)
+                    << std::stod(c[5]) << " | " << std::stod(c[6]) << " |\n";
         }
   std::cout << "\nwrote " << o.csv << "\n";
   return 0;
@@ -187,9 +188,9 @@ int run_ddp_worker(const std::string& out, const std::string& model, int steps, 
     // Not clamped: below 0 the communication cost more than the all-reduce alone (it slowed
     // backward down); above 1 no_sync was slower than DDP (noise).
     const double hidden = pg->size() > 1 && comm > 0 ? 1 - exposed / comm : 0;
-    f << pg->transport() << ',' << model << ',' << pg->size() << ',' << batch << ',' << steps / seconds << ',' << steps * batch * pg->size() / seconds
-      << ',' << backward / steps * 1e3 << ',' << comm * 1e3 << ',' << exposed * 1e3 << ',' << hidden << ','
-      << ddp.buckets().size() << '\n';
+    f << pg->transport() << ',' << model << ',' << pg->size() << ',' << batch << ',' << steps / seconds << ','
+      << steps * batch * pg->size() / seconds << ',' << backward / steps * 1e3 << ',' << comm * 1e3 << ','
+      << exposed * 1e3 << ',' << hidden << ',' << ddp.buckets().size() << '\n';
   }
   return 0;
 }
@@ -198,14 +199,15 @@ int run_ddp_bench(const DdpBenchOptions& o) {
   std::ofstream csv = open_csv(o.csv);
   csv << "transport,model,ranks,batch_per_rank,steps_per_s,samples_per_s,backward_ms,comm_ms,exposed_comm_ms,"
          "hidden_fraction,buckets\n";
-  std::cout << "DDP training steps (SGD, batch " << o.batch << " per rank, bucket cap " << o.bucket_mb
-            << " MiB, 1 LibTorch thread per rank); collectives over shared memory (shm) or ZeroMQ sockets (zmq)\n"
-            << machine_description() << "\n\n"
-            << "exposed = step time with DDP - step time of the same processes under no_sync; hidden = 1 - exposed / "
-               "(the buckets all-reduced alone)\n\n"
-            << "| model | transport | ranks | buckets | steps/s | samples/s | backward ms | all-reduce alone ms | exposed ms "
-               "| comm hidden |\n"
-            << "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  std::cout
+      << "DDP training steps (SGD, batch " << o.batch << " per rank, bucket cap " << o.bucket_mb
+      << " MiB, 1 LibTorch thread per rank); collectives over shared memory (shm) or ZeroMQ sockets (zmq)\n"
+      << machine_description() << "\n\n"
+      << "exposed = step time with DDP - step time of the same processes under no_sync; hidden = 1 - exposed / "
+         "(the buckets all-reduced alone)\n\n"
+      << "| model | transport | ranks | buckets | steps/s | samples/s | backward ms | all-reduce alone ms | exposed ms "
+         "| comm hidden |\n"
+      << "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const auto& model : o.models)
     for (int ranks : o.ranks)
       for (const auto& transport : o.transports) {

@@ -16,7 +16,8 @@ namespace distrl::tools {
 int run_env_bench(const EnvBenchOptions& o) {
   std::ofstream csv = open_csv(o.csv);
   csv << "env,steps,episodes,seconds,steps_per_s,us_per_step\n";
-  std::cout << "environment steps, one thread, random actions\n" << machine_description() << "\n\n"
+  std::cout << "environment steps, one thread, random actions\n"
+            << machine_description() << "\n\n"
             << "| env | steps | episodes | steps/s | µs per step |\n|---|---:|---:|---:|---:|\n";
   for (const auto& name : o.envs) {
     auto env = envs::make_env(name);
@@ -42,7 +43,9 @@ int run_env_bench(const EnvBenchOptions& o) {
     for (int i = 0; i < 1000; ++i) one();
     episodes = 0;
     const auto start = std::chrono::steady_clock::now();
-    const auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+    const auto elapsed = [&] {
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    };
     long long steps = 0;
     while (steps < o.steps && (steps % 1000 != 0 || elapsed() < o.seconds)) {
       one();

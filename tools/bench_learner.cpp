@@ -91,8 +91,9 @@ int run_learner_bench(const LearnerBenchOptions& opt) {
         << t.backward_s * per_step << ',' << t.optimizer_s * per_step << ',' << rest * per_step << ','
         << t.total_s * 1e6 / static_cast<double>(rows) << '\n';
   }
-  std::printf("per gradient step: forward (the loss included), backward, optimizer (clip + step), the rest (advantages "
-              "or V-trace, tensors, statistics); us/env-step: the update's whole time per transition learned\n");
+  std::printf(
+      "per gradient step: forward (the loss included), backward, optimizer (clip + step), the rest (advantages "
+      "or V-trace, tensors, statistics); us/env-step: the update's whole time per transition learned\n");
   std::cout << "wrote " << opt.csv << "\n";
   return 0;
 }

@@ -17,18 +17,25 @@ using namespace distrl::tools;
 
 // One subcommand per suite, its flags bound to the suite's options.
 CLI::App* add_rpc(CLI::App& app, RpcBenchOptions& o) {
-  CLI::App* s = app.add_subcommand("rpc", "RPC round trip (rpc_sync), throughput (rpc_async in flight), 4 MiB bandwidth");
+  CLI::App* s =
+      app.add_subcommand("rpc", "RPC round trip (rpc_sync), throughput (rpc_async in flight), 4 MiB bandwidth");
   s->add_option("--calls", o.calls, "timed rpc_sync calls")->check(CLI::Range(10, 10000000));
-  s->add_option("--throughput-calls", o.throughput_calls, "rpc_async calls in the throughput run")->check(CLI::Range(10, 100000000));
+  s->add_option("--throughput-calls", o.throughput_calls, "rpc_async calls in the throughput run")
+      ->check(CLI::Range(10, 100000000));
   s->add_option("--inflight", o.inflight, "rpc_async calls kept in flight")->check(CLI::Range(1, 100000));
   s->add_option("--big-mib", o.big_mib, "size of the bandwidth tensor in MiB")->check(CLI::Range(1, 1024));
-  s->add_option("--transports", o.transports, "transports to measure")->check(CLI::IsMember({"ipc", "tcp", "shm"}))->delimiter(',');
+  s->add_option("--transports", o.transports, "transports to measure")
+      ->check(CLI::IsMember({"ipc", "tcp", "shm"}))
+      ->delimiter(',');
   s->add_option("--cpus", o.cpus, "any: let the OS place both processes; same: pin both to CPU 0; split: one per CPU")
       ->check(CLI::IsMember({"any", "same", "split"}));
-  s->add_option("--spin-us", o.spin_us, "busy-poll time before sleeping, for the I/O loop and waiting futures (-1: defaults)");
-  s->add_option("--idle-peers", o.idle_peers, "then an idle world: one process and this many peers, every pair connected")
+  s->add_option("--spin-us", o.spin_us,
+                "busy-poll time before sleeping, for the I/O loop and waiting futures (-1: defaults)");
+  s->add_option("--idle-peers", o.idle_peers,
+                "then an idle world: one process and this many peers, every pair connected")
       ->check(CLI::Range(1, 256));
-  s->add_option("--idle-s", o.idle_s, "how long the idle world is measured (0: skip it)")->check(CLI::Range(0.0, 3600.0));
+  s->add_option("--idle-s", o.idle_s, "how long the idle world is measured (0: skip it)")
+      ->check(CLI::Range(0.0, 3600.0));
   s->add_option("--security", o.security, "off, curve or both (off,curve): ZeroMQ CURVE on the RPC sockets")
       ->check(CLI::IsMember({"off", "curve"}))
       ->delimiter(',');
@@ -37,9 +44,10 @@ CLI::App* add_rpc(CLI::App& app, RpcBenchOptions& o) {
 }
 
 CLI::App* add_rl(CLI::App& app, RlBenchOptions& o) {
-  CLI::App* s = app.add_subcommand("rl", "agent + observers as processes: batched vs unbatched action serving (the PyTorch "
-                                     "batched-RPC tutorial's experiment), learning off, the same work in both modes, "
-                                     "the round trip split into queue wait / forward / transport and reply");
+  CLI::App* s = app.add_subcommand("rl",
+                                   "agent + observers as processes: batched vs unbatched action serving (the PyTorch "
+                                   "batched-RPC tutorial's experiment), learning off, the same work in both modes, "
+                                   "the round trip split into queue wait / forward / transport and reply");
   s->add_option("--observers", o.observers, "observer counts to run")->delimiter(',')->check(CLI::Range(1, 1024));
   s->add_option("--episodes", o.episodes, "rounds per run (each observer runs one episode per round)")
       ->check(CLI::Range(1, 1000000));
@@ -63,9 +71,10 @@ CLI::App* add_rl(CLI::App& app, RlBenchOptions& o) {
 }
 
 CLI::App* add_soak(CLI::App& app, SoakBenchOptions& o) {
-  CLI::App* s = app.add_subcommand("soak", "the RL run left going in each serving mode side by side (agent + observers "
-                                        "as processes): RSS, open fds and threads sampled; growth after the warm-up "
-                                        "reported");
+  CLI::App* s = app.add_subcommand("soak",
+                                   "the RL run left going in each serving mode side by side (agent + observers "
+                                   "as processes): RSS, open fds and threads sampled; growth after the warm-up "
+                                   "reported");
   s->add_option("--minutes", o.minutes, "how long")->check(CLI::Range(0.1, 100000.0));
   s->add_option("--warmup-minutes", o.warmup_minutes, "samples before this are not compared")
       ->check(CLI::Range(0.0, 100000.0));
@@ -100,8 +109,9 @@ CLI::App* add_allreduce(CLI::App& app, AllreduceBenchOptions& o) {
 }
 
 CLI::App* add_ddp(CLI::App& app, DdpBenchOptions& o) {
-  CLI::App* s = app.add_subcommand("ddp", "DDP steps/s with 1 and N ranks, and the share of communication hidden behind "
-                                      "backward");
+  CLI::App* s = app.add_subcommand("ddp",
+                                   "DDP steps/s with 1 and N ranks, and the share of communication hidden behind "
+                                   "backward");
   s->add_option("--models", o.models, "models (mnist_cnn, mlp = 3x1024 MLP)")->delimiter(',');
   s->add_option("--ranks", o.ranks, "rank counts")->delimiter(',')->check(CLI::Range(1, 1024));
   s->add_option("--steps", o.steps, "timed steps")->check(CLI::Range(1, 1000000));
@@ -123,9 +133,10 @@ CLI::App* add_env(CLI::App& app, EnvBenchOptions& o) {
 }
 
 CLI::App* add_learner(CLI::App& app, LearnerBenchOptions& o) {
-  CLI::App* s = app.add_subcommand("learner", "the actor-critic learners' own cost in this process (no acting timed): "
-                                              "ms per update and per gradient step, split into forward, backward, "
-                                              "optimizer and the rest, and us per env step learned");
+  CLI::App* s = app.add_subcommand("learner",
+                                   "the actor-critic learners' own cost in this process (no acting timed): "
+                                   "ms per update and per gradient step, split into forward, backward, "
+                                   "optimizer and the rest, and us per env step learned");
   s->add_option("--configs", o.configs, "RL configs whose learner to measure (learner.algo ppo, appo or impala)")
       ->delimiter(',')
       ->capture_default_str();
@@ -137,8 +148,9 @@ CLI::App* add_learner(CLI::App& app, LearnerBenchOptions& o) {
 }
 
 CLI::App* add_autograd(CLI::App& app, AutogradBenchOptions& o) {
-  CLI::App* s = app.add_subcommand("autograd", "the distributed-autograd RNN tutorial (ps + trainer processes): forward, "
-                                           "backward and step per iteration, the whole run, and a loop of contexts");
+  CLI::App* s = app.add_subcommand("autograd",
+                                   "the distributed-autograd RNN tutorial (ps + trainer processes): forward, "
+                                   "backward and step per iteration, the whole run, and a loop of contexts");
   s->add_option("--iterations", o.iterations, "training iterations")->check(CLI::Range(1, 10000000));
   s->add_option("--contexts", o.contexts, "then this many contexts in a loop, checking live counts and RSS (0: skip)")
       ->check(CLI::Range(0, 100000000));
@@ -147,9 +159,10 @@ CLI::App* add_autograd(CLI::App& app, AutogradBenchOptions& o) {
 }
 
 CLI::App* add_ps(CLI::App& app, PsBenchOptions& o) {
-  CLI::App* s = app.add_subcommand("ps", "the parameter server: sparse pull/push on 2 shards, idle server CPU, "
-                                     "model-on-server samples/s per step policy, a straggler against quorum, "
-                                     "the ResNet-50 batch-update round");
+  CLI::App* s = app.add_subcommand("ps",
+                                   "the parameter server: sparse pull/push on 2 shards, idle server CPU, "
+                                   "model-on-server samples/s per step policy, a straggler against quorum, "
+                                   "the ResNet-50 batch-update round");
   s->add_option("--rows", o.rows, "sparse: rows per pull and per push")->check(CLI::Range(1, 10000000));
   s->add_option("--iterations", o.iterations, "sparse: timed pull + push pairs")->check(CLI::Range(1, 10000000));
   s->add_option("--images", o.images, "model on server: Fashion-MNIST images per run (0: skip)")
@@ -162,9 +175,10 @@ CLI::App* add_ps(CLI::App& app, PsBenchOptions& o) {
 }
 
 CLI::App* add_pipeline(CLI::App& app, PipelineBenchOptions& o) {
-  CLI::App* s = app.add_subcommand("pipeline", "pipeline schedules' bubbles on sleeping stages against theory, peak "
-                                            "activations, waiting CPU; the RPC tutorial's ResNet-50 pipeline by "
-                                            "micro-batch size against one process");
+  CLI::App* s = app.add_subcommand("pipeline",
+                                   "pipeline schedules' bubbles on sleeping stages against theory, peak "
+                                   "activations, waiting CPU; the RPC tutorial's ResNet-50 pipeline by "
+                                   "micro-batch size against one process");
   s->add_option("--stages", o.stages, "stage counts")->check(CLI::Range(2, 16));
   s->add_option("--microbatches", o.microbatches, "micro-batches per step")->check(CLI::Range(1, 1000));
   s->add_option("--f-ms", o.f_ms, "forward milliseconds per stage and micro-batch")->check(CLI::Range(0.1, 10000.0));
@@ -209,8 +223,7 @@ void add_workers(CLI::App& app, WorkerArgs& w, std::vector<std::pair<CLI::App*, 
   CLI::App* ag = hidden("autograd-worker", [&w] { return run_autograd_worker(w.out, w.iterations, w.contexts); });
   ag->add_option("--iterations", w.iterations)->required();
   ag->add_option("--contexts", w.contexts)->required();
-  CLI::App* dd =
-      hidden("ddp-worker", [&w] { return run_ddp_worker(w.out, w.model, w.steps, w.batch, w.bucket_mb); });
+  CLI::App* dd = hidden("ddp-worker", [&w] { return run_ddp_worker(w.out, w.model, w.steps, w.batch, w.bucket_mb); });
   dd->add_option("model", w.model)->required();
   dd->add_option("steps", w.steps)->required();
   dd->add_option("batch", w.batch)->required();

@@ -59,7 +59,9 @@ struct SleepFn : torch::autograd::Function<SleepFn> {
 
 class SleepLayerImpl : public torch::nn::Module {
  public:
-  SleepLayerImpl(double f, double i, double w) : f_(f), i_(i), w_(w) { weight_ = register_parameter("weight", torch::ones({1})); }
+  SleepLayerImpl(double f, double i, double w) : f_(f), i_(i), w_(w) {
+    weight_ = register_parameter("weight", torch::ones({1}));
+  }
   at::Tensor forward(const at::Tensor& x) { return SleepFn::apply(x, weight_, f_, i_, w_); }
 
  private:
@@ -90,7 +92,8 @@ int run_pipeline_worker(const std::string& out, const std::string& schedule, int
     mine.push_back(piece);
   }
   pl::PipelineStage stage(pg, mine, s);
-  const at::Tensor x = torch::randn({microbatches * 2, 16}).requires_grad_(true), y = torch::zeros({microbatches * 2, 16});
+  const at::Tensor x = torch::randn({microbatches * 2, 16}).requires_grad_(true),
+                   y = torch::zeros({microbatches * 2, 16});
   auto mse = [](const at::Tensor& a, const at::Tensor& b) { return torch::mse_loss(a, b); };
   pl::StepStats st;
   double cpu = 0, wall = 0;
@@ -105,7 +108,8 @@ int run_pipeline_worker(const std::string& out, const std::string& schedule, int
     }
   }
   const auto all = pl::gather_timelines(*pg, stage.timeline()).stages;
-  at::Tensor mine_stats = torch::tensor({static_cast<double>(st.peak_activations), wall > 0 ? cpu / wall : 0.0}, torch::kDouble);
+  at::Tensor mine_stats =
+      torch::tensor({static_cast<double>(st.peak_activations), wall > 0 ? cpu / wall : 0.0}, torch::kDouble);
   std::vector<at::Tensor> gathered;
   for (int r = 0; r < p; ++r) gathered.push_back(torch::zeros({2}, torch::kDouble));
   pg->all_gather(gathered, mine_stats);
@@ -124,8 +128,8 @@ int run_pipeline_worker(const std::string& out, const std::string& schedule, int
   std::ofstream f(out);
   f << schedule << "," << p << "," << chunks << "," << microbatches << "," << measured << "," << plan << ","
     << pl::theory_bubble(p, microbatches) << "," << idle_ms << "," << span_ms << "," << peak << ","
-    << *std::max_element(stage.plan().peak_activations.begin(), stage.plan().peak_activations.end()) << ","
-    << cpu_share << "\n";
+    << *std::max_element(stage.plan().peak_activations.begin(), stage.plan().peak_activations.end()) << "," << cpu_share
+    << "\n";
   return 0;
 }
 
@@ -135,14 +139,16 @@ int run_pipeline_bench(const PipelineBenchOptions& options) {
   std::filesystem::create_directories(o.out_dir);
   std::cout << "distrl-bench pipeline on " << machine_description() << "\n\n";
   std::ofstream csv(o.out_dir + "/bubble.csv");
-  csv << "schedule,stages,chunks,microbatches,measured_bubble,plan_bubble,theory_bubble,idle_ms,step_ms,peak_activations,"
+  csv << "schedule,stages,chunks,microbatches,measured_bubble,plan_bubble,theory_bubble,idle_ms,step_ms,peak_"
+         "activations,"
          "plan_peak,max_waiting_cpu_share\n";
-  std::cout << "Bubble: forward " << o.f_ms << " ms, backward " << o.b_ms << " ms (I = W = half) per stage and micro-batch, "
-            << o.microbatches << " micro-batches; mean over stages of one step\n"
+  std::cout << "Bubble: forward " << o.f_ms << " ms, backward " << o.b_ms
+            << " ms (I = W = half) per stage and micro-batch, " << o.microbatches
+            << " micro-batches; mean over stages of one step\n"
             << "schedule      stages  measured  plan   (p-1)/(m+p-1)  idle ms/stage  step ms  peak act.  waiting CPU\n";
   for (int p : o.stages)
-    for (const std::string& sched : {std::string("gpipe"), std::string("1f1b"), std::string("interleaved"),
-                                     std::string("zb-h1")}) {
+    for (const std::string& sched :
+         {std::string("gpipe"), std::string("1f1b"), std::string("interleaved"), std::string("zb-h1")}) {
       const int chunks = sched == "interleaved" ? 2 : 1;
       if (sched == "interleaved" && o.microbatches % p != 0) continue;
       std::ostringstream f, b;
@@ -171,10 +177,10 @@ int run_pipeline_bench(const PipelineBenchOptions& options) {
   const std::string rdir = o.out_dir + "/resnet";
   std::cout << "\nThe RPC tutorial's ResNet-50 pipeline (batch 120 @ 128x128, 1000 classes, " << o.resnet_batches
             << " batches per setting; master + 2 workers):" << std::endl;
-  run_or_show_log({self_dir() + "/distrl-launch", "--force", "--config", o.configs + "/pipeline_resnet50.yaml",
-                   "pipeline.microbatch_size=" + sizes, "train.batches=" + std::to_string(o.resnet_batches),
-                   "run.out_dir=" + rdir},
-                  o.out_dir + "/resnet.log", "the ResNet-50 pipeline");
+  run_or_show_log(
+      {self_dir() + "/distrl-launch", "--force", "--config", o.configs + "/pipeline_resnet50.yaml",
+       "pipeline.microbatch_size=" + sizes, "train.batches=" + std::to_string(o.resnet_batches), "run.out_dir=" + rdir},
+      o.out_dir + "/resnet.log", "the ResNet-50 pipeline");
   double best = 1e300;
   for (const auto& row : read_csv(rdir + "/sweep.csv")) {
     const double s = std::stod(row.at("seconds_per_batch"));
@@ -203,8 +209,8 @@ int run_pipeline_bench(const PipelineBenchOptions& options) {
     }
     one << threads << "," << total / o.resnet_batches << "\n";
     std::cout << "  one process, " << threads << " thread(s): " << std::fixed << std::setprecision(3)
-              << total / o.resnet_batches << " s per batch (best pipeline setting: "
-              << std::setprecision(2) << (total / o.resnet_batches) / best << "x)" << std::defaultfloat << std::endl;
+              << total / o.resnet_batches << " s per batch (best pipeline setting: " << std::setprecision(2)
+              << (total / o.resnet_batches) / best << "x)" << std::defaultfloat << std::endl;
   }
   std::cout << "\nwrote " << o.out_dir << "/bubble.csv, resnet/sweep.csv, one_process.csv" << std::endl;
   return 0;

@@ -79,7 +79,9 @@ int run_ps_worker(const std::string& out, int rows, int iterations) {
     c.declare_table("emb", torch::zeros({table_rows, dim}));
     auto gen = at::make_generator<at::CPUGeneratorImpl>(1);
     std::vector<double> ms;
-    auto server_cpu = [&] { return agent.rpc_sync<double>(0, "bench.cpu_us") + agent.rpc_sync<double>(1, "bench.cpu_us"); };
+    auto server_cpu = [&] {
+      return agent.rpc_sync<double>(0, "bench.cpu_us") + agent.rpc_sync<double>(1, "bench.cpu_us");
+    };
     const double cpu0 = server_cpu();
     for (int i = 0; i < iterations + 5; ++i) {
       auto ids = torch::randint(0, table_rows, {rows}, gen, torch::kLong);
@@ -93,7 +95,8 @@ int run_ps_worker(const std::string& out, int rows, int iterations) {
     const double idle0 = server_cpu();
     const auto i0 = Clock::now();
     std::this_thread::sleep_for(std::chrono::seconds(2));
-    const double idle_pct = (server_cpu() - idle0) / 1e6 / std::chrono::duration<double>(Clock::now() - i0).count() / 2 * 100;
+    const double idle_pct =
+        (server_cpu() - idle0) / 1e6 / std::chrono::duration<double>(Clock::now() - i0).count() / 2 * 100;
     const double rows_moved = 2.0 * rows * (iterations + 5);  // pulled and pushed
     std::ofstream(out) << "sparse," << percentile(ms, 0.5) << "," << percentile(ms, 0.99) << ","
                        << rows_moved / busy_cpu_s << "," << idle_pct << "\n";
@@ -111,7 +114,8 @@ namespace {
 
 // The batch-update form's small model (the straggler and restart parts): an MLP on 32x32 images.
 std::vector<std::string> small_model(int rounds) {
-  return {"model.name=mlp", "model.hidden=[256,256]", "model.image_size=32", "train.rounds=" + std::to_string(rounds),
+  return {"model.name=mlp",      "model.hidden=[256,256]",
+          "model.image_size=32", "train.rounds=" + std::to_string(rounds),
           "train.batch_size=64", "run.log_interval=1000000"};
 }
 
@@ -119,16 +123,16 @@ std::vector<std::string> small_model(int rounds) {
 // the runs' own outputs.
 // 1. the sparse engine
 void bench_sparse(const PsBenchOptions& opt, const std::string& root, std::ostream& csv) {
-  auto c = fields(run_workers(3, "ps-worker", {"--rows", std::to_string(opt.rows), "--iterations",
-                                                std::to_string(opt.iterations)})
-                      .at(0),
-                  5, "ps-worker");
-  std::printf("\nsparse: pull + push of %d rows x 16 floats on 2 shards: median %.3f ms, p99 %.3f ms; %.3g rows/s "
-              "per server CPU second; idle servers %.2f%% of a core each\n",
-              opt.rows, std::stod(c[1]), std::stod(c[2]), std::stod(c[3]), std::stod(c[4]));
+  auto c = fields(
+      run_workers(3, "ps-worker", {"--rows", std::to_string(opt.rows), "--iterations", std::to_string(opt.iterations)})
+          .at(0),
+      5, "ps-worker");
+  std::printf(
+      "\nsparse: pull + push of %d rows x 16 floats on 2 shards: median %.3f ms, p99 %.3f ms; %.3g rows/s "
+      "per server CPU second; idle servers %.2f%% of a core each\n",
+      opt.rows, std::stod(c[1]), std::stod(c[2]), std::stod(c[3]), std::stod(c[4]));
   csv << "sparse,median," << c[1] << ",ms\nsparse,p99," << c[2] << ",ms\nsparse,rows_per_cpu_s," << c[3]
       << ",rows/s\nsparse,idle_cpu," << c[4] << ",% of a core\n";
-
 }
 
 // 2. model on the server
@@ -171,17 +175,18 @@ void bench_straggler(const PsBenchOptions& opt, const std::string& root, std::os
   auto [quorum, unused2] = rate("straggler_quorum4", {"train.slow_trainer=4", slow, "ps.quorum=4"});
   (void)unused1;
   (void)unused2;
-  std::printf("\nstraggler (mlp 256x256, 5 trainers, trainer 4 sleeps 2x its %.1f ms compute): rounds/s at trainer 0\n"
-              "  no straggler %.1f | waiting for all %.1f (%.2fx) | quorum 4 of 5 %.1f (%.2fx)\n",
-              compute_ms, base, all, all / base, quorum, quorum / base);
+  std::printf(
+      "\nstraggler (mlp 256x256, 5 trainers, trainer 4 sleeps 2x its %.1f ms compute): rounds/s at trainer 0\n"
+      "  no straggler %.1f | waiting for all %.1f (%.2fx) | quorum 4 of 5 %.1f (%.2fx)\n",
+      compute_ms, base, all, all / base, quorum, quorum / base);
   csv << "straggler,none," << base << ",rounds/s\nstraggler,all," << all << ",rounds/s\nstraggler,quorum4," << quorum
       << ",rounds/s\n";
-
 }
 
 // 4. ResNet-50
 void bench_resnet(const PsBenchOptions& opt, const std::string& root, std::ostream& csv) {
-  run_config(opt.configs + "/ps_batch_update.yaml", {"train.rounds=" + std::to_string(opt.resnet_rounds), "run.log_interval=1000000"}, root + "/resnet50");
+  run_config(opt.configs + "/ps_batch_update.yaml",
+             {"train.rounds=" + std::to_string(opt.resnet_rounds), "run.log_interval=1000000"}, root + "/resnet50");
   auto rows = read_csv(root + "/resnet50/metrics.csv");
   const auto round = column(rows, "round_ms", 1), comp = column(rows, "compute_ms", 1);
   const double r = percentile(round, 0.5), k = percentile(comp, 0.5);
@@ -191,10 +196,11 @@ void bench_resnet(const PsBenchOptions& opt, const std::string& root, std::ostre
   const std::string log = text.str();
   const auto at = log.find("MB of gradients and values (");
   const double ratio = at == std::string::npos ? -1 : std::stod(log.substr(at + 28));
-  std::printf("\nResNet-50 batch update (5 trainers, batch 20 @ 64x64, 30 classes): round %.0f ms, compute %.0f ms "
-              "at trainer 0; not computing %.0f%% of the round (communication + waiting for the slowest); "
-              "wire bytes %.4fx the gradients and values\n",
-              r, k, 100 * (r - k) / r, ratio);
+  std::printf(
+      "\nResNet-50 batch update (5 trainers, batch 20 @ 64x64, 30 classes): round %.0f ms, compute %.0f ms "
+      "at trainer 0; not computing %.0f%% of the round (communication + waiting for the slowest); "
+      "wire bytes %.4fx the gradients and values\n",
+      r, k, 100 * (r - k) / r, ratio);
   csv << "resnet50,round," << r << ",ms\nresnet50,compute," << k << ",ms\nresnet50,wire_over_tensor_bytes," << ratio
       << ",x\n";
 }
@@ -205,7 +211,8 @@ void bench_restart(const PsBenchOptions& opt, const std::string& root, std::ostr
   std::filesystem::create_directories(dir);
   std::string cmd = self_dir() + "/distrl-launch --config " + opt.configs + "/ps_batch_update.yaml" +
                     " roles.servers=2 roles.trainers=3 train.rounds=400 ps.snapshot_rounds=20 launch.max_restarts=1 "
-                    "run.log_interval=10 run.out_dir=" + dir;
+                    "run.log_interval=10 run.out_dir=" +
+                    dir;
   for (const auto& a : small_model(0))
     if (a.rfind("train.rounds=", 0) != 0 && a.rfind("run.log_interval=", 0) != 0) cmd += " " + a;
   FILE* p = ::popen(("DISTRL_LOG_LEVEL=info " + cmd + " 2>&1").c_str(), "r");
@@ -222,16 +229,18 @@ void bench_restart(const PsBenchOptions& opt, const std::string& root, std::ostr
       killed = Clock::now();
       ::kill(std::stoi(pid), SIGKILL);
     }
-    if (const auto at = line.find(" arrived "); at != std::string::npos && line.find("first push since") != std::string::npos)
+    if (const auto at = line.find(" arrived ");
+        at != std::string::npos && line.find("first push since") != std::string::npos)
       first_push_s = std::stod(line.substr(at + 9));
     if (back_s < 0 && killed != Clock::time_point{} && line.find("answers again") != std::string::npos)
       back_s = std::chrono::duration<double>(Clock::now() - killed).count();
   }
   const int status = ::pclose(p);
   if (status != 0 || first_push_s < 0) throw Error("ps: the restart run failed; see " + dir + "/log.txt");
-  std::printf("\nrestart (mlp 256x256, 2 shards, 3 trainers, shard 0 SIGKILLed at round 50, restarted by distrl-launch):\n"
-              "  first push served %.2f s after the new process started; trainers blocked %.2f s from the kill\n",
-              first_push_s, back_s);
+  std::printf(
+      "\nrestart (mlp 256x256, 2 shards, 3 trainers, shard 0 SIGKILLed at round 50, restarted by distrl-launch):\n"
+      "  first push served %.2f s after the new process started; trainers blocked %.2f s from the kill\n",
+      first_push_s, back_s);
   csv << "restart,first_push_after_start," << first_push_s << ",s\nrestart,trainers_blocked," << back_s << ",s\n";
 }
 

@@ -27,7 +27,7 @@ namespace {
 
 struct RlResult {
   double seconds = 0, env_steps = 0, steps_per_s = 0, median_us = 0, p99_us = 0, mean_batch = 0;
-  double agent_cpu_us = 0, observer_cpu_us = 0;  // per act request
+  double agent_cpu_us = 0, observer_cpu_us = 0;                              // per act request
   double mean_us = 0, queue_us = 0, forward_us = 0, forward_per_row_us = 0;  // the round trip's parts
   double reply_us() const { return mean_us - queue_us - forward_us; }
 };
@@ -50,12 +50,18 @@ std::vector<std::string> model_overrides(const std::string& m) {
 RlResult run_one(const RlBenchOptions& o, const std::string& model, int observers, const std::string& mode,
                  const std::string& dir) {
   std::filesystem::create_directories(dir);
-  std::vector<std::string> cmd{self_dir() + "/distrl-launch", "--config", o.config,
-                               "observers=" + std::to_string(observers), "agent.mode=" + mode,
+  std::vector<std::string> cmd{self_dir() + "/distrl-launch",
+                               "--config",
+                               o.config,
+                               "observers=" + std::to_string(observers),
+                               "agent.mode=" + mode,
                                "learner.rounds=" + std::to_string(o.episodes),
-                               "learner.max_steps=" + std::to_string(o.steps), "learner.log_interval=1000000",
-                               "learner.learn=false", "run.tensorboard=false",
-                               "run.out_dir=" + dir, "env.per_observer=" + std::to_string(o.envs_per_observer)};
+                               "learner.max_steps=" + std::to_string(o.steps),
+                               "learner.log_interval=1000000",
+                               "learner.learn=false",
+                               "run.tensorboard=false",
+                               "run.out_dir=" + dir,
+                               "env.per_observer=" + std::to_string(o.envs_per_observer)};
   for (const auto& m : model_overrides(model)) cmd.push_back(m);
   for (const auto& extra : o.overrides) cmd.push_back(extra);
   const std::string what = "rl: the run with " + model + ", " + std::to_string(observers) + " observer(s), " + mode;
@@ -81,7 +87,8 @@ RlResult run_one(const RlBenchOptions& o, const std::string& model, int observer
 
 // The run with the median env-steps/s (the upper median of an even count).
 RlResult median_run(std::vector<RlResult> runs) {
-  std::sort(runs.begin(), runs.end(), [](const RlResult& a, const RlResult& b) { return a.steps_per_s < b.steps_per_s; });
+  std::sort(runs.begin(), runs.end(),
+            [](const RlResult& a, const RlResult& b) { return a.steps_per_s < b.steps_per_s; });
   return runs[runs.size() / 2];
 }
 
@@ -107,15 +114,18 @@ void plot_model(const std::string& csv, const std::string& png, const std::strin
   }
   const bool drawn = plot_csv(
       sub, png,
-      {{"env-steps/s, " + model, "observers",
+      {{"env-steps/s, " + model,
+        "observers",
         {{"observers", "batched_steps_per_s", "batched"}, {"observers", "unbatched_steps_per_s", "unbatched"}}},
-       {"round trip, mean us", "observers",
+       {"round trip, mean us",
+        "observers",
         {{"observers", "batched_queue_us", "batched: queue wait"},
          {"observers", "batched_forward_us", "batched: forward"},
          {"observers", "batched_reply_us", "batched: transport + reply"},
          {"observers", "unbatched_forward_us", "unbatched: forward"},
          {"observers", "unbatched_reply_us", "unbatched: transport + reply + wait behind others"}}},
-       {"forward per row, us", "observers",
+       {"forward per row, us",
+        "observers",
         {{"observers", "batched_forward_per_row_us", "batched"},
          {"observers", "unbatched_forward_per_row_us", "unbatched"}}}});
   std::remove(sub.c_str());
@@ -147,7 +157,8 @@ int run_rl_bench(const RlBenchOptions& options) {
   std::cout << std::left << std::setw(15) << "model" << std::right << std::setw(4) << "obs" << std::setw(17)
             << "env-steps/s b/u" << std::setw(8) << "speedup" << std::setw(7) << "batch" << std::setw(15)
             << "rtt mean b/u" << std::setw(8) << "queue b" << std::setw(15) << "forward b/u" << std::setw(15)
-            << "rest b/u" << std::setw(15) << "fwd/row b/u" << std::setw(13) << "agent cpu" << "\n";
+            << "rest b/u" << std::setw(15) << "fwd/row b/u" << std::setw(13) << "agent cpu"
+            << "\n";
   for (const auto& model : o.models) {
     for (int n : o.observers) {
       const std::string tag = std::to_string(&model - o.models.data()) + "-" + std::to_string(n);
@@ -162,18 +173,18 @@ int run_rl_bench(const RlBenchOptions& options) {
       sp << std::fixed << std::setprecision(2) << speedup << "x";
       std::cout << std::left << std::setw(15) << model << std::right << std::setw(4) << n << std::setw(17)
                 << pair(b.steps_per_s, u.steps_per_s) << std::setw(8) << sp.str() << std::setw(7) << std::fixed
-                << std::setprecision(2) << b.mean_batch << std::setw(15) << pair(b.mean_us, u.mean_us)
-                << std::setw(8) << std::setprecision(0) << b.queue_us << std::setw(15)
-                << pair(b.forward_us, u.forward_us) << std::setw(15) << pair(b.reply_us(), u.reply_us())
-                << std::setw(15) << pair(b.forward_per_row_us, u.forward_per_row_us, 1) << std::setw(13)
+                << std::setprecision(2) << b.mean_batch << std::setw(15) << pair(b.mean_us, u.mean_us) << std::setw(8)
+                << std::setprecision(0) << b.queue_us << std::setw(15) << pair(b.forward_us, u.forward_us)
+                << std::setw(15) << pair(b.reply_us(), u.reply_us()) << std::setw(15)
+                << pair(b.forward_per_row_us, u.forward_per_row_us, 1) << std::setw(13)
                 << pair(b.agent_cpu_us, u.agent_cpu_us) << std::defaultfloat << "\n";
       std::cout.flush();
       csv << model << ',' << n << ',' << b.env_steps << ',' << u.env_steps << ',' << b.seconds << ',' << u.seconds
-          << ',' << b.steps_per_s << ',' << u.steps_per_s << ',' << speedup << ',' << b.mean_batch << ','
-          << b.mean_us << ',' << u.mean_us << ',' << b.median_us << ',' << u.median_us << ',' << b.p99_us << ','
-          << u.p99_us << ',' << b.queue_us << ',' << b.forward_us << ',' << b.reply_us() << ',' << u.forward_us
-          << ',' << u.reply_us() << ',' << b.forward_per_row_us << ',' << u.forward_per_row_us << ','
-          << b.agent_cpu_us << ',' << u.agent_cpu_us << ',' << b.observer_cpu_us << ',' << u.observer_cpu_us << '\n';
+          << ',' << b.steps_per_s << ',' << u.steps_per_s << ',' << speedup << ',' << b.mean_batch << ',' << b.mean_us
+          << ',' << u.mean_us << ',' << b.median_us << ',' << u.median_us << ',' << b.p99_us << ',' << u.p99_us << ','
+          << b.queue_us << ',' << b.forward_us << ',' << b.reply_us() << ',' << u.forward_us << ',' << u.reply_us()
+          << ',' << b.forward_per_row_us << ',' << u.forward_per_row_us << ',' << b.agent_cpu_us << ','
+          << u.agent_cpu_us << ',' << b.observer_cpu_us << ',' << u.observer_cpu_us << '\n';
     }
   }
   csv.close();

@@ -35,13 +35,14 @@ using Clock = std::chrono::steady_clock;
 struct Result {
   std::string transport, security;
   double median_us = 0, p99_us = 0, calls_per_s = 0, big_gbps = 0;
-  double client_cpu_us = 0, server_cpu_us = 0;  // CPU time per rpc_sync call, each process
+  double client_cpu_us = 0, server_cpu_us = 0;   // CPU time per rpc_sync call, each process
   double floor_median_us = 0, floor_p99_us = 0;  // plain libzmq ping-pong, same sizes and placement
   double floor_client_cpu_us = 0, floor_server_cpu_us = 0;
   double loop_median_us = 0, loop_p99_us = 0;  // rpc_async(...).value(): through both I/O loops
   double loop_client_cpu_us = 0, loop_server_cpu_us = 0;
   // The shared-memory floor (same sizes, same processes): futex only, then with a spin.
-  double shm_median_us[2] = {0, 0}, shm_p99_us[2] = {0, 0}, shm_client_cpu_us[2] = {0, 0}, shm_server_cpu_us[2] = {0, 0};
+  double shm_median_us[2] = {0, 0}, shm_p99_us[2] = {0, 0}, shm_client_cpu_us[2] = {0, 0},
+         shm_server_cpu_us[2] = {0, 0};
 };
 
 // The floor: a libzmq DEALER/ROUTER ping-pong of two frames (an RPC header's size and the
@@ -285,16 +286,17 @@ Result run_pair(const RpcBenchOptions& o, const std::string& transport, const st
       shm_floor_client(shm_path, o, &r);
     }
     RpcAgent agent(ro, [](RpcAgent& a) {
-      a.register_function("echo", [](at::Tensor t) { return t; }, RunOn::IoThread);  // returns at once
+      a.register_function(
+          "echo", [](at::Tensor t) { return t; }, RunOn::IoThread);  // returns at once
       a.register_function("cpu_us", [] { return process_cpu_us(); });
     });
     if (rank == 0) {
       Result rr = client(agent, o);
       std::ofstream f(out);
       f << rr.median_us << " " << rr.p99_us << " " << rr.calls_per_s << " " << rr.big_gbps << " " << rr.client_cpu_us
-        << " " << rr.server_cpu_us << " " << r.floor_median_us << " " << r.floor_p99_us << " "
-        << r.floor_client_cpu_us << " " << r.floor_server_cpu_us << " " << rr.loop_median_us << " "
-        << rr.loop_p99_us << " " << rr.loop_client_cpu_us << " " << rr.loop_server_cpu_us;
+        << " " << rr.server_cpu_us << " " << r.floor_median_us << " " << r.floor_p99_us << " " << r.floor_client_cpu_us
+        << " " << r.floor_server_cpu_us << " " << rr.loop_median_us << " " << rr.loop_p99_us << " "
+        << rr.loop_client_cpu_us << " " << rr.loop_server_cpu_us;
       for (int k = 0; k < 2; ++k)
         f << " " << r.shm_median_us[k] << " " << r.shm_p99_us[k] << " " << r.shm_client_cpu_us[k] << " "
           << r.shm_server_cpu_us[k];
@@ -307,10 +309,10 @@ Result run_pair(const RpcBenchOptions& o, const std::string& transport, const st
   r.security = security;
   std::ifstream f(out);
   if (!ok || !(f >> r.median_us >> r.p99_us >> r.calls_per_s >> r.big_gbps >> r.client_cpu_us >> r.server_cpu_us >>
-                 r.floor_median_us >> r.floor_p99_us >> r.floor_client_cpu_us >> r.floor_server_cpu_us >>
-                 r.loop_median_us >> r.loop_p99_us >> r.loop_client_cpu_us >> r.loop_server_cpu_us >>
-                 r.shm_median_us[0] >> r.shm_p99_us[0] >> r.shm_client_cpu_us[0] >> r.shm_server_cpu_us[0] >>
-                 r.shm_median_us[1] >> r.shm_p99_us[1] >> r.shm_client_cpu_us[1] >> r.shm_server_cpu_us[1]))
+               r.floor_median_us >> r.floor_p99_us >> r.floor_client_cpu_us >> r.floor_server_cpu_us >>
+               r.loop_median_us >> r.loop_p99_us >> r.loop_client_cpu_us >> r.loop_server_cpu_us >>
+               r.shm_median_us[0] >> r.shm_p99_us[0] >> r.shm_client_cpu_us[0] >> r.shm_server_cpu_us[0] >>
+               r.shm_median_us[1] >> r.shm_p99_us[1] >> r.shm_client_cpu_us[1] >> r.shm_server_cpu_us[1]))
     throw Error("rpc: the " + transport + " run (security " + security + ") failed (see its output above)");
   std::filesystem::remove_all(dir);
   return r;
@@ -320,8 +322,8 @@ Result run_pair(const RpcBenchOptions& o, const std::string& transport, const st
 // set up, heartbeats running), then idle for idle_s; their CPU time in all, as % of one core.
 double run_idle_world(const RpcBenchOptions& o, const std::string& transport) {
   const int world = 1 + o.idle_peers;
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("distrl-bench-idle-" + std::to_string(::getpid()) + "-" + transport);
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("distrl-bench-idle-" + std::to_string(::getpid()) + "-" + transport);
   std::filesystem::create_directories(dir);
   bool ok = run_forked(world, "idle", [&](int rank) {
     RpcOptions ro;
@@ -333,8 +335,7 @@ double run_idle_world(const RpcBenchOptions& o, const std::string& transport) {
     RpcAgent agent(ro, [](RpcAgent& a) { a.register_function("ping", [] { return 1; }); });
     if (rank == 0)  // the agent calls every observer, every observer calls the agent
       for (int r = 1; r < world; ++r) agent.rpc_sync<int>(r, "ping");
-    else
-      agent.rpc_sync<int>(0, "ping");
+    else agent.rpc_sync<int>(0, "ping");
     agent.store().add("idle/ready", 1);
     while (agent.store().add("idle/ready", 0) < world) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     std::this_thread::sleep_for(std::chrono::milliseconds(300));  // spins after the last call end
@@ -373,26 +374,34 @@ int run_rpc_bench(const RpcBenchOptions& o) {
     for (auto& sec : o.security) results.push_back(run_pair(o, t, sec));
   std::cout << "distrl-bench rpc on " << machine_description() << "; processes on cpus: " << o.cpus << "\n"
             << "  rpc_sync: " << o.calls << " calls with a [1,4] float32 tensor; rpc_async: " << o.throughput_calls
-            << " calls, " << o.inflight << " in flight; " << o.big_mib << " MiB tensor echoed " << o.big_iters << " times\n\n";
-  std::cout << std::left << std::setw(10) << "transport" << std::setw(9) << "security" << std::setw(12) << "path" << std::right << std::setw(11)
-            << "median us" << std::setw(10) << "p99 us" << std::setw(9) << "x floor" << std::setw(13) << "cpu us/call"
-            << std::setw(16) << "async calls/s" << std::setw(13) << (std::to_string(o.big_mib) + "MiB GB/s") << "\n";
+            << " calls, " << o.inflight << " in flight; " << o.big_mib << " MiB tensor echoed " << o.big_iters
+            << " times\n\n";
+  std::cout << std::left << std::setw(10) << "transport" << std::setw(9) << "security" << std::setw(12) << "path"
+            << std::right << std::setw(11) << "median us" << std::setw(10) << "p99 us" << std::setw(9) << "x floor"
+            << std::setw(13) << "cpu us/call" << std::setw(16) << "async calls/s" << std::setw(13)
+            << (std::to_string(o.big_mib) + "MiB GB/s") << "\n";
   std::ofstream csv = open_csv(o.csv);
-  csv << "transport,security,path,cpus,median_us,p99_us,x_floor,client_cpu_us,server_cpu_us,async_calls_per_s,inflight,big_mib,"
+  csv << "transport,security,path,cpus,median_us,p99_us,x_floor,client_cpu_us,server_cpu_us,async_calls_per_s,inflight,"
+         "big_mib,"
          "big_gbps,idle_cpu_pct\n";
   for (auto& r : results) {
-    const auto row = [&](const char* path, double med, double p99, double ccpu, double scpu, double calls, double gbps) {
-      std::cout << std::left << std::setw(10) << r.transport << std::setw(9) << r.security << std::setw(12) << path << std::right << std::fixed
-                << std::setprecision(1) << std::setw(11) << med << std::setw(10) << p99 << std::setw(9)
-                << std::setprecision(2) << med / r.floor_median_us << std::setw(13) << std::setprecision(1)
+    const auto row = [&](const char* path, double med, double p99, double ccpu, double scpu, double calls,
+                         double gbps) {
+      std::cout << std::left << std::setw(10) << r.transport << std::setw(9) << r.security << std::setw(12) << path
+                << std::right << std::fixed << std::setprecision(1) << std::setw(11) << med << std::setw(10) << p99
+                << std::setw(9) << std::setprecision(2) << med / r.floor_median_us << std::setw(13)
+                << std::setprecision(1)
                 << (std::to_string(static_cast<int>(ccpu + 0.5)) + "+" + std::to_string(static_cast<int>(scpu + 0.5)))
                 << std::setw(16) << std::setprecision(0);
-      if (calls > 0) std::cout << calls; else std::cout << "-";
+      if (calls > 0) std::cout << calls;
+      else std::cout << "-";
       std::cout << std::setw(13) << std::setprecision(2);
-      if (gbps > 0) std::cout << gbps; else std::cout << "-";
+      if (gbps > 0) std::cout << gbps;
+      else std::cout << "-";
       std::cout << "\n";
-      csv << r.transport << "," << r.security << "," << path << "," << o.cpus << "," << med << "," << p99 << "," << med / r.floor_median_us
-          << "," << ccpu << "," << scpu << "," << calls << "," << o.inflight << "," << o.big_mib << "," << gbps << ",\n";
+      csv << r.transport << "," << r.security << "," << path << "," << o.cpus << "," << med << "," << p99 << ","
+          << med / r.floor_median_us << "," << ccpu << "," << scpu << "," << calls << "," << o.inflight << ","
+          << o.big_mib << "," << gbps << ",\n";
     };
     row("libzmq", r.floor_median_us, r.floor_p99_us, r.floor_client_cpu_us, r.floor_server_cpu_us, 0, 0);
     row("shm-futex", r.shm_median_us[0], r.shm_p99_us[0], r.shm_client_cpu_us[0], r.shm_server_cpu_us[0], 0, 0);
@@ -400,14 +409,15 @@ int run_rpc_bench(const RpcBenchOptions& o) {
     row("async+wait", r.loop_median_us, r.loop_p99_us, r.loop_client_cpu_us, r.loop_server_cpu_us, 0, 0);
     row("rpc_sync", r.median_us, r.p99_us, r.client_cpu_us, r.server_cpu_us, r.calls_per_s, r.big_gbps);
   }
-  std::cout << "\n  libzmq: the floor, a plain DEALER/ROUTER ping-pong of the same sizes between the same two processes;\n"
-               "  shm-futex / shm-spin: the same ping-pong over a shared-memory ring pair (transport/shm), the waiting\n"
-               "  side sleeping on a futex at once / after spinning up to 20 us: the same-host transport's floor;\n"
-               "  async+wait: rpc_async(...).value(), through the caller's I/O loop (rpc_sync before its fast path);\n"
-               "  rpc_sync: the fast path (the caller sends and waits on its own channel); the server answers on its\n"
-               "  I/O thread (RunOn::IoThread) in both;\n"
-               "  security curve: the RPC sockets authenticated and encrypted (ZeroMQ CURVE); the floor stays plain;\n"
-               "  x floor: median / the floor's; cpu us/call: client + server CPU time (getrusage) per call.\n";
+  std::cout
+      << "\n  libzmq: the floor, a plain DEALER/ROUTER ping-pong of the same sizes between the same two processes;\n"
+         "  shm-futex / shm-spin: the same ping-pong over a shared-memory ring pair (transport/shm), the waiting\n"
+         "  side sleeping on a futex at once / after spinning up to 20 us: the same-host transport's floor;\n"
+         "  async+wait: rpc_async(...).value(), through the caller's I/O loop (rpc_sync before its fast path);\n"
+         "  rpc_sync: the fast path (the caller sends and waits on its own channel); the server answers on its\n"
+         "  I/O thread (RunOn::IoThread) in both;\n"
+         "  security curve: the RPC sockets authenticated and encrypted (ZeroMQ CURVE); the floor stays plain;\n"
+         "  x floor: median / the floor's; cpu us/call: client + server CPU time (getrusage) per call.\n";
   if (o.idle_s > 0) {
     std::cout << "\nidle world: 1 + " << o.idle_peers << " processes, every peer and process 0 having called each "
               << "other once, then idle " << o.idle_s << " s; CPU of all of them together:\n";

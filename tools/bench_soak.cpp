@@ -80,7 +80,6 @@ std::vector<ProcSample> sample_tree(pid_t root) {
   return out;
 }
 
-
 struct Run {
   std::string mode, dir;
   pid_t launcher = -1;
@@ -88,8 +87,8 @@ struct Run {
 };
 
 // The columns sampled for each mode, in CSV order: (name, value of one sample).
-const std::vector<std::string> kSeries = {"agent_rss_mb",     "agent_fds",       "agent_threads", "observer_rss_mb",
-                                          "observer_fds",     "launcher_rss_mb", "launcher_fds",  "processes"};
+const std::vector<std::string> kSeries = {"agent_rss_mb", "agent_fds",       "agent_threads", "observer_rss_mb",
+                                          "observer_fds", "launcher_rss_mb", "launcher_fds",  "processes"};
 
 std::map<std::string, double> summarize(const std::vector<ProcSample>& tree) {
   std::map<std::string, double> v;
@@ -121,10 +120,16 @@ std::vector<Run> start_runs(const SoakBenchOptions& o) {
     r.mode = mode;
     r.dir = o.out_dir + "/" + mode;
     std::filesystem::create_directories(r.dir);
-    std::vector<std::string> cmd{self_dir() + "/distrl-launch", "--force", "--config", o.config,
-                                 "observers=" + std::to_string(o.observers), "agent.mode=" + mode,
-                                 "learner.rounds=100000000", "learner.target_reward=1000000",
-                                 "learner.log_interval=100", "run.out_dir=" + r.dir};
+    std::vector<std::string> cmd{self_dir() + "/distrl-launch",
+                                 "--force",
+                                 "--config",
+                                 o.config,
+                                 "observers=" + std::to_string(o.observers),
+                                 "agent.mode=" + mode,
+                                 "learner.rounds=100000000",
+                                 "learner.target_reward=1000000",
+                                 "learner.log_interval=100",
+                                 "run.out_dir=" + r.dir};
     for (const auto& extra : o.overrides) cmd.push_back(extra);
     r.launcher = start_process(cmd, r.dir + "/log.txt");
     runs.push_back(r);
@@ -143,7 +148,8 @@ void write_headers(std::ostream& csv, const std::vector<Run>& runs) {
   for (const auto& r : runs)
     std::cout << std::setw(11) << r.mode << std::right << std::setw(9) << "rounds" << std::setw(13) << "agent MB"
               << std::setw(11) << "fds" << std::setw(13) << "observer MB" << std::setw(9) << "fds" << std::setw(13)
-              << "launch MB" << "   " << std::left;
+              << "launch MB"
+              << "   " << std::left;
   std::cout << "\n";
 }
 
@@ -254,12 +260,13 @@ int run_soak_bench(const SoakBenchOptions& options) {
   Samples samples;  // after warm-up
   const auto start = Clock::now();
   const auto end = start + std::chrono::duration<double, std::ratio<60>>(o.minutes);
-  for (auto next = start + std::chrono::duration<double>(o.interval_s);; next += std::chrono::duration<double>(o.interval_s)) {
+  for (auto next = start + std::chrono::duration<double>(o.interval_s);;
+       next += std::chrono::duration<double>(o.interval_s)) {
     while (Clock::now() < std::min(next, end)) {
       for (auto& r : runs)
         if (r.code < 0 && (r.code = wait_process(r.launcher, false)) >= 0)
-          throw Error("soak: the " + r.mode + " run ended early (exit " + std::to_string(r.code) + "); its log: " +
-                      r.dir + "/log.txt");
+          throw Error("soak: the " + r.mode + " run ended early (exit " + std::to_string(r.code) +
+                      "); its log: " + r.dir + "/log.txt");
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
     if (Clock::now() >= end) break;

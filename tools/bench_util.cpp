@@ -50,8 +50,16 @@ std::vector<std::string> run_workers(int ranks, const std::string& worker, const
     }
   } restore{saved, !transport.empty()};
   if (!transport.empty()) ::setenv("DISTRL_TRANSPORT", transport.c_str(), 1);
-  std::vector<std::string> cmd{self_dir() + "/distrl-launch", "--nproc", std::to_string(ranks), "--security", security,
-                               "--", self_dir() + "/distrl-bench", worker, "--out", out};
+  std::vector<std::string> cmd{self_dir() + "/distrl-launch",
+                               "--nproc",
+                               std::to_string(ranks),
+                               "--security",
+                               security,
+                               "--",
+                               self_dir() + "/distrl-bench",
+                               worker,
+                               "--out",
+                               out};
   cmd.insert(cmd.end(), args.begin(), args.end());
   const std::string log = out + ".log";
   run_or_show_log(cmd, log, worker + " with " + std::to_string(ranks) + " ranks");

@@ -36,8 +36,7 @@ int int_setting(const std::string& config, const std::vector<std::string>& overr
     std::size_t used = 0;
     int v = std::stoi(value, &used);
     if (used == value.size() && v >= min) return v;
-  } catch (const std::exception&) {
-  }
+  } catch (const std::exception&) {}
   throw ConfigError(config + ": " + key + ": '" + value + "' is not an integer of at least " + std::to_string(min));
 }
 
@@ -55,13 +54,14 @@ std::string check(const std::string& exe, const std::vector<std::string>& tail) 
   std::vector<std::string> cmd{exe};
   cmd.insert(cmd.end(), tail.begin(), tail.end());
   cmd.push_back("--check-config");
-  const std::string out = (std::filesystem::temp_directory_path() /
-                           ("distrl-launch-check-" + std::to_string(::getpid()))).string();
+  const std::string out =
+      (std::filesystem::temp_directory_path() / ("distrl-launch-check-" + std::to_string(::getpid()))).string();
   // The tool loads LibTorch and may make a Gymnasium env or read a checkpoint: said when it lasts,
   // and bounded (kCheckTimeout: past the longest a healthy check takes, an env make's 120 s).
   const pid_t pid = start_process(cmd, out);
-  WaitNotice notice("distrl-launch: waiting for " + exe.substr(exe.rfind('/') + 1) +
-                    " --check-config to check the configuration (it loads LibTorch, makes the env, reads a checkpoint)");
+  WaitNotice notice(
+      "distrl-launch: waiting for " + exe.substr(exe.rfind('/') + 1) +
+      " --check-config to check the configuration (it loads LibTorch, makes the env, reads a checkpoint)");
   const auto deadline = std::chrono::steady_clock::now() + kCheckTimeout;
   int code = -1;
   while ((code = wait_process(pid, false)) < 0) {
@@ -110,8 +110,10 @@ void read_check(const std::string& exe, const std::string& said, LaunchOptions* 
     o->out_dir = line.substr(out + 13);
     return;
   }
-  throw Error(exe + " --check-config accepted the file but did not say what runs (\"" + head + "..., N ranks (...); "
-              "outputs in DIR\"; said: '" + said + "'); is it from another build than this distrl-launch?");
+  throw Error(exe + " --check-config accepted the file but did not say what runs (\"" + head +
+              "..., N ranks (...); "
+              "outputs in DIR\"; said: '" +
+              said + "'); is it from another build than this distrl-launch?");
 }
 
 }  // namespace
@@ -172,15 +174,15 @@ void configure_world(const std::string& config, const std::vector<std::string>& 
 
 }  // namespace
 
-void configure_config_launch(const std::string& config, const std::vector<std::string>& overrides,
-                             LaunchOptions* o) {
+void configure_config_launch(const std::string& config, const std::vector<std::string>& overrides, LaunchOptions* o) {
   configure_world(config, overrides, o);
   if (o->nnodes <= 1) return;
   // Across nodes: the world in blocks, node k its k-th share (rank 0, the agent or the first
   // server or stage, on node 0). Every node computes the same split from the same file.
   const int world = o->nproc;
   if (o->node_rank < 0 || o->node_rank >= o->nnodes)
-    throw ConfigError("--node-rank " + std::to_string(o->node_rank) + " is not in [0, " + std::to_string(o->nnodes) + ")");
+    throw ConfigError("--node-rank " + std::to_string(o->node_rank) + " is not in [0, " + std::to_string(o->nnodes) +
+                      ")");
   if (world < o->nnodes)
     throw ConfigError(config + ": its " + std::to_string(world) + " ranks cannot fill --nnodes " +
                       std::to_string(o->nnodes) + " (every node runs at least one: use fewer nodes, or more ranks)");

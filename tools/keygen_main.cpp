@@ -11,10 +11,11 @@
 int main(int argc, char** argv) {
   std::string path;
   bool force = false;
-  CLI::App app{"distrl-keygen: write a new world key (a ZeroMQ CURVE keypair) to FILE, readable only by you.\n"
-               "Every process of a world with security: curve needs the same key: copy FILE to each host\n"
-               "over a secure channel (scp) and set security_key: FILE, or pass --security-key FILE to\n"
-               "distrl-launch. One host only? distrl-launch --security curve makes a key for its run."};
+  CLI::App app{
+      "distrl-keygen: write a new world key (a ZeroMQ CURVE keypair) to FILE, readable only by you.\n"
+      "Every process of a world with security: curve needs the same key: copy FILE to each host\n"
+      "over a secure channel (scp) and set security_key: FILE, or pass --security-key FILE to\n"
+      "distrl-launch. One host only? distrl-launch --security curve makes a key for its run."};
   app.add_option("FILE", path, "where to write the key (mode 0600)")->required();
   app.add_flag("--force", force, "replace an existing FILE (the world's old key stops working)");
   try {

@@ -43,8 +43,9 @@ int show_workload_help(int argc, char** argv) {
     const std::string workload = distrl::training::workload_named_by(config, {});
     const std::string tool = distrl::tools::self_dir() + "/" +
                              (workload.empty() ? "distrl-agent" : distrl::training::tool_of_workload(workload, config));
-    std::cout << "distrl-launch --config " << config << ": the keys of its workload (" +
-                     (workload.empty() ? std::string("rl") : workload) + "), as " << tool << " --help lists them;\n"
+    std::cout << "distrl-launch --config " << config
+              << ": the keys of its workload (" + (workload.empty() ? std::string("rl") : workload) + "), as " << tool
+              << " --help lists them;\n"
               << "give any of them after the file as KEY=VALUE. distrl-launch's own flags: distrl-launch --help\n\n"
               << std::flush;
     ::execl(tool.c_str(), tool.c_str(), "--config", config.c_str(), "--help", static_cast<char*>(nullptr));
@@ -86,7 +87,9 @@ void add_options(CLI::App& app, distrl::tools::LaunchOptions& o, Flags& f) {
                  "its rank (a config's launch.max_restarts sets it too)")
       ->check(CLI::Range(0, 1000));
   f.grace_s = std::chrono::duration<double>(o.grace).count();
-  app.add_option("--grace", f.grace_s, "seconds between SIGTERM and SIGKILL when stopping ranks (they finish their step, save and write their outputs in between)")
+  app.add_option("--grace", f.grace_s,
+                 "seconds between SIGTERM and SIGKILL when stopping ranks (they finish their step, save and write "
+                 "their outputs in between)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 3600.0));
   app.add_option("--store-limits", f.store_limits,
@@ -103,8 +106,10 @@ void add_options(CLI::App& app, distrl::tools::LaunchOptions& o, Flags& f) {
                  "a run configuration (configs/*.yaml), validated before anything starts; extra KEY=VALUE or\n"
                  "--key value arguments override the file. An RL config (no `workload` key) starts\n"
                  "distrl-agent as rank 0 and one distrl-observer per `observers`; a file's `workload` starts\n"
-                 "the ranks its roles make with its tool: " + workloads + "; a file with a `dist` section\n"
-                 "and no `workload` is ddp")
+                 "the ranks its roles make with its tool: " +
+                     workloads +
+                     "; a file with a `dist` section\n"
+                     "and no `workload` is ddp")
       ->check(CLI::ExistingFile);
   app.add_flag("--check-config", f.check_only,
                "with --config: validate the file and overrides, print what would run (\"ok: ...\"), start nothing");
@@ -116,12 +121,13 @@ void add_options(CLI::App& app, distrl::tools::LaunchOptions& o, Flags& f) {
                  "with --config: continue the run whose checkpoint this is, appending to its outputs (RL:\n"
                  "OUT_DIR/policy.pt; distrl-train, distrl-rnn: OUT_DIR/checkpoint.pt; pipeline:\n"
                  "OUT_DIR/checkpoints); the stop line of a run says the whole command");
-  app.footer("A workload's keys, with what each does and its value in the file:\n"
-             "  distrl-launch --config FILE --help\n"
-             "Examples:\n"
-             "  distrl-launch --config configs/cartpole.yaml observers=8 agent.mode=unbatched\n"
-             "  distrl-launch --config configs/cartpole.yaml --resume runs/cartpole/policy.pt learner.rounds=400\n"
-             "  distrl-launch --nproc 2 -- build/bin/api_tour");
+  app.footer(
+      "A workload's keys, with what each does and its value in the file:\n"
+      "  distrl-launch --config FILE --help\n"
+      "Examples:\n"
+      "  distrl-launch --config configs/cartpole.yaml observers=8 agent.mode=unbatched\n"
+      "  distrl-launch --config configs/cartpole.yaml --resume runs/cartpole/policy.pt learner.rounds=400\n"
+      "  distrl-launch --nproc 2 -- build/bin/api_tour");
   app.allow_extras();
 }
 
@@ -158,8 +164,9 @@ int run(const CLI::App& app, distrl::tools::LaunchOptions& o, const Flags& f, co
   if (!f.config.empty()) {
     if (!o.command.empty()) throw distrl::ConfigError("give either --config FILE or -- CMD, not both");
     if (app.count("--nproc"))  // it was ignored silently: the config's roles make the world
-      throw distrl::ConfigError("--nproc does not go with --config: the config's roles say how many ranks run "
-                                "(observers, roles.*, dist.world_size); set those instead");
+      throw distrl::ConfigError(
+          "--nproc does not go with --config: the config's roles say how many ranks run "
+          "(observers, roles.*, dist.world_size); set those instead");
     if (f.force) ::setenv("DISTRL_RUN_LOCK_FORCE", "1", 1);  // the ranks' own claims (common/run_lock.h)
     // What a stop line or a refusal tells the user to type to go on (common/run_dir.h).
     ::setenv("DISTRL_LAUNCH_COMMAND", distrl::command_without_resume(argv).c_str(), 1);
@@ -180,7 +187,9 @@ int run(const CLI::App& app, distrl::tools::LaunchOptions& o, const Flags& f, co
       if (!distrl::this_run().run.empty()) ::setenv("DISTRL_RUN_ID", distrl::this_run().run.c_str(), 1);
     }
   } else if (f.check_only || f.force || !f.resume.empty()) {
-    throw distrl::ConfigError(std::string(f.check_only ? "--check-config" : f.force ? "--force" : "--resume") +
+    throw distrl::ConfigError(std::string(f.check_only ? "--check-config"
+                                          : f.force    ? "--force"
+                                                       : "--resume") +
                               " goes with --config FILE");
   } else if (!app.remaining().empty()) {
     throw distrl::ConfigError("unexpected argument '" + app.remaining().front() + "' (see --help)");
@@ -202,8 +211,10 @@ int main(int argc, char** argv) {
       break;
     }
   for (int i = split + 1; i < argc; ++i) o.command.emplace_back(argv[i]);
-  CLI::App app{"distrl-launch: run the ranks of a run with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and\n"
-               "MASTER_PORT set, prefix their output with the rank, and stop all when one fails.\n" + kUsage};
+  CLI::App app{
+      "distrl-launch: run the ranks of a run with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and\n"
+      "MASTER_PORT set, prefix their output with the rank, and stop all when one fails.\n" +
+      kUsage};
   Flags flags;
   add_options(app, o, flags);
   if (const int shown = show_workload_help(split, argv); shown >= 0) return shown;

@@ -64,7 +64,7 @@ pid_t spawn(const LaunchOptions& o, int local, int global, int world, int port, 
     set("GROUP_RANK", std::to_string(o.node_rank));
     set("MASTER_ADDR", o.master_addr);
     set("MASTER_PORT", std::to_string(port));
-    set("DISTRL_STORE_HOSTED", "1");  // node 0's launcher serves the store
+    set("DISTRL_STORE_HOSTED", "1");                        // node 0's launcher serves the store
     set("DISTRL_RESTART_COUNT", std::to_string(restarts));  // as torchrun's TORCHELASTIC_RESTART_COUNT
     const auto own = o.rank_commands.find(global);
     const auto& cmd = own != o.rank_commands.end() ? own->second : o.command;
@@ -147,8 +147,7 @@ pid_t start_process(const std::vector<std::string>& cmd, const std::string& outp
 int wait_process(pid_t pid, bool block) {
   int status = 0;
   pid_t r;
-  while ((r = ::waitpid(pid, &status, block ? 0 : WNOHANG)) < 0 && errno == EINTR) {
-  }
+  while ((r = ::waitpid(pid, &status, block ? 0 : WNOHANG)) < 0 && errno == EINTR) {}
   if (r == 0) return -1;  // still running
   if (r < 0) throw Error("waitpid(" + std::to_string(pid) + "): " + std::strerror(errno));
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
@@ -164,16 +163,18 @@ void prepare_security(LaunchOptions* o) {
     throw ConfigError("security: '" + o->security + "' is not known (known: off, curve)");
   if (o->security == "off") {
     if (o->nnodes > 1)
-      DISTRL_LOG(Warn, "security is off across " << o->nnodes << " nodes: anyone who can reach these ports can join "
-                                                  "or read the world (set security: curve; docs/security.md)");
+      DISTRL_LOG(Warn, "security is off across " << o->nnodes
+                                                 << " nodes: anyone who can reach these ports can join "
+                                                    "or read the world (set security: curve; docs/security.md)");
     return;
   }
   if (!o->security_key.empty()) {
     (void)transport::read_world_key(o->security_key);  // a bad key is refused before anything starts
   } else if (o->made_key.empty()) {
     if (o->nnodes > 1)
-      throw ConfigError("security: curve across nodes needs one key on every node: distrl-keygen FILE, copy FILE to "
-                        "each host, and pass --security-key FILE (or security_key: FILE)");
+      throw ConfigError(
+          "security: curve across nodes needs one key on every node: distrl-keygen FILE, copy FILE to "
+          "each host, and pass --security-key FILE (or security_key: FILE)");
     o->made_key = "/tmp/distrl-" + std::to_string(::getpid()) + "-world.key";
     transport::write_world_key(o->made_key, transport::generate_world_key());
   }
@@ -188,7 +189,8 @@ void check(const LaunchOptions& o) {
   if (o.command.empty()) throw ConfigError("no command given (usage: distrl-launch --nproc N -- CMD ARGS...)");
   if (o.nproc < 1 || o.nnodes < 1) throw ConfigError("--nproc and --nnodes must be at least 1");
   if (o.node_rank < 0 || o.node_rank >= o.nnodes)
-    throw ConfigError("--node-rank " + std::to_string(o.node_rank) + " is not in [0, " + std::to_string(o.nnodes) + ")");
+    throw ConfigError("--node-rank " + std::to_string(o.node_rank) + " is not in [0, " + std::to_string(o.nnodes) +
+                      ")");
   if (o.nnodes > 1 && o.master_port == 0)
     throw ConfigError("with --nnodes > 1 every node needs the same --master-port");
   if (o.max_restarts < 0) throw ConfigError("--max-restarts must not be negative");
@@ -215,7 +217,8 @@ std::unique_ptr<transport::StoreServer> serve_store(const LaunchOptions& o, int 
 // (max_restarts) or the others stopped, the launcher's own signals passed on.
 class Supervisor {
  public:
-  Supervisor(const LaunchOptions& o, int first, int world, int port) : o_(o), world_(world), port_(port), ranks_(o.nproc) {
+  Supervisor(const LaunchOptions& o, int first, int world, int port)
+      : o_(o), world_(world), port_(port), ranks_(o.nproc) {
     for (int i = 0; i < o_.nproc; ++i) {
       ranks_[i].global = first + i;
       ranks_[i].pid = spawn(o_, i, ranks_[i].global, world_, port_, 0, &ranks_[i].out_fd);
@@ -236,8 +239,7 @@ class Supervisor {
       }
     }
     for (auto& r : ranks_)  // drain what is left in the pipes
-      while (r.out_fd >= 0 && pump(r, o_.prefix)) {
-      }
+      while (r.out_fd >= 0 && pump(r, o_.prefix)) {}
     if (gone_ > 0 && first_failure_ == 0)
       std::cerr << "distrl-launch: the run finished without " << gone_ << " rank" << (gone_ == 1 ? "" : "s")
                 << " that exited with an error (above)\n";
@@ -369,7 +371,7 @@ int launch(const LaunchOptions& o) {
     throw ConfigError("ranks " + std::to_string(first) + ".." + std::to_string(first + o.nproc - 1) +
                       " on this node do not fit a world of " + std::to_string(world));
   const auto store = serve_store(o, port);
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_handler = on_signal;
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);

@@ -16,16 +16,16 @@
 namespace distrl::tools {
 
 struct LaunchOptions {
-  int nproc = 1;              // ranks on this node
-  int nnodes = 1;             // nodes in the job
-  int node_rank = 0;          // this node's index
+  int nproc = 1;      // ranks on this node
+  int nnodes = 1;     // nodes in the job
+  int node_rank = 0;  // this node's index
   // Nodes of different sizes (a config's world split over --nnodes): the world's size and this
   // node's first global rank. 0 / -1: every node runs nproc ranks, node k from k * nproc.
   int world_size = 0;
   int first_rank = -1;
   std::string master_addr = "127.0.0.1";
-  int master_port = 0;        // 0: pick a free port (single node only)
-  bool prefix = true;         // "[rank] " before each line
+  int master_port = 0;                     // 0: pick a free port (single node only)
+  bool prefix = true;                      // "[rank] " before each line
   std::chrono::milliseconds grace{30000};  // SIGTERM -> SIGKILL delay when stopping ranks
   std::vector<std::string> command;
   // Global ranks that run another command than `command` (an RL world: rank 0 the agent, the

@@ -17,9 +17,10 @@ int main(int argc, char** argv) {
   std::string env_name = "LunarLander-v2", policy = "auto", out;
   std::uint64_t seed = 1;
   int max_steps = 0, every = 2;
-  CLI::App app{"distrl-render: play one episode and write it as an animated GIF (600x400).\n"
-               "Policies: heuristic (Gym's scripted lander or walker; LunarLander and BipedalWalker), random,\n"
-               "noop; auto (the default): heuristic where there is one, random otherwise."};
+  CLI::App app{
+      "distrl-render: play one episode and write it as an animated GIF (600x400).\n"
+      "Policies: heuristic (Gym's scripted lander or walker; LunarLander and BipedalWalker), random,\n"
+      "noop; auto (the default): heuristic where there is one, random otherwise."};
   app.add_option("--env", env_name,
                  "environment (CartPole-v1, LunarLander-v2, LunarLanderContinuous-v2, BipedalWalker-v3, "
                  "BipedalWalkerHardcore-v3)");
@@ -47,8 +48,8 @@ int main(int argc, char** argv) {
     if (!dir.empty() && !std::filesystem::is_directory(dir) && !std::filesystem::create_directories(dir, ec) && ec)
       throw distrl::ConfigError("--out: cannot create " + dir.string() + ": " + ec.message());
     if (policy == "heuristic" && !lander && !walker)
-      throw distrl::ConfigError("--policy heuristic drives LunarLander and BipedalWalker only; use random or noop for " +
-                                env_name);
+      throw distrl::ConfigError(
+          "--policy heuristic drives LunarLander and BipedalWalker only; use random or noop for " + env_name);
     BipedalWalkerHeuristic walk;
     const Space act = env->action_space();
     std::vector<float> obs(env->observation_space().dim()), a(act.dim());

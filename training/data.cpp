@@ -224,7 +224,9 @@ std::string read_text(const std::string& path, long long max_chars) {
       break;
     }
   }
-  if (text.size() < 1000) throw ConfigError("data.path: only " + std::to_string(text.size()) + " characters at '" + path + "'; need at least 1000");
+  if (text.size() < 1000)
+    throw ConfigError("data.path: only " + std::to_string(text.size()) + " characters at '" + path +
+                      "'; need at least 1000");
   return text;
 }
 

@@ -11,7 +11,8 @@ void bind_run(Settings& s, RunKeys& c, const std::string& outputs, const std::st
   s.bind("run.torch_threads", &c.torch_threads, "LibTorch intra-op threads per process").range(1, 256);
   s.bind("run.tensorboard", &c.tensorboard,
          "write TensorBoard event files (events.out.tfevents.*) beside the CSV: the same scalars; "
-         "tensorboard --logdir " "<run.out_dir>");
+         "tensorboard --logdir "
+         "<run.out_dir>");
 }
 
 void bind_dist(Settings& s, DistKeys& c) {
@@ -34,7 +35,8 @@ void bind_data(Settings& s, DataKeys& c, const std::string& path) {
 
 void bind_checkpoint(Settings& s, CheckpointKeys& c, const std::string& unit, int max_every) {
   s.bind("checkpoint.path", &c.checkpoint, "checkpoint file; default OUT_DIR/checkpoint.pt");
-  s.bind("checkpoint.every", &c.checkpoint_every, unit + " between checkpoints; 0: at the end only").range(0, max_every);
+  s.bind("checkpoint.every", &c.checkpoint_every, unit + " between checkpoints; 0: at the end only")
+      .range(0, max_every);
 }
 
 std::string CheckpointKeys::checkpoint_path(const std::string& out_dir) const {

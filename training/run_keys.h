@@ -13,10 +13,10 @@
 namespace distrl::training {
 
 struct RunKeys {
-  std::string out_dir;    // run.out_dir
-  int seed = 1;           // run.seed
-  int log_interval = 20;  // run.log_interval: steps (rounds, epochs) between progress lines
-  int torch_threads = 1;  // run.torch_threads: LibTorch intra-op threads per process
+  std::string out_dir;      // run.out_dir
+  int seed = 1;             // run.seed
+  int log_interval = 20;    // run.log_interval: steps (rounds, epochs) between progress lines
+  int torch_threads = 1;    // run.torch_threads: LibTorch intra-op threads per process
   bool tensorboard = true;  // run.tensorboard: TensorBoard event files beside the CSV
 };
 
@@ -36,8 +36,8 @@ struct OptimizerKeys {
 // the model-on-server parameter server).
 struct DataKeys {
   std::string data_path = "/usr/share/datasets/fashion-mnist";  // data.path
-  int data_limit = 0;                                             // data.limit: training images used (0: all)
-  int test_limit = 0;                                             // data.test_limit: test images used (0: all)
+  int data_limit = 0;                                           // data.limit: training images used (0: all)
+  int test_limit = 0;                                           // data.test_limit: test images used (0: all)
 };
 
 // checkpoint.*, for workloads that save one file every N epochs or steps (distrl-train, the RNN).
@@ -47,7 +47,9 @@ struct CheckpointKeys {
 
   std::string checkpoint_path(const std::string& out_dir) const;
   // Whether the n-th epoch or step saves: every checkpoint_every-th, and the last.
-  bool checkpoint_due(long long n, bool last) const { return last || (checkpoint_every > 0 && n % checkpoint_every == 0); }
+  bool checkpoint_due(long long n, bool last) const {
+    return last || (checkpoint_every > 0 && n % checkpoint_every == 0);
+  }
 };
 
 // run.*: `outputs` says what run.out_dir holds, `progress` what run.log_interval counts

@@ -9,12 +9,8 @@
 namespace distrl::training {
 
 RunLoop::RunLoop(const RunKeys& run, std::string tool, bool lead)
-    : tool_(std::move(tool)),
-      out_dir_(run.out_dir),
-      log_interval_(run.log_interval),
-      lead_(lead),
-      tensorboard_(run.tensorboard),
-      start_(std::chrono::steady_clock::now()) {
+    : tool_(std::move(tool)), out_dir_(run.out_dir), log_interval_(run.log_interval), lead_(lead),
+      tensorboard_(run.tensorboard), start_(std::chrono::steady_clock::now()) {
   if (lead_) lock_ = RunLock(out_dir_);  // before any output; distrl-launch's claim is inherited
   install_stop_handlers();
 }
@@ -39,20 +35,17 @@ void RunLoop::open(const std::string& config_yaml, const std::string& csv_name, 
 
 bool RunLoop::stop_requested(long long steps_done) {
   if (stopped_) return true;
-  if (flag_)
-    stopped_ = flag_->requested();
-  else if (pg_)
-    stopped_ = steps_done % kStopCheckSteps == 0 && stop_agreed(pg_);
-  else
-    stopped_ = stop_signal() != 0;
+  if (flag_) stopped_ = flag_->requested();
+  else if (pg_) stopped_ = steps_done % kStopCheckSteps == 0 && stop_agreed(pg_);
+  else stopped_ = stop_signal() != 0;
   return stopped_;
 }
 
 void RunLoop::report_stop(const std::string& where, const std::string& then) const {
   // A lock-step rank that got no signal itself stopped because another one did.
   const std::string who = flag_ ? flag_->by() : stop_signal() ? stop_signal_name() : "a signal on another " + peer_;
-  std::cout << tool_ << ": stopped by " << who << (where.empty() ? "" : " " + where) << (then.empty() ? "" : "; " + then)
-            << std::endl;
+  std::cout << tool_ << ": stopped by " << who << (where.empty() ? "" : " " + where)
+            << (then.empty() ? "" : "; " + then) << std::endl;
 }
 
 void RunLoop::report_stop(const char* unit, long long done, long long planned) const {

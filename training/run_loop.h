@@ -31,7 +31,7 @@
 namespace distrl::transport {
 class ProcessGroup;
 class Store;
-}
+}  // namespace distrl::transport
 
 namespace distrl::training {
 

@@ -13,7 +13,7 @@
 namespace distrl::transport {
 class ProcessGroup;
 class Store;
-}
+}  // namespace distrl::transport
 
 namespace distrl::training {
 

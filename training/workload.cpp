@@ -30,7 +30,6 @@ const Workload& find_workload(const std::string& name, const std::string& source
   throw ConfigError(source + ": workload: '" + name + "' is not known (known: " + known + ")");
 }
 
-
 WorkloadCommandLine::WorkloadCommandLine(const std::string& tool, const std::string& description,
                                          const std::string& example_config, const std::string& resume_help)
     : ToolCommandLine(tool, description, example_config, resume_help), tool_(tool) {}
@@ -79,7 +78,8 @@ void WorkloadCommandLine::validate() const {
   config_->validate();
   if (!flags.resume.empty()) {
     if (!resumes_)
-      throw ConfigError("--resume: " + name_ + " starts afresh each run and takes no checkpoint (drop --resume; "
+      throw ConfigError("--resume: " + name_ +
+                        " starts afresh each run and takes no checkpoint (drop --resume; "
                         "another run.out_dir keeps the last run's outputs)");
     models::check_resume_from(settings.output_dir(), flags.resume);
   }

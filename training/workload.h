@@ -86,8 +86,8 @@ void bind_config(Settings& s, Config& c) {
 // argument-dependent lookup) and the workload's functions; validate may be null (nothing to
 // check beyond the keys' own ranges).
 template <typename Config>
-Workload make_workload(std::string name, Roles (*roles)(const Config&),
-                       void (*validate)(const Config&), void (*run)(const Config&, const RunContext&)) {
+Workload make_workload(std::string name, Roles (*roles)(const Config&), void (*validate)(const Config&),
+                       void (*run)(const Config&, const RunContext&)) {
   class Bound final : public WorkloadConfig {
    public:
     Bound(Roles (*w)(const Config&), void (*v)(const Config&), void (*r)(const Config&, const RunContext&))

@@ -20,14 +20,15 @@ struct Reader {
     return v != nullptr && *v != '\0' ? v : nullptr;
   }
   bool has(const char* name) const { return raw(name) != nullptr; }
-  [[noreturn]] void fail(const std::string& what) const { throw ConfigError("cluster environment (" + source + "): " + what); }
+  [[noreturn]] void fail(const std::string& what) const {
+    throw ConfigError("cluster environment (" + source + "): " + what);
+  }
   int parse(const char* name, const char* text, int lo, int hi) const {
     try {
       std::size_t pos = 0;
       const long v = std::stol(text, &pos);
       if (pos == std::string(text).size() && v >= lo && v <= hi) return static_cast<int>(v);
-    } catch (const std::exception&) {
-    }
+    } catch (const std::exception&) {}
     fail(std::string(name) + " is '" + text + "', expected an integer in [" + std::to_string(lo) + ", " +
          std::to_string(hi) + "]");
   }
@@ -103,9 +104,11 @@ ClusterEnv plain_env(const Reader& r) {
   if (nproc_text && std::string(nproc_text).find_first_not_of("0123456789") == std::string::npos)
     nproc = r.parse("PET_NPROC_PER_NODE", nproc_text, 1, kMaxWorld);
   if (nnodes > 0 && nproc > 1 && c.world_size == nnodes && c.local_world_size < 0)
-    r.fail("WORLD_SIZE=" + std::to_string(c.world_size) + " equals PET_NNODES: this platform counts nodes in "
-           "WORLD_SIZE, but PET_NPROC_PER_NODE=" + std::to_string(nproc) + " ranks run per node, so the world has " +
-           std::to_string(nnodes * nproc) + " ranks. Start distrl-launch once per node (it reads PET_*) instead of "
+    r.fail("WORLD_SIZE=" + std::to_string(c.world_size) +
+           " equals PET_NNODES: this platform counts nodes in "
+           "WORLD_SIZE, but PET_NPROC_PER_NODE=" +
+           std::to_string(nproc) + " ranks run per node, so the world has " + std::to_string(nnodes * nproc) +
+           " ranks. Start distrl-launch once per node (it reads PET_*) instead of "
            "the ranks themselves, or set WORLD_SIZE and RANK per rank");
   check_ranges(r, c, "RANK", "WORLD_SIZE");
   return c;
@@ -129,8 +132,8 @@ ClusterEnv slurm(const Reader& r) {
     for (int t : tasks) sum += t;
     const char* name = step_tasks ? "SLURM_STEP_TASKS_PER_NODE" : "SLURM_TASKS_PER_NODE";
     if (sum != c.world_size)
-      r.fail(std::string(name) + "='" + tasks_spec + "' adds up to " + std::to_string(sum) + " tasks, SLURM_NTASKS=" +
-             std::to_string(c.world_size));
+      r.fail(std::string(name) + "='" + tasks_spec + "' adds up to " + std::to_string(sum) +
+             " tasks, SLURM_NTASKS=" + std::to_string(c.world_size));
     if (c.nnodes > 0 && static_cast<int>(tasks.size()) != c.nnodes)
       r.fail(std::string(name) + "='" + tasks_spec + "' lists " + std::to_string(tasks.size()) +
              " nodes, SLURM_NNODES=" + std::to_string(c.nnodes));
@@ -142,8 +145,8 @@ ClusterEnv slurm(const Reader& r) {
   if (!list.empty()) {
     const auto hosts = expand_slurm_nodelist(list);
     if (step_list && c.nnodes > 0 && static_cast<int>(hosts.size()) != c.nnodes)
-      r.fail("SLURM_STEP_NODELIST='" + list + "' names " + std::to_string(hosts.size()) + " nodes, SLURM_NNODES=" +
-             std::to_string(c.nnodes));
+      r.fail("SLURM_STEP_NODELIST='" + list + "' names " + std::to_string(hosts.size()) +
+             " nodes, SLURM_NNODES=" + std::to_string(c.nnodes));
     c.master_addr = hosts.front();
   }
   c.run_id = r.text("SLURM_JOB_ID");
@@ -332,7 +335,8 @@ std::string ClusterEnv::describe() const {
   if (node_rank >= 0 || nnodes > 0)
     s << " node " << (node_rank >= 0 ? std::to_string(node_rank) : "?") << " of "
       << (nnodes > 0 ? std::to_string(nnodes) : "?") << ",";
-  s << " master " << (master_addr.empty() ? "?" : master_addr) << ":" << (master_port ? std::to_string(master_port) : "?");
+  s << " master " << (master_addr.empty() ? "?" : master_addr) << ":"
+    << (master_port ? std::to_string(master_port) : "?");
   if (restart_count > 0) s << ", restart " << restart_count;
   return s.str();
 }

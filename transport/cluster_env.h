@@ -31,15 +31,15 @@
 namespace distrl::transport {
 
 struct ClusterEnv {
-  std::string source;          // "torchrun", "env", "slurm", "trainjob", "mpi"; empty: none found
+  std::string source;  // "torchrun", "env", "slurm", "trainjob", "mpi"; empty: none found
   int rank = -1, world_size = -1;
   int local_rank = -1, local_world_size = -1;  // -1: unknown
-  int node_rank = -1, nnodes = -1;              // -1: unknown
-  std::string master_addr;     // empty: unknown
-  int master_port = 0;         // 0: unknown
-  int restart_count = 0;       // torchrun's TORCHELASTIC_RESTART_COUNT, distrl-launch's DISTRL_RESTART_COUNT
-  int max_restarts = -1;       // torchrun's TORCHELASTIC_MAX_RESTARTS
-  std::string run_id;          // torchrun's TORCHELASTIC_RUN_ID, SLURM_JOB_ID
+  int node_rank = -1, nnodes = -1;             // -1: unknown
+  std::string master_addr;                     // empty: unknown
+  int master_port = 0;                         // 0: unknown
+  int restart_count = 0;  // torchrun's TORCHELASTIC_RESTART_COUNT, distrl-launch's DISTRL_RESTART_COUNT
+  int max_restarts = -1;  // torchrun's TORCHELASTIC_MAX_RESTARTS
+  std::string run_id;     // torchrun's TORCHELASTIC_RUN_ID, SLURM_JOB_ID
 
   bool found() const { return !source.empty(); }
   // "slurm: rank 3 of 8, local 1 of 2, node 1 of 4, master gnode10:23456"

@@ -50,8 +50,12 @@ std::vector<std::string> endpoints_to_bind(Transport transport, const std::strin
 }
 
 Address make_address(const std::string& name, Transport transport, const std::vector<std::string>& bound) {
-  return Address{name, host_id(), host_name(), transport != Transport::Ipc ? bound.at(0) : "",
-                 transport != Transport::Tcp ? bound.back() : "", ""};
+  return Address{name,
+                 host_id(),
+                 host_name(),
+                 transport != Transport::Ipc ? bound.at(0) : "",
+                 transport != Transport::Tcp ? bound.back() : "",
+                 ""};
 }
 
 namespace {
@@ -64,14 +68,16 @@ Address decode_address(const std::string& raw, int rank) {
     std::size_t off = 0;
     msgpack::unpack(raw.data(), raw.size(), off, nullptr, nullptr, limits).get().convert(a);
   } catch (const std::exception& e) {
-    throw ProtocolError("rendezvous: the address record of rank " + std::to_string(rank) + " is malformed: " + e.what());
+    throw ProtocolError("rendezvous: the address record of rank " + std::to_string(rank) +
+                        " is malformed: " + e.what());
   }
   return a;
 }
 
 // "rank 1 ('observer1', pid 4242 on gpu3)".
 std::string who(int rank, const Address& a) {
-  return "rank " + std::to_string(rank) + " ('" + a.name + "', pid " + std::to_string(a.pid) + " on " + a.hostname + ")";
+  return "rank " + std::to_string(rank) + " ('" + a.name + "', pid " + std::to_string(a.pid) + " on " + a.hostname +
+         ")";
 }
 
 // Field 22 of /proc/<pid>/stat (start time in clock ticks after boot) and the process state;
@@ -139,8 +145,7 @@ void claim_rank(Store& store, const std::string& key_prefix, const std::string& 
   std::optional<Address> holder;
   try {  // the holder claims, then publishes: give it a moment
     holder = decode_address(store.get(key, std::chrono::milliseconds(3000)), rank);
-  } catch (const TimeoutError&) {
-  }  // it died between the two: nothing to check
+  } catch (const TimeoutError&) {}  // it died between the two: nothing to check
   // A host whose boot id could not be read ends in '/': it cannot be told from another.
   const bool same_host = holder && holder->host_id == me.host_id && me.host_id.back() != '/';
   if (!holder || holder->process == me.process) return;
@@ -148,8 +153,8 @@ void claim_rank(Store& store, const std::string& key_prefix, const std::string& 
     throw ConfigError("rendezvous: rank " + std::to_string(rank) + " is taken: " + who(rank, *holder) +
                       " runs already, so " + self + " stops; give each process its own rank (RANK or --rank)");
   DISTRL_LOG(Info, "rendezvous: " << self << " takes over rank " << rank << " from "
-                                   << (same_host ? "" : "(cannot check one on another host or pid namespace) ")
-                                   << who(rank, *holder) << ": a restart");
+                                  << (same_host ? "" : "(cannot check one on another host or pid namespace) ")
+                                  << who(rank, *holder) << ": a restart");
 }
 
 // The progress line of a rendezvous still waiting: rank 0 names the missing ranks.
@@ -180,11 +185,14 @@ std::vector<Address> exchange_addresses(Store& store, const std::string& key_pre
   const std::string refused_key = key_prefix + "refused";
   const std::string self = "this process (rank " + std::to_string(rank) + ", '" + me.name + "', pid " +
                            std::to_string(me.pid) + " on " + me.hostname + ")";
-  const auto check = [&](const std::string& key) { return answered(store, [&] { return store.check({key}, kStoreAnswer); }); };
+  const auto check = [&](const std::string& key) {
+    return answered(store, [&] { return store.check({key}, kStoreAnswer); });
+  };
   const auto read = [&](int r) {
     Address a = decode_address(answered(store, [&] { return store.get(keys[r], kStoreAnswer); }), r);
     if (a.world < 1)
-      throw ProtocolError("rendezvous: the address record of " + who(r, a) + " gives no world size: it runs another "
+      throw ProtocolError("rendezvous: the address record of " + who(r, a) +
+                          " gives no world size: it runs another "
                           "distrl build (give every process the same one)");
     return a;
   };
@@ -242,8 +250,8 @@ std::vector<Address> exchange_addresses(Store& store, const std::string& key_pre
     if (!wanted.empty()) {
       const auto slice = std::min<Clock::duration>(std::chrono::milliseconds(500), deadline - now);
       try {
-        store.wait(wanted,
-                   std::max(std::chrono::milliseconds(1), std::chrono::duration_cast<std::chrono::milliseconds>(slice)));
+        store.wait(wanted, std::max(std::chrono::milliseconds(1),
+                                    std::chrono::duration_cast<std::chrono::milliseconds>(slice)));
       } catch (const TimeoutError&) {
         continue;  // the loop above looks again
       }
@@ -289,7 +297,7 @@ Transport zmq_transport(Transport t) {
 
 std::string private_socket_dir(const std::string& base) {
   const auto uid = ::geteuid();
-  const std::string dir = base + "/distrl-u" + std::to_string(uid);
+  std::string dir = base + "/distrl-u" + std::to_string(uid);
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
     throw TransportError("shared memory: cannot make " + dir + ": " + std::strerror(errno));
   struct stat st {};

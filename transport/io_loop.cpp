@@ -212,7 +212,8 @@ void IoLoop::rebuild_poll_items() {
   for (auto& w : watched_) {
     int fd = -1;
     std::size_t len = sizeof(fd);
-    if (zmq_getsockopt(w.socket, ZMQ_FD, &fd, &len) != 0) throw TransportError("transport: cannot get a socket's ZMQ_FD");
+    if (zmq_getsockopt(w.socket, ZMQ_FD, &fd, &len) != 0)
+      throw TransportError("transport: cannot get a socket's ZMQ_FD");
     fds_.push_back({fd, POLLIN, 0});
   }
   items_dirty_ = false;
@@ -284,7 +285,8 @@ void IoLoop::read_monitor(int peer) {
       p.down = false;
     } else if (!p.down) {
       p.down = true;
-      p.down_reason = "connection to " + peer_endpoints_[peer] + " lost (the process exited or crashed, or its host became unreachable)";
+      p.down_reason = "connection to " + peer_endpoints_[peer] +
+                      " lost (the process exited or crashed, or its host became unreachable)";
       guarded(cb_, "reporting a lost peer", [&] { cb_.on_peer_down(peer, p.down_reason); });
     }
   });

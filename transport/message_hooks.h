@@ -16,7 +16,6 @@
 #include <string>
 #include <vector>
 
-
 namespace at {
 class Tensor;
 }  // namespace at

@@ -136,9 +136,7 @@ void PairLink::deliver(std::vector<Relayed>& batch, bool served) {
         down_[r.peer].clear();
         if (cb_.on_peer_up) guarded(cb_, "reporting a peer back", [&] { cb_.on_peer_up(r.peer); });
         break;
-      case Relayed::What::Dropped:
-        report_dropped(cb_, r.text);
-        break;
+      case Relayed::What::Dropped: report_dropped(cb_, r.text); break;
       case Relayed::What::SendFailed:
         if (cb_.on_send_failed)
           guarded(cb_, "reporting a failed send", [&] { cb_.on_send_failed(r.peer, std::move(r.frames), r.text); });

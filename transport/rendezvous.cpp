@@ -31,9 +31,7 @@ int parse_int(const std::string& text, const std::string& what, int lo, int hi) 
 
 }  // namespace
 
-bool is_loopback(const std::string& host) {
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
-}
+bool is_loopback(const std::string& host) { return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0; }
 
 std::string local_address_towards(const std::string& host) {
   if (is_loopback(host)) return "127.0.0.1";
@@ -70,16 +68,19 @@ WorldSpec resolve_world(const std::string& init_method, int rank, int world_size
   w.local_rank = std::max(0, cluster.local_rank);
   w.source = cluster.source;
   if (w.rank < 0 && cluster.source == "trainjob")
-    throw ConfigError("rendezvous: TrainJob runs " +
-                      (cluster.local_world_size > 1 ? std::to_string(cluster.local_world_size) : std::string("several")) +
-                      " ranks per node (PET_NPROC_PER_NODE): start them with distrl-launch on each node (it reads "
-                      "PET_*), or set RANK and WORLD_SIZE per rank");
+    throw ConfigError(
+        "rendezvous: TrainJob runs " +
+        (cluster.local_world_size > 1 ? std::to_string(cluster.local_world_size) : std::string("several")) +
+        " ranks per node (PET_NPROC_PER_NODE): start them with distrl-launch on each node (it reads "
+        "PET_*), or set RANK and WORLD_SIZE per rank");
   if (w.rank < 0)
-    throw ConfigError("rendezvous: rank unknown: set RANK (or run under distrl-launch, torchrun, srun or mpirun), or "
-                      "pass a rank");
+    throw ConfigError(
+        "rendezvous: rank unknown: set RANK (or run under distrl-launch, torchrun, srun or mpirun), or "
+        "pass a rank");
   if (w.world_size < 1)
-    throw ConfigError("rendezvous: world size unknown: set WORLD_SIZE (or run under distrl-launch, torchrun, srun or "
-                      "mpirun), or pass a world size");
+    throw ConfigError(
+        "rendezvous: world size unknown: set WORLD_SIZE (or run under distrl-launch, torchrun, srun or "
+        "mpirun), or pass a world size");
   if (w.rank >= w.world_size)
     throw ConfigError("rendezvous: rank " + std::to_string(w.rank) + " is not below world size " +
                       std::to_string(w.world_size));
@@ -88,8 +89,9 @@ WorldSpec resolve_world(const std::string& init_method, int rank, int world_size
     w.method = "env";
     w.master_addr = cluster.master_addr.empty() ? "127.0.0.1" : cluster.master_addr;
     if (cluster.master_port == 0)
-      throw ConfigError("rendezvous: env:// needs MASTER_PORT (and MASTER_ADDR on more than one host); "
-                        "distrl-launch and torchrun set both, under srun the job id gives the port");
+      throw ConfigError(
+          "rendezvous: env:// needs MASTER_PORT (and MASTER_ADDR on more than one host); "
+          "distrl-launch and torchrun set both, under srun the job id gives the port");
     w.master_port = cluster.master_port;
   } else if (init_method.rfind("tcp://", 0) == 0) {
     w.method = "tcp";

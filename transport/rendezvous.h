@@ -15,15 +15,15 @@
 namespace distrl::transport {
 
 struct WorldSpec {
-  std::string method;        // "env", "tcp" or "file"
+  std::string method;  // "env", "tcp" or "file"
   int rank = -1;
   int world_size = -1;
   int local_rank = 0;
-  std::string master_addr;   // env/tcp
-  int master_port = 0;       // env/tcp
-  std::string file_path;     // file
-  bool store_hosted = false; // env/tcp: DISTRL_STORE_HOSTED=1, the store already runs elsewhere
-  std::string source;        // where rank and world came from (transport/cluster_env.h); empty: passed in
+  std::string master_addr;    // env/tcp
+  int master_port = 0;        // env/tcp
+  std::string file_path;      // file
+  bool store_hosted = false;  // env/tcp: DISTRL_STORE_HOSTED=1, the store already runs elsewhere
+  std::string source;         // where rank and world came from (transport/cluster_env.h); empty: passed in
 };
 
 // Resolves an init method with explicit rank/world_size (-1: from the environment the launcher

@@ -63,8 +63,9 @@ void set_key(std::optional<WorldKey> key) {
   const bool same = s.decided && s.key.has_value() == key.has_value() &&
                     (!key || (s.key->public_z85 == key->public_z85 && s.key->secret_z85 == key->secret_z85));
   if (s.frozen && !same)
-    throw ConfigError("security: the setting cannot change once transport objects exist (set it before the first "
-                      "RpcAgent, Store or ProcessGroup)");
+    throw ConfigError(
+        "security: the setting cannot change once transport objects exist (set it before the first "
+        "RpcAgent, Store or ProcessGroup)");
   s.decided = true;
   s.key = std::move(key);
 }
@@ -90,10 +91,10 @@ void write_world_key(const std::string& path, const WorldKey& key) {
 WorldKey read_world_key(const std::string& path) {
   const std::string fix = " (make one: distrl-keygen " + path + ")";
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0)
-    throw ConfigError("security key '" + path + "': " + std::strerror(errno) + fix);
+  if (::stat(path.c_str(), &st) != 0) throw ConfigError("security key '" + path + "': " + std::strerror(errno) + fix);
   if (st.st_mode & (S_IRWXG | S_IRWXO))
-    throw ConfigError("security key '" + path + "' is readable by other users; it is a secret (chmod 600 " + path + ")");
+    throw ConfigError("security key '" + path + "' is readable by other users; it is a secret (chmod 600 " + path +
+                      ")");
   std::ifstream in(path);
   if (!in) throw ConfigError("security key '" + path + "': cannot read it");
   WorldKey k;
@@ -101,17 +102,20 @@ WorldKey read_world_key(const std::string& path) {
   while (std::getline(in, line)) {
     if (line.empty() || line[0] == '#') continue;
     const auto eq = line.find('=');
-    if (eq == std::string::npos) throw ConfigError("security key '" + path + "': '" + line + "' is not 'name = value'" + fix);
+    if (eq == std::string::npos)
+      throw ConfigError("security key '" + path + "': '" + line + "' is not 'name = value'" + fix);
     const std::string name = trim(line.substr(0, eq)), value = trim(line.substr(eq + 1));
     if (name == "public") k.public_z85 = value;
     else if (name == "secret") k.secret_z85 = value;
     else throw ConfigError("security key '" + path + "': unknown entry '" + name + "' (known: public, secret)");
   }
   if (k.public_z85.size() != 40 || k.secret_z85.size() != 40)
-    throw ConfigError("security key '" + path + "' needs 'public = ' and 'secret = ' with 40 Z85 characters each" + fix);
+    throw ConfigError("security key '" + path + "' needs 'public = ' and 'secret = ' with 40 Z85 characters each" +
+                      fix);
   char derived[41];
   if (zmq_curve_public(derived, k.secret_z85.c_str()) != 0 || k.public_z85 != derived)
-    throw ConfigError("security key '" + path + "': the public key does not belong to the secret key (a damaged file?)" + fix);
+    throw ConfigError("security key '" + path +
+                      "': the public key does not belong to the secret key (a damaged file?)" + fix);
   return k;
 }
 
@@ -124,8 +128,9 @@ void use_security(const std::string& mode, const std::string& key_file) {
     return;
   }
   if (file.empty())
-    throw ConfigError("security: curve needs a key: set security_key: FILE (make one: distrl-keygen FILE), or run "
-                      "under distrl-launch, which makes one for its ranks");
+    throw ConfigError(
+        "security: curve needs a key: set security_key: FILE (make one: distrl-keygen FILE), or run "
+        "under distrl-launch, which makes one for its ranks");
   set_key(read_world_key(file));
 }
 
@@ -231,7 +236,8 @@ class SecurityGuard {
       g_refused.fetch_add(1);
       long held = 0;
       if (limiter_.allow(&held))
-        DISTRL_LOG(Warn, "security: refused a peer without the world's key on " << ev[1].to_string()
+        DISTRL_LOG(Warn, "security: refused a peer without the world's key on "
+                             << ev[1].to_string()
                              << (last_address_.empty() ? "" : " (last one from " + last_address_ + ")")
                              << (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ? ": it does not speak CURVE" : "")
                              << (held ? " (+" + std::to_string(held) + " more not shown)" : ""));

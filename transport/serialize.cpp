@@ -17,7 +17,8 @@ struct DtypeInfo {
   const char* name;
   std::size_t size;
 };
-constexpr DtypeInfo kDtypes[] = {  // names as c10::toString gives them
+constexpr DtypeInfo kDtypes[] = {
+    // names as c10::toString gives them
     {"Float", 4}, {"Double", 8}, {"Half", 2}, {"BFloat16", 2}, {"Char", 1},         {"Short", 2},
     {"Int", 4},   {"Long", 8},   {"Byte", 1}, {"Bool", 1},     {"ComplexFloat", 8}, {"ComplexDouble", 16},
 };

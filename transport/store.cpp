@@ -58,8 +58,8 @@ void StoreCore::warn(const std::string& what) {
   ++refused_;
   long held = 0;
   if (log_limit_.allow(&held))
-    DISTRL_LOG(Warn, "store: " << what << (held ? " (and " + std::to_string(held) + " more not shown)" : "")
-                               << "; " << refused_ << " request(s) refused so far");
+    DISTRL_LOG(Warn, "store: " << what << (held ? " (and " + std::to_string(held) + " more not shown)" : "") << "; "
+                               << refused_ << " request(s) refused so far");
 }
 
 // Makes room for key = value within the limits, or throws Error naming the bound.
@@ -144,18 +144,16 @@ void StoreCore::handle(const std::string& peer, const StoreRequest& q) {
         throw Error("the store already holds max_waiters (" + std::to_string(limits_.max_waiters) +
                     ") waiting requests");
       // A wait is bounded by the request's own timeout, clamped to [0, one day].
-      waiters_.push_back({peer, q, StoreClock::now() + std::chrono::milliseconds(std::clamp<std::int64_t>(
-                                                          q.timeout_ms, 0, std::int64_t{86400} * 1000))});
+      waiters_.push_back({peer, q,
+                          StoreClock::now() + std::chrono::milliseconds(std::clamp<std::int64_t>(
+                                                  q.timeout_ms, 0, std::int64_t{86400} * 1000))});
       return;
     case kStoreCheck:
       r.number = has_all(q.keys) ? 1 : 0;
       reply(peer, r);
       return;
-    case kStorePing:
-      reply(peer, r);
-      return;
-    default:
-      break;
+    case kStorePing: reply(peer, r); return;
+    default: break;
   }
   r.status = kStoreBad;
   r.value = "bad store request (op " + std::to_string(q.op) + ", " + std::to_string(q.keys.size()) + " keys)";
@@ -219,11 +217,11 @@ StoreLimits StoreLimits::parse(const std::string& text) {
         std::size_t used = 0;
         v = std::stod(item.substr(eq + 1), &used);
         if (used != item.size() - eq - 1) v = -1;
-      } catch (const std::exception&) {
-      }
+      } catch (const std::exception&) {}
     }
     if (key != "keys" && key != "mb" && key != "value_mb" && key != "waiters")
-      throw ConfigError("store limits: unknown key '" + key + "' in '" + text + "' (known: keys, mb, value_mb, waiters)");
+      throw ConfigError("store limits: unknown key '" + key + "' in '" + text +
+                        "' (known: keys, mb, value_mb, waiters)");
     const bool megabytes = key == "mb" || key == "value_mb";
     if (!(v > 0 && v <= 1e9) || (!megabytes && v != std::floor(v)))
       throw ConfigError("store limits: '" + item + "' is not " + key + "=" + (megabytes ? "MB" : "COUNT") +
@@ -333,7 +331,7 @@ struct Store::Impl {
 
   // wait: how long the server may hold the request; slack: extra time for the answer to come.
   detail::StoreReply request(detail::StoreRequest q, std::chrono::milliseconds wait, const std::string& what,
-                std::chrono::milliseconds slack = std::chrono::milliseconds(2000)) {
+                             std::chrono::milliseconds slack = std::chrono::milliseconds(2000)) {
     std::lock_guard<std::mutex> lock(mu);
     q.id = next_id++;
     q.timeout_ms = wait.count();
@@ -351,17 +349,20 @@ struct Store::Impl {
       zmq::message_t m;
       if (!detail::recv_nointr(dealer, m, zmq::recv_flags::dontwait)) continue;
       detail::StoreReply r;
-      if (!detail::unpack_store_message(static_cast<const char*>(m.data()), m.size(), &r) || r.id != q.id) continue;  // a stale answer to a timed-out request
+      if (!detail::unpack_store_message(static_cast<const char*>(m.data()), m.size(), &r) || r.id != q.id)
+        continue;  // a stale answer to a timed-out request
       if (r.status == detail::kStoreTimedOut) break;
       if (r.status != detail::kStoreOk) throw TransportError("store " + endpoint + ": " + what + ": " + r.value);
       return r;
     }
     refused = refused || detail::handshake_failed(handshakes);
     if (refused)
-      throw TransportError("store " + endpoint + ": " + what + ": the store refused this process's handshake: one side "
+      throw TransportError("store " + endpoint + ": " + what +
+                           ": the store refused this process's handshake: one side "
                            "runs with security: curve and the other does not, or their key files differ (give every "
                            "process the same security and security_key; docs/security.md)");
-    throw TimeoutError("store " + endpoint + ": " + what + " timed out after " + std::to_string((wait + slack).count()) +
+    throw TimeoutError("store " + endpoint + ": " + what + " timed out after " +
+                       std::to_string((wait + slack).count()) +
                        " ms (are all ranks started, and MASTER_ADDR/MASTER_PORT the same everywhere?)");
   }
 };
@@ -398,8 +399,9 @@ std::string Store::get(const std::string& key, std::chrono::milliseconds timeout
   return impl_->request({detail::kStoreGet, 0, {key}, {}, 0, 0}, timeout, "get(" + key + ")").value;
 }
 std::int64_t Store::add(const std::string& key, std::int64_t delta) {
-  return impl_->request({detail::kStoreAdd, 0, {key}, {}, delta, 0}, std::chrono::milliseconds(0), "add(" + key + ")",
-                        impl_->timeout)
+  return impl_
+      ->request({detail::kStoreAdd, 0, {key}, {}, delta, 0}, std::chrono::milliseconds(0), "add(" + key + ")",
+                impl_->timeout)
       .number;
 }
 void Store::wait(const std::vector<std::string>& keys) { wait(keys, impl_->timeout); }
@@ -408,8 +410,9 @@ void Store::wait(const std::vector<std::string>& keys, std::chrono::milliseconds
 }
 bool Store::check(const std::vector<std::string>& keys) { return check(keys, impl_->timeout); }
 bool Store::check(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
-  return impl_->request({detail::kStoreCheck, 0, keys, {}, 0, 0}, std::chrono::milliseconds(0), "check(" + join_keys(keys) + ")",
-                        timeout)
+  return impl_
+             ->request({detail::kStoreCheck, 0, keys, {}, 0, 0}, std::chrono::milliseconds(0),
+                       "check(" + join_keys(keys) + ")", timeout)
              .number != 0;
 }
 bool Store::ping(std::chrono::milliseconds timeout) {

@@ -17,7 +17,7 @@ struct StoreLimits {
   std::size_t max_keys = 1 << 20;
   std::size_t max_bytes = std::size_t{64} << 20;  // keys + values, all together
   std::size_t max_value_bytes = std::size_t{1} << 20;
-  std::size_t max_waiters = 1 << 16;             // get/wait requests parked at once
+  std::size_t max_waiters = 1 << 16;  // get/wait requests parked at once
 
   // "keys=N,mb=N,value_mb=N,waiters=N" (any subset; the rest keep their defaults). Throws
   // ConfigError naming the bad item.

@@ -15,8 +15,8 @@ namespace {
 
 // In the order of serialize.cpp's code table.
 constexpr c10::ScalarType kTypes[] = {
-    c10::ScalarType::Float, c10::ScalarType::Double, c10::ScalarType::Half,  c10::ScalarType::BFloat16,
-    c10::ScalarType::Char,  c10::ScalarType::Short,  c10::ScalarType::Int,   c10::ScalarType::Long,
+    c10::ScalarType::Float, c10::ScalarType::Double, c10::ScalarType::Half,         c10::ScalarType::BFloat16,
+    c10::ScalarType::Char,  c10::ScalarType::Short,  c10::ScalarType::Int,          c10::ScalarType::Long,
     c10::ScalarType::Byte,  c10::ScalarType::Bool,   c10::ScalarType::ComplexFloat, c10::ScalarType::ComplexDouble,
 };
 constexpr std::size_t kTypeCount = sizeof(kTypes) / sizeof(kTypes[0]);
@@ -29,7 +29,8 @@ at::Tensor tensor_of_frame(const InFrames& in, const TensorDesc& d) {
   // Share the received buffer when it is large and aligned; copy small or misaligned ones.
   if (d.nbytes >= 4096 && reinterpret_cast<std::uintptr_t>(data) % elem == 0) {
     auto keep = const_cast<InFrames&>(in).shared_from_this();
-    return at::from_blob(data, d.dims, [keep](void*) {}, opts);
+    return at::from_blob(
+        data, d.dims, [keep](void*) {}, opts);
   }
   at::Tensor t = at::empty(d.dims, opts);
   if (d.nbytes) std::memcpy(t.data_ptr(), data, d.nbytes);

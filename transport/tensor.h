@@ -20,27 +20,27 @@ at::Tensor unpack_tensor_descriptor(const msgpack::object& o);
 
 namespace msgpack {
 MSGPACK_API_VERSION_NAMESPACE(MSGPACK_DEFAULT_API_NS) {
-namespace adaptor {
+  namespace adaptor {
 
-template <>
-struct pack<at::Tensor> {
-  template <typename Stream>
-  packer<Stream>& operator()(packer<Stream>& o, const at::Tensor& t) const {
-    std::string desc = distrl::transport::detail::pack_tensor_descriptor(t);
-    o.pack_ext(desc.size(), distrl::transport::kTensorExt);
-    o.pack_ext_body(desc.data(), static_cast<uint32_t>(desc.size()));
-    return o;
-  }
-};
+  template <>
+  struct pack<at::Tensor> {
+    template <typename Stream>
+    packer<Stream>& operator()(packer<Stream>& o, const at::Tensor& t) const {
+      std::string desc = distrl::transport::detail::pack_tensor_descriptor(t);
+      o.pack_ext(desc.size(), distrl::transport::kTensorExt);
+      o.pack_ext_body(desc.data(), static_cast<uint32_t>(desc.size()));
+      return o;
+    }
+  };
 
-template <>
-struct convert<at::Tensor> {
-  const msgpack::object& operator()(const msgpack::object& o, at::Tensor& t) const {
-    t = distrl::transport::detail::unpack_tensor_descriptor(o);
-    return o;
-  }
-};
+  template <>
+  struct convert<at::Tensor> {
+    const msgpack::object& operator()(const msgpack::object& o, at::Tensor& t) const {
+      t = distrl::transport::detail::unpack_tensor_descriptor(o);
+      return o;
+    }
+  };
 
-}  // namespace adaptor
+  }  // namespace adaptor
 }  // MSGPACK_API_VERSION_NAMESPACE
 }  // namespace msgpack

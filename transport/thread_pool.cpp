@@ -17,7 +17,8 @@ std::chrono::microseconds future_spin() { return std::chrono::microseconds(g_spi
 ThreadPool::ThreadPool(int threads, std::string name, std::function<void()> init) : name_(std::move(name)) {
   if (threads < 1) threads = 1;
   workers_.reserve(threads);
-  for (int i = 0; i < threads; ++i) workers_.emplace_back([this, init] {
+  for (int i = 0; i < threads; ++i)
+    workers_.emplace_back([this, init] {
       name_this_thread(name_.empty() ? "distrl-pool" : name_);
       if (init) init();
       run();

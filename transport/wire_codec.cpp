@@ -28,7 +28,8 @@ bool read_uint(const msgpack::object* o, T* out) {
 
 bool read_int(const msgpack::object* o, std::int64_t* out) {
   if (!o) return false;
-  if (o->type == msgpack::type::POSITIVE_INTEGER && o->via.u64 <= INT64_MAX) *out = static_cast<std::int64_t>(o->via.u64);
+  if (o->type == msgpack::type::POSITIVE_INTEGER && o->via.u64 <= INT64_MAX)
+    *out = static_cast<std::int64_t>(o->via.u64);
   else if (o->type == msgpack::type::NEGATIVE_INTEGER) *out = o->via.i64;
   else return false;
   return true;
@@ -49,8 +50,7 @@ void validate_tensors(const msgpack::object& o, const InFrames& in) {
     case msgpack::type::EXT:
       if (o.via.ext.type() == kTensorExt) tensor_frame(in, parse_tensor_descriptor(o.via.ext.data(), o.via.ext.size));
       break;
-    default:
-      break;
+    default: break;
   }
 }
 
@@ -73,10 +73,9 @@ std::optional<InMessage> decode_message(std::vector<zmq::message_t>&& frames, co
   m.wire_bytes = total;
   try {
     std::size_t off = 0;
-    msgpack::unpack_limit lim(limits.max_array, limits.max_map, limits.max_str, limits.max_bin, 4096,
-                              limits.max_depth);
-    m.handle = msgpack::unpack(static_cast<const char*>(frames[0].data()), frames[0].size(), off, nullptr,
-                               nullptr, lim);
+    msgpack::unpack_limit lim(limits.max_array, limits.max_map, limits.max_str, limits.max_bin, 4096, limits.max_depth);
+    m.handle =
+        msgpack::unpack(static_cast<const char*>(frames[0].data()), frames[0].size(), off, nullptr, nullptr, lim);
     if (off != frames[0].size())
       return fail("header has " + std::to_string(frames[0].size() - off) + " trailing bytes");
   } catch (const std::exception& e) {
@@ -88,7 +87,8 @@ std::optional<InMessage> decode_message(std::vector<zmq::message_t>&& frames, co
   // The reply address first, so every later failure can be answered.
   Header& h = m.header;
   std::int64_t src = -1;
-  if (read_int(find_key(root, "src"), &src) && src >= -1 && src < (1 << 30)) failure->src = h.src = static_cast<std::int32_t>(src);
+  if (read_int(find_key(root, "src"), &src) && src >= -1 && src < (1 << 30))
+    failure->src = h.src = static_cast<std::int32_t>(src);
   std::uint8_t kind = 255;
   const bool kind_ok = read_uint(find_key(root, "k"), &kind) && kind < kKindCount;
   if (kind_ok) failure->kind = h.kind = static_cast<Kind>(kind);
@@ -106,9 +106,12 @@ std::optional<InMessage> decode_message(std::vector<zmq::message_t>&& frames, co
     if (fn->type != msgpack::type::STR) return fail("header field \"fn\" is not a string");
     h.fn.assign(fn->via.str.ptr, fn->via.str.size);
   }
-  if (const auto* o = find_key(root, "obj"); o && !read_uint(o, &h.obj)) return fail("header field \"obj\" is not an id");
-  if (const auto* o = find_key(root, "new"); o && !read_uint(o, &h.new_obj)) return fail("header field \"new\" is not an id");
-  if (const auto* o = find_key(root, "ctx"); o && !read_int(o, &h.ctx)) return fail("header field \"ctx\" is not an int");
+  if (const auto* o = find_key(root, "obj"); o && !read_uint(o, &h.obj))
+    return fail("header field \"obj\" is not an id");
+  if (const auto* o = find_key(root, "new"); o && !read_uint(o, &h.new_obj))
+    return fail("header field \"new\" is not an id");
+  if (const auto* o = find_key(root, "ctx"); o && !read_int(o, &h.ctx))
+    return fail("header field \"ctx\" is not an int");
   std::uint32_t nt = 0;
   if (!read_uint(find_key(root, "nt"), &nt)) return fail("header has no tensor frame count \"nt\"");
   if (nt != frames.size() - 1)
@@ -156,7 +159,8 @@ std::vector<zmq::message_t> encode_message(OutMessage&& m) {
   out.reserve(1 + m.frames.size());
   const std::size_t hsize = m.header.size();
   char* hdata = m.header.release();  // malloc'd by sbuffer; ZeroMQ frees it
-  out.emplace_back(hdata, hsize, [](void* d, void*) { std::free(d); }, nullptr);
+  out.emplace_back(
+      hdata, hsize, [](void* d, void*) { std::free(d); }, nullptr);
   for (auto& f : m.frames) {
     const std::size_t n = f.size;
     if (n == 0) {
@@ -165,8 +169,9 @@ std::vector<zmq::message_t> encode_message(OutMessage&& m) {
       out.emplace_back(f.data, n);
     } else {
       auto* keep = new std::shared_ptr<const void>(std::move(f.owner));
-      out.emplace_back(const_cast<void*>(f.data), n,
-                       [](void*, void* hint) { delete static_cast<std::shared_ptr<const void>*>(hint); }, keep);
+      out.emplace_back(
+          const_cast<void*>(f.data), n,
+          [](void*, void* hint) { delete static_cast<std::shared_ptr<const void>*>(hint); }, keep);
     }
   }
   return out;

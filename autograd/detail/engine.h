@@ -96,7 +96,8 @@ class Engine final : public transport::MessageHooks, public std::enable_shared_f
   // BackwardError for a context that is gone here (released or reaped, or an earlier
   // process's): the call fails, naming the context and this worker.
   std::int64_t current_context() override;
-  void on_send(std::int64_t ctx, int dest, const std::vector<transport::OutFrame>& frames, transport::MessageTag* tag) override;
+  void on_send(std::int64_t ctx, int dest, const std::vector<transport::OutFrame>& frames,
+               transport::MessageTag* tag) override;
   at::Tensor on_receive(const transport::MessageTag& tag, int src, std::uint32_t frame, at::Tensor t) override;
   std::shared_ptr<void> enter(std::int64_t ctx, int src) override;
   void on_peer_down(int rank, const std::string& why) override;
@@ -164,7 +165,9 @@ class Engine final : public transport::MessageHooks, public std::enable_shared_f
   // Tells the guards that these contexts are gone (mu_ not held).
   void notify_released(const std::vector<std::int64_t>& ids);
   std::int64_t next_id(std::atomic<std::int64_t>& counter, const char* what);
-  bool own(std::int64_t id) const { return (id >> kIdCounterBits) == (make_id(rank_, incarnation_, 0) >> kIdCounterBits); }
+  bool own(std::int64_t id) const {
+    return (id >> kIdCounterBits) == (make_id(rank_, incarnation_, 0) >> kIdCounterBits);
+  }
 
   transport::RpcAgent& agent_;
   const int rank_;
@@ -176,7 +179,7 @@ class Engine final : public transport::MessageHooks, public std::enable_shared_f
   std::unordered_map<std::int64_t, std::shared_ptr<ContextState>> contexts_;
   std::unordered_map<std::int64_t, Gone> gone_;  // the last kGoneMemory contexts dropped here, so
   std::deque<std::int64_t> gone_order_;          // that a late message fails loudly
-  std::mutex optimizer_mu_;                    // all local optimizers of this worker
+  std::mutex optimizer_mu_;                      // all local optimizers of this worker
   mutable std::mutex guards_mu_;
   std::vector<std::weak_ptr<ParameterGuard>> guards_;
   std::atomic<std::uint64_t> parts_{0}, failed_parts_{0}, sends_{0}, recvs_{0};

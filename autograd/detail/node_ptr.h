@@ -27,19 +27,15 @@ using NodePtrOf = std::conditional_t<kSharedNodes, std::shared_ptr<T>, c10::intr
 // A new node (make_shared / make_intrusive).
 template <class T, class... A>
 NodePtrOf<T> make_node(A&&... args) {
-  if constexpr (kSharedNodes)
-    return std::make_shared<T>(std::forward<A>(args)...);
-  else
-    return c10::make_intrusive<T>(std::forward<A>(args)...);
+  if constexpr (kSharedNodes) return std::make_shared<T>(std::forward<A>(args)...);
+  else return c10::make_intrusive<T>(std::forward<A>(args)...);
 }
 
 // Another owner of a node already held by a graph (reached through an edge's raw pointer).
 template <class T>
 NodePtrOf<T> share_node(T* node) {
-  if constexpr (kSharedNodes)
-    return std::static_pointer_cast<T>(node->shared_from_this());
-  else
-    return c10::intrusive_ptr<T>::unsafe_reclaim_from_nonowning(node);
+  if constexpr (kSharedNodes) return std::static_pointer_cast<T>(node->shared_from_this());
+  else return c10::intrusive_ptr<T>::unsafe_reclaim_from_nonowning(node);
 }
 
 }  // namespace distrl::autograd::detail

@@ -37,9 +37,9 @@ int fuzz_idx(const std::uint8_t* data, std::size_t size) {
     auto d = training::parse_idx(parts[0], parts[1], "fuzz/train-images-idx3-ubyte", "fuzz/train-labels-idx1-ubyte");
     FUZZ_CHECK(d.inputs.dim() == 4 && d.targets.dim() == 1 && d.inputs.size(0) == d.targets.size(0));
     FUZZ_CHECK(static_cast<std::size_t>(d.inputs.numel()) + 16 == parts[0].size());
-    FUZZ_CHECK(d.inputs.numel() == 0 || (d.inputs.min().item<float>() >= -1.0f && d.inputs.max().item<float>() <= 1.0f));
-  } catch (const ConfigError&) {
-  }
+    FUZZ_CHECK(d.inputs.numel() == 0 ||
+               (d.inputs.min().item<float>() >= -1.0f && d.inputs.max().item<float>() <= 1.0f));
+  } catch (const ConfigError&) {}
   return 0;
 }
 

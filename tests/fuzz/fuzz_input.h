@@ -63,20 +63,18 @@ const std::vector<Target>& fuzz_targets();
 }  // namespace distrl::fuzz
 
 // A broken invariant is a finding: say which, then abort (libFuzzer saves the input).
-#define FUZZ_CHECK(cond)                                                               \
-  do {                                                                                 \
-    if (!(cond)) {                                                                     \
+#define FUZZ_CHECK(cond)                                                                       \
+  do {                                                                                         \
+    if (!(cond)) {                                                                             \
       std::fprintf(stderr, "fuzz invariant broken at %s:%d: %s\n", __FILE__, __LINE__, #cond); \
-      std::abort();                                                                    \
-    }                                                                                  \
+      std::abort();                                                                            \
+    }                                                                                          \
   } while (0)
 
 // In a libFuzzer build (-DDISTRL_LIBFUZZER) each target file is its own fuzzer binary.
 #ifdef DISTRL_LIBFUZZER
-#define DISTRL_FUZZ_ENTRY(fn)                                                          \
-  extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) { \
-    return fn(data, size);                                                             \
-  }
+#define DISTRL_FUZZ_ENTRY(fn) \
+  extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) { return fn(data, size); }
 #else
 #define DISTRL_FUZZ_ENTRY(fn)
 #endif

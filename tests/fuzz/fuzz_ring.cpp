@@ -103,23 +103,17 @@ int fuzz_ring(const std::uint8_t* data, std::size_t size) {
           ctl->tail.fetch_add(static_cast<std::uint64_t>(static_cast<std::int8_t>(s.byte())));
           break;
         case 4:  // the reader's index, as the writer meets a reader that misbehaves
-          if (s.byte() % 2 == 0)
-            ctl->head.store(s.number(8));
-          else
-            ctl->head.fetch_add(static_cast<std::uint64_t>(static_cast<std::int8_t>(s.byte())));
+          if (s.byte() % 2 == 0) ctl->head.store(s.number(8));
+          else ctl->head.fetch_add(static_cast<std::uint64_t>(static_cast<std::int8_t>(s.byte())));
           break;
-        case 5:
-          writer.close();
-          break;
-        default:
-          drain(reader, decoder);
+        case 5: writer.close(); break;
+        default: drain(reader, decoder);
       }
     }
     drain(reader, decoder);
   } catch (const ProtocolError&) {
     // The reader refused the writer (the link drops the peer): fine.
-  } catch (const TransportError&) {
-  }
+  } catch (const TransportError&) {}
   return 0;
 }
 

@@ -89,8 +89,8 @@ int fuzz_rpc(const std::uint8_t* data, std::size_t size) {
 }
 
 std::vector<std::string> seeds_rpc() {
-  using transport::detail::Header;
   using transport::detail::args_writer;
+  using transport::detail::Header;
   std::vector<std::string> out;
   Header call;
   call.call_id = 7;
@@ -101,7 +101,7 @@ std::vector<std::string> seeds_rpc() {
   out.push_back(seed(call, args_writer(std::int64_t{3}, std::string("step"), std::vector<double>{0.5, 1.5},
                                        at::full({2, 2}, 0.25, at::kDouble))));
   out.push_back(seed(call, args_writer(std::map<std::string, at::Tensor>{{"w", at::ones({4}, at::kHalf)},
-                                                                          {"b", at::zeros({1}, at::kBool)}})));
+                                                                         {"b", at::zeros({1}, at::kBool)}})));
   out.push_back(seed(call, args_writer(std::vector<std::vector<float>>{{1, 2}, {3}}, true)));
   Header method = call;
   method.obj = (std::uint64_t{1} << 48) | 5;
@@ -121,7 +121,9 @@ std::vector<std::string> seeds_rpc() {
   out.push_back(seed(reply, [](auto& pk) { pk.pack(at::eye(3)); }));
   Header error = reply;
   error.kind = transport::Kind::Error;
-  out.push_back(seed(error, [](auto& pk) { pk.pack(std::make_tuple(std::string("handler"), std::string("ValueError"), std::string("bad"))); }));
+  out.push_back(seed(error, [](auto& pk) {
+    pk.pack(std::make_tuple(std::string("handler"), std::string("ValueError"), std::string("bad")));
+  }));
   return out;
 }
 

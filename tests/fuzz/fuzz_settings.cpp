@@ -72,8 +72,8 @@ int fuzz_settings(const std::uint8_t* data, std::size_t size) {
     FUZZ_CHECK(false);
   }
   FUZZ_CHECK(t.to_yaml() == yaml);
-  FUZZ_CHECK(g.steps == f.steps && g.seed == f.seed && g.render == f.render && g.mode == f.mode &&
-             g.name == f.name && g.out_dir == f.out_dir && g.sizes == f.sizes && g.transport == f.transport);
+  FUZZ_CHECK(g.steps == f.steps && g.seed == f.seed && g.render == f.render && g.mode == f.mode && g.name == f.name &&
+             g.out_dir == f.out_dir && g.sizes == f.sizes && g.transport == f.transport);
   FUZZ_CHECK(g.lr == f.lr);
   return 0;
 }

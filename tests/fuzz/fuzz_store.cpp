@@ -54,8 +54,9 @@ int fuzz_store(const std::uint8_t* data, std::size_t size) {
 std::vector<std::string> seeds_store() {
   std::vector<std::string> out;
   auto join = [](std::vector<std::string> reqs) { return join_frames(reqs); };
-  out.push_back(join({request(0, kStoreSet, 1, {"addr/0"}, "tcp://10.0.0.1:29500"), request(1, kStoreGet, 1, {"addr/0"}),
-                      request(1, kStoreCheck, 2, {"addr/0", "addr/1"}), request(2, kStorePing, 1, {})}));
+  out.push_back(
+      join({request(0, kStoreSet, 1, {"addr/0"}, "tcp://10.0.0.1:29500"), request(1, kStoreGet, 1, {"addr/0"}),
+            request(1, kStoreCheck, 2, {"addr/0", "addr/1"}), request(2, kStorePing, 1, {})}));
   out.push_back(join({request(0, kStoreWait, 1, {"a", "b"}, {}, 0, 30000), request(1, kStoreSet, 1, {"a"}, "1"),
                       request(2, kStoreSet, 1, {"b"}, "2")}));
   out.push_back(join({request(0, kStoreAdd, 1, {"n"}, {}, 1), request(1, kStoreAdd, 1, {"n"}, {}, 41),

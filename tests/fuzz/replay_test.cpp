@@ -10,9 +10,7 @@
 #include "tests/fuzz/fuzz_input.h"
 
 namespace distrl::fuzz {
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 // gtest names a parameter by this (not by its bytes).
 void PrintTo(const Target& t, std::ostream* os) { *os << t.name; }
 namespace {

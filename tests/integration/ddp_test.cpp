@@ -110,7 +110,7 @@ TEST(DdpTest, NoSyncAccumulationEqualsOneBigStep) {
     training::DistributedDataParallel ddp(net, pg);
     torch::optim::SGD opt(net->parameters(), 0.05);
     auto data = training::make_toy(24, 10, 5, 3);  // rank r: rows 12r..12r+11 as 3 micro-batches of 4
-    auto local = make(5);  // the same replica without DDP: what no_sync must leave in .grad
+    auto local = make(5);                          // the same replica without DDP: what no_sync must leave in .grad
     opt.zero_grad();
     for (int m = 0; m < 3; ++m) {
       auto x = data.inputs.narrow(0, 12 * rank + 4 * m, 4), y = data.targets.narrow(0, 12 * rank + 4 * m, 4);
@@ -145,7 +145,9 @@ TEST(DdpTest, NoSyncAccumulationEqualsOneBigStep) {
       return std::make_pair(ref, std::make_shared<torch::optim::SGD>(ref->parameters(), 0.05));
     };
     expect_within(one_process("parameters after one step", make_ref, 1, 6,
-                              [&](int) { return Batch{data.inputs, data.targets}; }),
+                              [&](int) {
+                                return Batch{data.inputs, data.targets};
+                              }),
                   net->parameters());
     return 0;
   });
@@ -270,7 +272,8 @@ TEST(DdpTest, ModelSpreadOverTwoDevicesTrainsLikeOneProcess) {
     torch::optim::SGD opt(net->parameters(), 0.1);
     auto data = training::make_toy(16, 10, 5, 9);
     for (int k = 0; k < 3; ++k) {
-      auto loss = torch::mse_loss(ddp.forward(data.inputs.narrow(0, 8 * rank, 8)), data.targets.narrow(0, 8 * rank, 8).to(d1));
+      auto loss =
+          torch::mse_loss(ddp.forward(data.inputs.narrow(0, 8 * rank, 8)), data.targets.narrow(0, 8 * rank, 8).to(d1));
       opt.zero_grad();
       loss.backward();
       opt.step();
@@ -283,7 +286,9 @@ TEST(DdpTest, ModelSpreadOverTwoDevicesTrainsLikeOneProcess) {
     std::vector<at::Tensor> got;
     for (const auto& p : net->parameters()) got.push_back(p.cpu());
     expect_within(one_process("two-device parameters after 3 steps", make_ref, 3, 2,
-                              [&](int) { return Batch{data.inputs, data.targets}; }),
+                              [&](int) {
+                                return Batch{data.inputs, data.targets};
+                              }),
                   got);
     return 0;
   });

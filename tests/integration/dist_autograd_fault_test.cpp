@@ -111,50 +111,55 @@ TEST(DistAutogradFaultTest, ARankRestartedMidContextRunsBackwardPassesAfterItsRe
       (ly * ly).sum().backward();
       const at::Tensor g0 = agent.rpc_sync<at::Tensor>(0, "grad_of", ctx.id());
       const auto mine = dist_autograd::get_gradients(ctx);
-      expect(g0.numel() == 16 && rel_err(g0, w0.grad()) < kFloat64GraphTolerance, "worker0's gradient equals the local one");
-      expect(mine.size() == 1 && rel_err(mine[0].second, w1.grad()) < kFloat64GraphTolerance, "worker1's gradient equals the local one");
+      expect(g0.numel() == 16 && rel_err(g0, w0.grad()) < kFloat64GraphTolerance,
+             "worker0's gradient equals the local one");
+      expect(mine.size() == 1 && rel_err(mine[0].second, w1.grad()) < kFloat64GraphTolerance,
+             "worker1's gradient equals the local one");
     }
   };
-  auto codes = run_ranks(3, [&](int rank) {
-    if (rank == 2) {  // hosts the store, as distrl-launch does
-      StoreServer store("tcp://127.0.0.1:*");
-      std::ofstream(store_file + ".tmp") << store.endpoint();
-      std::rename((store_file + ".tmp").c_str(), store_file.c_str());
-      wait_until([&] { return read_file(done).size() >= 2; }, 90s);
-      return 0;
-    }
-    auto finished = [&] { std::ofstream(done, std::ios::app) << rank; };
-    if (rank == 1) {
-      const pid_t first = ::fork();
-      if (first == 0) {
+  auto codes = run_ranks(
+      3,
+      [&](int rank) {
+        if (rank == 2) {  // hosts the store, as distrl-launch does
+          StoreServer store("tcp://127.0.0.1:*");
+          std::ofstream(store_file + ".tmp") << store.endpoint();
+          std::rename((store_file + ".tmp").c_str(), store_file.c_str());
+          wait_until([&] { return read_file(done).size() >= 2; }, 90s);
+          return 0;
+        }
+        auto finished = [&] { std::ofstream(done, std::ios::app) << rank; };
+        if (rank == 1) {
+          const pid_t first = ::fork();
+          if (first == 0) {
+            Worker me;
+            RpcAgent agent(options(1), [&](RpcAgent& a) { setup(a, me); });
+            train(agent, me, 3);
+            dist_autograd::Context ctx(agent);
+            hop(me, input(), {0});  // worker0 holds this context when the process dies
+            ::raise(SIGKILL);
+          }
+          int status = 0;
+          ::waitpid(first, &status, 0);
+          transport::remove_ipc_files_of(first);
+          expect(exit_code(status) == 128 + SIGKILL, "the first process was killed");
+          Worker me;
+          RpcAgent agent(options(1), [&](RpcAgent& a) { setup(a, me); });
+          expect(agent.incarnation() == 2, "the restarted process is incarnation 2");
+          train(agent, me, 3);
+          touch(dir.file("trained"));
+          agent.shutdown();
+          finished();
+          return 0;
+        }
         Worker me;
-        RpcAgent agent(options(1), [&](RpcAgent& a) { setup(a, me); });
-        train(agent, me, 3);
-        dist_autograd::Context ctx(agent);
-        hop(me, input(), {0});  // worker0 holds this context when the process dies
-        ::raise(SIGKILL);
-      }
-      int status = 0;
-      ::waitpid(first, &status, 0);
-      transport::remove_ipc_files_of(first);
-      expect(exit_code(status) == 128 + SIGKILL, "the first process was killed");
-      Worker me;
-      RpcAgent agent(options(1), [&](RpcAgent& a) { setup(a, me); });
-      expect(agent.incarnation() == 2, "the restarted process is incarnation 2");
-      train(agent, me, 3);
-      touch(dir.file("trained"));
-      agent.shutdown();
-      finished();
-      return 0;
-    }
-    Worker me;
-    RpcAgent agent(options(0), [&](RpcAgent& a) { setup(a, me); });
-    expect(wait_for_file(dir.file("trained"), 60s), "rank 1 trained after its restart");
-    expect_no_live_contexts(agent, {0});  // the dead process's context was reaped
-    agent.shutdown();
-    finished();
-    return 0;
-  }, 90s);
+        RpcAgent agent(options(0), [&](RpcAgent& a) { setup(a, me); });
+        expect(wait_for_file(dir.file("trained"), 60s), "rank 1 trained after its restart");
+        expect_no_live_contexts(agent, {0});  // the dead process's context was reaped
+        agent.shutdown();
+        finished();
+        return 0;
+      },
+      90s);
   EXPECT_EQ(codes, (std::vector<int>{0, 0, 0}));
 }
 
@@ -199,7 +204,8 @@ TEST(DistAutogradFaultTest, AContextBehindADeadMiddleWorkerIsReapedDownstream) {
 TEST(DistAutogradFaultTest, ANestedCallAfterItsContextWasReleasedFailsAndLeavesNothingBehind) {
   World world{3, {}, [](RpcAgent& a, Worker&) {
                 a.register_function("nested_later", [&a](at::Tensor x) {
-                  expect(wait_until([&] { return dist_autograd::live_contexts(a) == 0; }, 10s), "the release reached worker1");
+                  expect(wait_until([&] { return dist_autograd::live_contexts(a) == 0; }, 10s),
+                         "the release reached worker1");
                   return a.rpc_sync<at::Tensor>(2, "hop", x, std::vector<int>{});
                 });
               }};
@@ -210,7 +216,8 @@ TEST(DistAutogradFaultTest, ANestedCallAfterItsContextWasReleasedFailsAndLeavesN
       dist_autograd::Context ctx(agent);
       id = ctx.id();
       late = agent.rpc_async<at::Tensor>(1, "nested_later", input().requires_grad_(true));
-      expect(wait_until([&] { return agent.rpc_sync<std::uint64_t>(1, "live") == 1; }, 10s), "worker1 serves the context");
+      expect(wait_until([&] { return agent.rpc_sync<std::uint64_t>(1, "live") == 1; }, 10s),
+             "worker1 serves the context");
     }
     std::string type, what;
     try {
@@ -232,58 +239,69 @@ TEST(DistAutogradFaultTest, ANestedCallAfterItsContextWasReleasedFailsAndLeavesN
 // context and the step to step nothing, the gradients lost silently).
 TEST(DistAutogradFaultTest, AContextReapedWhileItsCreatorWasStoppedFailsLoudlyWhenItComesBack) {
   TempDir dir;
-  auto codes = run_ranks(2, [&](int rank) {
-    Worker me;
-    RpcAgent agent(rpc_options(dir, rank, 2), [&](RpcAgent& a) { setup(a, me); });
-    if (rank == 1) {
-      autograd::DistributedOptimizer opt(agent, autograd::OptimizerSpec{"sgd", 0.1}, {agent.rpc_sync<RRef<at::Tensor>>(0, "param")});
-      {
-        dist_autograd::Context ctx(agent);
-        at::Tensor y = hop(me, input(), {0});
-        std::ofstream(dir.file("pid.tmp")) << ::getpid();
-        std::rename(dir.file("pid.tmp").c_str(), dir.file("pid").c_str());
-        expect(wait_for_file(dir.file("watched"), 20s), "worker0 is connected to this worker");
-        ::raise(SIGSTOP);  // worker0 sends SIGCONT once it reaped the context
-        const std::string name = "context " + autograd::detail::id_name(ctx.id());
-        std::string call;
-        expect(wait_until([&] {  // the connection may first have to come back
-          try {
-            hop(me, input(), {0});
-          } catch (const RemoteError& e) {
-            call = e.type() + ": " + e.what();
-          } catch (const TransportError&) {
+  auto codes = run_ranks(
+      2,
+      [&](int rank) {
+        Worker me;
+        RpcAgent agent(rpc_options(dir, rank, 2), [&](RpcAgent& a) { setup(a, me); });
+        if (rank == 1) {
+          autograd::DistributedOptimizer opt(agent, autograd::OptimizerSpec{"sgd", 0.1},
+                                             {agent.rpc_sync<RRef<at::Tensor>>(0, "param")});
+          {
+            dist_autograd::Context ctx(agent);
+            at::Tensor y = hop(me, input(), {0});
+            std::ofstream(dir.file("pid.tmp")) << ::getpid();
+            std::rename(dir.file("pid.tmp").c_str(), dir.file("pid").c_str());
+            expect(wait_for_file(dir.file("watched"), 20s), "worker0 is connected to this worker");
+            ::raise(SIGSTOP);  // worker0 sends SIGCONT once it reaped the context
+            const std::string name = "context " + autograd::detail::id_name(ctx.id());
+            std::string call;
+            expect(wait_until(
+                       [&] {  // the connection may first have to come back
+                         try {
+                           hop(me, input(), {0});
+                         } catch (const RemoteError& e) {
+                           call = e.type() + ": " + e.what();
+                         } catch (const TransportError&) {}
+                         return !call.empty();
+                       },
+                       20s),
+                   "a call of the reaped context fails");
+            expect(contains(call, "distrl::autograd::BackwardError") && contains(call, name) &&
+                       contains(call, "reaped on worker0"),
+                   "a call of the reaped context fails naming it and the reaping: " + call);
+            const std::string back =
+                error_of<dist_autograd::BackwardError>([&] { dist_autograd::backward(ctx, {(y * y).sum()}); });
+            expect(contains(back, name) && contains(back, "reaped on worker0"),
+                   "its backward fails naming the reaping: " + back);
+            const std::string step = error_of<distrl::Error>([&] { opt.step(ctx); });
+            expect(contains(step, name) && contains(step, "reaped on worker0"),
+                   "its step fails naming the reaping: " + step);
           }
-          return !call.empty();
-        }, 20s), "a call of the reaped context fails");
-        expect(contains(call, "distrl::autograd::BackwardError") && contains(call, name) && contains(call, "reaped on worker0"),
-               "a call of the reaped context fails naming it and the reaping: " + call);
-        const std::string back = error_of<dist_autograd::BackwardError>([&] { dist_autograd::backward(ctx, {(y * y).sum()}); });
-        expect(contains(back, name) && contains(back, "reaped on worker0"), "its backward fails naming the reaping: " + back);
-        const std::string step = error_of<distrl::Error>([&] { opt.step(ctx); });
-        expect(contains(step, name) && contains(step, "reaped on worker0"), "its step fails naming the reaping: " + step);
-      }
-      // Both sides see the connection back before they shut down together (a side that still
-      // counts the other as dead would leave at once, taking the store with it).
-      expect(wait_until([&] { return !agent.connection_lost(0); }, 20s), "worker0 reachable again");
-      touch(dir.file("done"));
-    }
-    if (rank == 0) {
-      expect(wait_for_file(dir.file("pid"), 20s), "worker1 stopped");
-      pid_t peer = 0;
-      std::ifstream(dir.file("pid")) >> peer;
-      // A call through the I/O loop's connection to worker1 (the one whose heartbeats tell that
-      // it stopped) completes its handshake before worker1 stops (a connection still
-      // handshaking with a stopped peer is noticed only at the handshake timeout, 10 s).
-      agent.rpc_async<std::uint64_t>(1, "live").value();
-      touch(dir.file("watched"));
-      expect(wait_until([&] { return dist_autograd::live_contexts(agent) == 0; }, 30s), "worker1's context is reaped");
-      ::kill(peer, SIGCONT);
-      expect(wait_for_file(dir.file("done"), 40s), "worker1 is done");
-      expect(wait_until([&] { return !agent.connection_lost(1); }, 20s), "worker1 reachable again");
-    }
-    agent.shutdown();
-    return 0;
-  }, 90s);
+          // Both sides see the connection back before they shut down together (a side that still
+          // counts the other as dead would leave at once, taking the store with it).
+          expect(wait_until([&] { return !agent.connection_lost(0); }, 20s), "worker0 reachable again");
+          touch(dir.file("done"));
+        }
+        if (rank == 0) {
+          expect(wait_for_file(dir.file("pid"), 20s), "worker1 stopped");
+          pid_t peer = 0;
+          std::ifstream(dir.file("pid")) >> peer;
+          // A call through the I/O loop's connection to worker1 (the one whose heartbeats tell that
+          // it stopped) completes its handshake before worker1 stops (a connection still
+          // handshaking with a stopped peer is noticed only at the handshake timeout, 10 s).
+          agent.rpc_async<std::uint64_t>(1, "live").value();
+          touch(dir.file("watched"));
+          expect(wait_until([&] { return dist_autograd::live_contexts(agent) == 0; }, 30s),
+                 "worker1's context is reaped");
+          ::kill(peer, SIGCONT);
+          expect(wait_for_file(dir.file("done"), 40s), "worker1 is done");
+          expect(wait_until([&] { return !agent.connection_lost(1); }, 20s), "worker1 reachable again");
+        }
+        agent.shutdown();
+        return 0;
+      },
+      90s);
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
 
@@ -298,7 +316,8 @@ TEST(DistAutogradFaultTest, ABackwardPastItsDeadlineFailsNamingTheContext) {
     a.register_function("slow_in_backward", [](at::Tensor x) {
       struct Slow : torch::autograd::Function<Slow> {
         static at::Tensor forward(torch::autograd::AutogradContext*, at::Tensor v) { return v * 2; }
-        static torch::autograd::variable_list backward(torch::autograd::AutogradContext*, torch::autograd::variable_list g) {
+        static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
+                                                       torch::autograd::variable_list g) {
           std::this_thread::sleep_for(5s);
           return {g[0] * 2};
         }
@@ -314,7 +333,8 @@ TEST(DistAutogradFaultTest, ABackwardPastItsDeadlineFailsNamingTheContext) {
       at::Tensor y = agent.rpc_sync<at::Tensor>(1, "slow_in_backward", input().requires_grad_(true));
       error = error_of<dist_autograd::BackwardError>([&] { dist_autograd::backward(ctx, {y.sum()}); });
     }
-    expect(contains(error, name) && (contains(error, "rpc_timeout (2000 ms)") || contains(error, "timed out after 2000 ms")),
+    expect(contains(error, name) &&
+               (contains(error, "rpc_timeout (2000 ms)") || contains(error, "timed out after 2000 ms")),
            "backward fails naming the context and its deadline: " + error);
     expect_no_live_contexts(agent, {0, 1});
   });
@@ -339,7 +359,8 @@ TEST(DistAutogradFaultTest, APeerKilledMidBackwardFailsEverySurvivorNamingIt) {
         expect_no_live_contexts(agent, {0, 1});
       },
       [](RpcAgent& a) {
-        a.register_function("via_dying", [&a](at::Tensor x) { return a.rpc_sync<at::Tensor>(2, "die_in_backward", x); });
+        a.register_function("via_dying",
+                            [&a](at::Tensor x) { return a.rpc_sync<at::Tensor>(2, "die_in_backward", x); });
       });
 }
 
@@ -349,8 +370,9 @@ TEST(DistAutogradFaultTest, APeerKilledMidBackwardFailsEverySurvivorNamingIt) {
 TEST(DistAutogradFaultTest, AStepWhoseOwnerIsDeadFailsNamingItAfterTheOthersStepped) {
   run_with_a_dead_rank(2, [](RpcAgent& agent, Worker& me, int rank, const TempDir&) {
     if (rank != 0) return;
-    autograd::DistributedOptimizer opt(agent, autograd::OptimizerSpec{"sgd", 0.1},
-                                       {agent.rpc_sync<RRef<at::Tensor>>(1, "param"), agent.rpc_sync<RRef<at::Tensor>>(2, "param")});
+    autograd::DistributedOptimizer opt(
+        agent, autograd::OptimizerSpec{"sgd", 0.1},
+        {agent.rpc_sync<RRef<at::Tensor>>(1, "param"), agent.rpc_sync<RRef<at::Tensor>>(2, "param")});
     std::string error;
     {
       dist_autograd::Context ctx(agent);
@@ -401,7 +423,8 @@ TEST(DistAutogradFaultTest, MalformedGradientMessagesAreRefusedAndTheWorkerKeeps
         const at::Tensor good = torch::ones({2, 4}, torch::kFloat64);
         refused(ctx + (std::int64_t{1} << 48), msg, {1}, {good}, "unknown distributed-autograd context");
         refused(ctx, msg + 777, {1}, {good}, "unknown autograd message");
-        refused(ctx, msg, {1}, {torch::ones({4, 2}, torch::kFloat64)}, "is Double[4, 2], the tensor sent was Double[2, 4]");
+        refused(ctx, msg, {1}, {torch::ones({4, 2}, torch::kFloat64)},
+                "is Double[4, 2], the tensor sent was Double[2, 4]");
         refused(ctx, msg, {1}, {torch::ones({2, 4}, torch::kFloat32)}, "is Float[2, 4]");
         refused(ctx, msg, {2}, {good}, "sent no tensor that requires grad in frame 2");
         refused(ctx, msg, {1, 1}, {good}, "2 frame numbers but 1 gradients");
@@ -448,7 +471,7 @@ TEST(DistAutogradFaultTest, APeerCannotMakeAWorkerHoldMoreContextsOrMessagesThan
     {
       dist_autograd::Context again(agent);
       expect(call(x).requires_grad(), "a new context is served again");  // 1 received + 1 sent
-      call(x);                                                            // 4 recorded on worker1
+      call(x);                                                           // 4 recorded on worker1
       const std::string too_many = error_of<distrl::ProtocolError>([&] { call(x); });
       expect(contains(too_many, "max_messages_per_context") && contains(too_many, "take one more from rank 0"),
              "a third request requiring grad is refused naming the limit: " + too_many);

@@ -54,38 +54,38 @@ void interleave_two_contexts(const std::string& policy) {
       at::Tensor ya, yb;
       std::string b_backward, b_step;
       la.post([&] {
-        ca = std::make_unique<dist_autograd::Context>(agent);
-        ya = agent.rpc_sync<at::Tensor>(0, "forward", x);
-      }).get();
+          ca = std::make_unique<dist_autograd::Context>(agent);
+          ya = agent.rpc_sync<at::Tensor>(0, "forward", x);
+        }).get();
       auto fb = lb.post([&] {
         cb = std::make_unique<dist_autograd::Context>(agent);
         yb = agent.rpc_sync<at::Tensor>(0, "forward", x);
       });
       if (policy == "serialize")
-        expect(fb.wait_for(300ms) == std::future_status::timeout, "serialize: the second forward waits for the first step");
-      else
-        fb.wait();
+        expect(fb.wait_for(300ms) == std::future_status::timeout,
+               "serialize: the second forward waits for the first step");
+      else fb.wait();
       la.post([&] {
-        dist_autograd::backward(*ca, {ya.sum()});
-        opt.step(*ca);
-        ca.reset();
-      }).get();
+          dist_autograd::backward(*ca, {ya.sum()});
+          opt.step(*ca);
+          ca.reset();
+        }).get();
       fb.get();
       lb.post([&] {
-        try {
-          dist_autograd::backward(*cb, {yb.sum()});
-        } catch (const dist_autograd::BackwardError& e) {
-          b_backward = e.what();
-        }
-        if (b_backward.empty()) {
           try {
-            opt.step(*cb);
-          } catch (const autograd::StaleStepError& e) {
-            b_step = e.what();
+            dist_autograd::backward(*cb, {yb.sum()});
+          } catch (const dist_autograd::BackwardError& e) {
+            b_backward = e.what();
           }
-        }
-        cb.reset();
-      }).get();
+          if (b_backward.empty()) {
+            try {
+              opt.step(*cb);
+            } catch (const autograd::StaleStepError& e) {
+              b_step = e.what();
+            }
+          }
+          cb.reset();
+        }).get();
       // The reference: one or two plain SGD steps in this process.
       at::Tensor w0 = weight_of(0).requires_grad_(true);
       guarded_forward(x, w0).sum().backward();
@@ -103,7 +103,8 @@ void interleave_two_contexts(const std::string& policy) {
         const auto st = agent.rpc_sync<std::vector<std::uint64_t>>(0, "guard");
         expect(b_backward.empty(), policy + ": the second backward completes: " + b_backward);
         if (policy == "serialize") {
-          expect(b_step.empty() && rel_err(now, w2) < kFloat64GraphTolerance, "serialize: two steps in a row, each on fresh parameters");
+          expect(b_step.empty() && rel_err(now, w2) < kFloat64GraphTolerance,
+                 "serialize: two steps in a row, each on fresh parameters");
           expect(st[0] == 2 && st[2] == 1, "serialize: version 2, one wait");
         } else if (policy == "versioned") {
           expect(b_step.find("stale step refused") != std::string::npos &&
@@ -126,7 +127,9 @@ void interleave_two_contexts(const std::string& policy) {
 }  // namespace
 
 TEST(DistAutogradSharingTest, WithoutAGuardASecondContextStepsOnStaleParameters) { interleave_two_contexts("none"); }
-TEST(DistAutogradSharingTest, SerializeGuardMakesTheSecondForwardWaitForTheFirstStep) { interleave_two_contexts("serialize"); }
+TEST(DistAutogradSharingTest, SerializeGuardMakesTheSecondForwardWaitForTheFirstStep) {
+  interleave_two_contexts("serialize");
+}
 TEST(DistAutogradSharingTest, VersionedGuardRefusesAStaleStepByName) { interleave_two_contexts("versioned"); }
 TEST(DistAutogradSharingTest, HogwildGuardLetsEveryContextStep) { interleave_two_contexts("hogwild"); }
 
@@ -156,16 +159,17 @@ TEST(DistAutogradSharingTest, DdpInsideDistributedAutogradRefusesASecondPartOfAC
       {
         dist_autograd::Context ctx(agent);
         at::Tensor out = ddp.forward(input().to(torch::kFloat32));
-        at::Tensor loss = rank == 0 ? (agent.rpc_sync<at::Tensor>(2, "double", out) + agent.rpc_sync<at::Tensor>(2, "double", out)).sum()
-                                    : (agent.rpc_sync<at::Tensor>(2, "double", out) * 2).sum();
+        at::Tensor loss =
+            rank == 0
+                ? (agent.rpc_sync<at::Tensor>(2, "double", out) + agent.rpc_sync<at::Tensor>(2, "double", out)).sum()
+                : (agent.rpc_sync<at::Tensor>(2, "double", out) * 2).sum();
         error = error_of<dist_autograd::BackwardError>([&] { dist_autograd::backward(ctx, {loss}); });
       }
       if (rank == 0)
         expect(contains(error, "DDP inside distributed autograd: a second backward part of context") &&
                    contains(error, "DDP reduces once per context"),
                "trainer 0's second part is refused naming the rule: " + error);
-      else
-        expect(error.empty(), "trainer 1's backward completes: " + error);
+      else expect(error.empty(), "trainer 1's backward completes: " + error);
       pg->barrier();
       touch(dir.file("done" + std::to_string(rank)));
     } else {
@@ -199,14 +203,15 @@ TEST(DistAutogradSharingTest, SerializeGuardsEnteredInOppositeOrdersRefuseTheNew
       std::unique_ptr<dist_autograd::Context> older, newer;
       const at::Tensor x = input();
       la.post([&] {
-        older = std::make_unique<dist_autograd::Context>(agent);
-        agent.rpc_sync<at::Tensor>(0, "forward", x);  // holds worker0's guard
-      }).get();
+          older = std::make_unique<dist_autograd::Context>(agent);
+          agent.rpc_sync<at::Tensor>(0, "forward", x);  // holds worker0's guard
+        }).get();
       lb.post([&] {
-        newer = std::make_unique<dist_autograd::Context>(agent);
-        agent.rpc_sync<at::Tensor>(1, "forward", x);  // holds worker1's guard
-      }).get();
-      const std::string older_id = autograd::detail::id_name(older->id()), newer_id = autograd::detail::id_name(newer->id());
+          newer = std::make_unique<dist_autograd::Context>(agent);
+          agent.rpc_sync<at::Tensor>(1, "forward", x);  // holds worker1's guard
+        }).get();
+      const std::string older_id = autograd::detail::id_name(older->id()),
+                        newer_id = autograd::detail::id_name(newer->id());
       std::string older_error = "none", newer_error = "none";
       auto a = la.post([&] {
         try {
@@ -227,7 +232,8 @@ TEST(DistAutogradSharingTest, SerializeGuardsEnteredInOppositeOrdersRefuseTheNew
       a.get();
       la.post([&] { older.reset(); }).get();
       expect(contains(newer_error, "distrl::autograd::GuardDeadlockError") &&
-                 contains(newer_error, "deadlock: context " + newer_id + " waits for " + older_id + " waits for " + newer_id),
+                 contains(newer_error,
+                          "deadlock: context " + newer_id + " waits for " + older_id + " waits for " + newer_id),
              "the newer context is refused naming the cycle: " + newer_error);
       expect(older_error == "none", "the older context goes on: " + older_error);
     }

@@ -41,7 +41,8 @@ void check_parity(int world, const Model& model, const LocalModel& local) {
         at::Tensor g = agent.rpc_sync<at::Tensor>(k, "grad_of", ctx.id());
         expect(g.numel() == 16, "worker " + std::to_string(k) + " has a gradient");
         const double e = rel_err(g, w[k].grad());
-        expect(e <= kFloat64GraphTolerance, "gradient of worker " + std::to_string(k) + " equals the local one (rel err " + std::to_string(e) + ")");
+        expect(e <= kFloat64GraphTolerance,
+               "gradient of worker " + std::to_string(k) + " equals the local one (rel err " + std::to_string(e) + ")");
       }
       expect(!me.w->grad().defined(), ".grad is not touched by distributed backward");
     }
@@ -69,14 +70,18 @@ void check_parity(int world, const Model& model, const LocalModel& local) {
     }
     for (int k = 0; k < world; ++k) {
       const double e = rel_err(agent.rpc_sync<at::Tensor>(k, "weight"), lw[k].detach());
-      expect(e <= kFloat64GraphTolerance, "weights of worker " + std::to_string(k) + " after 3 steps (rel err " + std::to_string(e) + ")");
+      expect(e <= kFloat64GraphTolerance,
+             "weights of worker " + std::to_string(k) + " after 3 steps (rel err " + std::to_string(e) + ")");
     }
     // Every context left: released on every worker that saw it.
-    expect(distrl::testing::wait_until([&] {
-      std::uint64_t live = 0;
-      for (int k = 0; k < world; ++k) live += agent.rpc_sync<std::uint64_t>(k, "live");
-      return live == 0;
-    }, 10s), "no live contexts left anywhere");
+    expect(distrl::testing::wait_until(
+               [&] {
+                 std::uint64_t live = 0;
+                 for (int k = 0; k < world; ++k) live += agent.rpc_sync<std::uint64_t>(k, "live");
+                 return live == 0;
+               },
+               10s),
+           "no live contexts left anywhere");
   });
 }
 
@@ -215,7 +220,8 @@ TEST(DistAutogradTest, RemoteModuleForwardsTrainsAndSwitchesMode) {
         dist_autograd::backward(ctx, {loss});
         opt.step(ctx);
       }
-      expect(last < first * 0.5, "the remote module learns (" + std::to_string(first) + " -> " + std::to_string(last) + ")");
+      expect(last < first * 0.5,
+             "the remote module learns (" + std::to_string(first) + " -> " + std::to_string(last) + ")");
     }
     agent.shutdown();
     return 0;
@@ -228,7 +234,8 @@ TEST(DistAutogradTest, RemoteModuleForwardsTrainsAndSwitchesMode) {
 // refused naming retain_graph.
 TEST(DistAutogradTest, BackwardsWithRetainGraphAccumulateInTheContext) {
   run_on_rank0({}, [&](RpcAgent& agent, Worker& me) {
-    at::Tensor xl = input().requires_grad_(true), w0 = weight_of(0).requires_grad_(true), w1 = weight_of(1).requires_grad_(true);
+    at::Tensor xl = input().requires_grad_(true), w0 = weight_of(0).requires_grad_(true),
+               w1 = weight_of(1).requires_grad_(true);
     at::Tensor ly = local_hop(local_hop(xl, w0), w1);
     at::Tensor lloss = (ly * ly).sum();
     for (int i = 0; i < 3; ++i) lloss.backward({}, /*retain_graph=*/i < 2);
@@ -247,7 +254,8 @@ TEST(DistAutogradTest, BackwardsWithRetainGraphAccumulateInTheContext) {
 // graph through worker1 (retain_graph): the context holds both passes' sum, as one process has.
 TEST(DistAutogradTest, TwoBackwardsAtOnceInOneContextAddUp) {
   run_on_rank0({}, [&](RpcAgent& agent, Worker& me) {
-    at::Tensor xl = input().requires_grad_(true), w0 = weight_of(0).requires_grad_(true), w1 = weight_of(1).requires_grad_(true);
+    at::Tensor xl = input().requires_grad_(true), w0 = weight_of(0).requires_grad_(true),
+               w1 = weight_of(1).requires_grad_(true);
     at::Tensor ly = local_hop(local_hop(xl, w0), w1);
     (ly * ly).sum().backward({}, true);
     ly.sin().sum().backward();
@@ -281,7 +289,8 @@ TEST(DistAutogradTest, ADiamondMatchesOneProcessAndLeafHooksRunOncePerPart) {
     };
     int local_calls = 0, calls = 0;
     at::Tensor local_sum, sum;
-    at::Tensor xl = hooked(&local_calls, &local_sum), w0 = weight_of(0).requires_grad_(true), w1 = weight_of(1).requires_grad_(true);
+    at::Tensor xl = hooked(&local_calls, &local_sum), w0 = weight_of(0).requires_grad_(true),
+               w1 = weight_of(1).requires_grad_(true);
     at::Tensor yl = local_hop(xl, w0);
     (local_hop(yl, w1) + local_hop(yl, w1)).pow(2).sum().backward();
     dist_autograd::Context ctx(agent);
@@ -309,13 +318,15 @@ TEST(DistAutogradTest, DistributedOptimizersMatchLibTorchsOwn) {
   sgd.nesterov = true;
   sgd.weight_decay = 0.01;
   cases.emplace_back(sgd, [](std::vector<at::Tensor> p) {
-    return std::make_unique<torch::optim::SGD>(p, torch::optim::SGDOptions(0.05).momentum(0.9).nesterov(true).weight_decay(0.01));
+    return std::make_unique<torch::optim::SGD>(
+        p, torch::optim::SGDOptions(0.05).momentum(0.9).nesterov(true).weight_decay(0.01));
   });
   autograd::OptimizerSpec adagrad{"adagrad", 0.1};
   adagrad.lr_decay = 0.01;
   adagrad.weight_decay = 0.02;
   cases.emplace_back(adagrad, [](std::vector<at::Tensor> p) {
-    return std::make_unique<torch::optim::Adagrad>(p, torch::optim::AdagradOptions(0.1).lr_decay(0.01).weight_decay(0.02));
+    return std::make_unique<torch::optim::Adagrad>(p,
+                                                   torch::optim::AdagradOptions(0.1).lr_decay(0.01).weight_decay(0.02));
   });
   autograd::OptimizerSpec adam{"adam", 0.01};
   adam.weight_decay = 0.05;
@@ -329,7 +340,8 @@ TEST(DistAutogradTest, DistributedOptimizersMatchLibTorchsOwn) {
         torch::NoGradGuard no_grad;
         me.w->copy_(weight_of(0));
       }
-      autograd::DistributedOptimizer dopt(agent, spec, {agent.make_rref(me.w), agent.rpc_sync<RRef<at::Tensor>>(1, "param")});
+      autograd::DistributedOptimizer dopt(agent, spec,
+                                          {agent.make_rref(me.w), agent.rpc_sync<RRef<at::Tensor>>(1, "param")});
       std::vector<at::Tensor> lw{weight_of(0).requires_grad_(true), weight_of(1).requires_grad_(true)};
       auto lopt = make_local(lw);
       for (int step = 0; step < 3; ++step) {
@@ -344,10 +356,12 @@ TEST(DistAutogradTest, DistributedOptimizersMatchLibTorchsOwn) {
         (ly * ly).sum().backward();
         lopt->step();
       }
-      const double e0 = rel_err(me.w->detach(), lw[0].detach()), e1 = rel_err(agent.rpc_sync<at::Tensor>(1, "weight"), lw[1].detach());
+      const double e0 = rel_err(me.w->detach(), lw[0].detach()),
+                   e1 = rel_err(agent.rpc_sync<at::Tensor>(1, "weight"), lw[1].detach());
       std::ostringstream errs;
       errs << e0 << ", " << e1;
-      expect(e0 < kFloat64GraphTolerance && e1 < kFloat64GraphTolerance, spec.kind + ": weights after 3 steps equal LibTorch's (rel err " + errs.str() + ")");
+      expect(e0 < kFloat64GraphTolerance && e1 < kFloat64GraphTolerance,
+             spec.kind + ": weights after 3 steps equal LibTorch's (rel err " + errs.str() + ")");
     }
   });
 }
@@ -381,8 +395,10 @@ TEST(DistAutogradTest, AContextLeftOutOfOrderOrOnAnotherThreadStopsBeingCurrentO
     expect(recorded_in(mine), "this thread's context is still current");
     bool outside = false;
     lane.post([&] {
-      outside = !agent.rpc_sync<at::Tensor>(1, "hop", input().requires_grad_(true), std::vector<int>{}).requires_grad();
-    }).get();
+          outside =
+              !agent.rpc_sync<at::Tensor>(1, "hop", input().requires_grad_(true), std::vector<int>{}).requires_grad();
+        })
+        .get();
     expect(outside, "on the lane no context is current any more");
     expect(wait_until([&] { return agent.rpc_sync<std::uint64_t>(1, "live") == 1; }, 10s),
            "worker1 holds only this thread's context");

@@ -21,12 +21,13 @@ using distrl::testing::TempDir;
 }  // namespace
 
 TEST(LaunchTest, SetsRankVariablesAndPrefixesOutput) {
-  auto r = launch("--nproc 3 -- sh -c 'echo rank=$RANK world=$WORLD_SIZE local=$LOCAL_RANK addr=$MASTER_ADDR "
-                  "lws=$LOCAL_WORLD_SIZE group=$GROUP_RANK; echo second'");
+  auto r = launch(
+      "--nproc 3 -- sh -c 'echo rank=$RANK world=$WORLD_SIZE local=$LOCAL_RANK addr=$MASTER_ADDR "
+      "lws=$LOCAL_WORLD_SIZE group=$GROUP_RANK; echo second'");
   EXPECT_EQ(r.code, 0) << r.output;
   for (int i = 0; i < 3; ++i) {
-    EXPECT_NE(r.output.find("[" + std::to_string(i) + "] rank=" + std::to_string(i) + " world=3 local=" +
-                            std::to_string(i) + " addr=127.0.0.1 lws=3 group=0"),
+    EXPECT_NE(r.output.find("[" + std::to_string(i) + "] rank=" + std::to_string(i) +
+                            " world=3 local=" + std::to_string(i) + " addr=127.0.0.1 lws=3 group=0"),
               std::string::npos)
         << r.output;
     EXPECT_NE(r.output.find("[" + std::to_string(i) + "] second"), std::string::npos) << r.output;
@@ -34,8 +35,9 @@ TEST(LaunchTest, SetsRankVariablesAndPrefixesOutput) {
 }
 
 TEST(LaunchTest, MultiNodeRanksAreOffsetByNodeRank) {
-  auto r = launch("--nproc 2 --nnodes 3 --node-rank 2 --master-port 29999 -- sh -c "
-                  "'echo r=$RANK w=$WORLD_SIZE p=$MASTER_PORT l=$LOCAL_RANK lws=$LOCAL_WORLD_SIZE g=$GROUP_RANK'");
+  auto r = launch(
+      "--nproc 2 --nnodes 3 --node-rank 2 --master-port 29999 -- sh -c "
+      "'echo r=$RANK w=$WORLD_SIZE p=$MASTER_PORT l=$LOCAL_RANK lws=$LOCAL_WORLD_SIZE g=$GROUP_RANK'");
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("[4] r=4 w=6 p=29999 l=0 lws=2 g=2"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("[5] r=5 w=6 p=29999 l=1 lws=2 g=2"), std::string::npos) << r.output;
@@ -45,7 +47,8 @@ TEST(LaunchTest, MultiNodeRanksAreOffsetByNodeRank) {
 // TrainJob start it: node count, node index, master (and TrainJob's ranks per node) come from
 // the job's variables.
 TEST(LaunchTest, NodesComeFromSrunAndTrainJobVariables) {
-  const std::string echo = " -- sh -c 'echo r=$RANK w=$WORLD_SIZE a=$MASTER_ADDR p=$MASTER_PORT l=$LOCAL_RANK g=$GROUP_RANK'";
+  const std::string echo =
+      " -- sh -c 'echo r=$RANK w=$WORLD_SIZE a=$MASTER_ADDR p=$MASTER_PORT l=$LOCAL_RANK g=$GROUP_RANK'";
   auto srun = distrl::testing::run_command(
       "env SLURM_PROCID=1 SLURM_NTASKS=3 SLURM_NNODES=3 SLURM_NODEID=1 SLURM_LOCALID=0 SLURM_TASKS_PER_NODE='1(x3)' "
       "SLURM_JOB_ID=4242 SLURM_STEP_NODELIST='n[0-2]' " +
@@ -68,7 +71,8 @@ TEST(LaunchTest, NodesComeFromSrunAndTrainJobVariables) {
   // The command line still wins.
   auto given = distrl::testing::run_command(
       "env PET_NNODES=2 PET_NPROC_PER_NODE=3 PET_NODE_RANK=1 PET_MASTER_ADDR=trainer-0 PET_MASTER_PORT=29400 " +
-      distrl::testing::bin_path("distrl-launch") + " --nproc 1 --node-rank 0 --nnodes 1 --master-port 0 --master-addr 127.0.0.1" + echo);
+      distrl::testing::bin_path("distrl-launch") +
+      " --nproc 1 --node-rank 0 --nnodes 1 --master-port 0 --master-addr 127.0.0.1" + echo);
   EXPECT_EQ(given.code, 0) << given.output;
   EXPECT_NE(given.output.find("[0] r=0 w=1 a=127.0.0.1"), std::string::npos) << given.output;
 
@@ -94,8 +98,8 @@ std::string fail_after_pids(const TempDir& dir, int others) {
 // Each rank but `failing` writes its pid to DIR/pid.RANK, then becomes a 600 s sleep: a
 // launcher that does not stop it runs into the CTest timeout.
 std::string ranks_that_wait(const TempDir& dir, int world, int failing) {
-  return "sh -c 'if [ $RANK = " + std::to_string(failing) + " ]; then " + fail_after_pids(dir, world - 1) +
-         "; fi; " + write_pid(dir) + "exec sleep 600'";
+  return "sh -c 'if [ $RANK = " + std::to_string(failing) + " ]; then " + fail_after_pids(dir, world - 1) + "; fi; " +
+         write_pid(dir) + "exec sleep 600'";
 }
 
 bool alive(pid_t pid) { return ::kill(pid, 0) == 0; }
@@ -126,8 +130,8 @@ TEST(LaunchTest, RanksThatIgnoreSigtermAreKilledAfterTheGracePeriod) {
   TempDir dir;
   const std::string ignore = "trap \"touch " + dir.path() + "/term.$RANK\" TERM; ";
   // The shell itself stays (a trap runs only in the shell): it loops on short sleeps.
-  auto r = launch("--nproc 2 --grace 1 -- sh -c 'if [ $RANK = 1 ]; then " + fail_after_pids(dir, 1) + "; fi; " + ignore +
-                  write_pid(dir) + "while true; do sleep 0.05; done'");
+  auto r = launch("--nproc 2 --grace 1 -- sh -c 'if [ $RANK = 1 ]; then " + fail_after_pids(dir, 1) + "; fi; " +
+                  ignore + write_pid(dir) + "while true; do sleep 0.05; done'");
   EXPECT_EQ(r.code, 3) << r.output;
   EXPECT_TRUE(std::filesystem::exists(dir.file("term.0"))) << "SIGTERM first";
   const pid_t pid = read_pid(dir.file("pid.0"));
@@ -169,7 +173,8 @@ TEST(LaunchTest, AKilledRanksIpcFilesAreRemoved) {
   TempDir dir;
   // exec keeps the shell's pid, so the file is named as a rank's own endpoint would be.
   auto r = launch("--nproc 2 -- sh -c 'touch /tmp/distrl-$$-test.ipc; echo $$ > " + dir.path() +
-                  "/pid.$RANK; if [ $RANK = 1 ]; then while [ ! -e " + dir.path() + "/pid.0 ]; do sleep 0.05; done; exit 3; fi; "
+                  "/pid.$RANK; if [ $RANK = 1 ]; then while [ ! -e " + dir.path() +
+                  "/pid.0 ]; do sleep 0.05; done; exit 3; fi; "
                   "exec sleep 600'");
   EXPECT_EQ(r.code, 3) << r.output;
   for (int rank : {0, 1}) {
@@ -184,9 +189,11 @@ TEST(LaunchTest, AKilledRanksIpcFilesAreRemoved) {
 // finishes on both. More nodes than ranks is refused before anything starts.
 TEST(LaunchTest, AConfigIsSplitOverNodesInBlocks) {
   TempDir dir;
-  const std::string args = "--nnodes 2 --master-port " + std::to_string(distrl::tools::free_port("127.0.0.1")) + " --config " +
-                           std::string(DISTRL_SOURCE_DIR) + "/configs/cartpole.yaml observers=3 learner.rounds=5 "
-                           "run.out_dir=" + dir.path();
+  const std::string args = "--nnodes 2 --master-port " + std::to_string(distrl::tools::free_port("127.0.0.1")) +
+                           " --config " + std::string(DISTRL_SOURCE_DIR) +
+                           "/configs/cartpole.yaml observers=3 learner.rounds=5 "
+                           "run.out_dir=" +
+                           dir.path();
   // At info level (the suite runs at warn) every rank says who it is: the observers' lines count.
   distrl::testing::ChildProcess node1(
       distrl::testing::ChildProcess::shell(distrl::testing::bin_path("distrl-launch") + " --node-rank 1 " + args),
@@ -239,9 +246,9 @@ TEST(LaunchTest, TheFirstHoursMistakesAreNamedWithTheirFix) {
   const std::string configs = std::string(DISTRL_SOURCE_DIR) + "/configs/";
   auto bare = launch(configs + "cartpole.yaml");
   EXPECT_EQ(bare.code, 2) << bare.output;
-  EXPECT_NE(bare.output.find("is a config file: give it with --config (distrl-launch --config " + configs +
-                             "cartpole.yaml)"),
-            std::string::npos)
+  EXPECT_NE(
+      bare.output.find("is a config file: give it with --config (distrl-launch --config " + configs + "cartpole.yaml)"),
+      std::string::npos)
       << bare.output;
   auto cap = launch("--config " + configs + "ddp_toy.yaml learner.rounds=3 --check-config");
   EXPECT_EQ(cap.code, 2) << cap.output;
@@ -273,7 +280,8 @@ TEST(LaunchTest, CheckConfigSaysWhatWouldRunAndStartsNothing) {
   auto rl = launch("--config " + configs + "cartpole.yaml --check-config observers=3 run.out_dir=" + dir.file("rl"));
   EXPECT_EQ(rl.code, 0) << rl.output;
   EXPECT_NE(rl.output.find("distrl-agent: ok: rl, 4 ranks (1 agent + 3 observers; CartPole-v1, reinforce, batched); "
-                           "outputs in " + dir.file("rl")),
+                           "outputs in " +
+                           dir.file("rl")),
             std::string::npos)
       << rl.output;
   auto pipe = launch("--config " + configs + "pipeline_fashion_mnist.yaml --check-config run.out_dir=" + dir.file("p"));

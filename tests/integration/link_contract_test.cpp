@@ -220,50 +220,56 @@ class LinkContract : public ::testing::TestWithParam<std::string> {};
 TEST_P(LinkContract, MessagesArriveInOrderByteForByteAndNameTheirSendersRank) {
   TempDir dir;
   const std::string kind = GetParam();
-  auto codes = run_ranks(2, [&](int rank) {
-    End end(kind, dir, rank);
-    if (rank == 0)
-      return serve_until_done(end, dir, 60s, [](End& e) {
-        const auto ranks = e.request_ranks();
-        expect(ranks.size() == 3000, std::to_string(ranks.size()) + " requests served");
-        for (int r : ranks) expect(r == 1, "a request named rank " + std::to_string(r));
-      });
-    // Sizes from 0 to ~3 MiB (ShmLink's ring is 1 MiB: some wrap, some span it), in flight together.
-    constexpr int kMessages = 3000;
-    auto size_of = [](int i) { return static_cast<std::size_t>((i * 7919) % 3000) * (i % 50 == 0 ? 1000 : 3); };
-    int received = 0;
-    for (int i = 0; i < kMessages; ++i) {
-      expect(end.send(0, frames_of({std::to_string(i), pattern(size_of(i), i), ""})), "send " + std::to_string(i));
-      while (i - received > 200 || (i == kMessages - 1 && received < kMessages)) {  // 200 in flight
-        auto r = end.next_reply(20s);
-        expect(r.has_value(), "no reply " + std::to_string(received));
-        expect(r->size() == 3 && (*r)[0].to_string() == std::to_string(received) &&
-                   (*r)[1].to_string() == pattern(size_of(received), received) && (*r)[2].size() == 0,
-               "reply " + std::to_string(received) + " out of order or changed");
-        ++received;
-      }
-    }
-    distrl::testing::touch(dir.file("done"));
-    return 0;
-  }, 120s);
+  auto codes = run_ranks(
+      2,
+      [&](int rank) {
+        End end(kind, dir, rank);
+        if (rank == 0)
+          return serve_until_done(end, dir, 60s, [](End& e) {
+            const auto ranks = e.request_ranks();
+            expect(ranks.size() == 3000, std::to_string(ranks.size()) + " requests served");
+            for (int r : ranks) expect(r == 1, "a request named rank " + std::to_string(r));
+          });
+        // Sizes from 0 to ~3 MiB (ShmLink's ring is 1 MiB: some wrap, some span it), in flight together.
+        constexpr int kMessages = 3000;
+        auto size_of = [](int i) { return static_cast<std::size_t>((i * 7919) % 3000) * (i % 50 == 0 ? 1000 : 3); };
+        int received = 0;
+        for (int i = 0; i < kMessages; ++i) {
+          expect(end.send(0, frames_of({std::to_string(i), pattern(size_of(i), i), ""})), "send " + std::to_string(i));
+          while (i - received > 200 || (i == kMessages - 1 && received < kMessages)) {  // 200 in flight
+            auto r = end.next_reply(20s);
+            expect(r.has_value(), "no reply " + std::to_string(received));
+            expect(r->size() == 3 && (*r)[0].to_string() == std::to_string(received) &&
+                       (*r)[1].to_string() == pattern(size_of(received), received) && (*r)[2].size() == 0,
+                   "reply " + std::to_string(received) + " out of order or changed");
+            ++received;
+          }
+        }
+        distrl::testing::touch(dir.file("done"));
+        return 0;
+      },
+      120s);
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
 
 TEST_P(LinkContract, AMessageOf64MiBInSeveralFramesArrivesWhole) {
   TempDir dir;
   const std::string kind = GetParam();
-  auto codes = run_ranks(2, [&](int rank) {
-    End end(kind, dir, rank);
-    if (rank == 0) return serve_until_done(end, dir, 60s);
-    const std::string big = pattern(64 << 20, 3);
-    expect(end.send(0, frames_of({"", big, "tail", pattern(1 << 20, 4)})), "send");
-    auto r = end.next_reply(60s);
-    expect(r && r->size() == 4 && (*r)[0].size() == 0 && (*r)[1].to_string() == big && (*r)[2].to_string() == "tail" &&
-               (*r)[3].to_string() == pattern(1 << 20, 4),
-           "the 64 MiB message came back changed");
-    distrl::testing::touch(dir.file("done"));
-    return 0;
-  }, 120s);
+  auto codes = run_ranks(
+      2,
+      [&](int rank) {
+        End end(kind, dir, rank);
+        if (rank == 0) return serve_until_done(end, dir, 60s);
+        const std::string big = pattern(64 << 20, 3);
+        expect(end.send(0, frames_of({"", big, "tail", pattern(1 << 20, 4)})), "send");
+        auto r = end.next_reply(60s);
+        expect(r && r->size() == 4 && (*r)[0].size() == 0 && (*r)[1].to_string() == big &&
+                   (*r)[2].to_string() == "tail" && (*r)[3].to_string() == pattern(1 << 20, 4),
+               "the 64 MiB message came back changed");
+        distrl::testing::touch(dir.file("done"));
+        return 0;
+      },
+      120s);
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
 
@@ -271,83 +277,94 @@ TEST_P(LinkContract, APeerKilledMidMessageIsReportedDownAndNoPartOfItIsDelivered
   TempDir dir;
   const std::string kind = GetParam();
   constexpr std::size_t kBig = 256u << 20;
-  auto codes = run_ranks(2, [&](int rank) {
-    End end(kind, dir, rank);
-    if (rank == 1) {
-      expect(end.send(0, frames_of({"hello"})) && end.next_reply(20s).has_value(), "a first round trip");
-      expect(distrl::testing::wait_for_file(dir.file("watching"), 20s), "rank 0 never watched");
-      auto big = std::make_shared<Frames>(frames_of({pattern(kBig, 5)}));
-      const std::uint64_t before = end.link().bytes_sent();
-      end.link().post([&end, big] {
-        std::string err;
-        end.link().send_to_peer(0, *big, &err);
-      });
-      // Taken by the link (shared memory: its first part in the ring), then part of it written.
-      expect(distrl::testing::wait_until([&] { return end.link().bytes_sent() >= before + kBig; }, 20s), "never sent");
-      std::this_thread::sleep_for(3ms);
-      ::raise(SIGKILL);
-    }
-    // Connected to rank 1 (its death is watched) before it sends.
-    expect(end.send(1, frames_of({"watch"})) && end.next_reply(20s).has_value(), "a round trip to rank 1");
-    distrl::testing::touch(dir.file("watching"));
-    const auto start = Clock::now();
-    const std::string why = end.wait_down(1, 20s);
-    const double took = std::chrono::duration<double>(Clock::now() - start).count();
-    std::cout << kind << ": rank 1 reported down after " << took << " s: " << why << std::endl;
-    expect(!why.empty(), "rank 1's death was never reported");
-    expect(took < 12, "reported after " + std::to_string(took) + " s, past the heartbeat bound");
-    for (std::size_t size : end.request_sizes())
-      expect(size == 5 || size == kBig, "a part of a message was delivered: " + std::to_string(size) + " bytes");
-    return 0;
-  }, 60s);
+  auto codes = run_ranks(
+      2,
+      [&](int rank) {
+        End end(kind, dir, rank);
+        if (rank == 1) {
+          expect(end.send(0, frames_of({"hello"})) && end.next_reply(20s).has_value(), "a first round trip");
+          expect(distrl::testing::wait_for_file(dir.file("watching"), 20s), "rank 0 never watched");
+          auto big = std::make_shared<Frames>(frames_of({pattern(kBig, 5)}));
+          const std::uint64_t before = end.link().bytes_sent();
+          end.link().post([&end, big] {
+            std::string err;
+            end.link().send_to_peer(0, *big, &err);
+          });
+          // Taken by the link (shared memory: its first part in the ring), then part of it written.
+          expect(distrl::testing::wait_until([&] { return end.link().bytes_sent() >= before + kBig; }, 20s),
+                 "never sent");
+          std::this_thread::sleep_for(3ms);
+          ::raise(SIGKILL);
+        }
+        // Connected to rank 1 (its death is watched) before it sends.
+        expect(end.send(1, frames_of({"watch"})) && end.next_reply(20s).has_value(), "a round trip to rank 1");
+        distrl::testing::touch(dir.file("watching"));
+        const auto start = Clock::now();
+        const std::string why = end.wait_down(1, 20s);
+        const double took = std::chrono::duration<double>(Clock::now() - start).count();
+        std::cout << kind << ": rank 1 reported down after " << took << " s: " << why << std::endl;
+        expect(!why.empty(), "rank 1's death was never reported");
+        expect(took < 12, "reported after " + std::to_string(took) + " s, past the heartbeat bound");
+        for (std::size_t size : end.request_sizes())
+          expect(size == 5 || size == kBig, "a part of a message was delivered: " + std::to_string(size) + " bytes");
+        return 0;
+      },
+      60s);
   EXPECT_EQ(codes, (std::vector<int>{0, 128 + SIGKILL}));
 }
 
 TEST_P(LinkContract, AStoppedPeerIsReportedDownWithinTheHeartbeatBoundAndUpOnceItRuns) {
   TempDir dir;
   const std::string kind = GetParam();
-  auto codes = run_ranks(2, [&](int rank) {
-    End end(kind, dir, rank);
-    if (rank == 1) {
-      std::ofstream(dir.file("pid.tmp")) << ::getpid();
-      std::rename(dir.file("pid.tmp").c_str(), dir.file("pid").c_str());  // whole when it appears
-      return serve_until_done(end, dir, 60s);
-    }
-    expect(distrl::testing::wait_for_file(dir.file("pid"), 10s), "no pid");
-    expect(end.send(1, frames_of({"before"})) && end.next_reply(20s).has_value(), "a round trip before the stop");
-    pid_t peer = 0;
-    std::ifstream(dir.file("pid")) >> peer;
-    expect(peer > 1, "rank 1's pid file");  // kill(0, ...) would stop this whole process group
-    ::kill(peer, SIGSTOP);
-    const auto stopped = Clock::now();
-    const std::string why = end.wait_down(1, 20s);
-    const double took = std::chrono::duration<double>(Clock::now() - stopped).count();
-    std::cout << kind << ": stopped rank 1 reported down after " << took << " s: " << why << std::endl;
-    ::kill(peer, SIGCONT);
-    expect(!why.empty() && took >= 5 && took < 14, "reported after " + std::to_string(took) + " s (the bound: 10 s)");
-    expect(end.wait_up(20s), "rank 1 never reported up again after SIGCONT");
-    expect(end.send(1, frames_of({"after"})), "a send after it came back");
-    auto r = end.next_reply(20s);
-    expect(r && (*r)[0].to_string() == "after", "no answer after it came back");
-    distrl::testing::touch(dir.file("done"));
-    return 0;
-  }, 90s);
+  auto codes = run_ranks(
+      2,
+      [&](int rank) {
+        End end(kind, dir, rank);
+        if (rank == 1) {
+          std::ofstream(dir.file("pid.tmp")) << ::getpid();
+          std::rename(dir.file("pid.tmp").c_str(), dir.file("pid").c_str());  // whole when it appears
+          return serve_until_done(end, dir, 60s);
+        }
+        expect(distrl::testing::wait_for_file(dir.file("pid"), 10s), "no pid");
+        expect(end.send(1, frames_of({"before"})) && end.next_reply(20s).has_value(), "a round trip before the stop");
+        pid_t peer = 0;
+        std::ifstream(dir.file("pid")) >> peer;
+        expect(peer > 1, "rank 1's pid file");  // kill(0, ...) would stop this whole process group
+        ::kill(peer, SIGSTOP);
+        const auto stopped = Clock::now();
+        const std::string why = end.wait_down(1, 20s);
+        const double took = std::chrono::duration<double>(Clock::now() - stopped).count();
+        std::cout << kind << ": stopped rank 1 reported down after " << took << " s: " << why << std::endl;
+        ::kill(peer, SIGCONT);
+        expect(!why.empty() && took >= 5 && took < 14,
+               "reported after " + std::to_string(took) + " s (the bound: 10 s)");
+        expect(end.wait_up(20s), "rank 1 never reported up again after SIGCONT");
+        expect(end.send(1, frames_of({"after"})), "a send after it came back");
+        auto r = end.next_reply(20s);
+        expect(r && (*r)[0].to_string() == "after", "no answer after it came back");
+        distrl::testing::touch(dir.file("done"));
+        return 0;
+      },
+      90s);
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
 
 TEST_P(LinkContract, APeerWhoseIoThreadIsHeldPastTheHeartbeatTimeoutIsNotReportedDown) {
   TempDir dir;
   const std::string kind = GetParam();
-  auto codes = run_ranks(2, [&](int rank) {
-    End end(kind, dir, rank);
-    if (rank == 1) return serve_until_done(end, dir, 60s);
-    expect(end.send(1, frames_of({"hold"})), "send");  // rank 1's handler holds its I/O thread 12 s
-    auto r = end.next_reply(30s);
-    expect(r && (*r)[0].to_string() == "hold", "no answer after the hold");
-    expect(end.wait_down(1, 0ms).empty(), "rank 1 was reported down: " + end.wait_down(1, 0ms));
-    distrl::testing::touch(dir.file("done"));
-    return 0;
-  }, 60s);
+  auto codes = run_ranks(
+      2,
+      [&](int rank) {
+        End end(kind, dir, rank);
+        if (rank == 1) return serve_until_done(end, dir, 60s);
+        expect(end.send(1, frames_of({"hold"})), "send");  // rank 1's handler holds its I/O thread 12 s
+        auto r = end.next_reply(30s);
+        expect(r && (*r)[0].to_string() == "hold", "no answer after the hold");
+        expect(end.wait_down(1, 0ms).empty(), "rank 1 was reported down: " + end.wait_down(1, 0ms));
+        distrl::testing::touch(dir.file("done"));
+        return 0;
+      },
+      60s);
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
 
@@ -355,62 +372,70 @@ TEST_P(LinkContract, APeerThatNeverReadsCostsABoundedQueueAndOthersAreServed) {
   constexpr std::size_t kRequests = 400000;
   TempDir dir;
   const std::string kind = GetParam();
-  auto codes = run_ranks(2, [&](int rank) {
-    End end(kind, dir, rank);
-    if (rank == 0) {
-      end.reply_with(64);
-      return serve_until_done(end, dir, 90s, [](End& e) {
-        std::size_t served = 0;  // once every request is served, or none more for a second
-        for (auto last = Clock::now(); served < kRequests + 1 && Clock::now() - last < 1s;) {
-          std::this_thread::sleep_for(10ms);
-          const std::size_t now = e.request_sizes().size();
-          if (now != served) last = Clock::now();
-          served = now;
+  auto codes = run_ranks(
+      2,
+      [&](int rank) {
+        End end(kind, dir, rank);
+        if (rank == 0) {
+          end.reply_with(64);
+          return serve_until_done(end, dir, 90s, [](End& e) {
+            std::size_t served = 0;  // once every request is served, or none more for a second
+            for (auto last = Clock::now(); served < kRequests + 1 && Clock::now() - last < 1s;) {
+              std::this_thread::sleep_for(10ms);
+              const std::size_t now = e.request_sizes().size();
+              if (now != served) last = Clock::now();
+              served = now;
+            }
+            std::cout << served << " requests served, " << e.refused() << " replies refused" << std::endl;
+            expect(e.refused() > 0 || served < kRequests, "every reply to a reader that never reads was queued");
+          });
         }
-        std::cout << served << " requests served, " << e.refused() << " replies refused" << std::endl;
-        expect(e.refused() > 0 || served < kRequests, "every reply to a reader that never reads was queued");
-      });
-    }
-    // A channel whose replies are never read: up to 400,000 requests, past each link's bound on
-    // what waits for a reader. Shared memory refuses replies past 65,536 messages or 128 MiB
-    // behind a full ring; ZeroMQ stops taking the channel's requests once its high-water marks
-    // (100,000 messages at each end; libzmq counts messages, not bytes) are full: the channel's
-    // sends then stay refused.
-    auto ch = end.link().open_channel(0, endpoint(kind, dir, 0), Clock::now() + 10s, [] { return false; });
-    std::size_t sent = 0;
-    for (bool blocked = false; sent < kRequests && !blocked; ++sent) {
-      Frames f = frames_of({"x"});
-      for (auto until = Clock::now() + 2s; !blocked && !ch->send(f);) {
-        blocked = Clock::now() > until;
-        std::this_thread::sleep_for(1ms);
-      }
-    }
-    std::cout << kind << ": " << sent << " requests sent on a channel that never reads" << std::endl;
-    // Meanwhile the link answers this process's other connection.
-    expect(end.send(0, frames_of({"other"})) && end.next_reply(20s).has_value(), "the other connection was not served");
-    distrl::testing::touch(dir.file("done"));
-    return 0;
-  }, 120s);
+        // A channel whose replies are never read: up to 400,000 requests, past each link's bound on
+        // what waits for a reader. Shared memory refuses replies past 65,536 messages or 128 MiB
+        // behind a full ring; ZeroMQ stops taking the channel's requests once its high-water marks
+        // (100,000 messages at each end; libzmq counts messages, not bytes) are full: the channel's
+        // sends then stay refused.
+        auto ch = end.link().open_channel(0, endpoint(kind, dir, 0), Clock::now() + 10s, [] { return false; });
+        std::size_t sent = 0;
+        for (bool blocked = false; sent < kRequests && !blocked; ++sent) {
+          Frames f = frames_of({"x"});
+          for (auto until = Clock::now() + 2s; !blocked && !ch->send(f);) {
+            blocked = Clock::now() > until;
+            std::this_thread::sleep_for(1ms);
+          }
+        }
+        std::cout << kind << ": " << sent << " requests sent on a channel that never reads" << std::endl;
+        // Meanwhile the link answers this process's other connection.
+        expect(end.send(0, frames_of({"other"})) && end.next_reply(20s).has_value(),
+               "the other connection was not served");
+        distrl::testing::touch(dir.file("done"));
+        return 0;
+      },
+      120s);
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
 
 TEST_P(LinkContract, AMessageOfTooManyFramesIsRefusedAndTheLinkServesOn) {
   TempDir dir;
   const std::string kind = GetParam();
-  auto codes = run_ranks(2, [&](int rank) {
-    End end(kind, dir, rank);
-    if (rank == 0)
-      return serve_until_done(end, dir, 30s, [](End& e) {
-        expect(e.dropped() >= 1, "the message of too many frames was not reported");
-        for (std::size_t size : e.request_sizes()) expect(size == 2, "the message of too many frames was delivered");
-      });
-    expect(end.send(0, frames_of(std::vector<std::string>(kMaxParts + 5, "y"))), "send");
-    expect(end.send(0, frames_of({"ok"})), "send");
-    auto r = end.next_reply(20s);
-    expect(r && (*r)[0].to_string() == "ok", "the link stopped serving after a refused message");
-    distrl::testing::touch(dir.file("done"));
-    return 0;
-  }, 60s);
+  auto codes = run_ranks(
+      2,
+      [&](int rank) {
+        End end(kind, dir, rank);
+        if (rank == 0)
+          return serve_until_done(end, dir, 30s, [](End& e) {
+            expect(e.dropped() >= 1, "the message of too many frames was not reported");
+            for (std::size_t size : e.request_sizes())
+              expect(size == 2, "the message of too many frames was delivered");
+          });
+        expect(end.send(0, frames_of(std::vector<std::string>(kMaxParts + 5, "y"))), "send");
+        expect(end.send(0, frames_of({"ok"})), "send");
+        auto r = end.next_reply(20s);
+        expect(r && (*r)[0].to_string() == "ok", "the link stopped serving after a refused message");
+        distrl::testing::touch(dir.file("done"));
+        return 0;
+      },
+      60s);
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
 
@@ -418,23 +443,26 @@ TEST_P(LinkContract, MessagesSentJustBeforeAPeerStopsItsLinkAreAllDelivered) {
   TempDir dir;
   const std::string kind = GetParam();
   constexpr std::size_t kNotices = 2000;
-  auto codes = run_ranks(2, [&](int rank) {
-    if (rank == 0) {
-      End end(kind, dir, rank);
-      end.reply_with(0);
-      expect(distrl::testing::wait_for_file(dir.file("done"), 30s), "rank 1 never finished");
-      expect(distrl::testing::wait_until([&] { return end.request_sizes().size() >= kNotices; }, 10s),
-             std::to_string(end.request_sizes().size()) + " of " + std::to_string(kNotices) + " delivered");
-      return 0;
-    }
-    {
-      End end(kind, dir, rank);
-      expect(end.send(0, frames_of({"first"})) && end.next_reply(20s).has_value(), "a first round trip");
-      for (std::size_t i = 1; i < kNotices; ++i) expect(end.send(0, frames_of({pattern(600, i)})), "send");
-    }  // stopped at once: what was queued goes out before the connection closes
-    distrl::testing::touch(dir.file("done"));
-    return 0;
-  }, 60s);
+  auto codes = run_ranks(
+      2,
+      [&](int rank) {
+        if (rank == 0) {
+          End end(kind, dir, rank);
+          end.reply_with(0);
+          expect(distrl::testing::wait_for_file(dir.file("done"), 30s), "rank 1 never finished");
+          expect(distrl::testing::wait_until([&] { return end.request_sizes().size() >= kNotices; }, 10s),
+                 std::to_string(end.request_sizes().size()) + " of " + std::to_string(kNotices) + " delivered");
+          return 0;
+        }
+        {
+          End end(kind, dir, rank);
+          expect(end.send(0, frames_of({"first"})) && end.next_reply(20s).has_value(), "a first round trip");
+          for (std::size_t i = 1; i < kNotices; ++i) expect(end.send(0, frames_of({pattern(600, i)})), "send");
+        }  // stopped at once: what was queued goes out before the connection closes
+        distrl::testing::touch(dir.file("done"));
+        return 0;
+      },
+      60s);
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
 

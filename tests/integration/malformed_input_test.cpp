@@ -27,7 +27,7 @@ using namespace distrl::testing;
 namespace {
 
 constexpr std::size_t kLimit = 1 << 20;  // the agent's max_message_bytes in these tests
-constexpr std::size_t kMaxFrames = 64;  // and its max_frames
+constexpr std::size_t kMaxFrames = 64;   // and its max_frames
 
 // Child: serve until "stop" is called.
 int serve(const TempDir& dir) {
@@ -291,12 +291,12 @@ TEST_F(MalformedInputTest, GuessedReleasesFreeNothing) {
 // An RRef as transport/README.md documents it, written out by hand: ext type 2, 20 bytes,
 // i32 owner | u64 object id | u64 fork id (little-endian). The agent reads the owner and id.
 TEST_F(MalformedInputTest, AHandWrittenRRefIsReadAsDocumented) {
-  const unsigned char bytes[] = {0x87, 0xa1, 'v', 2, 0xa1, 'k', 0, 0xa2, 'i', 'd', 77, 0xa3, 's', 'r', 'c', 0xff,
-                                 0xa2, 'f', 'n', 0xa7, 'r', 'r', 'e', 'f', '_', 'o', 'f', 0xa2, 'n', 't', 0,
-                                 0xa1, 'a', 0x91, 0xc7, 20, 0x02,
-                                 0, 0, 0, 0,                                       // owner rank 0
-                                 0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // id 0x0102030405060708
-                                 0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11}; // fork id
+  const unsigned char bytes[] = {
+      0x87, 0xa1, 'v',  2,    0xa1, 'k',  0,    0xa2, 'i',  'd', 77,  0xa3, 's', 'r',
+      'c',  0xff, 0xa2, 'f',  'n',  0xa7, 'r',  'r',  'e',  'f', '_', 'o',  'f', 0xa2,
+      'n',  't',  0,    0xa1, 'a',  0x91, 0xc7, 20,   0x02, 0,   0,   0,    0,  // owner rank 0
+      0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,                           // id 0x0102030405060708
+      0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11};                          // fork id
   auto r = call(one_frame(std::string(reinterpret_cast<const char*>(bytes), sizeof(bytes))));
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->kind, Kind::Response) << r->text;
@@ -313,24 +313,29 @@ TEST_F(MalformedInputTest, TruncatedHeaderIsDroppedAndCounted) {
 TEST_F(MalformedInputTest, BadMsgpackIsDroppedAndCounted) { expect_dropped(one_frame("\xc1\xc1 not msgpack")); }
 
 TEST_F(MalformedInputTest, UnknownProtocolVersionIsAnswered) {
-  expect_error_reply(tensor_request(99, 5, "echo", 1, descriptor(0, {1}, 0), {4}), 5, "unsupported protocol version 99");
+  expect_error_reply(tensor_request(99, 5, "echo", 1, descriptor(0, {1}, 0), {4}), 5,
+                     "unsupported protocol version 99");
 }
 
 TEST_F(MalformedInputTest, TensorFrameShorterThanDescriptorIsAnswered) {
-  expect_error_reply(tensor_request(distrl::transport::kProtocolVersion, 6, "echo", 1, descriptor(0, {256}, 0), {100}), 6,
-                     "tensor frame 1 has 100 bytes, descriptor says 1024");
+  expect_error_reply(tensor_request(distrl::transport::kProtocolVersion, 6, "echo", 1, descriptor(0, {256}, 0), {100}),
+                     6, "tensor frame 1 has 100 bytes, descriptor says 1024");
 }
 
 TEST_F(MalformedInputTest, TensorFrameLongerThanDescriptorIsAnswered) {
-  expect_error_reply(tensor_request(distrl::transport::kProtocolVersion, 7, "echo", 1, descriptor(6, {2}, 0), {12}), 7, "has 12 bytes, descriptor says 8");
+  expect_error_reply(tensor_request(distrl::transport::kProtocolVersion, 7, "echo", 1, descriptor(6, {2}, 0), {12}), 7,
+                     "has 12 bytes, descriptor says 8");
 }
 
 TEST_F(MalformedInputTest, UnknownDtypeIsAnswered) {
-  expect_error_reply(tensor_request(distrl::transport::kProtocolVersion, 8, "echo", 1, descriptor(99, {1}, 0), {4}), 8, "unknown dtype code 99");
+  expect_error_reply(tensor_request(distrl::transport::kProtocolVersion, 8, "echo", 1, descriptor(99, {1}, 0), {4}), 8,
+                     "unknown dtype code 99");
 }
 
 TEST_F(MalformedInputTest, AbsurdShapeIsAnswered) {
-  expect_error_reply(tensor_request(distrl::transport::kProtocolVersion, 9, "echo", 1, descriptor(0, {1ll << 40, 1ll << 40}, 0), {4}), 9, "absurd");
+  expect_error_reply(
+      tensor_request(distrl::transport::kProtocolVersion, 9, "echo", 1, descriptor(0, {1ll << 40, 1ll << 40}, 0), {4}),
+      9, "absurd");
 }
 
 TEST_F(MalformedInputTest, UnknownFunctionIsAnswered) {
@@ -347,8 +352,9 @@ TEST_F(MalformedInputTest, WrongArgumentTypeIsAnswered) {
 
 TEST_F(MalformedInputTest, OversizeMessageIsAnswered) {
   // Two frames, each under the per-frame cap, together over max_message_bytes.
-  expect_error_reply(tensor_request(distrl::transport::kProtocolVersion, 13, "echo", 2, descriptor(8, {700000}, 0), {700000, 700000}), 13,
-                     "exceeds the limit of 1048576 bytes");
+  expect_error_reply(
+      tensor_request(distrl::transport::kProtocolVersion, 13, "echo", 2, descriptor(8, {700000}, 0), {700000, 700000}),
+      13, "exceeds the limit of 1048576 bytes");
 }
 
 // More frames than max_frames (+ header): the I/O thread keeps only that many, reads the rest
@@ -380,11 +386,16 @@ Frames reply(std::uint64_t id, int kind, int nt, const std::function<void(msgpac
   msgpack::sbuffer b;
   msgpack::packer<msgpack::sbuffer> pk(b);
   pk.pack_map(6);
-  pk.pack("v"); pk.pack(distrl::transport::kProtocolVersion);
-  pk.pack("k"); pk.pack(kind);
-  pk.pack("id"); pk.pack(id);
-  pk.pack("src"); pk.pack(1);
-  pk.pack("nt"); pk.pack(nt);
+  pk.pack("v");
+  pk.pack(distrl::transport::kProtocolVersion);
+  pk.pack("k");
+  pk.pack(kind);
+  pk.pack("id");
+  pk.pack(id);
+  pk.pack("src");
+  pk.pack(1);
+  pk.pack("nt");
+  pk.pack(nt);
   pk.pack("a");
   body(pk);
   return one_frame(std::string(b.data(), b.size()));
@@ -442,7 +453,8 @@ TEST(MalformedReplyTest, BadRepliesFailTheCallTheyNameWithProtocolError) {
   if (child == 0) ::_exit(call_the_fake_peer(dir));
   // After the fork: this process's ZeroMQ context and store client.
   std::string endpoint;
-  for (auto until = std::chrono::steady_clock::now() + 30s; endpoint.empty() && std::chrono::steady_clock::now() < until;) {
+  for (auto until = std::chrono::steady_clock::now() + 30s;
+       endpoint.empty() && std::chrono::steady_clock::now() < until;) {
     std::ifstream f(dir.file("rendezvous"));
     std::getline(f, endpoint);
     if (endpoint.empty()) std::this_thread::sleep_for(10ms);
@@ -453,7 +465,8 @@ TEST(MalformedReplyTest, BadRepliesFailTheCallTheyNameWithProtocolError) {
   zmq::socket_t router(ctx, zmq::socket_type::router);
   router.set(zmq::sockopt::linger, 0);
   router.bind("tcp://127.0.0.1:*");
-  distrl::transport::detail::Address me{"fake", "not-this-host", "fake-host", router.get(zmq::sockopt::last_endpoint), "", ""};
+  distrl::transport::detail::Address me{
+      "fake", "not-this-host", "fake-host", router.get(zmq::sockopt::last_endpoint), "", ""};
   me.world = 2;  // the agent's world size: another one is refused at the rendezvous
   msgpack::sbuffer buf;
   msgpack::pack(buf, me);
@@ -484,7 +497,8 @@ TEST(MalformedReplyTest, BadRepliesFailTheCallTheyNameWithProtocolError) {
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << WEXITSTATUS(status) << " of the 8 malformed replies were not handled as expected";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << WEXITSTATUS(status)
+                                    << " of the 8 malformed replies were not handled as expected";
 }
 
 // Issue 14: no trust in identity fields. A request whose header names a member (src 0) but that
@@ -508,7 +522,7 @@ struct Sink {};  // the ghost references' type: no such object is ever made
 // Calls of method "take" on ghost references (ids nobody created, owned by rank 0): how many
 // were refused at once naming `bound`, and how many waited and expired.
 std::pair<int, int> call_ghosts(const std::vector<RRef<Sink>>& ghosts, int calls_each, const std::string& arg,
-                                 const std::string& bound) {
+                                const std::string& bound) {
   std::vector<Future<int>> calls;
   for (const auto& g : ghosts)
     for (int i = 0; i < calls_each; ++i) calls.push_back(g.rpc_async<int>("take", arg));
@@ -538,46 +552,49 @@ std::pair<int, int> call_ghosts(const std::vector<RRef<Sink>>& ghosts, int calls
 TEST(UnknownObjectsTest, AMembersCallsWaitingForCreationsAreBoundedInBytesAndNames) {
   TempDir dir;
   constexpr std::size_t kMiB = 1 << 20;
-  auto codes = run_ranks(2, [&](int rank) {
-    std::vector<RRef<Sink>> ghosts;  // outlive the agent: no release notices for them
-    auto o = rpc_options(dir, rank, 2);
-    o.unknown_object_wait = 3s;
-    o.max_unknown_objects = 64;
-    o.max_parked_bytes = 8 * kMiB;
-    RpcAgent agent(o, [](RpcAgent& a) { a.register_function("stats", [&a]() { return a.stats(); }); });
-    if (rank == 0) {
-      agent.shutdown();  // serves until rank 1 is done
-      return 0;
-    }
-    const auto real = agent.make_rref(std::make_shared<Sink>());
-    auto ghost = [&](std::uint64_t id) {
-      auto st = std::make_shared<distrl::transport::detail::RRefState>();
-      st->core = real.state()->core;
-      st->owner = 0;
-      st->id = st->fork = id;
-      return RRef<Sink>(st);
-    };
-    const auto objects_before = agent.rpc_sync<RpcStats>(0, "stats").live_objects;
-    // 20 calls of 1 MiB (and a header of less than 1 KiB) to one id: floor(8 MiB / (1 MiB + header))
-    // = 7 wait, 13 are refused naming the bound and the member.
-    ghosts = {ghost(0x1dea)};
-    const std::string big(kMiB, 'x');
-    auto [refused, expired] = call_ghosts(ghosts, 20, big, "calls of worker1 (rank 1) waiting for creations hold");
-    expect(refused == 13 && expired == 7, "1 MiB calls: " + std::to_string(refused) + " refused (13 expected), " +
-                                               std::to_string(expired) + " waited (7 expected)");
-    // Their bytes were given back: 7 wait again.
-    std::tie(refused, expired) = call_ghosts(ghosts, 7, big, "max_parked_bytes");
-    expect(refused == 0 && expired == 7, "after the wait: " + std::to_string(refused) + " refused, " +
-                                             std::to_string(expired) + " waited (7 expected)");
-    // 70 names: 64 wait, 6 are refused naming max_unknown_objects.
-    for (std::uint64_t i = 0; i < 70; ++i) ghosts.push_back(ghost(0x7eed0000ull + i));
-    std::tie(refused, expired) = call_ghosts({ghosts.begin() + 1, ghosts.end()}, 1, "x", "max_unknown_objects");
-    expect(refused == 6 && expired == 64, "70 names: " + std::to_string(refused) + " refused (6 expected), " +
-                                              std::to_string(expired) + " waited (64 expected)");
-    expect(agent.rpc_sync<RpcStats>(0, "stats").live_objects == objects_before, "placeholders left on rank 0");
-    agent.shutdown();
-    return 0;
-  }, 120s);
+  auto codes = run_ranks(
+      2,
+      [&](int rank) {
+        std::vector<RRef<Sink>> ghosts;  // outlive the agent: no release notices for them
+        auto o = rpc_options(dir, rank, 2);
+        o.unknown_object_wait = 3s;
+        o.max_unknown_objects = 64;
+        o.max_parked_bytes = 8 * kMiB;
+        RpcAgent agent(o, [](RpcAgent& a) { a.register_function("stats", [&a]() { return a.stats(); }); });
+        if (rank == 0) {
+          agent.shutdown();  // serves until rank 1 is done
+          return 0;
+        }
+        const auto real = agent.make_rref(std::make_shared<Sink>());
+        auto ghost = [&](std::uint64_t id) {
+          auto st = std::make_shared<distrl::transport::detail::RRefState>();
+          st->core = real.state()->core;
+          st->owner = 0;
+          st->id = st->fork = id;
+          return RRef<Sink>(st);
+        };
+        const auto objects_before = agent.rpc_sync<RpcStats>(0, "stats").live_objects;
+        // 20 calls of 1 MiB (and a header of less than 1 KiB) to one id: floor(8 MiB / (1 MiB + header))
+        // = 7 wait, 13 are refused naming the bound and the member.
+        ghosts = {ghost(0x1dea)};
+        const std::string big(kMiB, 'x');
+        auto [refused, expired] = call_ghosts(ghosts, 20, big, "calls of worker1 (rank 1) waiting for creations hold");
+        expect(refused == 13 && expired == 7, "1 MiB calls: " + std::to_string(refused) + " refused (13 expected), " +
+                                                  std::to_string(expired) + " waited (7 expected)");
+        // Their bytes were given back: 7 wait again.
+        std::tie(refused, expired) = call_ghosts(ghosts, 7, big, "max_parked_bytes");
+        expect(refused == 0 && expired == 7, "after the wait: " + std::to_string(refused) + " refused, " +
+                                                 std::to_string(expired) + " waited (7 expected)");
+        // 70 names: 64 wait, 6 are refused naming max_unknown_objects.
+        for (std::uint64_t i = 0; i < 70; ++i) ghosts.push_back(ghost(0x7eed0000ull + i));
+        std::tie(refused, expired) = call_ghosts({ghosts.begin() + 1, ghosts.end()}, 1, "x", "max_unknown_objects");
+        expect(refused == 6 && expired == 64, "70 names: " + std::to_string(refused) + " refused (6 expected), " +
+                                                  std::to_string(expired) + " waited (64 expected)");
+        expect(agent.rpc_sync<RpcStats>(0, "stats").live_objects == objects_before, "placeholders left on rank 0");
+        agent.shutdown();
+        return 0;
+      },
+      120s);
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
 
@@ -598,46 +615,50 @@ TEST(ShmRingInputTest, AReaderThatNeverReadsItsRepliesIsBoundedInBytes) {
   if (const std::string why = not_shm(); !why.empty()) GTEST_SKIP() << why;
   namespace d = distrl::transport::detail;
   TempDir dir;
-  auto codes = run_ranks(2, [&](int rank) {
-    RpcAgent agent(rpc_options(dir, rank, 2), [](RpcAgent& a) {
-      a.register_function("add", [](int x, int y) { return x + y; });
-      a.register_function("blob", [](int) { return std::string(1 << 20, 'b'); });
-      a.register_function("stats", [&a]() { return a.stats(); });
-    });
-    if (rank == 0) {
-      agent.shutdown();  // serves until rank 1 is done
-      return 0;
-    }
-    const std::string path = agent.worker(0).endpoint.substr(6);
-    const auto before = agent.rpc_sync<RpcStats>(0, "stats");
-    d::Hello h;
-    h.capacity = 4096;
-    h.kind = "channel";
-    h.rank = -1;
-    const auto deadline = std::chrono::steady_clock::now() + 5s;
-    d::RingPair p = d::open_ring_pair(path, h, -1, "rank 0", deadline);
-    d::finish_ring_pair(p, deadline);
-    d::MessageWriter writer;
-    d::Spinner spinner(std::chrono::microseconds(20));
-    for (std::uint64_t i = 1; i <= 200; ++i)
-      writer.write(p.out, request(i, "blob", 0), std::chrono::steady_clock::now() + 5s, spinner);
-    // About 127 replies wait (128 MiB), one is being written; the rest are refused.
-    const bool refused = distrl::testing::wait_until(
-        [&] { return agent.rpc_sync<RpcStats>(0, "stats").dropped_messages >= before.dropped_messages + 60; }, 20s);
-    auto after = agent.rpc_sync<RpcStats>(0, "stats");
-    for (auto seen = after.dropped_messages, stable = std::uint64_t{0}; stable < 20; seen = after.dropped_messages) {
-      std::this_thread::sleep_for(50ms);  // until the count stays put for a second: every request handled
-      after = agent.rpc_sync<RpcStats>(0, "stats");
-      stable = after.dropped_messages == seen ? stable + 1 : 0;
-    }
-    std::cout << after.dropped_messages - before.dropped_messages << " of 200 replies refused" << std::endl;
-    expect(refused, "replies to a reader that never reads were all kept (" +
-                        std::to_string(after.dropped_messages - before.dropped_messages) + " refused)");
-    expect(after.dropped_messages - before.dropped_messages <= 80, "more refused than the bound says");
-    expect(agent.rpc_sync<int>(0, "add", 2, 3) == 5, "rank 0 still serves");
-    agent.shutdown();
-    return 0;
-  }, 60s);
+  auto codes = run_ranks(
+      2,
+      [&](int rank) {
+        RpcAgent agent(rpc_options(dir, rank, 2), [](RpcAgent& a) {
+          a.register_function("add", [](int x, int y) { return x + y; });
+          a.register_function("blob", [](int) { return std::string(1 << 20, 'b'); });
+          a.register_function("stats", [&a]() { return a.stats(); });
+        });
+        if (rank == 0) {
+          agent.shutdown();  // serves until rank 1 is done
+          return 0;
+        }
+        const std::string path = agent.worker(0).endpoint.substr(6);
+        const auto before = agent.rpc_sync<RpcStats>(0, "stats");
+        d::Hello h;
+        h.capacity = 4096;
+        h.kind = "channel";
+        h.rank = -1;
+        const auto deadline = std::chrono::steady_clock::now() + 5s;
+        d::RingPair p = d::open_ring_pair(path, h, -1, "rank 0", deadline);
+        d::finish_ring_pair(p, deadline);
+        d::MessageWriter writer;
+        d::Spinner spinner(std::chrono::microseconds(20));
+        for (std::uint64_t i = 1; i <= 200; ++i)
+          writer.write(p.out, request(i, "blob", 0), std::chrono::steady_clock::now() + 5s, spinner);
+        // About 127 replies wait (128 MiB), one is being written; the rest are refused.
+        const bool refused = distrl::testing::wait_until(
+            [&] { return agent.rpc_sync<RpcStats>(0, "stats").dropped_messages >= before.dropped_messages + 60; }, 20s);
+        auto after = agent.rpc_sync<RpcStats>(0, "stats");
+        for (auto seen = after.dropped_messages, stable = std::uint64_t{0}; stable < 20;
+             seen = after.dropped_messages) {
+          std::this_thread::sleep_for(50ms);  // until the count stays put for a second: every request handled
+          after = agent.rpc_sync<RpcStats>(0, "stats");
+          stable = after.dropped_messages == seen ? stable + 1 : 0;
+        }
+        std::cout << after.dropped_messages - before.dropped_messages << " of 200 replies refused" << std::endl;
+        expect(refused, "replies to a reader that never reads were all kept (" +
+                            std::to_string(after.dropped_messages - before.dropped_messages) + " refused)");
+        expect(after.dropped_messages - before.dropped_messages <= 80, "more refused than the bound says");
+        expect(agent.rpc_sync<int>(0, "add", 2, 3) == 5, "rank 0 still serves");
+        agent.shutdown();
+        return 0;
+      },
+      60s);
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
 
@@ -649,57 +670,60 @@ TEST(ShmRingInputTest, GarbageAnImpossibleIndexAndATruncatedMessageDropOnlyThatC
   if (const std::string why = not_shm(); !why.empty()) GTEST_SKIP() << why;
   namespace d = distrl::transport::detail;
   TempDir dir;
-  auto codes = run_ranks(2, [&](int rank) {
-    RpcAgent agent(rpc_options(dir, rank, 2), [](RpcAgent& a) {
-      a.register_function("add", [](int x, int y) { return x + y; });
-      a.register_function("stats", [&a]() { return a.stats(); });
-    });
-    if (rank == 0) {
-      agent.shutdown();  // serves until rank 1 is done
-      return 0;
-    }
-    const std::string endpoint = agent.worker(0).endpoint;
-    expect(endpoint.rfind("shm://", 0) == 0, "rank 0 is reached over shared memory (" + endpoint + ")");
-    const std::string path = endpoint.substr(6);
-    const auto bad_before = agent.rpc_sync<RpcStats>(0, "stats").bad_messages;
-    auto open = [&] {
-      d::Hello h;
-      h.capacity = 4096;
-      h.kind = "channel";
-      h.rank = 1;
-      const auto deadline = std::chrono::steady_clock::now() + 5s;
-      d::RingPair p = d::open_ring_pair(path, h, -1, "rank 0", deadline);
-      d::finish_ring_pair(p, deadline);
-      return p;
-    };
-    auto dropped_by_agent = [&](d::RingPair& p) {
-      return distrl::testing::wait_until([&] { return p.socket.peer_closed(); }, 10s);
-    };
-    // Garbage where a message's frame marker belongs.
-    d::RingPair garbage = open();
-    const std::uint32_t junk[4] = {0x12345678u, 0xffffffffu, 0u, 42u};
-    garbage.out.put(junk, sizeof junk);
-    garbage.out.publish();
-    expect(dropped_by_agent(garbage), "the agent kept a connection whose ring held garbage");
-    // The writer's index far past the ring.
-    d::RingPair wild = open();
-    wild.out.control()->tail.store(1ull << 40);
-    wild.out.control()->data_bell.ring(wild.peer_wake.get());
-    expect(dropped_by_agent(wild), "the agent kept a connection whose index was impossible");
-    // Half a message, then the connection closes (as a process killed mid-write).
-    {
-      d::RingPair cut = open();
-      const std::uint32_t header[2] = {d::kFrameMagic | 1u, 100u};
-      cut.out.put(header, sizeof header);
-      cut.out.put("abc", 3);
-      cut.out.publish();
-    }
-    expect(distrl::testing::wait_until(
-               [&] { return agent.rpc_sync<RpcStats>(0, "stats").bad_messages >= bad_before + 2; }, 10s),
-           "the two broken rings were counted");
-    expect(agent.rpc_sync<int>(0, "add", 2, 3) == 5, "rank 0 still serves");
-    agent.shutdown();
-    return 0;
-  }, 60s);
+  auto codes = run_ranks(
+      2,
+      [&](int rank) {
+        RpcAgent agent(rpc_options(dir, rank, 2), [](RpcAgent& a) {
+          a.register_function("add", [](int x, int y) { return x + y; });
+          a.register_function("stats", [&a]() { return a.stats(); });
+        });
+        if (rank == 0) {
+          agent.shutdown();  // serves until rank 1 is done
+          return 0;
+        }
+        const std::string endpoint = agent.worker(0).endpoint;
+        expect(endpoint.rfind("shm://", 0) == 0, "rank 0 is reached over shared memory (" + endpoint + ")");
+        const std::string path = endpoint.substr(6);
+        const auto bad_before = agent.rpc_sync<RpcStats>(0, "stats").bad_messages;
+        auto open = [&] {
+          d::Hello h;
+          h.capacity = 4096;
+          h.kind = "channel";
+          h.rank = 1;
+          const auto deadline = std::chrono::steady_clock::now() + 5s;
+          d::RingPair p = d::open_ring_pair(path, h, -1, "rank 0", deadline);
+          d::finish_ring_pair(p, deadline);
+          return p;
+        };
+        auto dropped_by_agent = [&](d::RingPair& p) {
+          return distrl::testing::wait_until([&] { return p.socket.peer_closed(); }, 10s);
+        };
+        // Garbage where a message's frame marker belongs.
+        d::RingPair garbage = open();
+        const std::uint32_t junk[4] = {0x12345678u, 0xffffffffu, 0u, 42u};
+        garbage.out.put(junk, sizeof junk);
+        garbage.out.publish();
+        expect(dropped_by_agent(garbage), "the agent kept a connection whose ring held garbage");
+        // The writer's index far past the ring.
+        d::RingPair wild = open();
+        wild.out.control()->tail.store(1ull << 40);
+        wild.out.control()->data_bell.ring(wild.peer_wake.get());
+        expect(dropped_by_agent(wild), "the agent kept a connection whose index was impossible");
+        // Half a message, then the connection closes (as a process killed mid-write).
+        {
+          d::RingPair cut = open();
+          const std::uint32_t header[2] = {d::kFrameMagic | 1u, 100u};
+          cut.out.put(header, sizeof header);
+          cut.out.put("abc", 3);
+          cut.out.publish();
+        }
+        expect(distrl::testing::wait_until(
+                   [&] { return agent.rpc_sync<RpcStats>(0, "stats").bad_messages >= bad_before + 2; }, 10s),
+               "the two broken rings were counted");
+        expect(agent.rpc_sync<int>(0, "add", 2, 3) == 5, "rank 0 still serves");
+        agent.shutdown();
+        return 0;
+      },
+      60s);
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }

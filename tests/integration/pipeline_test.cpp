@@ -103,7 +103,8 @@ class OneProcess {
 };
 
 // Expects an empty Reorderings::check (its message otherwise).
-void expect_within(const distrl::testing::Reorderings& want, const std::vector<at::Tensor>& got, const std::string& where) {
+void expect_within(const distrl::testing::Reorderings& want, const std::vector<at::Tensor>& got,
+                   const std::string& where) {
   const std::string e = want.check(got);
   expect(e.empty(), where + ": " + e);
 }
@@ -196,16 +197,19 @@ TEST(PipelineTest, AScheduleFileRunsAndABadOneIsRefusedBeforeAnythingIsSent) {
     } catch (const pl::ScheduleError& e) {
       expect(std::string(e.what()).find("deadlock") != std::string::npos, e.what());
     }
-    expect(counted->issued() == 0, "the refused stage sent or received " + std::to_string(counted->issued()) +
-                                       " message(s)");
-    pl::PipelineStage stage(counted, {pieces[rank]}, pl::parse_schedule(
-        "schedule mine stages 2 chunks 1 microbatches 2\nstage 0: F0 F1 B0 B1\nstage 1: F0 B0 F1 B1\n"));
+    expect(counted->issued() == 0,
+           "the refused stage sent or received " + std::to_string(counted->issued()) + " message(s)");
+    pl::PipelineStage stage(
+        counted, {pieces[rank]},
+        pl::parse_schedule(
+            "schedule mine stages 2 chunks 1 microbatches 2\nstage 0: F0 F1 B0 B1\nstage 1: F0 B0 F1 B1\n"));
     torch::manual_seed(3);
     const at::Tensor x = torch::randn({6, 8}), y = torch::randn({6, 4});
     OneProcess ref(make_model, {3, 3});
     ref.forward_backward(x, y);
     const auto st = stage.step(rank == 0 ? x : at::Tensor(), rank == 1 ? y : at::Tensor(), mse);
-    if (rank == 1) expect(ref.loss().check(st.loss).empty(), "loss of the file's schedule: " + ref.loss().check(st.loss));
+    if (rank == 1)
+      expect(ref.loss().check(st.loss).empty(), "loss of the file's schedule: " + ref.loss().check(st.loss));
     // And the count sees a step's traffic: two activations one way, two gradients the other,
     // each a header and a tensor.
     expect(counted->sends == 4 && counted->receives == 4 && counted->collectives == 0,
@@ -241,7 +245,7 @@ TEST(PipelineTest, AnOversizeOrMalformedHeaderIsRefusedByName) {
         // Stage 1's first receive: micro-batch 0's activation into virtual stage 1 (tag 2).
         at::Tensor h = at::zeros({10}, at::kLong);
         auto* p = h.data_ptr<std::int64_t>();
-        p[0] = oversize ? 3 : 9;  // ndim (at most 8)
+        p[0] = oversize ? 3 : 9;                     // ndim (at most 8)
         p[1] = p[2] = p[3] = std::int64_t{1} << 21;  // 2^63 elements: overflow if multiplied
         p[9] = static_cast<std::int64_t>(at::kFloat);
         pg->send(h, 1, 2);
@@ -252,8 +256,9 @@ TEST(PipelineTest, AnOversizeOrMalformedHeaderIsRefusedByName) {
         expect(false, "stage 1 accepted a forged header");
       } catch (const pl::PipelineError& e) {
         const std::string what = e.what();
-        expect(what.find(oversize ? "above max_tensor_bytes (1048576)" : "malformed tensor header") !=
-                   std::string::npos, what);
+        expect(
+            what.find(oversize ? "above max_tensor_bytes (1048576)" : "malformed tensor header") != std::string::npos,
+            what);
         expect(what.find("stage 0") != std::string::npos, what);
       }
       return 0;
@@ -367,30 +372,33 @@ TEST(PipelineTest, GatheredTimelinesAreOnStageZerosClock) {
 TEST(PipelineTest, AKilledStageFailsEveryOtherStageNamingIt) {
   TempDir dir;
   const int world = 4;
-  auto codes = distrl::testing::run_ranks(world, [&](int rank) {
-    transport::ProcessGroupOptions po;
-    po.timeout = std::chrono::seconds(30);
-    auto pg = distrl::testing::join_group(dir, rank, world, po);
-    nn::Sequential model = make_model();
-    auto pieces = pl::split_sequential(model, {"fc1", "fc2", "fc3"});
-    pl::PipelineStage stage(pg, {pieces[rank]}, pl::make_schedule("1f1b", world, 8));
-    const at::Tensor x = torch::randn({16, 8}), y = torch::randn({16, 4});
-    try {
-      for (int step = 0; step < 1000; ++step) {
-        if (rank == 1 && step == 3) {
-          std::ofstream(dir.file("killed")) << std::chrono::steady_clock::now().time_since_epoch().count();
-          ::raise(SIGKILL);
+  auto codes = distrl::testing::run_ranks(
+      world,
+      [&](int rank) {
+        transport::ProcessGroupOptions po;
+        po.timeout = std::chrono::seconds(30);
+        auto pg = distrl::testing::join_group(dir, rank, world, po);
+        nn::Sequential model = make_model();
+        auto pieces = pl::split_sequential(model, {"fc1", "fc2", "fc3"});
+        pl::PipelineStage stage(pg, {pieces[rank]}, pl::make_schedule("1f1b", world, 8));
+        const at::Tensor x = torch::randn({16, 8}), y = torch::randn({16, 4});
+        try {
+          for (int step = 0; step < 1000; ++step) {
+            if (rank == 1 && step == 3) {
+              std::ofstream(dir.file("killed")) << std::chrono::steady_clock::now().time_since_epoch().count();
+              ::raise(SIGKILL);
+            }
+            stage.step(rank == 0 ? x : at::Tensor(), rank == world - 1 ? y : at::Tensor(), mse);
+          }
+        } catch (const pl::PipelineError& e) {
+          const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
+          const long long killed = std::stoll(distrl::testing::read_file(dir.file("killed")));
+          std::ofstream(dir.file("rank" + std::to_string(rank))) << (now - killed) / 1e9 << "\n" << e.what();
+          return 0;
         }
-        stage.step(rank == 0 ? x : at::Tensor(), rank == world - 1 ? y : at::Tensor(), mse);
-      }
-    } catch (const pl::PipelineError& e) {
-      const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
-      const long long killed = std::stoll(distrl::testing::read_file(dir.file("killed")));
-      std::ofstream(dir.file("rank" + std::to_string(rank))) << (now - killed) / 1e9 << "\n" << e.what();
-      return 0;
-    }
-    return 1;
-  }, std::chrono::seconds(60));
+        return 1;
+      },
+      std::chrono::seconds(60));
   EXPECT_EQ(codes[1], 128 + SIGKILL);
   for (int r : {0, 2, 3}) {
     EXPECT_EQ(codes[r], 0) << "rank " << r;

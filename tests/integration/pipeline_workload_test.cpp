@@ -140,10 +140,12 @@ OneProcess train_in_one_process(std::int64_t limit, std::int64_t test_limit, dou
 // checkpoints.
 TEST(PipelineWorkloadTest, ThreeStagesLearnFashionMnistLikeOneProcessWriteATimelineAndResume) {
   TempDir three;
-  const std::string common = " data.limit=2560 data.test_limit=1000 run.log_interval=20 pipeline.timeline_step=5"
-                             " run.seed=1 run.torch_threads=1 train.batch_size=64 train.test_batch_size=1000"
-                             " optimizer.lr=0.05 optimizer.momentum=0.9 pipeline.microbatches=4";
-  auto b = launch("--config " + kFashion + common + " roles.stages=3 pipeline.schedule=zb-h1 run.out_dir=" + three.path());
+  const std::string common =
+      " data.limit=2560 data.test_limit=1000 run.log_interval=20 pipeline.timeline_step=5"
+      " run.seed=1 run.torch_threads=1 train.batch_size=64 train.test_batch_size=1000"
+      " optimizer.lr=0.05 optimizer.momentum=0.9 pipeline.microbatches=4";
+  auto b =
+      launch("--config " + kFashion + common + " roles.stages=3 pipeline.schedule=zb-h1 run.out_dir=" + three.path());
   ASSERT_EQ(b.code, 0) << b.output;
   const auto got = last_metrics(three.file("metrics.csv"));
   ASSERT_EQ(got.size(), 6u) << b.output;
@@ -174,8 +176,9 @@ TEST(PipelineWorkloadTest, ThreeStagesLearnFashionMnistLikeOneProcessWriteATimel
   EXPECT_TRUE(std::filesystem::exists(three.file("timeline.png")));
   EXPECT_TRUE(std::filesystem::exists(three.file("learning_curve.png")));
   // Continue for a second epoch from the checkpoints.
-  auto c = launch("--config " + kFashion + common + " roles.stages=3 pipeline.schedule=zb-h1 train.epochs=2 run.out_dir=" +
-                  three.path() + " --resume " + three.file("checkpoints"));
+  auto c = launch("--config " + kFashion + common +
+                  " roles.stages=3 pipeline.schedule=zb-h1 train.epochs=2 run.out_dir=" + three.path() + " --resume " +
+                  three.file("checkpoints"));
   ASSERT_EQ(c.code, 0) << c.output;
   EXPECT_NE(c.output.find("resumed from"), std::string::npos) << c.output;
   EXPECT_EQ(c.output.find("epoch 1/2 done"), std::string::npos) << c.output;
@@ -186,8 +189,8 @@ TEST(PipelineWorkloadTest, ThreeStagesLearnFashionMnistLikeOneProcessWriteATimel
 // 10 steps), saves its shard, the launcher exits 130, and --resume repeats the unfinished epoch.
 TEST(PipelineWorkloadTest, CtrlCStopsEveryStageAtTheSameStepAndSaves) {
   TempDir out;
-  const std::string common = " roles.stages=2 data.limit=6400 data.test_limit=500 run.log_interval=10 run.out_dir=" +
-                             out.path();
+  const std::string common =
+      " roles.stages=2 data.limit=6400 data.test_limit=500 run.log_interval=10 run.out_dir=" + out.path();
   auto r = distrl::testing::launch_interrupted("--config " + kFashion + common + " train.epochs=50",
                                                "epoch 1/50  step     20/", SIGINT);
   EXPECT_EQ(r.code, 130) << r.output;
@@ -212,12 +215,14 @@ TEST(PipelineWorkloadTest, TheTutorialsResNetPipelineTrainsLikeOneProcess) {
   // Every loss and the parameters after the first step must agree (1e-4): the micro-batches'
   // gradients are summed in arrival order, so later steps may part at a max-pool near-tie (gaps of
   // 8e-4 after two steps were measured, even with one intra-op thread on a loaded machine).
-  auto r = launch("--config " + kResnet + " preset=small train.batches=2 pipeline.microbatch_size=[6,24]"
-                  " pipeline.check_one_process=true run.torch_threads=1 run.out_dir=" + out.path());
+  auto r = launch("--config " + kResnet +
+                  " preset=small train.batches=2 pipeline.microbatch_size=[6,24]"
+                  " pipeline.check_one_process=true run.torch_threads=1 run.out_dir=" +
+                  out.path());
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("one-process check (micro-batch size 6)"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("micro-batch size    6 (  4 micro-batches)"), std::string::npos) << r.output;
-  EXPECT_EQ(distrl::testing::read_file(out.file("sweep.csv")).find("6,4,24,"), 
+  EXPECT_EQ(distrl::testing::read_file(out.file("sweep.csv")).find("6,4,24,"),
             distrl::testing::read_file(out.file("sweep.csv")).find('\n') + 1);
 }
 
@@ -225,8 +230,10 @@ TEST(PipelineWorkloadTest, TheTutorialsResNetPipelineTrainsLikeOneProcess) {
 // batch, writes its row with the batches done, and every process exits; the launcher 130.
 TEST(PipelineWorkloadTest, CtrlCEndsTheResNetSweepWithTheRowsMeasured) {
   TempDir out;
-  auto r = distrl::testing::launch_interrupted("--config " + kResnet + " preset=small train.batches=100000"
-                                               " pipeline.microbatch_size=[6,24] run.out_dir=" + out.path(),
+  auto r = distrl::testing::launch_interrupted("--config " + kResnet +
+                                                   " preset=small train.batches=100000"
+                                                   " pipeline.microbatch_size=[6,24] run.out_dir=" +
+                                                   out.path(),
                                                "  batch 1/100000:", SIGINT);
   EXPECT_EQ(r.code, 130) << r.output;
   EXPECT_NE(r.output.find("distrl-pipeline: stopped by "), std::string::npos) << r.output;
@@ -242,9 +249,12 @@ TEST(PipelineWorkloadTest, CtrlCEndsTheResNetSweepWithTheRowsMeasured) {
 // losses are equal; the pipelined rows run each split size.
 TEST(PipelineWorkloadTest, TheModelParallelTutorialRunsItsTable) {
   TempDir out;
-  auto r = launch("--config " + std::string(DISTRL_SOURCE_DIR) + "/configs/pipeline_resnet50_model_parallel.yaml"
-                  " preset=small train.batches=2 run.torch_threads=1 pipeline.microbatch_size=[8] pipeline.devices=cpu,cpu"
-                  " run.out_dir=" + out.path());
+  auto r =
+      launch("--config " + std::string(DISTRL_SOURCE_DIR) +
+             "/configs/pipeline_resnet50_model_parallel.yaml"
+             " preset=small train.batches=2 run.torch_threads=1 pipeline.microbatch_size=[8] pipeline.devices=cpu,cpu"
+             " run.out_dir=" +
+             out.path());
   ASSERT_EQ(r.code, 0) << r.output;
   std::istringstream csv(distrl::testing::read_file(out.file("sweep.csv")));
   std::string header, line;
@@ -273,13 +283,17 @@ TEST(PipelineWorkloadTest, TheModelParallelTutorialRunsItsTable) {
 
 TEST(PipelineWorkloadTest, BadSettingsAreRefusedByNameBeforeAnythingStarts) {
   TempDir out;
-  auto r = launch("--config " + kFashion + " pipeline.schedule=interleaved roles.stages=2 pipeline.chunks=2 "
-                  "pipeline.microbatches=3 run.out_dir=" + out.path());
+  auto r = launch("--config " + kFashion +
+                  " pipeline.schedule=interleaved roles.stages=2 pipeline.chunks=2 "
+                  "pipeline.microbatches=3 run.out_dir=" +
+                  out.path());
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.output.find("multiple of the stages (2), given 3"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("nothing started"), std::string::npos) << r.output;
-  r = launch("--config " + kFashion + " pipeline.schedule=gpipe pipeline.microbatches=16 pipeline.max_activations=8 "
-             "run.out_dir=" + out.path());
+  r = launch("--config " + kFashion +
+             " pipeline.schedule=gpipe pipeline.microbatches=16 pipeline.max_activations=8 "
+             "run.out_dir=" +
+             out.path());
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.output.find("the bound (max_activations) is 8"), std::string::npos) << r.output;
   r = launch("--config " + kFashion + " train.batch_size=9 pipeline.microbatches=4 run.out_dir=" + out.path());

@@ -95,181 +95,200 @@ class Collectives : public ::testing::TestWithParam<int> {};
 
 TEST_P(Collectives, EveryOpDtypeAndSizeMatchesLocalResult) {
   const int world = GetParam();
-  run_group(world, [&](int rank, const std::shared_ptr<ProcessGroup>& pg) {
-    expect(pg->rank() == rank && pg->size() == world, "rank/size");
-    // One host: shared memory, unless the suite runs with DISTRL_TRANSPORT=zmq.
-    const char* forced = std::getenv("DISTRL_TRANSPORT");
-    const std::string want = forced != nullptr && std::string(forced) == "zmq" ? "zmq" : "shm";
-    expect(pg->transport() == want, "collectives over " + pg->transport() + ", expected " + want);
-    std::vector<std::string> wrong;  // every wrong result is listed, not just the first
-    auto check = [&](bool ok, const std::string& what) {
-      if (!ok) wrong.push_back(what);
-    };
-    // 1 element (< ranks), 5 (recursive doubling), 3001 (ring with uneven segments, chunks of 16 KiB)
-    for (std::int64_t numel : {std::int64_t(1), std::int64_t(5), std::int64_t(3001 * world + 1)}) {
-      for (auto t : kDtypes) {
-        for (auto op : kOps) {
-          if (t == at::kBool && op == ReduceOp::Avg) continue;
-          auto x = input(rank, numel, t);
-          pg->all_reduce(x, op);
-          check(close(x, expected_reduce(world, numel, t, op)), "all_reduce " + name(t, op, numel));
+  run_group(
+      world,
+      [&](int rank, const std::shared_ptr<ProcessGroup>& pg) {
+        expect(pg->rank() == rank && pg->size() == world, "rank/size");
+        // One host: shared memory, unless the suite runs with DISTRL_TRANSPORT=zmq.
+        const char* forced = std::getenv("DISTRL_TRANSPORT");
+        const std::string want = forced != nullptr && std::string(forced) == "zmq" ? "zmq" : "shm";
+        expect(pg->transport() == want, "collectives over " + pg->transport() + ", expected " + want);
+        std::vector<std::string> wrong;  // every wrong result is listed, not just the first
+        auto check = [&](bool ok, const std::string& what) {
+          if (!ok) wrong.push_back(what);
+        };
+        // 1 element (< ranks), 5 (recursive doubling), 3001 (ring with uneven segments, chunks of 16 KiB)
+        for (std::int64_t numel : {std::int64_t(1), std::int64_t(5), std::int64_t(3001 * world + 1)}) {
+          for (auto t : kDtypes) {
+            for (auto op : kOps) {
+              if (t == at::kBool && op == ReduceOp::Avg) continue;
+              auto x = input(rank, numel, t);
+              pg->all_reduce(x, op);
+              check(close(x, expected_reduce(world, numel, t, op)), "all_reduce " + name(t, op, numel));
 
-          const int root = (numel + 1) % world;
-          auto y = input(rank, numel, t);
-          pg->reduce(y, root, op);
-          check(close(y, rank == root ? expected_reduce(world, numel, t, op) : input(rank, numel, t)),
-                 "reduce " + name(t, op, numel));
+              const int root = (numel + 1) % world;
+              auto y = input(rank, numel, t);
+              pg->reduce(y, root, op);
+              check(close(y, rank == root ? expected_reduce(world, numel, t, op) : input(rank, numel, t)),
+                    "reduce " + name(t, op, numel));
 
-          std::vector<at::Tensor> ins, out;
-          for (int r = 0; r < world; ++r) ins.push_back(input(rank + r, numel, t));
-          auto rs = torch::zeros({numel}, t);
-          pg->reduce_scatter(rs, ins, op);
-          std::vector<at::Tensor> per_rank;  // what every rank passed as inputs[rank]
-          for (int r = 0; r < world; ++r) per_rank.push_back(input(r + rank, numel, t));
-          const auto want = reference(per_rank, t, op);
-          check(close(rs, want), "reduce_scatter " + name(t, op, numel));
+              std::vector<at::Tensor> ins, out;
+              for (int r = 0; r < world; ++r) ins.push_back(input(rank + r, numel, t));
+              auto rs = torch::zeros({numel}, t);
+              pg->reduce_scatter(rs, ins, op);
+              std::vector<at::Tensor> per_rank;  // what every rank passed as inputs[rank]
+              for (int r = 0; r < world; ++r) per_rank.push_back(input(r + rank, numel, t));
+              const auto want = reference(per_rank, t, op);
+              check(close(rs, want), "reduce_scatter " + name(t, op, numel));
+            }
+            const int root = numel % world;
+            auto b = rank == root ? input(7, numel, t) : torch::zeros({numel}, t);
+            pg->broadcast(b, root);
+            check(close(b, input(7, numel, t)), "broadcast " + name(t, ReduceOp::Sum, numel));
+
+            std::vector<at::Tensor> gathered;
+            for (int r = 0; r < world; ++r) gathered.push_back(torch::zeros({numel}, t));
+            pg->all_gather(gathered, input(rank, numel, t));
+            for (int r = 0; r < world; ++r)
+              check(close(gathered[r], input(r, numel, t)), "all_gather " + name(t, ReduceOp::Sum, numel));
+
+            std::vector<at::Tensor> g;
+            if (rank == root)
+              for (int r = 0; r < world; ++r) g.push_back(torch::zeros({numel}, t));
+            pg->gather(g, input(rank, numel, t), root);
+            for (std::size_t r = 0; r < g.size(); ++r)
+              check(close(g[r], input(r, numel, t)), "gather " + name(t, ReduceOp::Sum, numel));
+
+            std::vector<at::Tensor> sc;
+            if (rank == root)
+              for (int r = 0; r < world; ++r) sc.push_back(input(10 + r, numel, t));
+            auto mine = torch::zeros({numel}, t);
+            pg->scatter(mine, sc, root);
+            check(close(mine, input(10 + rank, numel, t)), "scatter " + name(t, ReduceOp::Sum, numel));
+          }
         }
-        const int root = numel % world;
-        auto b = rank == root ? input(7, numel, t) : torch::zeros({numel}, t);
-        pg->broadcast(b, root);
-        check(close(b, input(7, numel, t)), "broadcast " + name(t, ReduceOp::Sum, numel));
-
-        std::vector<at::Tensor> gathered;
-        for (int r = 0; r < world; ++r) gathered.push_back(torch::zeros({numel}, t));
-        pg->all_gather(gathered, input(rank, numel, t));
-        for (int r = 0; r < world; ++r) check(close(gathered[r], input(r, numel, t)), "all_gather " + name(t, ReduceOp::Sum, numel));
-
-        std::vector<at::Tensor> g;
-        if (rank == root)
-          for (int r = 0; r < world; ++r) g.push_back(torch::zeros({numel}, t));
-        pg->gather(g, input(rank, numel, t), root);
-        for (std::size_t r = 0; r < g.size(); ++r) check(close(g[r], input(r, numel, t)), "gather " + name(t, ReduceOp::Sum, numel));
-
-        std::vector<at::Tensor> sc;
-        if (rank == root)
-          for (int r = 0; r < world; ++r) sc.push_back(input(10 + r, numel, t));
-        auto mine = torch::zeros({numel}, t);
-        pg->scatter(mine, sc, root);
-        check(close(mine, input(10 + rank, numel, t)), "scatter " + name(t, ReduceOp::Sum, numel));
-      }
-    }
-    pg->barrier();
-    std::string list;
-    for (std::size_t i = 0; i < wrong.size() && i < 30; ++i) list += "\n  " + wrong[i];
-    expect(wrong.empty(), std::to_string(wrong.size()) + " wrong results on rank " + std::to_string(rank) + ":" + list);
-    return 0;
-  }, kOptions);
+        pg->barrier();
+        std::string list;
+        for (std::size_t i = 0; i < wrong.size() && i < 30; ++i) list += "\n  " + wrong[i];
+        expect(wrong.empty(),
+               std::to_string(wrong.size()) + " wrong results on rank " + std::to_string(rank) + ":" + list);
+        return 0;
+      },
+      kOptions);
 }
 
 TEST_P(Collectives, RanksEndWithIdenticalBits) {
   const int world = GetParam();
-  run_group(world, [&](int rank, const std::shared_ptr<ProcessGroup>& pg) {
-    for (std::int64_t numel : {std::int64_t(100), std::int64_t(200000)}) {
-      auto x = torch::randn({numel}, torch::TensorOptions().dtype(torch::kFloat)) * (rank + 1);
-      pg->all_reduce(x, ReduceOp::Avg);
-      std::vector<at::Tensor> all;
-      for (int r = 0; r < world; ++r) all.push_back(torch::empty_like(x));
-      pg->all_gather(all, x);
-      for (auto& a : all) expect(torch::equal(a, x), "ranks disagree on the bits of all_reduce");
-    }
-    return 0;
-  }, kOptions);
+  run_group(
+      world,
+      [&](int rank, const std::shared_ptr<ProcessGroup>& pg) {
+        for (std::int64_t numel : {std::int64_t(100), std::int64_t(200000)}) {
+          auto x = torch::randn({numel}, torch::TensorOptions().dtype(torch::kFloat)) * (rank + 1);
+          pg->all_reduce(x, ReduceOp::Avg);
+          std::vector<at::Tensor> all;
+          for (int r = 0; r < world; ++r) all.push_back(torch::empty_like(x));
+          pg->all_gather(all, x);
+          for (auto& a : all) expect(torch::equal(a, x), "ranks disagree on the bits of all_reduce");
+        }
+        return 0;
+      },
+      kOptions);
 }
 
 TEST_P(Collectives, AsyncWorkCompletesInOrder) {
   const int world = GetParam();
-  run_group(world, [&](int rank, const std::shared_ptr<ProcessGroup>& pg) {
-    std::vector<at::Tensor> ts;
-    std::vector<WorkPtr> works;
-    for (int i = 0; i < 8; ++i) {
-      ts.push_back(torch::full({i % 2 ? 50000 : 10}, float(rank + i)));
-      works.push_back(pg->all_reduce_async(ts.back()));
-    }
-    works[5]->wait();  // issue order is completion order: everything before 5 is done
-    for (int i = 0; i < 5; ++i) expect(works[i]->is_completed(), "work " + std::to_string(i) + " done before work 5");
-    pg->barrier();  // a sync call runs after the async ones issued before it
-    for (int i = 0; i < 8; ++i) {
-      expect(works[i]->is_completed(), "work " + std::to_string(i) + " done before the barrier issued after it");
-      works[i]->wait();
-      const float want = world * i + world * (world - 1) / 2.0f;
-      expect(torch::all(ts[i] == want).item<bool>(), "async all_reduce " + std::to_string(i));
-    }
-    return 0;
-  }, kOptions);
+  run_group(
+      world,
+      [&](int rank, const std::shared_ptr<ProcessGroup>& pg) {
+        std::vector<at::Tensor> ts;
+        std::vector<WorkPtr> works;
+        for (int i = 0; i < 8; ++i) {
+          ts.push_back(torch::full({i % 2 ? 50000 : 10}, float(rank + i)));
+          works.push_back(pg->all_reduce_async(ts.back()));
+        }
+        works[5]->wait();  // issue order is completion order: everything before 5 is done
+        for (int i = 0; i < 5; ++i)
+          expect(works[i]->is_completed(), "work " + std::to_string(i) + " done before work 5");
+        pg->barrier();  // a sync call runs after the async ones issued before it
+        for (int i = 0; i < 8; ++i) {
+          expect(works[i]->is_completed(), "work " + std::to_string(i) + " done before the barrier issued after it");
+          works[i]->wait();
+          const float want = world * i + world * (world - 1) / 2.0f;
+          expect(torch::all(ts[i] == want).item<bool>(), "async all_reduce " + std::to_string(i));
+        }
+        return 0;
+      },
+      kOptions);
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, Collectives, ::testing::Values(2, 3, 4),
                          [](const auto& info) { return std::to_string(info.param) + "ranks"; });
 
 TEST(ProcessGroupTest, SubgroupsRunTheirOwnCollectives) {
-  run_group(4, [&](int rank, const std::shared_ptr<ProcessGroup>& pg) {
-    auto odd = pg->new_group({1, 3});
-    auto even = pg->new_group({2, 0});
-    expect((odd != nullptr) == (rank % 2 == 1), "odd membership");
-    expect((even != nullptr) == (rank % 2 == 0), "even membership");
-    auto g = odd ? odd : even;
-    if (rank == 2) expect(g->rank() == 0 && g->size() == 2, "ranks follow the list order");
-    auto x = torch::full({3}, float(rank));
-    g->all_reduce(x);
-    expect(torch::all(x == (rank % 2 ? 4.0f : 2.0f)).item<bool>(), "subgroup sum");
-    auto y = torch::full({40000}, float(rank));  // large: ring inside the subgroup
-    g->all_reduce(y, ReduceOp::Max);
-    expect(torch::all(y == (rank % 2 ? 3.0f : 2.0f)).item<bool>(), "subgroup max");
-    auto z = torch::ones({1});
-    pg->all_reduce(z);  // the world group is still in step
-    expect(z.item<float>() == 4.0f, "world after subgroups");
-    auto bad = [&] {
-      try {
-        pg->new_group({0, 0});
-      } catch (const distrl::ArgumentError&) {
-        return true;
-      }
-      return false;
-    };
-    expect(bad(), "duplicate rank refused");
-    return 0;
-  }, kOptions);
+  run_group(
+      4,
+      [&](int rank, const std::shared_ptr<ProcessGroup>& pg) {
+        auto odd = pg->new_group({1, 3});
+        auto even = pg->new_group({2, 0});
+        expect((odd != nullptr) == (rank % 2 == 1), "odd membership");
+        expect((even != nullptr) == (rank % 2 == 0), "even membership");
+        auto g = odd ? odd : even;
+        if (rank == 2) expect(g->rank() == 0 && g->size() == 2, "ranks follow the list order");
+        auto x = torch::full({3}, float(rank));
+        g->all_reduce(x);
+        expect(torch::all(x == (rank % 2 ? 4.0f : 2.0f)).item<bool>(), "subgroup sum");
+        auto y = torch::full({40000}, float(rank));  // large: ring inside the subgroup
+        g->all_reduce(y, ReduceOp::Max);
+        expect(torch::all(y == (rank % 2 ? 3.0f : 2.0f)).item<bool>(), "subgroup max");
+        auto z = torch::ones({1});
+        pg->all_reduce(z);  // the world group is still in step
+        expect(z.item<float>() == 4.0f, "world after subgroups");
+        auto bad = [&] {
+          try {
+            pg->new_group({0, 0});
+          } catch (const distrl::ArgumentError&) {
+            return true;
+          }
+          return false;
+        };
+        expect(bad(), "duplicate rank refused");
+        return 0;
+      },
+      kOptions);
 }
 
 TEST(ProcessGroupTest, PointToPointWithTagsAndLargeTensors) {
-  run_group(3, [&](int rank, const std::shared_ptr<ProcessGroup>& pg) {
-    // A ring pass: each rank sends to the next and receives from the previous.
-    auto out = torch::full({5}, float(rank));
-    auto in = torch::empty({5});
-    auto s = pg->isend(out, (rank + 1) % 3);
-    auto r = pg->irecv(in, (rank + 2) % 3);
-    r->wait();
-    s->wait();
-    expect(torch::all(in == float((rank + 2) % 3)).item<bool>(), "ring pass");
-    // Tags keep streams apart: rank 0 sends tag 2 before tag 1; rank 1 receives tag 1 first.
-    if (rank == 0) {
-      auto big = torch::arange(300000, torch::kDouble);  // zero-copy send
-      auto a = pg->isend(big, 1, 2);
-      pg->send(torch::tensor({42}, torch::kLong), 1, 1);
-      a->wait();
-    } else if (rank == 1) {
-      auto small = torch::empty({1}, torch::kLong);
-      pg->recv(small, 0, 1);
-      expect(small.item<long>() == 42, "tag 1");
-      auto big = torch::empty({300000}, torch::kDouble);
-      auto w = pg->irecv(big, 0, 2);
-      w->wait();
-      expect(torch::equal(big, torch::arange(300000, torch::kDouble)), "tag 2 large");
-      // Wrong size: a clear error.
-    }
-    if (rank == 2) pg->send(torch::ones({4}), 1, 9);
-    if (rank == 1) {
-      auto wrong = torch::empty({5});
-      try {
-        pg->recv(wrong, 2, 9);
-        return 3;
-      } catch (const MismatchError& e) {
-        expect(std::string(e.what()).find("Float[4]") != std::string::npos, e.what());
-      }
-    }
-    pg->barrier();
-    return 0;
-  }, kOptions);
+  run_group(
+      3,
+      [&](int rank, const std::shared_ptr<ProcessGroup>& pg) {
+        // A ring pass: each rank sends to the next and receives from the previous.
+        auto out = torch::full({5}, float(rank));
+        auto in = torch::empty({5});
+        auto s = pg->isend(out, (rank + 1) % 3);
+        auto r = pg->irecv(in, (rank + 2) % 3);
+        r->wait();
+        s->wait();
+        expect(torch::all(in == float((rank + 2) % 3)).item<bool>(), "ring pass");
+        // Tags keep streams apart: rank 0 sends tag 2 before tag 1; rank 1 receives tag 1 first.
+        if (rank == 0) {
+          auto big = torch::arange(300000, torch::kDouble);  // zero-copy send
+          auto a = pg->isend(big, 1, 2);
+          pg->send(torch::tensor({42}, torch::kLong), 1, 1);
+          a->wait();
+        } else if (rank == 1) {
+          auto small = torch::empty({1}, torch::kLong);
+          pg->recv(small, 0, 1);
+          expect(small.item<long>() == 42, "tag 1");
+          auto big = torch::empty({300000}, torch::kDouble);
+          auto w = pg->irecv(big, 0, 2);
+          w->wait();
+          expect(torch::equal(big, torch::arange(300000, torch::kDouble)), "tag 2 large");
+          // Wrong size: a clear error.
+        }
+        if (rank == 2) pg->send(torch::ones({4}), 1, 9);
+        if (rank == 1) {
+          auto wrong = torch::empty({5});
+          try {
+            pg->recv(wrong, 2, 9);
+            return 3;
+          } catch (const MismatchError& e) {
+            expect(std::string(e.what()).find("Float[4]") != std::string::npos, e.what());
+          }
+        }
+        pg->barrier();
+        return 0;
+      },
+      kOptions);
 }
 
 // Bounds on failure detection are generous (a loaded CI machine) but well below the group's
@@ -277,41 +296,47 @@ TEST(ProcessGroupTest, PointToPointWithTagsAndLargeTensors) {
 const ProcessGroupOptions kSlowTimeout = small_chunks(std::chrono::seconds(60));
 
 TEST(ProcessGroupTest, MismatchedCallsFailOnEveryRank) {
-  run_group(2, [&](int rank, const std::shared_ptr<ProcessGroup>& pg) {
-    const auto start = Clock::now();
-    try {
-      auto x = torch::ones({rank == 0 ? 10 : 12});
-      pg->all_reduce(x);
-      return 3;
-    } catch (const MismatchError& e) {
-      const std::string m = e.what();
-      expect(m.find("Float[10]") != std::string::npos && m.find("Float[12]") != std::string::npos, m);
-    }
-    expect(Clock::now() - start < std::chrono::seconds(30), "mismatch found, not waited out");
-    try {  // the group refuses further work
-      pg->barrier();
-      return 4;
-    } catch (const distrl::TransportError& e) {
-      expect(std::string(e.what()).find("earlier failure") != std::string::npos, e.what());
-    }
-    return 0;
-  }, kSlowTimeout);
+  run_group(
+      2,
+      [&](int rank, const std::shared_ptr<ProcessGroup>& pg) {
+        const auto start = Clock::now();
+        try {
+          auto x = torch::ones({rank == 0 ? 10 : 12});
+          pg->all_reduce(x);
+          return 3;
+        } catch (const MismatchError& e) {
+          const std::string m = e.what();
+          expect(m.find("Float[10]") != std::string::npos && m.find("Float[12]") != std::string::npos, m);
+        }
+        expect(Clock::now() - start < std::chrono::seconds(30), "mismatch found, not waited out");
+        try {  // the group refuses further work
+          pg->barrier();
+          return 4;
+        } catch (const distrl::TransportError& e) {
+          expect(std::string(e.what()).find("earlier failure") != std::string::npos, e.what());
+        }
+        return 0;
+      },
+      kSlowTimeout);
 
   // Different collectives: the broadcast root only sends, so it can finish before the other
   // rank notices; it learns at its next collective.
-  run_group(2, [&](int rank, const std::shared_ptr<ProcessGroup>& pg) {
-    try {
-      auto x = torch::ones({10});
-      if (rank == 0) pg->broadcast(x, 0);
-      else pg->all_reduce(x);
-      pg->barrier();
-      return 3;
-    } catch (const MismatchError& e) {
-      const std::string m = e.what();
-      expect(m.find("all_reduce") != std::string::npos && m.find("same order") != std::string::npos, m);
-    }
-    return 0;
-  }, kOptions);
+  run_group(
+      2,
+      [&](int rank, const std::shared_ptr<ProcessGroup>& pg) {
+        try {
+          auto x = torch::ones({10});
+          if (rank == 0) pg->broadcast(x, 0);
+          else pg->all_reduce(x);
+          pg->barrier();
+          return 3;
+        } catch (const MismatchError& e) {
+          const std::string m = e.what();
+          expect(m.find("all_reduce") != std::string::npos && m.find("same order") != std::string::npos, m);
+        }
+        return 0;
+      },
+      kOptions);
 }
 
 // Each disagreement a collective can have, named on both sides: dtype, reduce op, root.
@@ -322,26 +347,31 @@ TEST(ProcessGroupTest, DtypeOpAndRootMismatchesAreNamed) {
     std::vector<std::string> words;  // in the MismatchError of the rank that sees it
   };
   const std::vector<Case> cases = {
-      {"dtype", [](int rank, ProcessGroup& pg) { pg.all_reduce(torch::ones({10}, rank ? torch::kDouble : torch::kFloat)); },
+      {"dtype",
+       [](int rank, ProcessGroup& pg) { pg.all_reduce(torch::ones({10}, rank ? torch::kDouble : torch::kFloat)); },
        {"Float[10]", "Double[10]"}},
-      {"op", [](int rank, ProcessGroup& pg) { pg.all_reduce(torch::ones({10}), rank ? ReduceOp::Max : ReduceOp::Sum); },
+      {"op",
+       [](int rank, ProcessGroup& pg) { pg.all_reduce(torch::ones({10}), rank ? ReduceOp::Max : ReduceOp::Sum); },
        {"(sum)", "(max)"}},
       // Both think they are the root (RootedCollectivesNamingDifferentRootsFailAtOnce has more).
       {"root", [](int rank, ProcessGroup& pg) { pg.broadcast(torch::ones({10}), rank); }, {"broadcast", "root"}},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
-    run_group(2, [&](int rank, const std::shared_ptr<ProcessGroup>& pg) {
-      try {
-        c.call(rank, *pg);
-        pg->barrier();  // a rank that finished its half learns at its next collective
-        return 3;
-      } catch (const MismatchError& e) {
-        const std::string m = e.what();
-        for (const auto& w : c.words) expect(m.find(w) != std::string::npos, c.name + ": '" + w + "' not in: " + m);
-      }
-      return 0;
-    }, kSlowTimeout);
+    run_group(
+        2,
+        [&](int rank, const std::shared_ptr<ProcessGroup>& pg) {
+          try {
+            c.call(rank, *pg);
+            pg->barrier();  // a rank that finished its half learns at its next collective
+            return 3;
+          } catch (const MismatchError& e) {
+            const std::string m = e.what();
+            for (const auto& w : c.words) expect(m.find(w) != std::string::npos, c.name + ": '" + w + "' not in: " + m);
+          }
+          return 0;
+        },
+        kSlowTimeout);
   }
 }
 
@@ -375,42 +405,48 @@ TEST(ProcessGroupTest, RootedCollectivesNamingDifferentRootsFailAtOnce) {
   auto reduce = [](ProcessGroup& pg, int root) { pg.reduce(torch::ones({4}), root); };
   auto broadcast = [](ProcessGroup& pg, int root) { pg.broadcast(torch::ones({4}), root); };
   const std::vector<Case> cases = {
-      {"reduce", 2, own, reduce},        {"gather", 2, own, gather},         {"broadcast", 2, own, broadcast},
-      {"scatter", 2, own, scatter},      {"reduce", 3, last_differs, reduce}, {"gather", 3, last_differs, gather},
+      {"reduce", 2, own, reduce},   {"gather", 2, own, gather},          {"broadcast", 2, own, broadcast},
+      {"scatter", 2, own, scatter}, {"reduce", 3, last_differs, reduce}, {"gather", 3, last_differs, gather},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name + " on " + std::to_string(c.world) + " ranks");
-    run_group(c.world, [&](int rank, const std::shared_ptr<ProcessGroup>& pg) {
-      try {
-        c.call(*pg, c.root(rank));
-        pg->barrier();
-        return 3;
-      } catch (const MismatchError& e) {  // not TimeoutError
-        const std::string m = e.what();
-        for (const std::string& w : std::vector<std::string>{c.name + " #", "root 0", "root 1"})
-          expect(m.find(w) != std::string::npos, "'" + w + "' not in: " + m);
-      }
-      return 0;
-    }, kOptions);
+    run_group(
+        c.world,
+        [&](int rank, const std::shared_ptr<ProcessGroup>& pg) {
+          try {
+            c.call(*pg, c.root(rank));
+            pg->barrier();
+            return 3;
+          } catch (const MismatchError& e) {  // not TimeoutError
+            const std::string m = e.what();
+            for (const std::string& w : std::vector<std::string>{c.name + " #", "root 0", "root 1"})
+              expect(m.find(w) != std::string::npos, "'" + w + "' not in: " + m);
+          }
+          return 0;
+        },
+        kOptions);
   }
 }
 
 // Two ranks disagree; the third, which agrees with one of them, is told through the abort
 // instead of waiting for the 60 s timeout.
 TEST(ProcessGroupTest, AnAbortReachesEveryRankOfThree) {
-  run_group(3, [&](int rank, const std::shared_ptr<ProcessGroup>& pg) {
-    const auto start = Clock::now();
-    try {
-      pg->all_reduce(torch::ones({rank == 1 ? 12 : 10}));
-      pg->barrier();
-      return 3;
-    } catch (const MismatchError& e) {
-      const std::string m = e.what();
-      expect(m.find("Float[12]") != std::string::npos || m.find("aborted by rank") != std::string::npos, m);
-    }
-    expect(Clock::now() - start < std::chrono::seconds(30), "the abort came, not the timeout");
-    return 0;
-  }, kSlowTimeout);
+  run_group(
+      3,
+      [&](int rank, const std::shared_ptr<ProcessGroup>& pg) {
+        const auto start = Clock::now();
+        try {
+          pg->all_reduce(torch::ones({rank == 1 ? 12 : 10}));
+          pg->barrier();
+          return 3;
+        } catch (const MismatchError& e) {
+          const std::string m = e.what();
+          expect(m.find("Float[12]") != std::string::npos || m.find("aborted by rank") != std::string::npos, m);
+        }
+        expect(Clock::now() - start < std::chrono::seconds(30), "the abort came, not the timeout");
+        return 0;
+      },
+      kSlowTimeout);
 }
 
 TEST(ProcessGroupTest, DeadRankIsNamedAndNobodyHangs) {
@@ -446,26 +482,29 @@ TEST(ProcessGroupTest, DeadRankIsNamedAndNobodyHangs) {
 // Now every rank learns of any rank's death within the heartbeat bound (10 s), naming it.
 TEST(ProcessGroupTest, EveryRankLearnsOfAnyRanksDeathWhileRankZeroIsBusy) {
   TempDir dir;
-  auto codes = run_ranks(4, [&](int rank) {
-    auto pg = join(dir, rank, 4, std::chrono::seconds(60));
-    pg->barrier();  // every connection made
-    if (rank == 3) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(500));
-      ::raise(SIGKILL);
-    }
-    if (rank == 0) std::this_thread::sleep_for(std::chrono::seconds(14));  // busy, in no collective
-    const auto start = Clock::now();
-    try {
-      pg->barrier();
-      return 3;
-    } catch (const distrl::TransportError& e) {
-      const double took = std::chrono::duration<double>(Clock::now() - start).count();
-      std::cout << "rank " << rank << " learned of it after " << took << " s: " << e.what() << std::endl;
-      expect(std::string(e.what()).find("rank 3") != std::string::npos, e.what());
-      if (rank != 0) expect(took < 12, "rank " + std::to_string(rank) + " waited " + std::to_string(took) + " s");
-    }
-    return 0;
-  }, std::chrono::seconds(90));
+  auto codes = run_ranks(
+      4,
+      [&](int rank) {
+        auto pg = join(dir, rank, 4, std::chrono::seconds(60));
+        pg->barrier();  // every connection made
+        if (rank == 3) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(500));
+          ::raise(SIGKILL);
+        }
+        if (rank == 0) std::this_thread::sleep_for(std::chrono::seconds(14));  // busy, in no collective
+        const auto start = Clock::now();
+        try {
+          pg->barrier();
+          return 3;
+        } catch (const distrl::TransportError& e) {
+          const double took = std::chrono::duration<double>(Clock::now() - start).count();
+          std::cout << "rank " << rank << " learned of it after " << took << " s: " << e.what() << std::endl;
+          expect(std::string(e.what()).find("rank 3") != std::string::npos, e.what());
+          if (rank != 0) expect(took < 12, "rank " + std::to_string(rank) + " waited " + std::to_string(took) + " s");
+        }
+        return 0;
+      },
+      std::chrono::seconds(90));
   EXPECT_EQ(codes, (std::vector<int>{0, 0, 0, 128 + SIGKILL}));
 }
 
@@ -560,7 +599,8 @@ TEST(NcclTest, AllReduceBroadcastAllGatherOnGpusOrAClearRefusal) {
     auto x = torch::full({1 << 20}, float(rank + 1), dev);
     pg->all_reduce(x);
     expect(torch::all(x == 3.0f).item<bool>(), "nccl all_reduce");
-    auto b = rank == 0 ? torch::arange(1000, torch::TensorOptions().device(dev)) : torch::zeros({1000}, torch::TensorOptions().device(dev).dtype(torch::kLong));
+    auto b = rank == 0 ? torch::arange(1000, torch::TensorOptions().device(dev))
+                       : torch::zeros({1000}, torch::TensorOptions().device(dev).dtype(torch::kLong));
     pg->broadcast(b, 0);
     expect(torch::equal(b.cpu(), torch::arange(1000)), "nccl broadcast");
     std::vector<at::Tensor> all{torch::empty({3}, dev), torch::empty({3}, dev)};
@@ -572,7 +612,8 @@ TEST(NcclTest, AllReduceBroadcastAllGatherOnGpusOrAClearRefusal) {
   // A skip counts only when every rank saw the same reason; one rank running while the other
   // skipped is a failure.
   ASSERT_EQ(codes[0], codes[1]) << "ranks disagree on whether NCCL can run";
-  if (codes[0] == 10) GTEST_SKIP() << "no CUDA GPU on this machine: the NCCL backend is built and refuses with a clear error";
+  if (codes[0] == 10)
+    GTEST_SKIP() << "no CUDA GPU on this machine: the NCCL backend is built and refuses with a clear error";
   if (codes[0] == 11) GTEST_SKIP() << "GPU present but LibTorch is CPU-only: NCCL refuses CPU tensors by name";
   EXPECT_EQ(codes[0], 0);
 #endif

@@ -95,9 +95,11 @@ BatchUpdateConfig small_run(int trainers, int rounds = 24) {
 TEST(PsBatchUpdateTest, EqualsOneProcessOnTheSummedBatch) {
   TempDir dir;
   const BatchUpdateConfig cfg = small_run(3, 4);
-  auto r = launch("--config " + kConfig + " roles.servers=2 roles.trainers=3 model.name=mlp model.image_size=6 "
+  auto r = launch("--config " + kConfig +
+                  " roles.servers=2 roles.trainers=3 model.name=mlp model.image_size=6 "
                   "model.hidden=[16] model.classes=5 train.rounds=4 train.batch_size=8 optimizer.lr=0.05 "
-                  "run.out_dir=" + dir.path());
+                  "run.out_dir=" +
+                  dir.path());
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("4 round(s) (4 at quorum"), std::string::npos) << r.output;
 
@@ -184,9 +186,13 @@ TEST(PsFaultTest, AKilledServerIsRestartedFromItsSnapshotAndTrainersResume) {
   const int rounds = 40;
   bool killed = false;
   std::string pid;
-  auto r = launch("--config " + kConfig + " roles.servers=2 roles.trainers=3 model.name=mlp model.image_size=8 "
-                  "model.hidden=[16] train.rounds=" + std::to_string(rounds) + " train.slow_trainer=1 train.slow_ms=30 "
-                  "run.log_interval=5 ps.snapshot_rounds=5 ps.retry_s=30 launch.max_restarts=1 run.out_dir=" + dir.path(),
+  auto r = launch("--config " + kConfig +
+                      " roles.servers=2 roles.trainers=3 model.name=mlp model.image_size=8 "
+                      "model.hidden=[16] train.rounds=" +
+                      std::to_string(rounds) +
+                      " train.slow_trainer=1 train.slow_ms=30 "
+                      "run.log_interval=5 ps.snapshot_rounds=5 ps.retry_s=30 launch.max_restarts=1 run.out_dir=" +
+                      dir.path(),
                   [&](const std::string& line) {
                     if (line.rfind("[0] ps shard 0/2 (pid ", 0) == 0 && pid.empty())
                       pid = line.substr(22, line.find(')') - 22);
@@ -197,7 +203,8 @@ TEST(PsFaultTest, AKilledServerIsRestartedFromItsSnapshotAndTrainersResume) {
                   });
   ASSERT_EQ(r.code, 0) << r.output;
   ASSERT_TRUE(killed) << r.output;
-  EXPECT_NE(r.output.find("rank 0 exited with code 137; restarting it (restart 1 of 1)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 0 exited with code 137; restarting it (restart 1 of 1)"), std::string::npos)
+      << r.output;
   const auto at = r.output.find("resuming from the snapshot of round ");
   ASSERT_NE(at, std::string::npos) << r.output;
   const int restored = std::stoi(r.output.substr(at + 36));
@@ -205,7 +212,7 @@ TEST(PsFaultTest, AKilledServerIsRestartedFromItsSnapshotAndTrainersResume) {
   EXPECT_LE(restored, 17);
   // (ctest runs at DISTRL_LOG_LEVEL=warn: the "answers again" lines are info)
   EXPECT_NE(r.output.find("ps shard 0 (rank 0) is unreachable"), std::string::npos) << "a trainer's call failed\n"
-                                                                                     << r.output;
+                                                                                    << r.output;
   EXPECT_NE(r.output.find("trainer 0: " + std::to_string(rounds) + " rounds in"), std::string::npos) << r.output;
   // Shard 1 follows shard 0's decisions to the end. It usually counts 40 rounds; when shard 0
   // was killed between answering the trainers of one round, the restored leader decides the
@@ -225,42 +232,44 @@ TEST(PsFaultTest, AKilledServerIsRestartedFromItsSnapshotAndTrainersResume) {
 TEST(PsFaultTest, AKilledTrainerLeavesTheQuorumAndTheOthersCarryOn) {
   TempDir dir;
   const int rounds = 12;
-  auto codes = run_ranks(World::kServers + World::kTrainers, [&](int rank) {
-    if (rank < World::kServers)
-      return serve(dir, rank, World::options(0), [&](const ShardStats& s) {
-        expect(s.trainers.at(1).gone, "the killed trainer is gone");
-        expect(s.closed_departure >= 1, "a round closed when it left");
-        expect(s.trainers.at(0).pushes == 2 * rounds, "the others pushed every round (dense, then rows)");
-      });
-    const int trainer = rank - World::kServers;
-    auto o = distrl::testing::rpc_options(dir, rank, World::kServers + World::kTrainers);
-    o.shutdown_timeout = 5s;
-    transport::RpcAgent agent(o);
-    PsClient ps(agent, ClientOptions{trainer, World::kServers, 0});
-    ps.declare("w", torch::zeros({3}));
-    ps.declare("b", torch::zeros({1}));
-    ps.declare_table("emb", torch::zeros({10, 2}));
-    for (int r = 0; r < rounds; ++r) {
-      if (trainer == 1 && r == 3) {
-        // Die while round 3 waits for us: the others have pushed it by then (over shared memory
-        // the death is seen at once; dying first left no round for the departure to close).
-        std::this_thread::sleep_for(500ms);
-        std::raise(SIGKILL);
-      }
-      auto res = ps.push({"w", "b"}, {torch::ones({3}), torch::ones({1})});
-      expect(res.values.size() == 2 && res.values[0].size(0) == 3, "the new values come back");
-      ps.push_rows("emb", torch::tensor({trainer, 9}), torch::ones({2, 2}));
-    }
-    at::Tensor rows = ps.pull_rows("emb", torch::tensor({9, 0, 9}));
-    expect(rows.size(0) == 3 && rows[0].equal(rows[2]) && !rows[1].equal(torch::zeros({2})),
-           "rows come back in request order, pushed rows changed");
-    ps.bye();
-    try {
-      agent.shutdown();  // the killed trainer never arrives at the barrier
-    } catch (const std::exception&) {
-    }
-    return 0;
-  }, 40s);
+  auto codes = run_ranks(
+      World::kServers + World::kTrainers,
+      [&](int rank) {
+        if (rank < World::kServers)
+          return serve(dir, rank, World::options(0), [&](const ShardStats& s) {
+            expect(s.trainers.at(1).gone, "the killed trainer is gone");
+            expect(s.closed_departure >= 1, "a round closed when it left");
+            expect(s.trainers.at(0).pushes == 2 * rounds, "the others pushed every round (dense, then rows)");
+          });
+        const int trainer = rank - World::kServers;
+        auto o = distrl::testing::rpc_options(dir, rank, World::kServers + World::kTrainers);
+        o.shutdown_timeout = 5s;
+        transport::RpcAgent agent(o);
+        PsClient ps(agent, ClientOptions{trainer, World::kServers, 0});
+        ps.declare("w", torch::zeros({3}));
+        ps.declare("b", torch::zeros({1}));
+        ps.declare_table("emb", torch::zeros({10, 2}));
+        for (int r = 0; r < rounds; ++r) {
+          if (trainer == 1 && r == 3) {
+            // Die while round 3 waits for us: the others have pushed it by then (over shared memory
+            // the death is seen at once; dying first left no round for the departure to close).
+            std::this_thread::sleep_for(500ms);
+            std::raise(SIGKILL);
+          }
+          auto res = ps.push({"w", "b"}, {torch::ones({3}), torch::ones({1})});
+          expect(res.values.size() == 2 && res.values[0].size(0) == 3, "the new values come back");
+          ps.push_rows("emb", torch::tensor({trainer, 9}), torch::ones({2, 2}));
+        }
+        at::Tensor rows = ps.pull_rows("emb", torch::tensor({9, 0, 9}));
+        expect(rows.size(0) == 3 && rows[0].equal(rows[2]) && !rows[1].equal(torch::zeros({2})),
+               "rows come back in request order, pushed rows changed");
+        ps.bye();
+        try {
+          agent.shutdown();  // the killed trainer never arrives at the barrier
+        } catch (const std::exception&) {}
+        return 0;
+      },
+      40s);
   EXPECT_EQ(codes, (std::vector<int>{0, 0, 0, 128 + SIGKILL, 0}));
 }
 
@@ -268,50 +277,57 @@ TEST(PsFaultTest, AStoppedTrainerDoesNotStallAQuorumRoundAndItsLatePushesAreDrop
   TempDir dir;
   const int rounds = 10;
   const std::string pid_file = dir.file("stopped.pid");
-  auto codes = run_ranks(World::kServers + World::kTrainers, [&](int rank) {
-    if (rank < World::kServers)
-      return serve(dir, rank, World::options(2), [&](const ShardStats& s) {
-        if (s.keys.empty()) return;  // "w" lives on the other shard
-        expect(s.trainers.at(0).pushes == rounds && s.trainers.at(1).pushes == rounds, "the others pushed every round");
-        expect(s.trainers.at(2).late >= 1, "the resumed trainer's first push was late");
-      });
-    const int trainer = rank - World::kServers;
-    transport::RpcAgent agent(distrl::testing::rpc_options(dir, rank, World::kServers + World::kTrainers));
-    PsClient ps(agent, ClientOptions{trainer, World::kServers, 0});
-    ps.declare("w", torch::zeros({3}));
-    ps.pull({"w"});
-    int dropped = 0;
-    for (int r = 0; r < rounds; ++r) {
-      if (trainer == 2 && r == 1) {
-        std::ofstream(pid_file + ".tmp") << ::getpid();
-        std::rename((pid_file + ".tmp").c_str(), pid_file.c_str());
-        std::raise(SIGSTOP);  // trainer 0 sends SIGCONT after rounds closed without this one
-      }
-      if (trainer == 0 && r == 4) {  // rounds went on with 2 of 3 while trainer 2 was stopped
-        expect(distrl::testing::wait_for_file(pid_file, 30s), "the stopped trainer's pid");
-        const std::string pid = distrl::testing::read_file(pid_file);
-        expect(distrl::testing::wait_until([&] {  // state 'T' in /proc/PID/stat: stopped
-          const std::string stat = distrl::testing::read_file("/proc/" + pid + "/stat");
-          const auto paren = stat.rfind(')');
-          return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'T';
-        }, 30s), "trainer 2 stopped");
-        ::kill(std::stoi(pid), SIGCONT);
-      }
-      dropped += ps.push({"w"}, {torch::ones({3})}).dropped;
-    }
-    if (trainer == 2) expect(dropped >= 1, "a late push is answered as dropped");
-    ps.bye();
-    agent.shutdown();
-    return 0;
-  }, 40s);
+  auto codes = run_ranks(
+      World::kServers + World::kTrainers,
+      [&](int rank) {
+        if (rank < World::kServers)
+          return serve(dir, rank, World::options(2), [&](const ShardStats& s) {
+            if (s.keys.empty()) return;  // "w" lives on the other shard
+            expect(s.trainers.at(0).pushes == rounds && s.trainers.at(1).pushes == rounds,
+                   "the others pushed every round");
+            expect(s.trainers.at(2).late >= 1, "the resumed trainer's first push was late");
+          });
+        const int trainer = rank - World::kServers;
+        transport::RpcAgent agent(distrl::testing::rpc_options(dir, rank, World::kServers + World::kTrainers));
+        PsClient ps(agent, ClientOptions{trainer, World::kServers, 0});
+        ps.declare("w", torch::zeros({3}));
+        ps.pull({"w"});
+        int dropped = 0;
+        for (int r = 0; r < rounds; ++r) {
+          if (trainer == 2 && r == 1) {
+            std::ofstream(pid_file + ".tmp") << ::getpid();
+            std::rename((pid_file + ".tmp").c_str(), pid_file.c_str());
+            std::raise(SIGSTOP);  // trainer 0 sends SIGCONT after rounds closed without this one
+          }
+          if (trainer == 0 && r == 4) {  // rounds went on with 2 of 3 while trainer 2 was stopped
+            expect(distrl::testing::wait_for_file(pid_file, 30s), "the stopped trainer's pid");
+            const std::string pid = distrl::testing::read_file(pid_file);
+            expect(distrl::testing::wait_until(
+                       [&] {  // state 'T' in /proc/PID/stat: stopped
+                         const std::string stat = distrl::testing::read_file("/proc/" + pid + "/stat");
+                         const auto paren = stat.rfind(')');
+                         return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'T';
+                       },
+                       30s),
+                   "trainer 2 stopped");
+            ::kill(std::stoi(pid), SIGCONT);
+          }
+          dropped += ps.push({"w"}, {torch::ones({3})}).dropped;
+        }
+        if (trainer == 2) expect(dropped >= 1, "a late push is answered as dropped");
+        ps.bye();
+        agent.shutdown();
+        return 0;
+      },
+      40s);
   EXPECT_EQ(codes, (std::vector<int>{0, 0, 0, 0, 0}));
 }
 
 // ------------------------------------------------------------------ exactly once
 
-const std::string kSmallRun =
-    "--config " + kConfig + " roles.servers=2 model.name=mlp model.image_size=6 model.hidden=[16] model.classes=5 "
-    "train.rounds=24 train.batch_size=8 optimizer.lr=0.05 run.log_interval=1000 ";
+const std::string kSmallRun = "--config " + kConfig +
+                              " roles.servers=2 model.name=mlp model.image_size=6 model.hidden=[16] model.classes=5 "
+                              "train.rounds=24 train.batch_size=8 optimizer.lr=0.05 run.log_interval=1000 ";
 
 // distrl-launch ARGS with environment ENV ("NAME=value ...") set for every rank it starts.
 distrl::testing::CommandResult launch_with(const std::string& env, const std::string& args) {
@@ -380,9 +396,8 @@ TEST(PsExactlyOnceTest, AShardKilledBeforeAnsweringIsRestoredAndAppliesNoPushTwi
     std::string args;
     int rank;
   };
-  const std::vector<Case> cases = {{"roles.trainers=3", 0},
-                                   {"roles.trainers=3", 1},
-                                   {"roles.trainers=3 ps.consistency=ssp ps.staleness=0", 0}};
+  const std::vector<Case> cases = {
+      {"roles.trainers=3", 0}, {"roles.trainers=3", 1}, {"roles.trainers=3 ps.consistency=ssp ps.staleness=0", 0}};
   const distrl::testing::Reorderings want = batch_update_orders(small_run(3));
   for (const auto& c : cases) {
     SCOPED_TRACE(c.args + ", rank " + std::to_string(c.rank) + " killed");
@@ -399,8 +414,7 @@ TEST(PsExactlyOnceTest, AShardKilledBeforeAnsweringIsRestoredAndAppliesNoPushTwi
     EXPECT_GE(duplicates_in(got.path()), 1) << distrl::testing::read_file(got.file("ps_stats.csv"));
     if (ssp)
       EXPECT_EQ(clocks_in(got.path()), std::vector<int>(6, 24)) << distrl::testing::read_file(got.file("ps_stats.csv"));
-    else
-      expect_saved_params_within(got.path(), want);
+    else expect_saved_params_within(got.path(), want);
   }
 }
 
@@ -412,54 +426,58 @@ TEST(PsExactlyOnceTest, AShardKilledBeforeAnsweringIsRestoredAndAppliesNoPushTwi
 TEST(PsExactlyOnceTest, TwoShardsAndAStragglerCloseEveryRoundWithTheSameTrainers) {
   TempDir dir;
   const int rounds = 30;
-  auto codes = run_ranks(World::kServers + World::kTrainers, [&](int rank) {
-    ServerOptions o = World::options(2);
-    o.optimizer.lr = 1;
-    o.optimizer.momentum = 0;
-    o.max_wait = std::chrono::milliseconds(15);
-    if (rank < World::kServers)
-      return serve(dir, rank, o, [&](const ShardStats& s) {
-        expect(s.rounds >= rounds / 2, "rounds closed: " + std::to_string(s.rounds));
-      });
-    const int trainer = rank - World::kServers;
-    transport::RpcAgent agent(distrl::testing::rpc_options(dir, rank, World::kServers + World::kTrainers));
-    PsClient ps(agent, ClientOptions{trainer, World::kServers, 0});
-    std::string a, b;  // a key on each shard
-    for (int i = 0; a.empty() || b.empty(); ++i) (ps.shard_of("k" + std::to_string(i)) == 0 ? a : b) = "k" + std::to_string(i);
-    ps.declare(a, torch::zeros({1}));
-    ps.declare(b, torch::zeros({1}));
-    std::mt19937 gen(static_cast<unsigned>(rank));
-    std::int64_t round = 0;  // the last round shard 0 told this trainer
-    for (int r = 0; r < rounds; ++r) {
-      std::this_thread::sleep_for(std::chrono::microseconds(gen() % (trainer == 2 ? 20000 : 2000)));
-      PushRequest pa;
-      pa.id = PushId{trainer, agent.incarnation(), r + 1};
-      pa.round = round;
-      pa.names = {a};
-      pa.grads = {torch::full({1}, static_cast<float>((trainer + 1) * 100 + r))};
-      PushRequest pb = pa;
-      pb.names = {b};
-      const int first = static_cast<int>(gen() % 2);
-      auto f0 = agent.rpc_async<PushReply>(first, kPush, first == 0 ? pa : pb);
-      std::this_thread::sleep_for(std::chrono::microseconds(gen() % 1500));
-      auto f1 = agent.rpc_async<PushReply>(1 - first, kPush, first == 0 ? pb : pa);
-      const PushReply r0 = f0.value(), r1 = f1.value();
-      expect(r0.dropped == r1.dropped, "push " + std::to_string(r + 1) + " of trainer " + std::to_string(trainer) +
-                                           " dropped by one shard only");
-      round = (first == 0 ? r0 : r1).round;
-    }
-    if (trainer != 0) {
-      agent.store().set("pushed/" + std::to_string(trainer), "1");
-    } else {  // every push answered by both shards: every round applied on both
-      agent.store().wait({"pushed/1", "pushed/2"}, 30s);
-      const auto v = ps.pull({a, b});
-      expect(v[0].equal(v[1]), "both shards applied the same rounds: " + std::to_string(v[0].item<float>()) +
-                                   " vs " + std::to_string(v[1].item<float>()));
-    }
-    ps.bye();
-    agent.shutdown();
-    return 0;
-  }, 60s);
+  auto codes = run_ranks(
+      World::kServers + World::kTrainers,
+      [&](int rank) {
+        ServerOptions o = World::options(2);
+        o.optimizer.lr = 1;
+        o.optimizer.momentum = 0;
+        o.max_wait = std::chrono::milliseconds(15);
+        if (rank < World::kServers)
+          return serve(dir, rank, o, [&](const ShardStats& s) {
+            expect(s.rounds >= rounds / 2, "rounds closed: " + std::to_string(s.rounds));
+          });
+        const int trainer = rank - World::kServers;
+        transport::RpcAgent agent(distrl::testing::rpc_options(dir, rank, World::kServers + World::kTrainers));
+        PsClient ps(agent, ClientOptions{trainer, World::kServers, 0});
+        std::string a, b;  // a key on each shard
+        for (int i = 0; a.empty() || b.empty(); ++i)
+          (ps.shard_of("k" + std::to_string(i)) == 0 ? a : b) = "k" + std::to_string(i);
+        ps.declare(a, torch::zeros({1}));
+        ps.declare(b, torch::zeros({1}));
+        std::mt19937 gen(static_cast<unsigned>(rank));
+        std::int64_t round = 0;  // the last round shard 0 told this trainer
+        for (int r = 0; r < rounds; ++r) {
+          std::this_thread::sleep_for(std::chrono::microseconds(gen() % (trainer == 2 ? 20000 : 2000)));
+          PushRequest pa;
+          pa.id = PushId{trainer, agent.incarnation(), r + 1};
+          pa.round = round;
+          pa.names = {a};
+          pa.grads = {torch::full({1}, static_cast<float>((trainer + 1) * 100 + r))};
+          PushRequest pb = pa;
+          pb.names = {b};
+          const int first = static_cast<int>(gen() % 2);
+          auto f0 = agent.rpc_async<PushReply>(first, kPush, first == 0 ? pa : pb);
+          std::this_thread::sleep_for(std::chrono::microseconds(gen() % 1500));
+          auto f1 = agent.rpc_async<PushReply>(1 - first, kPush, first == 0 ? pb : pa);
+          const PushReply r0 = f0.value(), r1 = f1.value();
+          expect(r0.dropped == r1.dropped, "push " + std::to_string(r + 1) + " of trainer " + std::to_string(trainer) +
+                                               " dropped by one shard only");
+          round = (first == 0 ? r0 : r1).round;
+        }
+        if (trainer != 0) {
+          agent.store().set("pushed/" + std::to_string(trainer), "1");
+        } else {  // every push answered by both shards: every round applied on both
+          agent.store().wait({"pushed/1", "pushed/2"}, 30s);
+          const auto v = ps.pull({a, b});
+          expect(v[0].equal(v[1]), "both shards applied the same rounds: " + std::to_string(v[0].item<float>()) +
+                                       " vs " + std::to_string(v[1].item<float>()));
+        }
+        ps.bye();
+        agent.shutdown();
+        return 0;
+      },
+      60s);
   EXPECT_EQ(codes, (std::vector<int>{0, 0, 0, 0, 0}));
 }
 
@@ -499,7 +517,8 @@ std::vector<torch::Tensor> one_process_params(const std::vector<int>& order, int
   auto net = models::make_net(spec);
   std::vector<std::unique_ptr<torch::optim::SGD>> opts;
   for (int t = 0; t < trainers; ++t)
-    opts.push_back(std::make_unique<torch::optim::SGD>(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9)));
+    opts.push_back(
+        std::make_unique<torch::optim::SGD>(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9)));
   training::Dataset d = training::load_idx_dir("/usr/share/datasets/fashion-mnist", true);
   d.inputs = d.inputs.narrow(0, 0, 384);
   d.targets = d.targets.narrow(0, 0, 384);
@@ -522,8 +541,8 @@ std::vector<torch::Tensor> one_process_params(const std::vector<int>& order, int
     const auto& b = batches[t][next[t]++];
     opts[t]->zero_grad();
     distrl::testing::backward_in_order(
-        sum_order, d.inputs.index_select(0, b), d.targets.index_select(0, b), distrl::testing::equal_parts(b.numel(), 2),
-        [&](const at::Tensor& x) { return net->forward(x); },
+        sum_order, d.inputs.index_select(0, b), d.targets.index_select(0, b),
+        distrl::testing::equal_parts(b.numel(), 2), [&](const at::Tensor& x) { return net->forward(x); },
         [](const at::Tensor& out, const at::Tensor& y) { return torch::nn::functional::cross_entropy(out, y); });
     opts[t]->step();
   }
@@ -614,8 +633,8 @@ namespace {
 TEST(PsHybridTest, EqualsOneProcessAfterKSteps) {
   TempDir dir;
   const std::string config = std::string(DISTRL_SOURCE_DIR) + "/configs/ps_hybrid.yaml";
-  auto r = launch("--config " + config + " train.epochs=3 train.batches=4 optimizer.momentum=0.9 run.out_dir=" +
-                  dir.path());
+  auto r =
+      launch("--config " + config + " train.epochs=3 train.batches=4 optimizer.momentum=0.9 run.out_dir=" + dir.path());
   ASSERT_EQ(r.code, 0) << r.output;
   HybridConfig cfg;
   cfg.classes = 8;
@@ -686,7 +705,8 @@ void expect_refused(const std::function<void()>& call, const std::string& words)
   try {
     call();
   } catch (const Error& e) {
-    expect(std::string(e.what()).find(words) != std::string::npos, "the error names the fault: " + std::string(e.what()));
+    expect(std::string(e.what()).find(words) != std::string::npos,
+           "the error names the fault: " + std::string(e.what()));
     return;
   }
   expect(false, "refused: " + words);
@@ -702,15 +722,29 @@ TEST(PsModelOnServerTest, MalformedCallsAreRefusedByNameAndTheServerKeepsServing
   cfg.trainers = 1;
   auto codes = run_ranks(2, [&](int rank) {
     std::shared_ptr<ModelServer> server;
-    transport::RpcAgent agent(distrl::testing::rpc_options(dir, rank, 2), [&](transport::RpcAgent& a) { server = setup_model_on_server(a, cfg); });
+    transport::RpcAgent agent(distrl::testing::rpc_options(dir, rank, 2),
+                              [&](transport::RpcAgent& a) { server = setup_model_on_server(a, cfg); });
     if (rank == 1) {
-      expect_refused([&] { agent.rpc_sync<at::Tensor>(0, "ps.model.forward", 0, torch::zeros({2, 3, 28, 28})); },
-                     "expects float32 images [batch, 1, 28, 28]");
-      expect_refused([&] { agent.rpc_sync<at::Tensor>(0, "ps.model.forward", 0, torch::zeros({2, 1, 28, 28}, torch::kLong)); },
-                     "expects float32 images");
-      expect_refused([&] { agent.rpc_sync<at::Tensor>(0, "ps.model.forward", 0, torch::zeros({28, 28})); }, "expects float32");
-      expect_refused([&] { agent.rpc_sync<at::Tensor>(0, "ps.model.forward", 3, torch::zeros({2, 1, 28, 28})); },
-                     "trainer 3 is not one of 0..0");
+      expect_refused(
+          [&] {
+            agent.rpc_sync<at::Tensor>(0, "ps.model.forward", 0, torch::zeros({2, 3, 28, 28}));
+          },
+          "expects float32 images [batch, 1, 28, 28]");
+      expect_refused(
+          [&] {
+            agent.rpc_sync<at::Tensor>(0, "ps.model.forward", 0, torch::zeros({2, 1, 28, 28}, torch::kLong));
+          },
+          "expects float32 images");
+      expect_refused(
+          [&] {
+            agent.rpc_sync<at::Tensor>(0, "ps.model.forward", 0, torch::zeros({28, 28}));
+          },
+          "expects float32");
+      expect_refused(
+          [&] {
+            agent.rpc_sync<at::Tensor>(0, "ps.model.forward", 3, torch::zeros({2, 1, 28, 28}));
+          },
+          "trainer 3 is not one of 0..0");
       const auto report = std::make_tuple(std::int64_t{10}, std::int64_t{1}, std::int64_t{0}, 1.0);
       expect_refused([&] { agent.rpc_sync<void>(0, "ps.model.report", 7, report); }, "trainer 7 is not one of 0..0");
       expect_refused([&] { agent.rpc_sync<void>(0, "ps.model.report", 0, std::string("x")); },
@@ -732,7 +766,8 @@ TEST(PsHybridTest, ADoneFromAnUnknownTrainerIsRefused) {
   cfg.trainers = 2;
   auto codes = run_ranks(2, [&](int rank) {
     std::shared_ptr<HybridRank> me;
-    transport::RpcAgent agent(distrl::testing::rpc_options(dir, rank, 2), [&](transport::RpcAgent& a) { me = setup_hybrid(a, cfg); });
+    transport::RpcAgent agent(distrl::testing::rpc_options(dir, rank, 2),
+                              [&](transport::RpcAgent& a) { me = setup_hybrid(a, cfg); });
     if (rank == 1) {
       expect_refused([&] { agent.rpc_sync<void>(0, "ps.hybrid.done", 2); }, "trainer 2 is not one of 0..1");
       expect_refused([&] { agent.rpc_sync<void>(0, "ps.hybrid.done", -5); }, "trainer -5 is not one of 0..1");

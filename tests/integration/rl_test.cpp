@@ -39,7 +39,6 @@ int count_lines(const std::string& path) {
   return n;
 }
 
-
 class RlRunTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(RlRunTest, AgentAndTwoObserversRunEpisodesAndShutDownCleanly) {
@@ -52,7 +51,7 @@ TEST_P(RlRunTest, AgentAndTwoObserversRunEpisodesAndShutDownCleanly) {
   EXPECT_EQ(count_lines(dir.path() + "/metrics.csv"), 7);  // header + one row per round
   EXPECT_TRUE(std::filesystem::exists(dir.path() + "/policy.pt"));
   EXPECT_TRUE(std::filesystem::exists(dir.path() + "/learning_curve.png"));  // gnuplot comes with make deps
-  EXPECT_EQ(distrl::testing::count_event_files(dir.path()), 1);  // run.tensorboard is on by default
+  EXPECT_EQ(distrl::testing::count_event_files(dir.path()), 1);              // run.tensorboard is on by default
   const auto events = distrl::testing::read_tfevents(dir.path());
   if (events.ran) {  // TensorBoard's own reader sees every round
     EXPECT_EQ(events.code, 0) << events.out;
@@ -99,12 +98,14 @@ TEST(RlSecurityTest, ACurveRunTrainsAsAPlainOneWithAMadeOrAGivenKey) {
 
 TEST(RlRunTest, BatchesClosedWhenTheRequestsAreReadAndThatModeNeedsInlineServing) {
   distrl::testing::TempDir dir;
-  auto r = launch("--config " + kConfig + " observers=3 agent.batch_close=read learner.rounds=4 learner.max_steps=40 "
-                  "run.out_dir=" + dir.path());
+  auto r = launch("--config " + kConfig +
+                  " observers=3 agent.batch_close=read learner.rounds=4 learner.max_steps=40 "
+                  "run.out_dir=" +
+                  dir.path());
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("Stopped after 4 rounds (12 episodes"), std::string::npos) << r.output;
-  r = launch("--config " + kConfig + " observers=2 agent.batch_close=read agent.serve_inline=false run.out_dir=" +
-             dir.path() + "/pool");
+  r = launch("--config " + kConfig +
+             " observers=2 agent.batch_close=read agent.serve_inline=false run.out_dir=" + dir.path() + "/pool");
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.output.find("agent.batch_close: read needs agent.serve_inline: true"), std::string::npos) << r.output;
 }
@@ -161,7 +162,8 @@ TEST(RlResumeTest, RoundsMetricsAndRunningRewardCarryOn) {
       << missing.output;
   auto misfit = launch(common + " learner.rounds=8 model.hidden=[32] --resume " + dir.path() + "/policy.pt");
   EXPECT_EQ(misfit.code, 2) << misfit.output;
-  EXPECT_NE(misfit.output.find("checkpoint '" + dir.path() + "/policy.pt' does not fit this model: "), std::string::npos)
+  EXPECT_NE(misfit.output.find("checkpoint '" + dir.path() + "/policy.pt' does not fit this model: "),
+            std::string::npos)
       << misfit.output;
   EXPECT_NE(misfit.output.find("[128, 4] in the file, Float[32, 4] in the model"), std::string::npos) << misfit.output;
 
@@ -179,8 +181,9 @@ TEST(RlResumeTest, RoundsMetricsAndRunningRewardCarryOn) {
   EXPECT_EQ(read_metrics(dir.path() + "/metrics.csv").size(), 7u);
   // A REINFORCE checkpoint given to a PPO run: named as such (it was LibTorch's "No such
   // serialized submodule: 'pi'").
-  auto other = launch("--config " + std::string(DISTRL_SOURCE_DIR) + "/configs/cartpole_ppo.yaml run.out_dir=" +
-                      dir.path() + " --resume " + dir.path() + "/policy.pt");
+  auto other =
+      launch("--config " + std::string(DISTRL_SOURCE_DIR) + "/configs/cartpole_ppo.yaml run.out_dir=" + dir.path() +
+             " --resume " + dir.path() + "/policy.pt");
   EXPECT_EQ(other.code, 2) << other.output;
   EXPECT_NE(other.output.find("was saved by a learner.algo reinforce run, and this run is ppo"), std::string::npos)
       << other.output;
@@ -235,7 +238,8 @@ TEST(RlRunDirTest, AResumeGoesOnlyIntoItsOwnRunsOutputs) {
   EXPECT_EQ(stopped.code, 130) << stopped.output;
   EXPECT_NE(stopped.output.find("go on with: " + distrl::testing::bin_path("distrl-launch") + " --config " + kConfig +
                                 " observers=1 learner.max_steps=30 learner.rounds=100000 learner.log_interval=1 "
-                                "run.out_dir=" + a.path() + " --resume " + a.file("policy.pt")),
+                                "run.out_dir=" +
+                                a.path() + " --resume " + a.file("policy.pt")),
             std::string::npos)
       << stopped.output;
   EXPECT_NE(stopped.output.find("TensorBoard: " + a.path() + "/events.out.tfevents."), std::string::npos)
@@ -290,8 +294,7 @@ bool wait_for_rows(const std::string& metrics, int lines, std::chrono::seconds l
 }
 
 // Waits until the log file holds `text` (from byte `from` on).
-bool log_says(const std::string& log, const std::string& text, std::chrono::seconds limit = 30s,
-              std::size_t from = 0) {
+bool log_says(const std::string& log, const std::string& text, std::chrono::seconds limit = 30s, std::size_t from = 0) {
   return distrl::testing::wait_until([&] { return read_file(log).find(text, from) != std::string::npos; }, limit);
 }
 
@@ -309,15 +312,20 @@ Run start_run(Spawned& procs, const TempDir& dir, const std::vector<std::string>
   Run r;
   r.agent = procs.start(tool("distrl-agent", args), dir.file("agent.log"), 0, 3, dir);
   for (int i = 1; i <= 2; ++i)
-    r.observers.push_back(procs.start(tool("distrl-observer", args), dir.file("obs" + std::to_string(i) + ".log"), i, 3, dir));
+    r.observers.push_back(
+        procs.start(tool("distrl-observer", args), dir.file("obs" + std::to_string(i) + ".log"), i, 3, dir));
   return r;
 }
 
 // docs/rl.md promises: exit 1 and "lost the agent: ..." within rpc.timeout_s.
 TEST(RlFailureTest, ObserversExitWithAClearMessageWhenTheAgentIsKilled) {
   TempDir dir;
-  const std::vector<std::string> args{"--config", kConfig, "rpc.timeout_s=5", "learner.rounds=100000",
-                                      "learner.learn=false", "run.out_dir=" + dir.path()};
+  const std::vector<std::string> args{"--config",
+                                      kConfig,
+                                      "rpc.timeout_s=5",
+                                      "learner.rounds=100000",
+                                      "learner.learn=false",
+                                      "run.out_dir=" + dir.path()};
   Spawned procs;
   const auto [agent, observers] = start_run(procs, dir, args);
   ASSERT_TRUE(wait_for_rows(dir.file("metrics.csv"), 3, 60s)) << read_file(dir.file("agent.log"));
@@ -348,8 +356,12 @@ std::map<std::string, std::string> read_summary(const std::string& path) {
 // so in summary.csv; the surviving observer exits 0.
 TEST(RlFailureTest, TheAgentDropsADeadObserverAndFinishesTheRun) {
   TempDir dir;
-  const std::vector<std::string> args{"--config", kConfig, "rpc.timeout_s=10", "learner.rounds=40",
-                                      "learner.max_steps=50", "run.out_dir=" + dir.path()};
+  const std::vector<std::string> args{"--config",
+                                      kConfig,
+                                      "rpc.timeout_s=10",
+                                      "learner.rounds=40",
+                                      "learner.max_steps=50",
+                                      "run.out_dir=" + dir.path()};
   Spawned procs;
   const auto [agent, observers] = start_run(procs, dir, args);
   const pid_t keeps = observers[0], dies = observers[1];
@@ -381,10 +393,12 @@ TEST(RlFailureTest, AStalledObserverIsDroppedAndReadmittedWhenItRunsAgain) {
   };
   ASSERT_TRUE(wait_for_rows(dir.file("metrics.csv"), 3, 60s)) << agent_log();
   ::kill(observers[1], SIGSTOP);
-  ASSERT_TRUE(log_says(dir.file("agent.log"), "dropping observer 1 (observer2)", 40s)) << agent_log();  // 10 s without a heartbeat
+  ASSERT_TRUE(log_says(dir.file("agent.log"), "dropping observer 1 (observer2)", 40s))
+      << agent_log();  // 10 s without a heartbeat
   std::this_thread::sleep_for(3s);
   ::kill(observers[1], SIGCONT);
-  ASSERT_TRUE(log_says(dir.file("agent.log"), "observer 1 (observer2) is reachable again: readmitted", 40s)) << agent_log();
+  ASSERT_TRUE(log_says(dir.file("agent.log"), "observer 1 (observer2) is reachable again: readmitted", 40s))
+      << agent_log();
   const int rows = count_lines(dir.file("metrics.csv"));
   ASSERT_TRUE(wait_for_rows(dir.file("metrics.csv"), rows + 5, 60s)) << agent_log();
   ::kill(agent, SIGTERM);  // ends the run gracefully: the observers are told to finish
@@ -409,8 +423,12 @@ TEST(RlFailureTest, AStalledObserverIsDroppedAndReadmittedWhenItRunsAgain) {
 // rpc.timeout_s, with a message that says what timed out.
 TEST(RlFailureTest, ObserversGiveUpOnAHungAgentAfterTheTimeout) {
   TempDir dir;
-  const std::vector<std::string> args{"--config", kConfig, "rpc.timeout_s=3", "learner.rounds=100000",
-                                      "learner.learn=false", "run.out_dir=" + dir.path()};
+  const std::vector<std::string> args{"--config",
+                                      kConfig,
+                                      "rpc.timeout_s=3",
+                                      "learner.rounds=100000",
+                                      "learner.learn=false",
+                                      "run.out_dir=" + dir.path()};
   Spawned procs;
   const auto [agent, observers] = start_run(procs, dir, args);
   ASSERT_TRUE(wait_for_rows(dir.file("metrics.csv"), 3, 60s)) << read_file(dir.file("agent.log"));
@@ -420,7 +438,8 @@ TEST(RlFailureTest, ObserversGiveUpOnAHungAgentAfterTheTimeout) {
     const std::string log = read_file(dir.file("obs" + std::to_string(i + 1) + ".log"));
     EXPECT_EQ(code, 1) << log;
     EXPECT_NE(log.find("distrl-observer: "), std::string::npos) << log;
-    EXPECT_TRUE(log.find("timed out") != std::string::npos || log.find("no request from the agent") != std::string::npos)
+    EXPECT_TRUE(log.find("timed out") != std::string::npos ||
+                log.find("no request from the agent") != std::string::npos)
         << log;
   }
   ::kill(agent, SIGCONT);  // Spawned kills it
@@ -434,7 +453,8 @@ TEST(RlWorldTest, AWorldSizeMismatchIsRefusedAtOnceNamingBothProcesses) {
   const std::vector<std::string> args{"--config", kConfig, "run.out_dir=" + dir.path()};
   Spawned procs;
   const pid_t agent = procs.start(tool("distrl-agent", args), dir.file("agent.log"), 0, 3, dir, "info");
-  ASSERT_TRUE(log_says(dir.file("agent.log"), "waiting for ranks 1, 2: 1 of 3 joined")) << read_file(dir.file("agent.log"));
+  ASSERT_TRUE(log_says(dir.file("agent.log"), "waiting for ranks 1, 2: 1 of 3 joined"))
+      << read_file(dir.file("agent.log"));
   const auto started = std::chrono::steady_clock::now();
   const pid_t observer = procs.start(tool("distrl-observer", args), dir.file("obs.log"), 1, 2, dir);
   EXPECT_NE(procs.wait_exit(observer, 30s), 0);
@@ -445,9 +465,9 @@ TEST(RlWorldTest, AWorldSizeMismatchIsRefusedAtOnceNamingBothProcesses) {
   // still waiting, refuses with the same words.
   char host[256] = {0};
   ::gethostname(host, sizeof(host) - 1);
-  const std::string both = "world size mismatch: rank 1 ('observer1', pid " + std::to_string(observer) + " on " +
-                           host + ") was started with world size 2, rank 0 ('agent', pid " + std::to_string(agent) +
-                           " on " + host + ") with 3";
+  const std::string both = "world size mismatch: rank 1 ('observer1', pid " + std::to_string(observer) + " on " + host +
+                           ") was started with world size 2, rank 0 ('agent', pid " + std::to_string(agent) + " on " +
+                           host + ") with 3";
   EXPECT_NE(obs_log.find(both), std::string::npos) << obs_log;
   EXPECT_NE(agent_log.find(both), std::string::npos) << agent_log;
   EXPECT_NE(agent_log.find("found by another rank"), std::string::npos) << agent_log;
@@ -568,8 +588,10 @@ TEST(RlPluginTest, AnEnvironmentFromASharedLibraryTrainsUnderLaunch) {
   TempDir dir;
   const std::string ppo = "--config " + std::string(DISTRL_SOURCE_DIR) + "/configs/cartpole_ppo.yaml";
   const std::string plugin = " env.plugin=" + std::string(DISTRL_PLUGIN) + " env.name=Corridor-v0";
-  auto r = launch(ppo + plugin + " learner.rounds=30 learner.target_reward=0.35 ppo.steps=32 env.per_observer=4 "
-                  "run.out_dir=" + dir.path());
+  auto r = launch(ppo + plugin +
+                  " learner.rounds=30 learner.target_reward=0.35 ppo.steps=32 env.per_observer=4 "
+                  "run.out_dir=" +
+                  dir.path());
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("distrl-agent: Corridor-v0, batched"), std::string::npos) << r.output;
   EXPECT_GE(count_lines(dir.file("metrics.csv")), 2) << r.output;
@@ -613,8 +635,10 @@ TEST(RlGymnasiumTest, GymnasiumsOwnEnvironmentTrainsUnderLaunch) {
   ::setenv("DISTRL_GYMNASIUM_PYTHON", ref, 1);
   TempDir dir;
   const std::string ppo = "--config " + std::string(DISTRL_SOURCE_DIR) + "/configs/cartpole_ppo.yaml";
-  auto r = launch(ppo + " env.name=gymnasium:CartPole-v1 env.per_observer=2 learner.rounds=6 learner.log_interval=1 "
-                        "run.out_dir=" + dir.path());
+  auto r = launch(ppo +
+                  " env.name=gymnasium:CartPole-v1 env.per_observer=2 learner.rounds=6 learner.log_interval=1 "
+                  "run.out_dir=" +
+                  dir.path());
   if (r.output.find("no gymnasium") != std::string::npos) GTEST_SKIP() << r.output;
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("distrl-agent: gymnasium:CartPole-v1, batched"), std::string::npos) << r.output;
@@ -633,8 +657,10 @@ TEST(RlGymnasiumTest, GymnasiumsOwnEnvironmentTrainsUnderLaunch) {
   // A stop signal is the ranks': the Python children (in groups of their own) keep stepping
   // until the round ends and the run saves, instead of dying and taking the observers along.
   auto stopped = distrl::testing::launch_interrupted(
-      ppo + " env.name=gymnasium:CartPole-v1 env.per_observer=2 learner.rounds=100000 learner.log_interval=1 "
-            "run.out_dir=" + dir.path() + "/stopped",
+      ppo +
+          " env.name=gymnasium:CartPole-v1 env.per_observer=2 learner.rounds=100000 learner.log_interval=1 "
+          "run.out_dir=" +
+          dir.path() + "/stopped",
       "] round     3", SIGTERM);
   EXPECT_EQ(stopped.code, 128 + SIGTERM) << stopped.output;
   EXPECT_NE(stopped.output.find("stopped by SIGTERM after round"), std::string::npos) << stopped.output;
@@ -648,8 +674,12 @@ TEST(RlCheckpointTest, SavedEveryNRoundsAndOnSigusr1) {
   for (const std::string every : {"0", "2"}) {
     SCOPED_TRACE("checkpoint_every=" + every);
     TempDir dir;
-    const std::vector<std::string> args{"--config", kConfig, "learner.rounds=100000", "learner.max_steps=30",
-                                        "learner.checkpoint_every=" + every, "run.out_dir=" + dir.path()};
+    const std::vector<std::string> args{"--config",
+                                        kConfig,
+                                        "learner.rounds=100000",
+                                        "learner.max_steps=30",
+                                        "learner.checkpoint_every=" + every,
+                                        "run.out_dir=" + dir.path()};
     Spawned procs;
     const pid_t agent = start_run(procs, dir, args).agent;
     if (every == "0") {
@@ -679,8 +709,9 @@ TEST(PpoRunTest, FragmentsFlowForDiscreteAndContinuousEnvsAndEvalReadsTheCheckpo
   EXPECT_GT(std::filesystem::file_size(dir.path() + "/episode.gif"), 1000u);
 
   // Resumed, PPO carries its normalisers and solved window on: 2 more rounds, 6 rows in all.
-  auto again = launch("--config " + ppo + " learner.rounds=6 ppo.steps=32 env.per_observer=4 run.out_dir=" +
-                      dir.path() + " --resume " + dir.path() + "/policy.pt");
+  auto again =
+      launch("--config " + ppo + " learner.rounds=6 ppo.steps=32 env.per_observer=4 run.out_dir=" + dir.path() +
+             " --resume " + dir.path() + "/policy.pt");
   ASSERT_EQ(again.code, 0) << again.output;
   const auto at = again.output.find("at round 4 (");
   ASSERT_NE(at, std::string::npos) << again.output;
@@ -757,7 +788,8 @@ TEST(RlFailureTest, AFullDiskWhileSavingIsANamedErrorAndKeepsTheLastCheckpoint) 
   ::signal(SIGXFSZ, SIG_DFL);
   EXPECT_EQ(full.code, 1) << full.output;
   EXPECT_NE(full.output.find("distrl-agent: cannot write '" + dir.file("policy.pt") + "': File too large"),
-            std::string::npos) << full.output;
+            std::string::npos)
+      << full.output;
   EXPECT_NE(full.output.find("the file there before is unchanged"), std::string::npos) << full.output;
   EXPECT_EQ(full.output.find("terminate called"), std::string::npos) << full.output;
   EXPECT_EQ(read_file(dir.file("policy.pt")), before);
@@ -832,8 +864,12 @@ TEST(AsyncRlTest, AppoAndImpalaSolveCartPoleWhileActingGoesOnAndAResumeCarriesTh
 // counts the observer lost.
 TEST(AsyncRlTest, AKilledObserverIsNamedAndTheLearnerGoesOnWithTheOther) {
   TempDir dir;
-  const std::vector<std::string> args{"--config", kAppo, "rpc.timeout_s=10", "learner.rounds=100000",
-                                      "learner.target_reward=100000", "learner.log_interval=1",
+  const std::vector<std::string> args{"--config",
+                                      kAppo,
+                                      "rpc.timeout_s=10",
+                                      "learner.rounds=100000",
+                                      "learner.target_reward=100000",
+                                      "learner.log_interval=1",
                                       "run.out_dir=" + dir.path()};
   Spawned procs;
   const auto [agent, observers] = start_run(procs, dir, args);
@@ -858,8 +894,10 @@ TEST(AsyncRlTest, AKilledObserverIsNamedAndTheLearnerGoesOnWithTheOther) {
 TEST(AsyncRlTest, TheLearnerInItsOwnProcessSolvesAndAKilledOneResumesFromItsCheckpoint) {
   TempDir dir;
   bool killed = false;
-  auto r = launch("--config " + kAppo + " roles.learners=1 launch.max_restarts=1 learner.checkpoint_every=20 "
-                  "learner.log_interval=5 rpc.timeout_s=20 run.out_dir=" + dir.path(),
+  auto r = launch("--config " + kAppo +
+                      " roles.learners=1 launch.max_restarts=1 learner.checkpoint_every=20 "
+                      "learner.log_interval=5 rpc.timeout_s=20 run.out_dir=" +
+                      dir.path(),
                   [&](const std::string& line) {
                     // "[3] learner: update 50 ..." (every 10 x log_interval steps): checkpoints at 20 and 40 exist.
                     if (!killed && line.find("] learner: update 50 ") != std::string::npos) {
@@ -873,8 +911,8 @@ TEST(AsyncRlTest, TheLearnerInItsOwnProcessSolvesAndAKilledOneResumesFromItsChec
   EXPECT_EQ(r.output.find("trajectories: 0 dropped"), std::string::npos) << r.output;  // the unlearned are counted
   EXPECT_NE(r.output.find("Solved after"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("agent: the learner cannot be reached"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("learner: resumed from " + dir.file("learner.pt") + " at policy version "),
-            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("learner: resumed from " + dir.file("learner.pt") + " at policy version "), std::string::npos)
+      << r.output;
   EXPECT_NE(r.output.find("agent: the learner is back after"), std::string::npos) << r.output;
   EXPECT_TRUE(std::filesystem::exists(dir.file("learner.pt")));
   EXPECT_TRUE(std::filesystem::exists(dir.file("policy.pt")));
@@ -912,7 +950,8 @@ TEST(AsyncRlTest, TwoAgentsFeedOneLearnerProcessAndTheFirstToSolveEndsTheRun) {
   }
   EXPECT_TRUE(std::filesystem::exists(dir.file("learner.pt")));
   // Both agents fed the one learner: it learned more steps than either agent's rounds alone.
-  const int rounds0 = count_lines(dir.file("metrics.csv")) - 1, rounds1 = count_lines(dir.file("agent1/metrics.csv")) - 1;
+  const int rounds0 = count_lines(dir.file("metrics.csv")) - 1,
+            rounds1 = count_lines(dir.file("agent1/metrics.csv")) - 1;
   const auto at = r.output.find(" updates, policy version ");
   ASSERT_NE(at, std::string::npos) << r.output;
   const auto from = r.output.rfind("learner: ", at) + 9;
@@ -934,20 +973,25 @@ TEST(AsyncRlTest, TwoAgentsFeedOneLearnerProcessAndTheFirstToSolveEndsTheRun) {
 // counting on from where it was.
 TEST(AsyncRlTest, TwoAgentsAndTheLearnerResumeEachFromItsOwnCheckpoint) {
   TempDir dir;
-  const std::string run = "--config " + kAppo + " roles.agents=2 roles.learners=1 observers=2 "
-                          "learner.target_reward=100000 run.out_dir=" + dir.path();
+  const std::string run = "--config " + kAppo +
+                          " roles.agents=2 roles.learners=1 observers=2 "
+                          "learner.target_reward=100000 run.out_dir=" +
+                          dir.path();
   auto r = launch(run + " learner.rounds=30");
   ASSERT_EQ(r.code, 0) << r.output;
   // The first agent through its 30 rounds ends the run; the other may stop before.
-  const int rounds0 = count_lines(dir.file("metrics.csv")) - 1, rounds1 = count_lines(dir.file("agent1/metrics.csv")) - 1;
+  const int rounds0 = count_lines(dir.file("metrics.csv")) - 1,
+            rounds1 = count_lines(dir.file("agent1/metrics.csv")) - 1;
   ASSERT_TRUE(rounds0 == 30 || rounds1 == 30) << r.output;
   r = launch(run + " learner.rounds=60 --resume " + dir.file("policy.pt"));
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("[0] agent: resumed from " + dir.file("policy.pt") + " at round " + std::to_string(rounds0)),
-            std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("[1] agent: resumed from " + dir.file("agent1/policy.pt") + " at round " +
-                          std::to_string(rounds1)),
-            std::string::npos) << r.output;
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(
+      r.output.find("[1] agent: resumed from " + dir.file("agent1/policy.pt") + " at round " + std::to_string(rounds1)),
+      std::string::npos)
+      << r.output;
   EXPECT_NE(r.output.find("learner: resumed from " + dir.file("learner.pt")), std::string::npos) << r.output;
   EXPECT_GT(count_lines(dir.file("agent1/metrics.csv")) - 1, rounds1);  // it counted on
 }
@@ -981,27 +1025,27 @@ TEST(AsyncRlTest, AStoppedLearnerIsNamedActingGoesOnAndItIsTakenBackWhenItRunsAg
   pid_t learner = 0;
   bool unreachable = false, continued = false;
   std::chrono::steady_clock::time_point stopped, named;
-  auto r = launch("--config " + kAppo + " roles.learners=1 learner.log_interval=5 rpc.timeout_s=60 run.out_dir=" +
-                      dir.path(),
-                  [&](const std::string& line) {
-                    if (!learner && line.rfind("[0] round    20 ", 0) == 0) {
-                      learner = find_rank("distrl-learner", dir.path(), 3);
-                      if (learner) ::kill(learner, SIGSTOP);
-                      stopped = std::chrono::steady_clock::now();
-                    } else if (learner && !unreachable &&
-                               line.find("agent: the learner cannot be reached") != std::string::npos) {
-                      unreachable = true;
-                      named = std::chrono::steady_clock::now();
-                    } else if (unreachable && !continued && line.rfind("[0] round ", 0) == 0) {
-                      continued = true;  // a round passed while the learner was stopped
-                      ::kill(learner, SIGCONT);
-                    }
-                  });
+  auto r = launch(
+      "--config " + kAppo + " roles.learners=1 learner.log_interval=5 rpc.timeout_s=60 run.out_dir=" + dir.path(),
+      [&](const std::string& line) {
+        if (!learner && line.rfind("[0] round    20 ", 0) == 0) {
+          learner = find_rank("distrl-learner", dir.path(), 3);
+          if (learner) ::kill(learner, SIGSTOP);
+          stopped = std::chrono::steady_clock::now();
+        } else if (learner && !unreachable && line.find("agent: the learner cannot be reached") != std::string::npos) {
+          unreachable = true;
+          named = std::chrono::steady_clock::now();
+        } else if (unreachable && !continued && line.rfind("[0] round ", 0) == 0) {
+          continued = true;  // a round passed while the learner was stopped
+          ::kill(learner, SIGCONT);
+        }
+      });
   if (learner && !continued) ::kill(learner, SIGCONT);
   ASSERT_TRUE(learner) << r.output;
   ASSERT_TRUE(continued) << r.output;
   EXPECT_EQ(r.code, 0) << r.output;
-  EXPECT_LT(named - stopped, std::chrono::seconds(30)) << "the heartbeat (10 s), not rpc.timeout_s (60 s), ends the call";
+  EXPECT_LT(named - stopped, std::chrono::seconds(30))
+      << "the heartbeat (10 s), not rpc.timeout_s (60 s), ends the call";
   EXPECT_NE(r.output.find("agent: the learner is back after"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("Solved after"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("trajectories: 0 dropped"), std::string::npos) << r.output;  // the unlearned are counted
@@ -1014,8 +1058,10 @@ TEST(AsyncRlTest, AStoppedLearnerIsNamedActingGoesOnAndItIsTakenBackWhenItRunsAg
 TEST(AsyncRlTest, AKilledAgentIsNamedAndTheLearnerGoesOnWithTheOther) {
   TempDir dir;
   bool killed = false;
-  auto r = launch("--config " + kAppo + " roles.agents=2 roles.learners=1 observers=2 learner.rounds=300 "
-                  "learner.target_reward=100000 run.out_dir=" + dir.path(),
+  auto r = launch("--config " + kAppo +
+                      " roles.agents=2 roles.learners=1 observers=2 learner.rounds=300 "
+                      "learner.target_reward=100000 run.out_dir=" +
+                      dir.path(),
                   [&](const std::string& line) {
                     if (killed || line.rfind("[0] round ", 0) != 0) return;
                     if (std::atoi(line.c_str() + 10) < 50) return;
@@ -1029,10 +1075,10 @@ TEST(AsyncRlTest, AKilledAgentIsNamedAndTheLearnerGoesOnWithTheOther) {
   EXPECT_NE(r.output.find("distrl-launch: rank 3 exited with code 1; the run goes on without it"), std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("learner: agent1 (rank 1) is gone; learning goes on with the other agents' batches"),
-            std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("[0] Stopped after 300 rounds"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("the run finished without 2 ranks that exited with an error"), std::string::npos)
+            std::string::npos)
       << r.output;
+  EXPECT_NE(r.output.find("[0] Stopped after 300 rounds"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the run finished without 2 ranks that exited with an error"), std::string::npos) << r.output;
   EXPECT_EQ(count_lines(dir.file("metrics.csv")), 301);
   EXPECT_TRUE(std::filesystem::exists(dir.file("learner.pt")));
 }

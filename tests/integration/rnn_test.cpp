@@ -81,7 +81,8 @@ TEST(RnnTest, CtrlCStopsTheTrainersWhoSaveAndResume) {
   EXPECT_TRUE(std::filesystem::exists(out.file("learning_curve.png"))) << r.output;
 
   const std::string steps = std::to_string(step + 10);
-  auto resumed = launch("--config " + kConfig + common + " train.steps=" + steps + " --resume " + out.file("checkpoint.pt"));
+  auto resumed =
+      launch("--config " + kConfig + common + " train.steps=" + steps + " --resume " + out.file("checkpoint.pt"));
   ASSERT_EQ(resumed.code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("at step " + std::to_string(step + 1)), std::string::npos) << resumed.output;
   EXPECT_NE(resumed.output.find("step " + steps + "/" + steps + "  train loss"), std::string::npos) << resumed.output;

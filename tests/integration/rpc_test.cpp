@@ -21,13 +21,12 @@
 
 using namespace distrl::transport;
 using namespace std::chrono_literals;
-using distrl::testing::run_ranks;
-using distrl::testing::TempDir;
 using distrl::testing::expect;
 using distrl::testing::rpc_options;
+using distrl::testing::run_ranks;
+using distrl::testing::TempDir;
 
 namespace {
-
 
 template <typename E, typename F>
 std::string expect_throw(F fn, const std::string& what) {
@@ -96,7 +95,8 @@ void register_all(RpcAgent& a) {
     expect(c.is_owner(), "the owner sees is_owner()");
     return c.local_value()->value();
   });
-  a.register_function("make_counter_on", [&a](int owner, int start) { return a.remote<Counter>(owner, "Counter", start); });
+  a.register_function("make_counter_on",
+                      [&a](int owner, int start) { return a.remote<Counter>(owner, "Counter", start); });
   a.register_class<Counter>("Counter")
       .constructor<int>()
       .method("increment", &Counter::increment)
@@ -117,7 +117,8 @@ TEST_P(RpcTransportTest, CallsFunctionsWithTensorsAndStructs) {
     RpcAgent agent(rpc_options(dir, rank, 2, transport), register_all);
     if (rank == 0) {
       const std::string scheme = transport + "://";
-      expect(agent.worker(1).endpoint.rfind(scheme, 0) == 0, "endpoint " + agent.worker(1).endpoint + " uses " + scheme);
+      expect(agent.worker(1).endpoint.rfind(scheme, 0) == 0,
+             "endpoint " + agent.worker(1).endpoint + " uses " + scheme);
       expect(agent.rpc_sync<int>("worker1", "add", 2, 3) == 5, "add");
       auto futures = std::vector<Future<int>>{};
       for (int i = 0; i < 100; ++i) futures.push_back(agent.rpc_async<int>(1, "add", i, i));
@@ -135,7 +136,8 @@ TEST_P(RpcTransportTest, CallsFunctionsWithTensorsAndStructs) {
       expect(agent.stats().bytes_sent - async_before >= big.nbytes(), "the I/O loop counts its bytes too");
       Sample s{"obs", torch::arange(6).reshape({2, 3}), {7, 8}};
       Sample back = agent.rpc_sync<Sample>(1, "describe", s);
-      expect(back.name == "obs!" && torch::equal(back.obs, s.obs + 1) && back.ids.size() == 3, "struct with a tensor inside");
+      expect(back.name == "obs!" && torch::equal(back.obs, s.obs + 1) && back.ids.size() == 3,
+             "struct with a tensor inside");
       expect(agent.rpc_sync<int>(0, "add", 1, 1) == 2, "a call to oneself");
     }
     agent.shutdown();
@@ -234,18 +236,22 @@ TEST(RpcTest, AfterRequestsReadAnswersInlineRequestsThatArrivedTogether) {
     std::thread::id io_thread;
     bool wrong_thread = false;
     RpcAgent agent(rpc_options(dir, rank, 2), [&](RpcAgent& a) {
-      a.register_function("queue", [&](int) {
-        io_thread = std::this_thread::get_id();
-        queued.emplace_back();
-        return queued.back().get_future();
-      }, RunOn::IoThread);
+      a.register_function(
+          "queue",
+          [&](int) {
+            io_thread = std::this_thread::get_id();
+            queued.emplace_back();
+            return queued.back().get_future();
+          },
+          RunOn::IoThread);
       a.after_requests_read([&] {
         if (!queued.empty() && std::this_thread::get_id() != io_thread) wrong_thread = true;
         const int n = static_cast<int>(queued.size());
         for (auto& p : queued) p.set_value(n);  // each learns the size of its batch
         queued.clear();
       });
-      a.register_function("wrong_thread", [&] { return wrong_thread; }, RunOn::IoThread);
+      a.register_function(
+          "wrong_thread", [&] { return wrong_thread; }, RunOn::IoThread);
     });
     if (rank == 0) {
       expect(agent.rpc_sync<int>(1, "queue", 0) == 1, "a lone request is answered at once");
@@ -279,17 +285,20 @@ TEST(RpcTest, ErrorsAreTyped) {
         expect(e.worker() == "worker1" && e.type() == "std::invalid_argument" && e.message() == "bad x=3",
                std::string("RemoteError fields: ") + e.what());
       }
-      auto unknown = expect_throw<distrl::ProtocolError>([&] { agent.rpc_sync<int>(1, "nope", 1); }, "unknown function");
+      auto unknown =
+          expect_throw<distrl::ProtocolError>([&] { agent.rpc_sync<int>(1, "nope", 1); }, "unknown function");
       expect(unknown.find("unknown function 'nope'") != std::string::npos, unknown);
       auto count = expect_throw<distrl::ProtocolError>([&] { agent.rpc_sync<int>(1, "add", 1); }, "argument count");
       expect(count.find("'add' takes 2 argument(s), got 1") != std::string::npos, count);
-      auto type = expect_throw<distrl::ProtocolError>([&] { agent.rpc_sync<int>(1, "add", 1, std::string("x")); }, "type");
+      auto type =
+          expect_throw<distrl::ProtocolError>([&] { agent.rpc_sync<int>(1, "add", 1, std::string("x")); }, "type");
       expect(type.find("argument 2 of 'add': expected int, got msgpack str") != std::string::npos, type);
       auto result = expect_throw<distrl::ProtocolError>([&] { agent.rpc_sync<std::string>(1, "add", 1, 2); }, "result");
       expect(result.find("expected std::string") != std::string::npos, result);
       expect_throw<distrl::Error>([&] { agent.rpc_sync<int>("nobody", "add", 1, 2); }, "unknown worker");
       // A timeout fails only that call.
-      auto late = expect_throw<distrl::TimeoutError>([&] { agent.rpc_sync<int>(Target(1, 100ms), "sleep_ms", 1000); }, "timeout");
+      auto late = expect_throw<distrl::TimeoutError>([&] { agent.rpc_sync<int>(Target(1, 100ms), "sleep_ms", 1000); },
+                                                     "timeout");
       expect(late.find("timed out after 100 ms") != std::string::npos, late);
       expect(agent.rpc_sync<int>(1, "add", 1, 2) == 3, "still serving after the errors");
     }
@@ -402,8 +411,7 @@ TEST(RpcTest, AKilledRankRestartsUnderItsRankAndPeersCallItAgain) {
         while (pid == first_pid && std::chrono::steady_clock::now() < until) {
           try {
             pid = agent.rpc_sync<int>(1, "whoami");
-          } catch (const distrl::TransportError&) {
-          }
+          } catch (const distrl::TransportError&) {}
           if (pid == first_pid) std::this_thread::sleep_for(20ms);
         }
         expect(pid != first_pid, "a new process answers under rank 1");
@@ -446,7 +454,8 @@ TEST(RpcTest, HeartbeatsNoticeAPeerThatStoppedAnswering) {
         auto msg = expect_throw<distrl::TransportError>([&] { agent.rpc_sync<int>(1, "add", 1, 2); }, "silent peer");
         const auto took = std::chrono::steady_clock::now() - start;
         ::kill(peer, SIGKILL);
-        std::cout << "silent peer noticed after " << std::chrono::duration<double>(took).count() << " s: " << msg << std::endl;
+        std::cout << "silent peer noticed after " << std::chrono::duration<double>(took).count() << " s: " << msg
+                  << std::endl;
         expect(msg.find("worker1") != std::string::npos && msg.find("timed out") == std::string::npos,
                "a lost connection naming the peer, not the call's 20 s timeout: " + msg);
         return 0;
@@ -471,10 +480,13 @@ TEST(RpcTest, AHandlerHoldingTheIoThreadPastTheHeartbeatTimeoutLosesNoPeer) {
         o.rpc_timeout = 40s;
         RpcAgent agent(o, [](RpcAgent& a) {
           register_all(a);
-          a.register_function("hold_io", [](int ms) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-            return ms;
-          }, RunOn::IoThread);
+          a.register_function(
+              "hold_io",
+              [](int ms) {
+                std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+                return ms;
+              },
+              RunOn::IoThread);
         });
         const int other = 1 - rank;
         expect(agent.rpc_sync<int>(other, "add", 1, 2) == 3, "a call before the hold");
@@ -489,7 +501,8 @@ TEST(RpcTest, AHandlerHoldingTheIoThreadPastTheHeartbeatTimeoutLosesNoPeer) {
         // Calls from threads without a channel yet: each opens one while rank 1 cannot answer.
         std::vector<std::future<int>> during;
         for (int i = 0; i < 2; ++i)
-          during.push_back(std::async(std::launch::async, [&agent, i] { return agent.rpc_sync<int>(1, "add", i, 10); }));
+          during.push_back(
+              std::async(std::launch::async, [&agent, i] { return agent.rpc_sync<int>(1, "add", i, 10); }));
         const auto async_during = agent.rpc_async<int>(1, "add", 5, 5);
         expect(held.value() == 12000, "the held call is answered");
         const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -538,7 +551,8 @@ TEST(RpcTest, AnShmListenerOutOfDescriptorsKeepsServingAndShutsDown) {
         o.rpc_timeout = 5s;
         if (rank == 0) {
           long open = 0;
-          for (auto it = std::filesystem::directory_iterator("/proc/self/fd"); it != std::filesystem::directory_iterator(); ++it)
+          for (auto it = std::filesystem::directory_iterator("/proc/self/fd");
+               it != std::filesystem::directory_iterator(); ++it)
             ++open;
           rlimit r{};
           ::getrlimit(RLIMIT_NOFILE, &r);
@@ -756,37 +770,42 @@ TEST(RpcTest, ShutdownTimeoutNamesThePeerThatNeverShutsDown) {
 // dying master here is rank 2).
 TEST(RpcTest, ServeUntilShutdownOutlastsTheShutdownTimeoutAndSeesTheMasterDie) {
   TempDir dir;
-  auto codes = run_ranks(2, [&](int rank) {
-    auto o = rpc_options(dir, rank, 2);
-    o.shutdown_timeout = 1s;
-    RpcAgent agent(o, register_all);
-    if (rank == 0) std::this_thread::sleep_for(2500ms);  // the "run": longer than shutdown_timeout
-    else agent.serve_until_shutdown(0);
-    agent.shutdown();
-    return 0;
-  }, std::chrono::seconds(60));
+  auto codes = run_ranks(
+      2,
+      [&](int rank) {
+        auto o = rpc_options(dir, rank, 2);
+        o.shutdown_timeout = 1s;
+        RpcAgent agent(o, register_all);
+        if (rank == 0) std::this_thread::sleep_for(2500ms);  // the "run": longer than shutdown_timeout
+        else agent.serve_until_shutdown(0);
+        agent.shutdown();
+        return 0;
+      },
+      std::chrono::seconds(60));
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 
   TempDir dir2;
-  codes = run_ranks(3, [&](int rank) {
-    auto o = rpc_options(dir2, rank, 3);
-    o.shutdown_timeout = 2s;
-    RpcAgent agent(o, register_all);
-    if (rank == 2) {
-      std::this_thread::sleep_for(500ms);
-      std::raise(SIGKILL);
-    }
-    const auto t0 = std::chrono::steady_clock::now();
-    auto msg = expect_throw<distrl::TransportError>([&] { agent.serve_until_shutdown(2); }, "a dead master");
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    expect(msg.find("worker2 (rank 2) is gone") != std::string::npos, msg);
-    expect(secs < 10, "took " + std::to_string(secs) + " s to see the master die");
-    try {
-      agent.shutdown();
-    } catch (const distrl::Error&) {
-    }
-    return 0;
-  }, std::chrono::seconds(60));
+  codes = run_ranks(
+      3,
+      [&](int rank) {
+        auto o = rpc_options(dir2, rank, 3);
+        o.shutdown_timeout = 2s;
+        RpcAgent agent(o, register_all);
+        if (rank == 2) {
+          std::this_thread::sleep_for(500ms);
+          std::raise(SIGKILL);
+        }
+        const auto t0 = std::chrono::steady_clock::now();
+        auto msg = expect_throw<distrl::TransportError>([&] { agent.serve_until_shutdown(2); }, "a dead master");
+        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        expect(msg.find("worker2 (rank 2) is gone") != std::string::npos, msg);
+        expect(secs < 10, "took " + std::to_string(secs) + " s to see the master die");
+        try {
+          agent.shutdown();
+        } catch (const distrl::Error&) {}
+        return 0;
+      },
+      std::chrono::seconds(60));
   EXPECT_EQ(codes, (std::vector<int>{0, 0, 128 + SIGKILL}));
 }
 
@@ -796,33 +815,36 @@ TEST(RpcTest, ServeUntilShutdownOutlastsTheShutdownTimeoutAndSeesTheMasterDie) {
 // (120 s in an RL run) and a hung store host held a shutdown for minutes.
 TEST(RpcTest, ShutdownKeepsItsBoundWhenTheStoreHostHangs) {
   TempDir dir;
-  auto codes = run_ranks(2, [&](int rank) {
-    auto o = rpc_options(dir, rank, 2);
-    o.shutdown_timeout = 1s;
-    RpcAgent agent(o, register_all);
-    if (rank == 0) {
-      std::ofstream(dir.file("pid0")) << ::getpid();
-      std::this_thread::sleep_for(60s);  // stopped, then killed, by rank 1
-      return 0;
-    }
-    expect(distrl::testing::wait_for_file(dir.file("pid0"), 10s), "rank 0 wrote its pid");
-    std::this_thread::sleep_for(100ms);
-    const pid_t pid0 = std::stoi(distrl::testing::read_file(dir.file("pid0")));
-    ::kill(pid0, SIGSTOP);
-    const auto t0 = std::chrono::steady_clock::now();
-    bool threw = false;
-    try {
-      agent.shutdown();
-    } catch (const distrl::Error& e) {
-      threw = true;
-      std::cerr << "rank 1 shutdown: " << e.what() << std::endl;
-    }
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    ::kill(pid0, SIGKILL);
-    expect(threw, "the shutdown reported the hung store host");
-    expect(secs < 4, "shutdown took " + std::to_string(secs) + " s with shutdown_timeout 1 s");
-    return 0;
-  }, std::chrono::seconds(60));
+  auto codes = run_ranks(
+      2,
+      [&](int rank) {
+        auto o = rpc_options(dir, rank, 2);
+        o.shutdown_timeout = 1s;
+        RpcAgent agent(o, register_all);
+        if (rank == 0) {
+          std::ofstream(dir.file("pid0")) << ::getpid();
+          std::this_thread::sleep_for(60s);  // stopped, then killed, by rank 1
+          return 0;
+        }
+        expect(distrl::testing::wait_for_file(dir.file("pid0"), 10s), "rank 0 wrote its pid");
+        std::this_thread::sleep_for(100ms);
+        const pid_t pid0 = std::stoi(distrl::testing::read_file(dir.file("pid0")));
+        ::kill(pid0, SIGSTOP);
+        const auto t0 = std::chrono::steady_clock::now();
+        bool threw = false;
+        try {
+          agent.shutdown();
+        } catch (const distrl::Error& e) {
+          threw = true;
+          std::cerr << "rank 1 shutdown: " << e.what() << std::endl;
+        }
+        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        ::kill(pid0, SIGKILL);
+        expect(threw, "the shutdown reported the hung store host");
+        expect(secs < 4, "shutdown took " + std::to_string(secs) + " s with shutdown_timeout 1 s");
+        return 0;
+      },
+      std::chrono::seconds(60));
   EXPECT_EQ(codes, (std::vector<int>{128 + SIGKILL, 0}));
 }
 
@@ -831,31 +853,34 @@ TEST(RpcTest, ShutdownKeepsItsBoundWhenTheStoreHostHangs) {
 // through an RRef; every answer is the one for its own call.
 TEST(RpcTest, SyncCallsFromManyThreadsToSeveralPeersNeverCross) {
   TempDir dir;
-  auto codes = run_ranks(3, [&](int rank) {
-    RpcAgent agent(rpc_options(dir, rank, 3), register_all);
-    if (rank < 2) {
-      auto counter = agent.remote<Counter>(2, "Counter", 0);
-      std::atomic<int> wrong{0};
-      std::vector<std::thread> threads;
-      const int n_threads = rank == 0 ? 8 : 4;
-      for (int t = 0; t < n_threads; ++t)
-        threads.emplace_back([&, t] {
-          for (int i = 0; i < 300; ++i) {
-            const int peer = rank == 0 ? 1 + (i + t) % 2 : (i % 2 == 0 ? 0 : 2);
-            const int x = 1000 * t + i, y = rank * 1000000;
-            if (agent.rpc_sync<int>(peer, "add", x, y) != x + y) ++wrong;
-            const auto v = agent.rpc_sync<at::Tensor>(peer, "scale", torch::full({3}, double(x)), 2.0);
-            if (!v.equal(torch::full({3}, 2.0 * x))) ++wrong;
-            if (i % 10 == 0) counter.rpc_sync<int>("increment", 1);
-          }
-        });
-      for (auto& th : threads) th.join();
-      expect(wrong.load() == 0, std::to_string(wrong.load()) + " answers were another call's");
-      agent.rpc_sync<void>(2, "sleep_ms", 0);
-    }
-    agent.shutdown();
-    return 0;
-  }, std::chrono::seconds(60));
+  auto codes = run_ranks(
+      3,
+      [&](int rank) {
+        RpcAgent agent(rpc_options(dir, rank, 3), register_all);
+        if (rank < 2) {
+          auto counter = agent.remote<Counter>(2, "Counter", 0);
+          std::atomic<int> wrong{0};
+          std::vector<std::thread> threads;
+          const int n_threads = rank == 0 ? 8 : 4;
+          for (int t = 0; t < n_threads; ++t)
+            threads.emplace_back([&, t] {
+              for (int i = 0; i < 300; ++i) {
+                const int peer = rank == 0 ? 1 + (i + t) % 2 : (i % 2 == 0 ? 0 : 2);
+                const int x = 1000 * t + i, y = rank * 1000000;
+                if (agent.rpc_sync<int>(peer, "add", x, y) != x + y) ++wrong;
+                const auto v = agent.rpc_sync<at::Tensor>(peer, "scale", torch::full({3}, double(x)), 2.0);
+                if (!v.equal(torch::full({3}, 2.0 * x))) ++wrong;
+                if (i % 10 == 0) counter.rpc_sync<int>("increment", 1);
+              }
+            });
+          for (auto& th : threads) th.join();
+          expect(wrong.load() == 0, std::to_string(wrong.load()) + " answers were another call's");
+          agent.rpc_sync<void>(2, "sleep_ms", 0);
+        }
+        agent.shutdown();
+        return 0;
+      },
+      std::chrono::seconds(60));
   EXPECT_EQ(codes, (std::vector<int>{0, 0, 0}));
 }
 
@@ -865,38 +890,41 @@ TEST(RpcTest, SyncCallsFromManyThreadsToSeveralPeersNeverCross) {
 // shutdown_timeout, 2 s here, after which it stops anyway.)
 TEST(RpcTest, SyncCallsRacingShutdownFailClearly) {
   TempDir dir;
-  auto codes = run_ranks(1, [&](int rank) {
-    auto o = rpc_options(dir, rank, 1);
-    o.shutdown_timeout = 2s;
-    RpcAgent agent(o, register_all);
-    std::atomic<int> answered{0}, bad{0};
-    std::vector<std::thread> threads;
-    for (int t = 0; t < 4; ++t)
-      threads.emplace_back([&] {
-        for (;;) {
-          try {
-            if (agent.rpc_sync<int>(0, "add", 1, 2) != 3) ++bad;
-            ++answered;
-          } catch (const distrl::TransportError& e) {
-            if (std::string(e.what()).find("shut down") == std::string::npos) {
-              std::cerr << "unexpected error: " << e.what() << std::endl;
-              ++bad;
+  auto codes = run_ranks(
+      1,
+      [&](int rank) {
+        auto o = rpc_options(dir, rank, 1);
+        o.shutdown_timeout = 2s;
+        RpcAgent agent(o, register_all);
+        std::atomic<int> answered{0}, bad{0};
+        std::vector<std::thread> threads;
+        for (int t = 0; t < 4; ++t)
+          threads.emplace_back([&] {
+            for (;;) {
+              try {
+                if (agent.rpc_sync<int>(0, "add", 1, 2) != 3) ++bad;
+                ++answered;
+              } catch (const distrl::TransportError& e) {
+                if (std::string(e.what()).find("shut down") == std::string::npos) {
+                  std::cerr << "unexpected error: " << e.what() << std::endl;
+                  ++bad;
+                }
+                return;
+              }
             }
-            return;
-          }
+          });
+        std::this_thread::sleep_for(200ms);
+        try {
+          agent.shutdown();
+        } catch (const distrl::TimeoutError&) {
+          // calls kept arriving while it waited for in-flight ones: allowed, it stops anyway
         }
-      });
-    std::this_thread::sleep_for(200ms);
-    try {
-      agent.shutdown();
-    } catch (const distrl::TimeoutError&) {
-      // calls kept arriving while it waited for in-flight ones: allowed, it stops anyway
-    }
-    for (auto& th : threads) th.join();
-    expect(answered.load() > 0 && bad.load() == 0,
-           std::to_string(answered.load()) + " answered, " + std::to_string(bad.load()) + " wrong");
-    return 0;
-  }, std::chrono::seconds(60));
+        for (auto& th : threads) th.join();
+        expect(answered.load() > 0 && bad.load() == 0,
+               std::to_string(answered.load()) + " answered, " + std::to_string(bad.load()) + " wrong");
+        return 0;
+      },
+      std::chrono::seconds(60));
   EXPECT_EQ(codes, (std::vector<int>{0}));
 }
 
@@ -928,7 +956,6 @@ TEST(RpcTest, ProcessGroupSharesTheAgentsStore) {
   for (int c : codes) EXPECT_EQ(c, 0);
 }
 
-
 // RpcOptions::thread_init runs on every thread that runs handlers (the pool and the I/O thread),
 // before any handler: per-thread library state (LibTorch's thread count) reaches them.
 TEST(RpcTest, ThreadInitRunsOnEveryHandlerThreadFirst) {
@@ -940,7 +967,8 @@ TEST(RpcTest, ThreadInitRunsOnEveryHandlerThreadFirst) {
     o.thread_init = [] { initialised = true; };
     RpcAgent agent(o, [](RpcAgent& a) {
       a.register_function("pool", [] { return initialised; });
-      a.register_function("io", [] { return initialised; }, RunOn::IoThread);
+      a.register_function(
+          "io", [] { return initialised; }, RunOn::IoThread);
     });
     if (rank == 0) {
       std::vector<Future<bool>> fs;

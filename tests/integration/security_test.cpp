@@ -112,8 +112,10 @@ TEST(SecurityTest, ACurveWorldWorksAndRefusesStrangersAtTheHandshake) {
       expect(wait_until([&] { return agent.rpc_sync<std::uint64_t>(1, "refused") >= 2; }, std::chrono::seconds(10)),
              "rank 1 counted both strangers");
     } else {  // a stranger at the store (rank 0 hosts it)
-      expect(!stranger_gets_an_answer(agent.store().endpoint(), key.public_z85, false), "the store answered a stranger");
-      expect(!stranger_gets_an_answer(agent.store().endpoint(), key.public_z85, true), "the store answered a wrong key");
+      expect(!stranger_gets_an_answer(agent.store().endpoint(), key.public_z85, false),
+             "the store answered a stranger");
+      expect(!stranger_gets_an_answer(agent.store().endpoint(), key.public_z85, true),
+             "the store answered a wrong key");
       expect(wait_until([&] { return agent.rpc_sync<std::uint64_t>(0, "refused") >= 2; }, std::chrono::seconds(10)),
              "rank 0 counted the store's strangers");
     }

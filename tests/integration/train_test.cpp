@@ -67,7 +67,7 @@ TEST(TrainTest, TwoRanksLearnFromIdxFilesAndResume) {
   EXPECT_TRUE(std::filesystem::exists(out.file("checkpoint.pt")));
   EXPECT_TRUE(std::filesystem::exists(out.file("config.yaml")));
   EXPECT_TRUE(std::filesystem::exists(out.file("learning_curve.png")));  // gnuplot comes with make deps
-  EXPECT_EQ(distrl::testing::count_event_files(out.path()), 1);  // the CSV's columns as TensorBoard scalars
+  EXPECT_EQ(distrl::testing::count_event_files(out.path()), 1);          // the CSV's columns as TensorBoard scalars
   const auto events = distrl::testing::read_tfevents(out.path());
   if (events.ran) {
     EXPECT_EQ(events.code, 0) << events.out;
@@ -88,8 +88,10 @@ TEST(TrainTest, TwoRanksLearnFromIdxFilesAndResume) {
 // (issue 35: it read -1 in every row).
 TEST(TrainTest, ARegressionsMetricsHaveNoAccuracyColumn) {
   TempDir out;
-  auto r = launch("--config " + std::string(DISTRL_SOURCE_DIR) + "/configs/ddp_toy.yaml train.epochs=1 "
-                  "data.toy_samples=256 run.out_dir=" + out.path());
+  auto r = launch("--config " + std::string(DISTRL_SOURCE_DIR) +
+                  "/configs/ddp_toy.yaml train.epochs=1 "
+                  "data.toy_samples=256 run.out_dir=" +
+                  out.path());
   ASSERT_EQ(r.code, 0) << r.output;
   std::ifstream f(out.file("metrics.csv"));
   std::string header, row;
@@ -119,7 +121,8 @@ TEST(TrainTest, BadConfigsAreRefusedByNameBeforeAnythingStarts) {
 TEST(TrainTest, CtrlCStopsEveryRankAtTheSameStepAndSaves) {
   TempDir data, out;
   write_dataset(data);
-  const std::string common = " data.path=" + data.path() + " run.out_dir=" + out.path() + " model.name=mlp model.hidden=[64]";
+  const std::string common =
+      " data.path=" + data.path() + " run.out_dir=" + out.path() + " model.name=mlp model.hidden=[64]";
   int lines = 0;  // Ctrl-C at the third progress line
   auto r = distrl::testing::launch_interrupted(
       "--config " + kConfig + common + " train.batch_size=2 train.epochs=200 run.log_interval=5",

@@ -46,8 +46,7 @@ class TwoHostsTest : public ::testing::Test {
   void SetUp() override {
     if (::geteuid() != 0)
       GTEST_SKIP() << "creating network namespaces needs root (CAP_NET_ADMIN); run the suite as root to test two hosts";
-    if (run_command("ip -V").code != 0)
-      GTEST_SKIP() << "no `ip` command (iproute2): `make deps` installs it";
+    if (run_command("ip -V").code != 0) GTEST_SKIP() << "no `ip` command (iproute2): `make deps` installs it";
     const std::string id = std::to_string(::getpid());
     ns_a_ = "distrl-a-" + id;
     ns_b_ = "distrl-b-" + id;
@@ -153,13 +152,13 @@ double TwoHostsTest::cut_when(std::vector<std::unique_ptr<Process>>& run, const 
 // run counts on from that round and finishes.
 TEST_F(TwoHostsTest, AgentAndObserversFailNamingEachOtherWhenTheLinkIsCutAndAResumedRunFinishes) {
   TempDir dir;
-  const std::string common = "--config " + kSource + "/configs/cartpole.yaml observers=2 rpc.transport=tcp " +
-                             "rpc.timeout_s=30 learner.target_reward=1000 learner.log_interval=5 run.out_dir=" +
-                             dir.path();
+  const std::string common =
+      "--config " + kSource + "/configs/cartpole.yaml observers=2 rpc.transport=tcp " +
+      "rpc.timeout_s=30 learner.target_reward=1000 learner.log_interval=5 run.out_dir=" + dir.path();
   auto world = [&](int port, const std::string& args, const std::string& tag) {  // observers ignore --resume
     std::vector<std::unique_ptr<Process>> ps;
-    ps.push_back(start(true, 0, 3, port, bin_path("distrl-agent") + " " + common + " " + args,
-                       dir.file(tag + "-agent.log")));
+    ps.push_back(
+        start(true, 0, 3, port, bin_path("distrl-agent") + " " + common + " " + args, dir.file(tag + "-agent.log")));
     for (int r = 1; r <= 2; ++r)
       ps.push_back(start(false, r, 3, port, bin_path("distrl-observer") + " " + common + " " + args,
                          dir.file(tag + "-observer" + std::to_string(r) + ".log")));
@@ -173,9 +172,9 @@ TEST_F(TwoHostsTest, AgentAndObserversFailNamingEachOtherWhenTheLinkIsCutAndARes
   const std::string agent = run1[0]->output();
   EXPECT_EQ(codes, (std::vector<int>{1, 1, 1})) << all_output(run1);
   EXPECT_LT(seconds, 30) << "rpc.timeout_s is 30";
-  for (const char* name : {"dropping observer 0 (observer1)", "dropping observer 1 (observer2)",
-                           "every observer is gone", "lost (the process exited or crashed, or its host became unreachable)",
-                           "tcp://10.77.0.2:"})
+  for (const char* name :
+       {"dropping observer 0 (observer1)", "dropping observer 1 (observer2)", "every observer is gone",
+        "lost (the process exited or crashed, or its host became unreachable)", "tcp://10.77.0.2:"})
     EXPECT_NE(agent.find(name), std::string::npos) << "agent output lacks '" << name << "':\n" << agent;
   for (int r = 1; r <= 2; ++r) {
     const std::string obs = run1[r]->output();
@@ -183,15 +182,17 @@ TEST_F(TwoHostsTest, AgentAndObserversFailNamingEachOtherWhenTheLinkIsCutAndARes
     EXPECT_NE(obs.find("tcp://10.77.0.1:"), std::string::npos) << obs;
   }
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(agent, m, std::regex("the checkpoint holds round ([0-9]+) \\(go on once the observers can reach the agent: .* --resume ([^ )]+)\\)")))
+  ASSERT_TRUE(std::regex_search(agent, m,
+                                std::regex("the checkpoint holds round ([0-9]+) \\(go on once the observers can reach "
+                                           "the agent: .* --resume ([^ )]+)\\)")))
       << agent;
   const int saved = std::stoi(m[1]);
   EXPECT_GE(saved, 20);
   EXPECT_EQ(m[2].str(), dir.file("policy.pt"));
 
   set_link(true);
-  auto run2 = world(29501, "learner.rounds=" + std::to_string(saved + 5) + " --resume " + dir.file("policy.pt"),
-                    "run2");
+  auto run2 =
+      world(29501, "learner.rounds=" + std::to_string(saved + 5) + " --resume " + dir.file("policy.pt"), "run2");
   codes.clear();
   wait_all(run2, 120s, &codes);
   EXPECT_EQ(codes, (std::vector<int>{0, 0, 0})) << all_output(run2);
@@ -223,9 +224,11 @@ TEST_F(TwoHostsTest, AProcessGroupFailsNamingThePeerWhenTheLinkIsCutAndAResumedR
   ASSERT_GE(seconds, 0);
   EXPECT_EQ(codes, (std::vector<int>{1, 1})) << all_output(run1);
   EXPECT_LT(seconds, 30) << "dist.timeout_s is 30";
-  EXPECT_TRUE(std::regex_search(run1[0]->output(), std::regex("on rank 0: rank 1 is gone \\(its connection tcp://10\\.77\\.0\\.2:")))
+  EXPECT_TRUE(std::regex_search(run1[0]->output(),
+                                std::regex("on rank 0: rank 1 is gone \\(its connection tcp://10\\.77\\.0\\.2:")))
       << run1[0]->output();
-  EXPECT_TRUE(std::regex_search(run1[1]->output(), std::regex("on rank 1: rank 0 is gone \\(its connection tcp://10\\.77\\.0\\.1:")))
+  EXPECT_TRUE(std::regex_search(run1[1]->output(),
+                                std::regex("on rank 1: rank 0 is gone \\(its connection tcp://10\\.77\\.0\\.1:")))
       << run1[1]->output();
   const std::string out0 = run1[0]->output();
   const std::regex saved_line("checkpoint " + dir.file("checkpoint.pt") + " \\(epoch ([0-9]+)\\)");
@@ -235,7 +238,8 @@ TEST_F(TwoHostsTest, AProcessGroupFailsNamingThePeerWhenTheLinkIsCutAndAResumedR
   EXPECT_GE(saved, 20) << out0;
 
   set_link(true);
-  auto run2 = world(29511, "train.epochs=" + std::to_string(saved + 2) + " --resume " + dir.file("checkpoint.pt"), "run2");
+  auto run2 =
+      world(29511, "train.epochs=" + std::to_string(saved + 2) + " --resume " + dir.file("checkpoint.pt"), "run2");
   codes.clear();
   wait_all(run2, 120s, &codes);
   EXPECT_EQ(codes, (std::vector<int>{0, 0})) << all_output(run2);
@@ -258,12 +262,13 @@ double train_loss(const std::string& out, int epoch, int epochs) {
 TEST_F(TwoHostsTest, DdpAcrossTwoHostsReducesInsideEachHostInSharedMemory) {
   TempDir dir;
   const std::string config = "--config " + kSource + "/configs/ddp_toy.yaml dist.world_size=4 train.epochs=3 ";
-  std::vector<std::unique_ptr<Process>> ps = launch_on_both(
-      "--nnodes 2 --master-addr " + std::string(kAddrA) + " --master-port 29524 " + config + "run.out_dir=" + dir.file("two"),
-      dir);
+  std::vector<std::unique_ptr<Process>> ps =
+      launch_on_both("--nnodes 2 --master-addr " + std::string(kAddrA) + " --master-port 29524 " + config +
+                         "run.out_dir=" + dir.file("two"),
+                     dir);
   std::vector<std::unique_ptr<Process>> one;
-  one.push_back(on_host(true, bin_path("distrl-launch") + " " + config + "run.out_dir=" + dir.file("one"),
-                        dir.file("one.log")));
+  one.push_back(
+      on_host(true, bin_path("distrl-launch") + " " + config + "run.out_dir=" + dir.file("one"), dir.file("one.log")));
   std::vector<int> codes;
   wait_all(ps, 180s, &codes);
   wait_all(one, 180s, &codes);
@@ -334,7 +339,8 @@ TEST_F(TwoHostsTest, ARankKilledOnOneHostFailsEveryRankOfBothHosts) {
   const std::string a = ps[0]->output();
   for (const char* rank : {"[0] ", "[1] "})
     EXPECT_TRUE(std::regex_search(a, std::regex("\\" + std::string(rank).substr(0, 2) + "\\] .*(rank [23]|aborted)")))
-        << rank << "did not say what it lost:\n" << a;
+        << rank << "did not say what it lost:\n"
+        << a;
 }
 
 // One distrl-launch per host with the same config, as a user starts a run on two machines: the
@@ -387,8 +393,8 @@ TEST_F(TwoHostsTest, RanksThatShareAHostUseSharedMemoryInAWorldThatSpansHosts) {
 TEST_F(TwoHostsTest, AppoLearnsCartPoleWithObserversOnBothHosts) {
   TempDir dir;
   const std::string args = "--nnodes 2 --master-addr " + std::string(kAddrA) + " --master-port 29521 --config " +
-                           kSource + "/configs/cartpole_appo.yaml observers=2 rpc.transport=tcp run.out_dir=" +
-                           dir.path();
+                           kSource +
+                           "/configs/cartpole_appo.yaml observers=2 rpc.transport=tcp run.out_dir=" + dir.path();
   std::vector<std::unique_ptr<Process>> ps = launch_on_both(args, dir);
   std::vector<int> codes;
   wait_all(ps, 120s, &codes);
@@ -405,8 +411,10 @@ TEST_F(TwoHostsTest, AppoLearnsCartPoleWithObserversOnBothHosts) {
 TEST_F(TwoHostsTest, AppoLearnsCartPoleWithTheLearnerProcessOnTheOtherHost) {
   TempDir dir;
   const std::string args = "--nnodes 2 --master-addr " + std::string(kAddrA) + " --master-port 29522 --config " +
-                           kSource + "/configs/cartpole_appo.yaml observers=2 roles.learners=1 rpc.transport=tcp "
-                           "run.out_dir=" + dir.path();
+                           kSource +
+                           "/configs/cartpole_appo.yaml observers=2 roles.learners=1 rpc.transport=tcp "
+                           "run.out_dir=" +
+                           dir.path();
   std::vector<std::unique_ptr<Process>> ps = launch_on_both(args, dir);
   std::vector<int> codes;
   wait_all(ps, 120s, &codes);

@@ -78,7 +78,8 @@ inline void setup(transport::RpcAgent& a, Worker& me, autograd::AutogradOptions 
   a.register_function("die_in_backward", [](at::Tensor x) {
     struct Die : torch::autograd::Function<Die> {
       static at::Tensor forward(torch::autograd::AutogradContext*, at::Tensor v) { return v * 2; }
-      static torch::autograd::variable_list backward(torch::autograd::AutogradContext*, torch::autograd::variable_list) {
+      static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
+                                                     torch::autograd::variable_list) {
         ::kill(::getpid(), SIGKILL);
         return {};
       }
@@ -99,11 +100,14 @@ inline std::uint64_t live_everywhere(transport::RpcAgent& agent, const std::vect
 
 // Rank 0 of a two-worker world checks ctx's gradients against one process's: x and worker0's
 // weight here (expected gx, g0), worker1's weight there (expected g1).
-inline void expect_gradients(transport::RpcAgent& agent, Worker& me, const dist_autograd::Context& ctx, const at::Tensor& x,
-                             const at::Tensor& gx, const at::Tensor& g0, const at::Tensor& g1, const std::string& what) {
+inline void expect_gradients(transport::RpcAgent& agent, Worker& me, const dist_autograd::Context& ctx,
+                             const at::Tensor& x, const at::Tensor& gx, const at::Tensor& g0, const at::Tensor& g1,
+                             const std::string& what) {
   std::map<const void*, at::Tensor> mine;
   for (auto& [t, g] : dist_autograd::get_gradients(ctx)) mine[t.unsafeGetTensorImpl()] = g;
-  auto agrees = [](const at::Tensor& got, const at::Tensor& want) { return got.defined() && rel_err(got, want) < kFloat64GraphTolerance; };
+  auto agrees = [](const at::Tensor& got, const at::Tensor& want) {
+    return got.defined() && rel_err(got, want) < kFloat64GraphTolerance;
+  };
   expect(mine.size() == 2 && agrees(mine[x.unsafeGetTensorImpl()], gx) && agrees(mine[me.w->unsafeGetTensorImpl()], g0),
          "x's and worker0's gradients are " + what);
   expect(agrees(agent.rpc_sync<at::Tensor>(1, "grad_of", ctx.id()), g1), "worker1's gradient is " + what);

@@ -12,11 +12,14 @@ extern "C" __attribute__((visibility("default"))) const distrl::envs::PluginInfo
   static const distrl::envs::PluginEnv envs[] = {{"Never-v0", nullptr}};
   static const distrl::envs::PluginInfo info{999, __GXX_ABI_VERSION, _GLIBCXX_USE_CXX11_ABI, "9.9", envs, 1};
 #elif BAD_PLUGIN_KIND == 2
-  static const distrl::envs::PluginEnv envs[] = {{"Twice-v0", make_none}, {"Once-v0", make_none}, {"Twice-v0", make_none}};
-  static const distrl::envs::PluginInfo info{distrl::envs::kEnvAbi, __GXX_ABI_VERSION, _GLIBCXX_USE_CXX11_ABI, "", envs, 3};
+  static const distrl::envs::PluginEnv envs[] = {
+      {"Twice-v0", make_none}, {"Once-v0", make_none}, {"Twice-v0", make_none}};
+  static const distrl::envs::PluginInfo info{
+      distrl::envs::kEnvAbi, __GXX_ABI_VERSION, _GLIBCXX_USE_CXX11_ABI, "", envs, 3};
 #else
   static const distrl::envs::PluginEnv envs[] = {{"gymnasium:Mine-v0", make_none}};
-  static const distrl::envs::PluginInfo info{distrl::envs::kEnvAbi, __GXX_ABI_VERSION, _GLIBCXX_USE_CXX11_ABI, "", envs, 1};
+  static const distrl::envs::PluginInfo info{
+      distrl::envs::kEnvAbi, __GXX_ABI_VERSION, _GLIBCXX_USE_CXX11_ABI, "", envs, 1};
 #endif
   return &info;
 }

@@ -62,8 +62,7 @@ class ChildProcess {
       if (::waitpid(pid_, &status, WNOHANG) == pid_) {
         code_ = exit_code(status);
         transport::remove_ipc_files_of(pid_);  // one that was killed could not
-      }
-      else if (std::chrono::steady_clock::now() >= deadline) break;
+      } else if (std::chrono::steady_clock::now() >= deadline) break;
       else std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     return code_;

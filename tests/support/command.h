@@ -58,7 +58,8 @@ inline CommandResult launch_interrupted(const std::string& args, const std::func
 }
 // ... at the first line that contains `text`.
 inline CommandResult launch_interrupted(const std::string& args, const std::string& text, int sig) {
-  return launch_interrupted(args, [&](const std::string& line) { return line.find(text) != std::string::npos; }, sig);
+  return launch_interrupted(
+      args, [&](const std::string& line) { return line.find(text) != std::string::npos; }, sig);
 }
 
 }  // namespace distrl::testing

@@ -24,7 +24,8 @@ inline PythonRun run_reference_python(const std::string& script, const std::stri
   const char* env = std::getenv("DISTRL_REFERENCE_PYTHON");
   const std::string python = env && *env ? env : "python3";
   PythonRun r;
-  FILE* p = ::popen((python + " " + DISTRL_SOURCE_DIR + "/tests/support/" + script + " " + args + " 2>&1").c_str(), "r");
+  FILE* p =
+      ::popen((python + " " + DISTRL_SOURCE_DIR + "/tests/support/" + script + " " + args + " 2>&1").c_str(), "r");
   if (!p) {
     r.why = "cannot start " + python;
     return r;

@@ -11,7 +11,8 @@
 
 namespace distrl::testing {
 
-inline transport::RpcOptions rpc_options(const TempDir& dir, int rank, int world, const std::string& transport = "auto") {
+inline transport::RpcOptions rpc_options(const TempDir& dir, int rank, int world,
+                                         const std::string& transport = "auto") {
   using namespace std::chrono_literals;
   transport::RpcOptions o = transport::rank_options(rank, world, "file://" + dir.file("rendezvous"), 20s, transport);
   o.rendezvous_timeout = 30s;

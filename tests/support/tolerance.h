@@ -62,9 +62,7 @@ constexpr double kFloat64GraphTolerance = 1e-10;
 inline double gamma_n(double n, double u = kFloat32Unit) { return n * u / (1 - n * u); }
 
 // The most two orders of summing n terms can differ by, given the sum of their magnitudes.
-inline double reorder_bound(double n, double sum_abs, double u = kFloat32Unit) {
-  return 2 * gamma_n(n, u) * sum_abs;
-}
+inline double reorder_bound(double n, double sum_abs, double u = kFloat32Unit) { return 2 * gamma_n(n, u) * sum_abs; }
 
 // Half a unit in the last of `digits` significant digits of v: what printing v to a CSV with
 // ostream's default precision (6) can change it by.
@@ -125,7 +123,7 @@ class Reorderings {
   // the numbers (for a gtest message).
   std::string check(const std::vector<double>& got, double rounding = 0) const {
     const double gap = max_abs_diff(got, reference()), tol = tolerance() + rounding;  // NaN: gap infinite
-    if (std::getenv("DISTRL_TEST_TOLERANCES") != nullptr)  // the by-hand check's table
+    if (std::getenv("DISTRL_TEST_TOLERANCES") != nullptr)                             // the by-hand check's table
       std::cerr << "tolerance: " << what_ << ": gap " << gap << " of " << tol << " (orders span " << width() << ")\n";
     if (gap <= tol) return "";
     std::ostringstream s;

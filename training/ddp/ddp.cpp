@@ -48,8 +48,8 @@ void broadcast_coalesced(transport::ProcessGroup& pg, const std::vector<torch::T
 
 struct DistributedDataParallel::Reducer {
   struct Bucket {
-    std::vector<int> params;             // indices into Reducer::params
-    std::vector<std::int64_t> offsets;   // element offset of each in flat
+    std::vector<int> params;            // indices into Reducer::params
+    std::vector<std::int64_t> offsets;  // element offset of each in flat
     torch::Tensor flat;
     int pending = 0;
     WorkPtr work;
@@ -88,7 +88,7 @@ struct DistributedDataParallel::Reducer {
   std::vector<bool> ready;
   std::vector<bool> unused;  // find_unused_parameters: not reached from the last forward's output
   bool in_backward = false;
-  bool distributed = false;  // this backward is a distributed-autograd part: gradients live in its context
+  bool distributed = false;           // this backward is a distributed-autograd part: gradients live in its context
   std::int64_t reduced_context = -1;  // the distributed-autograd context last reduced
   int next_launch = 0;
   Clock::time_point backward_start;
@@ -116,8 +116,7 @@ struct DistributedDataParallel::Reducer {
     for (auto& b : buckets)
       if (b.work) try {
           b.work->wait();
-        } catch (...) {
-        }
+        } catch (...) {}
   }
 
   // Reverse registration order, one dtype and device per bucket, about cap bytes each.
@@ -132,8 +131,9 @@ struct DistributedDataParallel::Reducer {
       if (!fresh) {
         const auto& b = buckets.back();
         const auto& first = params[b.params[0]];
-        const std::int64_t used = b.offsets.empty() ? 0 : (b.offsets.back() + params[b.params.back()].numel()) *
-                                                              static_cast<std::int64_t>(first.element_size());
+        const std::int64_t used = b.offsets.empty() ? 0
+                                                    : (b.offsets.back() + params[b.params.back()].numel()) *
+                                                          static_cast<std::int64_t>(first.element_size());
         fresh = first.scalar_type() != p.scalar_type() || first.device() != p.device() ||
                 used + bytes > (buckets.size() == 1 ? first_cap : cap);
       }
@@ -219,7 +219,8 @@ struct DistributedDataParallel::Reducer {
         if (!ready[i] && count++ < 8) missing += (missing.empty() ? "" : ", ") + names[i];
       for (int k = 0; k < next_launch; ++k) buckets[k].work->wait();  // leave the group in step
       throw ArgumentError("DDP: " + std::to_string(count) + " parameter(s) got no gradient in this backward pass (" +
-                          missing + "); construct DDP with find_unused_parameters = true, or make every parameter "
+                          missing +
+                          "); construct DDP with find_unused_parameters = true, or make every parameter "
                           "take part in the loss");
     }
     const auto wait_start = Clock::now();

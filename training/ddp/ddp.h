@@ -54,9 +54,9 @@ struct DdpOptions {
 
 // Timing of the last synchronised backward, for benchmarks.
 struct DdpStats {
-  double backward_s = 0;        // first gradient hook -> end of backward (engine callback)
-  double wait_s = 0;            // end of backward -> all buckets reduced
-  double comm_s = 0;            // sum over buckets of all-reduce time
+  double backward_s = 0;  // first gradient hook -> end of backward (engine callback)
+  double wait_s = 0;      // end of backward -> all buckets reduced
+  double comm_s = 0;      // sum over buckets of all-reduce time
   int buckets = 0;
 };
 

@@ -8,8 +8,10 @@ void bind(Settings& s, TrainConfig& c) {
   bind_run(s, c, "metrics.csv, config.yaml and the checkpoint");
   s.bind("model.name", &c.model, "network").choices(models::net_names());
   s.bind("model.hidden", &c.hidden, "mlp: hidden layer widths").range(1, 65536);
-  s.bind("data.name", &c.dataset, "idx: IDX image files (MNIST layout) in data.path; toy: the DDP tutorial's "
-                                  "random regression").choices({"idx", "toy"});
+  s.bind("data.name", &c.dataset,
+         "idx: IDX image files (MNIST layout) in data.path; toy: the DDP tutorial's "
+         "random regression")
+      .choices({"idx", "toy"});
   s.bind("data.path", &c.data_path, "idx: directory with {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]");
   s.bind("data.toy_samples", &c.toy_samples, "toy: training samples (the test set is a quarter of it)")
       .range(8, 100000000);
@@ -27,10 +29,14 @@ void bind(Settings& s, TrainConfig& c) {
   s.bind("dist.backend", &c.backend, "collective backend: zmq (CPU) or nccl (CUDA builds)").choices({"zmq", "nccl"});
   s.bind("dist.world_size", &c.world_size, "ranks (distrl-launch starts this many)").range(1, 4096);
   bind_dist(s, c);
-  s.bind("dist.max_message_mb", &c.max_message_mb, "largest message a rank sends or accepts (a larger frame closes "
-                                                   "that connection unread)").range(1, 65536);
-  s.bind("dist.max_queued_mb", &c.max_queued_mb, "data that may wait unread in a rank's mailboxes; more is dropped "
-                                                 "and counted").range(1, 1048576);
+  s.bind("dist.max_message_mb", &c.max_message_mb,
+         "largest message a rank sends or accepts (a larger frame closes "
+         "that connection unread)")
+      .range(1, 65536);
+  s.bind("dist.max_queued_mb", &c.max_queued_mb,
+         "data that may wait unread in a rank's mailboxes; more is dropped "
+         "and counted")
+      .range(1, 1048576);
   bind_checkpoint(s, c, "epochs", 100000);
 }
 

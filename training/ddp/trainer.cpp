@@ -95,10 +95,11 @@ namespace {
 
 // The run's first line on rank 0.
 void print_header(const TrainConfig& cfg, const Data& data, int world, std::size_t buckets) {
-  std::printf("distrl-train: %s on %s (%lld train / %lld test samples), %d rank(s) x batch %d, %s lr %g, "
-              "%zu gradient bucket(s)\n",
-              cfg.model.c_str(), data.train.name.c_str(), static_cast<long long>(data.train.size()),
-              static_cast<long long>(data.test.size()), world, cfg.batch_size, cfg.optimizer.c_str(), cfg.lr, buckets);
+  std::printf(
+      "distrl-train: %s on %s (%lld train / %lld test samples), %d rank(s) x batch %d, %s lr %g, "
+      "%zu gradient bucket(s)\n",
+      cfg.model.c_str(), data.train.name.c_str(), static_cast<long long>(data.train.size()),
+      static_cast<long long>(data.test.size()), world, cfg.batch_size, cfg.optimizer.c_str(), cfg.lr, buckets);
   std::fflush(stdout);
 }
 
@@ -170,7 +171,9 @@ std::vector<EpochResult> train(const TrainConfig& cfg, const std::string& config
     auto numbers = load_checkpoint(resume, *net, opt.get(), torch::kCPU, *pg);
     first_epoch = static_cast<int>(numbers["epoch"]) + 1;
     steps = static_cast<long long>(numbers["steps"]);
-    if (lead) std::printf("distrl-train: resumed from %s after epoch %d (%lld steps)\n", resume.c_str(), first_epoch - 1, steps);
+    if (lead)
+      std::printf("distrl-train: resumed from %s after epoch %d (%lld steps)\n", resume.c_str(), first_epoch - 1,
+                  steps);
   }
   RunLoop loop(cfg, "distrl-train", lead);
   loop.stop_in_lock_step(*pg, "rank");  // each step all-reduces the gradients
@@ -207,8 +210,8 @@ std::vector<EpochResult> train(const TrainConfig& cfg, const std::string& config
       if (lead) {
         std::printf("\n");  // ends a progress bar left open on a terminal
         loop.report_stop("in epoch " + std::to_string(epoch) + " after step " + std::to_string(steps),
-                         "checkpoint " + ckpt + "; epoch " + std::to_string(epoch) + " starts again with: " +
-                             resume_command(cfg.out_dir, ckpt));
+                         "checkpoint " + ckpt + "; epoch " + std::to_string(epoch) +
+                             " starts again with: " + resume_command(cfg.out_dir, ckpt));
       }
       break;
     }
@@ -225,7 +228,9 @@ std::vector<EpochResult> train(const TrainConfig& cfg, const std::string& config
 
 namespace {
 
-Roles dist_world_size(const TrainConfig& c) { return {c.world_size, std::to_string(c.world_size) + " data-parallel trainers"}; }
+Roles dist_world_size(const TrainConfig& c) {
+  return {c.world_size, std::to_string(c.world_size) + " data-parallel trainers"};
+}
 
 void ddp_rank(const TrainConfig& cfg, const RunContext& ctx) {
   transport::ProcessGroupOptions o;
@@ -252,4 +257,3 @@ std::vector<Workload> ddp_workloads() {
 }
 
 }  // namespace distrl::training
-

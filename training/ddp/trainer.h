@@ -13,8 +13,8 @@ namespace distrl::training {
 
 struct EpochResult {
   int epoch = 0;
-  long long steps = 0;        // total so far
-  double train_loss = 0;      // mean over ranks and batches of this epoch
+  long long steps = 0;    // total so far
+  double train_loss = 0;  // mean over ranks and batches of this epoch
   double test_loss = 0;
   double test_accuracy = -1;  // -1: regression (toy)
   double samples_per_s = 0;   // all ranks together

@@ -52,8 +52,8 @@ class TutorialShardImpl : public nn::Module {
   explicit TutorialShardImpl(const ShardSpec& s) {
     torch::manual_seed(s.seed);
     net_ = register_module(
-        "net", std::make_shared<models::ResNet50>(s.classes, s.part == 1 ? models::ResNet50::Part::Shard1
-                                                                           : models::ResNet50::Part::Shard2));
+        "net", std::make_shared<models::ResNet50>(
+                   s.classes, s.part == 1 ? models::ResNet50::Part::Shard1 : models::ResNet50::Part::Shard2));
   }
   at::Tensor forward(transport::RRef<at::Tensor> x) {
     const at::Tensor in = x.to_here();
@@ -200,13 +200,14 @@ class OneProcessCheck {
     double gap = 0, bound = 0;
     std::string where;
   };
-  static double bound(double spread, double scale) { return kReorderFactor * std::max(spread, 2 * kFloat32Unit * scale); }
+  static double bound(double spread, double scale) {
+    return kReorderFactor * std::max(spread, 2 * kFloat32Unit * scale);
+  }
 
   Ref refs_[2];
   Gap loss_, params_;
   double later_loss_gap_ = 0;
 };
-
 
 }  // namespace
 
@@ -231,8 +232,8 @@ void run_resnet_tutorial(const PipelineConfig& c, const std::string& config_yaml
   RunLoop loop(c, "distrl-pipeline", true);  // this process's own signal: the workers serve on
   loop.open(config_yaml, "sweep.csv", "microbatch_size,microbatches,batch,seconds_per_batch,first_loss,last_loss");
   std::cout << "pipeline_resnet50: ResNet-50 (" << c.classes << " classes) in two shards on worker1 and worker2, batch "
-            << c.batch_size << " of " << c.image_size << "x" << c.image_size << ", " << c.batches << " batches per setting"
-            << std::endl;
+            << c.batch_size << " of " << c.image_size << "x" << c.image_size << ", " << c.batches
+            << " batches per setting" << std::endl;
   for (int size : c.microbatch_sizes) {
     if (loop.stop_requested()) break;
     Shard s1(agent, "worker1", "ResNetShard", ShardSpec{1, c.classes, c.seed});
@@ -285,15 +286,13 @@ void run_resnet_tutorial(const PipelineConfig& c, const std::string& config_yaml
     const int mbs = (c.batch_size + size - 1) / size;
     loop.row(size, mbs, c.batch_size, total / done, first_loss, last_loss);
     std::cout << "micro-batch size " << std::setw(4) << size << " (" << std::setw(3) << mbs
-              << " micro-batches): " << std::fixed << std::setprecision(3) << total / done
-              << " s per batch, loss " << std::setprecision(5) << first_loss << " -> " << last_loss << std::defaultfloat
-              << partial_note(done, c.batches)
-              << std::endl;
+              << " micro-batches): " << std::fixed << std::setprecision(3) << total / done << " s per batch, loss "
+              << std::setprecision(5) << first_loss << " -> " << last_loss << std::defaultfloat
+              << partial_note(done, c.batches) << std::endl;
   }
   finish_sweep(loop);
   agent.shutdown();
 }
-
 
 void run_model_parallel(const PipelineConfig& c, const std::string& config_yaml) {
   models::set_torch_threads(c.torch_threads);
@@ -301,8 +300,8 @@ void run_model_parallel(const PipelineConfig& c, const std::string& config_yaml)
   RunLoop loop(c, "distrl-pipeline", true);  // SIGINT/SIGTERM: the setting in progress ends after its current batch
   loop.open(config_yaml, "sweep.csv", "form,split_size,microbatches,batch,seconds_per_batch,first_loss,last_loss");
   std::cout << "pipeline_resnet50_model_parallel: ResNet-50 (" << c.classes << " classes), shard 1 on " << d0.str()
-            << ", shard 2 on " << d1.str() << ", batch " << c.batch_size << " of " << c.image_size << "x" << c.image_size
-            << ", " << c.batches << " batches per setting" << std::endl;
+            << ", shard 2 on " << d1.str() << ", batch " << c.batch_size << " of " << c.image_size << "x"
+            << c.image_size << ", " << c.batches << " batches per setting" << std::endl;
   // The tutorial's table: the whole model on one device, the two shards without and with
   // micro-batches (split_size rows each).
   struct Setting {
@@ -367,12 +366,12 @@ void run_model_parallel(const PipelineConfig& c, const std::string& config_yaml)
     const int mbs = st.split > 0 ? (c.batch_size + st.split - 1) / st.split : 1;
     loop.row(st.form, st.split, mbs, c.batch_size, total / done, first_loss, last_loss);
     std::cout << std::left << std::setw(15) << st.form << std::right;
-    if (st.split > 0) std::cout << " split " << std::setw(4) << st.split << " (" << std::setw(3) << mbs << " micro-batches)";
+    if (st.split > 0)
+      std::cout << " split " << std::setw(4) << st.split << " (" << std::setw(3) << mbs << " micro-batches)";
     else std::cout << std::string(30, ' ');
     std::cout << ": " << std::fixed << std::setprecision(3) << total / done << " s per batch, loss "
               << std::setprecision(5) << first_loss << " -> " << last_loss << std::defaultfloat
-              << partial_note(done, c.batches)
-              << std::endl;
+              << partial_note(done, c.batches) << std::endl;
   }
   finish_sweep(loop);
 }

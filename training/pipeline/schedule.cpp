@@ -55,7 +55,13 @@ Schedule one_f_one_b(int p, int m) {
   for (int st = 0; st < p; ++st) {
     auto& a = s.actions[st];
     one_f_one_b_order(
-        std::min(p - st - 1, m), m, [&](int j) { a.push_back({Op::F, j, 0}); }, [&](int j) { a.push_back({Op::B, j, 0}); });
+        std::min(p - st - 1, m), m,
+        [&](int j) {
+          a.push_back({Op::F, j, 0});
+        },
+        [&](int j) {
+          a.push_back({Op::B, j, 0});
+        });
   }
   return s;
 }
@@ -77,8 +83,14 @@ Schedule interleaved(int p, int m, int v) {
   for (int st = 0; st < p; ++st) {
     auto& a = s.actions[st];
     const int warm = m == p ? total : std::min((p - st - 1) * 2 + (v - 1) * p, total);
-    auto fwd = [&](int k) { auto [mb, c] = at(k, true); a.push_back({Op::F, mb, c}); };
-    auto bwd = [&](int k) { auto [mb, c] = at(k, false); a.push_back({Op::B, mb, c}); };
+    auto fwd = [&](int k) {
+      auto [mb, c] = at(k, true);
+      a.push_back({Op::F, mb, c});
+    };
+    auto bwd = [&](int k) {
+      auto [mb, c] = at(k, false);
+      a.push_back({Op::B, mb, c});
+    };
     one_f_one_b_order(warm, total, fwd, bwd);
   }
   return s;
@@ -99,7 +111,10 @@ Schedule zb_h1(int p, int m) {
       if (j - st >= 0) a.push_back({Op::W, nw++, 0});
     };
     one_f_one_b_order(
-        warm, m, [&](int j) { a.push_back({Op::F, j, 0}); },
+        warm, m,
+        [&](int j) {
+          a.push_back({Op::F, j, 0});
+        },
         [&](int j) {
           a.push_back({Op::I, j, 0});
           weight(j);
@@ -221,7 +236,8 @@ Schedule parse_schedule(const std::string& text) {
     } catch (const std::exception&) {
       throw ScheduleError(where + "'" + idx + "' is not a stage number");
     }
-    if (st < 0 || st >= s.stages) throw ScheduleError(where + "stage " + str(st) + " is not in 0.." + str(s.stages - 1));
+    if (st < 0 || st >= s.stages)
+      throw ScheduleError(where + "stage " + str(st) + " is not in 0.." + str(s.stages - 1));
     if (lists.count(st)) throw ScheduleError(where + "stage " + str(st) + " is listed twice");
     auto& list = lists[st];
     std::string tok;
@@ -235,7 +251,8 @@ Schedule parse_schedule(const std::string& text) {
                                                  {"SB", Op::SendB}, {"RB", Op::RecvB}};
       auto it = ops.find(op);
       if (it == ops.end())
-        throw ScheduleError(where + "'" + tok + "': unknown action (F, B, I, W, SF, RF, SB, RB followed by the micro-batch)");
+        throw ScheduleError(where + "'" + tok +
+                            "': unknown action (F, B, I, W, SF, RF, SB, RB followed by the micro-batch)");
       a.op = it->second;
       const std::string rest = tok.substr(p);
       const auto dot = rest.find('.');
@@ -253,10 +270,13 @@ Schedule parse_schedule(const std::string& text) {
       list.push_back(a);
     }
   }
-  if (!header) throw ScheduleError("schedule: empty (expected 'schedule NAME stages P chunks V microbatches M' and 'stage N:' lines)");
+  if (!header)
+    throw ScheduleError(
+        "schedule: empty (expected 'schedule NAME stages P chunks V microbatches M' and 'stage N:' lines)");
   s.actions.assign(s.stages, {});
   for (int st = 0; st < s.stages; ++st) {
-    if (!lists.count(st)) throw ScheduleError("schedule " + s.name + ": stage " + str(st) + " has no 'stage " + str(st) + ":' line");
+    if (!lists.count(st))
+      throw ScheduleError("schedule " + s.name + ": stage " + str(st) + " has no 'stage " + str(st) + ":' line");
     s.actions[st] = std::move(lists[st]);
   }
   return s;
@@ -276,8 +296,8 @@ Schedule load_schedule_file(const std::string& path) {
 
 std::string format_schedule(const Schedule& s) {
   std::ostringstream out;
-  out << "schedule " << s.name << " stages " << s.stages << " chunks " << s.chunks << " microbatches "
-      << s.microbatches << "\n";
+  out << "schedule " << s.name << " stages " << s.stages << " chunks " << s.chunks << " microbatches " << s.microbatches
+      << "\n";
   for (int st = 0; st < s.stages; ++st) {
     out << "stage " << st << ":";
     for (const Action& a : s.actions[st]) out << " " << to_string(a);
@@ -328,7 +348,8 @@ void check_stage(const std::string& name, const Schedule& s, int st) {
       const int f = find(Op::F, j, c), b = find(Op::B, j, c), i = find(Op::I, j, c), w = find(Op::W, j, c);
       if (f < 0) throw ScheduleError(at + "micro-batch " + mbs + " is never run forward (F" + mbs + ")");
       if (b < 0 && (i < 0 || w < 0))
-        throw ScheduleError(at + "micro-batch " + mbs + " has no backward (B" + mbs + ", or I" + mbs + " and W" + mbs + ")");
+        throw ScheduleError(at + "micro-batch " + mbs + " has no backward (B" + mbs + ", or I" + mbs + " and W" + mbs +
+                            ")");
       if (b >= 0 && (i >= 0 || w >= 0)) throw ScheduleError(at + "micro-batch " + mbs + " has both B and I/W");
       const int bin = b >= 0 ? b : i;
       if (bin < f) throw ScheduleError(at + "the backward of " + mbs + " comes before its forward");
@@ -395,9 +416,15 @@ struct Simulation {
         cost = o.costs.f;
         if (++held[st] > plan.peak_activations[st]) plan.peak_activations[st] = held[st];
         break;
-      case Op::B: cost = o.costs.b; --held[st]; break;
+      case Op::B:
+        cost = o.costs.b;
+        --held[st];
+        break;
       case Op::I: cost = o.costs.i; break;
-      case Op::W: cost = o.costs.w; --held[st]; break;
+      case Op::W:
+        cost = o.costs.w;
+        --held[st];
+        break;
     }
     plan.start[st].push_back(start);
     clock[st] = start + cost;
@@ -452,8 +479,7 @@ Plan verify(const Schedule& given, const VerifyOptions& o) {
                                        : " (nothing was sent)"));
   Plan plan = std::move(sim.plan);
   plan.makespan = *std::max_element(sim.clock.begin(), sim.clock.end());
-  for (int st = 0; st < s.stages; ++st)
-    plan.bubble[st] = plan.makespan > 0 ? 1.0 - sim.busy[st] / plan.makespan : 0;
+  for (int st = 0; st < s.stages; ++st) plan.bubble[st] = plan.makespan > 0 ? 1.0 - sim.busy[st] / plan.makespan : 0;
   if (o.max_activations > 0)
     for (int st = 0; st < s.stages; ++st)
       if (plan.peak_activations[st] > o.max_activations)

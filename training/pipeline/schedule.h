@@ -97,8 +97,8 @@ struct VerifyOptions {
 // What a schedule does under the cost model, with no transfer time.
 struct Plan {
   double makespan = 0;
-  std::vector<double> bubble;            // [stage] idle share of the makespan
-  std::vector<int> peak_activations;     // [stage] most micro-batch activations held at once
+  std::vector<double> bubble;              // [stage] idle share of the makespan
+  std::vector<int> peak_activations;       // [stage] most micro-batch activations held at once
   std::vector<std::vector<double>> start;  // [stage][action] simulated start times
   double mean_bubble() const;
 };

@@ -19,7 +19,9 @@ int tag_of(int kind, int mb, int vs, int virtual_stages) { return ((mb * virtual
 
 // The gradient sent back for a piece's input: zeros where autograd left none (the output does
 // not depend on the input), so the stage before gets a tensor to run its backward with.
-at::Tensor input_gradient(const at::Tensor& g, const at::Tensor& input) { return g.defined() ? g : at::zeros_like(input); }
+at::Tensor input_gradient(const at::Tensor& g, const at::Tensor& input) {
+  return g.defined() ? g : at::zeros_like(input);
+}
 
 bool uses_split(const Schedule& s) {
   for (const auto& list : s.actions)
@@ -31,13 +33,13 @@ bool uses_split(const Schedule& s) {
 }  // namespace
 
 struct PipelineStage::Slot {
-  at::Tensor input;                 // the data micro-batch, or the received activation (requires grad)
-  std::vector<at::Tensor> outs;     // each child's output (split backward), else just the last
-  at::Tensor root;                  // the weighted loss (last virtual stage) or the output
-  at::Tensor grad;                  // the received gradient of the output
-  at::Tensor send_f, send_b;        // what SF / SB send
+  at::Tensor input;                   // the data micro-batch, or the received activation (requires grad)
+  std::vector<at::Tensor> outs;       // each child's output (split backward), else just the last
+  at::Tensor root;                    // the weighted loss (last virtual stage) or the output
+  at::Tensor grad;                    // the received gradient of the output
+  at::Tensor send_f, send_b;          // what SF / SB send
   std::vector<at::Tensor> out_grads;  // after I: the gradient of each child's output
-  bool backward_done = false;       // B, or W, has run
+  bool backward_done = false;         // B, or W, has run
 };
 
 std::vector<std::int64_t> microbatch_sizes(std::int64_t rows, int m) {
@@ -45,8 +47,8 @@ std::vector<std::int64_t> microbatch_sizes(std::int64_t rows, int m) {
   const std::int64_t size = (rows + m - 1) / m;
   if (rows < m || size * (m - 1) >= rows)
     throw ArgumentError("a batch of " + std::to_string(rows) + " rows does not split into " + std::to_string(m) +
-                        " micro-batches of ceil(" + std::to_string(rows) + "/" + std::to_string(m) + ") = " +
-                        std::to_string(size) + " rows (the last would be empty); use " +
+                        " micro-batches of ceil(" + std::to_string(rows) + "/" + std::to_string(m) +
+                        ") = " + std::to_string(size) + " rows (the last would be empty); use " +
                         std::to_string((rows + size - 1) / size) + " micro-batches or another batch size");
   std::vector<std::int64_t> out(m, size);
   out.back() = rows - size * (m - 1);
@@ -85,7 +87,8 @@ bool PipelineStage::holds_last() const { return schedule_.stage_of(schedule_.vir
 
 void PipelineStage::send(const at::Tensor& t, int dst, int tag) {
   const at::Tensor c = t.contiguous();
-  if (c.dim() > kMaxDims) throw PipelineError("cannot send a tensor of " + std::to_string(c.dim()) + " dimensions (at most 8)");
+  if (c.dim() > kMaxDims)
+    throw PipelineError("cannot send a tensor of " + std::to_string(c.dim()) + " dimensions (at most 8)");
   at::Tensor h = at::zeros({kHeader}, at::kLong);
   auto* p = h.data_ptr<std::int64_t>();
   p[0] = c.dim();
@@ -100,7 +103,8 @@ at::Tensor PipelineStage::recv(int src, int tag) {
   pg_->irecv(h, src, tag)->wait();
   const auto* p = h.data_ptr<std::int64_t>();
   const std::int64_t ndim = p[0];
-  if (ndim < 0 || ndim > kMaxDims) throw PipelineError("stage " + std::to_string(src) + " sent a malformed tensor header");
+  if (ndim < 0 || ndim > kMaxDims)
+    throw PipelineError("stage " + std::to_string(src) + " sent a malformed tensor header");
   const std::int64_t dtype = p[kHeader - 1];
   if (dtype != static_cast<std::int64_t>(at::kFloat) && dtype != static_cast<std::int64_t>(at::kDouble) &&
       dtype != static_cast<std::int64_t>(at::kHalf) && dtype != static_cast<std::int64_t>(at::kBFloat16))
@@ -151,12 +155,8 @@ void PipelineStage::run(const Action& a) {
     if (s.backward_done && !s.send_b.defined()) sp.reset();
   };
   switch (a.op) {
-    case Op::RecvF:
-      s.input = recv(schedule_.stage_of(vs - 1), tag_of(0, a.mb, vs, V)).requires_grad_(true);
-      break;
-    case Op::RecvB:
-      s.grad = recv(schedule_.stage_of(vs + 1), tag_of(1, a.mb, vs, V));
-      break;
+    case Op::RecvF: s.input = recv(schedule_.stage_of(vs - 1), tag_of(0, a.mb, vs, V)).requires_grad_(true); break;
+    case Op::RecvB: s.grad = recv(schedule_.stage_of(vs + 1), tag_of(1, a.mb, vs, V)); break;
     case Op::SendF:
       send(s.send_f, schedule_.stage_of(vs + 1), tag_of(0, a.mb, vs + 1, V));
       s.send_f = at::Tensor();
@@ -318,7 +318,8 @@ at::Tensor PipelineStage::forward(const at::Tensor& inputs) {
   if (holds_first()) {
     if (!inputs.defined()) throw ArgumentError("the first stage needs the inputs");
     const std::int64_t rows = inputs.size(0);
-    mbs = inputs.split_with_sizes(microbatch_sizes(rows, static_cast<int>(std::min<std::int64_t>(schedule_.microbatches, rows))));
+    mbs = inputs.split_with_sizes(
+        microbatch_sizes(rows, static_cast<int>(std::min<std::int64_t>(schedule_.microbatches, rows))));
   }
   // Micro-batch counts can differ from the schedule's (a test set's last batch): the first
   // stage tells the others how many follow.

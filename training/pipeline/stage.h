@@ -71,9 +71,9 @@ struct StageOptions {
 
 struct StepStats {
   double loss = std::numeric_limits<double>::quiet_NaN();  // the batch's mean loss (last stage)
-  double wall_s = 0;      // this stage's step, entry to return
-  double compute_s = 0;   // time in F, B, I, W
-  int peak_activations = 0;  // micro-batches whose activations this stage held at once
+  double wall_s = 0;                                       // this stage's step, entry to return
+  double compute_s = 0;                                    // time in F, B, I, W
+  int peak_activations = 0;                                // micro-batches whose activations this stage held at once
   double bubble() const { return wall_s > 0 ? 1.0 - compute_s / wall_s : 0; }
 };
 
@@ -111,7 +111,7 @@ class PipelineStage {
   // with the weighted loss as its root on the last virtual stage.
   void build_graph(Slot& s, const Action& a, bool last);
   void input_gradients(Slot& s, int vs, bool last);  // I: the input's and outputs', not the weights'
-  void weight_gradients(Slot& s, int chunk);          // W: the weights', from I's
+  void weight_gradients(Slot& s, int chunk);         // W: the weights', from I's
   void send(const at::Tensor& t, int dst, int tag);
   at::Tensor recv(int src, int tag);
   void reap_sends(bool all);
@@ -130,7 +130,7 @@ class PipelineStage {
   const LossFn* loss_ = nullptr;
   double loss_sum_ = 0;
   int held_ = 0, peak_ = 0;
-  int steps_ = 0;  // steps started, for error messages
+  int steps_ = 0;                             // steps started, for error messages
   std::vector<std::unique_ptr<Slot>> slots_;  // [mb * chunks + chunk]
   std::vector<std::pair<transport::WorkPtr, at::Tensor>> sends_;
   std::vector<TimedAction> timeline_;

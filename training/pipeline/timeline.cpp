@@ -20,9 +20,8 @@ double monotonic_us() {
 
 ClockOffset clock_offset(const std::vector<ClockSample>& samples) {
   if (samples.empty()) throw ArgumentError("clock_offset: no round trips");
-  const ClockSample& best = *std::min_element(samples.begin(), samples.end(), [](const auto& a, const auto& b) {
-    return a.back - a.sent < b.back - b.sent;
-  });
+  const ClockSample& best = *std::min_element(
+      samples.begin(), samples.end(), [](const auto& a, const auto& b) { return a.back - a.sent < b.back - b.sent; });
   return {best.peer - (best.sent + best.back) / 2, (best.back - best.sent) / 2};
 }
 
@@ -163,7 +162,8 @@ void write_chrome_trace(const Schedule& s, const std::vector<std::vector<TimedAc
     for (const auto& a : tls[st]) {
       if (a.action.op != Op::SendF && a.action.op != Op::SendB) continue;
       const int vs = s.virtual_stage(static_cast<int>(st), a.action.chunk);
-      auto it = received.find({a.action.op == Op::SendF ? 0 : 1, a.action.mb, a.action.op == Op::SendF ? vs + 1 : vs - 1});
+      auto it =
+          received.find({a.action.op == Op::SendF ? 0 : 1, a.action.mb, a.action.op == Op::SendF ? vs + 1 : vs - 1});
       if (it == received.end()) continue;
       ++id;
       sep();

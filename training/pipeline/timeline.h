@@ -59,8 +59,10 @@ std::vector<double> measured_bubbles(const std::vector<std::vector<TimedAction>>
 
 // timeline.json in Chrome-trace format (chrome://tracing, Perfetto): one row per stage, a box per
 // action, an arrow from each send to its receive. Throws Error when the file cannot be written.
-void write_chrome_trace(const Schedule& s, const std::vector<std::vector<TimedAction>>& timelines, const std::string& path);
+void write_chrome_trace(const Schedule& s, const std::vector<std::vector<TimedAction>>& timelines,
+                        const std::string& path);
 // The same as a PNG (gnuplot), with timeline.csv beside it; false (said on stderr) without gnuplot.
-bool plot_timeline(const std::vector<std::vector<TimedAction>>& timelines, const std::string& csv, const std::string& png);
+bool plot_timeline(const std::vector<std::vector<TimedAction>>& timelines, const std::string& csv,
+                   const std::string& png);
 
 }  // namespace distrl::training::pipeline

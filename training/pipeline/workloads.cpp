@@ -27,7 +27,8 @@ namespace distrl::training::pipeline {
 namespace nn = torch::nn;
 
 void bind(Settings& s, PipelineConfig& c) {
-  s.bind("preset", &c.preset, "resnet: full (the tutorial's batch 120 of 128x128 images) or small (24 of 64x64, for tests)")
+  s.bind("preset", &c.preset,
+         "resnet: full (the tutorial's batch 120 of 128x128 images) or small (24 of 64x64, for tests)")
       .choices({"full", "small"});
   s.bind("roles.stages", &c.stages, "fashion-mnist: pipeline stages, one process each (resnet: 2 workers + the master)")
       .range(1, 8);
@@ -47,7 +48,8 @@ void bind(Settings& s, PipelineConfig& c) {
   s.bind("pipeline.schedule", &c.schedule, "gpipe | 1f1b | interleaved | zb-h1, or a schedule file (docs/pipeline.md)");
   s.bind("pipeline.microbatches", &c.microbatches, "fashion-mnist: micro-batches per batch").range(1, 100000);
   s.bind("pipeline.chunks", &c.chunks, "model pieces per stage (interleaved: 2 or more)").range(1, 64);
-  s.bind("pipeline.recompute", &c.recompute, "keep only each micro-batch's input and run the forward again at backward");
+  s.bind("pipeline.recompute", &c.recompute,
+         "keep only each micro-batch's input and run the forward again at backward");
   s.bind("pipeline.cuts", &c.cuts,
          "comma-separated child names where pieces start (conv2,fc1); empty: balanced by measured per-layer time");
   s.bind("pipeline.max_activations", &c.max_activations,
@@ -82,8 +84,8 @@ std::pair<torch::Device, torch::Device> model_parallel_devices(const std::string
   try {
     return {torch::Device(spec.substr(0, comma)), torch::Device(spec.substr(comma + 1))};
   } catch (const std::exception& e) {
-    throw ConfigError("pipeline.devices: '" + spec + "' is not two devices (write cuda:0,cuda:1 or cpu,cpu or auto): " +
-                      e.what());
+    throw ConfigError("pipeline.devices: '" + spec +
+                      "' is not two devices (write cuda:0,cuda:1 or cpu,cpu or auto): " + e.what());
   }
 }
 
@@ -125,7 +127,8 @@ std::vector<nn::Sequential> cut_model(nn::Sequential model, const std::vector<st
 void check_fashion_mnist(const PipelineConfig& c) {
   if (this_run().check_only) check_idx_dir(c.data_path);
   if (c.chunks > 1 && c.schedule != "interleaved" && c.schedule.find('/') == std::string::npos)
-    throw ConfigError("pipeline.chunks: " + std::to_string(c.chunks) + " pieces per stage need pipeline.schedule: interleaved");
+    throw ConfigError("pipeline.chunks: " + std::to_string(c.chunks) +
+                      " pieces per stage need pipeline.schedule: interleaved");
   if (c.microbatches > c.batch_size)
     throw ConfigError("pipeline.microbatches: " + std::to_string(c.microbatches) + " is more than train.batch_size (" +
                       std::to_string(c.batch_size) + ")");
@@ -134,7 +137,7 @@ void check_fashion_mnist(const PipelineConfig& c) {
                       std::to_string(c.stages * c.chunks));
   try {
     microbatch_sizes(c.batch_size, c.microbatches);  // throws ArgumentError with the fix
-    schedule_for(c);  // built and verified here too, so --check-config refuses a bad one
+    schedule_for(c);                                 // built and verified here too, so --check-config refuses a bad one
     if (!c.cuts.empty()) cut_model(make_fashion_cnn(c.classes), split_names(c.cuts), c.stages * c.chunks);
   } catch (const ArgumentError& e) {
     throw ConfigError(e.what());
@@ -149,8 +152,8 @@ void check_model_parallel(const PipelineConfig& c) {
   const auto [d0, d1] = model_parallel_devices(c.devices);  // refuses a bad spelling
   for (const auto& d : {d0, d1})
     if (d.is_cuda() && d.index() >= static_cast<int>(torch::cuda::device_count()))
-      throw ConfigError("pipeline.devices: " + d.str() + " is not here (" + std::to_string(torch::cuda::device_count()) +
-                        " GPUs)");
+      throw ConfigError("pipeline.devices: " + d.str() + " is not here (" +
+                        std::to_string(torch::cuda::device_count()) + " GPUs)");
   check_microbatch_sizes(c);
 }
 
@@ -188,7 +191,9 @@ Schedule schedule_for(const PipelineConfig& c) {
 
 namespace {
 
-at::Tensor cross_entropy(const at::Tensor& out, const at::Tensor& y) { return torch::nn::functional::cross_entropy(out, y); }
+at::Tensor cross_entropy(const at::Tensor& out, const at::Tensor& y) {
+  return torch::nn::functional::cross_entropy(out, y);
+}
 
 void write_timeline(const PipelineConfig& c, transport::ProcessGroup& pg, const PipelineStage& stage) {
   const auto gathered = gather_timelines(pg, stage.timeline());
@@ -204,8 +209,8 @@ void write_timeline(const PipelineConfig& c, transport::ProcessGroup& pg, const 
     std::cout << "  stage " << s << " " << measured[s] << " (plan " << stage.plan().bubble[s] << ")";
   const double clock_error = *std::max_element(gathered.clock_error_us.begin(), gathered.clock_error_us.end());
   std::cout << std::defaultfloat << "\n  stages' clocks aligned to stage 0's within " << clock_error
-            << " us; timeline: " << c.out_dir << "/timeline.json (chrome://tracing, Perfetto), "
-            << c.out_dir << "/timeline.png" << std::endl;
+            << " us; timeline: " << c.out_dir << "/timeline.json (chrome://tracing, Perfetto), " << c.out_dir
+            << "/timeline.png" << std::endl;
 }
 
 // The fashion-mnist stages' process group: roles.stages processes, dist.* as configured.
@@ -218,8 +223,8 @@ std::shared_ptr<transport::ProcessGroup> stage_group(const PipelineConfig& c, co
   po.transport = c.transport;
   auto pg = transport::init_process_group(po);
   if (pg->size() != c.stages)
-    throw ConfigError("roles.stages is " + std::to_string(c.stages) + " but the world has " + std::to_string(pg->size()) +
-                      " processes (distrl-launch starts roles.stages)");
+    throw ConfigError("roles.stages is " + std::to_string(c.stages) + " but the world has " +
+                      std::to_string(pg->size()) + " processes (distrl-launch starts roles.stages)");
   return pg;
 }
 
@@ -237,7 +242,8 @@ std::vector<std::string> choose_cuts(const PipelineConfig& c, nn::Sequential& mo
   if (cuts.empty() && pieces_total > 1) {  // balanced by stage 0's measurement, the same everywhere
     at::Tensor cost = at::zeros({static_cast<std::int64_t>(model->size())}, at::kDouble);
     if (pg.rank() == 0) {
-      const auto t = measure_child_costs(model, train.inputs.narrow(0, 0, std::min<std::int64_t>(c.batch_size, train.size())));
+      const auto t =
+          measure_child_costs(model, train.inputs.narrow(0, 0, std::min<std::int64_t>(c.batch_size, train.size())));
       for (std::size_t i = 0; i < t.size(); ++i) cost[i] = t[i];
     }
     pg.broadcast(cost, 0);
@@ -270,8 +276,9 @@ void print_plan(const PipelineConfig& c, const Schedule& sched, const std::vecto
     for (auto& kv : pieces[i]->named_children()) where += kv.key() + " ";
   }
   std::cout << "pipeline: " << c.stages << " stage(s), schedule " << sched.name << ", " << c.microbatches
-            << " micro-batches of a batch of " << c.batch_size << (c.recompute ? ", recompute" : "") << "; pieces: " << where
-            << "\n  ideal bubble " << std::setprecision(3) << stage.plan().mean_bubble() << ", peak activations per stage";
+            << " micro-batches of a batch of " << c.batch_size << (c.recompute ? ", recompute" : "")
+            << "; pieces: " << where << "\n  ideal bubble " << std::setprecision(3) << stage.plan().mean_bubble()
+            << ", peak activations per stage";
   for (int a : stage.plan().peak_activations) std::cout << " " << a;
   std::cout << std::endl;
 }
@@ -363,8 +370,8 @@ void run_fashion_mnist(const PipelineConfig& c, const std::string& config_yaml, 
       pg->barrier();
       if (last)
         loop.report_stop("in epoch " + std::to_string(epoch) + " after step " + std::to_string(w.steps),
-                         "checkpoints in " + ckpt_dir + "; epoch " + std::to_string(epoch) + " starts again with: " +
-                             resume_command(c.out_dir, ckpt_dir));
+                         "checkpoints in " + ckpt_dir + "; epoch " + std::to_string(epoch) +
+                             " starts again with: " + resume_command(c.out_dir, ckpt_dir));
       break;
     }
     const double secs = w.seconds();
@@ -375,14 +382,15 @@ void run_fashion_mnist(const PipelineConfig& c, const std::string& config_yaml, 
     loop.row(epoch, w.mean_loss(), test_loss / test.size(), acc, secs, w.items / secs);
     if (last)
       std::cout << "epoch " << epoch << "/" << c.epochs << " done in " << std::setprecision(3) << secs
-                << " s: train loss " << w.mean_loss() << ", test loss " << test_loss / test.size()
-                << ", test accuracy " << std::setprecision(4) << acc << "%" << std::defaultfloat << std::endl;
+                << " s: train loss " << w.mean_loss() << ", test loss " << test_loss / test.size() << ", test accuracy "
+                << std::setprecision(4) << acc << "%" << std::defaultfloat << std::endl;
   }
   if (!last) return;
   loop.finish({{"loss", "epoch", {{"epoch", "train_loss", "train"}, {"epoch", "test_loss", "test"}}},
                {"test accuracy (%)", "epoch", {{"epoch", "test_accuracy", "test"}}}});
-  std::cout << "wrote " << c.out_dir << "/metrics.csv, learning_curve.png, checkpoints/ (more epochs: "
-            << resume_command(c.out_dir, ckpt_dir) << " train.epochs=N)" << std::endl;
+  std::cout << "wrote " << c.out_dir
+            << "/metrics.csv, learning_curve.png, checkpoints/ (more epochs: " << resume_command(c.out_dir, ckpt_dir)
+            << " train.epochs=N)" << std::endl;
 }
 
 namespace {
@@ -431,12 +439,11 @@ namespace distrl::training {
 
 std::vector<Workload> pipeline_workloads() {
   using namespace pipeline;
-  return {resuming(make_workload<PipelineConfig>("pipeline_fashion_mnist", stages, check_fashion_mnist,
-                                                 fashion_mnist_rank)),
-          make_workload<PipelineConfig>("pipeline_resnet50", master_and_two_workers, check_resnet,
-                                        resnet_rank),
-          make_workload<PipelineConfig>("pipeline_resnet50_model_parallel", one_process,
-                                        check_model_parallel, model_parallel_rank)};
+  return {resuming(
+              make_workload<PipelineConfig>("pipeline_fashion_mnist", stages, check_fashion_mnist, fashion_mnist_rank)),
+          make_workload<PipelineConfig>("pipeline_resnet50", master_and_two_workers, check_resnet, resnet_rank),
+          make_workload<PipelineConfig>("pipeline_resnet50_model_parallel", one_process, check_model_parallel,
+                                        model_parallel_rank)};
 }
 
 }  // namespace distrl::training

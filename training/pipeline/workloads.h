@@ -34,25 +34,25 @@ struct PipelineConfig : RunKeys, DistKeys, DataKeys {
     out_dir = "runs/pipeline";
     log_interval = 100;
   }
-  std::string preset = "full";        // resnet: full (the tutorial's 120 @ 128x128) | small (24 @ 64x64)
-  int stages = 2;                     // roles.stages
-  int classes = 10;                   // model.classes (resnet: 1000)
-  int image_size = 128;               // resnet: square side of the random images
+  std::string preset = "full";  // resnet: full (the tutorial's 120 @ 128x128) | small (24 @ 64x64)
+  int stages = 2;               // roles.stages
+  int classes = 10;             // model.classes (resnet: 1000)
+  int image_size = 128;         // resnet: square side of the random images
   int epochs = 1;
   int batch_size = 64;
   int test_batch_size = 1000;
-  int batches = 3;                    // resnet: batches timed per micro-batch size
-  int warmup = 1;                     // resnet: untimed batches before the sweep
-  std::string schedule = "1f1b";      // gpipe | 1f1b | interleaved | zb-h1 | a schedule file
+  int batches = 3;                // resnet: batches timed per micro-batch size
+  int warmup = 1;                 // resnet: untimed batches before the sweep
+  std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved | zb-h1 | a schedule file
   int microbatches = 4;
   int chunks = 1;
   bool recompute = false;
-  std::string cuts;                   // comma-separated child names; empty: balanced by measured time
+  std::string cuts;  // comma-separated child names; empty: balanced by measured time
   int max_activations = 0;
-  int timeline_step = 20;             // which step's timeline is written (of the first epoch)
+  int timeline_step = 20;                 // which step's timeline is written (of the first epoch)
   std::vector<int> microbatch_sizes{30};  // resnet
-  std::string devices = "auto";       // model parallel: "cuda:0,cuda:1", "cpu,cpu" or auto
-  bool check_one_process = false;     // resnet: the master also trains the model in-process and compares
+  std::string devices = "auto";           // model parallel: "cuda:0,cuda:1", "cpu,cpu" or auto
+  bool check_one_process = false;         // resnet: the master also trains the model in-process and compares
   double lr = 0.05;
   double momentum = 0.0;
 };

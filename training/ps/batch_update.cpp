@@ -35,8 +35,8 @@ std::shared_ptr<models::PolicyNet> build_model(const BatchUpdateConfig& cfg) {
 }
 
 Batch synthetic_batch(const BatchUpdateConfig& cfg, int trainer, int round) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(
-      static_cast<std::uint64_t>(cfg.seed) * 1000003ull + static_cast<std::uint64_t>(trainer) * 7919ull + round);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<std::uint64_t>(cfg.seed) * 1000003ull +
+                                                      static_cast<std::uint64_t>(trainer) * 7919ull + round);
   Batch b;
   b.images = torch::randn({cfg.batch_size, cfg.channels, cfg.image_size, cfg.image_size}, gen);
   b.labels = torch::randint(0, cfg.classes, {cfg.batch_size}, gen, torch::kLong);
@@ -73,7 +73,8 @@ void write_stats_csv(const std::string& path, const std::vector<ShardStats>& sha
     for (const auto& k : s.keys) {
       out << s.shard << "," << k.name << "," << k.table << "," << k.pushes << "," << k.pulls << "," << k.bytes_in << ","
           << k.bytes_out << "," << k.updates << ",";
-      for (std::size_t i = 0; i < k.hot_rows.size(); ++i) out << (i ? " " : "") << k.hot_rows[i] << ":" << k.hot_row_pushes[i];
+      for (std::size_t i = 0; i < k.hot_rows.size(); ++i)
+        out << (i ? " " : "") << k.hot_rows[i] << ":" << k.hot_row_pushes[i];
       out << "\n";
     }
   out << "\nshard,trainer,pushes,late,clock,max_staleness,gone,duplicates\n";
@@ -87,9 +88,9 @@ void write_stats_csv(const std::string& path, const std::vector<ShardStats>& sha
 void serve_shard(const PsEngineConfig& cfg, transport::RpcAgent& agent, ShardServer& server) {
   server.watch_trainers(agent);
   std::cout << "ps shard " << agent.rank() << "/" << cfg.servers << " (pid " << ::getpid() << "): serving "
-            << cfg.trainers << " trainer(s), "
-            << cfg.consistency << (cfg.consistency == "sync" ? " quorum " + std::to_string(cfg.quorum) : "") << ", "
-            << cfg.optimizer << " lr " << cfg.lr << std::endl;
+            << cfg.trainers << " trainer(s), " << cfg.consistency
+            << (cfg.consistency == "sync" ? " quorum " + std::to_string(cfg.quorum) : "") << ", " << cfg.optimizer
+            << " lr " << cfg.lr << std::endl;
   server.wait_for_trainers();
   const ShardStats s = server.stats();
   std::int64_t pushes = 0;
@@ -98,14 +99,14 @@ void serve_shard(const PsEngineConfig& cfg, transport::RpcAgent& agent, ShardSer
   if (cfg.consistency == "sync")
     std::cout << s.rounds << " round(s) (" << s.closed_quorum << " at quorum, " << s.closed_timeout << " at max_wait, "
               << s.closed_departure << " when a trainer left)";
-  else
-    std::cout << pushes << " push(es) applied on arrival (" << cfg.consistency << ")";
+  else std::cout << pushes << " push(es) applied on arrival (" << cfg.consistency << ")";
   std::cout << (s.snapshots ? ", " + std::to_string(s.snapshots) + " snapshot(s)" : "") << "; every trainer done"
             << std::endl;
   server.stop();
 }
 
-bool serve_if_server(const PsEngineConfig& cfg, transport::RpcAgent& agent, const std::shared_ptr<ShardServer>& server) {
+bool serve_if_server(const PsEngineConfig& cfg, transport::RpcAgent& agent,
+                     const std::shared_ptr<ShardServer>& server) {
   models::set_torch_threads(cfg.torch_threads);
   if (agent.world_size() != cfg.servers + cfg.trainers)
     throw ConfigError("roles: " + std::to_string(cfg.servers) + " server(s) + " + std::to_string(cfg.trainers) +
@@ -153,8 +154,9 @@ void run_batch_update(const BatchUpdateConfig& cfg, const std::string& config_ya
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     if (std::chrono::steady_clock::now() >= deadline)
       throw TimeoutError(agent.name() + ": not every trainer pulled the model within dist.timeout_s (" +
-                         std::to_string(cfg.timeout_s) + " s): started? (" + store.get("ps/started", std::chrono::seconds(2)) +
-                         " of " + std::to_string(cfg.trainers) + " did)");
+                         std::to_string(cfg.timeout_s) + " s): started? (" +
+                         store.get("ps/started", std::chrono::seconds(2)) + " of " + std::to_string(cfg.trainers) +
+                         " did)");
     notice.tick();
   }
 
@@ -163,7 +165,8 @@ void run_batch_update(const BatchUpdateConfig& cfg, const std::string& config_ya
   loop.open(config_yaml, "metrics.csv", "round,loss,round_ms,compute_ms,dropped");
   if (lead)
     std::cout << "trainer 0: " << cfg.trainers << " trainer(s), " << cfg.servers << " server(s), model " << cfg.model
-              << " (" << names.size() << " tensors), " << cfg.rounds << " rounds of batch " << cfg.batch_size << std::endl;
+              << " (" << names.size() << " tensors), " << cfg.rounds << " rounds of batch " << cfg.batch_size
+              << std::endl;
   const transport::RpcStats wire0 = agent.stats();
   int dropped = 0, rounds = 0;
   for (int r = 0; r < cfg.rounds && !loop.stop_requested(); ++r, ++rounds) {
@@ -196,8 +199,9 @@ void run_batch_update(const BatchUpdateConfig& cfg, const std::string& config_ya
     // Each round a trainer sends its gradients and receives the new values: twice the tensors.
     double tensor_bytes = 0;
     for (auto& p : params) tensor_bytes += 2.0 * static_cast<double>(p.nbytes());
-    const double wire = static_cast<double>(wire1.bytes_sent - wire0.bytes_sent + wire1.bytes_received -
-                                            wire0.bytes_received) / std::max(1, rounds);
+    const double wire =
+        static_cast<double>(wire1.bytes_sent - wire0.bytes_sent + wire1.bytes_received - wire0.bytes_received) /
+        std::max(1, rounds);
     std::cout << "trainer 0: " << std::setprecision(4) << wire / 1e6 << " MB on the wire per round for "
               << tensor_bytes / 1e6 << " MB of gradients and values (" << std::fixed << std::setprecision(4)
               << wire / tensor_bytes << "x)" << std::defaultfloat << std::endl;

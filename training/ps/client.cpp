@@ -253,13 +253,11 @@ std::vector<ShardStats> PsClient::stats() {
 void PsClient::bye() {
   try {  // a shard restarted later reads this: the trainer is not waited for
     agent_.store().set(done_key(opt_.trainer), "1");
-  } catch (const std::exception&) {
-  }
+  } catch (const std::exception&) {}
   for (int k = 0; k < opt_.shards; ++k) {
     try {
       agent_.rpc_sync<bool>(rank_of(k), kBye, opt_.trainer);
-    } catch (const std::exception&) {
-    }
+    } catch (const std::exception&) {}
   }
 }
 

@@ -31,8 +31,8 @@
 namespace distrl::training::ps {
 
 struct ClientOptions {
-  int trainer = 0;       // this trainer's id, 0..N-1
-  int shards = 1;        // server processes, ranks first_server..first_server+shards-1
+  int trainer = 0;  // this trainer's id, 0..N-1
+  int shards = 1;   // server processes, ranks first_server..first_server+shards-1
   int first_server = 0;
   // How long a call waits for a shard whose process is gone (it may be restarting) before it
   // fails: the call is retried with backoff (50 ms doubling to 1 s); once the shard answers
@@ -66,7 +66,7 @@ class PsClient {
   void bye();
 
  private:
-  struct Split {  // a request's rows split by shard
+  struct Split {                                    // a request's rows split by shard
     std::vector<at::Tensor> positions, local_rows;  // per shard: where in the request, which local rows
   };
   Split split_rows(const std::string& table, const at::Tensor& rows) const;
@@ -85,14 +85,14 @@ class PsClient {
   DeclareRequest declare_request(const Declared& d, int k) const;  // k's part of d
   void note_round(int k, std::int64_t round);
   PushId next_push_id();
-  std::int64_t pushes_ = 0;  // pushes made (push and push_rows): the last PushId::seq
+  std::int64_t pushes_ = 0;              // pushes made (push and push_rows): the last PushId::seq
   std::vector<std::uint8_t> restarted_;  // per shard: came back since its last answer
 
   transport::RpcAgent& agent_;
   ClientOptions opt_;
   std::map<std::string, std::int64_t> table_rows_;  // global rows of each declared table
   std::map<std::string, std::int64_t> table_dim_;
-  std::vector<std::int64_t> rounds_;                // per shard: rounds closed as last seen
+  std::vector<std::int64_t> rounds_;  // per shard: rounds closed as last seen
 };
 
 }  // namespace distrl::training::ps

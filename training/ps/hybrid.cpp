@@ -132,7 +132,8 @@ void run_master(const HybridConfig& cfg, transport::RpcAgent& agent, HybridRank&
 void run_trainer(const HybridConfig& cfg, const std::string& config_yaml, transport::RpcAgent& agent, HybridRank& me) {
   const int trainer = agent.rank() - cfg.servers;
   const bool lead = trainer == 0;
-  me.wait(agent, {master_rank(cfg)}, "the master's start", [&] { return me.bag.has_value(); }, /*say=*/true);
+  me.wait(
+      agent, {master_rank(cfg)}, "the master's start", [&] { return me.bag.has_value(); }, /*say=*/true);
   autograd::RemoteModule<torch::nn::EmbeddingBagImpl> emb(*me.bag);
 
   // The trainers' own process group, on the RPC world's store.
@@ -182,8 +183,8 @@ void run_trainer(const HybridConfig& cfg, const std::string& config_yaml, transp
     loop.row(epoch, w.mean_loss(), secs);
     if (loop.log_due(epoch) || (lead && epoch == cfg.epochs))
       std::cout << "epoch " << std::setw(4) << epoch << "/" << cfg.epochs << "  loss " << std::fixed
-                << std::setprecision(4) << w.mean_loss() << "  " << std::setprecision(1)
-                << epoch * cfg.batches / secs << " steps/s" << std::defaultfloat << std::endl;
+                << std::setprecision(4) << w.mean_loss() << "  " << std::setprecision(1) << epoch * cfg.batches / secs
+                << " steps/s" << std::defaultfloat << std::endl;
   }
   if (lead) {
     if (loop.stopped()) loop.report_stop("epoch", epochs_done, cfg.epochs);

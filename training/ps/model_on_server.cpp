@@ -155,10 +155,10 @@ void serve(const ModelOnServerConfig& cfg, transport::RpcAgent& agent, ModelServ
     std::lock_guard<std::mutex> lock(s.mu);
     check_written(s.step_order, cfg.out_dir + "/step_order.csv");
   }
-  std::cout << "ps0: every trainer done after " << std::setprecision(3) << seconds << " s; " << samples
-            << " samples, " << std::setprecision(4) << rate << " samples/s; " << g.version << " steps applied, "
-            << g.stale_refused << " stale refused (" << retries << " retries), " << g.waits << " forwards waited "
-            << std::setprecision(3) << g.wait_ms / 1000 << " s in all" << std::endl;
+  std::cout << "ps0: every trainer done after " << std::setprecision(3) << seconds << " s; " << samples << " samples, "
+            << std::setprecision(4) << rate << " samples/s; " << g.version << " steps applied, " << g.stale_refused
+            << " stale refused (" << retries << " retries), " << g.waits << " forwards waited " << std::setprecision(3)
+            << g.wait_ms / 1000 << " s in all" << std::endl;
   std::filesystem::create_directories(cfg.out_dir);
   std::ofstream out(cfg.out_dir + "/server.csv");
   out << "trainers,step_policy,samples,seconds,samples_per_s,steps,stale_refused,retries,waits,wait_s\n"
@@ -172,8 +172,8 @@ void serve(const ModelOnServerConfig& cfg, transport::RpcAgent& agent, ModelServ
     for (auto& p : s.net->parameters()) params.push_back(p.detach().clone());
   }
   models::save_file(params, cfg.out_dir + "/params.pt");
-  std::cout << "ps0: wrote " << cfg.out_dir << "/{server.csv,params.pt" << (s.step_order.is_open() ? ",step_order.csv" : "")
-            << "}" << std::endl;
+  std::cout << "ps0: wrote " << cfg.out_dir << "/{server.csv,params.pt"
+            << (s.step_order.is_open() ? ",step_order.csv" : "") << "}" << std::endl;
 }
 
 // The lead trainer's end of an epoch: the server's parameters as they are now, copied into its
@@ -242,7 +242,7 @@ void run_model_on_server(const ModelOnServerConfig& cfg, const std::string& conf
 
   auto params = agent.rpc_sync<std::vector<transport::RRef<at::Tensor>>>(kServerRank, "ps.model.parameters");
   autograd::DistributedOptimizer opt(agent, cfg.optimizer_spec(), params);  // the tutorial's TrainerNet
-  auto local = lead ? build_cnn(cfg) : nullptr;            // for evaluation only
+  auto local = lead ? build_cnn(cfg) : nullptr;                             // for evaluation only
 
   RunLoop loop(cfg, "distrl-ps", lead);
   loop.stop_through(agent.store());  // SIGINT/SIGTERM: every trainer stops after its current step
@@ -263,8 +263,8 @@ void run_model_on_server(const ModelOnServerConfig& cfg, const std::string& conf
     Window w;  // the steps since the last progress line
     for (std::int64_t off = 0; off < idx.numel() && !loop.stop_requested(); off += cfg.batch_size) {
       const auto b = idx.narrow(0, off, std::min<std::int64_t>(cfg.batch_size, idx.numel() - off));
-      w.add(train_step(cfg, agent, opt, trainer, train.inputs.index_select(0, b), train.targets.index_select(0, b),
-                       me, spent));
+      w.add(train_step(cfg, agent, opt, trainer, train.inputs.index_select(0, b), train.targets.index_select(0, b), me,
+                       spent));
       me.samples += b.numel();
       ++me.steps;
       if (loop.log_due(me.steps)) {
@@ -293,7 +293,8 @@ void run_model_on_server(const ModelOnServerConfig& cfg, const std::string& conf
               << "forward " << spent.forward * per << " ms, backward " << spent.backward * per << " ms, step "
               << spent.step * per << " ms per step), " << me.retries << " stale retries; wrote " << cfg.out_dir
               << "/{metrics.csv,epochs.csv,learning_curve.png,config.yaml} (ps0 writes params.pt once every "
-                 "trainer is done)" << std::endl;
+                 "trainer is done)"
+              << std::endl;
   }
   PsClient(agent, ClientOptions{trainer, cfg.servers, 0}).bye();
 }

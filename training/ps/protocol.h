@@ -33,7 +33,7 @@ inline std::string done_key(int trainer) { return "ps/done/" + std::to_string(tr
 // declare the model it built from the same seed); another shape is refused, naming the key.
 struct DeclareRequest {
   std::string name;
-  at::Tensor init;   // dense: the whole tensor; table: this shard's rows
+  at::Tensor init;  // dense: the whole tensor; table: this shard's rows
   bool table = false;
   std::int64_t global_rows = 0;  // table: rows over all shards (for range errors)
   MSGPACK_DEFINE(name, init, table, global_rows);
@@ -60,7 +60,9 @@ struct PushId {
   std::int64_t incarnation = 1;  // the trainer process's (RpcAgent::incarnation)
   std::int64_t seq = 0;          // from 1
   MSGPACK_DEFINE(trainer, incarnation, seq);
-  bool operator==(const PushId& o) const { return trainer == o.trainer && incarnation == o.incarnation && seq == o.seq; }
+  bool operator==(const PushId& o) const {
+    return trainer == o.trainer && incarnation == o.incarnation && seq == o.seq;
+  }
 };
 
 // Gradients for dense keys. round: the last round this trainer saw from this shard (sync: a
@@ -74,10 +76,10 @@ struct PushRequest {
   MSGPACK_DEFINE(id, round, names, grads, fetch);
 };
 struct PushReply {
-  std::int64_t round = 0;  // sync: the round the push was applied in (or the last closed, when dropped); else 0
-  std::int64_t clock = 0;  // async and SSP: the pushing trainer's pushes applied here so far; 0 in sync
-  bool dropped = false;    // sync, late pushes dropped: this push was not applied
-  bool duplicate = false;  // this push had reached the shard before: answered, not applied again
+  std::int64_t round = 0;          // sync: the round the push was applied in (or the last closed, when dropped); else 0
+  std::int64_t clock = 0;          // async and SSP: the pushing trainer's pushes applied here so far; 0 in sync
+  bool dropped = false;            // sync, late pushes dropped: this push was not applied
+  bool duplicate = false;          // this push had reached the shard before: answered, not applied again
   std::vector<at::Tensor> values;  // fetch: the new values, in the order of names
   MSGPACK_DEFINE(round, clock, dropped, duplicate, values);
 };
@@ -100,10 +102,10 @@ struct Decision {
 // replays them with the pushes that reach it again (the trainers' retries).
 inline constexpr std::size_t kRecentDecisions = 1024;  // rounds a leader keeps for that
 struct FollowReply {
-  std::int64_t leader = 1;        // the leader process's incarnation
-  std::int64_t round = 0;         // rounds it has closed
-  std::vector<Decision> recent;   // its decisions after the one asked for, as far as it keeps them
-  std::vector<PushId> decided;    // per trainer: the last push it decided (seq 0: none)
+  std::int64_t leader = 1;       // the leader process's incarnation
+  std::int64_t round = 0;        // rounds it has closed
+  std::vector<Decision> recent;  // its decisions after the one asked for, as far as it keeps them
+  std::vector<PushId> decided;   // per trainer: the last push it decided (seq 0: none)
   MSGPACK_DEFINE(leader, round, recent, decided);
 };
 

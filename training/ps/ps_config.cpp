@@ -20,8 +20,7 @@ void bind_common(Settings& s, PsCommon& c, const std::string& outputs, const std
 void bind_engine(Settings& s, PsEngineConfig& c) {
   s.bind("ps.consistency", &c.consistency, "sync: rounds; async: apply on arrival; ssp: bounded staleness")
       .choices({"sync", "async", "ssp"});
-  s.bind("ps.quorum", &c.quorum, "sync: distinct trainers that close a round (0: every trainer present)")
-      .range(0, 256);
+  s.bind("ps.quorum", &c.quorum, "sync: distinct trainers that close a round (0: every trainer present)").range(0, 256);
   s.bind("ps.max_wait_ms", &c.max_wait_ms, "sync: a round closes this long after its first push (0: no deadline)")
       .range(0, 3600000);
   s.bind("ps.late", &c.late, "sync: a push for a round that closed without it is dropped or folded into the next")

@@ -25,7 +25,8 @@ Roles servers_and_trainers(const Config& c) {
   return {c.servers + c.trainers, count(c.servers, "server") + " + " + count(c.trainers, "trainer")};
 }
 Roles with_a_master(const HybridConfig& c) {
-  return {c.servers + c.trainers + 1, "1 master + " + count(c.servers, "server") + " + " + count(c.trainers, "trainer")};
+  return {c.servers + c.trainers + 1,
+          "1 master + " + count(c.servers, "server") + " + " + count(c.trainers, "trainer")};
 }
 
 void check_engine(const PsEngineConfig& c) { check_options(c.server_options(), c.trainers); }
@@ -70,28 +71,32 @@ void run_rank(transport::RpcOptions o, Setup setup, Run run) {
 }
 
 void batch_update_rank(const BatchUpdateConfig& cfg, const RunContext& ctx) {
-  run_rank(ps_rpc_options(cfg, ctx), [&](transport::RpcAgent& a) { return setup_rank(a, cfg); },
-           [&](transport::RpcAgent& a, const auto& server) { run_batch_update(cfg, ctx.config_yaml, a, server); });
+  run_rank(
+      ps_rpc_options(cfg, ctx), [&](transport::RpcAgent& a) { return setup_rank(a, cfg); },
+      [&](transport::RpcAgent& a, const auto& server) { run_batch_update(cfg, ctx.config_yaml, a, server); });
 }
 
 void skipgram_rank(const SkipgramConfig& cfg, const RunContext& ctx) {
-  run_rank(ps_rpc_options(cfg, ctx), [&](transport::RpcAgent& a) { return setup_rank(a, cfg); },
-           [&](transport::RpcAgent& a, const auto& server) { run_skipgram(cfg, ctx.config_yaml, a, server); });
+  run_rank(
+      ps_rpc_options(cfg, ctx), [&](transport::RpcAgent& a) { return setup_rank(a, cfg); },
+      [&](transport::RpcAgent& a, const auto& server) { run_skipgram(cfg, ctx.config_yaml, a, server); });
 }
 
 void model_on_server_rank(const ModelOnServerConfig& cfg, const RunContext& ctx) {
   transport::RpcOptions o = ps_rpc_options(cfg, ctx);
   // serialize parks a forward per waiting trainer on a handler thread: one each, plus room
   if (o.rank >= 0 && o.rank < cfg.servers) o.num_worker_threads = std::max(o.num_worker_threads, cfg.trainers + 2);
-  run_rank(o, [&](transport::RpcAgent& a) { return setup_model_on_server(a, cfg); },
-           [&](transport::RpcAgent& a, const auto& server) { run_model_on_server(cfg, ctx.config_yaml, a, server); });
+  run_rank(
+      o, [&](transport::RpcAgent& a) { return setup_model_on_server(a, cfg); },
+      [&](transport::RpcAgent& a, const auto& server) { run_model_on_server(cfg, ctx.config_yaml, a, server); });
 }
 
 void hybrid_rank(const HybridConfig& cfg, const RunContext& ctx) {
   transport::RpcOptions o = ps_rpc_options(cfg, ctx);
   if (o.rank == cfg.servers + cfg.trainers) o.name = "master";
-  run_rank(o, [&](transport::RpcAgent& a) { return setup_hybrid(a, cfg); },
-           [&](transport::RpcAgent& a, const auto& rank) { run_hybrid(cfg, ctx.config_yaml, a, rank); });
+  run_rank(
+      o, [&](transport::RpcAgent& a) { return setup_hybrid(a, cfg); },
+      [&](transport::RpcAgent& a, const auto& rank) { run_hybrid(cfg, ctx.config_yaml, a, rank); });
 }
 
 }  // namespace
@@ -101,13 +106,12 @@ namespace distrl::training {
 
 std::vector<Workload> ps_workloads() {
   using namespace ps;
-  return {make_workload<BatchUpdateConfig>("ps_batch_update", servers_and_trainers, check_batch_update,
-                                           batch_update_rank),
-          make_workload<ModelOnServerConfig>("ps_model_on_server", servers_and_trainers,
-                                             check_model_on_server, model_on_server_rank),
-          make_workload<HybridConfig>("ps_hybrid", with_a_master, check_hybrid, hybrid_rank),
-          make_workload<SkipgramConfig>("ps_skipgram", servers_and_trainers, check_skipgram,
-                                        skipgram_rank)};
+  return {
+      make_workload<BatchUpdateConfig>("ps_batch_update", servers_and_trainers, check_batch_update, batch_update_rank),
+      make_workload<ModelOnServerConfig>("ps_model_on_server", servers_and_trainers, check_model_on_server,
+                                         model_on_server_rank),
+      make_workload<HybridConfig>("ps_hybrid", with_a_master, check_hybrid, hybrid_rank),
+      make_workload<SkipgramConfig>("ps_skipgram", servers_and_trainers, check_skipgram, skipgram_rank)};
 }
 
 }  // namespace distrl::training

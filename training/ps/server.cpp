@@ -47,12 +47,12 @@ std::string shape_of(const at::Tensor& t) {
   return s.str();
 }
 
-
 }  // namespace
 
 ShardServer::ShardServer(int shard, int num_shards, int num_trainers, int first_trainer_rank, ServerOptions options)
     : shard_(shard), num_shards_(num_shards), num_trainers_(num_trainers), first_trainer_rank_(first_trainer_rank),
-      opt_(with_default_eps(std::move(options))), sync_shards_(opt_.mode == ServerOptions::Mode::Sync && num_shards > 1) {
+      opt_(with_default_eps(std::move(options))),
+      sync_shards_(opt_.mode == ServerOptions::Mode::Sync && num_shards > 1) {
   if (num_shards < 1 || shard < 0 || shard >= num_shards || num_trainers < 1)
     throw ConfigError("ps: a shard needs 0 <= shard < shards and at least one trainer");
   check_options(opt_, num_trainers);
@@ -172,8 +172,7 @@ void ShardServer::check_push(const PushId& id) const {
   check_trainer(id.trainer);
   if (id.incarnation < 1 || id.seq < 1)
     throw ProtocolError("ps: push id of trainer " + std::to_string(id.trainer) + " has incarnation " +
-                        std::to_string(id.incarnation) + " and seq " + std::to_string(id.seq) +
-                        " (both count from 1)");
+                        std::to_string(id.incarnation) + " and seq " + std::to_string(id.seq) + " (both count from 1)");
 }
 
 ShardServer::Entry& ShardServer::entry_locked(const std::string& name, const char* what) {
@@ -196,7 +195,8 @@ std::int64_t ShardServer::declare(DeclareRequest req) {
   auto it = entries_.find(req.name);
   if (it != entries_.end()) {
     const Entry& e = *it->second;
-    if (e.table != req.table || !e.value.sizes().equals(req.init.sizes()) || e.value.scalar_type() != req.init.scalar_type())
+    if (e.table != req.table || !e.value.sizes().equals(req.init.sizes()) ||
+        e.value.scalar_type() != req.init.scalar_type())
       throw ConfigError("ps: key '" + req.name + "' is declared as " + shape_of(e.value) + (e.table ? " (table)" : "") +
                         ", not " + shape_of(req.init) + (req.table ? " (table)" : "") +
                         ": every trainer must build the same model");
@@ -391,8 +391,7 @@ bool ShardServer::timer_tick_locked(Outcome& out) {
     bool lost = false;
     try {
       lost = agent_->connection_lost(first_trainer_rank_ + t);
-    } catch (const std::exception&) {
-    }
+    } catch (const std::exception&) {}
     if (lost) leave_locked(t, "is gone (its connection was lost: the process exited or was killed)", out);
   }
   if (!follows()) return false;

@@ -89,8 +89,8 @@ struct ServerOptions {
   // pushes for async and ssp) and/or every snapshot_every, whichever comes first, and once
   // more at stop().
   std::string snapshot_path;
-  int snapshot_rounds = 0;                        // 0: not by rounds
-  std::chrono::milliseconds snapshot_every{0};    // 0: not by time
+  int snapshot_rounds = 0;                      // 0: not by rounds
+  std::chrono::milliseconds snapshot_every{0};  // 0: not by time
 };
 
 // "sync" | "async" | "ssp"; ConfigError otherwise.
@@ -235,25 +235,25 @@ class ShardServer {
   std::condition_variable cv_;
   std::map<std::string, std::unique_ptr<Entry>> entries_;
   // sync round
-  std::int64_t round_ = 0;  // rounds closed
+  std::int64_t round_ = 0;            // rounds closed
   std::vector<std::uint8_t> pushed_;  // trainer pushed in the open round
   int pushers_ = 0;
   std::chrono::steady_clock::time_point first_push_;
   std::vector<Held> held_;
   // sync over several shards
   DecisionSink send_decision_;
-  std::int64_t incarnation_ = 1;        // this process's (the leader's decisions carry it)
-  std::int64_t first_round_ = 1;        // leader: the first round this process decides (or sends again)
-  std::deque<Decision> recent_;         // leader: its last rounds' (the last in snapshots: sent again)
-  std::int64_t leader_ = 1;             // follower: the leader process whose decisions apply
-  std::int64_t next_round_ = 1;         // follower: the leader's round applied next (in snapshots)
-  bool following_ = true;               // follower: false until a restarted one heard ps.follow
-  bool refollowing_ = false;            // follower: a ps.follow is on its way
+  std::int64_t incarnation_ = 1;  // this process's (the leader's decisions carry it)
+  std::int64_t first_round_ = 1;  // leader: the first round this process decides (or sends again)
+  std::deque<Decision> recent_;   // leader: its last rounds' (the last in snapshots: sent again)
+  std::int64_t leader_ = 1;       // follower: the leader process whose decisions apply
+  std::int64_t next_round_ = 1;   // follower: the leader's round applied next (in snapshots)
+  bool following_ = true;         // follower: false until a restarted one heard ps.follow
+  bool refollowing_ = false;      // follower: a ps.follow is on its way
   std::chrono::steady_clock::time_point last_progress_;  // follower: a round applied, or asked
   static constexpr std::chrono::seconds kRefollowAfter{2};
   static constexpr int kMaxHeldPerTrainer = 3;
   static constexpr std::size_t kMaxResent = 8;  // copies of one held push that wait with it
-  std::weak_ptr<ShardServer> self_;     // set by register_on: callbacks that may outlive a call
+  std::weak_ptr<ShardServer> self_;             // set by register_on: callbacks that may outlive a call
   struct Waiting {
     Decision d;
     std::chrono::steady_clock::time_point since;  // arrival
@@ -267,10 +267,10 @@ class ShardServer {
   ShardStats counters_;
   bool stopped_ = false;
   // snapshots
-  std::int64_t progress_ = 0;  // rounds (sync) or pushes (async, ssp) so far
+  std::int64_t progress_ = 0;           // rounds (sync) or pushes (async, ssp) so far
   std::int64_t snapshot_progress_ = 0;  // progress_ at the last snapshot
   std::chrono::steady_clock::time_point snapshot_time_;
-  std::mutex snapshot_mu_;  // one writer at a time (the timer, stop(), snapshot())
+  std::mutex snapshot_mu_;           // one writer at a time (the timer, stop(), snapshot())
   bool first_push_reported_ = true;  // restore() clears it: the first push after it is logged
   std::thread timer_;
 };

@@ -39,7 +39,7 @@ double process_age_s() {
 }  // namespace
 
 transport::Future<PushReply> ShardServer::submit(const PushId& id, std::int64_t round, std::vector<Update> ups,
-                                                  std::vector<Entry*> fetch) {
+                                                 std::vector<Entry*> fetch) {
   Held h;
   h.id = id;
   h.fetch = std::move(fetch);
@@ -66,9 +66,7 @@ transport::Future<PushReply> ShardServer::submit(const PushId& id, std::int64_t 
         ++ts.duplicates;
         repeat_locked(std::move(h), out);
         break;
-      case Seen::New:
-        accept_locked(std::move(h), round, out);
-        break;
+      case Seen::New: accept_locked(std::move(h), round, out); break;
     }
   }
   finish(std::move(out));
@@ -236,8 +234,8 @@ void ShardServer::finish(Outcome out) {
       try {
         std::rethrow_exception(f.error());
       } catch (const std::exception& e) {  // that follower catches up with ps.follow when it is back
-        DISTRL_LOG(Warn, "ps shard 0: a follower shard did not take a round decision (" << e.what() << ")"
-                                                                                        << (suppressed ? " (+" + std::to_string(suppressed) + " more)" : ""));
+        DISTRL_LOG(Warn, "ps shard 0: a follower shard did not take a round decision ("
+                             << e.what() << ")" << (suppressed ? " (+" + std::to_string(suppressed) + " more)" : ""));
       }
     }
     answer(*done);

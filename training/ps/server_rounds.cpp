@@ -157,7 +157,6 @@ void ShardServer::close_round_locked(Close why, Outcome& out) {
   answer_round_locked(pushes, out);
 }
 
-
 bool ShardServer::final_here_locked(const PushId& id) const {
   const LastPush& last = last_[id.trainer];
   return last.incarnation > id.incarnation || (last.incarnation == id.incarnation && id.seq <= last.seq);
@@ -283,10 +282,10 @@ bool ShardServer::follow_one_locked(const Decision& d, bool overdue, Outcome& ou
   last_progress_ = Clock::now();
   if (found.empty() && absent.empty()) return true;  // a round applied here already (sent again)
   for (const PushId& id : absent) {
-    DISTRL_LOG(Warn, "ps shard " << shard_ << ": push " << id.seq << " of trainer " << id.trainer << " is in round " << d.round
-                           << " of shard 0 but never reached this shard ("
-                           << (overdue ? "waited ps decision_wait" : "the trainer is gone or past it")
-                           << "): it counts as a zero gradient here, and a late copy is answered as dropped");
+    DISTRL_LOG(Warn, "ps shard " << shard_ << ": push " << id.seq << " of trainer " << id.trainer << " is in round "
+                                 << d.round << " of shard 0 but never reached this shard ("
+                                 << (overdue ? "waited ps decision_wait" : "the trainer is gone or past it")
+                                 << "): it counts as a zero gradient here, and a late copy is answered as dropped");
     LastPush& last = last_[id.trainer];
     if (id.incarnation > last.incarnation) last = LastPush{id.incarnation, id.seq, true};
     else remember_locked(id, /*dropped=*/true);
@@ -382,8 +381,7 @@ void ShardServer::refollow() {
     }
   };
   try {
-    agent->rpc_async<FollowReply>(transport::Target(0, std::chrono::seconds(5)), kFollow, leader,
-                                  round)
+    agent->rpc_async<FollowReply>(transport::Target(0, std::chrono::seconds(5)), kFollow, leader, round)
         .then([weak, done](const transport::Future<FollowReply>& f) {
           if (auto s = weak.lock()) {
             try {
@@ -416,8 +414,8 @@ bool ShardServer::lost_locked(const PushId& id) const {
 bool ShardServer::will_not_come_locked(const PushId& id) const {
   if (trainers_[id.trainer].gone || last_[id.trainer].incarnation > id.incarnation) return true;
   for (const Held& h : held_)
-    if (h.id.trainer == id.trainer && (h.id.incarnation > id.incarnation ||
-                                       (h.id.incarnation == id.incarnation && h.id.seq > id.seq)))
+    if (h.id.trainer == id.trainer &&
+        (h.id.incarnation > id.incarnation || (h.id.incarnation == id.incarnation && h.id.seq > id.seq)))
       return true;
   return false;
 }

@@ -58,7 +58,8 @@ ShardServer::Saved ShardServer::save_locked() const {
   auto copy = [](const at::Tensor& t) { return t.defined() ? t.clone() : t; };
   for (const auto& kv : entries_) {
     const Entry& e = *kv.second;
-    out.keys.push_back(Saved::Key{e.name, e.table, e.global_rows, e.value.clone(), copy(e.m1), copy(e.m2), copy(e.steps)});
+    out.keys.push_back(
+        Saved::Key{e.name, e.table, e.global_rows, e.value.clone(), copy(e.m1), copy(e.m2), copy(e.steps)});
   }
   return out;
 }
@@ -125,7 +126,8 @@ std::deque<Decision> ShardServer::decisions_from(const at::Tensor& rows, const s
   std::deque<Decision> out;
   const auto r = rows.accessor<std::int64_t, 2>();
   for (std::int64_t i = 0; i < rows.size(0); ++i) {
-    if (out.empty() || out.back().round != r[i][0]) out.push_back(Decision{1, 1, r[i][0], static_cast<int>(r[i][1]), {}});
+    if (out.empty() || out.back().round != r[i][0])
+      out.push_back(Decision{1, 1, r[i][0], static_cast<int>(r[i][1]), {}});
     out.back().pushes.push_back(PushId{static_cast<int>(r[i][2]), r[i][3], r[i][4]});
   }
   try {

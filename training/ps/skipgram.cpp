@@ -65,15 +65,15 @@ WordCorpus load_word_corpus(const std::string& path, int vocab, int min_count) {
   for (const auto& t : tokens)
     if (auto it = id.find(t); it != id.end()) ids.push_back(it->second);
   if (c.words.size() < 10 || ids.size() < 1000)
-    throw ConfigError("data: " + std::to_string(c.words.size()) + " words of at least data.min_count=" +
-                      std::to_string(min_count) + " occurrences in '" + path +
+    throw ConfigError("data: " + std::to_string(c.words.size()) +
+                      " words of at least data.min_count=" + std::to_string(min_count) + " occurrences in '" + path +
                       "' are too few for skip-gram; point data.path at more text or lower data.min_count");
   c.ids = torch::tensor(ids, torch::kLong);
   return c;
 }
 
-std::vector<std::pair<std::string, double>> nearest(const WordCorpus& c, const at::Tensor& table, const std::string& word,
-                                                    int k) {
+std::vector<std::pair<std::string, double>> nearest(const WordCorpus& c, const at::Tensor& table,
+                                                    const std::string& word, int k) {
   const std::int64_t id = c.id_of(word);
   if (id < 0) return {};
   torch::NoGradGuard no_grad;
@@ -166,9 +166,9 @@ void run_skipgram(const SkipgramConfig& cfg, const std::string& config_yaml, tra
     std::tie(out_rows, out_inv, std::ignore) = at::_unique2(torch::cat({context, negative}), true, true);
     at::Tensor vin = ps.pull_rows(kIn, in_rows).requires_grad_(true);
     at::Tensor vout = ps.pull_rows(kOut, out_rows).requires_grad_(true);
-    const at::Tensor c = vin.index_select(0, in_inv);                                      // [B, D]
-    const at::Tensor p = vout.index_select(0, out_inv.slice(0, 0, B));                     // [B, D]
-    const at::Tensor q = vout.index_select(0, out_inv.slice(0, B)).view({B, K, D});        // [B, K, D]
+    const at::Tensor c = vin.index_select(0, in_inv);                                // [B, D]
+    const at::Tensor p = vout.index_select(0, out_inv.slice(0, 0, B));               // [B, D]
+    const at::Tensor q = vout.index_select(0, out_inv.slice(0, B)).view({B, K, D});  // [B, K, D]
     const at::Tensor positive = torch::log_sigmoid((c * p).sum(1));
     const at::Tensor negatives = torch::log_sigmoid(-torch::bmm(q, c.unsqueeze(2)).squeeze(2)).sum(1);
     const at::Tensor loss = -(positive + negatives).mean();
@@ -182,8 +182,9 @@ void run_skipgram(const SkipgramConfig& cfg, const std::string& config_yaml, tra
       if (first_loss < 0) first_loss = w.mean_loss();
       last_loss = w.mean_loss();
       loop.row(step, last_loss, rate);
-      std::cout << "step " << std::setw(6) << step << "/" << cfg.steps << "  loss " << std::fixed << std::setprecision(4)
-                << last_loss << "  " << std::setprecision(0) << rate << " pairs/s" << std::defaultfloat << std::endl;
+      std::cout << "step " << std::setw(6) << step << "/" << cfg.steps << "  loss " << std::fixed
+                << std::setprecision(4) << last_loss << "  " << std::setprecision(0) << rate << " pairs/s"
+                << std::defaultfloat << std::endl;
       w.reset();
     }
   }

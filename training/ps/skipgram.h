@@ -25,14 +25,14 @@ namespace distrl::training::ps {
 struct WordCorpus {
   std::vector<std::string> words;  // id -> word, most frequent first
   std::vector<std::int64_t> counts;
-  at::Tensor ids;                  // int64 [tokens]
+  at::Tensor ids;                                  // int64 [tokens]
   std::int64_t id_of(const std::string& w) const;  // -1 when not in the vocabulary
 };
 WordCorpus load_word_corpus(const std::string& path, int vocab, int min_count);
 
 // The `k` nearest words of `word` by cosine similarity of the rows of table (excluding itself).
-std::vector<std::pair<std::string, double>> nearest(const WordCorpus& c, const at::Tensor& table, const std::string& word,
-                                                    int k);
+std::vector<std::pair<std::string, double>> nearest(const WordCorpus& c, const at::Tensor& table,
+                                                    const std::string& word, int k);
 
 // Servers serve (serve_shard); trainers train.
 void run_skipgram(const SkipgramConfig& cfg, const std::string& config_yaml, transport::RpcAgent& agent,

@@ -100,13 +100,11 @@ void register_rnn(transport::RpcAgent& agent) {
 
 RnnTrainerModel::RnnTrainerModel(transport::RpcAgent& agent, const std::string& ps, int tokens, int embedding_dim,
                                  int hidden, int layers, double dropout, int seed, const autograd::OptimizerSpec& spec)
-    : agent_(agent),
-      emb_(agent, ps, kEmbedding, EmbeddingConfig{tokens, embedding_dim, dropout, seed}),
-      dec_(agent, ps, kDecoder, DecoderConfig{hidden, tokens, dropout, seed}),
-      hidden_(hidden),
-      layers_(layers) {
+    : agent_(agent), emb_(agent, ps, kEmbedding, EmbeddingConfig{tokens, embedding_dim, dropout, seed}),
+      dec_(agent, ps, kDecoder, DecoderConfig{hidden, tokens, dropout, seed}), hidden_(hidden), layers_(layers) {
   torch::manual_seed(seed + 2);
-  lstm_ = torch::nn::LSTM(torch::nn::LSTMOptions(embedding_dim, hidden).num_layers(layers).dropout(layers > 1 ? dropout : 0.0));
+  lstm_ = torch::nn::LSTM(
+      torch::nn::LSTMOptions(embedding_dim, hidden).num_layers(layers).dropout(layers > 1 ? dropout : 0.0));
   auto name_all = [this](const std::string& prefix, const std::vector<transport::RRef<at::Tensor>>& remote) {
     for (std::size_t i = 0; i < remote.size(); ++i) ps_params_.emplace_back(prefix + std::to_string(i), remote[i]);
   };
@@ -130,7 +128,8 @@ void RnnTrainerModel::reset_state(int batch) {
 
 at::Tensor RnnTrainerModel::logits(const at::Tensor& input, bool keep_state) {
   at::Tensor e = emb_.forward(input);
-  if (!std::get<0>(state_).defined() || std::get<0>(state_).size(1) != input.size(1)) reset_state(static_cast<int>(input.size(1)));
+  if (!std::get<0>(state_).defined() || std::get<0>(state_).size(1) != input.size(1))
+    reset_state(static_cast<int>(input.size(1)));
   auto [out, st] = lstm_->forward(e, state_);
   if (keep_state) state_ = {std::get<0>(st).detach(), std::get<1>(st).detach()};  // truncated backprop
   return dec_.forward(out);
@@ -168,7 +167,8 @@ int resume_from(const std::string& resume, RnnTrainerModel& model, transport::Rp
   auto numbers = models::load_checkpoint(resume, *model.lstm(), nullptr, torch::kCPU, &extra);
   for (const auto& [name, p] : model.ps_parameters()) {
     auto it = extra.find(name);
-    if (it == extra.end()) throw ConfigError("checkpoint " + resume + " has no '" + name + "': it was not written by distrl-rnn");
+    if (it == extra.end())
+      throw ConfigError("checkpoint " + resume + " has no '" + name + "': it was not written by distrl-rnn");
     agent.rpc_sync<void>(0, kAssign, p, it->second);
   }
   const int first_step = static_cast<int>(numbers["step"]) + 1;
@@ -194,7 +194,8 @@ void report_step(const RnnConfig& cfg, RunLoop& loop, int step, double train_los
 
 }  // namespace
 
-void run_rnn(const RnnConfig& cfg, const std::string& config_yaml, transport::RpcAgent& agent, const std::string& resume) {
+void run_rnn(const RnnConfig& cfg, const std::string& config_yaml, transport::RpcAgent& agent,
+             const std::string& resume) {
   models::set_torch_threads(cfg.torch_threads);
   const int rank = agent.rank();
   if (rank == 0) {
@@ -209,15 +210,16 @@ void run_rnn(const RnnConfig& cfg, const std::string& config_yaml, transport::Rp
   spec.kind = cfg.optimizer;
   spec.lr = cfg.lr;
   spec.momentum = cfg.momentum;
-  RnnTrainerModel model(agent, agent.workers().at(0).name, tokens, cfg.embedding_dim, cfg.hidden, cfg.layers, cfg.dropout,
-                        cfg.seed, spec);
+  RnnTrainerModel model(agent, agent.workers().at(0).name, tokens, cfg.embedding_dim, cfg.hidden, cfg.layers,
+                        cfg.dropout, cfg.seed, spec);
   // Each trainer reads its own stretch of the training text.
   const std::int64_t share = corpus.train.size(0) / cfg.trainers;
   at::Tensor mine = corpus.train.slice(0, (rank - 1) * share, rank * share);
   at::Tensor train = columns(mine, cfg.batch_size), val = columns(corpus.val, cfg.batch_size);
   if (train.size(0) <= cfg.bptt + 1 || val.size(0) <= cfg.bptt + 1)
-    throw ConfigError("the text is too short for train.batch_size " + std::to_string(cfg.batch_size) + " x train.bptt " +
-                      std::to_string(cfg.bptt) + ": use a smaller batch or more data (data.path, data.max_chars)");
+    throw ConfigError("the text is too short for train.batch_size " + std::to_string(cfg.batch_size) +
+                      " x train.bptt " + std::to_string(cfg.bptt) +
+                      ": use a smaller batch or more data (data.path, data.max_chars)");
 
   const std::string ckpt = cfg.checkpoint_path(cfg.out_dir);
   const int first_step = resume.empty() ? 1 : resume_from(resume, model, agent);
@@ -286,7 +288,8 @@ void run_rnn(const RnnConfig& cfg, const std::string& config_yaml, transport::Rp
 namespace {
 
 Roles ps_and_trainers(const RnnConfig& c) {
-  return {c.trainers + 1, "1 parameter server + " + std::to_string(c.trainers) + " trainer" + (c.trainers == 1 ? "" : "s")};
+  return {c.trainers + 1,
+          "1 parameter server + " + std::to_string(c.trainers) + " trainer" + (c.trainers == 1 ? "" : "s")};
 }
 
 void rnn_rank(const RnnConfig& cfg, const RunContext& ctx) {
@@ -315,4 +318,3 @@ std::vector<Workload> rnn_workloads() {
 }
 
 }  // namespace distrl::training
-

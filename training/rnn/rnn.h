@@ -61,8 +61,8 @@ struct StepTimes {
 // A trainer's model: the remote parts on `ps`, the local LSTM, one DistributedOptimizer.
 class RnnTrainerModel {
  public:
-  RnnTrainerModel(transport::RpcAgent& agent, const std::string& ps, int tokens, int embedding_dim, int hidden, int layers,
-                  double dropout, int seed, const autograd::OptimizerSpec& spec);
+  RnnTrainerModel(transport::RpcAgent& agent, const std::string& ps, int tokens, int embedding_dim, int hidden,
+                  int layers, double dropout, int seed, const autograd::OptimizerSpec& spec);
   // One training step on (seq, batch) inputs and targets: returns the mean cross-entropy.
   double train_step(const at::Tensor& input, const at::Tensor& target, StepTimes* times = nullptr);
   // Mean cross-entropy without recording anything (no context; dropout off).
@@ -89,6 +89,7 @@ class RnnTrainerModel {
 
 // The whole workload on this rank (rank 0: the ps; the others: trainers). config_yaml is
 // written to OUT_DIR/config.yaml by trainer 1. resume: a checkpoint to continue from.
-void run_rnn(const RnnConfig& cfg, const std::string& config_yaml, transport::RpcAgent& agent, const std::string& resume);
+void run_rnn(const RnnConfig& cfg, const std::string& config_yaml, transport::RpcAgent& agent,
+             const std::string& resume);
 
 }  // namespace distrl::training

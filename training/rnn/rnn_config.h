@@ -18,11 +18,11 @@ struct RnnConfig : RunKeys, DistKeys, OptimizerKeys, CheckpointKeys {
     optimizer = "adam";
     lr = 0.003;
   }
-  int trainers = 1;                  // roles.trainers: ranks 1..trainers; rank 0 is the ps
+  int trainers = 1;  // roles.trainers: ranks 1..trainers; rank 0 is the ps
   // data
   std::string data_path = "/usr/share/common-licenses";  // a text file, or a directory of them
-  double val_fraction = 0.1;         // the last part of the text, for validation
-  long long max_chars = 0;           // read at most this many characters (0: all)
+  double val_fraction = 0.1;                             // the last part of the text, for validation
+  long long max_chars = 0;                               // read at most this many characters (0: all)
   // model
   int embedding_dim = 32;
   int hidden = 128;
@@ -30,9 +30,9 @@ struct RnnConfig : RunKeys, DistKeys, OptimizerKeys, CheckpointKeys {
   double dropout = 0.0;
   // train
   int steps = 400;
-  int bptt = 64;                     // characters per sequence (truncated backprop)
-  int batch_size = 32;               // sequences per step
-  int eval_interval = 100;           // steps between validation passes
+  int bptt = 64;            // characters per sequence (truncated backprop)
+  int batch_size = 32;      // sequences per step
+  int eval_interval = 100;  // steps between validation passes
   int eval_batches = 8;
 };
 

@@ -25,10 +25,11 @@ void check_collective_message(const PgHeader& h, const PgMessage& m, int from, s
                               std::size_t bytes, const std::string& what) {
   const auto k = static_cast<Kind>(h.coll);
   const bool reduces = k == Kind::Reduce || k == Kind::AllReduce || k == Kind::ReduceScatter;
-  if (m.h.coll != h.coll || m.h.seq != h.seq || m.h.dtype != h.dtype || m.h.numel != h.numel ||
-      m.h.root != h.root || (reduces && m.h.op != h.op))
+  if (m.h.coll != h.coll || m.h.seq != h.seq || m.h.dtype != h.dtype || m.h.numel != h.numel || m.h.root != h.root ||
+      (reduces && m.h.op != h.op))
     throw MismatchError(what + ": rank " + std::to_string(from) + " called " + describe(m.h) + " but this rank " +
-                        describe(h) + "; every rank must issue the same collectives in the same order, with "
+                        describe(h) +
+                        "; every rank must issue the same collectives in the same order, with "
                         "tensors of one dtype and size");
   if (m.h.step != step || m.h.chunk != chunk || m.payload.size() != bytes)
     throw ProtocolError(what + ": rank " + std::to_string(from) + " sent step " + std::to_string(m.h.step) + "/" +
@@ -100,9 +101,8 @@ void ring(Exec& e, const std::vector<char*>& seg, const std::vector<std::int64_t
     for (std::int64_t off = 0; off < len[s]; off += chunk, ++c)
       f(c, seg[s] + off * static_cast<std::int64_t>(e.esize), std::min(chunk, len[s] - off));
   };
-  for_chunks(mod(r - k0 - 1, n), [&](std::uint32_t c, char* p, std::int64_t cnt) {
-    e.send(next, k0, c, p, cnt * e.esize);
-  });
+  for_chunks(mod(r - k0 - 1, n),
+             [&](std::uint32_t c, char* p, std::int64_t cnt) { e.send(next, k0, c, p, cnt * e.esize); });
   for (int k = k0; k < k1; ++k) {
     for_chunks(mod(r - k - 2, n), [&](std::uint32_t c, char* p, std::int64_t cnt) {
       const std::size_t bytes = cnt * e.esize;

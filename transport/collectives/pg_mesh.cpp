@@ -115,8 +115,7 @@ Mesh::Mesh(Store& store, const std::string& prefix, int rank, int world, const P
                                                                             : ep.substr(start + 3, colon - start - 3));
   }
   std::vector<std::string> bound;
-  for (const auto& ep : endpoints_to_bind(transport, ip,
-                                          prefix + "-" + std::to_string(rank), &ipc_path_)) {
+  for (const auto& ep : endpoints_to_bind(transport, ip, prefix + "-" + std::to_string(rank), &ipc_path_)) {
     router_.bind(ep);
     bound.push_back(router_.get(zmq::sockopt::last_endpoint));
   }
@@ -165,12 +164,13 @@ Mesh::~Mesh() {
 void Mesh::send(int dst, const PgHeader& h, const void* data, std::size_t bytes,
                 const std::shared_ptr<const void>& keep, const std::shared_ptr<SendTracker>& tracker) {
   if (bytes > options_.max_message_bytes)
-    throw TransportError("process group: a message of " + std::to_string(bytes) + " bytes to rank " + std::to_string(dst) +
-                         " exceeds max_message_bytes (" + std::to_string(options_.max_message_bytes) +
+    throw TransportError("process group: a message of " + std::to_string(bytes) + " bytes to rank " +
+                         std::to_string(dst) + " exceeds max_message_bytes (" +
+                         std::to_string(options_.max_message_bytes) +
                          "); raise ProcessGroupOptions::max_message_bytes on every rank, or send it in parts");
   if (dst < 0 || dst >= world_ || dst == rank_)
-    throw Error("process group: cannot send to rank " + std::to_string(dst) + " (world of " +
-                std::to_string(world_) + ", this is rank " + std::to_string(rank_) + ")");
+    throw Error("process group: cannot send to rank " + std::to_string(dst) + " (world of " + std::to_string(world_) +
+                ", this is rank " + std::to_string(rank_) + ")");
   zmq::message_t head(&h, sizeof(h));
   zmq::message_t body;
   if (bytes < kCopyBelow || !tracker) {
@@ -229,8 +229,7 @@ void Mesh::throw_abort(std::uint32_t group, const std::string& what) {
 
 PgMessage Mesh::recv(std::uint32_t group, int src, std::int32_t tag, Clock::time_point deadline,
                      const std::string& what, std::uint64_t seq) {
-  if (src < 0 || src >= world_ || src == rank_)
-    throw Error(what + ": cannot receive from rank " + std::to_string(src));
+  if (src < 0 || src >= world_ || src == rank_) throw Error(what + ": cannot receive from rank " + std::to_string(src));
   const Key key{group, src, tag};
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
@@ -242,10 +241,10 @@ PgMessage Mesh::recv(std::uint32_t group, int src, std::int32_t tag, Clock::time
       throw TransportError(what + ": rank " + std::to_string(src) + " is gone (its connection " + endpoints_[src] +
                            " closed: the process exited or crashed, or its host became unreachable)");
     if (now >= deadline)
-      throw TimeoutError(what + ": timed out after " +
-                         std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(options_.timeout).count()) +
-                         " ms waiting for rank " + std::to_string(src) +
-                         " (is it running the same sequence of collectives?)");
+      throw TimeoutError(
+          what + ": timed out after " +
+          std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(options_.timeout).count()) +
+          " ms waiting for rank " + std::to_string(src) + " (is it running the same sequence of collectives?)");
     const auto until = std::min(deadline, now + std::chrono::milliseconds(100));
     if (!lead_read(lock, until)) cv_.wait_until(lock, until);
   }
@@ -306,8 +305,8 @@ void Mesh::read_sockets(Clock::time_point until) {
     if (m.h.kind == static_cast<std::uint8_t>(PgKind::Abort)) {
       const std::string text(static_cast<const char*>(m.payload.data()), m.payload.size());
       const auto nl = text.find('\n');
-      aborts_.emplace(m.h.group, Abort{m.h.src, text.substr(0, nl), nl == std::string::npos ? text : text.substr(nl + 1),
-                                       m.h.seq});
+      aborts_.emplace(
+          m.h.group, Abort{m.h.src, text.substr(0, nl), nl == std::string::npos ? text : text.substr(nl + 1), m.h.seq});
     } else if (queued_bytes_ + m.payload.size() > options_.max_queued_bytes) {
       report_drop(bad_messages_, "a message of " + std::to_string(m.payload.size()) + " bytes from rank " +
                                      std::to_string(m.h.src) + ": " + std::to_string(queued_bytes_) +

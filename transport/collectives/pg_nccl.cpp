@@ -46,8 +46,7 @@ ncclDataType_t nccl_type(c10::ScalarType t) {
     case c10::ScalarType::BFloat16: return ncclBfloat16;
     case c10::ScalarType::Float: return ncclFloat32;
     case c10::ScalarType::Double: return ncclFloat64;
-    default:
-      throw ArgumentError(std::string("nccl backend: dtype ") + c10::toString(t) + " is not supported by NCCL");
+    default: throw ArgumentError(std::string("nccl backend: dtype ") + c10::toString(t) + " is not supported by NCCL");
   }
 }
 
@@ -139,7 +138,8 @@ class NcclGroup final : public ProcessGroup {
   std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks) override {
     int mine = -1;
     for (std::size_t i = 0; i < ranks.size(); ++i) {
-      if (ranks[i] < 0 || ranks[i] >= size()) throw ArgumentError("new_group: rank " + std::to_string(ranks[i]) + " is not in this group");
+      if (ranks[i] < 0 || ranks[i] >= size())
+        throw ArgumentError("new_group: rank " + std::to_string(ranks[i]) + " is not in this group");
       if (ranks[i] == rank()) mine = static_cast<int>(i);
     }
     auto child = std::make_shared<Comm>();
@@ -155,9 +155,12 @@ class NcclGroup final : public ProcessGroup {
   WorkPtr run(Call c, bool async) override {
     check_call(c);
     for (const auto& t : c.tensors)
-      if (!t.is_cuda()) throw ArgumentError(std::string("nccl backend: ") + name(c.kind) + " needs CUDA tensors, got a " + describe_tensor(t) + " on " + t.device().str() + "; use the zmq backend for CPU tensors");
+      if (!t.is_cuda())
+        throw ArgumentError(std::string("nccl backend: ") + name(c.kind) + " needs CUDA tensors, got a " +
+                            describe_tensor(t) + " on " + t.device().str() + "; use the zmq backend for CPU tensors");
     if (c.single.defined() && !c.single.is_cuda())
-      throw ArgumentError(std::string("nccl backend: ") + name(c.kind) + " needs CUDA tensors; use the zmq backend for CPU tensors");
+      throw ArgumentError(std::string("nccl backend: ") + name(c.kind) +
+                          " needs CUDA tensors; use the zmq backend for CPU tensors");
     const at::Tensor& ref = c.single.defined() ? c.single : (c.tensors.empty() ? c.single : c.tensors[0]);
     auto work = launch(name(c.kind), [&] { enqueue(c, ref); });
     if (!async) work->wait();
@@ -166,8 +169,10 @@ class NcclGroup final : public ProcessGroup {
 
  private:
   void check_p2p(const at::Tensor& t, int peer) const {
-    if (peer < 0 || peer >= size() || peer == rank()) throw ArgumentError("nccl backend: rank " + std::to_string(peer) + " is not another rank of this group");
-    if (!t.is_cuda() || !t.is_contiguous()) throw ArgumentError("nccl backend: point-to-point needs a contiguous CUDA tensor, got " + describe_tensor(t));
+    if (peer < 0 || peer >= size() || peer == rank())
+      throw ArgumentError("nccl backend: rank " + std::to_string(peer) + " is not another rank of this group");
+    if (!t.is_cuda() || !t.is_contiguous())
+      throw ArgumentError("nccl backend: point-to-point needs a contiguous CUDA tensor, got " + describe_tensor(t));
   }
 
   // Orders after the default stream, runs fn on the group's stream, records completion.
@@ -198,20 +203,27 @@ class NcclGroup final : public ProcessGroup {
     auto ptr = [](const at::Tensor& t) { return t.data_ptr(); };
     switch (c.kind) {
       case Kind::AllReduce:
-        nccl_check(ncclAllReduce(ptr(c.tensors[0]), ptr(c.tensors[0]), count, type, nccl_op(c.op), c_->comm, c_->stream), "all_reduce");
+        nccl_check(
+            ncclAllReduce(ptr(c.tensors[0]), ptr(c.tensors[0]), count, type, nccl_op(c.op), c_->comm, c_->stream),
+            "all_reduce");
         return;
       case Kind::Broadcast:
-        nccl_check(ncclBroadcast(ptr(c.tensors[0]), ptr(c.tensors[0]), count, type, c.root, c_->comm, c_->stream), "broadcast");
+        nccl_check(ncclBroadcast(ptr(c.tensors[0]), ptr(c.tensors[0]), count, type, c.root, c_->comm, c_->stream),
+                   "broadcast");
         return;
       case Kind::Reduce:
-        nccl_check(ncclReduce(ptr(c.tensors[0]), ptr(c.tensors[0]), count, type, nccl_op(c.op), c.root, c_->comm, c_->stream), "reduce");
+        nccl_check(
+            ncclReduce(ptr(c.tensors[0]), ptr(c.tensors[0]), count, type, nccl_op(c.op), c.root, c_->comm, c_->stream),
+            "reduce");
         return;
       case Kind::AllGather:  // each rank's input straight into the outputs
       case Kind::Gather:
         nccl_check(ncclGroupStart(), "group start");
         for (int r = 0; r < n; ++r) {
           if (c.kind == Kind::AllGather || rank() == c.root) {
-            if (r == rank()) cuda_check(cudaMemcpyAsync(ptr(c.tensors[r]), ptr(c.single), bytes, cudaMemcpyDeviceToDevice, c_->stream), "copy");
+            if (r == rank())
+              cuda_check(cudaMemcpyAsync(ptr(c.tensors[r]), ptr(c.single), bytes, cudaMemcpyDeviceToDevice, c_->stream),
+                         "copy");
             else nccl_check(ncclRecv(ptr(c.tensors[r]), count, type, r, c_->comm, c_->stream), "recv");
           }
           if (r != rank() && (c.kind == Kind::AllGather || r == c.root))
@@ -223,7 +235,9 @@ class NcclGroup final : public ProcessGroup {
         nccl_check(ncclGroupStart(), "group start");
         if (rank() == c.root) {
           for (int r = 0; r < n; ++r) {
-            if (r == rank()) cuda_check(cudaMemcpyAsync(ptr(c.single), ptr(c.tensors[r]), bytes, cudaMemcpyDeviceToDevice, c_->stream), "copy");
+            if (r == rank())
+              cuda_check(cudaMemcpyAsync(ptr(c.single), ptr(c.tensors[r]), bytes, cudaMemcpyDeviceToDevice, c_->stream),
+                         "copy");
             else nccl_check(ncclSend(ptr(c.tensors[r]), count, type, r, c_->comm, c_->stream), "send");
           }
         } else {
@@ -236,13 +250,15 @@ class NcclGroup final : public ProcessGroup {
         void* staged = nullptr;
         cuda_check(cudaMallocAsync(&staged, bytes * n, c_->stream), "staging buffer");
         for (int r = 0; r < n; ++r)
-          cuda_check(cudaMemcpyAsync(static_cast<char*>(staged) + r * bytes, ptr(c.tensors[r]), bytes, cudaMemcpyDeviceToDevice, c_->stream), "copy");
-        nccl_check(ncclReduceScatter(staged, ptr(c.single), count, type, nccl_op(c.op), c_->comm, c_->stream), "reduce_scatter");
+          cuda_check(cudaMemcpyAsync(static_cast<char*>(staged) + r * bytes, ptr(c.tensors[r]), bytes,
+                                     cudaMemcpyDeviceToDevice, c_->stream),
+                     "copy");
+        nccl_check(ncclReduceScatter(staged, ptr(c.single), count, type, nccl_op(c.op), c_->comm, c_->stream),
+                   "reduce_scatter");
         cuda_check(cudaFreeAsync(staged, c_->stream), "free");
         return;
       }
-      case Kind::Barrier:
-        return;
+      case Kind::Barrier: return;
     }
   }
 
@@ -291,8 +307,9 @@ std::shared_ptr<ProcessGroup> make_nccl_process_group(Store& store, int rank, in
 namespace distrl::transport::detail {
 
 int check_nccl_usable() {
-  throw ConfigError("process group: this build has no NCCL backend (nccl.h was not found under CUDA_HOME at "
-                    "configure time); use backend zmq, or rebuild with -DDISTRL_NCCL=ON");
+  throw ConfigError(
+      "process group: this build has no NCCL backend (nccl.h was not found under CUDA_HOME at "
+      "configure time); use backend zmq, or rebuild with -DDISTRL_NCCL=ON");
 }
 
 std::shared_ptr<ProcessGroup> make_nccl_process_group(Store&, int, int, const ProcessGroupOptions&,

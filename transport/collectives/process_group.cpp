@@ -53,11 +53,12 @@ void ProcessGroup::check_call(const Call& c) const {
   auto bad = [&](const std::string& what) { throw ArgumentError(where + what); };
   auto check_tensor = [&](const at::Tensor& t, const char* role) {
     if (!t.defined()) bad(std::string(role) + " is an undefined tensor");
-    if (!t.is_contiguous()) bad(std::string(role) + " " + describe_tensor(t) + " is not contiguous (call .contiguous())");
+    if (!t.is_contiguous())
+      bad(std::string(role) + " " + describe_tensor(t) + " is not contiguous (call .contiguous())");
   };
   const bool reduces = c.kind == Kind::Reduce || c.kind == Kind::AllReduce || c.kind == Kind::ReduceScatter;
-  const bool rooted = c.kind == Kind::Broadcast || c.kind == Kind::Reduce || c.kind == Kind::Gather ||
-                      c.kind == Kind::Scatter;
+  const bool rooted =
+      c.kind == Kind::Broadcast || c.kind == Kind::Reduce || c.kind == Kind::Gather || c.kind == Kind::Scatter;
   if (rooted && (c.root < 0 || c.root >= size_))
     bad("root " + std::to_string(c.root) + " is not a rank of this group of " + std::to_string(size_));
   const at::Tensor* ref = nullptr;
@@ -88,8 +89,7 @@ void ProcessGroup::check_call(const Call& c) const {
             (rank_ == c.root ? " (one per rank) on the root" : " (an empty list) on ranks other than the root"));
       break;
     }
-    case Kind::Barrier:
-      return;
+    case Kind::Barrier: return;
   }
   for (const auto& t : c.tensors)
     if (t.scalar_type() != ref->scalar_type() || t.numel() != ref->numel())
@@ -116,8 +116,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const ProcessGroupOptions& opti
   ProcessGroupOptions o = options;
   o.rank = w.rank;
   o.world_size = w.world_size;
-  if (options.backend == "nccl")
-    return detail::make_nccl_process_group(rdv->store(), w.rank, w.world_size, o, rdv);
+  if (options.backend == "nccl") return detail::make_nccl_process_group(rdv->store(), w.rank, w.world_size, o, rdv);
   return detail::make_zmq_process_group(rdv->store(), w.rank, w.world_size, o, "pg", rdv);
 }
 

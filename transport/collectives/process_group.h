@@ -55,16 +55,16 @@ class Work {
 using WorkPtr = std::shared_ptr<Work>;
 
 struct ProcessGroupOptions {
-  std::string backend = "zmq";         // zmq (CPU tensors; others are staged through the CPU), nccl
-  std::string init_method = "env://";  // env://, tcp://host:port, file:///path
-  int rank = -1;                       // -1: from the environment
-  int world_size = -1;                 // -1: from the environment
+  std::string backend = "zmq";               // zmq (CPU tensors; others are staged through the CPU), nccl
+  std::string init_method = "env://";        // env://, tcp://host:port, file:///path
+  int rank = -1;                             // -1: from the environment
+  int world_size = -1;                       // -1: from the environment
   std::chrono::milliseconds timeout{60000};  // deadline of every operation and of rendezvous
   // As RpcOptions::transport. auto/shm: when every rank runs on this host, collectives run in
   // shared memory (transport/collectives/detail/shm_collectives.h) and point-to-point calls over
   // ZeroMQ's ipc; auto falls back to ZeroMQ when shared memory cannot be set up, shm fails.
   std::string transport = "auto";
-  std::string bind_host;               // zmq: tcp interface (default: the one reaching the master)
+  std::string bind_host;  // zmq: tcp interface (default: the one reaching the master)
   // zmq, a world that spans hosts with more than one rank on some host: all_reduce reduces inside
   // each host (in shared memory under transport auto), all_reduces between one leader per host
   // and broadcasts inside each host, so only the leaders' traffic crosses between hosts. false:
@@ -118,7 +118,9 @@ class ProcessGroup {
   void broadcast(const at::Tensor& tensor, int root) { issue(Call::broadcast(tensor, root), false); }
   WorkPtr broadcast_async(const at::Tensor& tensor, int root) { return issue(Call::broadcast(tensor, root), true); }
   // The result lands in root's tensor; the other ranks' tensors are left as they were.
-  void reduce(const at::Tensor& tensor, int root, ReduceOp op = ReduceOp::Sum) { issue(Call::reduce(tensor, root, op), false); }
+  void reduce(const at::Tensor& tensor, int root, ReduceOp op = ReduceOp::Sum) {
+    issue(Call::reduce(tensor, root, op), false);
+  }
   WorkPtr reduce_async(const at::Tensor& tensor, int root, ReduceOp op = ReduceOp::Sum) {
     return issue(Call::reduce(tensor, root, op), true);
   }
@@ -180,7 +182,9 @@ class ProcessGroup {
     static Call broadcast(const at::Tensor& t, int root) { return {Kind::Broadcast, {t}, {}, root}; }
     static Call reduce(const at::Tensor& t, int root, ReduceOp op) { return {Kind::Reduce, {t}, {}, root, op}; }
     static Call all_reduce(const at::Tensor& t, ReduceOp op) { return {Kind::AllReduce, {t}, {}, 0, op}; }
-    static Call all_gather(const std::vector<at::Tensor>& out, const at::Tensor& in) { return {Kind::AllGather, out, in}; }
+    static Call all_gather(const std::vector<at::Tensor>& out, const at::Tensor& in) {
+      return {Kind::AllGather, out, in};
+    }
     static Call gather(const std::vector<at::Tensor>& out, const at::Tensor& in, int root) {
       return {Kind::Gather, out, in, root};
     }

@@ -22,7 +22,8 @@ bool is_nan(A v) {
 
 template <typename T, typename F>
 void apply(T* dst, const T* src, std::size_t n, F f) {
-  for (std::size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(f(static_cast<Acc<T>>(dst[i]), static_cast<Acc<T>>(src[i])));
+  for (std::size_t i = 0; i < n; ++i)
+    dst[i] = static_cast<T>(f(static_cast<Acc<T>>(dst[i]), static_cast<Acc<T>>(src[i])));
 }
 
 template <typename T>
@@ -43,10 +44,8 @@ void reduce_typed(ReduceOp op, T* dst, const T* src, std::size_t n) {
   } else {
     switch (op) {
       case ReduceOp::Sum:
-      case ReduceOp::Avg:
-        return apply(dst, src, n, [](A a, A b) { return a + b; });
-      case ReduceOp::Product:
-        return apply(dst, src, n, [](A a, A b) { return a * b; });
+      case ReduceOp::Avg: return apply(dst, src, n, [](A a, A b) { return a + b; });
+      case ReduceOp::Product: return apply(dst, src, n, [](A a, A b) { return a * b; });
       case ReduceOp::Min:
         return apply(dst, src, n, [](A a, A b) { return is_nan(a) ? a : is_nan(b) ? b : (b < a ? b : a); });
       case ReduceOp::Max:
@@ -91,10 +90,8 @@ bool reducible(c10::ScalarType t) {
     case c10::ScalarType::BFloat16:
     case c10::ScalarType::Float:
     case c10::ScalarType::Double:
-    case c10::ScalarType::Bool:
-      return true;
-    default:
-      return false;
+    case c10::ScalarType::Bool: return true;
+    default: return false;
   }
 }
 

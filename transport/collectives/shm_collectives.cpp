@@ -54,10 +54,10 @@ struct alignas(64) Control {
   std::uint32_t magic;  // written by rank 0 before anyone else maps the segment
   std::uint32_t world;
   std::uint64_t slot_bytes;
-  std::uint64_t small_bytes;  // decides the all_reduce path: every rank must use the same
-  alignas(64) Doorbell bell;  // rung after every arrival and by an abort
-  alignas(64) std::atomic<std::uint32_t> claim;    // the first aborter takes it
-  std::atomic<std::uint32_t> aborted;             // set after the fields below
+  std::uint64_t small_bytes;                     // decides the all_reduce path: every rank must use the same
+  alignas(64) Doorbell bell;                     // rung after every arrival and by an abort
+  alignas(64) std::atomic<std::uint32_t> claim;  // the first aborter takes it
+  std::atomic<std::uint32_t> aborted;            // set after the fields below
   std::int32_t abort_from;
   std::uint32_t abort_type;
   char reason[480];
@@ -110,8 +110,8 @@ struct ShmCollectives::Impl {
   std::string path;               // rank 0's socket until every member has its segment
   std::vector<UnixSocket> peers;  // rank 0: one per member (index = rank); others: [0] = rank 0
   Spinner spinner;
-  std::uint64_t barriers = 0;     // barriers this rank has reached
-  std::uint64_t chunks = 0;       // data steps run: which of the two slots is next
+  std::uint64_t barriers = 0;  // barriers this rank has reached
+  std::uint64_t chunks = 0;    // data steps run: which of the two slots is next
   Clock::time_point next_check{};
 
   // The collective running now.
@@ -181,9 +181,7 @@ struct ShmCollectives::Impl {
     [[maybe_unused]] const auto n = ::write(watcher_stop.get(), &one, sizeof one);  // an eventfd: never short
     watcher.join();
   }
-  RankBlock& block(int i) const {
-    return reinterpret_cast<RankBlock*>(static_cast<char*>(seg.data()) + blocks_off)[i];
-  }
+  RankBlock& block(int i) const { return reinterpret_cast<RankBlock*>(static_cast<char*>(seg.data()) + blocks_off)[i]; }
   // Rank i's slot for the current data step.
   char* slot(int i) const {
     return static_cast<char*>(seg.data()) + slots_off + (static_cast<std::size_t>(i) * 2 + chunks % 2) * slot_bytes;
@@ -212,7 +210,8 @@ struct ShmCollectives::Impl {
         std::memcpy(&other, &block(i).desc[desc.seq % 2], sizeof other);
         if (!(other == desc))
           throw MismatchError(what + ": rank " + std::to_string(i) + " called " + describe(other) + " but this rank " +
-                              describe(desc) + "; every rank must issue the same collectives in the same order, "
+                              describe(desc) +
+                              "; every rank must issue the same collectives in the same order, "
                               "with tensors of one dtype and size");
       }
     }
@@ -450,8 +449,9 @@ std::unique_ptr<ShmCollectives> ShmCollectives::join(const std::string& address,
   const Control& c = impl->ctl();
   if (c.magic != kMagic || c.world != static_cast<std::uint32_t>(world) || c.slot_bytes != impl->slot_bytes ||
       c.small_bytes != impl->small_bytes)
-    throw ConfigError("process group: rank 0 made its shared memory for another group (world size, chunk_bytes or "
-                      "small_bytes differ between ranks)");
+    throw ConfigError(
+        "process group: rank 0 made its shared memory for another group (world size, chunk_bytes or "
+        "small_bytes differ between ranks)");
   impl->peers.push_back(std::move(s));
   return std::unique_ptr<ShmCollectives>(new ShmCollectives(std::move(impl)));
 }

@@ -98,8 +98,7 @@ class ZmqGroup final : public ProcessGroup {
     PgHeader h = p2p_header(t, tag);
     auto tracker = std::make_shared<SendTracker>();
     const std::string what = "send to rank " + std::to_string(dst) + " (tag " + std::to_string(tag) + ")";
-    mesh_->send(members_[dst], h, t.data_ptr(), t.numel() * t.element_size(), std::make_shared<at::Tensor>(t),
-                tracker);
+    mesh_->send(members_[dst], h, t.data_ptr(), t.numel() * t.element_size(), std::make_shared<at::Tensor>(t), tracker);
     return std::make_shared<SendWork>(tracker, Clock::now() + mesh_->options().timeout, what);
   }
 
@@ -129,7 +128,8 @@ class ZmqGroup final : public ProcessGroup {
     for (std::size_t i = 0; i < ranks.size(); ++i) {
       const int r = ranks[i];
       if (r < 0 || r >= size())
-        throw ArgumentError("new_group: rank " + std::to_string(r) + " is not in this group of " + std::to_string(size()));
+        throw ArgumentError("new_group: rank " + std::to_string(r) + " is not in this group of " +
+                            std::to_string(size()));
       if (seen[r]) throw ArgumentError("new_group: rank " + std::to_string(r) + " is listed twice");
       seen[r] = true;
       if (r == rank()) mine = static_cast<int>(i);
@@ -147,8 +147,7 @@ class ZmqGroup final : public ProcessGroup {
     Task task{std::move(call), Promise<void>()};
     std::unique_lock<std::mutex> lock(mu_);
     if (!broken_.empty())
-      throw TransportError("process group: unusable after an earlier failure (" + broken_ +
-                           "); create a new one");
+      throw TransportError("process group: unusable after an earlier failure (" + broken_ + "); create a new one");
     if (!async && queue_.empty() && !busy_) {  // run it here: no thread hand-off
       busy_ = true;
       lock.unlock();
@@ -162,10 +161,11 @@ class ZmqGroup final : public ProcessGroup {
       return nullptr;
     }
     Future<void> f = task.done.get_future();
-    if (!worker_.joinable()) worker_ = std::thread([this] {
-      name_this_thread("distrl-group");
-      work();
-    });
+    if (!worker_.joinable())
+      worker_ = std::thread([this] {
+        name_this_thread("distrl-group");
+        work();
+      });
     queue_.push_back(std::move(task));
     cv_.notify_all();
     lock.unlock();
@@ -393,7 +393,7 @@ class ZmqGroup final : public ProcessGroup {
   std::shared_ptr<void> keepalive_;
   std::unique_ptr<ShmCollectives> shm_;  // set before the first collective; the executing thread uses it
   std::unique_ptr<Hierarchy> hier_;      // likewise
-  std::uint64_t seq_ = 0;          // the executing thread only
+  std::uint64_t seq_ = 0;                // the executing thread only
   std::uint32_t children_ = 0;
 
   std::mutex mu_;
@@ -414,10 +414,8 @@ void attach_shared_memory(ZmqGroup& pg, Mesh& mesh, std::unique_ptr<ShmCollectiv
   const auto deadline = Clock::now() + timeout;
   std::string why;
   try {
-    if (pg.rank() == 0)
-      shm->admit_members(deadline);
-    else
-      shm = ShmCollectives::join(address, pg.rank(), pg.size(), mesh.options(), deadline);
+    if (pg.rank() == 0) shm->admit_members(deadline);
+    else shm = ShmCollectives::join(address, pg.rank(), pg.size(), mesh.options(), deadline);
   } catch (const std::exception& e) {
     why = e.what();
     shm.reset();
@@ -473,7 +471,8 @@ void attach_hierarchy(ZmqGroup& pg, Mesh& mesh, Store& store, const std::string&
     if (local.rank() == 0) {
       shm = ShmCollectives::host(local.size(), mesh.options(), &why);
       store.set(key, shm ? shm->address() : "");
-      if (!shm) DISTRL_LOG(Info, "process group: this host's part of all_reduce over ZeroMQ (no shared memory: " << why << ")");
+      if (!shm)
+        DISTRL_LOG(Info, "process group: this host's part of all_reduce over ZeroMQ (no shared memory: " << why << ")");
     } else {
       address = store.get(key, mesh.options().timeout);
     }
@@ -484,8 +483,8 @@ void attach_hierarchy(ZmqGroup& pg, Mesh& mesh, Store& store, const std::string&
   }
   std::string sizes;
   for (const auto& ranks : hosts) sizes += (sizes.empty() ? "" : ", ") + std::to_string(ranks.size());
-  DISTRL_LOG(Info, "process group: rank " << pg.rank() << ": all_reduce across " << hosts.size() << " hosts ("
-                                          << sizes << " ranks): inside this host (ranks " << rank_list(mine) << ") over "
+  DISTRL_LOG(Info, "process group: rank " << pg.rank() << ": all_reduce across " << hosts.size() << " hosts (" << sizes
+                                          << " ranks): inside this host (ranks " << rank_list(mine) << ") over "
                                           << (local.transport() == "shm" ? "shared memory" : "ZeroMQ")
                                           << ", between the host leaders (ranks " << rank_list(leaders)
                                           << ") over ZeroMQ");
@@ -516,8 +515,10 @@ std::shared_ptr<ProcessGroup> make_zmq_process_group(Store& store, int rank, int
       shm = ShmCollectives::host(world_size, options, &why);
       // Without it rank 0 offers nothing: under shm every rank then refuses at the exchange
       // (rather than waiting for a rank 0 that gave up before it); under auto all use ZeroMQ.
-      if (!shm && transport == Transport::Shm) DISTRL_LOG(Error, "process group: transport shm: no shared memory (" << why << ")");
-      if (!shm && transport != Transport::Shm) DISTRL_LOG(Info, "process group: collectives over ZeroMQ (no shared memory: " << why << ")");
+      if (!shm && transport == Transport::Shm)
+        DISTRL_LOG(Error, "process group: transport shm: no shared memory (" << why << ")");
+      if (!shm && transport != Transport::Shm)
+        DISTRL_LOG(Info, "process group: collectives over ZeroMQ (no shared memory: " << why << ")");
       offer = shm ? shm->address() : "";
     }
   }

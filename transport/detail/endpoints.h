@@ -77,8 +77,8 @@ Address make_address(const std::string& name, Transport transport, const std::ve
 // Store load: about two checks per rank per slice, whatever the world's size. Rank 0 names the
 // ranks still missing every 5 s ("waiting for rank 2: 2 of 3 joined, 5 s"), the others how long
 // they have waited.
-std::vector<Address> exchange_addresses(Store& store, const std::string& key_prefix, int rank, int world,
-                                        Address me, std::chrono::milliseconds timeout);
+std::vector<Address> exchange_addresses(Store& store, const std::string& key_prefix, int rank, int world, Address me,
+                                        std::chrono::milliseconds timeout);
 // The endpoint `me` uses to reach `peer` (the choice per pair): its shm endpoint for transport
 // shm, and for auto when shm_reachable; else ZeroMQ: ipc on the same host unless transport is
 // tcp, tcp otherwise. Throws ConfigError when the peer serves only ipc (or shm) from another host.

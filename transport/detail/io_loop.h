@@ -86,10 +86,10 @@ class IoLoop final : public Link {
   struct Peer;
   void run();
   void rebuild_poll_items();
-  void mark(void* socket);  // read this socket before the next sleep
-  bool serve_marked();      // drains the marked sockets; true when any was
+  void mark(void* socket);               // read this socket before the next sleep
+  bool serve_marked();                   // drains the marked sockets; true when any was
   static constexpr int kDrainCap = 256;  // messages per socket per round, so no socket starves the rest
-  bool drain_router();  // true: stopped at kDrainCap with more maybe waiting
+  bool drain_router();                   // true: stopped at kDrainCap with more maybe waiting
   bool drain_peer(int peer);
   void read_monitor(int peer);
   Peer& connect_peer(int peer);
@@ -100,7 +100,7 @@ class IoLoop final : public Link {
   zmq::socket_t router_;
   std::vector<std::string> peer_endpoints_;
   std::vector<std::unique_ptr<Peer>> peers_;
-  std::uint64_t connections_made_ = 0;  // names each connection's monitor uniquely
+  std::uint64_t connections_made_ = 0;           // names each connection's monitor uniquely
   std::atomic<std::uint64_t> channels_made_{0};  // names each channel's routing id uniquely
   enum class Source { Router, Reply, Monitor };
   struct Watched {

@@ -91,26 +91,45 @@ OutMessage build_message(const Header& h, RpcCore* agent, int dest_rank, Body&& 
   Packer pk(m.header);
   const bool has_fn = !h.fn.empty();
   pk.pack_map(6 + has_fn + (h.obj != 0) + (h.new_obj != 0) + (h.ctx >= 0 ? 3 : 0));
-  pk.pack("v"); pk.pack(h.version);
-  pk.pack("k"); pk.pack(static_cast<std::uint8_t>(h.kind));
-  pk.pack("id"); pk.pack(h.call_id);
-  pk.pack("src"); pk.pack(h.src);
-  if (has_fn) { pk.pack("fn"); pk.pack(h.fn); }
-  if (h.obj) { pk.pack("obj"); pk.pack(h.obj); }
-  if (h.new_obj) { pk.pack("new"); pk.pack(h.new_obj); }
-  if (h.ctx >= 0) { pk.pack("ctx"); pk.pack(h.ctx); }
+  pk.pack("v");
+  pk.pack(h.version);
+  pk.pack("k");
+  pk.pack(static_cast<std::uint8_t>(h.kind));
+  pk.pack("id");
+  pk.pack(h.call_id);
+  pk.pack("src");
+  pk.pack(h.src);
+  if (has_fn) {
+    pk.pack("fn");
+    pk.pack(h.fn);
+  }
+  if (h.obj) {
+    pk.pack("obj");
+    pk.pack(h.obj);
+  }
+  if (h.new_obj) {
+    pk.pack("new");
+    pk.pack(h.new_obj);
+  }
+  if (h.ctx >= 0) {
+    pk.pack("ctx");
+    pk.pack(h.ctx);
+  }
   pk.pack("a");
   {
     PackScope scope(&m.frames, agent, dest_rank);
     write_body(pk);
   }
-  pk.pack("nt"); pk.pack(static_cast<std::uint32_t>(m.frames.size()));
+  pk.pack("nt");
+  pk.pack(static_cast<std::uint32_t>(m.frames.size()));
   if (h.ctx >= 0) {  // what the hooks record about this message's tensors
     MessageTag tag;
     tag.ctx = h.ctx;
     if (hooks) hooks->on_send(h.ctx, dest_rank, m.frames, &tag);
-    pk.pack("am"); pk.pack(tag.msg);
-    pk.pack("rg"); pk.pack(tag.grad_frames);
+    pk.pack("am");
+    pk.pack(tag.msg);
+    pk.pack("rg");
+    pk.pack(tag.grad_frames);
   }
   return m;
 }
@@ -136,8 +155,7 @@ class InMessage {
     return convert_object<T>(body(), agent, what);
   }
   template <typename T>
-  T convert_object(const msgpack::object& o, std::shared_ptr<detail::RpcCore> agent,
-                   const std::string& what) const {
+  T convert_object(const msgpack::object& o, std::shared_ptr<detail::RpcCore> agent, const std::string& what) const {
     detail::UnpackScope scope(frames.get(), std::move(agent));
     try {
       if constexpr (std::is_void_v<T>) {

@@ -80,9 +80,9 @@ class PairLink final : public Link {
   std::uint8_t home_ = kLocal;
   bool started_ = false;
   // Home thread only (and before start):
-  std::vector<std::uint8_t> via_;        // per peer
-  std::vector<char> stale_;              // per peer: a replace_peer's marker is on its way
-  std::vector<std::string> down_;        // per peer of the away link: why it is down, or ""
+  std::vector<std::uint8_t> via_;  // per peer
+  std::vector<char> stale_;        // per peer: a replace_peer's marker is on its way
+  std::vector<std::string> down_;  // per peer of the away link: why it is down, or ""
   // Away thread only:
   std::vector<Relayed> gathered_;
   bool served_ = false;

@@ -40,7 +40,7 @@ TensorDesc parse_tensor_descriptor(const char* data, std::size_t size);
 // The frame a descriptor names, checked for existence and size (throws ProtocolError).
 const zmq::message_t& tensor_frame(const InFrames& in, const TensorDesc& d);
 std::size_t dtype_size(std::uint8_t code);  // 0 for an unknown code
-const char* dtype_name(std::uint8_t code);   // LibTorch's name ("Float"), "unknown" for a bad code
+const char* dtype_name(std::uint8_t code);  // LibTorch's name ("Float"), "unknown" for a bad code
 
 // Why a message was refused, with the call id and kind when the header got that far: a bad
 // request is answered with an error, a bad response fails the pending call it names.

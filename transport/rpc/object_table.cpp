@@ -99,8 +99,9 @@ std::size_t ObjectTable::park(std::uint64_t obj, int src, std::size_t bytes, int
   }
   const std::string none = "no object " + std::to_string(obj) + " on " + opts_.name;
   if (src < 0 || src >= world)
-    throw BadCallError(none + " (a call from outside the world never waits for a creation: only members hold "
-                              "references whose creation can still be on its way)");
+    throw BadCallError(none +
+                       " (a call from outside the world never waits for a creation: only members hold "
+                       "references whose creation can still be on its way)");
   std::size_t& held = parked_bytes_[src];
   if (held + bytes > opts_.max_parked_bytes || !(*out = object_locked(obj))) {
     const std::string why =
@@ -130,11 +131,13 @@ std::shared_ptr<void> ObjectTable::local(std::uint64_t id, std::type_index type,
   std::shared_ptr<Object> obj = find(id);
   if (!obj) throw Error("RRef::local_value: no object " + std::to_string(id) + " on " + opts_.name);
   if (!obj->value.wait_for(timeout))
-    throw TimeoutError("RRef::local_value: object " + std::to_string(id) + " not constructed within " + std::to_string(timeout.count()) + " ms");
+    throw TimeoutError("RRef::local_value: object " + std::to_string(id) + " not constructed within " +
+                       std::to_string(timeout.count()) + " ms");
   auto value = obj->value.value();
   const std::type_index held = kind(*obj).first;
   if (held != type)
-    throw Error("RRef::local_value: object " + std::to_string(id) + " holds " + demangle(held.name()) + ", not " + demangle(type.name()));
+    throw Error("RRef::local_value: object " + std::to_string(id) + " holds " + demangle(held.name()) + ", not " +
+                demangle(type.name()));
   return value;
 }
 
@@ -156,9 +159,9 @@ void ObjectTable::expire(Clock::time_point now) {
     }
   }
   for (auto& [id, o] : unknown)  // callbacks answer the queued calls: outside the lock
-    o->promise.set_error(std::make_exception_ptr(BadCallError(
-        "no object " + std::to_string(id) + " on " + opts_.name + ": nothing created it within " +
-        std::to_string(opts_.unknown_object_wait.count()) + " ms (never created, or already released)")));
+    o->promise.set_error(std::make_exception_ptr(
+        BadCallError("no object " + std::to_string(id) + " on " + opts_.name + ": nothing created it within " +
+                     std::to_string(opts_.unknown_object_wait.count()) + " ms (never created, or already released)")));
 }
 
 void ObjectTable::clear() {

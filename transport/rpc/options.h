@@ -26,19 +26,19 @@ constexpr const char* kTransportHelp =
     "ipc (ZeroMQ over that only). DISTRL_TRANSPORT overrides auto";
 
 struct RpcOptions {
-  std::string name;                     // worker name; default "worker<rank>"
-  std::string init_method = "env://";   // env://, tcp://host:port, file:///path
-  int rank = -1;                        // -1: from the environment (RANK, SLURM_PROCID, OMPI_...)
-  int world_size = -1;                  // -1: from the environment
+  std::string name;                                      // worker name; default "worker<rank>"
+  std::string init_method = "env://";                    // env://, tcp://host:port, file:///path
+  int rank = -1;                                         // -1: from the environment (RANK, SLURM_PROCID, OMPI_...)
+  int world_size = -1;                                   // -1: from the environment
   std::chrono::milliseconds rpc_timeout{60000};          // default per-call timeout
   std::chrono::milliseconds rendezvous_timeout{120000};  // finding every peer at start
   std::chrono::milliseconds shutdown_timeout{60000};     // all of a graceful shutdown (calls, barriers)
-  int num_worker_threads = 4;           // handler pool
+  int num_worker_threads = 4;                            // handler pool
   // auto: chosen per pair of peers, shared memory to a peer on this host, ZeroMQ (tcp) to a peer
   // on another (a world that spans hosts runs both: detail/pair_link.h); shm, zmq (ipc on one
   // host, tcp between hosts), tcp, ipc. "auto" yields to DISTRL_TRANSPORT when it is set.
   std::string transport = "auto";
-  std::string bind_host;                // tcp interface; default: loopback, or the one reaching the master
+  std::string bind_host;  // tcp interface; default: loopback, or the one reaching the master
   // How long the I/O thread polls before it sleeps. 0 on small machines: with more busy
   // threads than cores a spinning thread steals the CPU from the one with work
   // (docs/benchmarks.md, "Measurements behind decisions in the code"). Try 20-50 us where
@@ -72,8 +72,8 @@ struct RpcOptions {
 // tests): its rank and the world's size (-1: from the environment), where the ranks meet
 // (env://, tcp://host:port, file:///path), the default per-call deadline and the transport.
 // The caller then sets what is its own (name, threads, rendezvous and shutdown deadlines).
-inline RpcOptions rank_options(int rank, int world_size, std::string init_method,
-                               std::chrono::milliseconds rpc_timeout, std::string transport) {
+inline RpcOptions rank_options(int rank, int world_size, std::string init_method, std::chrono::milliseconds rpc_timeout,
+                               std::string transport) {
   RpcOptions o;
   o.rank = rank;
   o.world_size = world_size;
@@ -96,8 +96,7 @@ struct Target {
   Target(const char* worker) : name(worker) {}
   Target(std::string worker, std::chrono::milliseconds t = std::chrono::milliseconds(0))
       : name(std::move(worker)), timeout(t) {}
-  Target(int worker_rank, std::chrono::milliseconds t = std::chrono::milliseconds(0))
-      : rank(worker_rank), timeout(t) {}
+  Target(int worker_rank, std::chrono::milliseconds t = std::chrono::milliseconds(0)) : rank(worker_rank), timeout(t) {}
   std::string name;
   int rank = -1;
   std::chrono::milliseconds timeout{0};

@@ -21,7 +21,8 @@ std::shared_ptr<const Callable> Registry::function(const std::string& name, cons
   if (it != functions_.end()) return it->second;
   std::string names;
   for (auto& kv : functions_) names += (names.empty() ? "" : ", ") + kv.first;
-  throw BadCallError("unknown function '" + name + "' on " + worker + " (registered: " + (names.empty() ? "none" : names) + ")");
+  throw BadCallError("unknown function '" + name + "' on " + worker +
+                     " (registered: " + (names.empty() ? "none" : names) + ")");
 }
 
 bool Registry::runs_inline(const std::string& name) const {
@@ -35,7 +36,8 @@ const Callable* Registry::method(std::type_index type, const std::string& name, 
   std::shared_lock<std::shared_mutex> lock(mu_);
   auto it = classes_.find(type);
   if (it == classes_.end())
-    throw BadCallError("object of type " + demangle(type.name()) + " on " + worker + " has no registered methods (no '" + name + "')");
+    throw BadCallError("object of type " + demangle(type.name()) + " on " + worker +
+                       " has no registered methods (no '" + name + "')");
   *keep = it->second;
   for (auto& [method_name, c] : it->second->methods)
     if (method_name == name) return &c;

@@ -172,12 +172,15 @@ class RpcAgent {
 template <typename T>
 class ClassBuilder {
  public:
-  ClassBuilder(std::shared_ptr<detail::RpcCore> core, std::string name) : core_(std::move(core)), name_(std::move(name)) {
+  ClassBuilder(std::shared_ptr<detail::RpcCore> core, std::string name)
+      : core_(std::move(core)), name_(std::move(name)) {
     info_.type = typeid(T);
     info_.type_name = detail::type_name<T>();
   }
   ClassBuilder(ClassBuilder&&) = default;
-  ~ClassBuilder() { if (core_) core_->add_class(name_, std::move(info_)); }
+  ~ClassBuilder() {
+    if (core_) core_->add_class(name_, std::move(info_));
+  }
 
   template <typename... A>
   ClassBuilder& constructor() {

@@ -55,10 +55,12 @@ namespace {
 
 std::exception_ptr agent_shut_down(const RpcCore::State& s, const std::string& fn) {
   if (!s.stopped.load())
-    return std::make_exception_ptr(TransportError("rpc: agent " + s.opts.name + " is not started yet; cannot call '" + fn +
+    return std::make_exception_ptr(TransportError("rpc: agent " + s.opts.name + " is not started yet; cannot call '" +
+                                                  fn +
                                                   "' (the setup callback runs before the peers are known: call out "
                                                   "after the RpcAgent is constructed)"));
-  return std::make_exception_ptr(TransportError("rpc: agent " + s.opts.name + " is shut down; cannot call '" + fn + "'"));
+  return std::make_exception_ptr(
+      TransportError("rpc: agent " + s.opts.name + " is shut down; cannot call '" + fn + "'"));
 }
 
 // A request's header stamped (kind, source, a fresh call id, the hooks' context) and packed.
@@ -76,7 +78,6 @@ std::exception_ptr malformed_reply(const RpcCore::State& s, int peer, const std:
   return std::make_exception_ptr(ProtocolError("rpc: malformed reply from " + s.worker_name(peer) + ": " + what));
 }
 
-
 std::exception_ptr error_from_reply(RpcCore::State& s, const InMessage& m, const std::string& fn) {
   std::string origin, type, message;
   try {
@@ -84,10 +85,12 @@ std::exception_ptr error_from_reply(RpcCore::State& s, const InMessage& m, const
     m.body().convert(t);
     std::tie(origin, type, message) = t;
   } catch (const std::exception&) {
-    return std::make_exception_ptr(ProtocolError("rpc: malformed error reply from " + s.worker_name(m.header.src) + " to '" + fn + "'"));
+    return std::make_exception_ptr(
+        ProtocolError("rpc: malformed error reply from " + s.worker_name(m.header.src) + " to '" + fn + "'"));
   }
   if (origin == "agent")
-    return std::make_exception_ptr(ProtocolError("rpc '" + fn + "' refused by " + s.worker_name(m.header.src) + ": " + message));
+    return std::make_exception_ptr(
+        ProtocolError("rpc '" + fn + "' refused by " + s.worker_name(m.header.src) + ": " + message));
   return std::make_exception_ptr(RemoteError(s.worker_name(m.header.src), type, message));
 }
 
@@ -152,7 +155,8 @@ ChannelPtr acquire_channel(RpcCore::State& s, int dest, Clock::time_point deadli
     return !why.empty();
   };
   try {
-    return std::make_unique<PooledChannel>(PooledChannel{link->open_channel(dest, endpoint, deadline, abandon), incarnation});
+    return std::make_unique<PooledChannel>(
+        PooledChannel{link->open_channel(dest, endpoint, deadline, abandon), incarnation});
   } catch (const TransportError&) {
     if (why.empty()) throw;
   }
@@ -218,7 +222,8 @@ SyncOutcome await_reply(RpcCore::State& s, PooledChannel& chan, int dest, const 
     const auto now = Clock::now();
     long slice_ms = 0;
     if (now >= spin_until)
-      slice_ms = std::clamp<long>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1, 0, 10);
+      slice_ms =
+          std::clamp<long>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1, 0, 10);
     if (chan.channel->readable(std::chrono::milliseconds(slice_ms))) {
       SyncOutcome out = read_reply(s, *chan.channel, dest, h);
       if (out.done()) return out;
@@ -338,7 +343,8 @@ void on_peer_down(RpcCore::State& s, int peer, const std::string& why) {
   if (s.hooks) s.hooks->on_peer_down(peer, why);
   auto calls = s.calls.take_to(peer);
   if (!calls.empty())
-    DISTRL_LOG(Warn, "rpc: peer " << s.worker_name(peer) << " (rank " << peer << ") is gone: failing " << calls.size() << " pending call(s)");
+    DISTRL_LOG(Warn, "rpc: peer " << s.worker_name(peer) << " (rank " << peer << ") is gone: failing " << calls.size()
+                                  << " pending call(s)");
   for (auto& p : calls) complete(s, p, nullptr, call_failed(s, peer, p.fn, why));
 }
 

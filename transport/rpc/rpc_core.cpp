@@ -78,7 +78,8 @@ void RpcCore::serve_until_shutdown(int rank) {
 int RpcCore::resolve(const Target& to) const {
   if (to.name.empty()) {
     if (to.rank < 0 || to.rank >= s_->world)
-      throw Error("rpc: no worker with rank " + std::to_string(to.rank) + " (world size " + std::to_string(s_->world) + ")");
+      throw Error("rpc: no worker with rank " + std::to_string(to.rank) + " (world size " + std::to_string(s_->world) +
+                  ")");
     return to.rank;
   }
   auto it = s_->by_name.find(to.name);
@@ -226,7 +227,8 @@ std::unique_ptr<Link> choose_link(RpcCore::State& s, Links& links, const std::ve
 // Tells every peer where this restarted rank listens now (one-way notices; a peer that is
 // gone too is skipped).
 void announce_rejoin(RpcCore::State& s) {
-  DISTRL_LOG(Info, "rpc: " << s.opts.name << " (rank " << s.rank << ") rejoins the group (incarnation " << s.incarnation << ")");
+  DISTRL_LOG(Info, "rpc: " << s.opts.name << " (rank " << s.rank << ") rejoins the group (incarnation " << s.incarnation
+                           << ")");
   for (int r = 0; r < s.world; ++r) {
     if (r == s.rank) continue;
     Header h;
@@ -234,7 +236,8 @@ void announce_rejoin(RpcCore::State& s) {
     h.src = s.rank;
     h.fn = kRejoinFn;
     auto notice = std::make_tuple(s.incarnation, s.me);
-    auto m = std::make_shared<OutMessage>(build_message(h, nullptr, r, [&](Packer& pk) { pk.pack(notice); }, nullptr));
+    auto m = std::make_shared<OutMessage>(build_message(
+        h, nullptr, r, [&](Packer& pk) { pk.pack(notice); }, nullptr));
     RpcCore::State* sp = &s;
     s.link->post([sp, r, m] {
       auto frames = encode_message(std::move(*m));
@@ -270,7 +273,9 @@ void RpcCore::start(const std::function<void()>& before_publish) {
     if (sp->after_requests_read) sp->after_requests_read();
   };
   cb.on_dropped = [sp](const std::string& what) { count_bad(*sp, what, false); };
-  cb.on_send_failed = [sp](int peer, Frames&& f, const std::string& why) { on_send_failed(*sp, peer, std::move(f), why); };
+  cb.on_send_failed = [sp](int peer, Frames&& f, const std::string& why) {
+    on_send_failed(*sp, peer, std::move(f), why);
+  };
   cb.next_deadline = [sp] { return sp->calls.next_deadline(); };
   // The links: ZeroMQ (unless shm is asked for) and shared memory (when it may be used), both
   // bound before the addresses are published; the world's addresses decide which runs: one of
@@ -278,7 +283,7 @@ void RpcCore::start(const std::function<void()>& before_publish) {
   const Transport transport = parse_transport(s.opts.transport, "rpc options");
   auto links = bind_links(s, w, transport, cb, new_object_id());
   RegisteredPathGuard ipc_file(s.ipc_path);  // a rendezvous that throws leaves no slot behind
-  if (before_publish) before_publish();  // registrations land before any peer can reach us
+  if (before_publish) before_publish();      // registrations land before any peer can reach us
 
   auto& store = s.rdv->store();
   const Address& me = s.me;
@@ -286,7 +291,8 @@ void RpcCore::start(const std::function<void()>& before_publish) {
   s.link_transport = endpoints_transport(me, s.rank, peers, transport, links.shm != nullptr);
   std::vector<std::int64_t> incarnations(s.world, 1);
   if (s.incarnation > 1)
-    for (int r = 0; r < s.world; ++r) incarnations[r] = std::max<std::int64_t>(1, store.add("rpc/incarnation/" + std::to_string(r), 0));
+    for (int r = 0; r < s.world; ++r)
+      incarnations[r] = std::max<std::int64_t>(1, store.add("rpc/incarnation/" + std::to_string(r), 0));
   std::vector<std::string> endpoints;
   for (int r = 0; r < s.world; ++r) {
     const Address& p = peers[r];
@@ -349,7 +355,8 @@ void store_barrier(RpcCore::State& s, const std::string& stage, Clock::time_poin
     if (missing.empty()) return;
     if (Clock::now() >= until) {
       std::string names;
-      for (int r : missing) names += (names.empty() ? "" : ", ") + s.worker_name(r) + " (rank " + std::to_string(r) + ")";
+      for (int r : missing)
+        names += (names.empty() ? "" : ", ") + s.worker_name(r) + " (rank " + std::to_string(r) + ")";
       throw TimeoutError("rpc: " + names + " did not reach shutdown (" + stage + ") within " +
                          std::to_string(s.opts.shutdown_timeout.count()) + " ms (rpc shutdown_timeout)");
     }
@@ -366,7 +373,8 @@ void RpcCore::shutdown(bool graceful) {
   const auto until = Clock::now() + s.opts.shutdown_timeout;  // one bound for all of shutdown
   if (graceful && s.link) {
     // 1. Our own calls finish (their timeouts bound this).
-    if (std::size_t left = 0; !s.calls.wait_idle(until, &left)) failure = std::to_string(left) + " call(s) still pending";
+    if (std::size_t left = 0; !s.calls.wait_idle(until, &left))
+      failure = std::to_string(left) + " call(s) still pending";
     // 2. Everyone has finished theirs: after this barrier nobody sends new requests.
     try {
       store_barrier(s, "arrived", until);
@@ -390,7 +398,8 @@ void RpcCore::shutdown(bool graceful) {
   if (s.pool) s.pool->stop();
   s.channels.close();  // a channel in use is closed when given back
   // The I/O thread is gone: no call it sent can be answered now.
-  for (auto& p : s.calls.take_all()) complete(s, p, nullptr, call_failed(s, p.dest, p.fn, "agent " + s.opts.name + " shut down"));
+  for (auto& p : s.calls.take_all())
+    complete(s, p, nullptr, call_failed(s, p.dest, p.fn, "agent " + s.opts.name + " shut down"));
   s.objects.clear();
   s.rdv.reset();
   if (!s.ipc_path.empty()) {

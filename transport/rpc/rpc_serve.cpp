@@ -24,7 +24,8 @@ void send_frames(RpcCore::State& s, const RoutingId& to, std::shared_ptr<OutMess
   else s.link->post(send);
 }
 
-void reply(RpcCore& core, RpcCore::State& s, const RoutingId& to, const Header& req, Kind kind, const BodyWriter& body) {
+void reply(RpcCore& core, RpcCore::State& s, const RoutingId& to, const Header& req, Kind kind,
+           const BodyWriter& body) {
   if (req.call_id == 0) return;  // one-way
   Header h;
   h.kind = kind;
@@ -38,7 +39,8 @@ void reply(RpcCore& core, RpcCore::State& s, const RoutingId& to, const Header& 
     // The result could not be packed (a CUDA tensor, say): tell the caller that instead.
     if (kind == Kind::Error) return;
     const std::string what = std::string("cannot send the result of '") + req.fn + "': " + e.what();
-    reply(core, s, to, req, Kind::Error, [&](Packer& pk) { pk.pack(std::make_tuple(std::string("handler"), demangle(typeid(e).name()), what)); });
+    reply(core, s, to, req, Kind::Error,
+          [&](Packer& pk) { pk.pack(std::make_tuple(std::string("handler"), demangle(typeid(e).name()), what)); });
     return;
   }
   send_frames(s, to, std::move(m));
@@ -87,7 +89,9 @@ Future<Outcome> invoke(RpcCore& core, RpcCore::State& s, const std::shared_ptr<I
       std::shared_ptr<void> target = f.value();
       const auto [type, pack] = s.objects.kind(*obj);
       if (m->header.fn == kFetchMethod) {
-        if (!pack) throw BadCallError("object of type " + demangle(type.name()) + " is not fetchable: register its class with .fetchable() or call its methods");
+        if (!pack)
+          throw BadCallError("object of type " + demangle(type.name()) +
+                             " is not fetchable: register its class with .fetchable() or call its methods");
         p.set_value(Outcome{target, type, pack});
         return;
       }
@@ -111,7 +115,8 @@ Future<Outcome> invoke(RpcCore& core, RpcCore::State& s, const std::shared_ptr<I
 // Pool thread: one request, start to answer.
 void serve(RpcCore& core, RpcCore::State& s, RoutingId to, std::shared_ptr<InMessage> m) {
   s.calls_served.fetch_add(1, std::memory_order_relaxed);
-  DISTRL_LOG(Debug, "rpc: serving #" << m->header.call_id << " '" << m->header.fn << "' of " << s.worker_name(m->header.src));
+  DISTRL_LOG(Debug,
+             "rpc: serving #" << m->header.call_id << " '" << m->header.fn << "' of " << s.worker_name(m->header.src));
   Future<Outcome> result;
   try {
     // The request's context is current while the handler runs (its own calls carry it).
@@ -124,8 +129,9 @@ void serve(RpcCore& core, RpcCore::State& s, RoutingId to, std::shared_ptr<InMes
   auto self = core.shared_from_this();
   result.then([self, &s, to, m](const Future<Outcome>& f) {
     const Header& h = m->header;
-    DISTRL_LOG(Debug, "rpc: served #" << h.call_id << " '" << h.fn << "' of " << s.worker_name(h.src) << (f.has_error() ? " (error)" : ""));
-    if (h.new_obj) {  // remote(): keep the result here, answer with nil
+    DISTRL_LOG(Debug, "rpc: served #" << h.call_id << " '" << h.fn << "' of " << s.worker_name(h.src)
+                                      << (f.has_error() ? " (error)" : ""));
+    if (h.new_obj) {                         // remote(): keep the result here, answer with nil
       auto obj = s.objects.find(h.new_obj);  // null: every holder let go already
       if (obj && !f.has_error()) {
         const Outcome& out = f.value();
@@ -170,9 +176,11 @@ void on_request(RpcCore& core, RpcCore::State& s, Caller&& from_conn, Frames&& f
   const int claimed = decoded ? decoded->header.src : why.src;
   if (claimed >= 0 && claimed != to->rank) {
     const int conn = to->rank;
-    count_bad(s, "a message claiming to come from rank " + std::to_string(claimed) + " on " +
-                     (conn >= 0 ? "a connection of rank " + std::to_string(conn) : std::string("a connection of no member")),
-              false);
+    count_bad(
+        s,
+        "a message claiming to come from rank " + std::to_string(claimed) + " on " +
+            (conn >= 0 ? "a connection of rank " + std::to_string(conn) : std::string("a connection of no member")),
+        false);
     return;
   }
   const std::string from = why.src >= 0 ? s.worker_name(why.src) : std::string("an unknown peer");
@@ -183,7 +191,8 @@ void on_request(RpcCore& core, RpcCore::State& s, Caller&& from_conn, Frames&& f
       Header req;
       req.call_id = *why.call_id;
       req.src = why.src;
-      reply_error(core, s, to, req, std::make_exception_ptr(BadCallError("message refused by " + s.opts.name + ": " + why.what)));
+      reply_error(core, s, to, req,
+                  std::make_exception_ptr(BadCallError("message refused by " + s.opts.name + ": " + why.what)));
     }
     return;
   }

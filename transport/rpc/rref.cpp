@@ -42,7 +42,8 @@ std::string pack_rref_descriptor(const std::shared_ptr<RRefState>& s) {
 std::shared_ptr<RRefState> unpack_rref_descriptor(const msgpack::object& o) {
   if (o.type != msgpack::type::EXT || o.via.ext.type() != kRRefExt) throw msgpack::type_error();
   if (o.via.ext.size != kRRefDescBytes)
-    throw ProtocolError("rref descriptor is " + std::to_string(o.via.ext.size) + " bytes, expected " + std::to_string(kRRefDescBytes));
+    throw ProtocolError("rref descriptor is " + std::to_string(o.via.ext.size) + " bytes, expected " +
+                        std::to_string(kRRefDescBytes));
   auto core = current_unpack_agent();
   if (!core) throw ProtocolError("rref: an RRef can only be decoded inside an RPC message");
   const char* p = o.via.ext.data();
@@ -51,7 +52,8 @@ std::shared_ptr<RRefState> unpack_rref_descriptor(const msgpack::object& o) {
   s->id = get_le(p + 4, 8);
   s->fork = get_le(p + 12, 8);
   if (s->owner < 0 || s->owner >= core->world_size())
-    throw ProtocolError("rref descriptor names owner rank " + std::to_string(s->owner) + ", world size is " + std::to_string(core->world_size()));
+    throw ProtocolError("rref descriptor names owner rank " + std::to_string(s->owner) + ", world size is " +
+                        std::to_string(core->world_size()));
   s->core = core;
   Promise<void> ready;
   ready.set_value();
@@ -69,11 +71,12 @@ std::uint64_t RpcCore::fork_rref(int owner, std::uint64_t id, std::shared_ptr<co
   h.fn = kForkFn;
   std::tuple<std::uint64_t, std::uint64_t, std::int32_t> ids{id, fork, holder};
   // keep (the parent reference) lives in the completion until the owner has recorded the fork.
-  call(owner, std::move(h), [&](Packer& pk) { pk.pack(ids); },
-       [keep](InMessage*, std::exception_ptr err) {
-         if (err) DISTRL_LOG(Warn, "rref: fork notice failed; the object may be freed early");
-       },
-       s_->opts.rpc_timeout);
+  call(
+      owner, std::move(h), [&](Packer& pk) { pk.pack(ids); },
+      [keep](InMessage*, std::exception_ptr err) {
+        if (err) DISTRL_LOG(Warn, "rref: fork notice failed; the object may be freed early");
+      },
+      s_->opts.rpc_timeout);
   return fork;
 }
 

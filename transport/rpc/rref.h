@@ -93,8 +93,8 @@ class RRef {
     detail::Header h;
     h.fn = method;
     h.obj = state_->id;
-    return RRef<U>(detail::remote_call(c, state_->owner, std::move(h), detail::args_writer(args...),
-                                       c->options().rpc_timeout));
+    return RRef<U>(
+        detail::remote_call(c, state_->owner, std::move(h), detail::args_writer(args...), c->options().rpc_timeout));
   }
 
   const std::shared_ptr<detail::RRefState>& state() const { return state_; }
@@ -123,27 +123,27 @@ class RRef {
 
 namespace msgpack {
 MSGPACK_API_VERSION_NAMESPACE(MSGPACK_DEFAULT_API_NS) {
-namespace adaptor {
+  namespace adaptor {
 
-template <typename T>
-struct pack<distrl::transport::RRef<T>> {
-  template <typename Stream>
-  packer<Stream>& operator()(packer<Stream>& o, const distrl::transport::RRef<T>& r) const {
-    std::string desc = distrl::transport::detail::pack_rref_descriptor(r.state());
-    o.pack_ext(desc.size(), distrl::transport::kRRefExt);
-    o.pack_ext_body(desc.data(), static_cast<uint32_t>(desc.size()));
-    return o;
-  }
-};
+  template <typename T>
+  struct pack<distrl::transport::RRef<T>> {
+    template <typename Stream>
+    packer<Stream>& operator()(packer<Stream>& o, const distrl::transport::RRef<T>& r) const {
+      std::string desc = distrl::transport::detail::pack_rref_descriptor(r.state());
+      o.pack_ext(desc.size(), distrl::transport::kRRefExt);
+      o.pack_ext_body(desc.data(), static_cast<uint32_t>(desc.size()));
+      return o;
+    }
+  };
 
-template <typename T>
-struct convert<distrl::transport::RRef<T>> {
-  const msgpack::object& operator()(const msgpack::object& o, distrl::transport::RRef<T>& r) const {
-    r = distrl::transport::RRef<T>(distrl::transport::detail::unpack_rref_descriptor(o));
-    return o;
-  }
-};
+  template <typename T>
+  struct convert<distrl::transport::RRef<T>> {
+    const msgpack::object& operator()(const msgpack::object& o, distrl::transport::RRef<T>& r) const {
+      r = distrl::transport::RRef<T>(distrl::transport::detail::unpack_rref_descriptor(o));
+      return o;
+    }
+  };
 
-}  // namespace adaptor
+  }  // namespace adaptor
 }  // MSGPACK_API_VERSION_NAMESPACE
 }  // namespace msgpack

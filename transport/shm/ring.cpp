@@ -108,16 +108,14 @@ bool RingReader::wait_readable(std::chrono::steady_clock::time_point deadline, S
                  [&] { return readable() > 0 || ctl_->writer_closed.load(std::memory_order_acquire) != 0; });
 }
 
-bool RingReader::closed() {
-  return ctl_->writer_closed.load(std::memory_order_acquire) != 0 && readable() == 0;
-}
+bool RingReader::closed() { return ctl_->writer_closed.load(std::memory_order_acquire) != 0 && readable() == 0; }
 
 // ---- messages
 
 void MessageWriter::start(Frames&& frames) {
   if (frames.size() > kMaxRingFrames)
-    throw ProtocolError("shared-memory ring: a message of " + std::to_string(frames.size()) +
-                        " frames (at most " + std::to_string(kMaxRingFrames) + ")");
+    throw ProtocolError("shared-memory ring: a message of " + std::to_string(frames.size()) + " frames (at most " +
+                        std::to_string(kMaxRingFrames) + ")");
   header_.assign(1, kFrameMagic | static_cast<std::uint32_t>(frames.size()));
   for (const auto& f : frames) {
     if (f.size() > 0xFFFFFFFFull) throw ProtocolError("shared-memory ring: a frame of 4 GiB or more");
@@ -182,10 +180,9 @@ bool MessageDecoder::read_header(RingReader& ring) {
   std::uint64_t total = 0;
   for (auto l : lengths_) total += l;
   if (count_ > max_parts_ || total > max_bytes_) {
-    dropped_ = count_ > max_parts_ ? "a message of " + std::to_string(count_) + " frames (at most " +
-                                         std::to_string(max_parts_) + ")"
-                                   : "a message of " + std::to_string(total) + " bytes (at most " +
-                                         std::to_string(max_bytes_) + ")";
+    dropped_ = count_ > max_parts_
+                   ? "a message of " + std::to_string(count_) + " frames (at most " + std::to_string(max_parts_) + ")"
+                   : "a message of " + std::to_string(total) + " bytes (at most " + std::to_string(max_bytes_) + ")";
     skip_ = total;
     stage_ = Stage::Skip;
     return true;

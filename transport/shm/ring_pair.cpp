@@ -47,7 +47,8 @@ RingPair open_ring_pair(const std::string& path, const Hello& hello, int wake_fd
   p.socket = UnixSocket::connect(path, deadline, busy_deadline, abandon);
   std::vector<int> fds{p.out_segment.fd(), p.in_segment.fd()};
   if (wake_fd >= 0) fds.push_back(wake_fd);
-  p.socket.send(kHello + " " + std::to_string(hello.capacity) + " " + hello.kind + " " + std::to_string(hello.rank), fds);
+  p.socket.send(kHello + " " + std::to_string(hello.capacity) + " " + hello.kind + " " + std::to_string(hello.rank),
+                fds);
   return p;
 }
 

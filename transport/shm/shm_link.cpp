@@ -21,7 +21,7 @@ using Clock = std::chrono::steady_clock;
 // The descriptor accept_all sets free when the process has none left (see there).
 OwnedFd reserve_descriptor() { return OwnedFd(::open("/dev/null", O_RDONLY | O_CLOEXEC)); }
 
-constexpr int kDrainCap = 256;                  // messages per connection per round
+constexpr int kDrainCap = 256;  // messages per connection per round
 // What may wait for room behind a connection's writer (or for a peer's connection): 65,536
 // messages and 128 MiB, whichever comes first (ZeroMQ's high-water mark here is 100,000
 // messages). A message is always taken when nothing waits, however big: the bound refuses a
@@ -79,7 +79,8 @@ class ShmChannel final : public Channel {
       writer_.start(std::move(frames));
       const auto deadline = Clock::now() + send_timeout_;
       while (!writer_.pump(pair_.out)) {
-        if (pair_.socket.peer_closed()) throw TransportError("shared-memory connection to " + pair_.out.peer() + " lost");
+        if (pair_.socket.peer_closed())
+          throw TransportError("shared-memory connection to " + pair_.out.peer() + " lost");
         if (Clock::now() >= deadline)
           throw TimeoutError("shared-memory connection to " + pair_.out.peer() + ": no room in its ring for " +
                              std::to_string(send_timeout_.count()) + " ms (it stopped reading)");
@@ -117,19 +118,20 @@ class ShmChannel final : public Channel {
 }  // namespace
 
 struct ShmLink::Conn {
-  Conn(RingPair p, const Options& o, int r, bool out) : pair(std::move(p)), decoder(o.max_parts, o.max_message_bytes), rank(r), outgoing(out) {}
+  Conn(RingPair p, const Options& o, int r, bool out)
+      : pair(std::move(p)), decoder(o.max_parts, o.max_message_bytes), rank(r), outgoing(out) {}
   RingPair pair;
   MessageDecoder decoder;
   MessageWriter writer;
   std::deque<Frames> waiting;  // behind the message writer
   std::size_t waiting_bytes = 0;
-  std::uint64_t refused = 0;   // messages refused by the queue's bound
-  int rank;                    // outgoing: the peer; accepted: the caller's rank (-1: not a member)
+  std::uint64_t refused = 0;  // messages refused by the queue's bound
+  int rank;                   // outgoing: the peer; accepted: the caller's rank (-1: not a member)
   bool outgoing;
-  bool answered = true;        // outgoing: the acceptor's answer read
-  bool io = false;             // accepted: an I/O thread's connection (we beat on it)
-  bool broken = false;         // a write failed (its ring is unusable): closed after the round
-  std::uint64_t id = 0;        // accepted: the route
+  bool answered = true;  // outgoing: the acceptor's answer read
+  bool io = false;       // accepted: an I/O thread's connection (we beat on it)
+  bool broken = false;   // a write failed (its ring is unusable): closed after the round
+  std::uint64_t id = 0;  // accepted: the route
   // Outgoing: the peer's beat as last seen, when it last changed, and whether it is overdue.
   std::uint64_t beat = 0;
   Clock::time_point beat_seen{};
@@ -141,7 +143,8 @@ ShmLink::ShmLink(Options options, Events events) : options_(std::move(options)),
 ShmLink::~ShmLink() { stop(); }
 
 std::string ShmLink::path_of(const std::string& endpoint) {
-  if (endpoint.rfind("shm://", 0) != 0) throw ConfigError("shared memory: '" + endpoint + "' is not an shm:// endpoint");
+  if (endpoint.rfind("shm://", 0) != 0)
+    throw ConfigError("shared memory: '" + endpoint + "' is not an shm:// endpoint");
   return endpoint.substr(6);
 }
 
@@ -250,7 +253,7 @@ ShmLink::Conn* ShmLink::connect_peer(int peer, std::string* error, bool* later) 
     RingPair p = open_ring_pair(path_of(peer_endpoints_.at(peer)), h, io_.wake_fd(), name, now);
     peers_[peer] = std::make_unique<Conn>(std::move(p), options_, peer, true);
     peers_[peer]->answered = false;
-    peers_[peer]->beat_seen = now;  // an acceptor that never answers is overdue too
+    peers_[peer]->beat_seen = now;   // an acceptor that never answers is overdue too
   } catch (const TimeoutError& e) {  // nobody listens there: the process is gone
     return gone(e);
   } catch (const WrongListener& e) {  // a stranger holds its address: the peer is gone
@@ -304,8 +307,8 @@ bool ShmLink::queue(Conn& c, Frames& frames) {
       if ((c.refused & (c.refused - 1)) == 0)  // the 1st, 2nd, 4th, 8th ... logged
         DISTRL_LOG(Warn, "shared memory: " << (c.outgoing ? "a request to " : "a reply to ")
                                            << (c.rank >= 0 ? "rank " + std::to_string(c.rank) : "a non-member")
-                                           << " refused (" << c.refused << " so far): "
-                                           << queue_full_message(c.waiting.size(), c.waiting_bytes));
+                                           << " refused (" << c.refused
+                                           << " so far): " << queue_full_message(c.waiting.size(), c.waiting_bytes));
       return false;
     }
     c.waiting.push_back(std::move(frames));
@@ -337,7 +340,8 @@ bool ShmLink::send_to_peer(int peer, Frames& frames, std::string* error) {
     Unsent& u = unsent_[peer];
     const std::size_t bytes = frames_bytes(frames);
     if (queue_full(u.frames.size(), u.bytes, bytes)) {
-      *error = "rank " + std::to_string(peer) + ": " + queue_full_message(u.frames.size(), u.bytes) + " (" + *error + ")";
+      *error =
+          "rank " + std::to_string(peer) + ": " + queue_full_message(u.frames.size(), u.bytes) + " (" + *error + ")";
       return false;
     }
     u.frames.push_back(std::move(frames));
@@ -423,7 +427,7 @@ bool ShmLink::read_one(Conn& c) {
   if (got == Received::Nothing) return false;
   if (got == Received::TooManyParts) {
     report_dropped(cb_, (c.outgoing ? "a reply from rank " : "a request from rank ") + std::to_string(c.rank) + ": " +
-                   c.decoder.dropped());
+                            c.decoder.dropped());
     return true;
   }
   bytes_received_.fetch_add(frames_bytes(frames), std::memory_order_relaxed);
@@ -445,8 +449,7 @@ bool ShmLink::serve(Conn& c) {
 void ShmLink::drain(Conn& c) {
   pump(c);
   const std::uint64_t end = c.pair.in.position() + c.pair.in.readable();  // published before the close
-  while (!c.broken && c.pair.in.position() < end && read_one(c)) {
-  }
+  while (!c.broken && c.pair.in.position() < end && read_one(c)) {}
 }
 
 bool ShmLink::serve_all() {
@@ -478,7 +481,8 @@ void ShmLink::close_accepted(std::uint64_t id, const std::string& why) {
   auto it = accepted_.find(id);
   if (it == accepted_.end()) return;
   beater_.remove(id);
-  if (!why.empty()) DISTRL_LOG(Debug, "shared memory: closing a connection from rank " << it->second->rank << ": " << why);
+  if (!why.empty())
+    DISTRL_LOG(Debug, "shared memory: closing a connection from rank " << it->second->rank << ": " << why);
   retired_.push_back(std::move(it->second));
   accepted_.erase(it);
 }
@@ -527,8 +531,8 @@ void ShmLink::accept_all() {
       UnixSocket c = listener_.accept(Clock::now());
       if (!c) return;
       if (accepted_.size() + handshaking_.size() >= kMaxAccepted) {
-        report_dropped(cb_, "a shared-memory connection: " + std::to_string(kMaxAccepted) +
-                                " are open already (closed at once)");
+        report_dropped(
+            cb_, "a shared-memory connection: " + std::to_string(kMaxAccepted) + " are open already (closed at once)");
         continue;
       }
       handshaking_.push_back(Handshake{std::move(c), Clock::now()});
@@ -586,7 +590,8 @@ void ShmLink::wait_for_events(int timeout_ms) {
   poll_peers_.clear();
   for (std::size_t p = 0; p < peers_.size(); ++p) {
     if (!peers_[p]) continue;
-    fds_.push_back({peers_[p]->pair.socket.fd(), static_cast<short>(peers_[p]->answered ? POLLRDHUP : POLLIN | POLLRDHUP), 0});
+    fds_.push_back(
+        {peers_[p]->pair.socket.fd(), static_cast<short>(peers_[p]->answered ? POLLRDHUP : POLLIN | POLLRDHUP), 0});
     poll_peers_.push_back({static_cast<int>(p), peers_[p].get()});
   }
   // Before sleeping, ask every ring to wake us (their writers write our eventfd), then look
@@ -646,15 +651,15 @@ void ShmLink::on_socket_events(std::size_t i, short revents) {
       try {  // it answered, then closed: an established connection that ended (drained, lost below)
         finish_ring_pair(c.pair, Clock::now() + std::chrono::milliseconds(100));
         c.answered = true;
-      } catch (const std::exception&) {
-      }
+      } catch (const std::exception&) {}
     }
     if (closed && !c.answered) {
       // Closed before it answered the handshake: the peer refused it (out of descriptors, too
       // many connections), not a death. What was written into its rings is lost (those calls
       // end at their deadlines); the next send connects again after a backoff.
-      DISTRL_LOG(Info, "shared memory: rank " << p << " closed a new connection before answering it (refused: out "
-                                                  "of descriptors?); connecting again on the next send");
+      DISTRL_LOG(Info, "shared memory: rank " << p
+                                              << " closed a new connection before answering it (refused: out "
+                                                 "of descriptors?); connecting again on the next send");
       retired_.push_back(std::move(peers_[p]));
       Unsent& u = unsent_[p];
       u.back_off(Clock::now());
@@ -721,8 +726,7 @@ void ShmLink::run() {
       try {
         pump(*c);
         pending = pending || !c->writer.idle();
-      } catch (const std::exception&) {
-      }
+      } catch (const std::exception&) {}
     }
     if (!pending) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));

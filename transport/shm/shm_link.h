@@ -40,7 +40,7 @@ class ShmLink final : public Link {
  public:
   struct Options {
     std::size_t max_message_bytes = 1ull << 30;
-    std::size_t max_parts = 4096 + 1;  // frames per message
+    std::size_t max_parts = 4096 + 1;   // frames per message
     std::size_t ring_bytes = 1u << 20;  // per direction per connection; a power of two
     // How long the I/O thread polls after activity, and the most a channel waits spinning
     // before it sleeps (adaptive: detail/futex.h's Spinner).
@@ -148,15 +148,15 @@ class ShmLink final : public Link {
   std::uint64_t refused_no_descriptor_ = 0;
   LinkThread io_;  // its eventfd also wakes us for the rings: peers get it in the handshake
   std::vector<std::string> peer_endpoints_;
-  std::vector<std::unique_ptr<Conn>> peers_;                      // I/O thread only
-  std::vector<std::string> peer_down_;                            // why, or "" (I/O thread only)
+  std::vector<std::unique_ptr<Conn>> peers_;  // I/O thread only
+  std::vector<std::string> peer_down_;        // why, or "" (I/O thread only)
   // Frames for a peer that could not take a connection yet, in order: sent once a retry (backoff
   // 5 ms doubling to 500 ms) connects; their calls otherwise end at their own deadlines. Only a
   // death (the listener gone, EOF on an established connection, the heartbeat) loses the peer.
   struct Unsent {
     std::deque<Frames> frames;
     std::size_t bytes = 0;  // of frames (bounded as a connection's queue)
-    bool watch = false;  // watch_peer asked for the connection (nothing to send): retried too
+    bool watch = false;     // watch_peer asked for the connection (nothing to send): retried too
     std::chrono::steady_clock::time_point retry_at{};
     std::chrono::milliseconds backoff{0};
     void back_off(std::chrono::steady_clock::time_point now) {  // 5 ms, doubling to 500 ms
@@ -164,15 +164,15 @@ class ShmLink final : public Link {
       retry_at = now + backoff;
     }
   };
-  std::vector<Unsent> unsent_;                                    // I/O thread only
-  bool any_unsent_ = false;  // some peer has frames in unsent_ (the loop's check is one load)
+  std::vector<Unsent> unsent_;  // I/O thread only
+  bool any_unsent_ = false;     // some peer has frames in unsent_ (the loop's check is one load)
   std::unordered_map<std::uint64_t, std::unique_ptr<Conn>> accepted_;  // I/O thread only
   struct Handshake {
     UnixSocket socket;
     std::chrono::steady_clock::time_point since;
   };
-  std::vector<Handshake> handshaking_;                            // accepted, hello not read yet
-  std::vector<std::unique_ptr<Conn>> retired_;                    // freed after the round
+  std::vector<Handshake> handshaking_;          // accepted, hello not read yet
+  std::vector<std::unique_ptr<Conn>> retired_;  // freed after the round
   std::uint64_t next_id_ = 0;
   // poll(2) set: the tasks' eventfd, listener_, handshaking_, accepted_ (in poll_ids_ order), peers_.
   std::vector<struct pollfd> fds_;

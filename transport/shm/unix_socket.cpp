@@ -41,7 +41,8 @@ bool out_of_descriptors(int e) { return e == EMFILE || e == ENFILE || e == ENOME
 
 int new_socket() {
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0 && out_of_descriptors(errno)) throw OutOfDescriptors(std::string("unix socket: socket: ") + std::strerror(errno));
+  if (fd < 0 && out_of_descriptors(errno))
+    throw OutOfDescriptors(std::string("unix socket: socket: ") + std::strerror(errno));
   if (fd < 0) fail("socket");
   return fd;
 }
@@ -130,7 +131,8 @@ UnixSocket UnixSocket::connect(const std::string& path, Clock::time_point deadli
     if (errno != ENOENT && errno != ECONNREFUSED && errno != EAGAIN) fail("connect " + path);
     if (Clock::now() >= (errno == EAGAIN ? busy_deadline : deadline)) {
       if (errno == EAGAIN)
-        throw ListenerBusy("unix socket: the listener at " + path + " has a full backlog (its process is stopped, "
+        throw ListenerBusy("unix socket: the listener at " + path +
+                           " has a full backlog (its process is stopped, "
                            "or too busy to accept)");
       throw TimeoutError("unix socket: nobody listens at " + path + " (" + std::strerror(errno) + ")");
     }
@@ -144,8 +146,8 @@ DescriptorBudget descriptor_budget() {
   rlimit r{};
   if (::getrlimit(RLIMIT_NOFILE, &r) == 0) b.limit = r.rlim_cur == RLIM_INFINITY ? -1 : static_cast<long>(r.rlim_cur);
   std::error_code ec;
-  for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec); !ec && it != std::filesystem::directory_iterator();
-       it.increment(ec))
+  for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec))
     ++b.open;
   return b;
 }
@@ -207,7 +209,8 @@ void UnixSocket::send(const std::string& bytes, const std::vector<int>& fds) {
   do n = ::sendmsg(fd_, &m, MSG_NOSIGNAL);
   while (n < 0 && errno == EINTR);
   if (n < 0) fail("send");
-  if (static_cast<std::size_t>(n) != bytes.size()) throw TransportError("unix socket: a handshake message was cut short");
+  if (static_cast<std::size_t>(n) != bytes.size())
+    throw TransportError("unix socket: a handshake message was cut short");
 }
 
 std::string UnixSocket::receive(std::size_t max_bytes, std::vector<int>* fds, Clock::time_point deadline,

@@ -71,7 +71,7 @@ TEST(BatcherTest, SilentObserverDelaysTheBatchByAtMostMaxWait) {
   const auto t0 = Clock::now();
   auto f0 = b.submit(0, {1, 0});
   auto f1 = b.submit(1, {2, 0});  // observer 2 never asks
-  ASSERT_TRUE(f0.wait_for(5s));  // a batcher that waits for the silent observer fails here
+  ASSERT_TRUE(f0.wait_for(5s));   // a batcher that waits for the silent observer fails here
   ASSERT_TRUE(f1.wait_for(5s));
   EXPECT_GE(Clock::now() - t0, 50ms);  // not before max_wait; what closed it is in the stats below
   EXPECT_EQ(f0.value().actions[0], 1);
@@ -111,10 +111,10 @@ TEST(BatcherTest, AWaitingStepAndADroppedObserverAreSeparateSays) {
   b.set_waiting(1, true);
   EXPECT_EQ(b.active_count(), 1);
   ASSERT_TRUE(b.submit(0, {1, 0}).wait_for(5s));  // observer 1 is not waited for
-  b.set_active(1, false);                          // dropped while its step waited
-  b.set_waiting(1, false);                         // the step's wait ends
+  b.set_active(1, false);                         // dropped while its step waited
+  b.set_waiting(1, false);                        // the step's wait ends
   EXPECT_EQ(b.active_count(), 1) << "a dropped observer came back";
-  b.set_active(1, true);                           // taken back
+  b.set_active(1, true);  // taken back
   EXPECT_EQ(b.active_count(), 2);
   auto f0 = b.submit(0, {2, 0});
   EXPECT_FALSE(f0.wait_for(20ms));  // waits for observer 1 again

@@ -58,8 +58,7 @@ TEST(FlatAdamTest, StepsAsTorchAdamWithTheClipOnOneBuffer) {
     flat.zero_grad();
     loss_of(*b, x).backward();
     // backward accumulated into the flat gradient buffer: every parameter's grad is a view of it
-    for (const auto& p : b->parameters())
-      EXPECT_EQ(p.grad().storage().data(), flat.grads().storage().data());
+    for (const auto& p : b->parameters()) EXPECT_EQ(p.grad().storage().data(), flat.grads().storage().data());
     EXPECT_NEAR(flat.clip_grad_norm(0.5), ref_norm, 1e-5 * ref_norm);
     flat.step();
     // Parameters near 0.1 move by up to lr = 1e-3 per step: a few ulps of their size apart.
@@ -84,10 +83,10 @@ TEST(FlatAdamTest, ItsStateSurvivesALoadThatReplacesTheParameters) {
   step(fa, *a, x);
   step(fb, *b, x);
   EXPECT_EQ(max_gap(*a, *b), 0.0);
-  EXPECT_THROW(agent::FlatAdam(*net(1), 1e-3).load({{"adam.m", torch::zeros({3})},
-                                                     {"adam.v", torch::zeros({3})},
-                                                     {"adam.step", torch::ones({1})}}),
-               std::invalid_argument);
+  EXPECT_THROW(
+      agent::FlatAdam(*net(1), 1e-3)
+          .load({{"adam.m", torch::zeros({3})}, {"adam.v", torch::zeros({3})}, {"adam.step", torch::ones({1})}}),
+      std::invalid_argument);
 }
 
 // Through a real checkpoint: the parameters are views of one storage when saved; loading them

@@ -66,7 +66,7 @@ TEST(LearnerTest, RunningRewardAndSolvedFollowEachAlgorithmsRule) {
   Algorithm p = make_algorithm(config("ppo"), 4, 2, 0);
   // PPO: the mean of the last solved_window (3) returns, solved only once that many ended.
   EXPECT_DOUBLE_EQ(p.learner->running_reward({500, 500}, 0), 500);
-  EXPECT_FALSE(p.learner->solved(500, 475));  // two episodes of a window of three
+  EXPECT_FALSE(p.learner->solved(500, 475));                        // two episodes of a window of three
   EXPECT_DOUBLE_EQ(p.learner->running_reward({200, 500}, 0), 400);  // 500, 200, 500
   EXPECT_TRUE(p.learner->solved(400, 400));
 }
@@ -102,7 +102,8 @@ TEST(LearnerTest, ACheckpointCarriesTheProgressAndTheAlgorithmsOwnState) {
     load_run(*r.learner, path, config("reinforce"));
     ADD_FAILURE() << "a PPO checkpoint loaded into REINFORCE";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("saved by a learner.algo ppo run, and this run is reinforce"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("saved by a learner.algo ppo run, and this run is reinforce"),
+              std::string::npos)
         << e.what();
   }
   std::filesystem::remove_all(dir);

@@ -37,7 +37,7 @@ rl::Fragment tiny_fragment() {
   f.last_values = {9.0f};       // never used: step 3 was cut
   f.versions = {0, 0, 0, 0};
   f.next_obs = {0};
-  f.final_obs = {0};            // the cut episode's last observation
+  f.final_obs = {0};  // the cut episode's last observation
   return f;
 }
 
@@ -51,7 +51,7 @@ TEST(PpoTest, GaeFollowsTheRecursionWithTerminationAndTruncation) {
   // By hand, backwards. t=3 truncated: r' = 4 + g*V3, no continuation.
   const double d3 = 4 + g * 0.2 - 0.2, a3 = d3;
   const double d2 = 3 + g * 0.2 - 0.3, a2 = d2 + g * l * a3;  // continues into t=3
-  const double d1 = 2 - 0.4, a1 = d1;                        // terminated
+  const double d1 = 2 - 0.4, a1 = d1;                         // terminated
   const double d0 = 1 + g * 0.4 - 0.5, a0 = d0 + g * l * a1;
   const std::vector<double> want{a0, a1, a2, a3};
   for (int t = 0; t < 4; ++t) {
@@ -302,7 +302,7 @@ TEST(PpoTest, GaeKeepsEnvsApartInTimeMajorArrays) {
   f.num_envs = 2;
   f.values = {0.1f, 0.2f, 0.3f, 0.4f};  // t0e0, t0e1, t1e0, t1e1
   f.rewards = {1, 2, 3, 4};
-  f.terminated = {0, 1, 0, 0};        // env 1 ends after step 0
+  f.terminated = {0, 1, 0, 0};  // env 1 ends after step 0
   f.truncated = {0, 0, 0, 0};
   f.last_values = {5.0f, 6.0f};
   const double g = 0.9, l = 0.5;

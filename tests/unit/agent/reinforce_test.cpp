@@ -198,7 +198,8 @@ TEST(ObserverHostTest, ADroppedAgentConnectionEndsTheWaitUnlessItComesBack) {
   EXPECT_LT(s, 15.0);
   observer::ObserverHost finished;
   finished.finish();
-  EXPECT_TRUE(finished.wait(std::chrono::hours(1), [] { return std::string("it dropped"); }));  // a finished run ends normally
+  EXPECT_TRUE(
+      finished.wait(std::chrono::hours(1), [] { return std::string("it dropped"); }));  // a finished run ends normally
 }
 
 }  // namespace

@@ -138,7 +138,7 @@ TEST(TrajectoriesTest, MalformedReportsAreRefusedNamingTheObserverAndChangeNothi
   r.rewards = {1, 2};
   refused(r, "outcomes in the first step");
   EXPECT_EQ(tr.stats().refused, 10);  // the out-of-range id is refused before a slot is found
-  play(tr, 0, 2, 4);  // the refused reports changed nothing: the next good step goes on
+  play(tr, 0, 2, 4);                  // the refused reports changed nothing: the next good step goes on
   ASSERT_EQ(tr.pop(1, 1s).size(), 1u);
   // A step sent before the answer to the previous one.
   ASSERT_EQ(tr.observe(report(1, 0)), Trajectories::Admit::Go);

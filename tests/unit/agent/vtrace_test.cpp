@@ -93,8 +93,13 @@ Reference reference(const Trajectory& t, const VtraceOptions& o, const std::stri
     f.precision(17);
     f << t.T << ' ' << t.E << ' ' << o.gamma << ' ' << o.lambda << ' ' << o.rho_bar << ' ' << o.c_bar << ' '
       << o.pg_rho_bar << '\n'
-      << join(t.log_rhos) << '\n' << join(t.rewards) << '\n' << join(t.values) << '\n' << join(t.bootstrap) << '\n'
-      << join(t.terminated) << '\n' << join(t.truncated) << '\n' << join(t.truncated_values) << '\n';
+      << join(t.log_rhos) << '\n'
+      << join(t.rewards) << '\n'
+      << join(t.values) << '\n'
+      << join(t.bootstrap) << '\n'
+      << join(t.terminated) << '\n'
+      << join(t.truncated) << '\n'
+      << join(t.truncated_values) << '\n';
   }
   const auto run = distrl::testing::run_reference_python("vtrace_reference.py", std::string(path) + " " + bug, "numpy");
   ::unlink(path);
@@ -128,9 +133,9 @@ double worst(const std::vector<float>& a, const std::vector<double>& b) {
 
 TEST(VtraceTest, AgreesWithTheNumpyReferenceOnRandomTrajectoriesAndItsPlantedBugsDoNot) {
   const VtraceOptions cases[] = {
-      {0.99, 1.0, 1.0, 1.0, 1.0},   // the paper's defaults
-      {0.9, 0.95, 1.0, 1.0, 1.0},   // lambda < 1
-      {0.99, 1.0, 2.0, 0.5, 1.5},   // rho_bar > c_bar, a separate pg clip
+      {0.99, 1.0, 1.0, 1.0, 1.0},  // the paper's defaults
+      {0.9, 0.95, 1.0, 1.0, 1.0},  // lambda < 1
+      {0.99, 1.0, 2.0, 0.5, 1.5},  // rho_bar > c_bar, a separate pg clip
       {0.97, 0.9, 0.8, 1.2, 0.9},
   };
   int ran = 0;
@@ -144,7 +149,8 @@ TEST(VtraceTest, AgreesWithTheNumpyReferenceOnRandomTrajectoriesAndItsPlantedBug
       EXPECT_LE(worst(out.vs, ref.vs), 1e-6) << "vs, seed " << seed << " gamma " << o.gamma << " lambda " << o.lambda;
       EXPECT_LE(worst(out.pg_advantages, ref.adv), 1e-6) << "advantages, seed " << seed;
       for (std::size_t i = 0; i < out.q.size(); ++i)  // APPO's advantage is the unweighted one
-        ASSERT_NEAR(out.q[i] - t.values[i], out.pg_advantages[i] / std::min(o.pg_rho_bar, std::exp(double(t.log_rhos[i]))),
+        ASSERT_NEAR(out.q[i] - t.values[i],
+                    out.pg_advantages[i] / std::min(o.pg_rho_bar, std::exp(double(t.log_rhos[i]))),
                     1e-4 * std::max(1.0f, std::abs(out.q[i])));
     }
   }
@@ -204,7 +210,8 @@ TEST(VtraceTest, WithoutLagTheAdvantageIsGae) {
   std::vector<float> returns;
   const auto adv = gae(f, t.rewards, o.gamma, o.lambda, &returns);
   const VtraceOutput out = vtrace(t.input(), o);
-  for (std::size_t i = 0; i < adv.size(); ++i) EXPECT_NEAR(out.vs[i], returns[i], 1e-5 * std::max(1.0f, std::abs(returns[i])));
+  for (std::size_t i = 0; i < adv.size(); ++i)
+    EXPECT_NEAR(out.vs[i], returns[i], 1e-5 * std::max(1.0f, std::abs(returns[i])));
 }
 
 TEST(VtraceTest, RefusesABadShapeAndATruncationWithoutItsValue) {

@@ -122,8 +122,9 @@ TEST(RunDirTest, AResumeChecksTheCheckpointsRunAndWorkload) {
   EXPECT_EQ(refusal([&] { distrl::check_resume(dir.path(), "ck.pt", id, "rl"); }), "");
   EXPECT_EQ(refusal([&] { distrl::check_resume(dir.path(), "ck.pt", "", ""); }), "") << "from before ids";
   const std::string other = refusal([&] { distrl::check_resume(dir.path(), "elsewhere/ck.pt", "0123456789ab", "rl"); });
-  EXPECT_NE(other.find("belongs to run 0123456789ab, but run.out_dir '" + dir.path() + "' holds the outputs of run " + id),
-            std::string::npos)
+  EXPECT_NE(
+      other.find("belongs to run 0123456789ab, but run.out_dir '" + dir.path() + "' holds the outputs of run " + id),
+      std::string::npos)
       << other;
   EXPECT_NE(other.find("run.out_dir=elsewhere"), std::string::npos) << other;
   const std::string kind = refusal([&] { distrl::check_resume(dir.path(), "ck.pt", id, "ddp"); });

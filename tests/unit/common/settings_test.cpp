@@ -88,7 +88,8 @@ TEST(SettingsTest, TheEffectiveConfigLoadsBackToTheSameValues) {
   std::string name_a, name_b;
   a.s.bind("run.name", &name_a, "name");
   b.s.bind("run.name", &name_b, "name");
-  a.s.load_text("run:\n  name: \"cart pole: #1\"\nlearner:\n  lr: 0.123456789012\nagent: {mode: unbatched}\n", "c.yaml");
+  a.s.load_text("run:\n  name: \"cart pole: #1\"\nlearner:\n  lr: 0.123456789012\nagent: {mode: unbatched}\n",
+                "c.yaml");
   b.s.load_text(a.s.to_yaml(), "effective config");
   EXPECT_EQ(name_b, "cart pole: #1");
   EXPECT_EQ(b.c.lr, 0.123456789012);
@@ -108,11 +109,17 @@ TEST(SettingsTest, StrangeYamlIsAConfigErrorNamingWhatIsWrong) {
   EXPECT_NE(error_of([&] { b.s.load_text(std::string(40, '[') + std::string(40, ']'), "c.yaml"); }), "no error");
   std::string deep;
   for (int i = 0; i < 20; ++i) deep += std::string(2 * i, ' ') + "k" + std::to_string(i) + ":\n";
-  EXPECT_NE(error_of([&] { b.s.load_text(deep + std::string(40, ' ') + "x: 1\n", "c.yaml"); }).find("nested more than 16"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { b.s.load_text(deep + std::string(40, ' ') + "x: 1\n", "c.yaml"); }).find("nested more than 16"),
+      std::string::npos);
   EXPECT_NE(error_of([&] { b.s.load_text("run:\n  name: \"a\\x01b\"\n", "c.yaml"); }).find("control character"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { b.s.load_text("run:\n  name: a\xff\xfe" "b\n", "c.yaml"); }).find("not valid UTF-8"),
+  EXPECT_NE(error_of([&] {
+              b.s.load_text(
+                  "run:\n  name: a\xff\xfe"
+                  "b\n",
+                  "c.yaml");
+            }).find("not valid UTF-8"),
             std::string::npos);
   b.s.load_text("run:\n  name: caf\xc3\xa9 \xe2\x9c\x93\n", "c.yaml");  // UTF-8 text is fine
   EXPECT_EQ(name, "caf\xc3\xa9 \xe2\x9c\x93");

@@ -42,8 +42,7 @@ std::string number(double v) {
 distrl::testing::PythonRun run_reference(const std::string& script) {
   distrl::testing::TempDir dir;
   std::ofstream(dir.file("commands.txt")) << script;
-  return distrl::testing::run_reference_python("gym_reference.py", "< " + dir.file("commands.txt"),
-                                               "gymnasium[box2d]");
+  return distrl::testing::run_reference_python("gym_reference.py", "< " + dir.file("commands.txt"), "gymnasium[box2d]");
 }
 
 std::vector<double> numbers_after(const std::string& line, const std::string& word) {
@@ -94,7 +93,8 @@ bool read_reference(const std::string& out, Reference* r) {
   r->draws = numbers_after(line, "draws");
   if (!std::getline(lines, line)) return false;
   r->terrain = numbers_after(line, "terrain");
-  while (std::getline(lines, line) && line.rfind("obstacle ", 0) == 0) r->obstacles.push_back(numbers_after(line, "obstacle"));
+  while (std::getline(lines, line) && line.rfind("obstacle ", 0) == 0)
+    r->obstacles.push_back(numbers_after(line, "obstacle"));
   r->first = parse_step(line);
   while (std::getline(lines, line)) r->steps.push_back(parse_step(line));
   return true;
@@ -211,10 +211,11 @@ void compare_with_gymnasium(bool hardcore, std::uint64_t seed, int* passed = nul
     if (my_steps[t].terminated == g.terminated) reward = std::max(reward, std::abs(my_steps[t].reward - g.reward));
   }
   const double n = static_cast<double>(my_steps.size());
-  std::printf("%s seed %d: %zu steps; away from joint limits %d of %d within %g; largest differences: hull %.2g, "
-              "lidar %.2g, reward %.2g; %d contact flags differ\n",
-              env.name().c_str(), static_cast<int>(seed), my_steps.size(), free_agree, free_steps, Bounds::kFree, hull,
-              lidar, reward, contact_flips);
+  std::printf(
+      "%s seed %d: %zu steps; away from joint limits %d of %d within %g; largest differences: hull %.2g, "
+      "lidar %.2g, reward %.2g; %d contact flags differ\n",
+      env.name().c_str(), static_cast<int>(seed), my_steps.size(), free_agree, free_steps, Bounds::kFree, hull, lidar,
+      reward, contact_flips);
   EXPECT_GE(free_agree, Bounds::kFreeShare * free_steps);
   EXPECT_GE(free_steps, 0.2 * n) << "too few steps away from the joint limits to compare";
   EXPECT_LE(hull, Bounds::kHull);
@@ -351,7 +352,8 @@ TEST(BipedalWalkerTest, HardcoreHasStumpsStairsAndPits) {
     for (const auto& poly : scene.obstacles) {
       ASSERT_EQ(poly.size(), 4u);
       float x0 = poly[0][0], x1 = x0, y0 = poly[0][1], y1 = y0;
-      for (const auto& p : poly) x0 = std::min(x0, p[0]), x1 = std::max(x1, p[0]), y0 = std::min(y0, p[1]), y1 = std::max(y1, p[1]);
+      for (const auto& p : poly)
+        x0 = std::min(x0, p[0]), x1 = std::max(x1, p[0]), y0 = std::min(y0, p[1]), y1 = std::max(y1, p[1]);
       const long w = std::lround((x1 - x0) / step), h = std::lround((y1 - y0) / step);
       if (w == 1 && h == 4) ++pits;
       else if (w == h && (w == 1 || w == 2)) ++stumps;

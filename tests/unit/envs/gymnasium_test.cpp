@@ -153,7 +153,8 @@ TEST(GymnasiumTest, AcrobotStepsAsGymnasiumDoes) {
   Acrobot env;
   eps.push_back(play(env, 1, RandomDiscrete{Rng(11), 3}, &script));  // random torques: 500 steps, truncated
   // Torque with the second joint's swing pumps energy until the tip clears the line: terminated.
-  eps.push_back(play(env, 2, [](const std::vector<float>& o, int) { return o[5] > 0 ? 2 : 0; }, &script));
+  eps.push_back(play(
+      env, 2, [](const std::vector<float>& o, int) { return o[5] > 0 ? 2 : 0; }, &script));
   ASSERT_TRUE(eps[0].steps.back().truncated);
   ASSERT_TRUE(eps[1].steps.back().terminated) << "the swing-up never got there in " << eps[1].steps.size() << " steps";
   compare(eps, script);
@@ -164,7 +165,8 @@ TEST(GymnasiumTest, MountainCarStepsAsGymnasiumDoes) {
   std::vector<Episode> eps;
   MountainCar env(false);
   eps.push_back(play(env, 1, RandomDiscrete{Rng(12), 3}, &script));
-  eps.push_back(play(env, 2, [](const std::vector<float>& o, int) { return o[1] >= 0 ? 2 : 0; }, &script));
+  eps.push_back(play(
+      env, 2, [](const std::vector<float>& o, int) { return o[1] >= 0 ? 2 : 0; }, &script));
   ASSERT_TRUE(eps[0].steps.back().truncated);
   ASSERT_TRUE(eps[1].steps.back().terminated) << "pushing with the velocity never reached the flag";
   compare(eps, script);
@@ -175,7 +177,8 @@ TEST(GymnasiumTest, MountainCarContinuousStepsAsGymnasiumDoes) {
   std::vector<Episode> eps;
   MountainCar env(true);
   eps.push_back(play(env, 1, RandomBox{Rng(13), -1.5f, 1.5f}, &script));
-  eps.push_back(play(env, 2, [](const std::vector<float>& o, int) { return o[1] >= 0 ? 1.0f : -1.0f; }, &script));
+  eps.push_back(play(
+      env, 2, [](const std::vector<float>& o, int) { return o[1] >= 0 ? 1.0f : -1.0f; }, &script));
   ASSERT_TRUE(eps[0].steps.back().truncated);
   ASSERT_TRUE(eps[1].steps.back().terminated) << "pushing with the velocity never reached the flag";
   compare(eps, script);
@@ -186,7 +189,8 @@ TEST(GymnasiumTest, PendulumStepsAsGymnasiumDoes) {
   std::vector<Episode> eps;
   Pendulum env;
   eps.push_back(play(env, 1, RandomBox{Rng(14), -3.0f, 3.0f}, &script));
-  eps.push_back(play(env, 2, [](const std::vector<float>& o, int) { return o[2] >= 0 ? 2.0f : -2.0f; }, &script));
+  eps.push_back(play(
+      env, 2, [](const std::vector<float>& o, int) { return o[2] >= 0 ? 2.0f : -2.0f; }, &script));
   ASSERT_EQ(eps[0].steps.size(), 200u);
   ASSERT_TRUE(eps[0].steps.back().truncated);
   compare(eps, script);

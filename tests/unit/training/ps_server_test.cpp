@@ -58,9 +58,12 @@ at::Tensor value_of(ShardServer& s, const std::string& name) { return s.pull(Pul
 at::Tensor libtorch_steps(const std::string& kind, const at::Tensor& w0, const std::vector<at::Tensor>& grads) {
   at::Tensor w = w0.clone().requires_grad_(true);
   std::unique_ptr<torch::optim::Optimizer> opt;
-  if (kind == "sgd") opt = std::make_unique<torch::optim::SGD>(std::vector<at::Tensor>{w}, torch::optim::SGDOptions(0.1).momentum(0.9));
-  if (kind == "adagrad") opt = std::make_unique<torch::optim::Adagrad>(std::vector<at::Tensor>{w}, torch::optim::AdagradOptions(0.1));
-  if (kind == "adam") opt = std::make_unique<torch::optim::Adam>(std::vector<at::Tensor>{w}, torch::optim::AdamOptions(0.1));
+  if (kind == "sgd")
+    opt = std::make_unique<torch::optim::SGD>(std::vector<at::Tensor>{w}, torch::optim::SGDOptions(0.1).momentum(0.9));
+  if (kind == "adagrad")
+    opt = std::make_unique<torch::optim::Adagrad>(std::vector<at::Tensor>{w}, torch::optim::AdagradOptions(0.1));
+  if (kind == "adam")
+    opt = std::make_unique<torch::optim::Adam>(std::vector<at::Tensor>{w}, torch::optim::AdamOptions(0.1));
   for (const at::Tensor& g : grads) {
     w.mutable_grad() = g.to(w0.scalar_type());
     opt->step();
@@ -138,7 +141,7 @@ TEST(PsServerTest, ARestoredSnapshotEqualsTheShardAndStepsLikeIt) {
   torch::manual_seed(5);
   a.declare(dense("w", torch::randn({3, 2})));
   a.declare(DeclareRequest{"emb", torch::randn({5, 2}), true, 5});
-  const std::int64_t now = 1 << 20;  // never a closed round: no push is late
+  const std::int64_t now = 1 << 20;              // never a closed round: no push is late
   auto rounds = [&](ShardServer& s, int seed) {  // a round of dense pushes, then one of rows
     torch::manual_seed(seed);
     std::vector<transport::Future<PushReply>> fs;
@@ -236,7 +239,7 @@ TEST(PsServerTest, FoldedLatePushJoinsTheOpenRound) {
   o.optimizer.momentum = 0;
   ShardServer s(0, 1, 2, 1, o);
   s.declare(dense("w", torch::zeros({1})));
-  s.push(push_of(0, 0, "w", torch::ones({1}))).value();           // round 1 closes (quorum 1)
+  s.push(push_of(0, 0, "w", torch::ones({1}))).value();                    // round 1 closes (quorum 1)
   PushReply r = s.push(push_of(1, 0, "w", torch::ones({1}) * 3)).value();  // late: folded into round 2
   EXPECT_FALSE(r.dropped);
   EXPECT_EQ(r.round, 2);
@@ -296,14 +299,27 @@ TEST(PsServerTest, RefusesBadKeysRowsAndShapesByName) {
     return std::string("no error");
   };
   EXPECT_NE(message([&] { s.pull(PullRequest{{"nope"}}); }).find("'nope', which is not declared"), std::string::npos);
-  EXPECT_NE(message([&] { s.push(push_of(0, 0, "w", torch::zeros({3}))); }).find("gradient pushed for 'w'"), std::string::npos);
-  EXPECT_NE(message([&] { s.push(push_of(7, 0, "w", torch::zeros({2, 2}))); }).find("trainer id 7"), std::string::npos);
-  EXPECT_NE(message([&] { s.declare(dense("w", torch::zeros({5}))); }).find("key 'w' is declared as"), std::string::npos);
-  EXPECT_NE(message([&] { s.pull_rows(RowsRequest{"emb", torch::tensor({0, 3})}); }).find("row 7 of table 'emb' is out of range [0, 6)"),
+  EXPECT_NE(message([&] { s.push(push_of(0, 0, "w", torch::zeros({3}))); }).find("gradient pushed for 'w'"),
             std::string::npos);
-  EXPECT_NE(message([&] { s.pull_rows(RowsRequest{"emb", torch::tensor({-1})}); }).find("out of range"), std::string::npos);
-  EXPECT_NE(message([&] { s.pull_rows(RowsRequest{"emb", torch::tensor({0.5})}); }).find("int64 vector"), std::string::npos);
-  EXPECT_NE(message([&] { s.pull_rows(RowsRequest{"w", torch::tensor({0})}); }).find("dense key, not a table"), std::string::npos);
+  EXPECT_NE(message([&] { s.push(push_of(7, 0, "w", torch::zeros({2, 2}))); }).find("trainer id 7"), std::string::npos);
+  EXPECT_NE(message([&] { s.declare(dense("w", torch::zeros({5}))); }).find("key 'w' is declared as"),
+            std::string::npos);
+  EXPECT_NE(message([&] {
+              s.pull_rows(RowsRequest{"emb", torch::tensor({0, 3})});
+            }).find("row 7 of table 'emb' is out of range [0, 6)"),
+            std::string::npos);
+  EXPECT_NE(message([&] {
+              s.pull_rows(RowsRequest{"emb", torch::tensor({-1})});
+            }).find("out of range"),
+            std::string::npos);
+  EXPECT_NE(message([&] {
+              s.pull_rows(RowsRequest{"emb", torch::tensor({0.5})});
+            }).find("int64 vector"),
+            std::string::npos);
+  EXPECT_NE(message([&] {
+              s.pull_rows(RowsRequest{"w", torch::tensor({0})});
+            }).find("dense key, not a table"),
+            std::string::npos);
   RowsPush bad;
   bad.id = next_id(0);
   bad.table = "emb";
@@ -470,8 +486,8 @@ TEST(PsExactlyOnceTest, SspReadsHoldEveryTrainersUpdatesThroughClockCMinusS) {
         const at::Tensor& v = read[t][c - 1];
         EXPECT_EQ(v[t].item<float>(), -c) << "trainer " << t << " at clock " << c << " reads its own pushes";
         for (int u = 0; u < kTrainers; ++u)
-          EXPECT_LE(v[u].item<float>(), -(c - staleness))
-              << "trainer " << t << " at clock " << c << " read " << -v[u].item<float>() << " push(es) of trainer " << u;
+          EXPECT_LE(v[u].item<float>(), -(c - staleness)) << "trainer " << t << " at clock " << c << " read "
+                                                          << -v[u].item<float>() << " push(es) of trainer " << u;
       }
   }
 }

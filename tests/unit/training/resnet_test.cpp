@@ -58,8 +58,8 @@ TEST(ResNet50Test, ModelParallelAndPipelinedEqualTheWholeNetwork) {
     distrl::testing::Reorderings want("eval outputs");
     want.add({whole.forward(x)});
     want.add({torch::cat({whole.forward(x.narrow(0, 0, 3)), whole.forward(x.narrow(0, 3, 3))})});
-    want.add({torch::cat({whole.forward(x.narrow(0, 0, 2)), whole.forward(x.narrow(0, 2, 2)),
-                          whole.forward(x.narrow(0, 4, 2))})});
+    want.add({torch::cat(
+        {whole.forward(x.narrow(0, 0, 2)), whole.forward(x.narrow(0, 2, 2)), whole.forward(x.narrow(0, 4, 2))})});
     for (int split : {0, 4, 2}) {
       mp.set_split_size(split);
       EXPECT_EQ(want.check({mp.forward(x).cpu()}), "") << "split " << split;
@@ -81,8 +81,9 @@ TEST(ResNet50Test, ModelParallelAndPipelinedEqualTheWholeNetwork) {
       for (const auto& part : x.split(2)) outs.push_back(whole.forward(part));
       torch::mse_loss(torch::cat(outs), y).backward();
     } else {
-      distrl::testing::backward_in_order(order, x, y, {2, 2, 2}, [&](const torch::Tensor& in) { return whole.forward(in); },
-                                 [](const torch::Tensor& out, const torch::Tensor& t) { return torch::mse_loss(out, t); });
+      distrl::testing::backward_in_order(
+          order, x, y, {2, 2, 2}, [&](const torch::Tensor& in) { return whole.forward(in); },
+          [](const torch::Tensor& out, const torch::Tensor& t) { return torch::mse_loss(out, t); });
     }
     std::vector<torch::Tensor> g;
     auto named = whole.named_parameters();

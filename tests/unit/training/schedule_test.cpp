@@ -39,7 +39,7 @@ TEST(ScheduleTest, BuiltInSchedulesVerifyWithTheirKnownBubbleAndMemory) {
         EXPECT_NEAR(f.bubble[s], theory, 1e-9);
         EXPECT_EQ(g.peak_activations[s], m);
         EXPECT_EQ(f.peak_activations[s], std::min(p - s, m));  // 1F1B: at most the stages
-        EXPECT_LE(z.peak_activations[s], std::min(p, m));  // ZB-H1: no stage above 1F1B's peak (stage 0)
+        EXPECT_LE(z.peak_activations[s], std::min(p, m));      // ZB-H1: no stage above 1F1B's peak (stage 0)
       }
       // Idle time per stage: ZB-H1's (p-1)(F+I-W) against 1F1B's (p-1)(F+B), a third at F = I = W.
       EXPECT_NEAR(z.mean_bubble() * z.makespan, (p - 1) * 1.0, 1e-9);
@@ -77,24 +77,34 @@ TEST(ScheduleTest, TextFormRoundTripsAndLowersTransfers) {
 
 TEST(ScheduleTest, TheVerifierRefusesADeadlockTooFewMicroBatchesAndTheMemoryBound) {
   // Stage 0 waits for B0's gradient before sending F1; stage 1 needs F1 before it runs B0.
-  expect_refused([] {
-    pl::verify(pl::parse_schedule("schedule bad stages 2 chunks 1 microbatches 2\nstage 0: F0 B0 F1 B1\nstage 1: F0 F1 B0 B1\n"));
-  }, "deadlock: stage 0 waits at RB0 (action 2) for stage 1; stage 1 waits at RF1 (action 2) for stage 0");
+  expect_refused(
+      [] {
+        pl::verify(pl::parse_schedule(
+            "schedule bad stages 2 chunks 1 microbatches 2\nstage 0: F0 B0 F1 B1\nstage 1: F0 F1 B0 B1\n"));
+      },
+      "deadlock: stage 0 waits at RB0 (action 2) for stage 1; stage 1 waits at RF1 (action 2) for stage 0");
   // A schedule written for 4 micro-batches, given 2.
-  expect_refused([] {
-    pl::Schedule s = pl::make_schedule("1f1b", 2, 4);
-    s.microbatches = 2;
-    pl::verify(s);
-  }, "needs at least 3 micro-batches, given 2");
+  expect_refused(
+      [] {
+        pl::Schedule s = pl::make_schedule("1f1b", 2, 4);
+        s.microbatches = 2;
+        pl::verify(s);
+      },
+      "needs at least 3 micro-batches, given 2");
   expect_refused([] { pl::verify(pl::make_schedule("gpipe", 4, 8), bound(4)); },
                  "stage 0 would keep 8 micro-batches' activations at once; the bound (max_activations) is 4");
   EXPECT_NO_THROW(pl::verify(pl::make_schedule("1f1b", 4, 8), bound(4)));
-  expect_refused([] {
-    pl::verify(pl::parse_schedule("schedule x stages 2 chunks 1 microbatches 2\nstage 0: F0 F1 B0 B1\nstage 1: F0 B0 F1\n"));
-  }, "stage 1: micro-batch 1 has no backward");
-  expect_refused([] {
-    pl::verify(pl::parse_schedule("schedule x stages 2 chunks 1 microbatches 1\nstage 0: B0 F0\nstage 1: F0 B0\n"));
-  }, "the backward of 0 comes before its forward");
+  expect_refused(
+      [] {
+        pl::verify(pl::parse_schedule(
+            "schedule x stages 2 chunks 1 microbatches 2\nstage 0: F0 F1 B0 B1\nstage 1: F0 B0 F1\n"));
+      },
+      "stage 1: micro-batch 1 has no backward");
+  expect_refused(
+      [] {
+        pl::verify(pl::parse_schedule("schedule x stages 2 chunks 1 microbatches 1\nstage 0: B0 F0\nstage 1: F0 B0\n"));
+      },
+      "the backward of 0 comes before its forward");
 }
 
 // Every rule of the verifier refuses by name (each case fails when its check is taken out).

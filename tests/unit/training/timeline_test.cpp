@@ -54,8 +54,8 @@ TEST(TimelineTest, ChromeTraceHasARowPerStageABoxPerActionAndAnArrowPerTransfer)
   EXPECT_EQ(rows, (std::map<int, std::string>{{0, "stage 0"}, {1, "stage 1"}}));
   // Times from the earliest start (100 us).
   const std::map<std::pair<int, std::string>, std::pair<double, double>> want{
-      {{0, "F0"}, {0, 10}},  {{0, "SF0"}, {10, 1}}, {{0, "RB0"}, {11, 29}}, {{0, "B0"}, {40, 20}},
-      {{1, "RF0"}, {5, 7}}, {{1, "F0"}, {12, 10}},  {{1, "B0"}, {22, 16}},  {{1, "SB0"}, {38, 1}}};
+      {{0, "F0"}, {0, 10}}, {{0, "SF0"}, {10, 1}}, {{0, "RB0"}, {11, 29}}, {{0, "B0"}, {40, 20}},
+      {{1, "RF0"}, {5, 7}}, {{1, "F0"}, {12, 10}}, {{1, "B0"}, {22, 16}},  {{1, "SB0"}, {38, 1}}};
   EXPECT_EQ(boxes, want);
   // An arrow leaves at the send's start and lands on the receiving row at the receive's end.
   std::map<std::string, std::tuple<int, double, int, double>> got;  // send -> (from row, ts, to row, ts)
@@ -67,7 +67,7 @@ TEST(TimelineTest, ChromeTraceHasARowPerStageABoxPerActionAndAnArrowPerTransfer)
     got[s.name] = {s.tid, s.ts, f.tid, f.ts};
   }
   EXPECT_EQ(got, (std::map<std::string, std::tuple<int, double, int, double>>{{"SF0", {0, 10.0, 1, 12.0}},
-                                                                                {"SB0", {1, 38.0, 0, 40.0}}}));
+                                                                              {"SB0", {1, 38.0, 0, 40.0}}}));
 }
 
 // The peer's clock is ours + 1000 us. First round trip: sent at 0, the peer read 1015 (at our 15),

@@ -65,7 +65,8 @@ TEST(WorkloadRegistryTest, HoldsEveryWorkloadWithItsTool) {
 
 TEST(WorkloadRegistryTest, EveryWorkloadsRolesMakeItsWorld) {
   // ps: servers + trainers; hybrid: one more, the master.
-  EXPECT_EQ(world_of("distrl-ps", {"--config", kConfigs + "ps_batch_update.yaml", "roles.servers=2", "roles.trainers=3"}), 5);
+  EXPECT_EQ(
+      world_of("distrl-ps", {"--config", kConfigs + "ps_batch_update.yaml", "roles.servers=2", "roles.trainers=3"}), 5);
   EXPECT_EQ(world_of("distrl-ps", {"--config", kConfigs + "ps_model_on_server.yaml", "roles.trainers=4"}), 5);
   EXPECT_EQ(world_of("distrl-ps", {"--config", kConfigs + "ps_hybrid.yaml", "roles.trainers=3"}), 5);
   EXPECT_EQ(world_of("distrl-ps", {"--config", kConfigs + "ps_skipgram.yaml"}), 6);  // the file's 2 + 4
@@ -149,18 +150,20 @@ TEST(WorkloadCheckTest, EachWorkloadTakesOnlyItsOwnKeys) {
   EXPECT_NE(refusal("distrl-ps", {"--config", kConfigs + "ps_model_on_server.yaml", "ps.snapshot_s=5"})
                 .find("unknown key 'ps.snapshot_s'"),
             std::string::npos);
-  EXPECT_NE(refusal("distrl-ps", {"--config", kConfigs + "ps_skipgram.yaml", "train.rounds=5"}).find("unknown key 'train.rounds'"),
+  EXPECT_NE(refusal("distrl-ps", {"--config", kConfigs + "ps_skipgram.yaml", "train.rounds=5"})
+                .find("unknown key 'train.rounds'"),
             std::string::npos);
   EXPECT_NE(refusal("distrl-ps", {"--config", kConfigs + "ps_batch_update.yaml", "report.words=a"})
                 .find("unknown key 'report.words'"),
             std::string::npos);
   // The sections every workload shares are bound once, alike.
-  for (const char* file : {"ps_batch_update.yaml", "ps_hybrid.yaml", "rnn_dist_autograd.yaml", "pipeline_resnet50.yaml",
-                           "ddp_toy.yaml"}) {
+  for (const char* file :
+       {"ps_batch_update.yaml", "ps_hybrid.yaml", "rnn_dist_autograd.yaml", "pipeline_resnet50.yaml", "ddp_toy.yaml"}) {
     const std::string name = tr::workload_named_by(kConfigs + file, {});
-    EXPECT_EQ(refusal(tr::find_workload(name, file).tool,
-                      {"--config", kConfigs + file, "run.seed=3", "run.torch_threads=2", "dist.timeout_s=9", "dist.transport=tcp"}),
-              "")
+    EXPECT_EQ(
+        refusal(tr::find_workload(name, file).tool, {"--config", kConfigs + file, "run.seed=3", "run.torch_threads=2",
+                                                     "dist.timeout_s=9", "dist.transport=tcp"}),
+        "")
         << file;
   }
 }
@@ -173,16 +176,18 @@ TEST(WorkloadCheckTest, CheckConfigRefusesWhatARankWould) {
   EXPECT_NE(refusal("distrl-ps", {"--config", kConfigs + "ps_model_on_server.yaml", "model.name=resnet50"})
                 .find("model.name: 'resnet50' is not one of: mnist_cnn, mlp"),
             std::string::npos);
-  EXPECT_NE(refusal("distrl-ps", {"--config", ps, "roles.trainers=2", "ps.quorum=5"}).find("ps.quorum: 5 is not in [0, 2]"),
-            std::string::npos);
+  EXPECT_NE(
+      refusal("distrl-ps", {"--config", ps, "roles.trainers=2", "ps.quorum=5"}).find("ps.quorum: 5 is not in [0, 2]"),
+      std::string::npos);
   EXPECT_NE(refusal("distrl-ps", {"--config", ps, "model.channels=1"}).find("model.channels: resnet50 takes 3-channel"),
             std::string::npos);
   EXPECT_NE(refusal("distrl-pipeline", {"--config", kConfigs + "pipeline_fashion_mnist.yaml", "pipeline.cuts=fc1,fc2"})
                 .find("pipeline.cuts: 2 cuts make 3 pieces; roles.stages x pipeline.chunks needs 2"),
             std::string::npos);
-  EXPECT_NE(refusal("distrl-pipeline", {"--config", kConfigs + "pipeline_resnet50.yaml", "pipeline.microbatch_size=[200]"})
-                .find("pipeline.microbatch_size: 200 is larger than the batch (120)"),
-            std::string::npos);
+  EXPECT_NE(
+      refusal("distrl-pipeline", {"--config", kConfigs + "pipeline_resnet50.yaml", "pipeline.microbatch_size=[200]"})
+          .find("pipeline.microbatch_size: 200 is larger than the batch (120)"),
+      std::string::npos);
 }
 
 }  // namespace

@@ -43,14 +43,42 @@ bool has(const std::string& text, const std::string& part) { return text.find(pa
 class ScopedEnv {
  public:
   explicit ScopedEnv(const Env& env) {
-    for (const char* k : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
-                          "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
-                          "DISTRL_RESTART_COUNT", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_LOCALID",
-                          "SLURM_NODEID", "SLURM_NNODES", "SLURM_JOB_NUM_NODES", "SLURM_TASKS_PER_NODE",
-                          "SLURM_STEP_TASKS_PER_NODE", "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST",
-                          "SLURM_JOB_ID", "SLURM_RESTART_COUNT", "PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK",
-                          "PET_MASTER_ADDR", "PET_MASTER_PORT", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                          "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_RANK", "PMI_SIZE"}) {
+    for (const char* k : {"RANK",
+                          "WORLD_SIZE",
+                          "LOCAL_RANK",
+                          "LOCAL_WORLD_SIZE",
+                          "GROUP_RANK",
+                          "MASTER_ADDR",
+                          "MASTER_PORT",
+                          "TORCHELASTIC_RUN_ID",
+                          "TORCHELASTIC_RESTART_COUNT",
+                          "TORCHELASTIC_MAX_RESTARTS",
+                          "DISTRL_RESTART_COUNT",
+                          "SLURM_PROCID",
+                          "SLURM_NTASKS",
+                          "SLURM_NPROCS",
+                          "SLURM_LOCALID",
+                          "SLURM_NODEID",
+                          "SLURM_NNODES",
+                          "SLURM_JOB_NUM_NODES",
+                          "SLURM_TASKS_PER_NODE",
+                          "SLURM_STEP_TASKS_PER_NODE",
+                          "SLURM_STEP_NODELIST",
+                          "SLURM_JOB_NODELIST",
+                          "SLURM_NODELIST",
+                          "SLURM_JOB_ID",
+                          "SLURM_RESTART_COUNT",
+                          "PET_NNODES",
+                          "PET_NPROC_PER_NODE",
+                          "PET_NODE_RANK",
+                          "PET_MASTER_ADDR",
+                          "PET_MASTER_PORT",
+                          "OMPI_COMM_WORLD_RANK",
+                          "OMPI_COMM_WORLD_SIZE",
+                          "OMPI_COMM_WORLD_LOCAL_RANK",
+                          "OMPI_COMM_WORLD_LOCAL_SIZE",
+                          "PMI_RANK",
+                          "PMI_SIZE"}) {
       const char* old = std::getenv(k);
       saved_[k] = old ? std::optional<std::string>(old) : std::nullopt;
       ::unsetenv(k);
@@ -74,15 +102,25 @@ class ScopedEnv {
   std::map<std::string, std::optional<std::string>> saved_;
 };
 
-const Env kTorchrun{{"TORCHELASTIC_RUN_ID", "job7"}, {"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"},
-                    {"LOCAL_WORLD_SIZE", "4"}, {"GROUP_RANK", "1"}, {"MASTER_ADDR", "node0"},
-                    {"MASTER_PORT", "29500"}, {"TORCHELASTIC_RESTART_COUNT", "2"},
+const Env kTorchrun{{"TORCHELASTIC_RUN_ID", "job7"},
+                    {"RANK", "5"},
+                    {"WORLD_SIZE", "8"},
+                    {"LOCAL_RANK", "1"},
+                    {"LOCAL_WORLD_SIZE", "4"},
+                    {"GROUP_RANK", "1"},
+                    {"MASTER_ADDR", "node0"},
+                    {"MASTER_PORT", "29500"},
+                    {"TORCHELASTIC_RESTART_COUNT", "2"},
                     {"TORCHELASTIC_MAX_RESTARTS", "3"}};
 
-const Env kSlurm{{"SLURM_PROCID", "5"},          {"SLURM_NTASKS", "7"},
-                 {"SLURM_LOCALID", "1"},         {"SLURM_NODEID", "2"},
-                 {"SLURM_NNODES", "4"},          {"SLURM_TASKS_PER_NODE", "2(x3),1"},
-                 {"SLURM_JOB_NODELIST", "big[1-8]"}, {"SLURM_STEP_NODELIST", "gnode[10,20-22]"},
+const Env kSlurm{{"SLURM_PROCID", "5"},
+                 {"SLURM_NTASKS", "7"},
+                 {"SLURM_LOCALID", "1"},
+                 {"SLURM_NODEID", "2"},
+                 {"SLURM_NNODES", "4"},
+                 {"SLURM_TASKS_PER_NODE", "2(x3),1"},
+                 {"SLURM_JOB_NODELIST", "big[1-8]"},
+                 {"SLURM_STEP_NODELIST", "gnode[10,20-22]"},
                  {"SLURM_JOB_ID", "123456"}};
 
 }  // namespace
@@ -120,8 +158,8 @@ TEST(ClusterEnvTest, TorchrunWithoutItsVariablesIsRefusedByName) {
 }
 
 TEST(ClusterEnvTest, PyTorchJobAndDistrlLaunchSetRankWorldAndMaster) {
-  const ClusterEnv c = read_cluster_env(lookup(
-      {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "job-master-0"}, {"MASTER_PORT", "23456"}}));
+  const ClusterEnv c = read_cluster_env(
+      lookup({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "job-master-0"}, {"MASTER_PORT", "23456"}}));
   EXPECT_EQ(c.source, "env");
   EXPECT_EQ(c.rank, 1);
   EXPECT_EQ(c.world_size, 2);
@@ -138,9 +176,10 @@ TEST(ClusterEnvTest, NodeCountInWorldSizeIsTheKnownPitfall) {
       refusal({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"PET_NNODES", "2"}, {"PET_NPROC_PER_NODE", "4"}});
   EXPECT_TRUE(has(why, "counts nodes in WORLD_SIZE") && has(why, "8 ranks") && has(why, "distrl-launch")) << why;
   // One rank per node: WORLD_SIZE == PET_NNODES is right.
-  EXPECT_EQ(read_cluster_env(lookup({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"PET_NNODES", "2"}, {"PET_NPROC_PER_NODE", "1"}}))
-                .world_size,
-            2);
+  EXPECT_EQ(
+      read_cluster_env(lookup({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"PET_NNODES", "2"}, {"PET_NPROC_PER_NODE", "1"}}))
+          .world_size,
+      2);
 }
 
 TEST(ClusterEnvTest, SlurmReadsTheStepNodeListTasksPerNodeAndTheJobsPort) {
@@ -195,8 +234,11 @@ TEST(ClusterEnvTest, SlurmListsExpand) {
 }
 
 TEST(ClusterEnvTest, TrainJobIsARankWithOneProcessPerNodeElseANodeForTheLauncher) {
-  const Env one{{"PET_NNODES", "2"}, {"PET_NPROC_PER_NODE", "1"}, {"PET_NODE_RANK", "1"},
-                {"PET_MASTER_ADDR", "train-node-0-0.train"}, {"PET_MASTER_PORT", "29400"}};
+  const Env one{{"PET_NNODES", "2"},
+                {"PET_NPROC_PER_NODE", "1"},
+                {"PET_NODE_RANK", "1"},
+                {"PET_MASTER_ADDR", "train-node-0-0.train"},
+                {"PET_MASTER_PORT", "29400"}};
   const ClusterEnv c = read_cluster_env(lookup(one));
   EXPECT_EQ(c.source, "trainjob");
   EXPECT_EQ(c.rank, 1);
@@ -223,8 +265,9 @@ TEST(ClusterEnvTest, TrainJobIsARankWithOneProcessPerNodeElseANodeForTheLauncher
 }
 
 TEST(ClusterEnvTest, SrunWithOneTaskPerNodeIsANodeForTheLauncher) {
-  const Env per_node{{"SLURM_PROCID", "1"},  {"SLURM_NTASKS", "2"},         {"SLURM_NNODES", "2"},
-                     {"SLURM_NODEID", "1"},  {"SLURM_LOCALID", "0"},        {"SLURM_TASKS_PER_NODE", "1(x2)"},
+  const Env per_node{{"SLURM_PROCID", "1"},  {"SLURM_NTASKS", "2"},
+                     {"SLURM_NNODES", "2"},  {"SLURM_NODEID", "1"},
+                     {"SLURM_LOCALID", "0"}, {"SLURM_TASKS_PER_NODE", "1(x2)"},
                      {"SLURM_JOB_ID", "77"}, {"SLURM_STEP_NODELIST", "c[3-4]"}};
   const NodeEnv n = read_node_env(lookup(per_node));
   EXPECT_EQ(n.source, "slurm");
@@ -265,13 +308,25 @@ TEST(ClusterEnvTest, ResolveWorldTakesEachLaunchersVariables) {
   };
   const Case cases[] = {
       {"torchrun", kTorchrun, 5, 8, 1, "node0", 29500},
-      {"pytorchjob", {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "job-master-0"}, {"MASTER_PORT", "23456"}},
-       1, 2, 0, "job-master-0", 23456},
+      {"pytorchjob",
+       {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "job-master-0"}, {"MASTER_PORT", "23456"}},
+       1,
+       2,
+       0,
+       "job-master-0",
+       23456},
       {"slurm", kSlurm, 5, 7, 1, "gnode10", 23456},
       {"trainjob",
-       {{"PET_NNODES", "3"}, {"PET_NPROC_PER_NODE", "1"}, {"PET_NODE_RANK", "2"}, {"PET_MASTER_ADDR", "m"},
+       {{"PET_NNODES", "3"},
+        {"PET_NPROC_PER_NODE", "1"},
+        {"PET_NODE_RANK", "2"},
+        {"PET_MASTER_ADDR", "m"},
         {"PET_MASTER_PORT", "29400"}},
-       2, 3, 0, "m", 29400},
+       2,
+       3,
+       0,
+       "m",
+       29400},
   };
   for (const auto& c : cases) {
     const ScopedEnv scoped(c.env);
@@ -282,8 +337,11 @@ TEST(ClusterEnvTest, ResolveWorldTakesEachLaunchersVariables) {
     EXPECT_EQ(w.master_addr, c.addr) << c.name;
     EXPECT_EQ(w.master_port, c.port) << c.name;
   }
-  ScopedEnv several({{"PET_NNODES", "2"}, {"PET_NPROC_PER_NODE", "4"}, {"PET_NODE_RANK", "0"},
-                     {"PET_MASTER_ADDR", "m"}, {"PET_MASTER_PORT", "29400"}});
+  ScopedEnv several({{"PET_NNODES", "2"},
+                     {"PET_NPROC_PER_NODE", "4"},
+                     {"PET_NODE_RANK", "0"},
+                     {"PET_MASTER_ADDR", "m"},
+                     {"PET_MASTER_PORT", "29400"}});
   try {
     resolve_world("env://", -1, -1);
     FAIL() << "a TrainJob node with 4 ranks is no rank";

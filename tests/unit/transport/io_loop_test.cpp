@@ -106,7 +106,8 @@ TEST(IoLoopTest, AMessageOfTooManyFramesNeverReachesTheHandler) {
 // system call". Here this thread takes a signal every 20 us; the wrappers must neither throw nor
 // lose or repeat a message. (Raw cppzmq threw ~900 times per million receives like these.)
 TEST(ZmqSignalTest, SendsAndReceivesRideOutSignals) {
-  struct sigaction sa {}, old {};
+  struct sigaction sa {
+  }, old{};
   sa.sa_handler = [](int) {};
   sa.sa_flags = SA_RESTART;
   ASSERT_EQ(::sigaction(SIGUSR2, &sa, &old), 0);

@@ -35,8 +35,8 @@ struct TwoRanks {
     std::string why;
     r0 = ShmCollectives::host(2, o, &why);
     if (!r0) throw std::runtime_error(why);
-    auto joined = std::async(std::launch::async,
-                             [&] { return ShmCollectives::join(r0->address(), 1, 2, o, Clock::now() + 5s); });
+    auto joined =
+        std::async(std::launch::async, [&] { return ShmCollectives::join(r0->address(), 1, 2, o, Clock::now() + 5s); });
     r0->admit_members(Clock::now() + 5s);
     r1 = joined.get();
   }
@@ -88,8 +88,8 @@ TEST(ShmCollectivesTest, AllReduceSmallAndLargeGiveTheSumOnBothRanks) {
   for (std::int64_t n : {7, 1000, 256 * 1024 + 3}) {
     auto a = torch::arange(n, torch::kFloat), b = torch::ones({n}) * 2;
     auto want = a + b;
-    auto [e0, e1] = g.run(ProcessGroup::Call::all_reduce(a, ReduceOp::Sum),
-                          ProcessGroup::Call::all_reduce(b, ReduceOp::Sum), 5s);
+    auto [e0, e1] =
+        g.run(ProcessGroup::Call::all_reduce(a, ReduceOp::Sum), ProcessGroup::Call::all_reduce(b, ReduceOp::Sum), 5s);
     ASSERT_EQ(e0, "");
     ASSERT_EQ(e1, "");
     EXPECT_TRUE(torch::equal(a, want)) << n;
@@ -105,8 +105,8 @@ TEST(ShmCollectivesTest, ChunksThatAreNotWholePagesAndUnevenTensorsWork) {
   for (std::int64_t n : {1, 255, 25001, 77777}) {  // one element, small path, chunk edges, several chunks
     auto a = torch::arange(n, torch::kDouble), b = -torch::arange(n, torch::kDouble) * 3;
     auto want = torch::max(a, b);
-    auto [e0, e1] = g.run(ProcessGroup::Call::all_reduce(a, ReduceOp::Max),
-                          ProcessGroup::Call::all_reduce(b, ReduceOp::Max), 5s);
+    auto [e0, e1] =
+        g.run(ProcessGroup::Call::all_reduce(a, ReduceOp::Max), ProcessGroup::Call::all_reduce(b, ReduceOp::Max), 5s);
     ASSERT_EQ(e0, "");
     ASSERT_EQ(e1, "");
     EXPECT_TRUE(torch::equal(a, want) && torch::equal(b, want)) << n;
@@ -119,8 +119,8 @@ TEST(ShmCollectivesTest, RanksWithDifferentAlgorithmOptionsAreRefusedAtJoin) {
   std::string why;
   auto r0 = ShmCollectives::host(2, o0, &why);
   ASSERT_NE(r0, nullptr) << why;
-  auto joined = std::async(std::launch::async,
-                           [&] { return ShmCollectives::join(r0->address(), 1, 2, o1, Clock::now() + 5s); });
+  auto joined =
+      std::async(std::launch::async, [&] { return ShmCollectives::join(r0->address(), 1, 2, o1, Clock::now() + 5s); });
   r0->admit_members(Clock::now() + 5s);
   try {
     joined.get();
@@ -187,9 +187,9 @@ int run_under_scribbling(TwoRanks& g, std::size_t from, int runs) {
     const std::int64_t n = i % 2 ? 100 : 20000;  // small (one barrier) and large (chunked) paths
     auto a = torch::ones({n}), b = torch::ones({n});
     const auto start = Clock::now();
-    auto [e0, e1] = g.run(i % 3 ? ProcessGroup::Call::all_reduce(a, ReduceOp::Max) : ProcessGroup::Call::barrier(),
-                          i % 3 ? ProcessGroup::Call::all_reduce(b, ReduceOp::Max) : ProcessGroup::Call::barrier(),
-                          200ms);
+    auto [e0, e1] =
+        g.run(i % 3 ? ProcessGroup::Call::all_reduce(a, ReduceOp::Max) : ProcessGroup::Call::barrier(),
+              i % 3 ? ProcessGroup::Call::all_reduce(b, ReduceOp::Max) : ProcessGroup::Call::barrier(), 200ms);
     EXPECT_LT(Clock::now() - start, 3s) << "collective " << i << " ran past its deadline";
     failed += !e0.empty() || !e1.empty();
   }

@@ -136,7 +136,7 @@ TEST(ShmRing, ReaderIndexMovedBackwardsNeverMakesTheWriterWritePastTheRing) {
   ring.ctl()->head.store(kCap / 2);  // the reader took it all
   ASSERT_EQ(ring.w.writable(), kCap);
   ring.w.put(block.data(), block.size());  // put, not yet published
-  ring.ctl()->head.store(0);  // then moves its index back
+  ring.ctl()->head.store(0);               // then moves its index back
   EXPECT_THROW(ring.w.put(block.data(), block.size()), ProtocolError);
 }
 
@@ -225,8 +225,7 @@ TEST(ShmRingPair, CrossesProcessesAndSeesAKilledPeerAtOnce) {
         Frames m;
         if (decoder.read(p.in, m, Clock::now() + 10s, spin)) mw.write(p.out, std::move(m), Clock::now() + 10s, spin);
       }
-    } catch (...) {
-    }
+    } catch (...) {}
     _exit(1);
   }
   RingPair p = accept_ring_pair(listener, "the child", Clock::now() + 5s);
@@ -311,8 +310,8 @@ TEST(ShmRingPair, AListenerOfAnotherUidIsRefusedBeforeAnyDescriptorIsSent) {
     open_ring_pair(path, h, -1, "rank 1", Clock::now() + 2s);
     ADD_FAILURE() << "connected to another uid's listener";
   } catch (const WrongListener& e) {
-    EXPECT_NE(std::string(e.what()).find("runs as uid 65534 (pid " + std::to_string(stranger) + ")"),
-              std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("runs as uid 65534 (pid " + std::to_string(stranger) + ")"), std::string::npos)
+        << e.what();
   }
   long sent = -1;
   ASSERT_EQ(::read(report[0], &sent, sizeof sent), static_cast<ssize_t>(sizeof sent));
@@ -330,7 +329,8 @@ TEST(ShmRingPair, TheSocketDirectoryIsPrivateOrRefused) {
   std::filesystem::create_directories(base);
   const std::string dir = private_socket_dir(base);
   EXPECT_EQ(dir, base + "/distrl-u" + std::to_string(::geteuid()));
-  EXPECT_EQ(std::filesystem::status(dir).permissions() & std::filesystem::perms::all, std::filesystem::perms::owner_all);
+  EXPECT_EQ(std::filesystem::status(dir).permissions() & std::filesystem::perms::all,
+            std::filesystem::perms::owner_all);
   EXPECT_EQ(private_socket_dir(base), dir);  // there already: fine
   std::filesystem::permissions(dir, std::filesystem::perms::all);
   try {

@@ -157,8 +157,9 @@ TEST(StoreTest, ConcurrentCountersAreAtomic) {
 class EnvGuard {
  public:
   explicit EnvGuard(std::vector<std::pair<std::string, std::string>> vars) {
-    for (const char* k : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS",
-                          "SLURM_LOCALID", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE"}) {
+    for (const char* k :
+         {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS",
+          "SLURM_LOCALID", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE"}) {
       if (const char* old = std::getenv(k)) saved_.emplace_back(k, old);
       else unset_.push_back(k);
       ::unsetenv(k);
@@ -179,7 +180,8 @@ class EnvGuard {
 };
 
 TEST(RendezvousTest, EnvMethodReadsTorchVariables) {
-  EnvGuard env({{"RANK", "2"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29500"}});
+  EnvGuard env(
+      {{"RANK", "2"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29500"}});
   auto w = resolve_world("env://", -1, -1);
   EXPECT_EQ(w.rank, 2);
   EXPECT_EQ(w.world_size, 4);
@@ -225,7 +227,8 @@ TEST(RendezvousTest, BadInputNamesTheProblem) {
   };
   EXPECT_NE(message([] { resolve_world("env://", -1, -1); }).find("MASTER_PORT"), std::string::npos);
   EXPECT_NE(message([] { resolve_world("tcp://host", -1, -1); }).find("tcp://host:port"), std::string::npos);
-  EXPECT_NE(message([] { resolve_world("tcp://host:99999", -1, -1); }).find("expected an integer in [1, 65535]"), std::string::npos);
+  EXPECT_NE(message([] { resolve_world("tcp://host:99999", -1, -1); }).find("expected an integer in [1, 65535]"),
+            std::string::npos);
   EXPECT_NE(message([] { resolve_world("file://relative", -1, -1); }).find("absolute"), std::string::npos);
   EXPECT_NE(message([] { resolve_world("udp://x:1", -1, -1); }).find("unknown init method"), std::string::npos);
   EXPECT_NE(message([] { resolve_world("tcp://h:1", 3, 2); }).find("not below world size"), std::string::npos);

@@ -35,7 +35,8 @@ T round_trip(const T& v) {
   return m->template body_as<T>(nullptr, "test value");
 }
 
-Frames raw_message(std::uint32_t version, std::uint32_t nt, const std::string& desc, std::vector<std::size_t> frame_sizes) {
+Frames raw_message(std::uint32_t version, std::uint32_t nt, const std::string& desc,
+                   std::vector<std::size_t> frame_sizes) {
   return distrl::testing::tensor_request(version, 77, "f", nt, desc, frame_sizes);
 }
 
@@ -59,8 +60,9 @@ struct Sample {
 }  // namespace
 
 TEST(WireCodecTest, RoundTripsEveryDtype) {
-  for (auto dtype : {torch::kFloat32, torch::kFloat64, torch::kFloat16, torch::kBFloat16, torch::kInt8, torch::kInt16,
-                     torch::kInt32, torch::kInt64, torch::kUInt8, torch::kBool, torch::kComplexFloat, torch::kComplexDouble}) {
+  for (auto dtype :
+       {torch::kFloat32, torch::kFloat64, torch::kFloat16, torch::kBFloat16, torch::kInt8, torch::kInt16, torch::kInt32,
+        torch::kInt64, torch::kUInt8, torch::kBool, torch::kComplexFloat, torch::kComplexDouble}) {
     at::Tensor t = (torch::randn({3, 5}, torch::kFloat64) * 10).to(dtype);
     at::Tensor back = round_trip(t);
     EXPECT_EQ(back.scalar_type(), dtype);
@@ -125,7 +127,8 @@ TEST(WireCodecTest, TypeMismatchNamesWhatWasExpected) {
     m->body_as<std::string>(nullptr, "argument 1 of 'f'");
     FAIL();
   } catch (const distrl::ProtocolError& e) {
-    EXPECT_NE(std::string(e.what()).find("argument 1 of 'f': expected std::string, got msgpack int"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("argument 1 of 'f': expected std::string, got msgpack int"), std::string::npos)
+        << e.what();
   }
 }
 
@@ -177,11 +180,13 @@ TEST(WireCodecTest, RejectsUnknownDtype) {
 }
 
 TEST(WireCodecTest, RejectsAbsurdShapes) {
-  auto huge = refuse(raw_message(distrl::transport::kProtocolVersion, 1, descriptor(0, {1ll << 40, 1ll << 40}, 0), {4}));
+  auto huge =
+      refuse(raw_message(distrl::transport::kProtocolVersion, 1, descriptor(0, {1ll << 40, 1ll << 40}, 0), {4}));
   EXPECT_NE(huge.what.find("absurd"), std::string::npos) << huge.what;
   auto negative = refuse(raw_message(distrl::transport::kProtocolVersion, 1, descriptor(0, {-3}, 0), {4}));
   EXPECT_NE(negative.what.find("negative dim"), std::string::npos) << negative.what;
-  auto too_many = refuse(raw_message(distrl::transport::kProtocolVersion, 1, descriptor(0, std::vector<std::int64_t>(17, 1), 0), {4}));
+  auto too_many = refuse(
+      raw_message(distrl::transport::kProtocolVersion, 1, descriptor(0, std::vector<std::int64_t>(17, 1), 0), {4}));
   EXPECT_NE(too_many.what.find("17 dims"), std::string::npos) << too_many.what;
   auto frame = refuse(raw_message(distrl::transport::kProtocolVersion, 1, descriptor(0, {1}, 5), {4}));
   EXPECT_NE(frame.what.find("names frame 6"), std::string::npos) << frame.what;
@@ -228,7 +233,8 @@ TEST(WireCodecTest, MsgpackLimitsRefuseHugeClaimsFromTinyInputs) {
   EXPECT_NE(over(str_of(101)).find("str size overflow"), std::string::npos) << over(str_of(101));
   EXPECT_NE(over(std::string(5, '\x91') + "\x01").find("depth size overflow"), std::string::npos);
   // At the limit: msgpack accepts it, and the decoder goes on to say the header is no map.
-  EXPECT_NE(over(array_of_nils(100)).find("msgpack array of 100, not a map"), std::string::npos) << over(array_of_nils(100));
+  EXPECT_NE(over(array_of_nils(100)).find("msgpack array of 100, not a map"), std::string::npos)
+      << over(array_of_nils(100));
   EXPECT_NE(over(str_of(100)).find("not a map"), std::string::npos) << over(str_of(100));
   EXPECT_NE(over(std::string(3, '\x91') + "\x01").find("not a map"), std::string::npos);
   // A 5-byte claim of 2^32 - 1 array elements, for which msgpack-c's defaults would reserve
@@ -263,8 +269,8 @@ TEST(WireFormatTest, TensorDescriptorHasTheDocumentedBytes) {
 
 TEST(WireFormatTest, DtypeCodesAreTheDocumentedOnes) {
   const std::vector<std::pair<at::ScalarType, int>> codes = {
-      {torch::kFloat32, 0}, {torch::kFloat64, 1}, {torch::kFloat16, 2}, {torch::kBFloat16, 3},
-      {torch::kInt8, 4},    {torch::kInt16, 5},   {torch::kInt32, 6},   {torch::kInt64, 7},
+      {torch::kFloat32, 0}, {torch::kFloat64, 1}, {torch::kFloat16, 2},       {torch::kBFloat16, 3},
+      {torch::kInt8, 4},    {torch::kInt16, 5},   {torch::kInt32, 6},         {torch::kInt64, 7},
       {torch::kUInt8, 8},   {torch::kBool, 9},    {torch::kComplexFloat, 10}, {torch::kComplexDouble, 11}};
   for (auto [dtype, code] : codes) {
     auto f = encode_value(torch::zeros({1}, dtype));
@@ -277,8 +283,9 @@ TEST(WireFormatTest, DtypeCodesAreTheDocumentedOnes) {
 TEST(WireFormatTest, DecodesAHandWrittenRequest) {
   // {"v":2, "k":0, "id":5, "src":-1, "fn":"f", "nt":1, "a":[int32 tensor [2] in frame 0]}
   const std::string header =
-      bytes_of({0x87, 0xa1, 'v', 2, 0xa1, 'k', 0, 0xa2, 'i', 'd', 5, 0xa3, 's', 'r', 'c', 0xff, 0xa2, 'f', 'n', 0xa1,
-                'f', 0xa2, 'n', 't', 1, 0xa1, 'a', 0x91, 0xc7, 14, 0x01, 6, 1, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0});
+      bytes_of({0x87, 0xa1, 'v', 2,   0xa1, 'k', 0,    0xa2, 'i', 'd', 5,    0xa3, 's',  'r',  'c',
+                0xff, 0xa2, 'f', 'n', 0xa1, 'f', 0xa2, 'n',  't', 1,   0xa1, 'a',  0x91, 0xc7, 14,
+                0x01, 6,    1,   0,   0,    0,   0,    2,    0,   0,   0,    0,    0,    0,    0});
   const std::string data = bytes_of({7, 0, 0, 0, 0xff, 0xff, 0xff, 0xff});  // 7, -1 (LE)
   Frames f;
   f.emplace_back(header.data(), header.size());
@@ -295,9 +302,7 @@ TEST(WireFormatTest, DecodesAHandWrittenRequest) {
   EXPECT_TRUE(torch::equal(args[0], torch::tensor({7, -1}, torch::kInt32)));
 }
 
-TEST(WireCodecTest, RefusesToSendUndefinedTensors) {
-  EXPECT_THROW(encode_value(at::Tensor()), distrl::ProtocolError);
-}
+TEST(WireCodecTest, RefusesToSendUndefinedTensors) { EXPECT_THROW(encode_value(at::Tensor()), distrl::ProtocolError); }
 
 TEST(WireCodecTest, RefusesToSendCudaTensors) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device here";
@@ -307,19 +312,29 @@ TEST(WireCodecTest, RefusesToSendCudaTensors) {
 namespace {
 
 // A request with a context, message id and "rg" as given, one int32[1] tensor frame.
-Frames autograd_request(std::int64_t ctx, std::int64_t am, const std::function<void(msgpack::packer<msgpack::sbuffer>&)>& rg) {
+Frames autograd_request(std::int64_t ctx, std::int64_t am,
+                        const std::function<void(msgpack::packer<msgpack::sbuffer>&)>& rg) {
   msgpack::sbuffer b;
   msgpack::packer<msgpack::sbuffer> pk(b);
   pk.pack_map(10);
-  pk.pack("v"); pk.pack(distrl::transport::kProtocolVersion);
-  pk.pack("k"); pk.pack(0);
-  pk.pack("id"); pk.pack(9);
-  pk.pack("src"); pk.pack(1);
-  pk.pack("fn"); pk.pack("f");
-  pk.pack("ctx"); pk.pack(ctx);
-  pk.pack("am"); pk.pack(am);
-  pk.pack("rg"); rg(pk);
-  pk.pack("nt"); pk.pack(1);
+  pk.pack("v");
+  pk.pack(distrl::transport::kProtocolVersion);
+  pk.pack("k");
+  pk.pack(0);
+  pk.pack("id");
+  pk.pack(9);
+  pk.pack("src");
+  pk.pack(1);
+  pk.pack("fn");
+  pk.pack("f");
+  pk.pack("ctx");
+  pk.pack(ctx);
+  pk.pack("am");
+  pk.pack(am);
+  pk.pack("rg");
+  rg(pk);
+  pk.pack("nt");
+  pk.pack(1);
   pk.pack("a");
   pk.pack_array(1);
   const std::string d = distrl::testing::descriptor(6, {1}, 0);

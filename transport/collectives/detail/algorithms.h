@@ -45,7 +45,7 @@ struct Exec {
   Mesh& mesh;
   const std::vector<int>& members;  // group rank -> global rank
   int me = 0, n = 1;
-  PgHeader h;                       // step/chunk filled per message
+  PgHeader h;  // step/chunk filled per message
   c10::ScalarType type = c10::ScalarType::Byte;
   ReduceOp op = ReduceOp::Sum;
   std::size_t esize = 1;

@@ -35,7 +35,7 @@ struct PgHeader {
   std::uint8_t op = 0;     // ReduceOp
   std::int32_t src = -1;   // sender's global rank
   std::uint32_t group = 0;
-  std::int32_t tag = -1;   // -1: collective; >= 0: point-to-point tag
+  std::int32_t tag = -1;  // -1: collective; >= 0: point-to-point tag
   std::int32_t root = 0;
   std::uint64_t seq = 0;   // collective number in the group
   std::int64_t numel = 0;  // elements of the call (per rank)
@@ -102,8 +102,8 @@ class Mesh {
   // Sends header + bytes to global rank dst. Below kCopyBelow bytes, or without a tracker,
   // the data is copied; otherwise ZeroMQ reads it in place, holding `keep` (the owner of the
   // memory) alive and the tracker busy until it is done.
-  void send(int dst, const PgHeader& h, const void* data, std::size_t bytes,
-            const std::shared_ptr<const void>& keep, const std::shared_ptr<SendTracker>& tracker);
+  void send(int dst, const PgHeader& h, const void* data, std::size_t bytes, const std::shared_ptr<const void>& keep,
+            const std::shared_ptr<SendTracker>& tracker);
   // The next message of (group, src, tag). Throws TimeoutError at the deadline, TransportError
   // when src is gone, MismatchError/TransportError when a member aborted the group. `what`
   // names the waiting operation in errors. `seq`: the waiting collective's number; an abort
@@ -140,7 +140,7 @@ class Mesh {
   // With mu_ held: becomes the reader unless another thread is (then returns false at once),
   // reads the sockets with mu_ released, and hands the role back even when reading throws.
   bool lead_read(std::unique_lock<std::mutex>& lock, Clock::time_point until);
-  std::optional<PgMessage> take(const Key& k);  // mu_ held
+  std::optional<PgMessage> take(const Key& k);                                  // mu_ held
   [[noreturn]] void throw_abort(std::uint32_t group, const std::string& what);  // mu_ held
 
   int rank_, world_;

@@ -54,8 +54,8 @@ std::function<void(const void*, Packer&)> packer_for() {
 
 // Decodes argument I of a call as type A.
 template <typename A>
-A decode_arg(const InMessage& m, const msgpack::object& o, const std::shared_ptr<RpcCore>& core,
-             const std::string& fn, std::size_t index) {
+A decode_arg(const InMessage& m, const msgpack::object& o, const std::shared_ptr<RpcCore>& core, const std::string& fn,
+             std::size_t index) {
   try {
     return m.convert_object<A>(o, core, "argument " + std::to_string(index + 1) + " of '" + fn + "'");
   } catch (const ProtocolError& e) {
@@ -65,8 +65,7 @@ A decode_arg(const InMessage& m, const msgpack::object& o, const std::shared_ptr
 
 template <typename Self, typename AllArgs, std::size_t kSkip, typename F, std::size_t... I>
 decltype(auto) apply_decoded(const F& fn, void* self, const InMessage& m, const msgpack::object& body,
-                             const std::shared_ptr<RpcCore>& core, const std::string& name,
-                             std::index_sequence<I...>) {
+                             const std::shared_ptr<RpcCore>& core, const std::string& name, std::index_sequence<I...>) {
   if constexpr (std::is_void_v<Self>) {
     return fn(decode_arg<std::tuple_element_t<I, AllArgs>>(m, body.via.array.ptr[I], core, name, I)...);
   } else {
@@ -139,23 +138,24 @@ Future<R> call_async(const std::shared_ptr<RpcCore>& core, int dest, Header h, c
   std::weak_ptr<RpcCore> weak = core;
   Executor* ex = core->callback_executor();
   std::string what = "result of '" + h.fn + "'";
-  core->call(dest, std::move(h), body,
-             [p, weak, ex, what = std::move(what)](InMessage* m, std::exception_ptr err) {
-               if (err) {
-                 p.set_error(err, ex);
-                 return;
-               }
-               try {
-                 if constexpr (std::is_void_v<R>) {
-                   p.set_value(ex);
-                 } else {
-                   p.set_value(m->convert_object<R>(m->body(), weak.lock(), what), ex);
-                 }
-               } catch (...) {
-                 p.set_error(std::current_exception(), ex);
-               }
-             },
-             timeout);
+  core->call(
+      dest, std::move(h), body,
+      [p, weak, ex, what = std::move(what)](InMessage* m, std::exception_ptr err) {
+        if (err) {
+          p.set_error(err, ex);
+          return;
+        }
+        try {
+          if constexpr (std::is_void_v<R>) {
+            p.set_value(ex);
+          } else {
+            p.set_value(m->convert_object<R>(m->body(), weak.lock(), what), ex);
+          }
+        } catch (...) {
+          p.set_error(std::current_exception(), ex);
+        }
+      },
+      timeout);
   return out;
 }
 
@@ -167,21 +167,22 @@ R call_sync(const std::shared_ptr<RpcCore>& core, int dest, Header h, const Body
   std::exception_ptr error;
   std::optional<std::conditional_t<std::is_void_v<R>, char, R>> out;
   const std::string what = "result of '" + h.fn + "'";
-  core->call_sync(dest, std::move(h), body,
-                  [&](InMessage* m, std::exception_ptr err) {
-                    if (err) {
-                      error = err;
-                      return;
-                    }
-                    if constexpr (!std::is_void_v<R>) {
-                      try {
-                        out.emplace(m->convert_object<R>(m->body(), core, what));
-                      } catch (...) {
-                        error = std::current_exception();
-                      }
-                    }
-                  },
-                  timeout);
+  core->call_sync(
+      dest, std::move(h), body,
+      [&](InMessage* m, std::exception_ptr err) {
+        if (err) {
+          error = err;
+          return;
+        }
+        if constexpr (!std::is_void_v<R>) {
+          try {
+            out.emplace(m->convert_object<R>(m->body(), core, what));
+          } catch (...) {
+            error = std::current_exception();
+          }
+        }
+      },
+      timeout);
   if (error) std::rethrow_exception(error);
   if constexpr (!std::is_void_v<R>) return std::move(*out);
 }

@@ -34,20 +34,20 @@ class RpcCore : public std::enable_shared_from_this<RpcCore> {
 
   // Rendezvous, bind, start threads; before_publish runs before peers learn our address.
   void start(const std::function<void()>& before_publish);
-  void shutdown(bool graceful);                         // see RpcAgent::shutdown
+  void shutdown(bool graceful);  // see RpcAgent::shutdown
   bool running() const;
 
   const RpcOptions& options() const;
   int rank() const;
   int world_size() const;
-  std::int64_t incarnation() const;                    // see RpcAgent::incarnation
+  std::int64_t incarnation() const;  // see RpcAgent::incarnation
   const std::vector<WorkerInfo>& workers() const;
-  int resolve(const Target& to) const;                 // throws Error for an unknown worker
-  bool connection_lost(int rank) const;                // see RpcAgent::connection_lost
-  std::uint64_t connection_drops(int rank) const;      // see RpcAgent::connection_drops
-  void watch(int rank);                                // see RpcAgent::watch
-  void serve_until_shutdown(int rank);                 // see RpcAgent::serve_until_shutdown
-  bool has_shut_down(int rank);                        // see RpcAgent::has_shut_down
+  int resolve(const Target& to) const;             // throws Error for an unknown worker
+  bool connection_lost(int rank) const;            // see RpcAgent::connection_lost
+  std::uint64_t connection_drops(int rank) const;  // see RpcAgent::connection_drops
+  void watch(int rank);                            // see RpcAgent::watch
+  void serve_until_shutdown(int rank);             // see RpcAgent::serve_until_shutdown
+  bool has_shut_down(int rank);                    // see RpcAgent::has_shut_down
   std::chrono::milliseconds timeout_for(const Target& to) const;
   Executor* callback_executor();
   RpcStats stats() const;

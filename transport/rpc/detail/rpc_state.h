@@ -44,8 +44,8 @@ struct RpcCore::State {
   int world = 0;
   std::vector<WorkerInfo> workers;
   std::unordered_map<std::string, int> by_name;
-  Address me;                     // as published at rendezvous
-  std::int64_t incarnation = 1;   // this process's: 1, or more for a rank that rejoined
+  Address me;                    // as published at rendezvous
+  std::int64_t incarnation = 1;  // this process's: 1, or more for a rank that rejoined
   std::string ipc_path;
   // What peers' endpoints are chosen under (endpoint_for's argument): Auto when the link is a
   // PairLink (per pair), Shm for shared memory only, else ZeroMQ's.
@@ -69,7 +69,8 @@ struct RpcCore::State {
   ChannelPool channels;
 
   std::atomic<std::uint64_t> calls_served{0}, bad{0}, dropped{0}, timeouts{0};
-  std::atomic<std::uint64_t> sync_bytes_sent{0}, sync_bytes_received{0};  // the fast path's (the I/O loop counts its own)
+  std::atomic<std::uint64_t> sync_bytes_sent{0},
+      sync_bytes_received{0};  // the fast path's (the I/O loop counts its own)
   RateLimiter bad_log{std::chrono::milliseconds(1000)};
 
   const std::string& worker_name(int r) const {

@@ -40,10 +40,8 @@ struct Doorbell {
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (waiters.load(std::memory_order_relaxed) != 0) {
       seq.fetch_add(1, std::memory_order_release);
-      if (wake_fd >= 0)
-        signal_eventfd(wake_fd);
-      else
-        futex_wake_all(&seq);
+      if (wake_fd >= 0) signal_eventfd(wake_fd);
+      else futex_wake_all(&seq);
     }
   }
 };

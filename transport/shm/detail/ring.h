@@ -30,8 +30,8 @@ struct RingControl {
   std::uint64_t capacity;  // data bytes; each end also derives it from its own mapping's size
   alignas(64) std::atomic<std::uint64_t> tail;
   alignas(64) std::atomic<std::uint64_t> head;
-  alignas(64) Doorbell data_bell;   // the reader sleeps here for data
-  alignas(64) Doorbell space_bell;  // the writer sleeps here for space
+  alignas(64) Doorbell data_bell;                        // the reader sleeps here for data
+  alignas(64) Doorbell space_bell;                       // the writer sleeps here for space
   alignas(64) std::atomic<std::uint32_t> writer_closed;  // an orderly end, for the reader's error
   // Raised by the writing process's I/O thread every second while it runs (ShmLink's liveness:
   // a process stopped or hung stops raising it, as ZeroMQ's heartbeats stop).
@@ -164,8 +164,8 @@ class MessageDecoder {
   std::size_t max_parts_, max_bytes_;
   Stage stage_ = Stage::Count;
   std::uint32_t count_ = 0, word_ = 0;
-  std::size_t have_ = 0;  // bytes of the current word or frame already read
-  std::size_t part_ = 0;  // the frame being filled
+  std::size_t have_ = 0;    // bytes of the current word or frame already read
+  std::size_t part_ = 0;    // the frame being filled
   std::uint64_t skip_ = 0;  // bytes of a dropped message still to read past
   std::vector<std::uint32_t> lengths_;
   Frames frames_;
