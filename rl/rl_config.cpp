@@ -150,6 +150,10 @@ void bind_rpc(Settings& s, RlConfig& c) {
 
 // The keys in the order --help lists them.
 void bind(Settings& s, RlConfig& c) {
+  s.bind("workload", &c.workload,
+         "rl: an agent (rank 0), `observers` observer processes and, with roles.learners 1, a learner process; "
+         "a file without the key is read as rl (the agent says so: add `workload: rl`)")
+      .choices({"rl"});
   bind_run_and_env(s, c);
   bind_agent_and_model(s, c);
   bind_learning(s, c);

@@ -16,6 +16,7 @@
 namespace distrl::rl {
 
 struct RlConfig {
+  std::string workload = "rl";  // the only value: a file without the key is read as rl (rl/cli.h says so)
   // run
   int seed = 1;
   std::string out_dir = "runs/cartpole";

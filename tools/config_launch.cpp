@@ -135,7 +135,7 @@ void configure_world(const std::string& config, const std::vector<std::string>& 
   // Which node this is, for the tool's checks and the ranks (node 0 writes the outputs).
   ::setenv("DISTRL_NODE_RANK", std::to_string(o->node_rank).c_str(), 1);
   // What the claim of run.out_dir makes of the directory (common/run_dir.h).
-  this_run().workload = workload.empty() ? "rl" : workload;
+  this_run().workload = workload;
   for (const auto& a : overrides)
     if (a == "--resume" || a.rfind("--resume=", 0) == 0) this_run().resume = true;
   // The world's security first: the configuration checks below already run under it.
@@ -146,7 +146,7 @@ void configure_world(const std::string& config, const std::vector<std::string>& 
   tail.insert(tail.end(), overrides.begin(), overrides.end());
   // The file may ask for restarts (the tool documents and checks the key); --max-restarts wins.
   if (o->max_restarts == 0) o->max_restarts = int_setting(config, overrides, "launch.max_restarts", 0, 0);
-  if (!workload.empty()) {  // a training workload: its tool on every rank, the world its roles make
+  if (workload != training::kRlWorkload.name) {  // training: its tool on every rank, the world its roles make
     const std::string exe = tool(training::tool_of_workload(workload, config));
     read_check(exe, check(exe, tail), o);
     o->command = {exe};

@@ -41,10 +41,8 @@ int show_workload_help(int argc, char** argv) {
   if (!help || config.empty() || !std::filesystem::is_regular_file(config)) return -1;
   try {
     const std::string workload = distrl::training::workload_named_by(config, {});
-    const std::string tool = distrl::tools::self_dir() + "/" +
-                             (workload.empty() ? "distrl-agent" : distrl::training::tool_of_workload(workload, config));
-    std::cout << "distrl-launch --config " << config
-              << ": the keys of its workload (" + (workload.empty() ? std::string("rl") : workload) + "), as " << tool
+    const std::string tool = distrl::tools::self_dir() + "/" + distrl::training::tool_of_workload(workload, config);
+    std::cout << "distrl-launch --config " << config << ": the keys of its workload (" + workload + "), as " << tool
               << " --help lists them;\n"
               << "give any of them after the file as KEY=VALUE. distrl-launch's own flags: distrl-launch --help\n\n"
               << std::flush;
@@ -69,7 +67,7 @@ const std::string kUsage =
     "           distrl-launch --nproc N [options] -- CMD ARGS...";
 
 void add_options(CLI::App& app, distrl::tools::LaunchOptions& o, Flags& f) {
-  std::string workloads;
+  std::string workloads = std::string(distrl::training::kRlWorkload.name) + " (distrl-agent, distrl-observer, distrl-learner)";
   for (const auto& w : distrl::training::kWorkloadNames)
     workloads += std::string(workloads.empty() ? "" : ", ") + w.name + " (" + w.tool + ")";
   app.add_option("--nproc,--nproc-per-node", o.nproc, "ranks to start on this node")->check(CLI::Range(1, 4096));
@@ -104,12 +102,11 @@ void add_options(CLI::App& app, distrl::tools::LaunchOptions& o, Flags& f) {
                  "run, one node only)");
   app.add_option("--config", f.config,
                  "a run configuration (configs/*.yaml), validated before anything starts; extra KEY=VALUE or\n"
-                 "--key value arguments override the file. An RL config (no `workload` key) starts\n"
-                 "distrl-agent as rank 0 and one distrl-observer per `observers`; a file's `workload` starts\n"
-                 "the ranks its roles make with its tool: " +
+                 "--key value arguments override the file. The file's `workload` starts the ranks its roles\n"
+                 "make with its tools: " +
                      workloads +
-                     "; a file with a `dist` section\n"
-                     "and no `workload` is ddp")
+                     " (rl: distrl-agent as rank 0, one distrl-observer per `observers`, with roles.learners 1\n"
+                     "distrl-learner last); a file with no `workload` is ddp when it has a `dist` section, else rl")
       ->check(CLI::ExistingFile);
   app.add_flag("--check-config", f.check_only,
                "with --config: validate the file and overrides, print what would run (\"ok: ...\"), start nothing");

@@ -18,7 +18,11 @@ struct WorkloadName {
   const char* tool;  // the executable every rank runs (distrl-launch finds it beside itself)
 };
 
-// In the registry's order.
+// RL: the agent (rank 0, this tool), observers and learner processes (tools/config_launch.cpp
+// starts them). Not in the training registry: agent/ sits beside training/, not below it.
+inline constexpr WorkloadName kRlWorkload = {"rl", "distrl-agent"};
+
+// The training registry's workloads, in its order.
 inline constexpr WorkloadName kWorkloadNames[] = {
     {"rnn_dist_autograd", "distrl-rnn"},
     {"ps_batch_update", "distrl-ps"},
@@ -31,9 +35,11 @@ inline constexpr WorkloadName kWorkloadNames[] = {
     {"ddp", "distrl-train"},
 };
 
-// The tool of workload `name`; else ConfigError "<source>: workload: 'x' is not known (known: ...)".
+// The tool of workload `name` (rl: rank 0's); else ConfigError "<source>: workload: 'x' is not
+// known (known: rl, ...)".
 inline std::string tool_of_workload(const std::string& name, const std::string& source) {
-  std::string known;
+  if (name == kRlWorkload.name) return kRlWorkload.tool;
+  std::string known = kRlWorkload.name;
   for (const WorkloadName& w : kWorkloadNames) {
     if (name == w.name) return w.tool;
     known += (known.empty() ? "" : ", ") + std::string(w.name);
@@ -42,11 +48,11 @@ inline std::string tool_of_workload(const std::string& name, const std::string& 
 }
 
 // The workload a config file names, with its overrides: its `workload` key, else "ddp" for a
-// file with a `dist` section (the supervised trainer's configs name none), else "" (not a
-// training config: an RL one). ConfigError when the file cannot be read as YAML.
+// file with a `dist` section (the supervised trainer's configs name none), else "rl" (a file of
+// before `workload: rl`; the agent says so). ConfigError when the file cannot be read as YAML.
 inline std::string workload_named_by(const std::string& file, const std::vector<std::string>& overrides) {
   if (auto named = Settings::peek(file, overrides, "workload")) return *named;
-  return Settings::peek(file, {}, "dist") ? "ddp" : "";
+  return Settings::peek(file, {}, "dist") ? "ddp" : kRlWorkload.name;
 }
 
 }  // namespace distrl::training

@@ -215,6 +215,25 @@ TEST(LaunchTest, AConfigIsSplitOverNodesInBlocks) {
   EXPECT_NE(refused.output.find("its 3 ranks cannot fill --nnodes 5"), std::string::npos) << refused.output;
 }
 
+// `workload: rl` (issue 46): the RL configs name their workload; a file from before it (no
+// `workload`, no `dist`) still runs as RL, the agent saying once how to name it.
+TEST(LaunchTest, AnRlConfigWithoutAWorkloadKeyRunsAsRlSayingSo) {
+  TempDir dir;
+  std::string yaml = distrl::testing::read_file(std::string(DISTRL_SOURCE_DIR) + "/configs/cartpole.yaml");
+  ASSERT_NE(yaml.find("workload: rl\n"), std::string::npos);
+  std::ofstream(dir.file("old.yaml")) << yaml.replace(yaml.find("workload: rl\n"), 13, "");
+  for (const std::string& file : {dir.file("old.yaml"), std::string(DISTRL_SOURCE_DIR) + "/configs/cartpole.yaml"}) {
+    const bool old = file == dir.file("old.yaml");
+    auto r = launch("--config " + file + " observers=1 learner.rounds=2 run.out_dir=" + dir.file(old ? "old" : "new"));
+    EXPECT_EQ(r.code, 0) << r.output;
+    const auto said = r.output.find("names no workload: read as `workload: rl` (add that line to the file)");
+    EXPECT_EQ(said != std::string::npos, old) << r.output;
+    if (old) EXPECT_EQ(r.output.find("names no workload", said + 1), std::string::npos) << "said once:\n" << r.output;
+  }
+  auto wrong = launch("--config " + dir.file("old.yaml") + " workload=ddp --check-config");
+  EXPECT_NE(wrong.code, 0) << wrong.output;
+}
+
 TEST(LaunchTest, BadUsageIsAConfigError) {
   EXPECT_EQ(launch("--nproc 2").code, 2);
   EXPECT_EQ(launch("--nproc 2 --nnodes 2 -- true").code, 2);  // multi-node needs a fixed port

@@ -204,7 +204,7 @@ std::string ranks_over(const std::vector<std::string>& endpoints, bool shm) {
 }
 
 // The link of the world, from the links bound and the endpoints chosen: one of them, or both as a
-// PairLink. Says which ranks each reaches (info).
+// PairLink. Says which ranks each reaches (info for a pair, where it is news; debug otherwise).
 std::unique_ptr<Link> choose_link(RpcCore::State& s, Links& links, const std::vector<std::string>& endpoints,
                                   Link::Events events) {
   std::string line = "rpc: " + s.opts.name + " (rank " + std::to_string(s.rank) + ") reaches ";
@@ -220,7 +220,8 @@ std::unique_ptr<Link> choose_link(RpcCore::State& s, Links& links, const std::ve
     line += std::string("every rank over ZeroMQ (") + transport_name(s.link_transport) + ")";
     link = std::move(links.zmq);
   }
-  DISTRL_LOG(Info, line);
+  if (s.link_transport == Transport::Auto) DISTRL_LOG(Info, line);
+  else DISTRL_LOG(Debug, line);
   return link;
 }
 

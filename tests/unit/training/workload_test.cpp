@@ -103,11 +103,11 @@ TEST(WorkloadRegistryTest, AnUnknownWorkloadIsRefusedByName) {
 
 TEST(WorkloadRegistryTest, EveryConfigNamesAWorkloadOfTheToolThatRunsIt) {
   const std::map<std::string, std::string> expected = {
-      {"cartpole.yaml", ""},
-      {"cartpole_ppo.yaml", ""},
-      {"cartpole_unbatched.yaml", ""},
-      {"lunarlander_ppo.yaml", ""},
-      {"lunarlander_continuous_ppo.yaml", ""},
+      {"cartpole.yaml", "rl"},
+      {"cartpole_ppo.yaml", "rl"},
+      {"cartpole_unbatched.yaml", "rl"},
+      {"lunarlander_ppo.yaml", "rl"},
+      {"lunarlander_continuous_ppo.yaml", "rl"},
       {"ddp_fashion_mnist.yaml", "ddp"},
       {"ddp_toy.yaml", "ddp"},
       {"rnn_dist_autograd.yaml", "rnn_dist_autograd"},
@@ -122,7 +122,7 @@ TEST(WorkloadRegistryTest, EveryConfigNamesAWorkloadOfTheToolThatRunsIt) {
   for (const auto& [file, name] : expected) {
     SCOPED_TRACE(file);
     EXPECT_EQ(tr::workload_named_by(kConfigs + file, {}), name);
-    if (name.empty()) continue;
+    if (name == tr::kRlWorkload.name) continue;  // run by agent/'s tools, beside the registry
     const std::string tool = tr::find_workload(name, file).tool;
     EXPECT_EQ(refusal(tool, {"--config", kConfigs + file}), "");
   }
