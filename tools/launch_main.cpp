@@ -67,7 +67,8 @@ const std::string kUsage =
     "           distrl-launch --nproc N [options] -- CMD ARGS...";
 
 void add_options(CLI::App& app, distrl::tools::LaunchOptions& o, Flags& f) {
-  std::string workloads = std::string(distrl::training::kRlWorkload.name) + " (distrl-agent, distrl-observer, distrl-learner)";
+  std::string workloads =
+      std::string(distrl::training::kRlWorkload.name) + " (distrl-agent, distrl-observer, distrl-learner)";
   for (const auto& w : distrl::training::kWorkloadNames)
     workloads += std::string(workloads.empty() ? "" : ", ") + w.name + " (" + w.tool + ")";
   app.add_option("--nproc,--nproc-per-node", o.nproc, "ranks to start on this node")->check(CLI::Range(1, 4096));
