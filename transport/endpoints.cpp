@@ -26,6 +26,8 @@ std::string host_id() {
   std::ifstream f("/proc/sys/kernel/random/boot_id");
   std::string boot;
   std::getline(f, boot);
+  // No boot id: it ends in '/', which claim_rank reads as "cannot be told from another host".
+  if (boot.empty()) return host_name() + "/";
   std::error_code ec;
   const auto net = std::filesystem::read_symlink("/proc/self/ns/net", ec);  // "net:[4026531840]"
   return host_name() + "/" + boot + (ec ? std::string() : "/" + net.string());

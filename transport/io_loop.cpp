@@ -151,7 +151,7 @@ void IoLoop::replace_peer(int peer, const std::string& endpoint) {
     items_dirty_ = true;  // rebuilt before the next poll: the closed sockets leave the set
   }
   peer_endpoints_[peer] = endpoint;
-  if (was_connected) connect_peer(peer);
+  if (was_connected && !endpoint.empty()) connect_peer(peer);
 }
 
 bool IoLoop::send_to_peer(int peer, Frames& frames, std::string* error) {

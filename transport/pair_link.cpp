@@ -66,7 +66,7 @@ void PairLink::stop() {
 }
 
 bool PairLink::current(int peer, std::uint8_t via) const {
-  return peer >= 0 && peer < static_cast<int>(via_.size()) && via_[peer] == via && !stale_[peer];
+  return peer >= 0 && peer < static_cast<int>(via_.size()) && via_[peer] == via && (via == home_ || stale_[peer] == 0);
 }
 
 Link::Events PairLink::home_events() {
@@ -97,7 +97,12 @@ Link::Events PairLink::away_events() {
   e.on_peer_down = [this](int peer, const std::string& why) { gather({Relayed::What::Down, peer, {}, {}, why}); };
   e.on_peer_up = [this](int peer) { gather({Relayed::What::Up, peer}); };
   e.on_dropped = [this](const std::string& what) { gather({Relayed::What::Dropped, -1, {}, {}, what}); };
-  e.on_served = [this] { served_ = true; };
+  // Handed over as soon as a round read anything (requests, replies, a monitor's news), not at
+  // its tick: that comes after the loop's sleep, up to 100 ms later.
+  e.on_served = [this] {
+    served_ = true;
+    hand_over();
+  };
   e.on_tick = [this](Clock::time_point) { hand_over(); };
   e.next_deadline = [] { return Clock::time_point::max(); };  // the home link keeps the deadlines
   return e;
@@ -142,7 +147,7 @@ void PairLink::deliver(std::vector<Relayed>& batch, bool served) {
           guarded(cb_, "reporting a failed send", [&] { cb_.on_send_failed(r.peer, std::move(r.frames), r.text); });
         break;
       case Relayed::What::Replaced:
-        if (r.peer >= 0 && r.peer < static_cast<int>(stale_.size())) stale_[r.peer] = 0;
+        if (r.peer >= 0 && r.peer < static_cast<int>(stale_.size()) && stale_[r.peer] > 0) --stale_[r.peer];
         break;
     }
   }
@@ -162,8 +167,9 @@ bool PairLink::send_to_peer(int peer, Frames& frames, std::string* error) {
   auto f = std::make_shared<Frames>(std::move(frames));
   if (away().post([this, peer, f] {
         std::string why;
-        if (!away().send_to_peer(peer, *f, &why))
-          gather({Relayed::What::SendFailed, peer, {}, std::move(*f), std::move(why)});
+        if (away().send_to_peer(peer, *f, &why)) return;
+        gather({Relayed::What::SendFailed, peer, {}, std::move(*f), std::move(why)});
+        hand_over();
       }))
     return true;
   *error = "the link is shutting down";
@@ -175,8 +181,9 @@ bool PairLink::send_reply(const Caller& to, Frames& frames) {
   auto route = std::make_shared<Caller>(Caller{zmq::message_t(to.route.data(), to.route.size()), to.rank, to.via});
   auto f = std::make_shared<Frames>(std::move(frames));
   return away().post([this, route, f] {
-    if (!away().send_reply(*route, *f))
-      gather({Relayed::What::SendFailed, route->rank, {}, std::move(*f), "the caller is gone or not reading"});
+    if (away().send_reply(*route, *f)) return;
+    gather({Relayed::What::SendFailed, route->rank, {}, std::move(*f), "the caller is gone or not reading"});
+    hand_over();
   });
 }
 
@@ -188,15 +195,22 @@ void PairLink::watch_peer(int peer) {
 
 void PairLink::replace_peer(int peer, const std::string& endpoint) {
   if (peer < 0 || peer >= static_cast<int>(via_.size())) return;
+  const std::uint8_t was = via_[peer];
   via_[peer] = via_of(endpoint);
   down_[peer].clear();
-  if (via_[peer] == home_) return home().replace_peer(peer, endpoint);
-  // The away link's events about the earlier process, gathered before this reaches its thread,
-  // are dropped until the marker behind it arrives.
-  stale_[peer] = 1;
+  if (via_[peer] == home_) {
+    home().replace_peer(peer, endpoint);
+    if (was != home_) away().post([this, peer] { away().replace_peer(peer, ""); });  // drops the earlier one
+    return;
+  }
+  if (was == home_) home().replace_peer(peer, "");
+  // The away link's events about earlier processes, gathered before this reaches its thread, are
+  // dropped until every marker sent behind a replace has come back.
+  ++stale_[peer];
   away().post([this, peer, endpoint] {
     away().replace_peer(peer, endpoint);
     gather({Relayed::What::Replaced, peer});
+    hand_over();
   });
 }
 

@@ -228,7 +228,9 @@ TEST(LaunchTest, AnRlConfigWithoutAWorkloadKeyRunsAsRlSayingSo) {
     EXPECT_EQ(r.code, 0) << r.output;
     const auto said = r.output.find("names no workload: read as `workload: rl` (add that line to the file)");
     EXPECT_EQ(said != std::string::npos, old) << r.output;
-    if (old) EXPECT_EQ(r.output.find("names no workload", said + 1), std::string::npos) << "said once:\n" << r.output;
+    if (old) {
+      EXPECT_EQ(r.output.find("names no workload", said + 1), std::string::npos) << "said once:\n" << r.output;
+    }
   }
   auto wrong = launch("--config " + dir.file("old.yaml") + " workload=ddp --check-config");
   EXPECT_NE(wrong.code, 0) << wrong.output;

@@ -125,7 +125,10 @@ Mesh::Mesh(Store& store, const std::string& prefix, int rank, int world, const P
   const auto peers = exchange_addresses(store, prefix + "/addr/", rank, world, me, options_.timeout);
   shm_world_ = world > 1 && world_uses_shm(me, peers, chosen) && peers[0].shm.rfind("shm://", 0) == 0;
   if (shm_world_) shm_address_ = peers[0].shm;
-  for (const auto& p : peers) host_ids_.push_back(p.host_id);
+  for (const auto& p : peers) {
+    host_ids_.push_back(p.host_id);
+    shm_offered_.push_back(!p.shm.empty());
+  }
 
   items_.push_back({router_.handle(), 0, ZMQ_POLLIN, 0});
   peers_.resize(world);

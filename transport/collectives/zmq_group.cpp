@@ -370,14 +370,22 @@ class ZmqGroup final : public ProcessGroup {
 
   // Reduce inside this host to its leader, all_reduce between the leaders, broadcast inside this
   // host. Avg sums throughout and divides at the end (hosts may hold different rank counts).
-  // A failure in any step aborts both subgroups, so no rank of this host waits on a leader that
-  // gave up.
+  // Any failure, a subgroup's abort included, aborts both subgroups and the world group here: a
+  // leader that learns of a death on its host (or of another leader's failure) wakes the other
+  // leaders, and they their hosts, so nobody waits out the timeout.
   void hierarchical_all_reduce(Exec& e, at::Tensor& t) {
     const ReduceOp op = e.op == ReduceOp::Avg ? ReduceOp::Sum : e.op;
     ProcessGroup& local = *hier_->local;
-    if (local.size() > 1) local.reduce(t, 0, op);
-    if (hier_->leaders) hier_->leaders->all_reduce(t, op);
-    if (local.size() > 1) local.broadcast(t, 0);
+    try {
+      if (local.size() > 1) local.reduce(t, 0, op);
+      if (hier_->leaders) hier_->leaders->all_reduce(t, op);
+      if (local.size() > 1) local.broadcast(t, 0);
+    } catch (const std::exception& ex) {
+      const std::string why = std::string("all_reduce #") + std::to_string(e.h.seq) + " (hierarchical): " + ex.what();
+      abort_hierarchy(why);
+      mesh_->send_abort(id_, members_, error_type(ex), why, e.h.seq);
+      throw;
+    }
     if (e.op == ReduceOp::Avg) divide(e.type, data(t), static_cast<std::size_t>(t.numel()), size());
   }
 
@@ -443,7 +451,7 @@ std::string rank_list(const std::vector<int>& ranks) {
 // A world that spans hosts with more than one rank on some host: the subgroups of a hierarchical
 // all_reduce, each host's in shared memory under transport auto (its leader makes the segment
 // and publishes its address in the store under `prefix`/host<leader>/shm).
-void attach_hierarchy(ZmqGroup& pg, Mesh& mesh, Store& store, const std::string& prefix, Transport transport) {
+void attach_hierarchy(ZmqGroup& pg, Mesh& mesh, Store& store, const std::string& prefix) {
   std::vector<std::vector<int>> hosts;  // ranks per host, hosts in order of their lowest rank
   std::map<std::string, std::size_t> index;
   for (int r = 0; r < pg.size(); ++r) {
@@ -464,7 +472,11 @@ void attach_hierarchy(ZmqGroup& pg, Mesh& mesh, Store& store, const std::string&
   }
   h->leaders = pg.new_group(leaders);
   auto& local = static_cast<ZmqGroup&>(*h->local);
-  if (local.size() > 1 && (transport == Transport::Auto || transport == Transport::Shm)) {
+  // Shared memory inside this host when every rank of it offered it (what they published: the
+  // same answer on each of them, whatever each was told).
+  bool offered = true;
+  for (int r : mine) offered = offered && mesh.shm_offered()[r];
+  if (local.size() > 1 && offered) {
     const std::string key = prefix + "/host" + std::to_string(mine.front()) + "/shm";
     std::unique_ptr<ShmCollectives> shm;
     std::string address, why;
@@ -528,7 +540,7 @@ std::shared_ptr<ProcessGroup> make_zmq_process_group(Store& store, int rank, int
   auto pg = std::make_shared<ZmqGroup>(mesh, 0, std::move(members), rank, std::move(keepalive));
   pg->barrier();  // every rank reachable before the first real collective
   if (mesh->shm_world()) attach_shared_memory(*pg, *mesh, std::move(shm), mesh->shm_address(), transport);
-  else if (options.hierarchical && world_size > 1) attach_hierarchy(*pg, *mesh, store, prefix, transport);
+  else if (options.hierarchical && world_size > 1) attach_hierarchy(*pg, *mesh, store, prefix);
   return pg;
 }
 

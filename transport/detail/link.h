@@ -112,7 +112,8 @@ class Link {
   virtual void watch_peer(int peer) = 0;
   // I/O thread only: `peer` restarted and now listens at `endpoint` (a rank that rejoined).
   // Drops the connection to the earlier process (and what was queued for it); a watched peer
-  // is connected again at once.
+  // is connected again at once. An empty endpoint only drops it (a PairLink moved the peer to
+  // its other link).
   virtual void replace_peer(int peer, const std::string& endpoint) = 0;
 
   // Any thread: a new channel to the process listening at `endpoint` (peer's, as the caller

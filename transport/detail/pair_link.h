@@ -5,17 +5,19 @@
 // Threads. One of the two links is the home link: its I/O thread is the PairLink's, which runs
 // every callback and every posted task, so RPC above still sees one I/O thread. The other link's
 // events (requests, replies, peers down and up, refusals) are gathered on its own I/O thread
-// and handed to the home thread once per round of it, in the order read, followed by
-// on_served when that round read any. The home link is the shared-memory one when any peer
-// (this process included) is reached over it, so the same-host traffic takes no extra hop.
+// and handed to the home thread after each round of it that read any (in the order read,
+// followed by on_served), and at its tick. The home link is the shared-memory one when any
+// endpoint set_peers gets is shm:// (RPC gives this process's own entry as shm:// only when some
+// other rank is on this host), so the same-host traffic takes no extra hop; else ZeroMQ's.
 // A message for a peer of the other link is handed to that link's thread (post): one hop each
 // way, a few µs beside a network's tens; a send that fails there comes back as on_send_failed.
 // Channels (the sync path) need no hop: open_channel picks the link by the endpoint's scheme.
 //
-// Rejoins. replace_peer may move a peer to the other link (it restarted on another host); from
-// then on the first link's events about it are dropped. Events the other link gathered about a
-// peer before a replace_peer reached its thread are dropped too (a marker goes through its
-// thread after the replace), so the earlier process's death never fails the new one's calls.
+// Rejoins. replace_peer may move a peer to the other link (it restarted on another host): the
+// first link drops it (replace_peer with no endpoint) and its events about it are dropped from
+// then on. Events the away link gathered about a peer before a replace_peer reached its thread
+// are dropped too (a marker goes through its thread behind the replace; they count), so an
+// earlier process's death never fails the new one's calls.
 #pragma once
 
 #include <array>
@@ -81,7 +83,7 @@ class PairLink final : public Link {
   bool started_ = false;
   // Home thread only (and before start):
   std::vector<std::uint8_t> via_;  // per peer
-  std::vector<char> stale_;        // per peer: a replace_peer's marker is on its way
+  std::vector<int> stale_;         // per peer: replace_peer markers still on their way
   std::vector<std::string> down_;  // per peer of the away link: why it is down, or ""
   // Away thread only:
   std::vector<Relayed> gathered_;

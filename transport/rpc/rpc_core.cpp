@@ -174,19 +174,24 @@ Links bind_links(RpcCore::State& s, const WorldSpec& w, Transport transport, con
   return l;
 }
 
-// What the peers' endpoints are chosen under. Auto stays per pair only when some other rank is
-// reached over shared memory and some over ZeroMQ (a world that spans hosts); else it is the one
-// link that serves them all: shared memory when every rank is on this host and serves it (this
-// process too), ZeroMQ when no other rank is.
-Transport endpoints_transport(const Address& me, int rank, const std::vector<Address>& peers, Transport t,
-                              bool have_shm) {
-  if (t != Transport::Auto) return t;
-  if (!have_shm) return Transport::Zmq;
-  int local = 0, remote = 0;
-  for (int r = 0; r < static_cast<int>(peers.size()); ++r)
-    if (r != rank) ++(shm_reachable(me, peers[r]) ? local : remote);
-  if (remote == 0) return Transport::Shm;
-  return local == 0 ? Transport::Zmq : Transport::Auto;
+// Each rank's endpoint, chosen per pair under `transport` (auto: shared memory to a rank on this
+// host that serves it, ZeroMQ to the others). This process's own entry (its calls to itself)
+// takes shared memory only when some other rank does too (or it is alone), so that a process
+// whose peers are all on other hosts keeps ZeroMQ's thread as its link's home.
+std::vector<std::string> choose_endpoints(const Address& me, int rank, const std::vector<Address>& peers,
+                                          Transport transport) {
+  bool any_local = peers.size() == 1;
+  for (int r = 0; r < static_cast<int>(peers.size()); ++r) any_local |= r != rank && shm_reachable(me, peers[r]);
+  std::vector<std::string> endpoints;
+  for (int r = 0; r < static_cast<int>(peers.size()); ++r) {
+    const bool self_over_zmq = r == rank && transport == Transport::Auto && !any_local;
+    try {
+      endpoints.push_back(endpoint_for(me, peers[r], self_over_zmq ? Transport::Zmq : transport));
+    } catch (const ConfigError& e) {
+      throw ConfigError(std::string("rpc: worker ") + e.what());
+    }
+  }
+  return endpoints;
 }
 
 // "ranks 0-1, 3" of the ranks whose endpoint is (or is not) shm://.
@@ -203,26 +208,21 @@ std::string ranks_over(const std::vector<std::string>& endpoints, bool shm) {
   return out;
 }
 
-// The link of the world, from the links bound and the endpoints chosen: one of them, or both as a
-// PairLink. Says which ranks each reaches (info for a pair, where it is news; debug otherwise).
+// The link of the world: under auto with both links bound, both as a PairLink (a rank that
+// restarts on another host, or on this one, finds a link that takes it); else the one bound.
+// Says which ranks each link reaches (info where the world spans hosts; debug otherwise).
 std::unique_ptr<Link> choose_link(RpcCore::State& s, Links& links, const std::vector<std::string>& endpoints,
                                   Link::Events events) {
+  const std::string local = ranks_over(endpoints, true), remote = ranks_over(endpoints, false);
   std::string line = "rpc: " + s.opts.name + " (rank " + std::to_string(s.rank) + ") reaches ";
-  std::unique_ptr<Link> link;
-  if (s.link_transport == Transport::Auto) {
-    line += "ranks " + ranks_over(endpoints, true) + " over shared memory, ranks " + ranks_over(endpoints, false) +
-            " over ZeroMQ";
-    link = std::make_unique<PairLink>(std::move(links.shm), std::move(links.zmq), std::move(events));
-  } else if (s.link_transport == Transport::Shm) {
-    line += "every rank over shared memory";
-    link = std::move(links.shm);
-  } else {
-    line += std::string("every rank over ZeroMQ (") + transport_name(s.link_transport) + ")";
-    link = std::move(links.zmq);
-  }
-  if (s.link_transport == Transport::Auto) DISTRL_LOG(Info, line);
+  if (local.empty() || remote.empty())
+    line += std::string("every rank over ") + (remote.empty() ? "shared memory" : "ZeroMQ");
+  else line += "ranks " + local + " over shared memory, ranks " + remote + " over ZeroMQ";
+  if (!local.empty() && !remote.empty()) DISTRL_LOG(Info, line);
   else DISTRL_LOG(Debug, line);
-  return link;
+  if (s.link_transport == Transport::Auto)
+    return std::make_unique<PairLink>(std::move(links.shm), std::move(links.zmq), std::move(events));
+  return s.link_transport == Transport::Shm ? std::move(links.shm) : std::move(links.zmq);
 }
 
 // Tells every peer where this restarted rank listens now (one-way notices; a peer that is
@@ -289,24 +289,20 @@ void RpcCore::start(const std::function<void()>& before_publish) {
   auto& store = s.rdv->store();
   const Address& me = s.me;
   const auto peers = exchange_addresses(store, kWorkerAddressPrefix, s.rank, s.world, me, s.opts.rendezvous_timeout);
-  s.link_transport = endpoints_transport(me, s.rank, peers, transport, links.shm != nullptr);
+  // Auto without shared memory here is ZeroMQ's (per pair: ipc on this host, tcp between hosts).
+  s.link_transport = transport == Transport::Auto && !links.shm ? Transport::Zmq : transport;
+  const std::vector<std::string> endpoints = choose_endpoints(me, s.rank, peers, s.link_transport);
   std::vector<std::int64_t> incarnations(s.world, 1);
   if (s.incarnation > 1)
     for (int r = 0; r < s.world; ++r)
       incarnations[r] = std::max<std::int64_t>(1, store.add("rpc/incarnation/" + std::to_string(r), 0));
-  std::vector<std::string> endpoints;
   for (int r = 0; r < s.world; ++r) {
     const Address& p = peers[r];
     if (s.by_name.count(p.name))
       throw ConfigError("rpc: two workers are named '" + p.name + "' (ranks " + std::to_string(s.by_name[p.name]) +
                         " and " + std::to_string(r) + "); give each a unique name");
     s.by_name[p.name] = r;
-    try {
-      endpoints.push_back(endpoint_for(me, p, s.link_transport));
-    } catch (const ConfigError& e) {
-      throw ConfigError(std::string("rpc: worker ") + e.what());
-    }
-    s.workers.push_back(WorkerInfo{p.name, r, p.hostname, endpoints.back()});
+    s.workers.push_back(WorkerInfo{p.name, r, p.hostname, endpoints[r]});
   }
   s.link = choose_link(s, links, endpoints, std::move(cb));
   s.link->set_peers(endpoints);

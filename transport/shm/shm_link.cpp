@@ -388,7 +388,7 @@ void ShmLink::replace_peer(int peer, const std::string& endpoint) {
   peer_endpoints_[peer] = endpoint;
   peer_down_[peer].clear();
   unsent_[peer] = Unsent{};  // for the earlier process, whose calls failed with it
-  if (was_connected) watch_peer(peer);
+  if (was_connected && !endpoint.empty()) watch_peer(peer);
 }
 
 std::unique_ptr<Channel> ShmLink::open_channel(int peer, const std::string& endpoint, Clock::time_point deadline,

@@ -97,6 +97,9 @@ class Mesh {
   // Each rank's host (detail/endpoints.h's host_id, from its address record): equal on ranks
   // that share a host.
   const std::vector<std::string>& host_ids() const { return host_ids_; }
+  // Whether each rank offered shared memory in its address record (a non-empty shm field: it
+  // runs transport auto or shm, and rank 0's segment, if it is rank 0, was made).
+  const std::vector<bool>& shm_offered() const { return shm_offered_; }
   const ProcessGroupOptions& options() const { return options_; }
 
   // Sends header + bytes to global rank dst. Below kCopyBelow bytes, or without a tracker,
@@ -153,6 +156,7 @@ class Mesh {
   bool shm_world_ = false;
   std::string shm_address_;
   std::vector<std::string> host_ids_;
+  std::vector<bool> shm_offered_;
 
   std::mutex mu_;
   std::condition_variable cv_;
