@@ -22,7 +22,7 @@ class RlCommandLine : public CommandLine<RlConfig> {
     // A file of before `workload: rl` runs as ever; the agent (once per run) says how to say it.
     if (tool_ == "distrl-agent" && !flags.config.empty() && !flags.check_only &&
         !Settings::peek(flags.config, app.remaining(), "workload"))
-      DISTRL_LOG(Info, flags.config << " names no workload: read as `workload: rl` (add that line to the file)");
+      DISTRL_LOG(Warn, flags.config << " names no workload: read as `workload: rl` (add that line to the file)");
     prepare_env(config);
     return true;
   }

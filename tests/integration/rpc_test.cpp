@@ -348,6 +348,63 @@ TEST(RpcTest, KilledPeerFailsPendingCallsNamingIt) {  // rpc_async and rpc_sync 
   EXPECT_EQ(codes[1], 128 + SIGKILL);
 }
 
+// The link chosen per pair on one host: rank 2 cannot serve shared memory (its file-size limit is
+// under a ring's size, as a container's can be), so ranks 0 and 1 reach each other over shared
+// memory and rank 2 over ZeroMQ (ipc) -- a PairLink, whose home is the shared-memory link and
+// whose ZeroMQ events cross over to it. Calls, an RRef passed through a third worker and a
+// reply to a relayed request all work; rank 2's death fails the calls waiting on it, named, as
+// fast as on one link. Transport auto in every child, whatever the suite's DISTRL_TRANSPORT.
+TEST(RpcTest, ARankWithoutSharedMemoryIsReachedOverZeroMQBesideSharedMemoryPeers) {
+  TempDir dir;
+  auto codes = run_ranks(
+      3,
+      [&](int rank) {
+        ::unsetenv("DISTRL_TRANSPORT");
+        if (rank == 2) {
+          ::signal(SIGXFSZ, SIG_IGN);
+          rlimit small{256 << 10, 256 << 10};  // a ring is 1 MiB
+          expect(::setrlimit(RLIMIT_FSIZE, &small) == 0, "setrlimit");
+        }
+        auto o = rpc_options(dir, rank, 3);
+        o.rpc_timeout = 60s;  // longer than the test's bound: the failure must come from the death
+        RpcAgent agent(o, register_all);
+        const auto scheme = [&](int r) {
+          const std::string& e = agent.workers()[r].endpoint;
+          return e.substr(0, e.find("://"));
+        };
+        if (rank == 2) {
+          for (int r = 0; r < 3; ++r)
+            expect(scheme(r) == "ipc", "rank 2 reaches rank " + std::to_string(r) + " over " + scheme(r));
+          std::this_thread::sleep_for(60s);  // until rank 0 kills it
+          return 3;
+        }
+        expect(scheme(1 - rank) == "shm" && scheme(2) == "ipc" && scheme(rank) == "shm",
+               "rank " + std::to_string(rank) + ": " + scheme(0) + ", " + scheme(1) + ", " + scheme(2));
+        if (rank == 1) {
+          agent.serve_until_shutdown(0);
+          agent.shutdown();
+          return 0;
+        }
+        expect(agent.rpc_sync<int>(1, "add", 1, 2) == 3 && agent.rpc_sync<int>(2, "add", 2, 3) == 5, "sync calls");
+        expect(agent.rpc_async<int>(2, "add", 3, 4).value() == 7, "an async call over the relayed link");
+        RRef<Counter> c = agent.remote<Counter>("worker2", "Counter", 10);
+        expect(agent.rpc_sync<int>("worker1", "bump_via", c, 5) == 15, "worker1 calls worker2's object for us");
+        expect(c.rpc_sync<int>("value") == 15, "the owner kept it");
+        auto pending = agent.rpc_async<int>(2, "sleep_ms", 30000);
+        std::this_thread::sleep_for(100ms);
+        const auto killed = std::chrono::steady_clock::now();
+        agent.rpc_async<int>(2, "die", 0);
+        auto msg = expect_throw<distrl::TransportError>([&] { pending.value(); }, "the pending call fails");
+        expect(msg.find("worker2") != std::string::npos, "the error names the peer: " + msg);
+        expect(std::chrono::steady_clock::now() - killed < 10s, "failed within 10 s");
+        expect(agent.rpc_sync<int>(1, "add", 4, 5) == 9, "the shared-memory peer still answers");
+        agent.shutdown();
+        return 0;
+      },
+      std::chrono::seconds(60));
+  EXPECT_EQ(codes, (std::vector<int>{0, 0, 128 + SIGKILL}));
+}
+
 // A rank whose process died comes back under the same rank and name: its new process
 // rendezvouses again (the store, hosted outside the world as distrl-launch hosts it, outlived
 // the death), tells every peer its new address, and their calls reach it; the peers never
