@@ -24,8 +24,10 @@ CLI::App* add_rpc(CLI::App& app, RpcBenchOptions& o) {
       ->check(CLI::Range(10, 100000000));
   s->add_option("--inflight", o.inflight, "rpc_async calls kept in flight")->check(CLI::Range(1, 100000));
   s->add_option("--big-mib", o.big_mib, "size of the bandwidth tensor in MiB")->check(CLI::Range(1, 1024));
-  s->add_option("--transports", o.transports, "transports to measure")
-      ->check(CLI::IsMember({"ipc", "tcp", "shm"}))
+  s->add_option("--transports", o.transports,
+                "transports to measure (auto: what a run gets by default, on one host both links as one PairLink "
+                "with shared memory at home)")
+      ->check(CLI::IsMember({"ipc", "tcp", "shm", "auto"}))
       ->delimiter(',');
   s->add_option("--cpus", o.cpus, "any: let the OS place both processes; same: pin both to CPU 0; split: one per CPU")
       ->check(CLI::IsMember({"any", "same", "split"}));
