@@ -381,9 +381,13 @@ class ZmqGroup final : public ProcessGroup {
       if (hier_->leaders) hier_->leaders->all_reduce(t, op);
       if (local.size() > 1) local.broadcast(t, 0);
     } catch (const std::exception& ex) {
-      const std::string why = std::string("all_reduce #") + std::to_string(e.h.seq) + " (hierarchical): " + ex.what();
+      // Named as the caller's all_reduce, with the step that failed after it (its own numbering).
+      const std::string why = e.what + " (hierarchical) failed: " + ex.what();
       abort_hierarchy(why);
       mesh_->send_abort(id_, members_, error_type(ex), why, e.h.seq);
+      if (dynamic_cast<const MismatchError*>(&ex)) throw MismatchError(why);
+      if (dynamic_cast<const TimeoutError*>(&ex)) throw TimeoutError(why);
+      if (dynamic_cast<const TransportError*>(&ex)) throw TransportError(why);
       throw;
     }
     if (e.op == ReduceOp::Avg) divide(e.type, data(t), static_cast<std::size_t>(t.numel()), size());
