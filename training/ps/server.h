@@ -174,7 +174,9 @@ class ShardServer {
     std::vector<Held> done;
     std::vector<Decision> decisions;
   };
-  enum class Seen { New, Held, Decided };
+  // Stale: a copy of a push older than the trainer's last one here (delayed past its successor):
+  // counted as a duplicate, then refused.
+  enum class Seen { New, Held, Decided, Stale };
   using Close = Decision::Kind;
 
   Entry& entry_locked(const std::string& name, const char* what);

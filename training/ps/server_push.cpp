@@ -67,6 +67,11 @@ transport::Future<PushReply> ShardServer::submit(const PushId& id, std::int64_t 
         repeat_locked(std::move(h), out);
         break;
       case Seen::New: accept_locked(std::move(h), round, out); break;
+      case Seen::Stale:
+        ++ts.duplicates;
+        throw ProtocolError("ps shard " + std::to_string(shard_) + ": push " + std::to_string(id.seq) + " of trainer " +
+                            std::to_string(id.trainer) + " is older than its last one here (" +
+                            std::to_string(last_[id.trainer].seq) + "): a delayed copy, refused");
     }
   }
   finish(std::move(out));
@@ -102,9 +107,7 @@ ShardServer::Seen ShardServer::seen_locked(const PushId& id, Held** held) {
     return Seen::New;
   }
   if (id.seq > last.seq) return Seen::New;
-  if (id.seq < last.seq)
-    throw ProtocolError(who() + " is older than its last one here (" + std::to_string(last.seq) +
-                        "): a delayed copy, refused");
+  if (id.seq < last.seq) return Seen::Stale;
   return Seen::Decided;
 }
 
