@@ -15,8 +15,9 @@
 //   5 s) and up again (on_peer_up) once it runs, and answers again; a peer whose I/O thread is
 //   held (a 12 s handler) is not: the heartbeat comes from a thread no user code runs on;
 // - a peer that never reads its replies costs a bounded queue: past the link's bound its replies
-//   are refused (send_reply false) or its requests no longer taken (backpressure), and the link
-//   serves its other connections meanwhile;
+//   are refused (send_reply false, or on_send_failed from a link that sends on another thread)
+//   or its requests no longer taken (backpressure), and the link serves its other connections
+//   meanwhile;
 // - a message of more frames than max_parts is refused (on_dropped), never delivered, and the
 //   link serves on;
 // - messages sent just before a peer stops its link are all delivered (close with messages in
@@ -109,6 +110,8 @@ class End {
     ev.on_tick = [](Clock::time_point) {};
     ev.next_deadline = [] { return Clock::now() + 100ms; };
     ev.on_dropped = [this](const std::string&) { dropped_.fetch_add(1); };
+    // A link that sends on another thread (the pair's ZeroMQ side) refuses there, afterwards.
+    ev.on_send_failed = [this](int, Frames&&, const std::string&) { refused_.fetch_add(1); };
     IoLoop::Options zo;
     zo.max_parts = kMaxParts + 1;  // + the routing id
     zo.identity_prefix = IoLoop::member_identity(rank, 42);
