@@ -338,6 +338,17 @@ bool world_uses_shm(const Address& me, const std::vector<Address>& peers, Transp
   return true;
 }
 
+std::string rank_ranges(const std::vector<int>& ranks) {
+  std::string out;
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    std::size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    out += (out.empty() ? "" : ", ") + std::to_string(ranks[i]) + (j > i ? "-" + std::to_string(ranks[j]) : "");
+    i = j;
+  }
+  return out;
+}
+
 std::string endpoint_for(const Address& me, const Address& peer, Transport transport) {
   if (transport == Transport::Auto && shm_reachable(me, peer)) return peer.shm;
   if (transport == Transport::Shm) {

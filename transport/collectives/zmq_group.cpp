@@ -440,18 +440,6 @@ void attach_shared_memory(ZmqGroup& pg, Mesh& mesh, std::unique_ptr<ShmCollectiv
   DISTRL_LOG(Info, "process group: collectives over ZeroMQ (shared memory failed: " << reason << ")");
 }
 
-// "0-1, 3" of a sorted rank list.
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string out;
-  for (std::size_t i = 0; i < ranks.size(); ++i) {
-    std::size_t j = i;
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-    out += (out.empty() ? "" : ", ") + std::to_string(ranks[i]) + (j > i ? "-" + std::to_string(ranks[j]) : "");
-    i = j;
-  }
-  return out;
-}
-
 // A world that spans hosts with more than one rank on some host: the subgroups of a hierarchical
 // all_reduce, each host's in shared memory under transport auto (its leader makes the segment
 // and publishes its address in the store under `prefix`/host<leader>/shm).
@@ -500,9 +488,9 @@ void attach_hierarchy(ZmqGroup& pg, Mesh& mesh, Store& store, const std::string&
   std::string sizes;
   for (const auto& ranks : hosts) sizes += (sizes.empty() ? "" : ", ") + std::to_string(ranks.size());
   DISTRL_LOG(Info, "process group: rank " << pg.rank() << ": all_reduce across " << hosts.size() << " hosts (" << sizes
-                                          << " ranks): inside this host (ranks " << rank_list(mine) << ") over "
+                                          << " ranks): inside this host (ranks " << rank_ranges(mine) << ") over "
                                           << (local.transport() == "shm" ? "shared memory" : "ZeroMQ")
-                                          << ", between the host leaders (ranks " << rank_list(leaders)
+                                          << ", between the host leaders (ranks " << rank_ranges(leaders)
                                           << ") over ZeroMQ");
   pg.use_hierarchy(std::move(h));
 }

@@ -83,5 +83,7 @@ std::vector<Address> exchange_addresses(Store& store, const std::string& key_pre
 // shm, and for auto when shm_reachable; else ZeroMQ: ipc on the same host unless transport is
 // tcp, tcp otherwise. Throws ConfigError when the peer serves only ipc (or shm) from another host.
 std::string endpoint_for(const Address& me, const Address& peer, Transport transport);
+// "0-1, 3": sorted ranks as runs, for the lines that say which ranks a link or a group holds.
+std::string rank_ranges(const std::vector<int>& ranks);
 
 }  // namespace distrl::transport::detail

@@ -194,18 +194,12 @@ std::vector<std::string> choose_endpoints(const Address& me, int rank, const std
   return endpoints;
 }
 
-// "ranks 0-1, 3" of the ranks whose endpoint is (or is not) shm://.
+// The ranks whose endpoint is (or is not) shm://, as runs ("0-1, 3").
 std::string ranks_over(const std::vector<std::string>& endpoints, bool shm) {
-  std::string out;
-  const int n = static_cast<int>(endpoints.size());
-  for (int r = 0; r < n; ++r) {
-    if ((PairLink::via_of(endpoints[r]) == PairLink::kLocal) != shm) continue;
-    int last = r;
-    while (last + 1 < n && (PairLink::via_of(endpoints[last + 1]) == PairLink::kLocal) == shm) ++last;
-    out += (out.empty() ? "" : ", ") + std::to_string(r) + (last > r ? "-" + std::to_string(last) : "");
-    r = last;
-  }
-  return out;
+  std::vector<int> ranks;
+  for (int r = 0; r < static_cast<int>(endpoints.size()); ++r)
+    if ((PairLink::via_of(endpoints[r]) == PairLink::kLocal) == shm) ranks.push_back(r);
+  return rank_ranges(ranks);
 }
 
 // The link of the world: under auto with both links bound, both as a PairLink (a rank that
