@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "common/main_guard.h"
 #include "common/stop_signal.h"
+#include "run/workload_catalog.h"
 #include "transport/rendezvous.h"
 #include "transport/security.h"
 
@@ -57,7 +58,7 @@ int main(int argc, char** argv) {
     agent::check_device(cfg.device);  // fail before rendezvous, not after
     // learner.device is the learner process's with roles.learners 1 (it checks it on its host).
     if (!cfg.learner_device.empty() && cfg.learners == 0) agent::check_device(cfg.learner_device, "learner.device");
-    if (cli.check_only) {  // the line distrl-launch reads the world's size and out_dir from (config_launch.cpp)
+    if (cli.check_only) {
       // The env (Gymnasium knows its IDs: asked here), the algorithm for it (REINFORCE cannot
       // drive continuous actions), a checkpoint that does not fit or has no rounds left; then the
       // run directory: a live run writes there, or it holds another run's outputs.
@@ -67,11 +68,15 @@ int main(int argc, char** argv) {
         throw ConfigError(std::string("env.name: ") + e.what());
       }
       RunLock::check_before_start(cfg.out_dir);
-      std::cout << "distrl-agent: ok: rl, " << cfg.agents + cfg.observers + cfg.learners << " ranks (" << cfg.agents
-                << " agent" << (cfg.agents == 1 ? "" : "s") << " + " << cfg.observers << " observer"
-                << (cfg.observers == 1 ? "" : "s") << (cfg.learners > 0 ? " + 1 learner" : "") << "; " << cfg.env
-                << ", " << cfg.algo << ", " << cfg.mode << (cmd.flags.security == "curve" ? ", security curve" : "")
-                << "); outputs in " << cfg.out_dir << std::endl;
+      const run::Roles roles =
+          run::find_workload_entry(run::kRlWorkload, "distrl-agent").roles([&](const std::string& key) {
+            return cmd.settings.value(key);
+          });
+      std::cout << run::check_line("distrl-agent", run::kRlWorkload, roles,
+                                   cfg.env + ", " + cfg.algo + ", " + cfg.mode +
+                                       (cmd.flags.security == "curve" ? ", security curve" : ""),
+                                   cfg.out_dir)
+                << std::endl;
       return 0;
     }
     if (eval) {

@@ -8,7 +8,7 @@
 # rpc/detail/callable.h). The rest stays out of the install.
 include(CMakePackageConfigHelpers)
 
-set(_distrl_public_folders common transport autograd envs models rl agent observer training)
+set(_distrl_public_folders common transport autograd envs models rl run agent observer training)
 set(_distrl_todo)
 foreach(folder ${_distrl_public_folders})
   file(GLOB_RECURSE _headers RELATIVE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/${folder}/*.h)

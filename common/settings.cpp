@@ -244,6 +244,12 @@ std::string Settings::output_dir() const {
   return "";
 }
 
+std::optional<std::string> Settings::value(const std::string& key) const {
+  const auto it = by_key_.find(key);
+  if (it == by_key_.end()) return std::nullopt;
+  return it->second->show_();
+}
+
 Settings::Settings(std::string tool) : tool_(std::move(tool)) {}
 Settings::~Settings() = default;
 

@@ -77,6 +77,8 @@ class Settings {
   void check() const;
   // The value of the key marked output_dir() ("" when none is).
   std::string output_dir() const;
+  // A bound key's current value as text (as to_yaml() writes it); nullopt for a key not bound.
+  std::optional<std::string> value(const std::string& key) const;
 
   // Before anything is bound: the text that a YAML file and overrides ("--key=value", "--key
   // value", "key=value"; the last wins) give `key` -- a section's or a list's as YAML text --

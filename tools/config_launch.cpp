@@ -16,7 +16,7 @@
 #include "common/wait_notice.h"
 #include "common/run_dir.h"
 #include "common/settings.h"
-#include "training/workload_names.h"
+#include "run/workload_catalog.h"
 
 namespace distrl::tools {
 namespace {
@@ -86,34 +86,14 @@ std::string check(const std::string& exe, const std::vector<std::string>& tail) 
   return text.str();
 }
 
-// A tool's check ends with "TOOL: ok: WHAT, N ranks (ROLES); outputs in DIR" when it accepts the
-// file: the line, N and DIR go to o. (The launcher asks the tool rather than the registry,
-// which would load LibTorch.)
-void read_check(const std::string& exe, const std::string& said, LaunchOptions* o) {
-  // The tool's own line, whatever else it (or a library at exit) printed around it.
-  const std::string tool_name = exe.substr(exe.rfind('/') + 1), head = tool_name + ": ok: ";
+// The tool's "TOOL: ok: ..." line (run::check_line), for the launcher to show; the whole output
+// when a tool says none.
+std::string ok_line(const std::string& exe, const std::string& said) {
+  const std::string head = exe.substr(exe.rfind('/') + 1) + ": ok: ";
   std::istringstream lines(said);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.rfind(head, 0) != 0) continue;
-    const auto comma = line.find(", ", head.size());
-    const auto out = line.rfind("; outputs in ");
-    if (comma == std::string::npos || out == std::string::npos || out < comma) break;
-    try {
-      std::size_t used = 0;
-      const int n = std::stoi(line.substr(comma + 2), &used);
-      if (n < 1 || n > 4096) break;
-      o->nproc = n;
-    } catch (const std::exception&) {
-      break;
-    }
-    o->checked = line;
-    o->out_dir = line.substr(out + 13);
-    return;
-  }
-  throw Error(exe + " --check-config accepted the file but did not say what runs (\"" + head +
-              "..., N ranks (...); "
-              "outputs in DIR\"; said: '" +
-              said + "'); is it from another build than this distrl-launch?");
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind(head, 0) == 0) return line;
+  return said;
 }
 
 }  // namespace
@@ -131,7 +111,7 @@ namespace {
 void configure_world(const std::string& config, const std::vector<std::string>& overrides, LaunchOptions* o) {
   // The file's workload picks the tool (which refuses an override naming another tool's);
   // reading it refuses a file that is not YAML.
-  const std::string workload = training::workload_named_by(config, {});
+  const std::string workload = run::workload_named_by(config, {});
   // Which node this is, for the tool's checks and the ranks (node 0 writes the outputs).
   ::setenv("DISTRL_NODE_RANK", std::to_string(o->node_rank).c_str(), 1);
   // What the claim of run.out_dir makes of the directory (common/run_dir.h).
@@ -146,30 +126,29 @@ void configure_world(const std::string& config, const std::vector<std::string>& 
   tail.insert(tail.end(), overrides.begin(), overrides.end());
   // The file may ask for restarts (the tool documents and checks the key); --max-restarts wins.
   if (o->max_restarts == 0) o->max_restarts = int_setting(config, overrides, "launch.max_restarts", 0, 0);
-  if (workload != training::kRlWorkload.name) {  // training: its tool on every rank, the world its roles make
-    const std::string exe = tool(training::tool_of_workload(workload, config));
-    read_check(exe, check(exe, tail), o);
-    o->command = {exe};
-    o->command.insert(o->command.end(), tail.begin(), tail.end());
-    return;
-  }
-  const std::string agent = tool("distrl-agent"), observer = tool("distrl-observer");
-  read_check(agent, check(agent, tail), o);  // roles.agents + `observers` + roles.learners
-  const auto with_tail = [&](const std::string& exe) {
-    std::vector<std::string> cmd{exe};
-    cmd.insert(cmd.end(), tail.begin(), tail.end());
-    return cmd;
-  };
-  const int agents = int_setting(config, overrides, "roles.agents", 1, 1);  // checked by the agent above
-  const int learners = int_setting(config, overrides, "roles.learners", 0, 0);
-  for (int k = 0; k < agents; ++k) o->rank_commands[k] = with_tail(agent);
-  // A dead observer is named and left behind by its agent; with several agents and a learner
-  // process, a dead agent is named by the learner, which goes on with the others' batches.
+  // The tool validates the whole file (it loads the env, reads a checkpoint) before anything
+  // starts; the world its roles make comes from the catalog, over the same keys.
+  const std::string lead = tool(run::find_workload_entry(workload, config).tool);
+  o->checked = ok_line(lead, check(lead, tail));
+  const run::World world = run::world_of(config, overrides);
+  o->nproc = world.roles.ranks();
+  o->out_dir = world.out_dir;
+  o->command = {lead};
+  o->command.insert(o->command.end(), tail.begin(), tail.end());
+  int rank = 0;  // a rank whose role runs another tool than rank 0's gets its own command
+  for (const run::RoleGroup& g : world.roles.groups)
+    for (int k = 0; k < g.count; ++k, ++rank)
+      if (g.tool != world.workload->tool) {
+        o->rank_commands[rank] = {tool(g.tool)};
+        o->rank_commands[rank].insert(o->rank_commands[rank].end(), tail.begin(), tail.end());
+      }
+  if (world.workload->name != run::kRlWorkload) return;
+  // RL: a dead observer is named and left behind by its agent; with several agents and a
+  // learner process, a dead agent is named by the learner, which goes on with the others' batches.
+  const int agents = world.roles.count("agent"), learners = world.roles.count("learner");
   for (int r = agents; r < o->nproc - learners; ++r) o->expendable.insert(r);
   if (agents > 1 && learners > 0)
     for (int k = 0; k < agents; ++k) o->expendable.insert(k);
-  if (learners > 0) o->rank_commands[o->nproc - 1] = with_tail(tool("distrl-learner"));
-  o->command = with_tail(observer);
 }
 
 }  // namespace

@@ -13,7 +13,7 @@
 #include "common/main_guard.h"
 #include "common/run_dir.h"
 #include "common/run_lock.h"
-#include "training/workload_names.h"
+#include "run/workload_catalog.h"
 #include "transport/cluster_env.h"
 #include "tools/launcher.h"
 #include "tools/config_launch.h"
@@ -40,8 +40,8 @@ int show_workload_help(int argc, char** argv) {
   }
   if (!help || config.empty() || !std::filesystem::is_regular_file(config)) return -1;
   try {
-    const std::string workload = distrl::training::workload_named_by(config, {});
-    const std::string tool = distrl::tools::self_dir() + "/" + distrl::training::tool_of_workload(workload, config);
+    const std::string workload = distrl::run::workload_named_by(config, {});
+    const std::string tool = distrl::tools::self_dir() + "/" + distrl::run::find_workload_entry(workload, config).tool;
     std::cout << "distrl-launch --config " << config << ": the keys of its workload (" + workload + "), as " << tool
               << " --help lists them;\n"
               << "give any of them after the file as KEY=VALUE. distrl-launch's own flags: distrl-launch --help\n\n"
@@ -67,10 +67,13 @@ const std::string kUsage =
     "           distrl-launch --nproc N [options] -- CMD ARGS...";
 
 void add_options(CLI::App& app, distrl::tools::LaunchOptions& o, Flags& f) {
-  std::string workloads =
-      std::string(distrl::training::kRlWorkload.name) + " (distrl-agent, distrl-observer, distrl-learner)";
-  for (const auto& w : distrl::training::kWorkloadNames)
-    workloads += std::string(workloads.empty() ? "" : ", ") + w.name + " (" + w.tool + ")";
+  std::string workloads;  // "rl (distrl-agent, distrl-observer, distrl-learner), rnn_dist_autograd (distrl-rnn), ..."
+  for (const auto& w : distrl::run::workload_catalog()) {
+    std::string tools;
+    for (const auto& g : w.roles([](const std::string&) { return std::nullopt; }).groups)
+      if (tools.find(g.tool) == std::string::npos) tools += (tools.empty() ? "" : ", ") + g.tool;
+    workloads += (workloads.empty() ? "" : ", ") + w.name + " (" + tools + ")";
+  }
   app.add_option("--nproc,--nproc-per-node", o.nproc, "ranks to start on this node")->check(CLI::Range(1, 4096));
   app.add_option("--nnodes", o.nnodes,
                  "nodes in the job (with --config: the config's ranks split in blocks over the nodes, rank 0\n"

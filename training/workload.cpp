@@ -11,6 +11,13 @@
 
 namespace distrl::training {
 
+const run::WorkloadEntry* catalog_entry(const std::string& name) {
+  for (const run::WorkloadEntry& e : run::workload_catalog())
+    if (e.name == name) return &e;
+  DISTRL_CHECK(false, "the workload registry's " + name + " is not in the catalog (run/workload_catalog.cpp)");
+  return nullptr;
+}
+
 const std::vector<Workload>& workloads() {
   static const std::vector<Workload> all = [] {
     std::vector<Workload> w;
@@ -86,13 +93,15 @@ void WorkloadCommandLine::validate() const {
   if (flags.check_only) RunLock::check_before_start(settings.output_dir());
 }
 
+run::Roles WorkloadCommandLine::roles() const {
+  return find_workload(name_, tool_).entry->roles([this](const std::string& key) { return settings.value(key); });
+}
+
 int WorkloadCommandLine::main(int argc, char** argv) {
   if (!parse(argc, argv)) return 0;
   validate();
-  if (flags.check_only) {  // the line distrl-launch reads the world's size and out_dir from (config_launch.cpp)
-    const Roles roles = config_->roles();
-    std::cout << tool_ << ": ok: " << name_ << ", " << roles.ranks << " rank" << (roles.ranks == 1 ? "" : "s") << " ("
-              << roles.text << "); outputs in " << settings.output_dir() << std::endl;
+  if (flags.check_only) {
+    std::cout << run::check_line(tool_, name_, roles(), config_->detail(), settings.output_dir()) << std::endl;
     return 0;
   }
   config_->run(RunContext{flags.world, flags.resume, settings.to_yaml()});

@@ -1,11 +1,10 @@
 // The workload registry: every training workload a config file can name (`workload: X`), with
-// the tool that runs its ranks, how its roles make the world, its keys (bind + validate) and
-// its run. --check-config and the tools' mains ask it. distrl-launch, which must not link this
-// library (LibTorch), reads each workload's tool from workload_names.h, a second list of the
-// names that a test keeps equal to this one (workload_test.cpp), and the world's size from the
-// tool's --check-config line; RL (no `workload` key) is not in the registry yet
-// (tools/config_launch.cpp starts its agent, observers and learner). Each mode's folder gives
-// its entries (make_workload); workloads() lists them all.
+// its keys (bind + validate) and its run. Each entry's tool and the world its roles make come
+// from the workload catalog (run/workload_catalog.h, no LibTorch), which distrl-launch reads;
+// make_workload refuses a name the catalog lacks, so the two hold the same names. RL (the
+// catalog's first entry) is run by agent/'s tools, beside this registry. Each mode's folder
+// gives its entries (make_workload); workloads() lists them all. --check-config and the tools'
+// mains ask it.
 #pragma once
 
 #include <functional>
@@ -15,16 +14,9 @@
 
 #include "common/command_line.h"
 #include "common/settings.h"
-#include "training/workload_names.h"
+#include "run/workload_catalog.h"
 
 namespace distrl::training {
-
-// The ranks a workload's roles make, and those roles in words for --check-config ("1 server +
-// 2 trainers"; a pipeline adds its plan's ideal bubble).
-struct Roles {
-  int ranks = 1;
-  std::string text;
-};
 
 // What a rank's run gets besides its keys.
 struct RunContext {
@@ -43,15 +35,16 @@ class WorkloadConfig {
   // After the file and the overrides: every check a rank makes before it starts that needs no
   // other rank (combinations of keys); ConfigError naming the key.
   virtual void validate() const = 0;
-  // The ranks its roles make (what distrl-launch starts) and what they are.
-  virtual Roles roles() const = 0;
+  // Words --check-config adds after the roles (a pipeline: its schedule and ideal bubble); "" for none.
+  virtual std::string detail() const = 0;
   // This rank's part of the run, to its end or a stop (the tool then exits stop_exit_code()).
   virtual void run(const RunContext& ctx) const = 0;
 };
 
 struct Workload {
-  std::string name;  // a config's `workload` value
-  std::string tool;  // the executable every rank runs: kWorkloadNames' (workload_names.h)
+  std::string name;                           // a config's `workload` value
+  const run::WorkloadEntry* entry = nullptr;  // the catalog's: the tool every rank runs, the roles
+  std::string tool;                           // entry->tool
   std::function<std::unique_ptr<WorkloadConfig>()> make;
   bool resumes = false;  // takes --resume (a checkpoint of its own); the others start afresh each run
 };
@@ -72,7 +65,11 @@ std::vector<Workload> ddp_workloads();       // ddp/
 const std::vector<Workload>& workloads();
 // The workload called `name`; else ConfigError "<source>: workload: 'x' is not known (known: ...)".
 const Workload& find_workload(const std::string& name, const std::string& source);
-// workload_named_by, tool_of_workload: workload_names.h.
+// workload_named_by: run/workload_catalog.h.
+using run::workload_named_by;
+
+// The catalog's entry of a registry workload (DISTRL_CHECK: the catalog has it).
+const run::WorkloadEntry* catalog_entry(const std::string& name);
 
 namespace detail {
 // Outside any class, so that `bind` is found by argument-dependent lookup.
@@ -84,30 +81,31 @@ void bind_config(Settings& s, Config& c) {
 
 // A registry entry over a Config struct with `void bind(Settings&, Config&)` (found by
 // argument-dependent lookup) and the workload's functions; validate may be null (nothing to
-// check beyond the keys' own ranges).
+// check beyond the keys' own ranges), and so may detail (no words after the roles). `name`
+// must be in the catalog (run/workload_catalog.h): DISTRL_CHECK.
 template <typename Config>
-Workload make_workload(std::string name, Roles (*roles)(const Config&), void (*validate)(const Config&),
-                       void (*run)(const Config&, const RunContext&)) {
+Workload make_workload(std::string name, void (*validate)(const Config&), void (*run)(const Config&, const RunContext&),
+                       std::string (*detail)(const Config&) = nullptr) {
   class Bound final : public WorkloadConfig {
    public:
-    Bound(Roles (*w)(const Config&), void (*v)(const Config&), void (*r)(const Config&, const RunContext&))
-        : roles_(w), validate_(v), run_(r) {}
+    Bound(void (*v)(const Config&), void (*r)(const Config&, const RunContext&), std::string (*d)(const Config&))
+        : validate_(v), run_(r), detail_(d) {}
     void bind(Settings& s) override { detail::bind_config(s, config_); }
     void validate() const override {
       if (validate_) validate_(config_);
     }
-    Roles roles() const override { return roles_(config_); }
+    std::string detail() const override { return detail_ ? detail_(config_) : ""; }
     void run(const RunContext& ctx) const override { run_(config_, ctx); }
 
    private:
     Config config_;
-    Roles (*roles_)(const Config&);
     void (*validate_)(const Config&);
     void (*run_)(const Config&, const RunContext&);
+    std::string (*detail_)(const Config&);
   };
-  std::string tool = tool_of_workload(name, "the workload registry (training/workload_names.h lacks it)");
-  return Workload{std::move(name), std::move(tool),
-                  [=] { return std::unique_ptr<WorkloadConfig>(std::make_unique<Bound>(roles, validate, run)); }};
+  const run::WorkloadEntry* entry = catalog_entry(name);
+  return Workload{std::move(name), entry, entry->tool,
+                  [=] { return std::unique_ptr<WorkloadConfig>(std::make_unique<Bound>(validate, run, detail)); }};
 }
 
 // The command line of a tool that runs workloads (distrl-train, distrl-rnn, distrl-ps,
@@ -127,7 +125,9 @@ class WorkloadCommandLine : public ToolCommandLine {
   // this run directory's: common/run_dir.h). With check_only, a fresh run's directory too (the
   // claim checks it when the run starts).
   void validate() const;
-  int world_size() const { return config_->roles().ranks; }
+  // The roles the file's keys make (the catalog's, over this tool's values of the keys).
+  run::Roles roles() const;
+  int world_size() const { return roles().ranks(); }
   // The tool's whole life after its flags: parse, validate, --check-config or run; the exit
   // code (0, or 128 + the signal that stopped the run).
   int main(int argc, char** argv);

@@ -228,10 +228,6 @@ std::vector<EpochResult> train(const TrainConfig& cfg, const std::string& config
 
 namespace {
 
-Roles dist_world_size(const TrainConfig& c) {
-  return {c.world_size, std::to_string(c.world_size) + " data-parallel trainers"};
-}
-
 void ddp_rank(const TrainConfig& cfg, const RunContext& ctx) {
   transport::ProcessGroupOptions o;
   o.backend = cfg.backend;
@@ -252,8 +248,6 @@ void check_train(const TrainConfig& cfg) {
 
 }  // namespace
 
-std::vector<Workload> ddp_workloads() {
-  return {resuming(make_workload<TrainConfig>("ddp", dist_world_size, check_train, ddp_rank))};
-}
+std::vector<Workload> ddp_workloads() { return {resuming(make_workload<TrainConfig>("ddp", check_train, ddp_rank))}; }
 
 }  // namespace distrl::training

@@ -395,19 +395,17 @@ void run_fashion_mnist(const PipelineConfig& c, const std::string& config_yaml, 
 
 namespace {
 
-// The stages, and what the schedule's plan promises (check_fashion_mnist has verified it).
-Roles stages(const PipelineConfig& c) {
+// What the schedule's plan promises, after the stages (check_fashion_mnist has verified it).
+std::string schedule_and_bubble(const PipelineConfig& c) {
   std::ostringstream text;
-  text << c.stages << " stages; schedule " << c.schedule << ", " << c.microbatches << " micro-batches";
+  text << "schedule " << c.schedule << ", " << c.microbatches << " micro-batches";
   try {
     text << ": ideal bubble " << std::fixed << std::setprecision(1)
          << 100 * verify(schedule_for(c), VerifyOptions{}).mean_bubble() << " %";
   } catch (const std::exception&) {  // validate() says what is wrong with it
   }
-  return {c.stages, text.str()};
+  return text.str();
 }
-Roles master_and_two_workers(const PipelineConfig&) { return {3, "1 master + 2 workers"}; }
-Roles one_process(const PipelineConfig&) { return {1, "1 process"}; }
 
 void prepare_process() {
   keep_large_blocks_on_heap();  // activations of many MB each micro-batch: no mmap + page faults each time
@@ -439,11 +437,10 @@ namespace distrl::training {
 
 std::vector<Workload> pipeline_workloads() {
   using namespace pipeline;
-  return {resuming(
-              make_workload<PipelineConfig>("pipeline_fashion_mnist", stages, check_fashion_mnist, fashion_mnist_rank)),
-          make_workload<PipelineConfig>("pipeline_resnet50", master_and_two_workers, check_resnet, resnet_rank),
-          make_workload<PipelineConfig>("pipeline_resnet50_model_parallel", one_process, check_model_parallel,
-                                        model_parallel_rank)};
+  return {resuming(make_workload<PipelineConfig>("pipeline_fashion_mnist", check_fashion_mnist, fashion_mnist_rank,
+                                                 schedule_and_bubble)),
+          make_workload<PipelineConfig>("pipeline_resnet50", check_resnet, resnet_rank),
+          make_workload<PipelineConfig>("pipeline_resnet50_model_parallel", check_model_parallel, model_parallel_rank)};
 }
 
 }  // namespace distrl::training

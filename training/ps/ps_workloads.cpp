@@ -18,17 +18,6 @@
 namespace distrl::training::ps {
 namespace {
 
-std::string count(int n, const std::string& what) { return std::to_string(n) + " " + what + (n == 1 ? "" : "s"); }
-
-template <typename Config>
-Roles servers_and_trainers(const Config& c) {
-  return {c.servers + c.trainers, count(c.servers, "server") + " + " + count(c.trainers, "trainer")};
-}
-Roles with_a_master(const HybridConfig& c) {
-  return {c.servers + c.trainers + 1,
-          "1 master + " + count(c.servers, "server") + " + " + count(c.trainers, "trainer")};
-}
-
 void check_engine(const PsEngineConfig& c) { check_options(c.server_options(), c.trainers); }
 void check_skipgram(const SkipgramConfig& c) {
   check_engine(c);
@@ -106,12 +95,10 @@ namespace distrl::training {
 
 std::vector<Workload> ps_workloads() {
   using namespace ps;
-  return {
-      make_workload<BatchUpdateConfig>("ps_batch_update", servers_and_trainers, check_batch_update, batch_update_rank),
-      make_workload<ModelOnServerConfig>("ps_model_on_server", servers_and_trainers, check_model_on_server,
-                                         model_on_server_rank),
-      make_workload<HybridConfig>("ps_hybrid", with_a_master, check_hybrid, hybrid_rank),
-      make_workload<SkipgramConfig>("ps_skipgram", servers_and_trainers, check_skipgram, skipgram_rank)};
+  return {make_workload<BatchUpdateConfig>("ps_batch_update", check_batch_update, batch_update_rank),
+          make_workload<ModelOnServerConfig>("ps_model_on_server", check_model_on_server, model_on_server_rank),
+          make_workload<HybridConfig>("ps_hybrid", check_hybrid, hybrid_rank),
+          make_workload<SkipgramConfig>("ps_skipgram", check_skipgram, skipgram_rank)};
 }
 
 }  // namespace distrl::training

@@ -287,11 +287,6 @@ void run_rnn(const RnnConfig& cfg, const std::string& config_yaml, transport::Rp
 
 namespace {
 
-Roles ps_and_trainers(const RnnConfig& c) {
-  return {c.trainers + 1,
-          "1 parameter server + " + std::to_string(c.trainers) + " trainer" + (c.trainers == 1 ? "" : "s")};
-}
-
 void rnn_rank(const RnnConfig& cfg, const RunContext& ctx) {
   keep_large_blocks_on_heap();
   transport::RpcAgent agent(rpc_options_for(ctx.world, cfg.timeout_s, cfg.transport, cfg.torch_threads),
@@ -314,7 +309,7 @@ void check_rnn(const RnnConfig& cfg) {
 }  // namespace
 
 std::vector<Workload> rnn_workloads() {
-  return {resuming(make_workload<RnnConfig>("rnn_dist_autograd", ps_and_trainers, check_rnn, rnn_rank))};
+  return {resuming(make_workload<RnnConfig>("rnn_dist_autograd", check_rnn, rnn_rank))};
 }
 
 }  // namespace distrl::training

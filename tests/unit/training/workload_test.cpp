@@ -3,6 +3,7 @@
 // workload of the tool that runs it, and --check-config refusing what a rank would.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <map>
 #include <set>
 #include <string>
@@ -55,11 +56,46 @@ TEST(WorkloadRegistryTest, HoldsEveryWorkloadWithItsTool) {
   for (const tr::Workload& w : tr::workloads()) EXPECT_TRUE(held.emplace(w.name, w.tool).second) << w.name << " twice";
   EXPECT_EQ(held, expected);
   for (const auto& [name, tool] : expected) EXPECT_EQ(tr::find_workload(name, "test").tool, tool);
-  // The names distrl-launch reads (workload_names.h) are exactly the registry's, in its order.
-  ASSERT_EQ(std::size(tr::kWorkloadNames), tr::workloads().size());
+  // The catalog distrl-launch reads (run/workload_catalog.h) holds the registry's workloads,
+  // after rl, in its order (make_workload takes each entry's tool from it).
+  const auto& catalog = distrl::run::workload_catalog();
+  ASSERT_EQ(catalog.size(), tr::workloads().size() + 1);
+  EXPECT_EQ(catalog[0].name, distrl::run::kRlWorkload);
   for (std::size_t i = 0; i < tr::workloads().size(); ++i) {
-    EXPECT_EQ(tr::workloads()[i].name, tr::kWorkloadNames[i].name);
-    EXPECT_EQ(tr::workloads()[i].tool, tr::kWorkloadNames[i].tool);
+    EXPECT_EQ(tr::workloads()[i].entry, &catalog[i + 1]);
+    EXPECT_EQ(tr::workloads()[i].tool, catalog[i + 1].tool);
+  }
+}
+
+// The world distrl-launch reads from a file (the catalog over the file's and overrides' keys)
+// is the tool's (the catalog over the tool's values, its defaults included), and so is run.out_dir:
+// for every training config shipped, and for each workload with every key at its default.
+TEST(WorkloadRegistryTest, TheLaunchersWorldIsTheTools) {
+  const auto tool_world = [](const std::string& tool, const std::vector<std::string>& args) {
+    tr::WorkloadCommandLine cmd(tool);
+    EXPECT_TRUE(cmd.parse(args));
+    return std::to_string(cmd.roles().ranks()) + " (" + cmd.roles().text() + "); " + cmd.settings.output_dir();
+  };
+  int seen = 0;
+  for (const auto& f : std::filesystem::directory_iterator(kConfigs)) {
+    const std::string file = f.path().string();
+    if (f.path().extension() != ".yaml" || tr::workload_named_by(file, {}) == distrl::run::kRlWorkload) continue;
+    SCOPED_TRACE(file);
+    const distrl::run::World w = distrl::run::world_of(file, {});
+    EXPECT_EQ(tool_world(w.workload->tool, {"--config", file}),
+              std::to_string(w.roles.ranks()) + " (" + w.roles.text() + "); " + w.out_dir);
+    ++seen;
+  }
+  EXPECT_GE(seen, 10);
+  for (const tr::Workload& w : tr::workloads()) {
+    SCOPED_TRACE(w.name);
+    distrl::Settings settings(w.tool);
+    w.make()->bind(settings);
+    const distrl::run::Roles mine = w.entry->roles([&](const std::string& key) { return settings.value(key); });
+    const distrl::run::Roles defaults = w.entry->roles([](const std::string&) { return std::nullopt; });
+    EXPECT_EQ(mine.ranks(), defaults.ranks());
+    EXPECT_EQ(mine.text(), defaults.text());
+    EXPECT_EQ(settings.output_dir(), w.entry->out_dir);
   }
 }
 
@@ -122,7 +158,7 @@ TEST(WorkloadRegistryTest, EveryConfigNamesAWorkloadOfTheToolThatRunsIt) {
   for (const auto& [file, name] : expected) {
     SCOPED_TRACE(file);
     EXPECT_EQ(tr::workload_named_by(kConfigs + file, {}), name);
-    if (name == tr::kRlWorkload.name) continue;  // run by agent/'s tools, beside the registry
+    if (name == distrl::run::kRlWorkload) continue;  // run by agent/'s tools, beside the registry
     const std::string tool = tr::find_workload(name, file).tool;
     EXPECT_EQ(refusal(tool, {"--config", kConfigs + file}), "");
   }
