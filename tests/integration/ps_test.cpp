@@ -167,7 +167,7 @@ TEST(PsConfigTest, CheckConfigRefusesAWorkloadLevelErrorNamingTheKey) {
   ASSERT_NE(trainers, std::string::npos) << help.output;
   const std::string line = help.output.substr(trainers, help.output.find('\n', trainers) - trainers);
   EXPECT_NE(line.find("[int, 5]"), std::string::npos) << line;
-  // the line distrl-launch reads the world's size and the output directory from
+  // the line --check-config ends with (run::check_line)
   EXPECT_NE(r.output.find("distrl-ps: ok: ps_batch_update, 5 ranks (2 servers + 3 trainers); outputs in runs/"),
             std::string::npos)
       << r.output;

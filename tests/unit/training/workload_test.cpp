@@ -90,7 +90,8 @@ TEST(WorkloadRegistryTest, TheLaunchersWorldIsTheTools) {
   for (const tr::Workload& w : tr::workloads()) {
     SCOPED_TRACE(w.name);
     distrl::Settings settings(w.tool);
-    w.make()->bind(settings);
+    const auto config = w.make();  // the values settings reads
+    config->bind(settings);
     const distrl::run::Roles mine = w.entry->roles([&](const std::string& key) { return settings.value(key); });
     const distrl::run::Roles defaults = w.entry->roles([](const std::string&) { return std::nullopt; });
     EXPECT_EQ(mine.ranks(), defaults.ranks());
