@@ -17,8 +17,8 @@
 #include "common/log.h"
 #include "common/main_guard.h"
 #include "common/stop_signal.h"
-#include "transport/rendezvous.h"
-#include "transport/security.h"
+#include "transport/bootstrap/rendezvous.h"
+#include "transport/bootstrap/security.h"
 
 namespace {
 distrl::agent::RlAgent* g_agent = nullptr;
