@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "rl/protocol.h"
-#include "transport/future.h"
+#include "transport/runtime/future.h"
 
 namespace distrl::agent {
 

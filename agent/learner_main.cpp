@@ -25,7 +25,7 @@
 #include "envs/env.h"
 #include "models/torch_threads.h"
 #include "rl/cli.h"
-#include "transport/security.h"
+#include "transport/bootstrap/security.h"
 
 namespace {
 

@@ -18,8 +18,8 @@
 #include "common/main_guard.h"
 #include "common/stop_signal.h"
 #include "run/workload_catalog.h"
-#include "transport/rendezvous.h"
-#include "transport/security.h"
+#include "transport/bootstrap/rendezvous.h"
+#include "transport/bootstrap/security.h"
 
 namespace {
 distrl::agent::RlAgent* g_agent = nullptr;

@@ -6,7 +6,7 @@
 #include "autograd/detail/optimizer_host.h"
 #include "common/log.h"
 #include "transport/rpc/rpc_agent.h"
-#include "transport/tensor.h"
+#include "transport/wire/tensor.h"
 
 namespace distrl::autograd {
 

@@ -9,7 +9,7 @@
 #include "autograd/detail/engine.h"
 #include "common/log.h"
 #include "transport/rpc/rpc_agent.h"
-#include "transport/tensor.h"
+#include "transport/wire/tensor.h"
 
 namespace distrl::autograd::detail {
 namespace {

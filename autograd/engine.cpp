@@ -17,7 +17,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "transport/rpc/rpc_agent.h"
-#include "transport/tensor.h"
+#include "transport/wire/tensor.h"
 
 namespace distrl::autograd::detail {
 namespace {

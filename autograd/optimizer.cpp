@@ -9,7 +9,7 @@
 #include "autograd/detail/engine.h"
 #include "autograd/detail/optimizer_host.h"
 #include "transport/rpc/rpc_agent.h"
-#include "transport/tensor.h"
+#include "transport/wire/tensor.h"
 
 namespace distrl::autograd {
 namespace detail {

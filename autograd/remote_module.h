@@ -26,7 +26,7 @@
 #include <torch/nn/module.h>
 
 #include "transport/rpc/rpc_agent.h"
-#include "transport/tensor.h"
+#include "transport/wire/tensor.h"
 
 namespace distrl::autograd {
 

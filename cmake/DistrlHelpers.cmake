@@ -19,15 +19,31 @@ function(distrl_target_defaults target)
                                               $<INSTALL_INTERFACE:include/distrl>)
 endfunction()
 
-# Installed by `cmake --install` with its headers (cmake/Install.cmake) and exported as
-# distrl::<folder> to find_package(distrl) users.
+# distrl_add_library(folder SOURCES ... [HEADERS ...] [DEPS ...] [PRIVATE_DEPS ...] [INTERNAL]).
+# HEADERS (relative to the folder): its public headers, the only ones `cmake --install` ships
+# (cmake/Install.cmake, which checks that they include no other header of the tree). A library
+# with HEADERS is installed and exported as distrl::<folder> to find_package(distrl) users;
+# INTERNAL ones (the tools' own code: rl, agent, observer, training) are neither.
 function(distrl_add_library folder)
-  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "INTERNAL" "" "SOURCES;HEADERS;DEPS;PRIVATE_DEPS" ${ARGN})
   add_library(distrl_${folder} STATIC ${ARG_SOURCES})
   add_library(distrl::${folder} ALIAS distrl_${folder})
   set_target_properties(distrl_${folder} PROPERTIES EXPORT_NAME ${folder})
   distrl_target_defaults(distrl_${folder})
   target_link_libraries(distrl_${folder} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
+  if(ARG_INTERNAL)
+    if(ARG_HEADERS)
+      message(FATAL_ERROR "distrl_add_library(${folder}): an INTERNAL library has no public HEADERS")
+    endif()
+    return()
+  endif()
+  file(RELATIVE_PATH dir ${PROJECT_SOURCE_DIR} ${CMAKE_CURRENT_SOURCE_DIR})
+  foreach(h ${ARG_HEADERS})
+    if(NOT EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/${h})
+      message(FATAL_ERROR "distrl_add_library(${folder}): HEADERS names ${dir}/${h}, which does not exist")
+    endif()
+    set_property(GLOBAL APPEND PROPERTY DISTRL_PUBLIC_HEADERS ${dir}/${h})
+  endforeach()
   install(TARGETS distrl_${folder} EXPORT distrlTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 endfunction()
 

@@ -3,37 +3,23 @@
 # CMake project writes find_package(distrl REQUIRED) and links distrl::transport, distrl::envs ...
 # (each carrying its own dependencies: Torch's targets, ZeroMQ, msgpack).
 #
-# Public headers: every header of the library folders outside detail/ and transport/shm/, plus
-# whatever those include (a public template may need a detail header: rref.h needs
-# rpc/detail/callable.h). The rest stays out of the install.
+# Public headers: those each library lists as HEADERS (cmake/DistrlHelpers.cmake), nothing else.
+# The list must be closed: a public header that includes another header of the tree which is
+# not listed would install broken, so configuring fails naming both. `make consumer` then
+# compiles every installed header on its own against the install (examples/consumer).
 include(CMakePackageConfigHelpers)
 
-set(_distrl_public_folders common transport autograd envs models rl run agent observer training)
-set(_distrl_todo)
-foreach(folder ${_distrl_public_folders})
-  file(GLOB_RECURSE _headers RELATIVE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/${folder}/*.h)
-  foreach(h ${_headers})
-    if(NOT h MATCHES "/detail/" AND NOT h MATCHES "^transport/shm/")
-      list(APPEND _distrl_todo ${h})
-    endif()
-  endforeach()
-endforeach()
-set(_distrl_headers)
-while(_distrl_todo)
-  list(POP_FRONT _distrl_todo h)
-  if(h IN_LIST _distrl_headers)
-    continue()
-  endif()
-  list(APPEND _distrl_headers ${h})
+get_property(_distrl_headers GLOBAL PROPERTY DISTRL_PUBLIC_HEADERS)
+foreach(h ${_distrl_headers})
   file(STRINGS ${PROJECT_SOURCE_DIR}/${h} _includes REGEX "^#include \"")
   foreach(line ${_includes})
     string(REGEX REPLACE "^#include \"([^\"]+)\".*" "\\1" inc "${line}")
-    if(EXISTS ${PROJECT_SOURCE_DIR}/${inc} AND NOT IS_DIRECTORY ${PROJECT_SOURCE_DIR}/${inc})
-      list(APPEND _distrl_todo ${inc})
+    if(EXISTS ${PROJECT_SOURCE_DIR}/${inc} AND NOT IS_DIRECTORY ${PROJECT_SOURCE_DIR}/${inc} AND
+       NOT inc IN_LIST _distrl_headers)
+      message(FATAL_ERROR "public header ${h} includes ${inc}, which is not public: add it to HEADERS in its "
+                          "folder's CMakeLists.txt, or include it from a .cpp instead")
     endif()
   endforeach()
-endwhile()
-foreach(h ${_distrl_headers})
   get_filename_component(dir ${h} DIRECTORY)
   install(FILES ${PROJECT_SOURCE_DIR}/${h} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/distrl/${dir})
 endforeach()

@@ -3,16 +3,20 @@
 # Rule folders may be nested ("transport/rpc"): a file obeys the deepest rule it lies in; an
 # allowed entry covers the folders below it, "!folder" (or "!folder/file.h") forbids one.
 # Prints each forbidden include as "layering: FILE includes HEADER (FOLDER may include: ...)"
-# and fails; prints nothing when the tree keeps the rules. Runs on every build (check_layers).
+# and fails; prints nothing when the tree keeps the rules. "private: room" lines make a room private
+# to its top-level folder, as a detail/ folder is. Runs on every build (check_layers).
 if(NOT RULES)
   set(RULES ${ROOT}/cmake/layers.txt)
 endif()
 file(STRINGS ${RULES} rule_lines)
 set(folders "")
 set(detail_ok "")
+set(private_rooms "")
 foreach(line IN LISTS rule_lines)
   if(line MATCHES "^#" OR line STREQUAL "")
     continue()
+  elseif(line MATCHES "^private: *([a-z_/]+) *$")
+    list(APPEND private_rooms ${CMAKE_MATCH_1})
   elseif(line MATCHES "^detail-ok: *([^ ]+) +([a-z_]+) *$")
     list(APPEND detail_ok "${CMAKE_MATCH_1}|${CMAKE_MATCH_2}")
   elseif(line MATCHES "^([a-z_/]+): *(.*)$")
@@ -73,9 +77,18 @@ foreach(folder IN LISTS folders)
         list(APPEND bad "layering: ${src} includes ${header} (${folder}/ may include: ${may})")
         continue()
       endif()
-      # private headers: <owner>/detail/... from <owner>/ itself, its tests, or a listed exception
-      if(header MATCHES "^(.*)/detail/")
-        set(owner ${CMAKE_MATCH_1})
+      # private headers: <owner>/.../detail/... (or a file of a private room <owner>/<room>/) from
+      # the top-level folder <owner>/ itself, its tests, or a listed exception
+      set(owner "")
+      if(header MATCHES "/detail/")
+        string(REGEX REPLACE "/.*" "" owner "${header}")
+      endif()
+      foreach(room IN LISTS private_rooms)
+        if(header MATCHES "^${room}/")
+          string(REGEX REPLACE "/.*" "" owner "${room}")
+        endif()
+      endforeach()
+      if(NOT owner STREQUAL "")
         string(REGEX REPLACE "/.*" "" owner_top "${owner}")
         list(FIND detail_ok "${src}|${owner_top}" excepted)
         if(NOT src MATCHES "^${owner}/" AND NOT src MATCHES "^tests/unit/${owner_top}/" AND excepted EQUAL -1)

@@ -7,7 +7,7 @@
 #include <mutex>
 
 #include "transport/rpc/rpc_agent.h"
-#include "transport/tensor.h"
+#include "transport/wire/tensor.h"
 
 using namespace distrl::transport;
 

@@ -9,7 +9,7 @@
 #include "autograd/context.h"
 #include "autograd/optimizer.h"
 #include "transport/rpc/rpc_agent.h"
-#include "transport/tensor.h"
+#include "transport/wire/tensor.h"
 
 using namespace distrl;
 using namespace distrl::transport;

@@ -8,8 +8,8 @@
 #include "common/main_guard.h"
 #include "common/stop_signal.h"
 #include "observer/observer.h"
-#include "transport/rendezvous.h"
-#include "transport/security.h"
+#include "transport/bootstrap/rendezvous.h"
+#include "transport/bootstrap/security.h"
 
 int main(int argc, char** argv) {
   return distrl::guarded_main("distrl-observer", [&] {

@@ -47,7 +47,7 @@ struct RpcBenchOptions {
   int big_iters = 50;
   std::vector<std::string> transports{"ipc", "tcp", "shm"};
   std::string cpus = "any";                  // any | same | split: where the two processes run
-  std::vector<std::string> security{"off"};  // off, curve: each setting measured (transport/security.h)
+  std::vector<std::string> security{"off"};  // off, curve: each setting measured (transport/bootstrap/security.h)
   int spin_us = -1;                          // -1: defaults; else both the I/O loop and future spin
   int idle_peers = 8;                        // then a world of 1 + idle_peers processes, connected and idle
   double idle_s = 10;                        // for this long: their CPU in all (0: skip)

@@ -17,7 +17,7 @@
 #include "tools/bench.h"
 #include "training/rnn/rnn.h"
 #include "transport/rpc/rpc_agent.h"
-#include "transport/tensor.h"
+#include "transport/wire/tensor.h"
 
 namespace distrl::tools {
 namespace {

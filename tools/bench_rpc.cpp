@@ -21,10 +21,10 @@
 #include "common/cpu_time.h"
 #include "tools/bench.h"
 #include "transport/rpc/rpc_agent.h"
-#include "transport/security.h"
-#include "transport/store.h"
-#include "transport/shm/detail/ring_pair.h"
-#include "transport/tensor.h"
+#include "transport/bootstrap/security.h"
+#include "transport/bootstrap/store.h"
+#include "transport/link/shm/ring_pair.h"
+#include "transport/wire/tensor.h"
 
 namespace distrl::tools {
 namespace {

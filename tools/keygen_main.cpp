@@ -1,4 +1,4 @@
-// distrl-keygen: make a world key for `security: curve` (transport/security.h).
+// distrl-keygen: make a world key for `security: curve` (transport/bootstrap/security.h).
 #include <CLI/CLI.hpp>
 
 #include <filesystem>
@@ -6,7 +6,7 @@
 
 #include "common/error.h"
 #include "common/main_guard.h"
-#include "transport/security.h"
+#include "transport/bootstrap/security.h"
 
 int main(int argc, char** argv) {
   std::string path;

@@ -14,10 +14,10 @@
 #include "common/run_dir.h"
 #include "common/run_lock.h"
 #include "run/workload_catalog.h"
-#include "transport/cluster_env.h"
+#include "transport/bootstrap/cluster_env.h"
 #include "tools/launcher.h"
 #include "tools/config_launch.h"
-#include "transport/store.h"
+#include "transport/bootstrap/store.h"
 
 namespace {
 

@@ -16,9 +16,9 @@
 
 #include "common/error.h"
 #include "common/log.h"
-#include "transport/rendezvous.h"
-#include "transport/security.h"
-#include "transport/store.h"
+#include "transport/bootstrap/rendezvous.h"
+#include "transport/bootstrap/security.h"
+#include "transport/bootstrap/store.h"
 
 namespace distrl::tools {
 namespace {

@@ -5,7 +5,7 @@
 #include "common/stop_signal.h"
 #include "common/error.h"
 #include "transport/collectives/process_group.h"
-#include "transport/store.h"
+#include "transport/bootstrap/store.h"
 
 namespace distrl::training {
 

@@ -7,7 +7,7 @@
 #include "common/run_lock.h"
 #include "models/checkpoint.h"
 #include "common/stop_signal.h"
-#include "transport/security.h"
+#include "transport/bootstrap/security.h"
 
 namespace distrl::training {
 

@@ -18,8 +18,8 @@
 #include "autograd/context.h"
 #include "autograd/detail/node_ptr.h"
 #include "autograd/step_guard.h"
-#include "transport/future.h"
-#include "transport/message_hooks.h"
+#include "transport/runtime/future.h"
+#include "transport/wire/message_hooks.h"
 
 namespace distrl::transport {
 class RpcAgent;
@@ -92,7 +92,7 @@ class Engine final : public transport::MessageHooks, public std::enable_shared_f
  public:
   Engine(transport::RpcAgent& agent, const AutogradOptions& options);
 
-  // MessageHooks (see transport/message_hooks.h). enter, on_send and on_receive throw
+  // MessageHooks (see transport/wire/message_hooks.h). enter, on_send and on_receive throw
   // BackwardError for a context that is gone here (released or reaped, or an earlier
   // process's): the call fails, naming the context and this worker.
   std::int64_t current_context() override;

@@ -14,7 +14,7 @@
 
 #include "envs/env.h"
 #include "transport/rpc/rpc_agent.h"
-#include "transport/tensor.h"
+#include "transport/wire/tensor.h"
 
 using distrl::transport::RpcAgent;
 using distrl::transport::RpcOptions;

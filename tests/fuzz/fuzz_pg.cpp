@@ -11,7 +11,7 @@
 #include "tests/fuzz/fuzz_input.h"
 #include "transport/collectives/detail/algorithms.h"
 #include "transport/collectives/detail/reduce_ops.h"
-#include "transport/detail/tensor_wire.h"
+#include "transport/wire/detail/tensor_wire.h"
 
 namespace distrl::fuzz {
 namespace {

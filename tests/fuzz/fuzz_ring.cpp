@@ -9,7 +9,7 @@
 
 #include "common/error.h"
 #include "tests/fuzz/fuzz_input.h"
-#include "transport/shm/detail/ring.h"
+#include "transport/link/shm/ring.h"
 
 namespace distrl::fuzz {
 namespace {

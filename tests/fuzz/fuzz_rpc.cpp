@@ -9,9 +9,9 @@
 
 #include "common/error.h"
 #include "tests/fuzz/fuzz_input.h"
-#include "transport/detail/wire_codec.h"
+#include "transport/wire/detail/wire_codec.h"
 #include "transport/rpc/detail/callable.h"
-#include "transport/tensor.h"
+#include "transport/wire/tensor.h"
 
 namespace distrl::fuzz {
 namespace {

@@ -3,7 +3,7 @@
 // reply, the store must stay inside its limits, and every parked wait must be answered once
 // its deadline passes.
 #include "tests/fuzz/fuzz_input.h"
-#include "transport/detail/store_core.h"
+#include "transport/bootstrap/detail/store_core.h"
 
 namespace distrl::fuzz {
 namespace {

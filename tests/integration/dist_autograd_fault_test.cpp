@@ -14,7 +14,7 @@
 
 #include "autograd/optimizer.h"
 #include "tests/support/autograd_world.h"
-#include "transport/store.h"
+#include "transport/bootstrap/store.h"
 
 using namespace distrl;
 using namespace distrl::transport;

@@ -1,4 +1,4 @@
-// The link contract (transport/detail/link.h): what every link promises RPC, checked on every
+// The link contract (transport/link/link.h): what every link promises RPC, checked on every
 // link by the same tests -- ZeroMQ (IoLoop), shared memory (ShmLink) and both as one (PairLink,
 // here with this process reached over shared memory, so that its home is the shared-memory link
 // and the peer's messages cross over from ZeroMQ's thread); a new link (RDMA, another
@@ -37,10 +37,10 @@
 
 #include "tests/support/multiproc.h"
 #include "tests/support/rpc_world.h"
-#include "transport/detail/io_loop.h"
-#include "transport/detail/pair_link.h"
-#include "transport/detail/zmq_context.h"
-#include "transport/shm/shm_link.h"
+#include "transport/link/io_loop.h"
+#include "transport/link/pair_link.h"
+#include "transport/zmq/zmq_context.h"
+#include "transport/link/shm/shm_link.h"
 
 using namespace distrl::transport::detail;
 using namespace std::chrono_literals;

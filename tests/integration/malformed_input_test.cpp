@@ -14,11 +14,11 @@
 #include "tests/support/multiproc.h"
 #include "tests/support/rpc_world.h"
 #include "tests/support/wire_craft.h"
-#include "transport/detail/endpoints.h"
+#include "transport/link/endpoints.h"
 #include "transport/rpc/rpc_agent.h"
-#include "transport/shm/detail/ring_pair.h"
-#include "transport/tensor.h"
-#include "transport/store.h"
+#include "transport/link/shm/ring_pair.h"
+#include "transport/wire/tensor.h"
+#include "transport/bootstrap/store.h"
 
 using namespace distrl::transport;
 using namespace std::chrono_literals;

@@ -16,8 +16,8 @@
 #include "tests/support/rpc_world.h"
 #include "transport/collectives/process_group.h"
 #include "transport/rpc/rpc_agent.h"
-#include "transport/store.h"
-#include "transport/tensor.h"
+#include "transport/bootstrap/store.h"
+#include "transport/wire/tensor.h"
 
 using namespace distrl::transport;
 using namespace std::chrono_literals;

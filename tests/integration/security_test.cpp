@@ -1,4 +1,4 @@
-// security: curve (transport/security.h): key files, a CURVE world that works as a plain one,
+// security: curve (transport/bootstrap/security.h): key files, a CURVE world that works as a plain one,
 // and strangers — a plain ZeroMQ client, and a CURVE client with a key of its own — refused at
 // the handshake by the RPC server and the store, counted, and never answered.
 #include <gtest/gtest.h>
@@ -14,9 +14,9 @@
 #include "tests/support/rpc_world.h"
 #include "transport/collectives/process_group.h"
 #include "transport/rpc/rpc_agent.h"
-#include "transport/security.h"
-#include "transport/store.h"
-#include "transport/tensor.h"
+#include "transport/bootstrap/security.h"
+#include "transport/bootstrap/store.h"
+#include "transport/wire/tensor.h"
 
 using namespace distrl;
 using namespace distrl::testing;

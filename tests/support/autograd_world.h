@@ -20,7 +20,7 @@
 #include "tests/support/rpc_world.h"
 #include "tests/support/tolerance.h"
 #include "transport/rpc/rpc_agent.h"
-#include "transport/tensor.h"
+#include "transport/wire/tensor.h"
 
 namespace distrl::testing {
 

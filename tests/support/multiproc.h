@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "transport/rendezvous.h"
+#include "transport/bootstrap/rendezvous.h"
 
 namespace distrl::testing {
 

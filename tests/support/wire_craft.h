@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "transport/rpc/detail/callable.h"
-#include "transport/detail/le_bytes.h"
-#include "transport/detail/wire_codec.h"
+#include "transport/wire/detail/le_bytes.h"
+#include "transport/wire/detail/wire_codec.h"
 
 namespace distrl::testing {
 

@@ -17,7 +17,7 @@
 #include "models/torch_threads.h"
 #include "training/ps/client.h"
 #include "training/run_loop.h"
-#include "transport/store.h"
+#include "transport/bootstrap/store.h"
 
 namespace distrl::training::ps {
 

@@ -7,7 +7,7 @@
 #include "common/error.h"
 #include "common/failpoint.h"
 #include "common/log.h"
-#include "transport/store.h"
+#include "transport/bootstrap/store.h"
 
 namespace distrl::training::ps {
 

@@ -12,7 +12,7 @@
 #include <ATen/core/Tensor.h>
 #include <msgpack.hpp>
 
-#include "transport/tensor.h"
+#include "transport/wire/tensor.h"
 
 namespace distrl::training::ps {
 

@@ -65,7 +65,7 @@
 
 #include "autograd/optimizer.h"
 #include "training/ps/protocol.h"
-#include "transport/future.h"
+#include "transport/runtime/future.h"
 #include "transport/rpc/rpc_agent.h"
 
 namespace distrl::training::ps {

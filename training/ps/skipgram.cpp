@@ -18,7 +18,7 @@
 #include "training/ps/batch_update.h"
 #include "training/ps/client.h"
 #include "training/run_loop.h"
-#include "transport/store.h"
+#include "transport/bootstrap/store.h"
 
 namespace distrl::training::ps {
 

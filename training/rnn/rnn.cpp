@@ -17,7 +17,7 @@
 #include "models/checkpoint.h"
 #include "models/torch_threads.h"
 #include "transport/rpc/rpc_agent.h"
-#include "transport/tensor.h"
+#include "transport/wire/tensor.h"
 #include "training/data.h"
 #include "training/rpc_world.h"
 #include "training/run_loop.h"

@@ -20,7 +20,7 @@
 #include <thread>
 
 #include "common/log.h"
-#include "transport/store.h"
+#include "transport/bootstrap/store.h"
 
 namespace distrl::transport::detail {
 namespace {

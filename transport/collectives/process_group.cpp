@@ -3,7 +3,7 @@
 #include <c10/core/ScalarType.h>
 
 #include "transport/collectives/detail/reduce_ops.h"
-#include "transport/rendezvous.h"
+#include "transport/bootstrap/rendezvous.h"
 
 namespace distrl::transport {
 

@@ -28,7 +28,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "common/error.h"
-#include "transport/future.h"
+#include "transport/runtime/future.h"
 
 namespace distrl::transport {
 

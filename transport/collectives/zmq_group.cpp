@@ -30,14 +30,14 @@
 #include "transport/collectives/detail/reduce_ops.h"
 #include "transport/collectives/detail/shm_collectives.h"
 #include "transport/collectives/detail/works.h"
-#include "transport/detail/endpoints.h"
+#include "transport/link/endpoints.h"
 
 #include <ATen/ops/full.h>
 
 #include <mutex>
 
-#include "transport/detail/tensor_wire.h"
-#include "transport/detail/wire_codec.h"
+#include "transport/wire/detail/tensor_wire.h"
+#include "transport/wire/detail/wire_codec.h"
 #include "common/thread_name.h"
 
 namespace distrl::transport::detail {

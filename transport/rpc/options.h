@@ -10,7 +10,7 @@
 
 #include <msgpack.hpp>
 
-#include "transport/wire_limits.h"
+#include "transport/wire/wire_limits.h"
 
 namespace distrl::transport {
 
@@ -35,7 +35,7 @@ struct RpcOptions {
   std::chrono::milliseconds shutdown_timeout{60000};     // all of a graceful shutdown (calls, barriers)
   int num_worker_threads = 4;                            // handler pool
   // auto: chosen per pair of peers, shared memory to a peer on this host, ZeroMQ (tcp) to a peer
-  // on another (a world that spans hosts runs both: detail/pair_link.h); shm, zmq (ipc on one
+  // on another (a world that spans hosts runs both: link/pair_link.h); shm, zmq (ipc on one
   // host, tcp between hosts), tcp, ipc. "auto" yields to DISTRL_TRANSPORT when it is set.
   std::string transport = "auto";
   std::string bind_host;  // tcp interface; default: loopback, or the one reaching the master

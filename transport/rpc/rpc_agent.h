@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "transport/future.h"
+#include "transport/runtime/future.h"
 #include "transport/rpc/options.h"
 #include "transport/rpc/rref.h"
 
@@ -139,7 +139,7 @@ class RpcAgent {
   }
 
   // The seam for a layer that follows tensors across the wire (distributed autograd): see
-  // transport/message_hooks.h. Call in the setup callback; one set of hooks per agent.
+  // transport/wire/message_hooks.h. Call in the setup callback; one set of hooks per agent.
   void set_hooks(std::shared_ptr<MessageHooks> hooks) { core_->set_hooks(std::move(hooks)); }
   MessageHooks* hooks() const { return core_->hooks(); }
   // fn runs on the I/O thread after each round in which it read messages: by then every request

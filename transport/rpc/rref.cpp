@@ -6,8 +6,8 @@
 #include "transport/rpc/rref.h"
 
 #include "transport/rpc/detail/rpc_state.h"
-#include "transport/detail/le_bytes.h"
-#include "transport/detail/wire_codec.h"
+#include "transport/wire/detail/le_bytes.h"
+#include "transport/wire/detail/wire_codec.h"
 
 namespace distrl::transport::detail {
 namespace {

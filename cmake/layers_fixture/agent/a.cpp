@@ -1,1 +1,2 @@
 #include "common/error.h"
+#include "net/link/pipe.h"

@@ -1,7 +1,7 @@
 // The launchers' environments, as each sets them: torchrun, distrl-launch / PyTorchJob, srun
 // (compressed node lists, tasks per node), Kubeflow TrainJob, mpirun; partial and contradictory
 // ones refused naming the variables; and resolve_world reading them from the real environment.
-#include "transport/cluster_env.h"
+#include "transport/bootstrap/cluster_env.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <string>
 
 #include "common/error.h"
-#include "transport/rendezvous.h"
+#include "transport/bootstrap/rendezvous.h"
 
 using namespace distrl::transport;
 

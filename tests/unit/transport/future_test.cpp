@@ -1,8 +1,8 @@
-#include "transport/future.h"
+#include "transport/runtime/future.h"
 
 #include <gtest/gtest.h>
 
-#include "transport/thread_pool.h"
+#include "transport/runtime/thread_pool.h"
 
 using namespace distrl::transport;
 using namespace std::chrono_literals;

@@ -1,6 +1,6 @@
 // The I/O loop's boundary: a callback that throws is reported through on_dropped and the loop
 // goes on serving; a message of more frames than max_parts never reaches on_request.
-#include "transport/detail/io_loop.h"
+#include "transport/link/io_loop.h"
 
 #include <gtest/gtest.h>
 
@@ -14,7 +14,7 @@
 
 #include <zmq_addon.hpp>
 
-#include "transport/detail/zmq_context.h"
+#include "transport/zmq/zmq_context.h"
 
 using namespace distrl::transport::detail;
 using namespace std::chrono_literals;

@@ -15,9 +15,9 @@
 #include <torch/torch.h>
 
 #include "common/host.h"
-#include "transport/detail/endpoints.h"
+#include "transport/link/endpoints.h"
 #include "transport/collectives/process_group.h"
-#include "transport/store.h"
+#include "transport/bootstrap/store.h"
 
 using namespace distrl::transport;
 using namespace distrl::transport::detail;

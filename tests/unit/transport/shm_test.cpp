@@ -14,8 +14,8 @@
 #include <thread>
 
 #include "common/error.h"
-#include "transport/detail/endpoints.h"
-#include "transport/shm/detail/ring_pair.h"
+#include "transport/link/endpoints.h"
+#include "transport/link/shm/ring_pair.h"
 
 using namespace distrl;
 using namespace distrl::transport::detail;

@@ -1,4 +1,4 @@
-#include "transport/store.h"
+#include "transport/bootstrap/store.h"
 
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "common/error.h"
-#include "transport/rendezvous.h"
+#include "transport/bootstrap/rendezvous.h"
 
 using namespace distrl::transport;
 using namespace std::chrono_literals;

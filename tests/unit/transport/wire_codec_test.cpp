@@ -1,5 +1,5 @@
 // Wire format: round trips of every type that crosses the wire, and one test per refusal.
-#include "transport/detail/wire_codec.h"
+#include "transport/wire/detail/wire_codec.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 
 #include "tests/support/wire_craft.h"
 #include "transport/rpc/detail/callable.h"
-#include "transport/tensor.h"
+#include "transport/wire/tensor.h"
 
 using namespace distrl::transport;
 using namespace distrl::transport::detail;

@@ -94,7 +94,7 @@ class Mesh {
   // same answer on every rank), and rank 0's address to fetch it from.
   bool shm_world() const { return shm_world_; }
   const std::string& shm_address() const { return shm_address_; }
-  // Each rank's host (detail/endpoints.h's host_id, from its address record): equal on ranks
+  // Each rank's host (link/endpoints.h's host_id, from its address record): equal on ranks
   // that share a host.
   const std::vector<std::string>& host_ids() const { return host_ids_; }
   // Whether each rank offered shared memory in its address record (a non-empty shm field: it

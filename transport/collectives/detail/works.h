@@ -8,9 +8,9 @@
 #include <string>
 
 #include "transport/collectives/detail/pg_mesh.h"
-#include "transport/detail/tensor_wire.h"
-#include "transport/detail/wire_codec.h"
-#include "transport/future.h"
+#include "transport/wire/detail/tensor_wire.h"
+#include "transport/wire/detail/wire_codec.h"
+#include "transport/runtime/future.h"
 
 namespace distrl::transport::detail {
 

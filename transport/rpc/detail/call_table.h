@@ -16,14 +16,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "transport/detail/message.h"
+#include "transport/rpc/detail/call_types.h"
+#include "transport/wire/detail/message.h"
 
 namespace distrl::transport::detail {
-
-// Exactly one of (message, error) is set. Runs where the call ends -- the I/O thread (replies,
-// deadlines, lost peers), the calling thread (the sync fast path) or the thread shutting the
-// agent down -- and never under a part's lock: decode only, no user code.
-using Completion = std::function<void(InMessage*, std::exception_ptr)>;
 
 class CallTable {
  public:

@@ -14,7 +14,7 @@
 #include <mutex>
 #include <vector>
 
-#include "transport/detail/link.h"
+#include "transport/link/link.h"
 
 namespace distrl::transport::detail {
 

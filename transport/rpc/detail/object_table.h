@@ -18,8 +18,8 @@
 #include <typeindex>
 #include <unordered_map>
 
-#include "transport/detail/message.h"
-#include "transport/future.h"
+#include "transport/wire/detail/message.h"
+#include "transport/runtime/future.h"
 #include "transport/rpc/options.h"
 
 namespace distrl::transport::detail {

@@ -13,34 +13,11 @@
 #include <utility>
 #include <vector>
 
-#include "transport/detail/message.h"
-#include "transport/future.h"
+#include "transport/rpc/detail/call_types.h"
+#include "transport/wire/detail/message.h"
+#include "transport/runtime/future.h"
 
 namespace distrl::transport::detail {
-
-// Thrown while decoding a call's arguments: reported to the caller as its ProtocolError.
-class BadCallError : public ProtocolError {
- public:
-  using ProtocolError::ProtocolError;
-};
-
-// A registered function, constructor or method, type-erased. invoke decodes the arguments
-// (throwing BadCallError), runs the callable and returns its result boxed (nullptr for void).
-struct Callable {
-  std::function<Future<std::shared_ptr<void>>(void* self, const InMessage&, const std::shared_ptr<RpcCore>&)> invoke;
-  std::function<void(const void* result, Packer&)> pack_result;  // empty when the result cannot be packed
-  std::type_index result_type = typeid(void);
-  std::string result_type_name;
-  bool run_inline = false;  // served on the I/O thread (RunOn::IoThread)
-};
-
-// A remotely constructible class: its methods and, when fetchable, how to pack an instance.
-struct ClassInfo {
-  std::type_index type = typeid(void);
-  std::string type_name;
-  std::vector<std::pair<std::string, Callable>> methods;
-  std::function<void(const void* object, Packer&)> pack_object;
-};
 
 class Registry {
  public:

@@ -1,5 +1,5 @@
 // The RPC agent's engine, shared by RpcAgent, RRef and the typed templates. It owns its link to
-// the peers (transport/detail/link.h: one I/O thread, every connection; ZeroMQ's IoLoop or the
+// the peers (transport/link/link.h: one I/O thread, every connection; ZeroMQ's IoLoop or the
 // shared-memory ShmLink, both bound in rpc_core.cpp's bind_links and one kept once the world's
 // addresses say which), the handler pool and the owned parts of its State (registry,
 // object table, peer table, call table, channel pool: rpc_state.h). Private to transport/: the
@@ -13,11 +13,10 @@
 #include <typeindex>
 #include <vector>
 
-#include "transport/future.h"
+#include "transport/runtime/future.h"
 #include "transport/rpc/options.h"
-#include "transport/detail/message.h"
-#include "transport/rpc/detail/call_table.h"
-#include "transport/rpc/detail/registry.h"
+#include "transport/wire/detail/message.h"
+#include "transport/rpc/detail/call_types.h"
 
 namespace distrl::transport {
 class Store;

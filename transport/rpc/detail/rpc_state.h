@@ -14,17 +14,17 @@
 #include <vector>
 
 #include "common/log.h"
-#include "transport/detail/endpoints.h"
-#include "transport/detail/link.h"
-#include "transport/message_hooks.h"
-#include "transport/rendezvous.h"
+#include "transport/link/endpoints.h"
+#include "transport/link/link.h"
+#include "transport/wire/message_hooks.h"
+#include "transport/bootstrap/rendezvous.h"
 #include "transport/rpc/detail/call_table.h"
 #include "transport/rpc/detail/channel_pool.h"
 #include "transport/rpc/detail/object_table.h"
 #include "transport/rpc/detail/peer_table.h"
 #include "transport/rpc/detail/registry.h"
 #include "transport/rpc/detail/rpc_core.h"
-#include "transport/thread_pool.h"
+#include "transport/runtime/thread_pool.h"
 
 namespace distrl::transport::detail {
 

@@ -1,0 +1,222 @@
+#include "transport/link/pair_link.h"
+
+#include "common/error.h"
+#include "transport/link/link_thread.h"
+
+namespace distrl::transport::detail {
+
+// One event of the away link, as gathered on its thread.
+struct PairLink::Relayed {
+  enum class What { Request, Reply, Down, Up, Dropped, SendFailed, Replaced } what;
+  int peer = -1;
+  Caller from{};
+  Frames frames{};
+  std::string text{};
+};
+
+PairLink::PairLink(std::unique_ptr<Link> local, std::unique_ptr<Link> remote, Events events)
+    : links_{std::move(local), std::move(remote)}, cb_(std::move(events)) {}
+
+PairLink::~PairLink() { stop(); }
+
+void PairLink::set_events(Events events) {
+  cb_ = std::move(events);
+  if (via_.empty()) return;  // set_peers installs the links' own
+  home().set_events(home_events());
+  away().set_events(away_events());
+}
+
+PairLink::Via PairLink::via_of(const std::string& endpoint) {
+  return endpoint.rfind("shm://", 0) == 0 ? kLocal : kRemote;
+}
+
+std::vector<std::string> PairLink::bind(const std::vector<std::string>& endpoints) {
+  std::vector<std::string> bound;
+  for (const auto& e : endpoints) bound.push_back(links_[via_of(e)]->bind({e}).front());
+  return bound;
+}
+
+void PairLink::set_peers(std::vector<std::string> endpoints) {
+  const std::size_t n = endpoints.size();
+  via_.assign(n, kRemote);
+  stale_.assign(n, 0);
+  down_.assign(n, "");
+  std::array<std::vector<std::string>, 2> per_link{std::vector<std::string>(n), std::vector<std::string>(n)};
+  home_ = kRemote;
+  for (std::size_t r = 0; r < n; ++r) {
+    via_[r] = via_of(endpoints[r]);
+    if (via_[r] == kLocal) home_ = kLocal;
+    per_link[via_[r]][r] = endpoints[r];  // the other link's entry stays empty: never dialled
+  }
+  for (int l = 0; l < 2; ++l) links_[l]->set_peers(std::move(per_link[l]));
+  home().set_events(home_events());
+  away().set_events(away_events());
+}
+
+void PairLink::start() {
+  started_ = true;
+  home().start();  // first: the away link hands its events to it from its first round on
+  away().start();
+}
+
+void PairLink::stop() {
+  if (!started_) return;
+  home().stop();
+  away().stop();
+}
+
+bool PairLink::current(int peer, std::uint8_t via) const {
+  return peer >= 0 && peer < static_cast<int>(via_.size()) && via_[peer] == via && (via == home_ || stale_[peer] == 0);
+}
+
+Link::Events PairLink::home_events() {
+  Events e = cb_;
+  const std::uint8_t home = home_;
+  e.on_request = [this, home](Caller&& from, Frames&& frames) {
+    from.via = home;
+    cb_.on_request(std::move(from), std::move(frames));
+  };
+  e.on_peer_down = [this, home](int peer, const std::string& why) {
+    if (current(peer, home)) cb_.on_peer_down(peer, why);
+  };
+  e.on_peer_up = [this, home](int peer) {
+    if (current(peer, home) && cb_.on_peer_up) cb_.on_peer_up(peer);
+  };
+  return e;
+}
+
+Link::Events PairLink::away_events() {
+  Events e;
+  const std::uint8_t away = 1 - home_;
+  e.on_request = [this, away](Caller&& from, Frames&& frames) {
+    from.via = away;
+    const int rank = from.rank;
+    gather({Relayed::What::Request, rank, std::move(from), std::move(frames)});
+  };
+  e.on_reply = [this](int peer, Frames&& frames) { gather({Relayed::What::Reply, peer, {}, std::move(frames)}); };
+  e.on_peer_down = [this](int peer, const std::string& why) { gather({Relayed::What::Down, peer, {}, {}, why}); };
+  e.on_peer_up = [this](int peer) { gather({Relayed::What::Up, peer}); };
+  e.on_dropped = [this](const std::string& what) { gather({Relayed::What::Dropped, -1, {}, {}, what}); };
+  // Handed over as soon as a round read anything (requests, replies, a monitor's news), not at
+  // its tick: that comes after the loop's sleep, up to 100 ms later.
+  e.on_served = [this] {
+    served_ = true;
+    hand_over();
+  };
+  e.on_tick = [this](Clock::time_point) { hand_over(); };
+  e.next_deadline = [] { return Clock::time_point::max(); };  // the home link keeps the deadlines
+  return e;
+}
+
+void PairLink::gather(Relayed&& r) { gathered_.push_back(std::move(r)); }
+
+void PairLink::hand_over() {
+  if (gathered_.empty()) return;
+  auto batch = std::make_shared<std::vector<Relayed>>(std::move(gathered_));
+  gathered_.clear();
+  const bool served = served_;
+  served_ = false;
+  home().post([this, batch, served] { deliver(*batch, served); });  // dropped once stopping
+}
+
+void PairLink::deliver(std::vector<Relayed>& batch, bool served) {
+  const std::uint8_t away = 1 - home_;
+  bool requests = false;
+  for (auto& r : batch) {
+    switch (r.what) {
+      case Relayed::What::Request:
+        requests = true;
+        guarded(cb_, "serving a request", [&] { cb_.on_request(std::move(r.from), std::move(r.frames)); });
+        break;
+      case Relayed::What::Reply:
+        if (current(r.peer, away)) guarded(cb_, "reading a reply", [&] { cb_.on_reply(r.peer, std::move(r.frames)); });
+        break;
+      case Relayed::What::Down:
+        if (!current(r.peer, away)) break;
+        down_[r.peer] = r.text;
+        guarded(cb_, "reporting a lost peer", [&] { cb_.on_peer_down(r.peer, r.text); });
+        break;
+      case Relayed::What::Up:
+        if (!current(r.peer, away)) break;
+        down_[r.peer].clear();
+        if (cb_.on_peer_up) guarded(cb_, "reporting a peer back", [&] { cb_.on_peer_up(r.peer); });
+        break;
+      case Relayed::What::Dropped: report_dropped(cb_, r.text); break;
+      case Relayed::What::SendFailed:
+        if (cb_.on_send_failed)
+          guarded(cb_, "reporting a failed send", [&] { cb_.on_send_failed(r.peer, std::move(r.frames), r.text); });
+        break;
+      case Relayed::What::Replaced:
+        if (r.peer >= 0 && r.peer < static_cast<int>(stale_.size()) && stale_[r.peer] > 0) --stale_[r.peer];
+        break;
+    }
+  }
+  if ((served || requests) && cb_.on_served) guarded(cb_, "finishing a round of requests", [&] { cb_.on_served(); });
+}
+
+bool PairLink::send_to_peer(int peer, Frames& frames, std::string* error) {
+  if (peer < 0 || peer >= static_cast<int>(via_.size())) {
+    *error = "no such rank " + std::to_string(peer);
+    return false;
+  }
+  if (via_[peer] == home_) return home().send_to_peer(peer, frames, error);
+  if (!down_[peer].empty()) {
+    *error = down_[peer];
+    return false;
+  }
+  auto f = std::make_shared<Frames>(std::move(frames));
+  if (away().post([this, peer, f] {
+        std::string why;
+        if (away().send_to_peer(peer, *f, &why)) return;
+        gather({Relayed::What::SendFailed, peer, {}, std::move(*f), std::move(why)});
+        hand_over();
+      }))
+    return true;
+  *error = "the link is shutting down";
+  return false;
+}
+
+bool PairLink::send_reply(const Caller& to, Frames& frames) {
+  if (to.via == home_) return home().send_reply(to, frames);
+  auto route = std::make_shared<Caller>(Caller{zmq::message_t(to.route.data(), to.route.size()), to.rank, to.via});
+  auto f = std::make_shared<Frames>(std::move(frames));
+  return away().post([this, route, f] {
+    if (away().send_reply(*route, *f)) return;
+    gather({Relayed::What::SendFailed, route->rank, {}, std::move(*f), "the caller is gone or not reading"});
+    hand_over();
+  });
+}
+
+void PairLink::watch_peer(int peer) {
+  if (peer < 0 || peer >= static_cast<int>(via_.size())) return;
+  if (via_[peer] == home_) return home().watch_peer(peer);
+  away().post([this, peer] { away().watch_peer(peer); });
+}
+
+void PairLink::replace_peer(int peer, const std::string& endpoint) {
+  if (peer < 0 || peer >= static_cast<int>(via_.size())) return;
+  const std::uint8_t was = via_[peer];
+  via_[peer] = via_of(endpoint);
+  down_[peer].clear();
+  if (via_[peer] == home_) {
+    home().replace_peer(peer, endpoint);
+    if (was != home_) away().post([this, peer] { away().replace_peer(peer, ""); });  // drops the earlier one
+    return;
+  }
+  if (was == home_) home().replace_peer(peer, "");
+  // The away link's events about earlier processes, gathered before this reaches its thread, are
+  // dropped until every marker sent behind a replace has come back.
+  ++stale_[peer];
+  away().post([this, peer, endpoint] {
+    away().replace_peer(peer, endpoint);
+    gather({Relayed::What::Replaced, peer});
+    hand_over();
+  });
+}
+
+std::unique_ptr<Channel> PairLink::open_channel(int peer, const std::string& endpoint, Clock::time_point deadline,
+                                                const std::function<bool()>& abandon) {
+  return links_[via_of(endpoint)]->open_channel(peer, endpoint, deadline, abandon);
+}
+
+}  // namespace distrl::transport::detail

@@ -1,0 +1,93 @@
+// Two links run as one (link.h's seam), the link chosen per peer: shared memory to the
+// peers on this host, ZeroMQ to the others (a world that spans hosts), as TensorPipe chooses a
+// transport per pipe. Private to transport/.
+//
+// Threads. One of the two links is the home link: its I/O thread is the PairLink's, which runs
+// every callback and every posted task, so RPC above still sees one I/O thread. The other link's
+// events (requests, replies, peers down and up, refusals) are gathered on its own I/O thread
+// and handed to the home thread after each round of it that read any (in the order read,
+// followed by on_served), and at its tick. The home link is the shared-memory one when any
+// endpoint set_peers gets is shm:// (RPC gives this process's own entry as shm:// only when some
+// other rank is on this host), so the same-host traffic takes no extra hop; else ZeroMQ's.
+// A message for a peer of the other link is handed to that link's thread (post): one hop each
+// way, a few µs beside a network's tens; a send that fails there comes back as on_send_failed.
+// Channels (the sync path) need no hop: open_channel picks the link by the endpoint's scheme.
+//
+// Rejoins. replace_peer may move a peer to the other link (it restarted on another host): the
+// first link drops it (replace_peer with no endpoint) and its events about it are dropped from
+// then on. Events the away link gathered about a peer before a replace_peer reached its thread
+// are dropped too (a marker goes through its thread behind the replace; they count), so an
+// earlier process's death never fails the new one's calls.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/link/link.h"
+
+namespace distrl::transport::detail {
+
+class PairLink final : public Link {
+ public:
+  enum Via : std::uint8_t { kLocal = 0, kRemote = 1 };  // also Caller::via
+
+  // local: the shared-memory link, remote: ZeroMQ's, neither started (bound or not). Their
+  // callbacks are replaced by the PairLink's (set_peers installs them, once the home is known).
+  PairLink(std::unique_ptr<Link> local, std::unique_ptr<Link> remote, Events events);
+  ~PairLink() override;
+  PairLink(const PairLink&) = delete;
+  PairLink& operator=(const PairLink&) = delete;
+
+  // Which link an endpoint belongs to: shm:// the local one, anything else the remote one.
+  static Via via_of(const std::string& endpoint);
+
+  void set_events(Events events) override;
+  // Binds each endpoint on its link (via_of); returns what they bound, in the same order.
+  std::vector<std::string> bind(const std::vector<std::string>& endpoints) override;
+  // Chooses each peer's link by its endpoint's scheme and the home link (see above).
+  void set_peers(std::vector<std::string> endpoints) override;
+  void start() override;
+  // Stops the home link (its last tasks may still hand messages to the other), then the other.
+  void stop() override;
+
+  bool post(std::function<void()> fn) override { return home().post(std::move(fn)); }
+  bool on_io_thread() const override { return links_[home_]->on_io_thread(); }
+  std::uint64_t bytes_sent() const override { return links_[0]->bytes_sent() + links_[1]->bytes_sent(); }
+  std::uint64_t bytes_received() const override { return links_[0]->bytes_received() + links_[1]->bytes_received(); }
+
+  bool send_to_peer(int peer, Frames& frames, std::string* error) override;
+  bool send_reply(const Caller& to, Frames& frames) override;
+  void watch_peer(int peer) override;
+  void replace_peer(int peer, const std::string& endpoint) override;
+  std::unique_ptr<Channel> open_channel(int peer, const std::string& endpoint, Clock::time_point deadline,
+                                        const std::function<bool()>& abandon) override;
+
+ private:
+  struct Relayed;
+  Link& home() { return *links_[home_]; }
+  Link& away() { return *links_[1 - home_]; }
+  Events home_events();
+  Events away_events();
+  void deliver(std::vector<Relayed>& batch, bool served);  // on the home thread
+  // On the away link's thread (inside a posted task): queued for the next hand-over.
+  void gather(Relayed&& r);
+  void hand_over();
+  bool current(int peer, std::uint8_t via) const;
+
+  std::array<std::unique_ptr<Link>, 2> links_;  // by Via
+  Events cb_;
+  std::uint8_t home_ = kLocal;
+  bool started_ = false;
+  // Home thread only (and before start):
+  std::vector<std::uint8_t> via_;  // per peer
+  std::vector<int> stale_;         // per peer: replace_peer markers still on their way
+  std::vector<std::string> down_;  // per peer of the away link: why it is down, or ""
+  // Away thread only:
+  std::vector<Relayed> gathered_;
+  bool served_ = false;
+};
+
+}  // namespace distrl::transport::detail
