@@ -1,6 +1,6 @@
 // Futex waits and wake-ups on a 32-bit word in memory shared between processes, and Doorbell:
 // the one sleep/wake protocol every shared-memory wait uses. Linux only. Private to
-// transport/shm/.
+// transport/ (the shared-memory link).
 #pragma once
 
 #include <algorithm>

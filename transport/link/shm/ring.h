@@ -8,7 +8,7 @@
 // are parsed, so a peer that rewrites them afterwards changes nothing.
 //
 // Thread-safety: one writing thread per RingWriter, one reading thread per RingReader; the
-// two may live in different processes. Private to transport/shm/.
+// two may live in different processes. Private to transport/ (the shared-memory link).
 #pragma once
 
 #include <atomic>

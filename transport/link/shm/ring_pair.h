@@ -7,7 +7,7 @@
 // two ring descriptors and, when it waits in poll(2), its eventfd); the acceptor maps the rings
 // and answers "ok" (with its own eventfd when it has one). The connector may write into its
 // ring before the answer comes (the acceptor reads what is there once it has mapped it), so a
-// connecting I/O thread never blocks on the other side's. Private to transport/shm/.
+// connecting I/O thread never blocks on the other side's. Private to transport/ (the shared-memory link).
 #pragma once
 
 #include <chrono>

@@ -1,7 +1,7 @@
 // A shared-memory segment: an anonymous memfd (no name under /dev/shm, so nothing is left
 // behind when a process is SIGKILLed: the memory goes with the last descriptor and mapping),
 // sealed against shrinking and growing, mapped read-write. Handed to a peer as a descriptor
-// over a Unix socket (unix_socket.h). Private to transport/shm/.
+// over a Unix socket (unix_socket.h). Private to transport/ (the shared-memory link).
 #pragma once
 
 #include <cstddef>

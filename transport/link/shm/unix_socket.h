@@ -2,7 +2,7 @@
 // host and signal a peer's death: the kernel closes a dead process's socket, so the other end
 // reads EOF at once (SIGKILL included). A connection is accepted only from a process of our
 // own user (SO_PEERCRED), and the listening socket is made 0600: shared memory reaches only
-// the same user. Every call that can wait has a deadline. Private to transport/shm/.
+// the same user. Every call that can wait has a deadline. Private to transport/ (the shared-memory link).
 #pragma once
 
 #include <chrono>
