@@ -29,12 +29,11 @@ const std::vector<Workload>& workloads() {
 }
 
 const Workload& find_workload(const std::string& name, const std::string& source) {
-  std::string known;
-  for (const Workload& w : workloads()) {
-    if (w.name == name) return w;
-    known += (known.empty() ? "" : ", ") + w.name;
-  }
-  throw ConfigError(source + ": workload: '" + name + "' is not known (known: " + known + ")");
+  const run::WorkloadEntry& entry = run::find_workload_entry(name, source);  // an unknown name: the catalog's error
+  for (const Workload& w : workloads())
+    if (w.name == entry.name) return w;
+  throw ConfigError(source + ": workload: '" + name + "' is run by " + entry.tool +
+                    ", not by the training registry (run it with distrl-launch --config " + source + ")");
 }
 
 WorkloadCommandLine::WorkloadCommandLine(const std::string& tool, const std::string& description,

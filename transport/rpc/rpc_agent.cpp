@@ -1,9 +1,11 @@
 #include "transport/rpc/rpc_agent.h"
 
+#include "transport/rpc/detail/rpc_core.h"
+
 namespace distrl::transport {
 
 RpcAgent::RpcAgent(RpcOptions options, const std::function<void(RpcAgent&)>& setup)
-    : core_(std::make_shared<detail::RpcCore>(std::move(options))) {
+    : core_(std::make_shared<detail::RpcCore>(std::move(options))), engine_(core_) {
   core_->start([&] {
     if (setup) setup(*this);
   });
@@ -32,5 +34,8 @@ void RpcAgent::serve_until_shutdown(const Target& who) { core_->serve_until_shut
 bool RpcAgent::has_shut_down(const Target& who) { return core_->has_shut_down(core_->resolve(who)); }
 void RpcAgent::watch(const Target& t) { core_->watch(core_->resolve(t)); }
 void RpcAgent::shutdown() { core_->shutdown(true); }
+void RpcAgent::set_hooks(std::shared_ptr<MessageHooks> hooks) { core_->set_hooks(std::move(hooks)); }
+MessageHooks* RpcAgent::hooks() const { return core_->hooks(); }
+void RpcAgent::after_requests_read(std::function<void()> fn) { core_->after_requests_read(std::move(fn)); }
 
 }  // namespace distrl::transport

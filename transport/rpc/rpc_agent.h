@@ -21,10 +21,14 @@
 #include "transport/runtime/future.h"
 #include "transport/rpc/options.h"
 #include "transport/rpc/rref.h"
+#include "transport/wire/message_hooks.h"
 
 namespace distrl::transport {
 
 class Store;
+namespace detail {
+class RpcCore;
+}  // namespace detail
 
 template <typename T>
 class ClassBuilder;
@@ -88,20 +92,20 @@ class RpcAgent {
   void register_function(const std::string& name, F fn, RunOn where = RunOn::Pool) {
     auto c = detail::make_callable<void>(name, std::move(fn));
     c.run_inline = where == RunOn::IoThread;
-    core_->add_callable(name, std::move(c));
+    engine_->add_callable(name, std::move(c));
   }
   // A class the peers can construct with remote<T>(to, name, args...).
   template <typename T>
   ClassBuilder<T> register_class(const std::string& name) {
-    return ClassBuilder<T>(core_, name);
+    return ClassBuilder<T>(engine_, name);
   }
 
   template <typename R, typename... Args>
   Future<R> rpc_async(const Target& to, const std::string& fn, const Args&... args) {
     detail::Header h;
     h.fn = fn;
-    return detail::call_async<R>(core_, core_->resolve(to), std::move(h), detail::args_writer(args...),
-                                 core_->timeout_for(to));
+    return detail::call_async<R>(engine_, engine_->resolve(to), std::move(h), detail::args_writer(args...),
+                                 engine_->timeout_for(to));
   }
   // Blocks the calling thread until the answer (or the error) and returns it. The calling thread
   // sends and receives itself, on a channel of its own (docs/threads.md), so the call skips the
@@ -111,8 +115,8 @@ class RpcAgent {
   R rpc_sync(const Target& to, const std::string& fn, const Args&... args) {
     detail::Header h;
     h.fn = fn;
-    return detail::call_sync<R>(core_, core_->resolve(to), std::move(h), detail::args_writer(args...),
-                                core_->timeout_for(to));
+    return detail::call_sync<R>(engine_, engine_->resolve(to), std::move(h), detail::args_writer(args...),
+                                engine_->timeout_for(to));
   }
   // Runs fn (a registered function or class name) on `to` and keeps the result there.
   // Returns at once; the RRef is usable right away (calls queue behind the construction).
@@ -120,8 +124,8 @@ class RpcAgent {
   RRef<T> remote(const Target& to, const std::string& fn, const Args&... args) {
     detail::Header h;
     h.fn = fn;
-    return RRef<T>(detail::remote_call(core_, core_->resolve(to), std::move(h), detail::args_writer(args...),
-                                       core_->timeout_for(to)));
+    return RRef<T>(detail::remote_call(engine_, engine_->resolve(to), std::move(h), detail::args_writer(args...),
+                                       engine_->timeout_for(to)));
   }
 
   // An RRef owned by this worker to an object it already holds (torch's RRef(value)): send it
@@ -131,23 +135,23 @@ class RpcAgent {
     std::function<void(const void*, detail::Packer&)> pack;
     if constexpr (std::is_same_v<T, at::Tensor>) pack = detail::packer_for<T>();
     auto s = std::make_shared<detail::RRefState>();
-    s->core = core_;
-    s->owner = core_->rank();
-    s->id = s->fork = core_->adopt_object(std::move(value), typeid(T), std::move(pack));
+    s->core = engine_;
+    s->owner = engine_->rank();
+    s->id = s->fork = engine_->adopt_object(std::move(value), typeid(T), std::move(pack));
     s->created = Future<void>::ready();
     return RRef<T>(std::move(s));
   }
 
   // The seam for a layer that follows tensors across the wire (distributed autograd): see
   // transport/wire/message_hooks.h. Call in the setup callback; one set of hooks per agent.
-  void set_hooks(std::shared_ptr<MessageHooks> hooks) { core_->set_hooks(std::move(hooks)); }
-  MessageHooks* hooks() const { return core_->hooks(); }
+  void set_hooks(std::shared_ptr<MessageHooks> hooks);
+  MessageHooks* hooks() const;
   // fn runs on the I/O thread after each round in which it read messages: by then every request
   // that had arrived has been handed to its handler (RunOn::IoThread ones have run). For a
   // RunOn::IoThread handler that queues its requests: answer the queue here, and requests that
   // arrived together are answered together without waiting for more. Must return at once;
   // what it throws is counted and logged. Call in the setup callback; one per agent.
-  void after_requests_read(std::function<void()> fn) { core_->after_requests_read(std::move(fn)); }
+  void after_requests_read(std::function<void()> fn);
 
   // For a worker that only serves (a shard's owner, a parameter server): returns once `who`
   // has called shutdown() -- however long its run takes -- and throws TransportError naming it
@@ -164,7 +168,8 @@ class RpcAgent {
   void shutdown();
 
  private:
-  std::shared_ptr<detail::RpcCore> core_;
+  std::shared_ptr<detail::RpcCore> core_;       // the engine (rpc_core.h, private)
+  std::shared_ptr<detail::CallEngine> engine_;  // the same object, as the templates see it
 };
 
 // register_class<T>("Counter").constructor<int>().method("increment", &Counter::increment);
@@ -172,7 +177,7 @@ class RpcAgent {
 template <typename T>
 class ClassBuilder {
  public:
-  ClassBuilder(std::shared_ptr<detail::RpcCore> core, std::string name)
+  ClassBuilder(std::shared_ptr<detail::CallEngine> core, std::string name)
       : core_(std::move(core)), name_(std::move(name)) {
     info_.type = typeid(T);
     info_.type_name = detail::type_name<T>();
@@ -196,7 +201,7 @@ class ClassBuilder {
     auto c = detail::make_callable<void, F, false>(name_, std::move(make));
     // The constructor's "result" is the object itself, not a shared_ptr to it.
     auto inner = std::move(c.invoke);
-    c.invoke = [inner](void* self, const InMessage& m, const std::shared_ptr<detail::RpcCore>& core) {
+    c.invoke = [inner](void* self, const InMessage& m, const std::shared_ptr<detail::CallEngine>& core) {
       return inner(self, m, core).then([](const Future<std::shared_ptr<void>>& f) -> std::shared_ptr<void> {
         return *std::static_pointer_cast<std::shared_ptr<T>>(f.value());
       });
@@ -232,7 +237,7 @@ class ClassBuilder {
     return [pm](T& self, A... a) -> R { return (self.*pm)(std::move(a)...); };
   }
 
-  std::shared_ptr<detail::RpcCore> core_;
+  std::shared_ptr<detail::CallEngine> core_;
   std::string name_;
   detail::ClassInfo info_;
 };

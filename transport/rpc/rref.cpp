@@ -29,7 +29,7 @@ RRefState::~RRefState() {
 std::string pack_rref_descriptor(const std::shared_ptr<RRefState>& s) {
   if (!s) throw ProtocolError("rref: cannot send an empty RRef");
   int dest = -1;
-  RpcCore* agent = current_pack_agent(&dest);
+  CallEngine* agent = current_pack_agent(&dest);
   if (!agent) throw ProtocolError("rref: an RRef can only be packed inside an RPC message");
   const std::uint64_t fork = agent->fork_rref(s->owner, s->id, s, dest);  // dest will hold it
   std::string d;

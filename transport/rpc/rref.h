@@ -15,7 +15,7 @@ namespace detail {
 
 // One holder's reference: released (a message to the owner) when the last copy goes away.
 struct RRefState {
-  std::weak_ptr<RpcCore> core;
+  std::weak_ptr<CallEngine> core;
   int owner = -1;
   std::uint64_t id = 0;
   std::uint64_t fork = 0;
@@ -25,7 +25,7 @@ struct RRefState {
 
 // Sends a request that creates an object on owner (h.fn names a function, class or method)
 // and returns the creator's reference to it, usable at once.
-inline std::shared_ptr<RRefState> remote_call(const std::shared_ptr<RpcCore>& core, int owner, Header h,
+inline std::shared_ptr<RRefState> remote_call(const std::shared_ptr<CallEngine>& core, int owner, Header h,
                                               const BodyWriter& body, std::chrono::milliseconds timeout) {
   auto s = std::make_shared<RRefState>();
   s->core = core;
@@ -100,7 +100,7 @@ class RRef {
   const std::shared_ptr<detail::RRefState>& state() const { return state_; }
 
  private:
-  std::shared_ptr<detail::RpcCore> core() const {
+  std::shared_ptr<detail::CallEngine> core() const {
     if (!state_) throw Error("RRef: empty reference");
     auto c = state_->core.lock();
     if (!c) throw TransportError("RRef: the RPC agent of this reference has shut down");

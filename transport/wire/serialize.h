@@ -10,7 +10,8 @@
 //
 // User structs cross the wire through msgpack's own adaptors (MSGPACK_DEFINE or
 // msgpack::adaptor specialisations); tensors and RRefs nested in them work too. How one message
-// is built and read (header, pack scopes, InMessage) is transport/wire/detail/message.h.
+// is built (OutMessage, the pack scope) is transport/wire/detail/message.h, how it is read (header,
+// InMessage, the unpack scope) transport/wire/detail/in_message.h.
 #pragma once
 
 #include <cstdint>

@@ -128,8 +128,19 @@ TEST(WorkloadRegistryTest, AnUnknownWorkloadIsRefusedByName) {
     FAIL() << "ps_sparse was found";
   } catch (const ConfigError& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find("my.yaml: workload: 'ps_sparse' is not known (known: rnn_dist_autograd, "), std::string::npos)
+    EXPECT_NE(what.find("my.yaml: workload: 'ps_sparse' is not known (known: rl, rnn_dist_autograd, "),
+              std::string::npos)
         << what;
+  }
+  // rl is a workload, but the agent's, not the registry's.
+  try {
+    tr::find_workload("rl", "my.yaml");
+    FAIL() << "rl was found in the training registry";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("my.yaml: workload: 'rl' is run by distrl-agent, not by the training registry"),
+        std::string::npos)
+        << e.what();
   }
   // A tool refuses another tool's workload with the names it runs.
   EXPECT_NE(refusal("distrl-ps", {"workload=rnn_dist_autograd"})

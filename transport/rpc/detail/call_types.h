@@ -1,7 +1,7 @@
-// The types the engine (rpc_core.h) and the typed templates (callable.h, rpc_agent.h, rref.h)
-// share: a call's completion, a registered callable and class, the error of a call's arguments.
-// Shipped with the public headers because those templates compile against it; the engine's owned
-// parts (call_table.h, registry.h, ...) are not. Private to transport/ otherwise.
+// The types the engine and the typed templates (callable.h, rpc_agent.h, rref.h) share: a call's
+// completion, a registered callable and class, the error of a call's arguments. Installed with
+// the public headers because those templates compile against it (with call_engine.h); the
+// engine itself (rpc_core.h) and its owned parts (call_table.h, registry.h, ...) are not.
 #pragma once
 
 #include <exception>
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "transport/runtime/future.h"
-#include "transport/wire/detail/message.h"
+#include "transport/wire/detail/in_message.h"
 
 namespace distrl::transport::detail {
 
@@ -31,7 +31,7 @@ class BadCallError : public ProtocolError {
 // A registered function, constructor or method, type-erased. invoke decodes the arguments
 // (throwing BadCallError), runs the callable and returns its result boxed (nullptr for void).
 struct Callable {
-  std::function<Future<std::shared_ptr<void>>(void* self, const InMessage&, const std::shared_ptr<RpcCore>&)> invoke;
+  std::function<Future<std::shared_ptr<void>>(void* self, const InMessage&, const std::shared_ptr<CallEngine>&)> invoke;
   std::function<void(const void* result, Packer&)> pack_result;  // empty when the result cannot be packed
   std::type_index result_type = typeid(void);
   std::string result_type_name;

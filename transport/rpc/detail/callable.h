@@ -1,5 +1,6 @@
 // Turns typed C++ callables into type-erased Callables, and typed calls into requests.
-// Private to transport/ (included by the public templates in rpc_agent.h and rref.h).
+// Installed: the public templates in rpc_agent.h and rref.h are built on it; they reach the
+// engine only through CallEngine (call_engine.h).
 #pragma once
 
 #include <optional>
@@ -8,7 +9,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "transport/rpc/detail/rpc_core.h"
+#include "transport/rpc/detail/call_engine.h"
 
 namespace distrl::transport::detail {
 
@@ -54,8 +55,8 @@ std::function<void(const void*, Packer&)> packer_for() {
 
 // Decodes argument I of a call as type A.
 template <typename A>
-A decode_arg(const InMessage& m, const msgpack::object& o, const std::shared_ptr<RpcCore>& core, const std::string& fn,
-             std::size_t index) {
+A decode_arg(const InMessage& m, const msgpack::object& o, const std::shared_ptr<CallEngine>& core,
+             const std::string& fn, std::size_t index) {
   try {
     return m.convert_object<A>(o, core, "argument " + std::to_string(index + 1) + " of '" + fn + "'");
   } catch (const ProtocolError& e) {
@@ -65,7 +66,8 @@ A decode_arg(const InMessage& m, const msgpack::object& o, const std::shared_ptr
 
 template <typename Self, typename AllArgs, std::size_t kSkip, typename F, std::size_t... I>
 decltype(auto) apply_decoded(const F& fn, void* self, const InMessage& m, const msgpack::object& body,
-                             const std::shared_ptr<RpcCore>& core, const std::string& name, std::index_sequence<I...>) {
+                             const std::shared_ptr<CallEngine>& core, const std::string& name,
+                             std::index_sequence<I...>) {
   if constexpr (std::is_void_v<Self>) {
     return fn(decode_arg<std::tuple_element_t<I, AllArgs>>(m, body.via.array.ptr[I], core, name, I)...);
   } else {
@@ -90,7 +92,7 @@ Callable make_callable(const std::string& name, F fn) {
   c.result_type_name = type_name<V>();
   if constexpr (kPack) c.pack_result = packer_for<V>();
   c.invoke = [name, fn = std::move(fn)](void* self, const InMessage& m,
-                                        const std::shared_ptr<RpcCore>& core) -> Future<std::shared_ptr<void>> {
+                                        const std::shared_ptr<CallEngine>& core) -> Future<std::shared_ptr<void>> {
     const msgpack::object& body = m.body();
     if (body.type != msgpack::type::ARRAY)
       throw BadCallError("arguments of '" + name + "' must be a msgpack array, got " + msgpack_type_name(body));
@@ -131,11 +133,11 @@ BodyWriter args_writer(const Args&... args) {
 
 // Sends a request and returns a Future of the decoded result.
 template <typename R>
-Future<R> call_async(const std::shared_ptr<RpcCore>& core, int dest, Header h, const BodyWriter& body,
+Future<R> call_async(const std::shared_ptr<CallEngine>& core, int dest, Header h, const BodyWriter& body,
                      std::chrono::milliseconds timeout) {
   Promise<R> p;
   Future<R> out = p.get_future();
-  std::weak_ptr<RpcCore> weak = core;
+  std::weak_ptr<CallEngine> weak = core;
   Executor* ex = core->callback_executor();
   std::string what = "result of '" + h.fn + "'";
   core->call(
@@ -159,10 +161,10 @@ Future<R> call_async(const std::shared_ptr<RpcCore>& core, int dest, Header h, c
   return out;
 }
 
-// Sends a request on the synchronous fast path (RpcCore::call_sync) and returns the decoded
+// Sends a request on the synchronous fast path (CallEngine::call_sync) and returns the decoded
 // result, or throws what the call failed with.
 template <typename R>
-R call_sync(const std::shared_ptr<RpcCore>& core, int dest, Header h, const BodyWriter& body,
+R call_sync(const std::shared_ptr<CallEngine>& core, int dest, Header h, const BodyWriter& body,
             std::chrono::milliseconds timeout) {
   std::exception_ptr error;
   std::optional<std::conditional_t<std::is_void_v<R>, char, R>> out;
