@@ -111,7 +111,7 @@ void floor_client(const std::string& endpoint_file, const RpcBenchOptions& o, Re
   r->floor_p99_us = percentile(us, 0.99);
 }
 
-// The shared-memory floor: the same two frames ping-ponged over a ring pair (transport/shm), the
+// The shared-memory floor: the same two frames ping-ponged over a ring pair (transport/link/shm), the
 // waiting side sleeping on a futex at once (session 0) or after spinning up to kShmSpins[1]
 // (session 1): what a round trip between these processes costs without any socket.
 constexpr std::chrono::microseconds kShmSpins[2] = {std::chrono::microseconds(0), std::chrono::microseconds(20)};
@@ -411,7 +411,7 @@ int run_rpc_bench(const RpcBenchOptions& o) {
   }
   std::cout
       << "\n  libzmq: the floor, a plain DEALER/ROUTER ping-pong of the same sizes between the same two processes;\n"
-         "  shm-futex / shm-spin: the same ping-pong over a shared-memory ring pair (transport/shm), the waiting\n"
+         "  shm-futex / shm-spin: the same ping-pong over a shared-memory ring pair (transport/link/shm), the waiting\n"
          "  side sleeping on a futex at once / after spinning up to 20 us: the same-host transport's floor;\n"
          "  async+wait: rpc_async(...).value(), through the caller's I/O loop (rpc_sync before its fast path);\n"
          "  rpc_sync: the fast path (the caller sends and waits on its own channel); the server answers on its\n"
