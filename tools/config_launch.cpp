@@ -136,12 +136,15 @@ void configure_world(const std::string& config, const std::vector<std::string>& 
   o->command = {lead};
   o->command.insert(o->command.end(), tail.begin(), tail.end());
   int rank = 0;  // a rank whose role runs another tool than rank 0's gets its own command
-  for (const run::RoleGroup& g : world.roles.groups)
-    for (int k = 0; k < g.count; ++k, ++rank)
-      if (g.tool != world.workload->tool) {
-        o->rank_commands[rank] = {tool(g.tool)};
-        o->rank_commands[rank].insert(o->rank_commands[rank].end(), tail.begin(), tail.end());
-      }
+  for (const run::RoleGroup& g : world.roles.groups) {
+    if (g.tool == world.workload->tool) {
+      rank += g.count;
+      continue;
+    }
+    std::vector<std::string> command{tool(g.tool)};  // found once per role, not once per rank
+    command.insert(command.end(), tail.begin(), tail.end());
+    for (int k = 0; k < g.count; ++k) o->rank_commands[rank++] = command;
+  }
   if (world.workload->name != run::kRlWorkload) return;
   // RL: a dead observer is named and left behind by its agent; with several agents and a
   // learner process, a dead agent is named by the learner, which goes on with the others' batches.
