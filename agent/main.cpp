@@ -108,7 +108,7 @@ int main(int argc, char** argv) {
     }
     set_log_tag(ro.name);
     agent::RlAgent rl(mine, resume);
-    const RunLock claim(mine.out_dir);  // nothing written before it; distrl-launch's is inherited
+    run::RunOutputs outputs(mine.out_dir, /*lead=*/true, mine.tensorboard);  // claims OUT_DIR: nothing written before
     g_agent = &rl;
     std::signal(SIGUSR1, on_usr1);
     agent::print_banner(mine, cli.security);
@@ -120,10 +120,10 @@ int main(int argc, char** argv) {
     install_stop_handlers();
     if (failpoint("agent.hold_before_run"))  // tests: a world that has joined, with no run yet
       while (!stop_signal()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    agent::RunSummary s = rl.run(rpc);
+    agent::RunSummary s = rl.run(rpc, outputs);
     g_agent = nullptr;
     rpc.shutdown();
-    agent::write_run_report(mine, s, observers, cmd.settings.to_yaml());
+    agent::write_run_report(mine, s, observers, cmd.settings.to_yaml(), outputs);
     if (!s.failure.empty()) throw TransportError(s.failure);  // exit 1, after every output is written
     return stop_exit_code();                                  // 0, or 128 + the signal that stopped the run
   });

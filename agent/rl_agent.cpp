@@ -207,16 +207,15 @@ struct EndStreams {
 
 }  // namespace
 
-RunSummary RlAgent::run(transport::RpcAgent& rpc) {
+RunSummary RlAgent::run(transport::RpcAgent& rpc, run::RunOutputs& out) {
   Learner& learner = *algo_.learner;
   if (cfg_.learners > 0 && rpc.workers().back().name != rl::kLearnerName)
     throw ConfigError(std::string("roles.learners is 1, but the world's last rank is ") + rpc.workers().back().name +
                       ", not distrl-learner (" + rl::kLearnerName + "): start the world with distrl-launch --config");
   ObserverPool pool(rpc, cfg_, batcher_.get());
   EndStreams end_streams{learner, pool};  // however run() ends
-  RoundLog log(cfg_.out_dir, cfg_.log_interval, progress_, cfg_.tensorboard, cfg_.asynchronous());
+  RoundLog log(out, cfg_.log_interval, progress_, cfg_.asynchronous());
   RunSummary sum;
-  sum.event_file = log.event_file();
   QuantileSketch latencies;  // fixed memory however long the run (every sample kept grew 18 MB in 10 min)
   double latency_sum = 0;
   double observer_cpu = 0;

@@ -9,7 +9,8 @@
 //
 //   RlAgent rl(config);
 //   RpcAgent rpc(options, [&](RpcAgent& a) { rl.serve(a); });   // act is registered
-//   RunSummary s = rl.run(rpc);                                  // trains until solved or done
+//   run::RunOutputs out(cfg.out_dir, true, cfg.tensorboard);      // claims run.out_dir
+//   RunSummary s = rl.run(rpc, out);                             // trains until solved or done
 //   rpc.shutdown();
 #pragma once
 
@@ -22,6 +23,7 @@
 #include "agent/learner.h"
 #include "common/quantiles.h"
 #include "rl/rl_config.h"
+#include "run/run_outputs.h"
 #include "transport/rpc/rpc_agent.h"
 
 namespace distrl::agent {
@@ -50,8 +52,7 @@ struct RunSummary {
   // Not empty when the run could not go on (every observer lost: crashed, or the network to
   // them failed); the rounds finished before it were still saved and reported.
   std::string failure;
-  std::string event_file;  // this run's TensorBoard event file ("" with run.tensorboard off)
-  LearnerTimes learner;    // where the updates' time went
+  LearnerTimes learner;  // where the updates' time went
   // Asynchronous learners: trajectories queued, dropped as older than async.max_lag, malformed
   // steps refused, and how long trajectories waited for room in the queue (back-pressure).
   bool asynchronous = false;
@@ -79,8 +80,9 @@ class RlAgent {
   // Runs rounds until solved, round learner.rounds (a resumed run counts on from its checkpoint),
   // a stop signal, or every observer is lost (then `failure` says why and the round in flight
   // is dropped); then tells the observers to finish and saves the checkpoint of the last
-  // finished round. Prints progress; writes metrics.csv (a resumed run appends to it).
-  RunSummary run(transport::RpcAgent& rpc);
+  // finished round. Prints progress; writes metrics.csv and its TensorBoard rows through `out`
+  // (a resumed run appends to them).
+  RunSummary run(transport::RpcAgent& rpc, run::RunOutputs& out);
 
   // Saves policy + optimizer + progress atomically (temp file + rename).
   void save(const std::string& path);

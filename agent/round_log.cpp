@@ -3,13 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <iomanip>
 #include <sstream>
 
-#include "common/error.h"
 #include "common/event_file.h"
-#include "common/output_file.h"
 
 namespace distrl::agent {
 namespace {
@@ -22,17 +19,19 @@ std::string thousands(double v) {
 
 }  // namespace
 
-RoundLog::RoundLog(const std::string& out_dir, int log_interval, const Progress& start, bool tensorboard, bool lag)
-    : log_interval_(log_interval), lag_(lag), last_print_(std::chrono::steady_clock::now()),
-      steps_at_print_(start.env_steps), steps_at_row_(start.env_steps), seconds_at_row_(start.seconds) {
-  std::filesystem::create_directories(out_dir);
-  const long long resumed_at = start.rounds > 0 ? start.rounds : -1;
-  csv_ = CsvFile(out_dir + "/metrics.csv",
-                 std::string("round,episodes,env_steps,seconds,mean_reward,min_reward,max_reward,running_reward,loss,"
-                             "mean_batch") +
-                     (lag ? ",lag_mean,lag_max,dropped" : ""),
-                 resumed_at);
-  if (tensorboard) events_ = std::make_unique<EventFile>(out_dir, resumed_at);
+RoundLog::RoundLog(run::RunOutputs& out, int log_interval, const Progress& start, bool lag)
+    : out_(out), log_interval_(log_interval), lag_(lag), last_print_(std::chrono::steady_clock::now()),
+      steps_at_print_(start.env_steps) {
+  CsvScalars scalars;
+  scalars.tags = {{"mean_reward", "reward/mean"},       {"min_reward", "reward/min"}, {"max_reward", "reward/max"},
+                  {"running_reward", "reward/running"}, {"lag_mean", "lag/mean"},     {"lag_max", "lag/max"}};
+  scalars.clock = "seconds";  // since the run began, resumes included
+  scalars.rates = {"env_steps"};
+  out_.open_csv("metrics.csv",
+                std::string("round,episodes,env_steps,seconds,mean_reward,min_reward,max_reward,running_reward,loss,"
+                            "mean_batch") +
+                    (lag ? ",lag_mean,lag_max,dropped" : ""),
+                start.rounds > 0 ? start.rounds : -1, std::move(scalars));
 }
 
 void RoundLog::round(const Progress& p, const RoundData& d, const BatchStats* batch, bool force_print) {
@@ -46,34 +45,14 @@ void RoundLog::round(const Progress& p, const RoundData& d, const BatchStats* ba
   }
   const double mean = returns.empty() ? std::nan("") : total / static_cast<double>(returns.size());
   const BatchStats bs = batch ? *batch : BatchStats{};
-  // Each row flushed and checked: a full disk stops the run here, by name, not at the end.
+  // Each row flushed and checked: a full disk stops the run here, by name, not at the end. A NaN
+  // cell (no episode ended) is no scalar.
   if (lag_)
-    csv_.row(p.rounds, p.episodes, p.env_steps, p.seconds, mean, lo, hi, p.running_reward, loss,
+    out_.row(p.rounds, p.episodes, p.env_steps, p.seconds, mean, lo, hi, p.running_reward, loss,
              batch ? bs.mean_rows() : 1.0, d.lag_mean, d.lag_max, d.dropped);
   else
-    csv_.row(p.rounds, p.episodes, p.env_steps, p.seconds, mean, lo, hi, p.running_reward, loss,
+    out_.row(p.rounds, p.episodes, p.env_steps, p.seconds, mean, lo, hi, p.running_reward, loss,
              batch ? bs.mean_rows() : 1.0);
-  if (events_) {
-    const long long step = p.rounds;
-    const double dt = p.seconds - seconds_at_row_;
-    events_->scalar("reward/mean", step, mean);  // NaN (no episode ended) is skipped
-    events_->scalar("reward/min", step, lo);
-    events_->scalar("reward/max", step, hi);
-    events_->scalar("reward/running", step, p.running_reward);
-    events_->scalar("loss", step, loss);
-    if (dt > 0) events_->scalar("env_steps_per_s", step, static_cast<double>(p.env_steps - steps_at_row_) / dt);
-    events_->scalar("seconds_per_round", step, dt);
-    events_->scalar("episodes", step, static_cast<double>(p.episodes));
-    events_->scalar("mean_batch", step, batch ? bs.mean_rows() : 1.0);
-    if (lag_) {
-      events_->scalar("lag/mean", step, d.lag_mean);
-      events_->scalar("lag/max", step, static_cast<double>(d.lag_max));
-      events_->scalar("dropped", step, static_cast<double>(d.dropped));
-    }
-    events_->flush();
-    steps_at_row_ = p.env_steps;
-    seconds_at_row_ = p.seconds;
-  }
 
   if (!force_print && p.rounds % log_interval_ != 0) return;
   const auto now = std::chrono::steady_clock::now();

@@ -6,7 +6,6 @@
 #include <sstream>
 
 #include "common/output_file.h"
-#include "common/plot.h"
 #include "envs/env.h"
 
 namespace distrl::agent {
@@ -40,8 +39,9 @@ void print_joined(const rl::RlConfig& cfg, int observers) {
   std::fflush(stdout);
 }
 
-void write_run_report(const rl::RlConfig& cfg, const RunSummary& s, int observers, const std::string& config_yaml) {
-  write_file_atomically(cfg.out_dir + "/config.yaml", config_yaml);
+void write_run_report(const rl::RlConfig& cfg, const RunSummary& s, int observers, const std::string& config_yaml,
+                      run::RunOutputs& out) {
+  out.write_config(config_yaml);
   std::ostringstream sum;
   sum << "observers,mode,envs_per_observer,rounds,episodes,env_steps,seconds,env_steps_per_s,latency_median_us,"
          "latency_p99_us,mean_batch,running_reward,solved,observers_lost,agent_cpu_us_per_request,"
@@ -80,16 +80,15 @@ void write_run_report(const rl::RlConfig& cfg, const RunSummary& s, int observer
         t.forward_s * ms, t.backward_s * ms, t.optimizer_s * ms,
         (t.total_s - t.forward_s - t.backward_s - t.optimizer_s) * ms);
   }
+  out.close();
   const bool plotted =
       s.rounds > 1 &&
-      plot_csv(cfg.out_dir + "/metrics.csv", cfg.out_dir + "/learning_curve.png",
-               {{"episode reward",
+      out.plot({{"episode reward",
                  "round",
                  {{"round", "running_reward", "running reward"}, {"round", "mean_reward", "mean of the round"}}}});
   std::printf("  outputs: %s/{metrics.csv,summary.csv,config.yaml%s%s}\n", cfg.out_dir.c_str(),
               cfg.learn ? ",policy.pt" : "", plotted ? ",learning_curve.png" : "");
-  if (!s.event_file.empty())
-    std::printf("  TensorBoard: %s (tensorboard --logdir %s)\n", s.event_file.c_str(), cfg.out_dir.c_str());
+  if (const std::string line = out.tensorboard_line(); !line.empty()) std::printf("  %s\n", line.c_str());
 }
 
 void print_evaluation(const rl::RlConfig& cfg, const std::vector<double>& r, double seconds,

@@ -68,6 +68,13 @@ std::string event_header(long long step) {
   return e;
 }
 
+std::vector<std::string> split_cells(const std::string& line) {
+  std::vector<std::string> cells;
+  std::stringstream ss(line);
+  for (std::string c; std::getline(ss, c, ',');) cells.push_back(c);
+  return cells;
+}
+
 bool parse_number(const std::string& cell, double* v) {
   if (cell.empty()) return false;
   char* end = nullptr;
@@ -141,26 +148,44 @@ void EventFile::flush() {
   check_written(out_, path_);
 }
 
-CsvEvents::CsvEvents(const std::string& dir, const std::string& header, long long resumed_at) : file_(dir, resumed_at) {
-  std::stringstream ss(header);
-  for (std::string c; std::getline(ss, c, ',');) columns_.push_back(c);
+CsvEvents::CsvEvents(const std::string& dir, const std::string& header, long long resumed_at, CsvScalars scalars,
+                     const std::string& previous)
+    : file_(dir, resumed_at), columns_(split_cells(header)) {
+  for (const auto& c : columns_) {
+    const auto t = scalars.tags.find(c);
+    tags_.push_back(t == scalars.tags.end() ? c : t->second);
+  }
+  clock_ = scalars.clock.empty() ? -1 : column(scalars.clock);
+  for (const auto& r : scalars.rates)
+    if (const int c = column(r); c > 0 && clock_ > 0) rates_.push_back(c);
+  if (resumed_at < 0) last_.assign(columns_.size(), 0.0);  // a fresh run starts from zero
+  else if (!previous.empty()) {
+    const auto cells = split_cells(previous);
+    last_.assign(columns_.size(), std::nan(""));
+    for (std::size_t i = 0; i < cells.size() && i < last_.size(); ++i) parse_number(cells[i], &last_[i]);
+  }
+}
+
+int CsvEvents::column(const std::string& name) const {
   for (std::size_t i = 1; i < columns_.size(); ++i)
-    if (columns_[i] == "seconds") seconds_column_ = static_cast<int>(i);
+    if (columns_[i] == name) return static_cast<int>(i);
+  return -1;
 }
 
 void CsvEvents::row(const std::vector<std::string>& cells) {
   double step_value = 0;
   if (cells.empty() || !parse_number(cells[0], &step_value)) return;
   const auto step = static_cast<long long>(step_value);
-  for (std::size_t i = 1; i < cells.size() && i < columns_.size(); ++i) {
-    double v = 0;
-    if (parse_number(cells[i], &v)) file_.scalar(columns_[i], step, v);
-  }
-  double secs = 0;
-  if (seconds_column_ > 0 && static_cast<std::size_t>(seconds_column_) < cells.size() &&
-      parse_number(cells[seconds_column_], &secs)) {
-    if (last_seconds_ >= 0) file_.scalar("seconds_per_" + columns_[0], step, secs - last_seconds_);
-    last_seconds_ = secs;
+  std::vector<double> values(columns_.size(), std::nan(""));
+  for (std::size_t i = 1; i < cells.size() && i < columns_.size(); ++i)
+    if (parse_number(cells[i], &values[i])) file_.scalar(tags_[i], step, values[i]);
+  if (clock_ > 0) {
+    const double dt = last_.empty() ? std::nan("") : values[clock_] - last_[clock_];
+    if (dt > 0) {  // NaN (nothing before, a cell that is no number) and a clock that started again fail this
+      file_.scalar("seconds_per_" + columns_[0], step, dt);
+      for (int c : rates_) file_.scalar(columns_[c] + "_per_s", step, (values[c] - last_[c]) / dt);
+    }
+    last_ = values;
   }
   file_.flush();
 }

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -40,21 +41,50 @@ class EventFile {
   std::string path_;
 };
 
+// What a CSV's columns are to TensorBoard (CsvEvents). The default: every numeric cell a
+// scalar under its column's name, nothing derived.
+struct CsvScalars {
+  // column -> the tag it is shown under ("mean_reward" -> "reward/mean"); other columns keep
+  // their names.
+  std::map<std::string, std::string> tags;
+  // A column of seconds since the run began ("seconds"): adds seconds_per_<first column>, the
+  // seconds between one row and the one before. Leave it empty for a column that holds each
+  // row's own duration (that column is already the time per step).
+  std::string clock;
+  // Columns of running totals ("env_steps"): each adds <column>_per_s, its rate between one row
+  // and the one before (by the clock, which it needs).
+  std::vector<std::string> rates;
+
+  // Every column under its name, and `column` the clock.
+  static CsvScalars with_clock(std::string column) {
+    CsvScalars s;
+    s.clock = std::move(column);
+    return s;
+  }
+};
+
 // A CSV's rows as scalars: the first column is the step (epoch, round, iteration), every other
-// cell that is a number becomes a scalar tagged with its column's name; with a cumulative
-// `seconds` column, the time per step too (`seconds_per_<first column>`). The same numbers as
-// the CSV, no second list of what a workload measures.
+// cell that is a number becomes a scalar (tagged as `scalars` says), and the clock's and the
+// rates' differences between rows are scalars too (CsvScalars). The same numbers as the CSV, no
+// second list of what a workload measures. The first row's differences are taken from
+// `previous` (the row before it, as the CSV holds it: a resumed run's last kept row), from zero
+// in a fresh run (resumed_at < 0), and not at all in a resumed run with no row before it. A
+// difference over no time (a clock that started again) is skipped.
 class CsvEvents {
  public:
-  CsvEvents(const std::string& dir, const std::string& header, long long resumed_at = -1);
+  CsvEvents(const std::string& dir, const std::string& header, long long resumed_at = -1, CsvScalars scalars = {},
+            const std::string& previous = "");
   void row(const std::vector<std::string>& cells);
   const std::string& path() const { return file_.path(); }
 
  private:
+  int column(const std::string& name) const;  // -1: not a column of the header
   EventFile file_;
   std::vector<std::string> columns_;
-  int seconds_column_ = -1;
-  double last_seconds_ = -1;
+  std::vector<std::string> tags_;  // per column
+  int clock_ = -1;
+  std::vector<int> rates_;
+  std::vector<double> last_;  // the previous row's clock and rates, by column; empty: none known
 };
 
 // CRC-32C (Castagnoli), as TFRecord uses it (exposed for the tests).

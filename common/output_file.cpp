@@ -88,7 +88,10 @@ CsvFile::CsvFile(std::string path, const std::string& header, long long resumed_
       const double step = std::strtod(line.c_str(), &end);
       const bool last = in.peek() == std::char_traits<char>::eof();
       if ((end != line.c_str() && step > static_cast<double>(resumed_at)) || (last && torn)) ++dropped;
-      else kept += line + "\n";
+      else {
+        kept += line + "\n";
+        last_kept_ = line;
+      }
     }
     if (dropped > 0) {
       write_file_atomically(path_, header + "\n" + kept);

@@ -43,10 +43,13 @@ class CsvFile {
   }
   void close() { out_.close(); }
   const std::string& path() const { return path_; }
+  // A resumed run's last row kept from before (the row before its first new one); "" otherwise.
+  const std::string& last_kept_row() const { return last_kept_; }
 
  private:
   std::ofstream out_;
   std::string path_;
+  std::string last_kept_;
 };
 
 }  // namespace distrl

@@ -1,6 +1,5 @@
 #include "training/run_loop.h"
 
-#include <filesystem>
 #include <iostream>
 
 #include "common/error.h"
@@ -9,9 +8,8 @@
 namespace distrl::training {
 
 RunLoop::RunLoop(const RunKeys& run, std::string tool, bool lead)
-    : tool_(std::move(tool)), out_dir_(run.out_dir), log_interval_(run.log_interval), lead_(lead),
-      tensorboard_(run.tensorboard), start_(std::chrono::steady_clock::now()) {
-  if (lead_) lock_ = RunLock(out_dir_);  // before any output; distrl-launch's claim is inherited
+    : tool_(std::move(tool)), out_dir_(run.out_dir), log_interval_(run.log_interval),
+      out_(run.out_dir, lead, run.tensorboard), start_(std::chrono::steady_clock::now()) {
   install_stop_handlers();
 }
 
@@ -23,14 +21,9 @@ void RunLoop::stop_in_lock_step(transport::ProcessGroup& pg, std::string peer) {
 void RunLoop::stop_through(transport::Store& store) { flag_.emplace(store); }
 
 void RunLoop::open(const std::string& config_yaml, const std::string& csv_name, const std::string& header,
-                   long long resumed_at) {
-  if (!lead_) return;
-  write_file_atomically(out_dir_ + "/config.yaml", config_yaml);  // creates out_dir
-  csv_ = CsvFile(out_dir_ + "/" + csv_name, header, resumed_at);
-  if (tensorboard_) {
-    events_ = std::make_unique<CsvEvents>(out_dir_, header, resumed_at);
-    event_file_ = events_->path();
-  }
+                   long long resumed_at, CsvScalars scalars) {
+  out_.write_config(config_yaml);
+  out_.open_csv(csv_name, header, resumed_at, std::move(scalars));
 }
 
 bool RunLoop::stop_requested(long long steps_done) {
@@ -58,14 +51,10 @@ double RunLoop::seconds() const {
 }
 
 bool RunLoop::finish(const std::vector<Chart>& charts, const std::string& csv_name) {
-  if (!lead_) return false;
-  csv_.close();
-  events_.reset();
-  if (!event_file_.empty())
-    std::cout << tool_ << ": TensorBoard: " << event_file_ << " (tensorboard --logdir " << out_dir_ << ")" << std::endl;
-  if (charts.empty()) return false;
-  const std::string csv = csv_name.empty() ? csv_.path() : out_dir_ + "/" + csv_name;
-  return plot_csv(csv, out_dir_ + "/learning_curve.png", charts);
+  if (!lead()) return false;
+  out_.close();
+  if (const std::string line = out_.tensorboard_line(); !line.empty()) std::cout << tool_ << ": " << line << std::endl;
+  return out_.plot(charts, csv_name);
 }
 
 }  // namespace distrl::training

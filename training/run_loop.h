@@ -1,6 +1,6 @@
 // What every training workload's loop does besides its step, written once: the lead rank's
-// outputs (config.yaml, a CSV with its header, appended to on resume, every row checked), the
-// progress cadence (run.log_interval), the stop on SIGINT/SIGTERM (agreed the way the ranks
+// outputs (run/run_outputs.h, shared with the RL agent: the claim on run.out_dir, config.yaml,
+// the CSV appended to on resume, the TensorBoard rows, the learning curve), the progress cadence (run.log_interval), the stop on SIGINT/SIGTERM (agreed the way the ranks
 // need it, training/stop_agreement.h), the stop line and the learning curve. The workload
 // keeps its step, the text of its lines and its checkpoint format.
 //
@@ -14,17 +14,11 @@
 #pragma once
 
 #include <chrono>
-#include <fstream>
-#include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
-#include "common/event_file.h"
-#include "common/output_file.h"
-#include "common/plot.h"
-#include "common/run_lock.h"
+#include "run/run_outputs.h"
 #include "training/run_keys.h"
 #include "training/stop_agreement.h"
 
@@ -68,36 +62,28 @@ class RunLoop {
   // Ranks at their own pace: a StopFlag on the run's store (which must outlive the loop).
   void stop_through(transport::Store& store);
 
-  bool lead() const { return lead_; }
+  bool lead() const { return out_.lead(); }
   // The lead's TensorBoard event file, once open() made it; "" otherwise.
-  const std::string& event_file() const { return event_file_; }
+  const std::string& event_file() const { return out_.event_file(); }
   const std::string& out_dir() const { return out_dir_; }
 
   // The lead: writes out_dir/config.yaml and opens out_dir/csv_name with `header`, and with
-  // run.tensorboard a new TensorBoard event file holding the same rows (common/event_file.h).
+  // run.tensorboard a new TensorBoard event file holding the same rows as `scalars` says (a
+  // workload whose `seconds` column counts from the run's start names it as the clock).
   // A resumed run (`resumed_at` >= 0: the last step, epoch or round its checkpoint holds)
   // appends to the CSV, dropping rows past that step (they run again), and its event file tells
-  // TensorBoard to forget the earlier files' steps past it. OutputError naming the file when any
-  // of it fails. Others: nothing.
+  // TensorBoard to forget the earlier files' steps past it (run/run_outputs.h). OutputError
+  // naming the file when any of it fails. Others: nothing.
   void open(const std::string& config_yaml, const std::string& csv_name, const std::string& header,
-            long long resumed_at = -1);
+            long long resumed_at = -1, CsvScalars scalars = {});
   // The lead: one row of the CSV that open() opened. Others: nothing.
   template <typename... V>
   void row(const V&... values) {
-    csv_.row(values...);
-    if (!events_) return;
-    std::vector<std::string> cells;
-    auto cell = [&cells](const auto& v) {
-      std::ostringstream s;
-      s << v;
-      cells.push_back(s.str());
-    };
-    (cell(values), ...);
-    events_->row(cells);
+    out_.row(values...);
   }
 
   // Whether the n-th step (epoch, round; from 1) prints a progress line: every run.log_interval-th, on the lead.
-  bool log_due(long long n) const { return lead_ && n % log_interval_ == 0; }
+  bool log_due(long long n) const { return lead() && n % log_interval_ == 0; }
 
   // Call between steps on every rank; `steps_done` counts this rank's steps (lock step: the
   // same on every rank, as the agreement is a collective every kStopCheckSteps of them). True
@@ -122,12 +108,7 @@ class RunLoop {
  private:
   std::string tool_, out_dir_;
   int log_interval_;
-  bool lead_;
-  RunLock lock_;  // the lead's claim on run.out_dir (common/run_lock.h)
-  bool tensorboard_;
-  CsvFile csv_;
-  std::unique_ptr<CsvEvents> events_;
-  std::string event_file_;
+  run::RunOutputs out_;  // the lead's outputs and its claim on run.out_dir
   std::chrono::steady_clock::time_point start_;
   transport::ProcessGroup* pg_ = nullptr;
   std::string peer_;

@@ -158,7 +158,7 @@ void run_trainer(const HybridConfig& cfg, const std::string& config_yaml, transp
   for (int b = 0; b < cfg.batches; ++b) batches.push_back(hybrid_batch(cfg, trainer, b));
   RunLoop loop(cfg, "distrl-ps", lead);
   loop.stop_in_lock_step(*pg, "trainer");  // the trainers all-reduce every step (DDP)
-  loop.open(config_yaml, "metrics.csv", "epoch,loss,seconds");
+  loop.open(config_yaml, "metrics.csv", "epoch,loss,seconds", -1, CsvScalars::with_clock("seconds"));
   if (lead)
     std::cout << "trainer 0: EmbeddingBag on ps0 by RPC, Linear(" << cfg.embedding_dim << ", " << cfg.classes
               << ") DDP'd over " << cfg.trainers << " trainer(s); " << cfg.epochs << " epoch(s) of " << cfg.batches

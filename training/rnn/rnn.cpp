@@ -226,7 +226,7 @@ void run_rnn(const RnnConfig& cfg, const std::string& config_yaml, transport::Rp
   // SIGINT/SIGTERM: each trainer on its own signal (the launcher signals them all), after its step.
   RunLoop loop(cfg, "trainer " + std::to_string(rank), lead);
   loop.open(config_yaml, "metrics.csv", "step,train_loss,val_loss,val_perplexity,chars_per_s,seconds",
-            resume.empty() ? -1 : first_step - 1);
+            resume.empty() ? -1 : first_step - 1, CsvScalars::with_clock("seconds"));
   if (lead)
     std::cout << "trainer: " << tokens << " characters in the alphabet, " << corpus.train.size(0) << " training and "
               << corpus.val.size(0) << " validation characters from " << cfg.data_path << std::endl;

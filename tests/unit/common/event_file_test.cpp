@@ -33,7 +33,8 @@ TEST(EventFileTest, TensorBoardReadsTheScalarsBack) {
     f.flush();
   }
   {
-    distrl::CsvEvents csv(dir.path(), "epoch,train_loss,test_accuracy,seconds,note");
+    distrl::CsvEvents csv(dir.path(), "epoch,train_loss,test_accuracy,seconds,note", -1,
+                          distrl::CsvScalars::with_clock("seconds"));
     csv.row({"1", "0.5", "0.8125", "2.5", "warmup"});
     csv.row({"2", "0.25", "0.875", "4", "x"});
     csv.row({"not-a-step", "9"});  // skipped whole
@@ -46,7 +47,7 @@ TEST(EventFileTest, TensorBoardReadsTheScalarsBack) {
             "loss 1 1\nloss 2 0.5\nloss 3 0.333333\n"
             "reward/mean 5 195.5\n"
             "seconds 1 2.5\nseconds 2 4\n"
-            "seconds_per_epoch 2 1.5\n"
+            "seconds_per_epoch 1 2.5\nseconds_per_epoch 2 1.5\n"
             "test_accuracy 1 0.8125\ntest_accuracy 2 0.875\n"
             "train_loss 1 0.5\ntrain_loss 2 0.25\n");
 }
@@ -72,4 +73,47 @@ TEST(EventFileTest, AResumedRunsFileMakesTensorBoardForgetTheStepsItRunsAgain) {
   for (std::string line; std::getline(lines, line);)
     if (line.rfind("loss ", 0) == 0) points += line + "\n";
   EXPECT_EQ(points, "loss 1 10\nloss 2 20\nloss 3 30\nloss 4 400\nloss 5 500\nloss 6 600\n") << r.out;
+}
+
+// The agent's way of showing its CSV: columns under tags of their own, a clock, and a running
+// total's rate. A resumed run's first rates come from the row before it (the CSV's last kept
+// row); a column that holds each row's own duration (no clock named) derives nothing.
+TEST(EventFileTest, CsvColumnsTakeTheirTagsAndRunningTotalsTheirRates) {
+  TempDir dir, resumed_dir, durations;
+  distrl::CsvScalars scalars = distrl::CsvScalars::with_clock("seconds");
+  scalars.tags = {{"mean_reward", "reward/mean"}};
+  scalars.rates = {"env_steps"};
+  {
+    distrl::CsvEvents csv(dir.path(), "round,env_steps,seconds,mean_reward", -1, scalars);
+    csv.row({"1", "100", "2", "nan"});  // no episode ended: no reward/mean point
+    csv.row({"2", "400", "4", "21.5"});
+  }
+  auto r = distrl::testing::read_tfevents(dir.path());
+  if (!r.ran) GTEST_SKIP() << r.why;
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out,
+            "env_steps 1 100\nenv_steps 2 400\n"
+            "env_steps_per_s 1 50\nenv_steps_per_s 2 150\n"
+            "reward/mean 2 21.5\n"
+            "seconds 1 2\nseconds 2 4\n"
+            "seconds_per_round 1 2\nseconds_per_round 2 2\n");
+
+  {  // resumed after round 2 (its row is the one before), and a clock that started again
+    distrl::CsvEvents csv(resumed_dir.path(), "round,env_steps,seconds,mean_reward", 2, scalars, "2,400,4,21.5");
+    csv.row({"3", "1000", "7", "30"});
+    csv.row({"4", "1100", "1", "31"});  // earlier than the row before: no rate
+  }
+  r = distrl::testing::read_tfevents(resumed_dir.path());
+  EXPECT_EQ(r.points("env_steps_per_s"), 1) << r.out;
+  EXPECT_NE(r.out.find("env_steps_per_s 3 200\n"), std::string::npos) << r.out;
+  EXPECT_EQ(r.points("seconds_per_round"), 1) << r.out;
+
+  {
+    distrl::CsvEvents csv(durations.path(), "epoch,loss,seconds");  // each epoch's own seconds
+    csv.row({"1", "0.5", "3"});
+    csv.row({"2", "0.25", "3.5"});
+  }
+  r = distrl::testing::read_tfevents(durations.path());
+  EXPECT_EQ(r.points("seconds"), 2) << r.out;
+  EXPECT_EQ(r.points("seconds_per_epoch"), 0) << r.out;
 }
