@@ -27,8 +27,7 @@ void RunOutputs::close() {
 
 bool RunOutputs::plot(const std::vector<Chart>& charts, const std::string& csv_name) const {
   if (!lead_ || charts.empty()) return false;
-  return plot_csv(csv_name.empty() ? csv_.path() : out_dir_ + "/" + csv_name, out_dir_ + "/learning_curve.png",
-                  charts);
+  return plot_csv(csv_name.empty() ? csv_.path() : out_dir_ + "/" + csv_name, out_dir_ + "/learning_curve.png", charts);
 }
 
 std::string RunOutputs::tensorboard_line() const {
