@@ -132,7 +132,7 @@ void shm_floor_server(const std::string& path) {
       if (m.size() == 1) {  // "cpu" | "bye"
         done = m[0].to_string() == "bye";
         const std::string cpu = std::to_string(process_cpu_us());
-        m[0] = zmq::message_t(cpu.data(), cpu.size());
+        m[0] = Frame(cpu.data(), cpu.size());
       }
       writer.write(p.out, std::move(m), Clock::now() + std::chrono::seconds(30), spin);
     }

@@ -70,7 +70,7 @@ std::string seed(transport::detail::Header h, Body&& body) {
 
 int fuzz_rpc(const std::uint8_t* data, std::size_t size) {
   quiet_logs();
-  std::vector<zmq::message_t> frames;
+  transport::detail::Frames frames;
   for (auto& part : split_frames(data, size, 40)) frames.emplace_back(part.data(), part.size());
   transport::detail::DecodeFailure why;
   auto m = transport::detail::decode_message(std::move(frames), kLimits, &why);

@@ -117,15 +117,14 @@ class MalformedInputTest : public ::testing::Test {
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   }
 
-  void send(Frames frames) { ASSERT_TRUE(zmq::send_multipart(socket_, frames)); }
+  void send(Frames frames) { ASSERT_TRUE(distrl::testing::send_frames(socket_, frames)); }
 
   // The agent's next message, decoded; nullopt when none came within timeout (or it was
   // malformed, which fails the test).
   std::optional<InMessage> next_message(std::chrono::milliseconds timeout) {
     zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
     if (zmq::poll(&item, 1, timeout) <= 0) return std::nullopt;
-    Frames frames;
-    (void)zmq::recv_multipart(socket_, std::back_inserter(frames));
+    Frames frames = distrl::testing::recv_frames(socket_);
     distrl::transport::detail::DecodeFailure why;
     auto m = distrl::transport::detail::decode_message(std::move(frames), WireLimits{}, &why);
     EXPECT_TRUE(m.has_value()) << "the agent's reply itself is malformed: " << why.what;
@@ -248,11 +247,10 @@ TEST_F(MalformedInputTest, APeerReconnectingUnderItsRoutingIdIsServedOnTheNewCon
   };
   auto echo = [&](zmq::socket_t& s, const std::string& text) -> std::string {
     Frames out = request(next_id_++, "echo", text);
-    if (!zmq::send_multipart(s, out)) return "(not sent)";
+    if (!distrl::testing::send_frames(s, out)) return "(not sent)";
     zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};
     if (zmq::poll(&item, 1, 10s) <= 0) return "(no answer in 10 s)";
-    Frames in;
-    (void)zmq::recv_multipart(s, std::back_inserter(in));
+    Frames in = distrl::testing::recv_frames(s);
     distrl::transport::detail::DecodeFailure why;
     auto m = distrl::transport::detail::decode_message(std::move(in), WireLimits{}, &why);
     return m ? m->body_as<std::string>(nullptr, "echo") : "(malformed: " + why.what + ")";
@@ -482,9 +480,9 @@ TEST(MalformedReplyTest, BadRepliesFailTheCallTheyNameWithProtocolError) {
     const auto& answer = answers[k % 4];
     zmq::pollitem_t item{router.handle(), 0, ZMQ_POLLIN, 0};
     ASSERT_GT(zmq::poll(&item, 1, 30s), 0) << "no request from the agent";
-    Frames in;
-    ASSERT_TRUE(zmq::recv_multipart(router, std::back_inserter(in)));
-    zmq::message_t routing_id = std::move(in.front());
+    Frames in = distrl::testing::recv_frames(router);
+    ASSERT_FALSE(in.empty());
+    distrl::transport::detail::Frame routing_id = std::move(in.front());
     in.erase(in.begin());
     distrl::transport::detail::DecodeFailure why;
     auto m = distrl::transport::detail::decode_message(std::move(in), WireLimits{}, &why);
@@ -492,7 +490,7 @@ TEST(MalformedReplyTest, BadRepliesFailTheCallTheyNameWithProtocolError) {
     Frames out;
     out.push_back(std::move(routing_id));
     for (auto& f : answer(m->header.call_id)) out.push_back(std::move(f));
-    ASSERT_TRUE(zmq::send_multipart(router, out));
+    ASSERT_TRUE(distrl::testing::send_frames(router, out));
   }
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);

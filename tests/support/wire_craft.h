@@ -1,8 +1,12 @@
 // Hand-made wire messages for malformed-input tests (unit and integration).
 #pragma once
 
+#include <iterator>
 #include <string>
 #include <vector>
+
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
 
 #include "transport/rpc/detail/callable.h"
 #include "transport/wire/detail/le_bytes.h"
@@ -10,7 +14,22 @@
 
 namespace distrl::testing {
 
-using Frames = std::vector<zmq::message_t>;
+using Frames = transport::detail::Frames;  // the seam's frames (wire/detail/frames.h)
+
+// A raw ZeroMQ peer's side of them: each frame one part of a multipart message (copied).
+inline bool send_frames(zmq::socket_t& s, const Frames& frames) {
+  std::vector<zmq::message_t> parts;
+  for (const auto& f : frames) parts.emplace_back(f.data(), f.size());
+  return zmq::send_multipart(s, parts).has_value();
+}
+// The next message's frames (blocking); empty when none could be read.
+inline Frames recv_frames(zmq::socket_t& s) {
+  std::vector<zmq::message_t> parts;
+  (void)zmq::recv_multipart(s, std::back_inserter(parts));
+  Frames out;
+  for (const auto& p : parts) out.emplace_back(p.data(), p.size());
+  return out;
+}
 
 // A tensor descriptor payload: u8 dtype | u8 ndim | u32 frame | i64 dims[].
 inline std::string descriptor(std::uint8_t dtype, const std::vector<std::int64_t>& dims, std::uint32_t frame) {

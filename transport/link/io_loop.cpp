@@ -19,7 +19,7 @@ namespace {
 
 // The rank a member's connection was made under ("rpc-r<rank>-..."), or -1 for any other
 // routing id (libzmq's own, an outsider's).
-int rank_of_identity(const zmq::message_t& id) {
+int rank_of_identity(const Frame& id) {
   const std::string_view v(static_cast<const char*>(id.data()), id.size());
   if (v.substr(0, 5) != "rpc-r") return -1;
   long r = 0;
@@ -51,7 +51,7 @@ class ZmqChannel final : public Channel {
     socket_.connect(endpoint);
   }
   bool send(Frames& frames) override {
-    return zmq_call([&] { return send_multipart_nointr(socket_, frames, zmq::send_flags::dontwait); });
+    return zmq_call([&] { return send_frames_nointr(socket_, frames, zmq::send_flags::dontwait); });
   }
   bool readable(std::chrono::milliseconds wait) override {
     zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
@@ -167,7 +167,7 @@ bool IoLoop::send_to_peer(int peer, Frames& frames, std::string* error) {
   try {
     mark(p.dealer.handle());  // sending may take in the signal of a reply that already came
     const std::size_t bytes = frames_bytes(frames);
-    if (send_multipart_nointr(p.dealer, frames, zmq::send_flags::dontwait)) {
+    if (send_frames_nointr(p.dealer, frames, zmq::send_flags::dontwait)) {
       bytes_sent_.fetch_add(bytes, std::memory_order_relaxed);
       return true;
     }
@@ -184,7 +184,7 @@ bool IoLoop::send_reply(const Caller& to, Frames& frames) {
     send_nointr(router_, zmq::const_buffer(to.route.data(), to.route.size()),
                 zmq::send_flags::sndmore | zmq::send_flags::dontwait);
     const std::size_t bytes = frames_bytes(frames);
-    if (!send_multipart_nointr(router_, frames, zmq::send_flags::dontwait)) return false;
+    if (!send_frames_nointr(router_, frames, zmq::send_flags::dontwait)) return false;
     bytes_sent_.fetch_add(bytes, std::memory_order_relaxed);
     return true;
   } catch (const zmq::error_t&) {

@@ -3,6 +3,8 @@
 // replies as frames, reads replies, and reports a peer's connection lost and back. A Channel
 // is a connection of one calling thread's own (the sync fast path). Frames are opaque here:
 // call ids, deadlines, dead-peer errors, rejoin, decoder limits and hooks live above, in RPC.
+// Frames are the seam's own buffers (wire/detail/frames.h): ZeroMQ's message type stays inside
+// the ZeroMQ link.
 // Two links implement it: ZeroMQ (io_loop.h) and shared memory (shm/shm_link.h); a
 // PairLink (pair_link.h) runs both as one, chosen per peer. All three pass the same
 // contract suite (tests/integration/link_contract_test.cpp), which a new link joins by adding
@@ -16,8 +18,6 @@
 #include <string>
 #include <vector>
 
-#include <zmq.hpp>
-
 #include "transport/wire/detail/frames.h"
 
 namespace distrl::transport::detail {
@@ -27,7 +27,7 @@ namespace distrl::transport::detail {
 // from the connection, not from the message, so that RPC can refuse a message whose header
 // claims another rank.
 struct Caller {
-  zmq::message_t route;
+  Frame route;
   int rank = -1;
   std::uint8_t via = 0;  // which of a PairLink's links the request came through (0 elsewhere)
 };

@@ -178,7 +178,7 @@ bool PairLink::send_to_peer(int peer, Frames& frames, std::string* error) {
 
 bool PairLink::send_reply(const Caller& to, Frames& frames) {
   if (to.via == home_) return home().send_reply(to, frames);
-  auto route = std::make_shared<Caller>(Caller{zmq::message_t(to.route.data(), to.route.size()), to.rank, to.via});
+  auto route = std::make_shared<Caller>(Caller{to.route, to.rank, to.via});
   auto f = std::make_shared<Frames>(std::move(frames));
   return away().post([this, route, f] {
     if (away().send_reply(*route, *f)) return;

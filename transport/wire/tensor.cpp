@@ -22,7 +22,7 @@ constexpr c10::ScalarType kTypes[] = {
 constexpr std::size_t kTypeCount = sizeof(kTypes) / sizeof(kTypes[0]);
 
 at::Tensor tensor_of_frame(const InFrames& in, const TensorDesc& d) {
-  const zmq::message_t& f = tensor_frame(in, d);
+  const Frame& f = tensor_frame(in, d);
   const auto opts = at::TensorOptions().dtype(scalar_type_of(d.dtype));
   const std::size_t elem = dtype_size(d.dtype);
   auto* data = const_cast<void*>(f.data());

@@ -150,6 +150,44 @@ bool send_multipart_nointr(zmq::socket_t& s, std::vector<zmq::message_t>& parts,
   return true;
 }
 
+zmq::message_t to_message(const Frame& f) {
+  FrameBlock* block = f.retain();
+  if (!block) return zmq::message_t(f.data(), f.size());  // inline: a few bytes, copied
+  return zmq::message_t(
+      const_cast<void*>(f.data()), f.size(), [](void*, void* hint) { Frame::release(static_cast<FrameBlock*>(hint)); },
+      block);
+}
+
+Frame to_frame(zmq::message_t&& m) {
+  const void* data = m.data();  // stable when moved: larger than ZeroMQ's inline messages
+  const std::size_t size = m.size();
+  if (size <= Frame::kInline) return Frame(data, size);
+  return Frame::sharing(data, size, std::move(m));
+}
+
+bool send_frames_nointr(zmq::socket_t& s, const Frames& frames, zmq::send_flags flags) {
+  for (std::size_t i = 0; i < frames.size(); ++i) {  // as send_multipart_nointr, a part at a time
+    const auto more = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
+    zmq::message_t part = to_message(frames[i]);
+    if (!send_nointr(s, part, i == 0 ? flags | more : (flags & zmq::send_flags::dontwait) | more)) {
+      if (i == 0) return false;
+      throw zmq::error_t();  // not after the first part: ZeroMQ admits a message's parts together
+    }
+  }
+  return true;
+}
+
+Received recv_bounded(zmq::socket_t& s, Frames& out, std::size_t max_parts) {
+  thread_local std::vector<zmq::message_t> parts;  // kept: no allocation per message
+  const Received got = recv_bounded(s, parts, max_parts);
+  out.clear();
+  if (got != Received::Message) return got;
+  out.reserve(parts.size());
+  for (auto& p : parts) out.push_back(to_frame(std::move(p)));
+  parts.clear();
+  return got;
+}
+
 bool recv_multipart_nointr(zmq::socket_t& s, std::vector<zmq::message_t>& parts, zmq::recv_flags flags) {
   parts.clear();
   for (;;) {

@@ -69,6 +69,17 @@ std::optional<std::size_t> send_nointr(zmq::socket_t& s, zmq::const_buffer b, zm
 bool send_multipart_nointr(zmq::socket_t& s, std::vector<zmq::message_t>& parts, zmq::send_flags flags);
 bool recv_multipart_nointr(zmq::socket_t& s, std::vector<zmq::message_t>& parts, zmq::recv_flags flags);
 
+// Where the seam's frames (wire/detail/frames.h) meet ZeroMQ's messages, so that no
+// zmq::message_t travels above the ZeroMQ link. A frame's block is shared with ZeroMQ, not
+// copied (ZeroMQ releases it when it has sent the bytes); inline bytes are copied. A received
+// message larger than a frame's inline room is kept whole, not copied.
+zmq::message_t to_message(const Frame& f);
+Frame to_frame(zmq::message_t&& m);
+// send_multipart_nointr of frames. The frames stay the caller's either way (shared, not moved).
+bool send_frames_nointr(zmq::socket_t& s, const Frames& frames, zmq::send_flags flags);
+// recv_bounded into frames.
+Received recv_bounded(zmq::socket_t& s, Frames& out, std::size_t max_parts);
+
 // Stops the monitor and closes both sockets.
 void unwatch_connection(zmq::socket_t& dealer, zmq::socket_t& monitor);
 

@@ -16,7 +16,7 @@ using distrl::testing::descriptor;
 
 namespace {
 
-using Frames = std::vector<zmq::message_t>;
+using distrl::testing::Frames;
 
 template <typename T>
 Frames encode_value(const T& v, std::uint64_t id = 9) {

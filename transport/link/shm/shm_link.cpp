@@ -45,8 +45,8 @@ constexpr auto kSocketCheck = std::chrono::milliseconds(1);  // deaths and conne
 constexpr std::size_t kMaxAccepted = 4096;
 
 // A caller's route: its connection's id, 8 bytes.
-zmq::message_t route_of(std::uint64_t id) { return zmq::message_t(&id, sizeof id); }
-std::uint64_t id_of(const zmq::message_t& route) {
+Frame route_of(std::uint64_t id) { return Frame(&id, sizeof id); }
+std::uint64_t id_of(const Frame& route) {
   std::uint64_t id = 0;
   if (route.size() == sizeof id) std::memcpy(&id, route.data(), sizeof id);
   return id;

@@ -23,7 +23,7 @@ using Packer = msgpack::packer<msgpack::sbuffer>;
 using BodyWriter = std::function<void(Packer&)>;
 
 class CallEngine;  // what the ext adaptors reach the agent through (rpc/detail/call_engine.h)
-struct InFrames;   // the received tensor frames (ZeroMQ messages), defined in detail/wire_codec.cpp
+struct InFrames;   // the received tensor frames (the seam's Frames), defined in wire/detail/wire_codec.h
 
 // Header fields, as the decoder reads them (frame 0 is a msgpack map with these keys).
 struct Header {

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 
 namespace distrl::transport::detail {
 namespace {
@@ -56,8 +57,7 @@ void validate_tensors(const msgpack::object& o, const InFrames& in) {
 
 }  // namespace
 
-std::optional<InMessage> decode_message(std::vector<zmq::message_t>&& frames, const WireLimits& limits,
-                                        DecodeFailure* failure) {
+std::optional<InMessage> decode_message(Frames&& frames, const WireLimits& limits, DecodeFailure* failure) {
   auto fail = [&](std::string what) -> std::optional<InMessage> {
     failure->what = std::move(what);
     return std::nullopt;
@@ -143,36 +143,33 @@ std::optional<InMessage> decode_message(std::vector<zmq::message_t>&& frames, co
   return m;
 }
 
-const zmq::message_t& tensor_frame(const InFrames& in, const TensorDesc& d) {
+const Frame& tensor_frame(const InFrames& in, const TensorDesc& d) {
   if (d.frame >= in.frames.size())
     throw ProtocolError("tensor descriptor names frame " + std::to_string(d.frame + 1) + ", message has " +
                         std::to_string(in.frames.size() + 1) + " frames");
-  const zmq::message_t& f = in.frames[d.frame];
+  const Frame& f = in.frames[d.frame];
   if (f.size() != d.nbytes)
     throw ProtocolError("tensor frame " + std::to_string(d.frame + 1) + " has " + std::to_string(f.size()) +
                         " bytes, descriptor says " + std::to_string(d.nbytes));
   return f;
 }
 
-std::vector<zmq::message_t> encode_message(OutMessage&& m) {
-  std::vector<zmq::message_t> out;
+Frames encode_message(OutMessage&& m) {
+  Frames out;
   out.reserve(1 + m.frames.size());
   const std::size_t hsize = m.header.size();
-  char* hdata = m.header.release();  // malloc'd by sbuffer; ZeroMQ frees it
-  out.emplace_back(
-      hdata, hsize, [](void* d, void*) { std::free(d); }, nullptr);
+  if (hsize <= Frame::kInline) {
+    out.emplace_back(m.header.data(), hsize);  // inline: no block, the buffer goes with m
+  } else {
+    std::unique_ptr<char, void (*)(void*)> header(m.header.release(), std::free);  // malloc'd by sbuffer
+    const char* hdata = header.get();
+    out.push_back(Frame::sharing(hdata, hsize, std::move(header)));
+  }
   for (auto& f : m.frames) {
     const std::size_t n = f.size;
-    if (n == 0) {
-      out.emplace_back();
-    } else if (n < kCopyBelowBytes || !f.owner) {
-      out.emplace_back(f.data, n);
-    } else {
-      auto* keep = new std::shared_ptr<const void>(std::move(f.owner));
-      out.emplace_back(
-          const_cast<void*>(f.data), n,
-          [](void*, void* hint) { delete static_cast<std::shared_ptr<const void>*>(hint); }, keep);
-    }
+    if (n == 0) out.emplace_back();
+    else if (n < kCopyBelowBytes || !f.owner) out.emplace_back(f.data, n);
+    else out.push_back(Frame::sharing(f.data, n, std::move(f.owner)));
   }
   return out;
 }

@@ -1,4 +1,4 @@
-// ZeroMQ side of the wire format: OutMessage -> frames (zero-copy), frames -> validated InMessage.
+// The wire format's frames: OutMessage -> frames (zero-copy), frames -> validated InMessage.
 // Private to transport/.
 #pragma once
 
@@ -7,8 +7,7 @@
 #include <string>
 #include <vector>
 
-#include <zmq.hpp>
-
+#include "transport/wire/detail/frames.h"
 #include "transport/wire/detail/message.h"
 
 namespace distrl::transport::detail {
@@ -16,7 +15,7 @@ namespace distrl::transport::detail {
 // Received tensor frames (frame i of the message is frames[i - 1]). Tensors built on them hold
 // a shared_ptr so the buffers outlive the message.
 struct InFrames : std::enable_shared_from_this<InFrames> {
-  std::vector<zmq::message_t> frames;
+  Frames frames;
   // Set by the receiver before the body is converted when the message carries a context with
   // tensors that require grad: each such tensor passes hooks->on_receive once, then is cached.
   std::shared_ptr<MessageHooks> hooks;
@@ -38,7 +37,7 @@ struct TensorDesc {
 // Parses and range-checks a descriptor (throws ProtocolError).
 TensorDesc parse_tensor_descriptor(const char* data, std::size_t size);
 // The frame a descriptor names, checked for existence and size (throws ProtocolError).
-const zmq::message_t& tensor_frame(const InFrames& in, const TensorDesc& d);
+const Frame& tensor_frame(const InFrames& in, const TensorDesc& d);
 std::size_t dtype_size(std::uint8_t code);  // 0 for an unknown code
 const char* dtype_name(std::uint8_t code);  // LibTorch's name ("Float"), "unknown" for a bad code
 
@@ -52,11 +51,10 @@ struct DecodeFailure {
 };
 
 // Frames -> message (frames[0] is the header). On failure returns nullopt and fills *failure.
-std::optional<InMessage> decode_message(std::vector<zmq::message_t>&& frames, const WireLimits& limits,
-                                        DecodeFailure* failure);
+std::optional<InMessage> decode_message(Frames&& frames, const WireLimits& limits, DecodeFailure* failure);
 
-// Message -> frames ready for zmq::send_multipart. Frame bytes are not copied (each ZeroMQ
-// message holds a reference to the frame's owner until ZeroMQ is done with it), except tiny ones.
-std::vector<zmq::message_t> encode_message(OutMessage&& m);
+// Message -> frames for a link. Frame bytes are not copied (each frame holds a reference to the
+// bytes' owner until the link is done with it), except small ones.
+Frames encode_message(OutMessage&& m);
 
 }  // namespace distrl::transport::detail
