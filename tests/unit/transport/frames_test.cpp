@@ -27,7 +27,7 @@ TEST(FrameTest, SmallBytesAreInlineAndLargeOnesShareOneBlock) {
 
   Frame b(large.data(), large.size());
   EXPECT_EQ(reinterpret_cast<std::uintptr_t>(b.data()) % 16, 0u);  // tensors are read in place
-  Frame b2 = b;  // shares
+  Frame b2 = b;                                                    // shares
   EXPECT_EQ(b2.data(), b.data());
   Frame b3 = std::move(b);
   EXPECT_TRUE(b.empty());

@@ -13,12 +13,9 @@
 #include "common/host.h"
 #include "common/stop_signal.h"
 #include "transport/link/endpoints.h"
-#include "transport/link/io_loop.h"
-#include "transport/link/pair_link.h"
+#include "transport/link/world_links.h"
 #include "transport/wire/detail/wire_codec.h"
-#include "transport/zmq/zmq_context.h"
 #include "transport/rpc/detail/rpc_state.h"
-#include "transport/link/shm/shm_link.h"
 
 namespace distrl::transport::detail {
 
@@ -129,94 +126,23 @@ void validate(const RpcOptions& o) {
   if (o.max_parked_bytes < 1) bad("max_parked_bytes must be at least 1");
 }
 
-struct Links {
-  std::unique_ptr<Link> zmq, shm;
-};
-
-// Makes and binds the links `transport` may use and sets s.me to where they listen. nonce:
-// part of ZeroMQ's member identity.
-Links bind_links(RpcCore::State& s, const WorldSpec& w, Transport transport, const Link::Events& events,
-                 std::uint64_t nonce) {
-  Links l;
-  std::vector<std::string> bound;
-  const Transport zt = zmq_transport(transport);
-  if (transport != Transport::Shm) {
-    // Every connection of this process is made under its member identity, so that a server
-    // can check that a message's src is the rank of the connection it came on.
-    l.zmq = std::make_unique<IoLoop>(
-        shared_zmq_context(),
-        IoLoop::Options{s.opts.limits.max_message_bytes, s.opts.limits.max_frames + 2, s.opts.io_spin,
-                        s.opts.thread_init, IoLoop::member_identity(s.rank, nonce)},
-        events);
-    // tcp and/or ipc on the one ROUTER; peers pick ipc when they share our host.
-    bound = l.zmq->bind(endpoints_to_bind(zt, bind_ip(w, s.opts.bind_host), std::to_string(s.rank), &s.ipc_path));
-  }
-  s.me = transport == Transport::Shm ? Address{s.opts.name, host_id(), host_name(), "", "", ""}
-                                     : make_address(s.opts.name, zt, bound);
-  if (transport == Transport::Shm || transport == Transport::Auto) {
-    ShmLink::Options o;
-    o.max_message_bytes = s.opts.limits.max_message_bytes;
-    o.max_parts = s.opts.limits.max_frames + 1;  // header + tensor frames (ZeroMQ's + 2 counts the routing id)
-    o.spin = s.opts.shm_spin;
-    o.send_timeout = s.opts.rpc_timeout;
-    o.thread_init = s.opts.thread_init;
-    o.rank = s.rank;
-    l.shm = std::make_unique<ShmLink>(std::move(o), events);
-    try {
-      s.me.shm = l.shm->bind({shm_endpoint_to_bind(std::to_string(s.rank))}).front();
-    } catch (const TransportError& e) {
-      if (transport == Transport::Shm) throw;
-      // auto: this process offers no shared memory, so its peers reach it over ZeroMQ.
-      DISTRL_LOG(Warn, "rpc: " << s.opts.name << " cannot use shared memory (" << e.what() << "); using ZeroMQ");
-      l.shm.reset();
-    }
-  }
+// What the world's links are made with (link/world_links.h), from the options. nonce: part of
+// ZeroMQ's member identity: every connection of this process is made under it, so that a server
+// can check that a message's src is the rank of the connection it came on.
+LinkSettings link_settings(const RpcCore::State& s, const WorldSpec& w, Transport transport, std::uint64_t nonce) {
+  LinkSettings l;
+  l.name = s.opts.name;
+  l.rank = s.rank;
+  l.transport = transport;
+  if (transport != Transport::Shm) l.bind_ip = bind_ip(w, s.opts.bind_host);
+  l.zmq = IoLoop::Options{s.opts.limits.max_message_bytes, s.opts.limits.max_frames + 2, s.opts.io_spin,
+                          s.opts.thread_init, IoLoop::member_identity(s.rank, nonce)};
+  l.shm.max_message_bytes = s.opts.limits.max_message_bytes;
+  l.shm.max_parts = s.opts.limits.max_frames + 1;  // header + tensor frames (ZeroMQ's + 2 counts the routing id)
+  l.shm.spin = s.opts.shm_spin;
+  l.shm.send_timeout = s.opts.rpc_timeout;
+  l.shm.thread_init = s.opts.thread_init;
   return l;
-}
-
-// Each rank's endpoint, chosen per pair under `transport` (auto: shared memory to a rank on this
-// host that serves it, ZeroMQ to the others). This process's own entry (its calls to itself)
-// takes shared memory only when some other rank does too (or it is alone), so that a process
-// whose peers are all on other hosts keeps ZeroMQ's thread as its link's home.
-std::vector<std::string> choose_endpoints(const Address& me, int rank, const std::vector<Address>& peers,
-                                          Transport transport) {
-  bool any_local = peers.size() == 1;
-  for (int r = 0; r < static_cast<int>(peers.size()); ++r) any_local |= r != rank && shm_reachable(me, peers[r]);
-  std::vector<std::string> endpoints;
-  for (int r = 0; r < static_cast<int>(peers.size()); ++r) {
-    const bool self_over_zmq = r == rank && transport == Transport::Auto && !any_local;
-    try {
-      endpoints.push_back(endpoint_for(me, peers[r], self_over_zmq ? Transport::Zmq : transport));
-    } catch (const ConfigError& e) {
-      throw ConfigError(std::string("rpc: worker ") + e.what());
-    }
-  }
-  return endpoints;
-}
-
-// The ranks whose endpoint is (or is not) shm://, as runs ("0-1, 3").
-std::string ranks_over(const std::vector<std::string>& endpoints, bool shm) {
-  std::vector<int> ranks;
-  for (int r = 0; r < static_cast<int>(endpoints.size()); ++r)
-    if ((PairLink::via_of(endpoints[r]) == PairLink::kLocal) == shm) ranks.push_back(r);
-  return rank_ranges(ranks);
-}
-
-// The link of the world: under auto with both links bound, both as a PairLink (a rank that
-// restarts on another host, or on this one, finds a link that takes it); else the one bound.
-// Says which ranks each link reaches (info where the world spans hosts; debug otherwise).
-std::unique_ptr<Link> choose_link(RpcCore::State& s, Links& links, const std::vector<std::string>& endpoints,
-                                  Link::Events events) {
-  const std::string local = ranks_over(endpoints, true), remote = ranks_over(endpoints, false);
-  std::string line = "rpc: " + s.opts.name + " (rank " + std::to_string(s.rank) + ") reaches ";
-  if (local.empty() || remote.empty())
-    line += std::string("every rank over ") + (remote.empty() ? "shared memory" : "ZeroMQ");
-  else line += "ranks " + local + " over shared memory, ranks " + remote + " over ZeroMQ";
-  if (!local.empty() && !remote.empty()) DISTRL_LOG(Info, line);
-  else DISTRL_LOG(Debug, line);
-  if (s.link_transport == Transport::Auto)
-    return std::make_unique<PairLink>(std::move(links.shm), std::move(links.zmq), std::move(events));
-  return s.link_transport == Transport::Shm ? std::move(links.shm) : std::move(links.zmq);
 }
 
 // Tells every peer where this restarted rank listens now (one-way notices; a peer that is
@@ -276,7 +202,9 @@ void RpcCore::start(const std::function<void()>& before_publish) {
   // bound before the addresses are published; the world's addresses decide which runs: one of
   // them, or both (a world that spans hosts: shared memory to the ranks on this host).
   const Transport transport = parse_transport(s.opts.transport, "rpc options");
-  auto links = bind_links(s, w, transport, cb, new_object_id());
+  WorldLinks links(link_settings(s, w, transport, new_object_id()), cb);
+  s.me = links.me();
+  s.ipc_path = links.ipc_path();
   RegisteredPathGuard ipc_file(s.ipc_path);  // a rendezvous that throws leaves no slot behind
   if (before_publish) before_publish();      // registrations land before any peer can reach us
 
@@ -284,8 +212,8 @@ void RpcCore::start(const std::function<void()>& before_publish) {
   const Address& me = s.me;
   const auto peers = exchange_addresses(store, kWorkerAddressPrefix, s.rank, s.world, me, s.opts.rendezvous_timeout);
   // Auto without shared memory here is ZeroMQ's (per pair: ipc on this host, tcp between hosts).
-  s.link_transport = transport == Transport::Auto && !links.shm ? Transport::Zmq : transport;
-  const std::vector<std::string> endpoints = choose_endpoints(me, s.rank, peers, s.link_transport);
+  s.link_transport = links.transport();
+  const std::vector<std::string> endpoints = links.endpoints(peers);
   std::vector<std::int64_t> incarnations(s.world, 1);
   if (s.incarnation > 1)
     for (int r = 0; r < s.world; ++r)
@@ -298,7 +226,7 @@ void RpcCore::start(const std::function<void()>& before_publish) {
     s.by_name[p.name] = r;
     s.workers.push_back(WorkerInfo{p.name, r, p.hostname, endpoints[r]});
   }
-  s.link = choose_link(s, links, endpoints, std::move(cb));
+  s.link = links.take(endpoints, std::move(cb));
   s.link->set_peers(endpoints);
   s.channels.reset(incarnations);
   s.peers.reset(endpoints, std::move(incarnations));

@@ -1,8 +1,8 @@
 // The RPC agent's engine, behind RpcAgent; RRef and the typed templates reach it only through
 // CallEngine (call_engine.h), which it implements. It owns its link to
 // the peers (transport/link/link.h: one I/O thread, every connection; ZeroMQ's IoLoop or the
-// shared-memory ShmLink, both bound in rpc_core.cpp's bind_links and one kept once the world's
-// addresses say which), the handler pool and the owned parts of its State (registry,
+// shared-memory ShmLink, both made and bound by link/world_links.h and one kept, or both as a
+// PairLink, once the world's addresses say which), the handler pool and the owned parts of its State (registry,
 // object table, peer table, call table, channel pool: rpc_state.h). Private to transport/ and not
 // installed: the public face is RpcAgent.
 #pragma once
