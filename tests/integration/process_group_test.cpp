@@ -247,6 +247,33 @@ TEST(ProcessGroupTest, SubgroupsRunTheirOwnCollectives) {
       kOptions);
 }
 
+// A subgroup's collectives are numbered on their own; its errors name each rank by its world
+// rank and say which member of which group it is, so that "rank 0" is never ambiguous.
+TEST(ProcessGroupTest, ASubgroupsMismatchNamesWorldRanksAndTheGroup) {
+  run_group(
+      4,
+      [&](int rank, const std::shared_ptr<ProcessGroup>& pg) {
+        auto odd = pg->new_group({1, 3});
+        if (odd) {
+          auto x = torch::zeros({rank == 1 ? 3 : 4});
+          try {
+            odd->all_reduce(x);
+            return 3;
+          } catch (const MismatchError& e) {
+            const std::string what = e.what();
+            const std::string me = "all_reduce #1 on rank " + std::to_string(rank) + " (rank " +
+                                   std::to_string(rank == 1 ? 0 : 1) + " of the group of ranks 1, 3)";
+            expect(what.find(me) != std::string::npos, what);
+            expect(
+                what.find("rank " + std::to_string(rank == 1 ? 3 : 1) + " called all_reduce #1") != std::string::npos,
+                what);
+          }
+        }
+        return 0;
+      },
+      kOptions);
+}
+
 TEST(ProcessGroupTest, PointToPointWithTagsAndLargeTensors) {
   run_group(
       3,

@@ -220,6 +220,15 @@ class ZmqGroup final : public ProcessGroup {
     dtype_code(t.scalar_type());  // throws for dtypes the wire cannot carry
   }
 
+  // This rank as errors name it: its world rank, and in a subgroup which member it is there (a
+  // subgroup's collectives are numbered on their own: "reduce #3 on rank 2 (rank 0 of the group
+  // of ranks 2-3)").
+  std::string who() const {
+    const std::string world = "rank " + std::to_string(mesh_->rank());
+    if (id_ == 0) return world;
+    return world + " (rank " + std::to_string(rank()) + " of the group of ranks " + rank_ranges(members_) + ")";
+  }
+
   PgHeader p2p_header(const at::Tensor& t, int tag) const {
     PgHeader h;
     h.magic = kPgMagic;
@@ -272,7 +281,7 @@ class ZmqGroup final : public ProcessGroup {
     }
     auto keep = std::make_shared<std::vector<at::Tensor>>(c.tensors);
     keep->push_back(c.single);
-    e.what = std::string(name(c.kind)) + " #" + std::to_string(seq) + " on rank " + std::to_string(rank());
+    e.what = std::string(name(c.kind)) + " #" + std::to_string(seq) + " on " + who();
     e.deadline = Clock::now() + mesh_->options().timeout;
     try {
       dispatch(e, c, keep);

@@ -24,8 +24,8 @@ WorldLinks::WorldLinks(LinkSettings settings, const Link::Events& events) : sett
   if (transport != Transport::Shm) {
     zmq_ = std::make_unique<IoLoop>(shared_zmq_context(), settings_.zmq, events);
     // tcp and/or ipc on the one ROUTER; peers pick ipc when they share our host.
-    bound = zmq_->bind(endpoints_to_bind(zmq_transport(transport), settings_.bind_ip, std::to_string(settings_.rank),
-                                         &ipc_path_));
+    bound = zmq_->bind(
+        endpoints_to_bind(zmq_transport(transport), settings_.bind_ip, std::to_string(settings_.rank), &ipc_path_));
   }
   me_ = transport == Transport::Shm ? Address{settings_.name, host_id(), host_name(), "", "", ""}
                                     : make_address(settings_.name, zmq_transport(transport), bound);
@@ -68,7 +68,8 @@ std::unique_ptr<Link> WorldLinks::take(const std::vector<std::string>& endpoints
   else line += "ranks " + local + " over shared memory, ranks " + remote + " over ZeroMQ";
   if (!local.empty() && !remote.empty()) DISTRL_LOG(Info, line);
   else DISTRL_LOG(Debug, line);
-  if (transport_ == Transport::Auto) return std::make_unique<PairLink>(std::move(shm_), std::move(zmq_), std::move(events));
+  if (transport_ == Transport::Auto)
+    return std::make_unique<PairLink>(std::move(shm_), std::move(zmq_), std::move(events));
   return transport_ == Transport::Shm ? std::move(shm_) : std::move(zmq_);
 }
 

@@ -39,7 +39,7 @@ void check_collective_message(const PgHeader& h, const PgMessage& m, int from, s
 
 PgMessage Exec::recv(int from, std::uint32_t step, std::uint32_t chunk, std::size_t bytes) {
   PgMessage m = mesh.recv(h.group, members[from], -1, deadline, what, h.seq);
-  check_collective_message(h, m, from, step, chunk, bytes, what);
+  check_collective_message(h, m, members[from], step, chunk, bytes, what);  // named by its world rank
   return m;
 }
 

@@ -33,9 +33,9 @@ inline bool is_rooted(ProcessGroup::Kind k) {
 // "all_reduce #3 of float32[10] (sum)", for errors.
 std::string describe(const PgHeader& h);
 
-// Throws MismatchError when m (from group rank `from`) belongs to another collective than h
-// describes (kind, number, dtype, size, root, op), ProtocolError when its step, chunk or
-// payload size is not the expected one. A message that passes has exactly `bytes` of payload.
+// Throws MismatchError when m (from world rank `from`, as errors name it) belongs to another
+// collective than h describes (kind, number, dtype, size, root, op), ProtocolError when its
+// step, chunk or payload size is not the expected one. A message that passes has exactly `bytes` of payload.
 void check_collective_message(const PgHeader& h, const PgMessage& m, int from, std::uint32_t step, std::uint32_t chunk,
                               std::size_t bytes, const std::string& what);
 
