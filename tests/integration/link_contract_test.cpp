@@ -114,7 +114,8 @@ class End {
     ev.on_send_failed = [this](int, Frames&&, const std::string&) { refused_.fetch_add(1); };
     IoLoop::Options zo;
     zo.max_parts = kMaxParts + 1;  // + the routing id
-    zo.identity_prefix = IoLoop::member_identity(rank, 42);
+    zo.identity_prefix = IoLoop::member_identity(rank, "contract-key", 42);
+    zo.member_key = "contract-key";
     ShmLink::Options so;
     so.max_parts = kMaxParts;
     so.rank = rank;

@@ -513,6 +513,29 @@ TEST_F(MalformedInputTest, ARequestClaimingAMembersRankOnAStrangersConnectionIsD
   EXPECT_EQ(r->text, "outsider");
 }
 
+// A member's connection is known by its routing id, rpc-r<rank>-<tag>-..., the tag being the
+// rank's under the world's member key. A stranger who names itself a member in that form without
+// the key (before: any id starting "rpc-r0-" was taken for rank 0's) is an outsider: its request
+// claiming rank 0 is dropped and counted, like any stranger's.
+TEST_F(MalformedInputTest, AStrangerNamingItselfAMemberWithoutTheKeyIsNoMember) {
+  for (const std::string& id :
+       {std::string("rpc-r0-0000000000000000-0000000000000001-io1"), std::string("rpc-r0-x"), std::string("rpc-r0-")}) {
+    zmq::socket_t s(ctx_, zmq::socket_type::dealer);
+    s.set(zmq::sockopt::routing_id, id);
+    s.set(zmq::sockopt::linger, 0);
+    s.connect(endpoint_);
+    const auto before = stats();
+    ASSERT_TRUE(distrl::testing::send_frames(s, request_claiming(0, next_id_++, "echo", std::string("forged"))));
+    zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};
+    EXPECT_EQ(zmq::poll(&item, 1, 1s), 0) << "a request under the id " << id << " was answered as rank 0's";
+    const auto after = stats();
+    EXPECT_EQ(after.dropped_messages, before.dropped_messages + 1) << id;
+  }
+  auto r = call(request(next_id_++, "echo", std::string("outsider")));
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->text, "outsider");
+}
+
 namespace {
 
 struct Sink {};  // the ghost references' type: no such object is ever made

@@ -17,15 +17,20 @@ namespace distrl::transport::detail {
 
 namespace {
 
-// The rank a member's connection was made under ("rpc-r<rank>-..."), or -1 for any other
-// routing id (libzmq's own, an outsider's).
-int rank_of_identity(const Frame& id) {
-  const std::string_view v(static_cast<const char*>(id.data()), id.size());
-  if (v.substr(0, 5) != "rpc-r") return -1;
-  long r = 0;
-  std::size_t i = 5;
-  for (; i < v.size() && i < 12 && v[i] >= '0' && v[i] <= '9'; ++i) r = r * 10 + (v[i] - '0');
-  return i > 5 && i < v.size() && v[i] == '-' ? static_cast<int>(r) : -1;
+// A rank's tag under the member key: 64 bits of a keyed mix (splitmix64 rounds over the key's
+// bytes and the rank). Not a MAC against someone who sees the routing ids on the wire (with
+// security off nothing is hidden there), but no stranger can guess it: the key is 128 random bits.
+std::string member_tag(const std::string& key, int rank) {
+  auto mix = [](std::uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  };
+  std::uint64_t h = mix(0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(rank));
+  for (unsigned char c : key) h = mix(h ^ c);
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
+  return hex;
 }
 
 // libzmq's errors as the seam's: a TransportError with libzmq's words.
@@ -87,10 +92,29 @@ IoLoop::IoLoop(std::shared_ptr<zmq::context_t> ctx, Options options, Callbacks c
   router_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.max_frame_bytes));
 }
 
-std::string IoLoop::member_identity(int rank, std::uint64_t nonce) {
+std::string IoLoop::member_identity(int rank, const std::string& key, std::uint64_t nonce) {
   char hex[17];
   std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(nonce));
-  return "rpc-r" + std::to_string(rank) + "-" + hex + "-";
+  return "rpc-r" + std::to_string(rank) + "-" + member_tag(key, rank) + "-" + hex + "-";
+}
+
+void IoLoop::set_member_identity(std::string identity_prefix, std::string member_key) {
+  options_.identity_prefix = std::move(identity_prefix);
+  options_.member_key = std::move(member_key);
+}
+
+int IoLoop::rank_of_identity(const Frame& id) const {
+  if (options_.member_key.empty()) return -1;
+  const std::string_view v = id.view();
+  if (v.substr(0, 5) != "rpc-r") return -1;
+  long r = 0;
+  std::size_t i = 5;
+  for (; i < v.size() && i < 12 && v[i] >= '0' && v[i] <= '9'; ++i) r = r * 10 + (v[i] - '0');
+  if (i == 5 || i >= v.size() || v[i] != '-') return -1;
+  const std::string tag = member_tag(options_.member_key, static_cast<int>(r));
+  return v.substr(i + 1, tag.size()) == tag && v.size() > i + 1 + tag.size() && v[i + 1 + tag.size()] == '-'
+             ? static_cast<int>(r)
+             : -1;
 }
 
 IoLoop::~IoLoop() { stop(); }

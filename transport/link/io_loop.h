@@ -41,6 +41,10 @@ class IoLoop final : public Link {
     // The DEALERs' routing ids start with this (member_identity); a counter ends each. Empty:
     // libzmq's own ids (the connections of no member).
     std::string identity_prefix;
+    // The world's member key (RPC keeps it in the store: rpc/member_key). A connection counts as
+    // member r's (Caller::rank) only when its routing id starts with member r's tag under this
+    // key; empty: every connection is an outsider's.
+    std::string member_key;
   };
 
   IoLoop(std::shared_ptr<zmq::context_t> ctx, Options options, Callbacks callbacks);
@@ -48,9 +52,14 @@ class IoLoop final : public Link {
   IoLoop(const IoLoop&) = delete;
   IoLoop& operator=(const IoLoop&) = delete;
 
-  // "rpc-r<rank>-<nonce>-": the routing-id prefix of member `rank`'s connections. A server
-  // reads the rank back from the connection (Caller::rank), never from the message.
-  static std::string member_identity(int rank, std::uint64_t nonce);
+  // "rpc-r<rank>-<tag>-<nonce>-": the routing-id prefix of member `rank`'s connections, tag
+  // being the rank's under the world's member key (16 hex digits, keyed: a stranger who names
+  // itself rpc-r1-... without the key is no member) and nonce this process's. A server reads
+  // the rank back from the connection (Caller::rank), never from the message.
+  static std::string member_identity(int rank, const std::string& key, std::uint64_t nonce);
+  // Before start(): the member identity and key, when they are known only once the world's
+  // addresses are (RPC reads the key from the store at rendezvous).
+  void set_member_identity(std::string identity_prefix, std::string member_key);
 
   // Before start(): binds the ROUTER to each endpoint; returns the bound endpoints.
   void set_events(Events events) override { cb_ = std::move(events); }
@@ -95,6 +104,10 @@ class IoLoop final : public Link {
   Peer& connect_peer(int peer);
 
   std::shared_ptr<zmq::context_t> ctx_;
+  // The rank a connection's routing id names, if it carries that rank's tag under the member
+  // key; -1 otherwise (an outsider's, or a stranger's claim).
+  int rank_of_identity(const Frame& id) const;
+
   Options options_;
   Callbacks cb_;
   zmq::socket_t router_;

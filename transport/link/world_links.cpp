@@ -22,7 +22,9 @@ WorldLinks::WorldLinks(LinkSettings settings, const Link::Events& events) : sett
   const Transport transport = settings_.transport;
   std::vector<std::string> bound;
   if (transport != Transport::Shm) {
-    zmq_ = std::make_unique<IoLoop>(shared_zmq_context(), settings_.zmq, events);
+    auto loop = std::make_unique<IoLoop>(shared_zmq_context(), settings_.zmq, events);
+    zmq_loop_ = loop.get();
+    zmq_ = std::move(loop);
     // tcp and/or ipc on the one ROUTER; peers pick ipc when they share our host.
     bound = zmq_->bind(
         endpoints_to_bind(zmq_transport(transport), settings_.bind_ip, std::to_string(settings_.rank), &ipc_path_));
@@ -42,6 +44,10 @@ WorldLinks::WorldLinks(LinkSettings settings, const Link::Events& events) : sett
     }
   }
   transport_ = transport == Transport::Auto && !shm_ ? Transport::Zmq : transport;
+}
+
+void WorldLinks::set_member_key(const std::string& key, std::uint64_t nonce) {
+  if (zmq_loop_) zmq_loop_->set_member_identity(IoLoop::member_identity(settings_.rank, key, nonce), key);
 }
 
 std::vector<std::string> WorldLinks::endpoints(const std::vector<Address>& peers) const {

@@ -50,6 +50,10 @@ class WorldLinks {
   const std::string& ipc_path() const { return ipc_path_; }
   // The transport the world's link runs under: auto without shared memory here is ZeroMQ's.
   Transport transport() const { return transport_; }
+  // Before take(): the world's member key, known once the addresses are (IoLoop's
+  // member_identity: the ZeroMQ connections of this process are made as member `rank`'s, and a
+  // connection counts as a member's only with that member's tag). nonce: this process's.
+  void set_member_key(const std::string& key, std::uint64_t nonce);
 
   // Each rank's endpoint, chosen per pair. This process's own entry (its calls to itself) takes
   // shared memory only when some other rank does too (or it is alone), so that a process whose
@@ -63,6 +67,7 @@ class WorldLinks {
  private:
   LinkSettings settings_;
   std::unique_ptr<Link> zmq_, shm_;
+  IoLoop* zmq_loop_ = nullptr;  // zmq_, as its own type
   Address me_;
   std::string ipc_path_;
   Transport transport_;

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -126,23 +128,37 @@ void validate(const RpcOptions& o) {
   if (o.max_parked_bytes < 1) bad("max_parked_bytes must be at least 1");
 }
 
-// What the world's links are made with (link/world_links.h), from the options. nonce: part of
-// ZeroMQ's member identity: every connection of this process is made under it, so that a server
-// can check that a message's src is the rank of the connection it came on.
-LinkSettings link_settings(const RpcCore::State& s, const WorldSpec& w, Transport transport, std::uint64_t nonce) {
+// What the world's links are made with (link/world_links.h), from the options. The member
+// identity comes once the world's member key is known (member_key).
+LinkSettings link_settings(const RpcCore::State& s, const WorldSpec& w, Transport transport) {
   LinkSettings l;
   l.name = s.opts.name;
   l.rank = s.rank;
   l.transport = transport;
   if (transport != Transport::Shm) l.bind_ip = bind_ip(w, s.opts.bind_host);
-  l.zmq = IoLoop::Options{s.opts.limits.max_message_bytes, s.opts.limits.max_frames + 2, s.opts.io_spin,
-                          s.opts.thread_init, IoLoop::member_identity(s.rank, nonce)};
+  l.zmq = IoLoop::Options{
+      s.opts.limits.max_message_bytes, s.opts.limits.max_frames + 2, s.opts.io_spin, s.opts.thread_init, "", ""};
   l.shm.max_message_bytes = s.opts.limits.max_message_bytes;
   l.shm.max_parts = s.opts.limits.max_frames + 1;  // header + tensor frames (ZeroMQ's + 2 counts the routing id)
   l.shm.spin = s.opts.shm_spin;
   l.shm.send_timeout = s.opts.rpc_timeout;
   l.shm.thread_init = s.opts.thread_init;
   return l;
+}
+
+// The world's member key: every connection of a member is made under its tag (IoLoop's
+// member_identity), so that a server can check that a message's src is the rank of the
+// connection it came on, and a stranger who names itself a member without the key is not one.
+// Rank 0's first incarnation makes it and stores it before it publishes its address (so every
+// rank that has read the addresses finds it); a restarted rank 0 keeps it.
+constexpr const char* kMemberKey = "rpc/member_key";
+
+void make_member_key(RpcCore::State& s) {
+  if (s.rank != 0 || s.incarnation != 1) return;
+  std::random_device rd;
+  char hex[33];
+  std::snprintf(hex, sizeof(hex), "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
+  s.rdv->store().set(kMemberKey, hex);
 }
 
 // Tells every peer where this restarted rank listens now (one-way notices; a peer that is
@@ -202,7 +218,7 @@ void RpcCore::start(const std::function<void()>& before_publish) {
   // bound before the addresses are published; the world's addresses decide which runs: one of
   // them, or both (a world that spans hosts: shared memory to the ranks on this host).
   const Transport transport = parse_transport(s.opts.transport, "rpc options");
-  WorldLinks links(link_settings(s, w, transport, new_object_id()), cb);
+  WorldLinks links(link_settings(s, w, transport), cb);
   s.me = links.me();
   s.ipc_path = links.ipc_path();
   RegisteredPathGuard ipc_file(s.ipc_path);  // a rendezvous that throws leaves no slot behind
@@ -210,7 +226,9 @@ void RpcCore::start(const std::function<void()>& before_publish) {
 
   auto& store = s.rdv->store();
   const Address& me = s.me;
+  make_member_key(s);
   const auto peers = exchange_addresses(store, kWorkerAddressPrefix, s.rank, s.world, me, s.opts.rendezvous_timeout);
+  links.set_member_key(store.get(kMemberKey, s.opts.rendezvous_timeout), new_object_id());
   // Auto without shared memory here is ZeroMQ's (per pair: ipc on this host, tcp between hosts).
   s.link_transport = links.transport();
   const std::vector<std::string> endpoints = links.endpoints(peers);
