@@ -20,6 +20,7 @@ using namespace transport::detail;
 using Kind = transport::ProcessGroup::Kind;
 
 constexpr int kRank = 0, kWorld = 4;
+const std::string kKey = "fuzz-member-key";  // the group's member key (pg_identity)
 constexpr std::int64_t kNumel = 64;
 
 PgHeader expected() {
@@ -47,7 +48,7 @@ int fuzz_pg(const std::uint8_t* data, std::size_t size) {
   std::vector<zmq::message_t> frames;
   for (auto& p : parts) frames.emplace_back(p.data(), p.size());
   std::string why;
-  auto m = admit_pg_message(frames, whole, kRank, kWorld, &why);
+  auto m = admit_pg_message(frames, whole, kRank, kWorld, kKey, &why);
   if (!m) {
     FUZZ_CHECK(!why.empty());
     return 0;
@@ -71,22 +72,22 @@ std::vector<std::string> seeds_pg() {
   PgHeader h = expected();
   h.src = 1;
   const std::string payload(kNumel * sizeof(float), '\0');
-  out.push_back(join_frames({pg_identity(1), header_bytes(h), payload}));
+  out.push_back(join_frames({pg_identity(1, kKey), header_bytes(h), payload}));
   PgHeader other = h;
   other.src = 2;
   other.seq = 8;
   other.coll = static_cast<std::uint8_t>(Kind::Broadcast);
   other.root = 3;
-  out.push_back(join_frames({pg_identity(2), header_bytes(other), std::string(12, '\1')}));
+  out.push_back(join_frames({pg_identity(2, kKey), header_bytes(other), std::string(12, '\1')}));
   PgHeader p2p = h;
   p2p.src = 3;
   p2p.coll = kP2P;
   p2p.tag = 5;
-  out.push_back(join_frames({pg_identity(3), header_bytes(p2p), "hello"}));
+  out.push_back(join_frames({pg_identity(3, kKey), header_bytes(p2p), "hello"}));
   PgHeader abort = h;
   abort.kind = static_cast<std::uint8_t>(PgKind::Abort);
-  out.push_back(join_frames({pg_identity(1), header_bytes(abort), "TimeoutError\nrank 1 gave up"}));
-  out.push_back(join_frames({pg_identity(2), header_bytes(h), payload}));  // src 1 on rank 2's connection
+  out.push_back(join_frames({pg_identity(1, kKey), header_bytes(abort), "TimeoutError\nrank 1 gave up"}));
+  out.push_back(join_frames({pg_identity(2, kKey), header_bytes(h), payload}));  // src 1 on rank 2's connection
   return out;
 }
 

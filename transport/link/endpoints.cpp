@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -336,6 +337,26 @@ bool world_uses_shm(const Address& me, const std::vector<Address>& peers, Transp
                       ") or serves no shared memory; use transport auto, zmq or tcp");
   }
   return true;
+}
+
+std::string new_member_key() {
+  std::random_device rd;
+  char hex[33];
+  std::snprintf(hex, sizeof(hex), "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
+  return hex;
+}
+
+std::string member_tag(const std::string& key, int rank) {
+  auto mix = [](std::uint64_t z) {  // splitmix64's finaliser
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  };
+  std::uint64_t h = mix(0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(rank));
+  for (unsigned char c : key) h = mix(h ^ c);
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
+  return hex;
 }
 
 std::string rank_ranges(const std::vector<int>& ranks) {

@@ -83,6 +83,14 @@ std::vector<Address> exchange_addresses(Store& store, const std::string& key_pre
 // shm, and for auto when shm_reachable; else ZeroMQ: ipc on the same host unless transport is
 // tcp, tcp otherwise. Throws ConfigError when the peer serves only ipc (or shm) from another host.
 std::string endpoint_for(const Address& me, const Address& peer, Transport transport);
+// A world's member key: 128 random bits (hex), made by its rank 0 and kept in the store, and
+// member `rank`'s tag under it (16 hex digits of a keyed mix): the part of a member's ZeroMQ
+// routing id (RPC's rpc-r<rank>-<tag>-..., the process group's pg-r<rank>-<tag>) that a stranger
+// cannot guess, so that naming itself a member does not make it one. Not a MAC against someone
+// who reads the routing ids on the wire (with security off nothing is hidden there).
+std::string new_member_key();
+std::string member_tag(const std::string& key, int rank);
+
 // "0-1, 3": sorted ranks as runs, for the lines that say which ranks a link or a group holds.
 std::string rank_ranges(const std::vector<int>& ranks);
 

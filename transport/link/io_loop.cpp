@@ -11,27 +11,12 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "transport/link/endpoints.h"
 #include "transport/zmq/zmq_context.h"
 
 namespace distrl::transport::detail {
 
 namespace {
-
-// A rank's tag under the member key: 64 bits of a keyed mix (splitmix64 rounds over the key's
-// bytes and the rank). Not a MAC against someone who sees the routing ids on the wire (with
-// security off nothing is hidden there), but no stranger can guess it: the key is 128 random bits.
-std::string member_tag(const std::string& key, int rank) {
-  auto mix = [](std::uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  };
-  std::uint64_t h = mix(0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(rank));
-  for (unsigned char c : key) h = mix(h ^ c);
-  char hex[17];
-  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
-  return hex;
-}
 
 // libzmq's errors as the seam's: a TransportError with libzmq's words.
 template <typename F>

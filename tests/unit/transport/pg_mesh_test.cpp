@@ -123,24 +123,26 @@ TEST(PgMeshTest, MalformedFramesAreDroppedAndGoodOnesStillArrive) {
 
 // Hostile-peer case 3: one well-formed 48-byte header claiming src=1 (data, or an abort)
 // used to be taken for rank 1's and end the job, blaming rank 1. A message's src must now be
-// the sending connection's: each member connects under the routing id "pg-r<rank>", and the
-// ROUTER refuses a second connection under an id in use.
+// the sending connection's: each member connects under the routing id "pg-r<rank>-<tag>", the
+// tag being the rank's under the group's member key, which no stranger knows (before, "pg-r1"
+// alone was rank 1's id, and a stranger that connected first under it took rank 1's place).
 TEST(PgMeshTest, AStrangerCannotSpeakForAMember) {
   TwoMeshes w;
   const float u[1] = {5.0f};
   w.m1->send(0, header(1, 0, 1), u, sizeof(u), nullptr, nullptr);  // rank 1's connection is up
   ASSERT_TRUE(w.m0->recv(0, 1, 1, Clock::now() + 5s, "test recv").payload.size() == sizeof(u));
-  Stranger stranger(w.s0), impostor(w.s0, "pg-r1");
+  Stranger stranger(w.s0), impostor(w.s0, "pg-r1"), guesser(w.s0, "pg-r1-0123456789abcdef");
   PgHeader abort = header(1, 0, -1);
   abort.kind = static_cast<std::uint8_t>(PgKind::Abort);
   stranger.send({bytes_of(header(1, 0, 0)), "forged data"});
   stranger.send({bytes_of(abort), "TransportError\nforged abort"});
-  impostor.send({bytes_of(header(1, 0, 0)), "forged under rank 1's id"});
-  for (auto until = Clock::now() + 5s; w.m0->bad_messages() < 2 && Clock::now() < until;) {
+  impostor.send({bytes_of(header(1, 0, 0)), "forged under rank 1's old id"});
+  guesser.send({bytes_of(abort), "TransportError\nforged under a guessed tag"});
+  for (auto until = Clock::now() + 5s; w.m0->bad_messages() < 4 && Clock::now() < until;) {
     EXPECT_FALSE(w.m0->try_recv(0, 1, 0).has_value());
     std::this_thread::sleep_for(1ms);
   }
-  EXPECT_EQ(w.m0->bad_messages(), 2u);  // the impostor's connection was refused: nothing read
+  EXPECT_EQ(w.m0->bad_messages(), 4u);  // each read and dropped
   w.m1->send(0, header(1, 0, 0), u, sizeof(u), nullptr, nullptr);
   auto m = w.m0->recv(0, 1, 0, Clock::now() + 5s, "test recv");  // no abort: the real message
   ASSERT_EQ(m.payload.size(), sizeof(u));

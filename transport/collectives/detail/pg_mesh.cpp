@@ -42,10 +42,12 @@ void report_drop(std::atomic<std::uint64_t>& counter, const std::string& what) {
 }  // namespace
 
 // The routing id a member's DEALER connects under: a message's src must match it.
-std::string pg_identity(int rank) { return "pg-r" + std::to_string(rank); }
+std::string pg_identity(int rank, const std::string& key) {
+  return "pg-r" + std::to_string(rank) + "-" + member_tag(key, rank);
+}
 
 std::optional<PgMessage> admit_pg_message(std::vector<zmq::message_t>& frames, bool whole, int rank, int world,
-                                          std::string* why) {
+                                          const std::string& key, std::string* why) {
   // [routing id, header, payload]
   PgMessage m;
   const bool framed = whole && frames.size() == 3 && frames[1].size() == sizeof(PgHeader);
@@ -55,7 +57,7 @@ std::optional<PgMessage> admit_pg_message(std::vector<zmq::message_t>& frames, b
     *why = "a malformed message (" + std::to_string(frames.size()) + " frames" + (framed ? ", bad header" : "") + ")";
     return std::nullopt;
   }
-  if (frames[0].to_string_view() != pg_identity(m.h.src)) {  // a stranger, or a member posing as another
+  if (frames[0].to_string_view() != pg_identity(m.h.src, key)) {  // a stranger, or a member posing as another
     *why = "a message claiming to come from rank " + std::to_string(m.h.src) + " on a connection that is not rank " +
            std::to_string(m.h.src) + "'s";
     return std::nullopt;
@@ -101,9 +103,9 @@ Mesh::Mesh(Store& store, const std::string& prefix, int rank, int world, const P
   apply_common_options(router_, 2000);
   secure_server(*ctx_, router_);
   router_.set(zmq::sockopt::rcvhwm, 0);
-  // No ZMQ_ROUTER_HANDOVER here (the RPC ROUTER has it): pg_identity is guessable, so an id in
-  // use must not be taken over, and a group does not wait for a stalled rank to come back (its
-  // collectives fail at the drop), so no member reconnects under its own id.
+  // No ZMQ_ROUTER_HANDOVER here (the RPC ROUTER has it): a group does not wait for a stalled rank
+  // to come back (its collectives fail at the drop), so no member reconnects under its own id,
+  // and an id in use is never taken over.
   // A frame over the limit closes that connection inside ZeroMQ before any byte is kept.
   router_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.max_message_bytes));
   // Bind where the store's host can reach us (the store runs on rank 0's host).
@@ -122,7 +124,10 @@ Mesh::Mesh(Store& store, const std::string& prefix, int rank, int world, const P
   RegisteredPathGuard ipc_file(ipc_path_);  // a rendezvous that throws leaves no slot behind
   Address me = make_address(rank_name(rank), transport, bound);
   me.shm = shm_offer;
+  // The member key before rank 0's address: whoever has read every address finds it.
+  if (rank == 0) store.set(prefix + "/member_key", new_member_key());
   const auto peers = exchange_addresses(store, prefix + "/addr/", rank, world, me, options_.timeout);
+  key_ = store.get(prefix + "/member_key", options_.timeout);
   shm_world_ = world > 1 && world_uses_shm(me, peers, chosen) && peers[0].shm.rfind("shm://", 0) == 0;
   if (shm_world_) shm_address_ = peers[0].shm;
   for (const auto& p : peers) {
@@ -141,7 +146,7 @@ Mesh::Mesh(Store& store, const std::string& prefix, int rank, int world, const P
     apply_common_options(p->dealer, 2000);
     secure_client(p->dealer);
     p->dealer.set(zmq::sockopt::sndhwm, 0);
-    p->dealer.set(zmq::sockopt::routing_id, pg_identity(rank));
+    p->dealer.set(zmq::sockopt::routing_id, pg_identity(rank, key_));
     watch_connection(*ctx_, p->dealer, p->monitor,
                      "pg-" + std::to_string(reinterpret_cast<std::uintptr_t>(this)) + "-" + std::to_string(r));
     p->dealer.connect(endpoints_[r]);
@@ -288,7 +293,7 @@ void Mesh::read_sockets(Clock::time_point until) {
       const Received read = recv_bounded(router_, frames, 4);  // a fourth frame marks it malformed
       if (read == Received::Nothing) break;
       std::string why;
-      auto m = admit_pg_message(frames, read == Received::Message, rank_, world_, &why);
+      auto m = admit_pg_message(frames, read == Received::Message, rank_, world_, key_, &why);
       if (!m) {
         report_drop(bad_messages_, why);
         continue;

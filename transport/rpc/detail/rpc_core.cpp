@@ -7,8 +7,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
-#include <random>
 #include <set>
 #include <thread>
 
@@ -154,11 +152,7 @@ LinkSettings link_settings(const RpcCore::State& s, const WorldSpec& w, Transpor
 constexpr const char* kMemberKey = "rpc/member_key";
 
 void make_member_key(RpcCore::State& s) {
-  if (s.rank != 0 || s.incarnation != 1) return;
-  std::random_device rd;
-  char hex[33];
-  std::snprintf(hex, sizeof(hex), "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
-  s.rdv->store().set(kMemberKey, hex);
+  if (s.rank == 0 && s.incarnation == 1) s.rdv->store().set(kMemberKey, new_member_key());
 }
 
 // Tells every peer where this restarted rank listens now (one-way notices; a peer that is
