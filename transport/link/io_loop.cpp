@@ -86,9 +86,10 @@ std::string IoLoop::member_identity(int rank, const std::string& key, std::uint6
 void IoLoop::set_member_identity(std::string identity_prefix, std::string member_key) {
   options_.identity_prefix = std::move(identity_prefix);
   options_.member_key = std::move(member_key);
+  tags_.clear();
 }
 
-int IoLoop::rank_of_identity(const Frame& id) const {
+int IoLoop::rank_of_identity(const Frame& id) {
   if (options_.member_key.empty()) return -1;
   const std::string_view v = id.view();
   if (v.substr(0, 5) != "rpc-r") return -1;
@@ -96,7 +97,10 @@ int IoLoop::rank_of_identity(const Frame& id) const {
   std::size_t i = 5;
   for (; i < v.size() && i < 12 && v[i] >= '0' && v[i] <= '9'; ++i) r = r * 10 + (v[i] - '0');
   if (i == 5 || i >= v.size() || v[i] != '-') return -1;
-  const std::string tag = member_tag(options_.member_key, static_cast<int>(r));
+  if (r >= static_cast<long>(peers_.size())) return -1;  // no rank of this world
+  if (tags_.size() != peers_.size()) tags_.assign(peers_.size(), std::string());
+  std::string& tag = tags_[static_cast<std::size_t>(r)];
+  if (tag.empty()) tag = member_tag(options_.member_key, static_cast<int>(r));
   return v.substr(i + 1, tag.size()) == tag && v.size() > i + 1 + tag.size() && v[i + 1 + tag.size()] == '-'
              ? static_cast<int>(r)
              : -1;

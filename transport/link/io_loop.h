@@ -106,9 +106,11 @@ class IoLoop final : public Link {
   std::shared_ptr<zmq::context_t> ctx_;
   // The rank a connection's routing id names, if it carries that rank's tag under the member
   // key; -1 otherwise (an outsider's, or a stranger's claim).
-  int rank_of_identity(const Frame& id) const;
+  // I/O thread only (tags_ caches each rank's tag).
+  int rank_of_identity(const Frame& id);
 
   Options options_;
+  std::vector<std::string> tags_;  // member_tag(member_key, r) by rank (world-sized), filled as ranks are seen
   Callbacks cb_;
   zmq::socket_t router_;
   std::vector<std::string> peer_endpoints_;
