@@ -25,8 +25,9 @@ RoundLog::RoundLog(run::RunOutputs& out, int log_interval, const Progress& start
   CsvScalars scalars;
   scalars.tags = {{"mean_reward", "reward/mean"},       {"min_reward", "reward/min"}, {"max_reward", "reward/max"},
                   {"running_reward", "reward/running"}, {"lag_mean", "lag/mean"},     {"lag_max", "lag/max"}};
-  scalars.clock = "seconds";  // since the run began, resumes included
+  scalars.clock = "seconds";  // since the run began, resumes included (the checkpoint holds both)
   scalars.rates = {"env_steps"};
+  scalars.carries_over = true;
   out_.open_csv("metrics.csv",
                 std::string("round,episodes,env_steps,seconds,mean_reward,min_reward,max_reward,running_reward,loss,"
                             "mean_batch") +

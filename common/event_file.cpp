@@ -159,7 +159,7 @@ CsvEvents::CsvEvents(const std::string& dir, const std::string& header, long lon
   for (const auto& r : scalars.rates)
     if (const int c = column(r); c > 0 && clock_ > 0) rates_.push_back(c);
   if (resumed_at < 0) last_.assign(columns_.size(), 0.0);  // a fresh run starts from zero
-  else if (!previous.empty()) {
+  else if (scalars.carries_over && !previous.empty()) {
     const auto cells = split_cells(previous);
     last_.assign(columns_.size(), std::nan(""));
     for (std::size_t i = 0; i < cells.size() && i < last_.size(); ++i) parse_number(cells[i], &last_[i]);

@@ -54,6 +54,9 @@ struct CsvScalars {
   // Columns of running totals ("env_steps"): each adds <column>_per_s, its rate between one row
   // and the one before (by the clock, which it needs).
   std::vector<std::string> rates;
+  // Whether the clock and the totals count on across a resume (the agent's do: its checkpoint
+  // holds them). If not, a resumed run's first row derives nothing (its clock started again).
+  bool carries_over = false;
 
   // Every column under its name, and `column` the clock.
   static CsvScalars with_clock(std::string column) {
@@ -66,10 +69,10 @@ struct CsvScalars {
 // A CSV's rows as scalars: the first column is the step (epoch, round, iteration), every other
 // cell that is a number becomes a scalar (tagged as `scalars` says), and the clock's and the
 // rates' differences between rows are scalars too (CsvScalars). The same numbers as the CSV, no
-// second list of what a workload measures. The first row's differences are taken from
-// `previous` (the row before it, as the CSV holds it: a resumed run's last kept row), from zero
-// in a fresh run (resumed_at < 0), and not at all in a resumed run with no row before it. A
-// difference over no time (a clock that started again) is skipped.
+// second list of what a workload measures. The first row's differences are taken from zero in a
+// fresh run (resumed_at < 0); in a resumed run from `previous` (the row before it, as the CSV
+// holds it: its last kept row) when the clock carries over, else not at all. A difference over
+// no time (a clock that started again) is skipped.
 class CsvEvents {
  public:
   CsvEvents(const std::string& dir, const std::string& header, long long resumed_at = -1, CsvScalars scalars = {},

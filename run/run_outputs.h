@@ -59,6 +59,7 @@ class RunOutputs {
     std::vector<std::string> cells;
     auto cell = [&cells](const auto& v) {
       std::ostringstream s;
+      s.precision(17);  // every digit of a double (the CSV keeps 6): rates from a clock need them
       s << v;
       cells.push_back(s.str());
     };

@@ -48,7 +48,12 @@ int fuzz_pg(const std::uint8_t* data, std::size_t size) {
   std::vector<zmq::message_t> frames;
   for (auto& p : parts) frames.emplace_back(p.data(), p.size());
   std::string why;
-  auto m = admit_pg_message(frames, whole, kRank, kWorld, kKey, &why);
+  static const std::vector<std::string> ids = [] {
+    std::vector<std::string> v;
+    for (int r = 0; r < kWorld; ++r) v.push_back(pg_identity(r, kKey));
+    return v;
+  }();
+  auto m = admit_pg_message(frames, whole, kRank, ids, &why);
   if (!m) {
     FUZZ_CHECK(!why.empty());
     return 0;

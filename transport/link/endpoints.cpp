@@ -346,6 +346,11 @@ std::string new_member_key() {
   return hex;
 }
 
+std::string world_member_key(Store& store, const std::string& key, int rank, std::chrono::milliseconds timeout) {
+  if (rank == 0 && !store.check({key})) store.set(key, new_member_key());
+  return store.get(key, timeout);
+}
+
 std::string member_tag(const std::string& key, int rank) {
   auto mix = [](std::uint64_t z) {  // splitmix64's finaliser
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;

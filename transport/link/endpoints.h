@@ -90,6 +90,10 @@ std::string endpoint_for(const Address& me, const Address& peer, Transport trans
 // who reads the routing ids on the wire (with security off nothing is hidden there).
 std::string new_member_key();
 std::string member_tag(const std::string& key, int rank);
+// The world's member key at `key` in the store, after the address exchange: rank 0 makes it
+// when it is not there yet (a restarted rank 0 keeps its world's; a duplicate rank 0 was refused
+// at the exchange, before it could replace it), every rank reads it (waiting up to timeout).
+std::string world_member_key(Store& store, const std::string& key, int rank, std::chrono::milliseconds timeout);
 
 // "0-1, 3": sorted ranks as runs, for the lines that say which ranks a link or a group holds.
 std::string rank_ranges(const std::vector<int>& ranks);

@@ -164,27 +164,52 @@ bool PairLink::send_to_peer(int peer, Frames& frames, std::string* error) {
     *error = down_[peer];
     return false;
   }
-  auto f = std::make_shared<Frames>(std::move(frames));
-  if (away().post([this, peer, f] {
-        std::string why;
-        if (away().send_to_peer(peer, *f, &why)) return;
-        gather({Relayed::What::SendFailed, peer, {}, std::move(*f), std::move(why)});
-        hand_over();
-      }))
-    return true;
-  *error = "the link is shutting down";
-  return false;
+  return relay(
+      frames, [this, peer](Frames& f, std::string* why) { return away().send_to_peer(peer, f, why); }, peer, error);
 }
 
 bool PairLink::send_reply(const Caller& to, Frames& frames) {
   if (to.via == home_) return home().send_reply(to, frames);
   auto route = std::make_shared<Caller>(Caller{to.route, to.rank, to.via});
+  std::string error;
+  return relay(
+      frames,
+      [this, route](Frames& f, std::string* why) {
+        if (away().send_reply(*route, f)) return true;
+        *why = "the caller is gone or not reading";
+        return false;
+      },
+      to.rank, &error);
+}
+
+bool PairLink::relay(Frames& frames, std::function<bool(Frames&, std::string*)> send, int peer, std::string* error) {
+  const std::size_t bytes = frames_bytes(frames);
+  const std::size_t waiting = relayed_.load(std::memory_order_relaxed);
+  // One message of any size may always go (the bound is on what waits behind it).
+  if (waiting >= kMaxRelayed ||
+      (waiting > 0 && relayed_bytes_.load(std::memory_order_relaxed) + bytes > kMaxRelayedBytes)) {
+    *error = std::to_string(relayed_.load()) + " messages (" + std::to_string(relayed_bytes_.load()) +
+             " bytes) wait for the other link's thread already (a peer not reading?)";
+    return false;
+  }
+  relayed_.fetch_add(1, std::memory_order_relaxed);
+  relayed_bytes_.fetch_add(bytes, std::memory_order_relaxed);
   auto f = std::make_shared<Frames>(std::move(frames));
-  return away().post([this, route, f] {
-    if (away().send_reply(*route, *f)) return;
-    gather({Relayed::What::SendFailed, route->rank, {}, std::move(*f), "the caller is gone or not reading"});
+  const bool posted = away().post([this, peer, f, bytes, send = std::move(send)] {
+    std::string why;
+    const bool sent = send(*f, &why);
+    relayed_.fetch_sub(1, std::memory_order_relaxed);
+    relayed_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+    if (sent) return;
+    gather({Relayed::What::SendFailed, peer, {}, std::move(*f), std::move(why)});
     hand_over();
   });
+  if (posted) return true;
+  relayed_.fetch_sub(1, std::memory_order_relaxed);
+  relayed_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+  frames = std::move(*f);  // not taken: the caller still has it
+  *error = "the link is shutting down";
+  return false;
 }
 
 void PairLink::watch_peer(int peer) {

@@ -76,6 +76,16 @@ class PairLink final : public Link {
   void gather(Relayed&& r);
   void hand_over();
   bool current(int peer, std::uint8_t via) const;
+  // Hands a message for the away link to its thread (a request or a reply); false, taking
+  // nothing, when kMaxRelayed messages wait there already, or some do and this one would take
+  // them past kMaxRelayedBytes (a peer that never reads its replies must cost a bounded queue,
+  // as on either link alone; one message of any size may always go), or the link stops.
+  bool relay(Frames& frames, std::function<bool(Frames&, std::string*)> send, int peer, std::string* error);
+
+  // What may wait for the away link's thread: the shared-memory link's bound on what waits
+  // behind a full ring.
+  static constexpr std::size_t kMaxRelayed = 65536;
+  static constexpr std::size_t kMaxRelayedBytes = 128u << 20;
 
   std::array<std::unique_ptr<Link>, 2> links_;  // by Via
   Events cb_;
@@ -85,6 +95,8 @@ class PairLink final : public Link {
   std::vector<std::uint8_t> via_;  // per peer
   std::vector<int> stale_;         // per peer: replace_peer markers still on their way
   std::vector<std::string> down_;  // per peer of the away link: why it is down, or ""
+  // Any thread: messages (and their bytes) handed to the away link's thread, not yet sent.
+  std::atomic<std::size_t> relayed_{0}, relayed_bytes_{0};
   // Away thread only:
   std::vector<Relayed> gathered_;
   bool served_ = false;

@@ -153,13 +153,21 @@ bool send_multipart_nointr(zmq::socket_t& s, std::vector<zmq::message_t>& parts,
 zmq::message_t to_message(const Frame& f) {
   FrameBlock* block = f.retain();
   if (!block) return zmq::message_t(f.data(), f.size());  // inline: a few bytes, copied
-  return zmq::message_t(
-      const_cast<void*>(f.data()), f.size(), [](void*, void* hint) { Frame::release(static_cast<FrameBlock*>(hint)); },
-      block);
+  try {
+    return zmq::message_t(
+        const_cast<void*>(f.data()), f.size(),
+        [](void*, void* hint) { Frame::release(static_cast<FrameBlock*>(hint)); }, block);
+  } catch (...) {  // ENOMEM: ZeroMQ never took the reference
+    Frame::release(block);
+    throw;
+  }
 }
 
 Frame to_frame(zmq::message_t&& m) {
-  const void* data = m.data();  // stable when moved: larger than ZeroMQ's inline messages
+  // Stable when moved: only messages of up to 33 bytes (libzmq's ZMQ_MAX_VSM_SIZE) keep their
+  // bytes inside the message object, and those are copied below (Frame::kInline is 40).
+  static_assert(Frame::kInline >= 33, "ZeroMQ's inline messages must be copied, not shared");
+  const void* data = m.data();
   const std::size_t size = m.size();
   if (size <= Frame::kInline) return Frame(data, size);
   return Frame::sharing(data, size, std::move(m));
@@ -181,10 +189,11 @@ Received recv_bounded(zmq::socket_t& s, Frames& out, std::size_t max_parts) {
   thread_local std::vector<zmq::message_t> parts;  // kept: no allocation per message
   const Received got = recv_bounded(s, parts, max_parts);
   out.clear();
-  if (got != Received::Message) return got;
-  out.reserve(parts.size());
-  for (auto& p : parts) out.push_back(to_frame(std::move(p)));
-  parts.clear();
+  if (got == Received::Message) {
+    out.reserve(parts.size());
+    for (auto& p : parts) out.push_back(to_frame(std::move(p)));
+  }
+  parts.clear();  // a dropped message's parts go now, not at this thread's next read
   return got;
 }
 

@@ -79,10 +79,11 @@ TEST(EventFileTest, AResumedRunsFileMakesTensorBoardForgetTheStepsItRunsAgain) {
 // total's rate. A resumed run's first rates come from the row before it (the CSV's last kept
 // row); a column that holds each row's own duration (no clock named) derives nothing.
 TEST(EventFileTest, CsvColumnsTakeTheirTagsAndRunningTotalsTheirRates) {
-  TempDir dir, resumed_dir, durations;
+  TempDir dir, resumed_dir, durations, restarted;
   distrl::CsvScalars scalars = distrl::CsvScalars::with_clock("seconds");
   scalars.tags = {{"mean_reward", "reward/mean"}};
   scalars.rates = {"env_steps"};
+  scalars.carries_over = true;
   {
     distrl::CsvEvents csv(dir.path(), "round,env_steps,seconds,mean_reward", -1, scalars);
     csv.row({"1", "100", "2", "nan"});  // no episode ended: no reward/mean point
@@ -116,4 +117,14 @@ TEST(EventFileTest, CsvColumnsTakeTheirTagsAndRunningTotalsTheirRates) {
   r = distrl::testing::read_tfevents(durations.path());
   EXPECT_EQ(r.points("seconds"), 2) << r.out;
   EXPECT_EQ(r.points("seconds_per_epoch"), 0) << r.out;
+
+  {  // resumed, its clock started again (as a trainer's): the row before is no baseline
+    distrl::CsvEvents csv(restarted.path(), "step,loss,seconds", 2, distrl::CsvScalars::with_clock("seconds"),
+                          "2,0.5,40");
+    csv.row({"3", "0.4", "45"});
+    csv.row({"4", "0.3", "50"});
+  }
+  r = distrl::testing::read_tfevents(restarted.path());
+  EXPECT_EQ(r.out.find("seconds_per_step 3 "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("seconds_per_step 4 5\n"), std::string::npos) << r.out;
 }

@@ -57,6 +57,7 @@ TEST(RunOutputsTest, AResumedRunAppendsAndTakesItsFirstRatesFromTheRowBefore) {
   TempDir dir;
   CsvScalars scalars = CsvScalars::with_clock("seconds");
   scalars.rates = {"env_steps"};
+  scalars.carries_over = true;  // as the agent's
   {
     RunOutputs first(dir.path(), true, true);
     first.open_csv("metrics.csv", "round,env_steps,seconds", -1, scalars);
@@ -74,6 +75,23 @@ TEST(RunOutputsTest, AResumedRunAppendsAndTakesItsFirstRatesFromTheRowBefore) {
   if (!events.ran) GTEST_SKIP() << events.why;
   // Round 3 of the second file: (500 - 200) steps in (6 - 4) s, from the kept row of round 2.
   EXPECT_NE(events.out.find("env_steps_per_s 3 150\n"), std::string::npos) << events.out;
+}
+
+// The CSV keeps 6 digits; the event file's rates are taken from every digit, so a quarter of a
+// second ten thousand seconds into a run is not rounded away.
+TEST(RunOutputsTest, RatesUseEveryDigitOfTheClock) {
+  TempDir dir;
+  CsvScalars scalars = CsvScalars::with_clock("seconds");
+  scalars.rates = {"env_steps"};
+  {
+    RunOutputs out(dir.path(), true, true);
+    out.open_csv("metrics.csv", "round,env_steps,seconds", -1, scalars);
+    out.row(1, 100, 10000.25);
+    out.row(2, 200, 10000.5);
+  }
+  const auto events = distrl::testing::read_tfevents(dir.path());
+  if (!events.ran) GTEST_SKIP() << events.why;
+  EXPECT_NE(events.out.find("env_steps_per_s 2 400\n"), std::string::npos) << events.out;  // 100 / 0.25
 }
 
 TEST(RunOutputsTest, AnyOtherRankWritesNothing) {

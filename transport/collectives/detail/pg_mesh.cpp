@@ -46,8 +46,9 @@ std::string pg_identity(int rank, const std::string& key) {
   return "pg-r" + std::to_string(rank) + "-" + member_tag(key, rank);
 }
 
-std::optional<PgMessage> admit_pg_message(std::vector<zmq::message_t>& frames, bool whole, int rank, int world,
-                                          const std::string& key, std::string* why) {
+std::optional<PgMessage> admit_pg_message(std::vector<zmq::message_t>& frames, bool whole, int rank,
+                                          const std::vector<std::string>& ids, std::string* why) {
+  const int world = static_cast<int>(ids.size());
   // [routing id, header, payload]
   PgMessage m;
   const bool framed = whole && frames.size() == 3 && frames[1].size() == sizeof(PgHeader);
@@ -57,7 +58,8 @@ std::optional<PgMessage> admit_pg_message(std::vector<zmq::message_t>& frames, b
     *why = "a malformed message (" + std::to_string(frames.size()) + " frames" + (framed ? ", bad header" : "") + ")";
     return std::nullopt;
   }
-  if (frames[0].to_string_view() != pg_identity(m.h.src, key)) {  // a stranger, or a member posing as another
+  if (frames[0].to_string_view() !=
+      ids[static_cast<std::size_t>(m.h.src)]) {  // a stranger, or a member posing as another
     *why = "a message claiming to come from rank " + std::to_string(m.h.src) + " on a connection that is not rank " +
            std::to_string(m.h.src) + "'s";
     return std::nullopt;
@@ -124,10 +126,9 @@ Mesh::Mesh(Store& store, const std::string& prefix, int rank, int world, const P
   RegisteredPathGuard ipc_file(ipc_path_);  // a rendezvous that throws leaves no slot behind
   Address me = make_address(rank_name(rank), transport, bound);
   me.shm = shm_offer;
-  // The member key before rank 0's address: whoever has read every address finds it.
-  if (rank == 0) store.set(prefix + "/member_key", new_member_key());
   const auto peers = exchange_addresses(store, prefix + "/addr/", rank, world, me, options_.timeout);
-  key_ = store.get(prefix + "/member_key", options_.timeout);
+  key_ = world_member_key(store, prefix + "/member_key", rank, options_.timeout);
+  for (int r = 0; r < world; ++r) ids_.push_back(pg_identity(r, key_));
   shm_world_ = world > 1 && world_uses_shm(me, peers, chosen) && peers[0].shm.rfind("shm://", 0) == 0;
   if (shm_world_) shm_address_ = peers[0].shm;
   for (const auto& p : peers) {
@@ -293,7 +294,7 @@ void Mesh::read_sockets(Clock::time_point until) {
       const Received read = recv_bounded(router_, frames, 4);  // a fourth frame marks it malformed
       if (read == Received::Nothing) break;
       std::string why;
-      auto m = admit_pg_message(frames, read == Received::Message, rank_, world_, key_, &why);
+      auto m = admit_pg_message(frames, read == Received::Message, rank_, ids_, &why);
       if (!m) {
         report_drop(bad_messages_, why);
         continue;

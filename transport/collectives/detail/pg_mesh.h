@@ -54,12 +54,12 @@ struct PgMessage {
 
 // Checks one received [routing id, header, payload] (whole: it had no frames past those read)
 // for a process of `rank` in a world of `world`: framing, magic, kind, a source rank in the
-// world that is not ours and matches the connection's routing id (that rank's identity under
-// the group's member key). Returns the message (its payload moved out of frames) or nullopt
-// with *why saying what was wrong. Payload sizes are checked by the collective that takes the
-// message (Exec::recv).
-std::optional<PgMessage> admit_pg_message(std::vector<zmq::message_t>& frames, bool whole, int rank, int world,
-                                          const std::string& key, std::string* why);
+// world that is not ours and matches the connection's routing id (ids[src]: that rank's
+// pg_identity under the group's member key). Returns the message (its payload moved out of
+// frames) or nullopt with *why saying what was wrong. Payload sizes are checked by the
+// collective that takes the message (Exec::recv).
+std::optional<PgMessage> admit_pg_message(std::vector<zmq::message_t>& frames, bool whole, int rank,
+                                          const std::vector<std::string>& ids, std::string* why);
 // The routing id a member's DEALER connects under: "pg-r<rank>-<tag>", the tag being the rank's
 // under the group's member key (link/endpoints.h: member_tag), so that no stranger can take it.
 std::string pg_identity(int rank, const std::string& key);
@@ -155,7 +155,8 @@ class Mesh {
   std::vector<std::unique_ptr<Peer>> peers_;
   std::vector<zmq::pollitem_t> items_;
   std::string ipc_path_;
-  std::string key_;  // the group's member key (<prefix>/member_key in the store, made by rank 0)
+  std::string key_;               // the group's member key (<prefix>/member_key in the store, made by rank 0)
+  std::vector<std::string> ids_;  // each rank's routing id under it (pg_identity)
   bool shm_world_ = false;
   std::string shm_address_;
   std::vector<std::string> host_ids_;

@@ -280,6 +280,7 @@ void RpcCore::call_sync(int dest, Header h, const BodyWriter& body, const Comple
         failed = call_failed(s, dest, h.fn, "send queue full (peer not reading?)");
       } else {
         s.sync_bytes_sent.fetch_add(bytes, std::memory_order_relaxed);
+        frames.clear();  // the link holds what it still needs: the arguments' tensors go now, not at the reply
         DISTRL_LOG(Debug, "rpc: sync call #" << h.call_id << " '" << h.fn << "' sent to " << s.worker_name(dest));
       }
     } catch (const TransportError& e) {

@@ -144,16 +144,11 @@ LinkSettings link_settings(const RpcCore::State& s, const WorldSpec& w, Transpor
   return l;
 }
 
-// The world's member key: every connection of a member is made under its tag (IoLoop's
-// member_identity), so that a server can check that a message's src is the rank of the
-// connection it came on, and a stranger who names itself a member without the key is not one.
-// Rank 0's first incarnation makes it and stores it before it publishes its address (so every
-// rank that has read the addresses finds it); a restarted rank 0 keeps it.
+// The world's member key (link/endpoints.h: world_member_key): every connection of a member is
+// made under its tag (IoLoop's member_identity), so that a server can check that a message's src
+// is the rank of the connection it came on, and a stranger who names itself a member without the
+// key is not one.
 constexpr const char* kMemberKey = "rpc/member_key";
-
-void make_member_key(RpcCore::State& s) {
-  if (s.rank == 0 && s.incarnation == 1) s.rdv->store().set(kMemberKey, new_member_key());
-}
 
 // Tells every peer where this restarted rank listens now (one-way notices; a peer that is
 // gone too is skipped).
@@ -220,9 +215,8 @@ void RpcCore::start(const std::function<void()>& before_publish) {
 
   auto& store = s.rdv->store();
   const Address& me = s.me;
-  make_member_key(s);
   const auto peers = exchange_addresses(store, kWorkerAddressPrefix, s.rank, s.world, me, s.opts.rendezvous_timeout);
-  links.set_member_key(store.get(kMemberKey, s.opts.rendezvous_timeout), new_object_id());
+  links.set_member_key(world_member_key(store, kMemberKey, s.rank, s.opts.rendezvous_timeout), new_object_id());
   // Auto without shared memory here is ZeroMQ's (per pair: ipc on this host, tcp between hosts).
   s.link_transport = links.transport();
   const std::vector<std::string> endpoints = links.endpoints(peers);
