@@ -8,8 +8,8 @@
 namespace distrl::training {
 
 RunLoop::RunLoop(const RunKeys& run, std::string tool, bool lead)
-    : tool_(std::move(tool)), out_dir_(run.out_dir), log_interval_(run.log_interval),
-      out_(run.out_dir, lead, run.tensorboard), start_(std::chrono::steady_clock::now()) {
+    : tool_(std::move(tool)), log_interval_(run.log_interval), out_(run.out_dir, lead, run.tensorboard),
+      start_(std::chrono::steady_clock::now()) {
   install_stop_handlers();
 }
 

@@ -65,7 +65,7 @@ class RunLoop {
   bool lead() const { return out_.lead(); }
   // The lead's TensorBoard event file, once open() made it; "" otherwise.
   const std::string& event_file() const { return out_.event_file(); }
-  const std::string& out_dir() const { return out_dir_; }
+  const std::string& out_dir() const { return out_.out_dir(); }
 
   // The lead: writes out_dir/config.yaml and opens out_dir/csv_name with `header`, and with
   // run.tensorboard a new TensorBoard event file holding the same rows as `scalars` says (a
@@ -106,7 +106,7 @@ class RunLoop {
   bool finish(const std::vector<Chart>& charts = {}, const std::string& csv_name = "");
 
  private:
-  std::string tool_, out_dir_;
+  std::string tool_;
   int log_interval_;
   run::RunOutputs out_;  // the lead's outputs and its claim on run.out_dir
   std::chrono::steady_clock::time_point start_;

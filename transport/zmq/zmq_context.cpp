@@ -137,17 +137,25 @@ std::optional<std::size_t> send_nointr(zmq::socket_t& s, zmq::const_buffer b, zm
   return retry_eintr([&]() -> std::optional<std::size_t> { return s.send(b, flags); });
 }
 
-bool send_multipart_nointr(zmq::socket_t& s, std::vector<zmq::message_t>& parts, zmq::send_flags flags) {
-  for (std::size_t i = 0; i < parts.size(); ++i) {
-    const auto more = i + 1 < parts.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
+namespace {
+// A multipart message, each part made a ZeroMQ message by `message(i)` as it is sent.
+template <typename Message>
+bool send_parts(zmq::socket_t& s, std::size_t n, zmq::send_flags flags, Message&& message) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto more = i + 1 < n ? zmq::send_flags::sndmore : zmq::send_flags::none;
     const auto f = i == 0 ? flags | more : (flags & zmq::send_flags::dontwait) | more;
-    if (!send_nointr(s, parts[i], f)) {
+    if (!send_nointr(s, message(i), f)) {
       if (i == 0) return false;
       // Not after the first part: ZeroMQ admits a message's parts together.
       throw zmq::error_t();
     }
   }
   return true;
+}
+}  // namespace
+
+bool send_multipart_nointr(zmq::socket_t& s, std::vector<zmq::message_t>& parts, zmq::send_flags flags) {
+  return send_parts(s, parts.size(), flags, [&](std::size_t i) -> zmq::message_t& { return parts[i]; });
 }
 
 zmq::message_t to_message(const Frame& f) {
@@ -174,15 +182,11 @@ Frame to_frame(zmq::message_t&& m) {
 }
 
 bool send_frames_nointr(zmq::socket_t& s, const Frames& frames, zmq::send_flags flags) {
-  for (std::size_t i = 0; i < frames.size(); ++i) {  // as send_multipart_nointr, a part at a time
-    const auto more = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
-    zmq::message_t part = to_message(frames[i]);
-    if (!send_nointr(s, part, i == 0 ? flags | more : (flags & zmq::send_flags::dontwait) | more)) {
-      if (i == 0) return false;
-      throw zmq::error_t();  // not after the first part: ZeroMQ admits a message's parts together
-    }
-  }
-  return true;
+  zmq::message_t part;
+  return send_parts(s, frames.size(), flags, [&](std::size_t i) -> zmq::message_t& {
+    part = to_message(frames[i]);
+    return part;
+  });
 }
 
 Received recv_bounded(zmq::socket_t& s, Frames& out, std::size_t max_parts) {

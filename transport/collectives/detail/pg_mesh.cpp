@@ -127,8 +127,8 @@ Mesh::Mesh(Store& store, const std::string& prefix, int rank, int world, const P
   Address me = make_address(rank_name(rank), transport, bound);
   me.shm = shm_offer;
   const auto peers = exchange_addresses(store, prefix + "/addr/", rank, world, me, options_.timeout);
-  key_ = world_member_key(store, prefix + "/member_key", rank, options_.timeout);
-  for (int r = 0; r < world; ++r) ids_.push_back(pg_identity(r, key_));
+  const std::string key = world_member_key(store, prefix + "/member_key", rank, options_.timeout);
+  for (int r = 0; r < world; ++r) ids_.push_back(pg_identity(r, key));
   shm_world_ = world > 1 && world_uses_shm(me, peers, chosen) && peers[0].shm.rfind("shm://", 0) == 0;
   if (shm_world_) shm_address_ = peers[0].shm;
   for (const auto& p : peers) {
@@ -147,7 +147,7 @@ Mesh::Mesh(Store& store, const std::string& prefix, int rank, int world, const P
     apply_common_options(p->dealer, 2000);
     secure_client(p->dealer);
     p->dealer.set(zmq::sockopt::sndhwm, 0);
-    p->dealer.set(zmq::sockopt::routing_id, pg_identity(rank, key_));
+    p->dealer.set(zmq::sockopt::routing_id, ids_[rank]);
     watch_connection(*ctx_, p->dealer, p->monitor,
                      "pg-" + std::to_string(reinterpret_cast<std::uintptr_t>(this)) + "-" + std::to_string(r));
     p->dealer.connect(endpoints_[r]);

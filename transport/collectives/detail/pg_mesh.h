@@ -155,8 +155,9 @@ class Mesh {
   std::vector<std::unique_ptr<Peer>> peers_;
   std::vector<zmq::pollitem_t> items_;
   std::string ipc_path_;
-  std::string key_;               // the group's member key (<prefix>/member_key in the store, made by rank 0)
-  std::vector<std::string> ids_;  // each rank's routing id under it (pg_identity)
+  // Each rank's routing id (pg_identity) under the group's member key (<prefix>/member_key in the
+  // store, made by rank 0).
+  std::vector<std::string> ids_;
   bool shm_world_ = false;
   std::string shm_address_;
   std::vector<std::string> host_ids_;
