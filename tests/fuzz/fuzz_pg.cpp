@@ -1,5 +1,7 @@
-// The ZeroMQ process group's receive path as rank 0 of a 4-rank world meets it: a message of
-// [routing id, 48-byte header, payload] is admitted or dropped (admit_pg_message), then checked
+// The process group's receive path as rank 0 of a 4-rank world meets it: a message of
+// [48-byte header, payload] that the link read on a connection of member `from` (the first
+// input frame, as text: the rank the link gives, -1 for no member's) is admitted or dropped
+// (admit_pg_message), then checked
 // against the collective this rank runs (check_collective_message: all_reduce #7 of
 // float32[64], sum) and, if it passes, reduced into the local buffer. A forged header may be
 // dropped or refused with a typed error; it must never read past its payload.
@@ -20,7 +22,6 @@ using namespace transport::detail;
 using Kind = transport::ProcessGroup::Kind;
 
 constexpr int kRank = 0, kWorld = 4;
-const std::string kKey = "fuzz-member-key";  // the group's member key (pg_identity)
 constexpr std::int64_t kNumel = 64;
 
 PgHeader expected() {
@@ -43,22 +44,20 @@ std::string header_bytes(const PgHeader& h) { return std::string(reinterpret_cas
 int fuzz_pg(const std::uint8_t* data, std::size_t size) {
   quiet_logs();
   auto parts = split_frames(data, size, 5);
-  // The mesh reads at most 4 frames of a message; a fourth marks it malformed.
-  const bool whole = parts.size() <= 3;
-  std::vector<zmq::message_t> frames;
-  for (auto& p : parts) frames.emplace_back(p.data(), p.size());
+  if (parts.empty()) return 0;
+  // The member rank the link read the connection as: a small number, anything else none.
+  int from = -1;
+  if (!parts[0].empty() && parts[0].size() <= 3 && parts[0].find_first_not_of("0123456789") == std::string::npos)
+    from = std::stoi(parts[0]);
+  Frames frames;
+  for (std::size_t i = 1; i < parts.size(); ++i) frames.emplace_back(std::string_view(parts[i]));
   std::string why;
-  static const std::vector<std::string> ids = [] {
-    std::vector<std::string> v;
-    for (int r = 0; r < kWorld; ++r) v.push_back(pg_identity(r, kKey));
-    return v;
-  }();
-  auto m = admit_pg_message(frames, whole, kRank, ids, &why);
+  auto m = admit_pg_message(frames, from, kRank, kWorld, &why);
   if (!m) {
     FUZZ_CHECK(!why.empty());
     return 0;
   }
-  FUZZ_CHECK(m->h.src > 0 && m->h.src < kWorld);
+  FUZZ_CHECK(m->h.src > 0 && m->h.src < kWorld && m->h.src == from);
   (void)describe(m->h);
   if (m->h.kind == static_cast<std::uint8_t>(PgKind::Abort)) return 0;  // its text is only shown
   std::vector<float> buf(kNumel, 1.0f);
@@ -77,22 +76,23 @@ std::vector<std::string> seeds_pg() {
   PgHeader h = expected();
   h.src = 1;
   const std::string payload(kNumel * sizeof(float), '\0');
-  out.push_back(join_frames({pg_identity(1, kKey), header_bytes(h), payload}));
+  out.push_back(join_frames({"1", header_bytes(h), payload}));
   PgHeader other = h;
   other.src = 2;
   other.seq = 8;
   other.coll = static_cast<std::uint8_t>(Kind::Broadcast);
   other.root = 3;
-  out.push_back(join_frames({pg_identity(2, kKey), header_bytes(other), std::string(12, '\1')}));
+  out.push_back(join_frames({"2", header_bytes(other), std::string(12, '\1')}));
   PgHeader p2p = h;
   p2p.src = 3;
   p2p.coll = kP2P;
   p2p.tag = 5;
-  out.push_back(join_frames({pg_identity(3, kKey), header_bytes(p2p), "hello"}));
+  out.push_back(join_frames({"3", header_bytes(p2p), "hello"}));
   PgHeader abort = h;
   abort.kind = static_cast<std::uint8_t>(PgKind::Abort);
-  out.push_back(join_frames({pg_identity(1, kKey), header_bytes(abort), "TimeoutError\nrank 1 gave up"}));
-  out.push_back(join_frames({pg_identity(2, kKey), header_bytes(h), payload}));  // src 1 on rank 2's connection
+  out.push_back(join_frames({"1", header_bytes(abort), "TimeoutError\nrank 1 gave up"}));
+  out.push_back(join_frames({"2", header_bytes(h), payload}));   // src 1 on rank 2's connection
+  out.push_back(join_frames({"-1", header_bytes(h), payload}));  // src 1 on a stranger's
   return out;
 }
 

@@ -328,17 +328,6 @@ std::string shm_endpoint_to_bind(const std::string& tag) {
 
 bool shm_reachable(const Address& me, const Address& peer) { return peer.host_id == me.host_id && !peer.shm.empty(); }
 
-bool world_uses_shm(const Address& me, const std::vector<Address>& peers, Transport transport) {
-  if (transport != Transport::Auto && transport != Transport::Shm) return false;
-  for (const auto& p : peers) {
-    if (shm_reachable(me, p)) continue;
-    if (transport == Transport::Auto) return false;
-    throw ConfigError("transport shm: '" + p.name + "' runs on another host (" + p.hostname +
-                      ") or serves no shared memory; use transport auto, zmq or tcp");
-  }
-  return true;
-}
-
 std::string new_member_key() {
   std::random_device rd;
   char hex[33];

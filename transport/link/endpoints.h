@@ -22,7 +22,10 @@ struct Address {
   int world = 0;
   int pid = 0;
   std::string process{};
-  MSGPACK_DEFINE(name, host_id, hostname, tcp, ipc, shm, world, pid, process);
+  // The process group's shared-memory collectives (collectives/detail/pg_mesh.h): rank 0's
+  // segment address, "shm" on another rank that would use it, empty on one that will not.
+  std::string collectives{};
+  MSGPACK_DEFINE(name, host_id, hostname, tcp, ipc, shm, world, pid, process, collectives);
 };
 
 // The transports a user names, parsed once (parse_transport) and passed on as this enum:
@@ -50,9 +53,6 @@ std::string private_socket_dir(const std::string& base = "/tmp");
 std::string shm_endpoint_to_bind(const std::string& tag);
 // Whether `me` can reach `peer` over shared memory: the same host, and the peer serves it.
 bool shm_reachable(const Address& me, const Address& peer);
-// Whether the whole world runs over shared memory: transport shm (ConfigError naming a peer on
-// another host) or auto with every process on this host serving it.
-bool world_uses_shm(const Address& me, const std::vector<Address>& peers, Transport transport);
 
 // Equal on processes of one host: its name, its boot and the network namespace (processes in
 // two namespaces of one machine, as containers and the two-host tests run them, count as two

@@ -32,9 +32,9 @@ auto zmq_call(F&& f) {
 class ZmqChannel final : public Channel {
  public:
   ZmqChannel(std::shared_ptr<zmq::context_t> ctx, const std::string& identity, std::size_t max_frame_bytes,
-             const std::string& endpoint)
+             const std::string& endpoint, std::chrono::milliseconds linger)
       : ctx_(std::move(ctx)), socket_(*ctx_, zmq::socket_type::dealer) {
-    apply_common_options(socket_, 0);
+    apply_common_options(socket_, static_cast<int>(linger.count()));
     secure_client(socket_);
     socket_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(max_frame_bytes));
     socket_.set(zmq::sockopt::routing_id, identity);
@@ -209,7 +209,8 @@ bool IoLoop::send_reply(const Caller& to, Frames& frames) {
 std::unique_ptr<Channel> IoLoop::open_channel(int, const std::string& endpoint, Clock::time_point,
                                               const std::function<bool()>&) {
   const std::string identity = options_.identity_prefix + "c" + std::to_string(++channels_made_);
-  return zmq_call([&] { return std::make_unique<ZmqChannel>(ctx_, identity, options_.max_frame_bytes, endpoint); });
+  return zmq_call([&] { return std::make_unique<ZmqChannel>(ctx_, identity, options_.max_frame_bytes, endpoint, options_.channel_linger);
+  });
 }
 
 void IoLoop::rebuild_poll_items() {

@@ -45,6 +45,10 @@ class IoLoop final : public Link {
     // member r's (Caller::rank) only when its routing id starts with member r's tag under this
     // key; empty: every connection is an outsider's.
     std::string member_key;
+    // How long a closed channel keeps sending what it queued (ZeroMQ's linger). RPC's channels
+    // wait for their replies, so 0; the process group's sends are one-way and must not be lost
+    // when the group is destroyed right after its last send.
+    std::chrono::milliseconds channel_linger{0};
   };
 
   IoLoop(std::shared_ptr<zmq::context_t> ctx, Options options, Callbacks callbacks);

@@ -39,7 +39,7 @@ WorldLinks::WorldLinks(LinkSettings settings, const Link::Events& events) : sett
     } catch (const TransportError& e) {
       if (transport == Transport::Shm) throw;
       // auto: this process offers no shared memory, so its peers reach it over ZeroMQ.
-      DISTRL_LOG(Warn, "rpc: " << settings_.name << " cannot use shared memory (" << e.what() << "); using ZeroMQ");
+      DISTRL_LOG(Warn, settings_.what << ": " << settings_.name << " cannot use shared memory (" << e.what() << "); using ZeroMQ");
       shm_.reset();
     }
   }
@@ -60,7 +60,7 @@ std::vector<std::string> WorldLinks::endpoints(const std::vector<Address>& peers
     try {
       endpoints.push_back(endpoint_for(me_, peers[r], self_over_zmq ? Transport::Zmq : transport_));
     } catch (const ConfigError& e) {
-      throw ConfigError(std::string("rpc: worker ") + e.what());
+      throw ConfigError(settings_.what + ": worker " + e.what());
     }
   }
   return endpoints;
@@ -68,7 +68,7 @@ std::vector<std::string> WorldLinks::endpoints(const std::vector<Address>& peers
 
 std::unique_ptr<Link> WorldLinks::take(const std::vector<std::string>& endpoints, Link::Events events) {
   const std::string local = ranks_over(endpoints, true), remote = ranks_over(endpoints, false);
-  std::string line = "rpc: " + settings_.name + " (rank " + std::to_string(settings_.rank) + ") reaches ";
+  std::string line = settings_.what + ": " + settings_.name + " (rank " + std::to_string(settings_.rank) + ") reaches ";
   if (local.empty() || remote.empty())
     line += std::string("every rank over ") + (remote.empty() ? "shared memory" : "ZeroMQ");
   else line += "ranks " + local + " over shared memory, ranks " + remote + " over ZeroMQ";

@@ -1,5 +1,5 @@
-// The links of one process in a world, chosen per pair of peers: the factory RPC builds its link
-// with (and the process group's, next). Both links a transport may use are made and bound before
+// The links of one process in a world, chosen per pair of peers: the factory RPC and the process
+// group each build their link with. Both links a transport may use are made and bound before
 // the addresses are published (ZeroMQ unless shared memory alone is asked for; shared memory
 // under auto and shm, where this process can serve it); once every rank's address is known,
 // each pair gets its endpoint (auto: shared memory to a rank on this host that serves it, ZeroMQ
@@ -29,7 +29,8 @@
 namespace distrl::transport::detail {
 
 struct LinkSettings {
-  std::string name;  // the worker's, as published (and in the log line)
+  std::string what = "rpc";  // who the links are for, in log lines and errors ("rpc", "process group")
+  std::string name;          // the process's, as published (and in the log line)
   int rank = 0;
   Transport transport = Transport::Auto;
   std::string bind_ip;  // where ZeroMQ's tcp listens (endpoints.h: bind_ip)

@@ -1,6 +1,7 @@
-// The process group's sockets in one process: two Mesh endpoints over a real store, one
-// raw ZeroMQ client throwing malformed frames at rank 0's socket. Bad frames are dropped;
-// the next good message still arrives; mailboxes keep tags and groups apart.
+// The process group's messages in one process: two Mesh endpoints over a real store and real
+// links, one raw ZeroMQ client throwing malformed frames at rank 0's socket (as a stranger, or
+// with rank 1's member identity). Bad frames are dropped; the next good message still arrives;
+// mailboxes keep tags and groups apart.
 #include "transport/collectives/detail/pg_mesh.h"
 
 #include <gtest/gtest.h>
@@ -16,6 +17,7 @@
 
 #include "common/host.h"
 #include "transport/link/endpoints.h"
+#include "transport/link/io_loop.h"
 #include "transport/collectives/process_group.h"
 #include "transport/bootstrap/store.h"
 
@@ -76,11 +78,17 @@ struct Stranger {
 
 std::string bytes_of(const PgHeader& h) { return std::string(reinterpret_cast<const char*>(&h), sizeof(h)); }
 
+// A routing id that the group's link takes for member `rank`'s: made with the member key (as
+// only a member, which can read the store, could).
+std::string member_id(Store& store, int rank) {
+  return IoLoop::member_identity(rank, store.get("t/member_key"), 42) + "forged";
+}
+
 }  // namespace
 
 TEST(PgMeshTest, MalformedFramesAreDroppedAndGoodOnesStillArrive) {
   TwoMeshes w;
-  Stranger stranger(w.s0);
+  Stranger stranger(w.s0, member_id(w.s0, 1));  // what a member that goes wrong could send
   auto send = [&](const std::vector<std::string>& parts) { stranger.send(parts); };
   PgHeader wrong_magic = header(1, 0, 0);
   wrong_magic.magic = 0xdeadbeef;
@@ -123,26 +131,29 @@ TEST(PgMeshTest, MalformedFramesAreDroppedAndGoodOnesStillArrive) {
 
 // Hostile-peer case 3: one well-formed 48-byte header claiming src=1 (data, or an abort)
 // used to be taken for rank 1's and end the job, blaming rank 1. A message's src must now be
-// the sending connection's: each member connects under the routing id "pg-r<rank>-<tag>", the
+// the sending connection's: each member connects under a routing id "rpc-r<rank>-<tag>-...", the
 // tag being the rank's under the group's member key, which no stranger knows (before, "pg-r1"
-// alone was rank 1's id, and a stranger that connected first under it took rank 1's place).
+// alone was rank 1's id, and a stranger that connected first under it took rank 1's place). A
+// member cannot speak for another either.
 TEST(PgMeshTest, AStrangerCannotSpeakForAMember) {
   TwoMeshes w;
   const float u[1] = {5.0f};
   w.m1->send(0, header(1, 0, 1), u, sizeof(u), nullptr, nullptr);  // rank 1's connection is up
   ASSERT_TRUE(w.m0->recv(0, 1, 1, Clock::now() + 5s, "test recv").payload.size() == sizeof(u));
-  Stranger stranger(w.s0), impostor(w.s0, "pg-r1"), guesser(w.s0, "pg-r1-0123456789abcdef");
+  Stranger stranger(w.s0), impostor(w.s0, "rpc-r1-x"), guesser(w.s0, "rpc-r1-0123456789abcdef-0000000000000000-c1"),
+      member0(w.s0, member_id(w.s0, 0));
   PgHeader abort = header(1, 0, -1);
   abort.kind = static_cast<std::uint8_t>(PgKind::Abort);
   stranger.send({bytes_of(header(1, 0, 0)), "forged data"});
   stranger.send({bytes_of(abort), "TransportError\nforged abort"});
   impostor.send({bytes_of(header(1, 0, 0)), "forged under rank 1's old id"});
   guesser.send({bytes_of(abort), "TransportError\nforged under a guessed tag"});
-  for (auto until = Clock::now() + 5s; w.m0->bad_messages() < 4 && Clock::now() < until;) {
+  member0.send({bytes_of(abort), "TransportError\nrank 0 speaking for rank 1"});
+  for (auto until = Clock::now() + 5s; w.m0->bad_messages() < 5 && Clock::now() < until;) {
     EXPECT_FALSE(w.m0->try_recv(0, 1, 0).has_value());
     std::this_thread::sleep_for(1ms);
   }
-  EXPECT_EQ(w.m0->bad_messages(), 4u);  // each read and dropped
+  EXPECT_EQ(w.m0->bad_messages(), 5u);  // each read and dropped
   w.m1->send(0, header(1, 0, 0), u, sizeof(u), nullptr, nullptr);
   auto m = w.m0->recv(0, 1, 0, Clock::now() + 5s, "test recv");  // no abort: the real message
   ASSERT_EQ(m.payload.size(), sizeof(u));

@@ -1,8 +1,10 @@
-// The sockets of the ZeroMQ process group: one ROUTER per process receives from every peer,
-// one DEALER per peer sends (and watches the connection). Received messages are sorted into
-// mailboxes by (group, source rank, tag); a thread that waits for a message and finds its
-// mailbox empty reads the socket itself when no other thread is reading (leader/follower), so
-// the common case costs no extra thread wake-up. Private to transport/.
+// The process group's messages over the world's links (link/world_links.h: ZeroMQ, shared
+// memory, or both chosen per pair of peers, as RPC's): each process sends through a channel of
+// its own per peer (one sending thread at a time per peer) and the link's I/O thread sorts what
+// arrives into mailboxes by (group, source rank, tag), where waiting threads take it. The links
+// bring death detection (a connection's close, the heartbeat), frame and size limits and member
+// identity (a message's source rank must be its connection's member rank) once, for RPC and
+// collectives alike. Private to transport/.
 #pragma once
 
 #include <atomic>
@@ -18,9 +20,8 @@
 #include <tuple>
 #include <vector>
 
-#include <zmq.hpp>
-
 #include "transport/collectives/process_group.h"
+#include "transport/link/link.h"
 
 namespace distrl::transport::detail {
 
@@ -49,20 +50,15 @@ constexpr std::uint8_t kP2P = 255;
 
 struct PgMessage {
   PgHeader h;
-  zmq::message_t payload;
+  Frame payload;
 };
 
-// Checks one received [routing id, header, payload] (whole: it had no frames past those read)
-// for a process of `rank` in a world of `world`: framing, magic, kind, a source rank in the
-// world that is not ours and matches the connection's routing id (ids[src]: that rank's
-// pg_identity under the group's member key). Returns the message (its payload moved out of
-// frames) or nullopt with *why saying what was wrong. Payload sizes are checked by the
-// collective that takes the message (Exec::recv).
-std::optional<PgMessage> admit_pg_message(std::vector<zmq::message_t>& frames, bool whole, int rank,
-                                          const std::vector<std::string>& ids, std::string* why);
-// The routing id a member's DEALER connects under: "pg-r<rank>-<tag>", the tag being the rank's
-// under the group's member key (link/endpoints.h: member_tag), so that no stranger can take it.
-std::string pg_identity(int rank, const std::string& key);
+// Checks one received [header, payload] from the connection of member `from` (-1: no member's;
+// the link says whose) for a process of `rank` in a world of `world`: framing, magic, kind, a
+// source rank in the world that is not ours and is the connection's. Returns the message (its
+// payload moved out of frames) or nullopt with *why saying what was wrong. Payload sizes are
+// checked by the collective that takes the message (Exec::recv).
+std::optional<PgMessage> admit_pg_message(Frames& frames, int from, int rank, int world, std::string* why);
 
 // Counts zero-copy sends still held by ZeroMQ; shared with the free callbacks.
 class SendTracker {
@@ -81,11 +77,12 @@ class SendTracker {
 
 class Mesh {
  public:
-  // Binds, publishes its address under prefix, connects to every peer. shm_offer goes into the
-  // address record's shm field: rank 0's shared-memory collectives address, "shm" on a rank
-  // that would use rank 0's, empty on one that will not (transport zmq, tcp or ipc).
+  // Makes and binds the links, publishes its address under prefix, learns every peer's and
+  // starts the link. collectives_offer goes into the address record's `collectives` field: rank
+  // 0's shared-memory collectives address, "shm" on a rank that would use rank 0's, empty on one
+  // that will not (transport zmq, tcp or ipc).
   Mesh(Store& store, const std::string& prefix, int rank, int world, const ProcessGroupOptions& options,
-       const std::string& shm_offer = {});
+       const std::string& collectives_offer = {});
   ~Mesh();
   Mesh(const Mesh&) = delete;
   Mesh& operator=(const Mesh&) = delete;
@@ -99,14 +96,18 @@ class Mesh {
   // Each rank's host (link/endpoints.h's host_id, from its address record): equal on ranks
   // that share a host.
   const std::vector<std::string>& host_ids() const { return host_ids_; }
-  // Whether each rank offered shared memory in its address record (a non-empty shm field: it
-  // runs transport auto or shm, and rank 0's segment, if it is rank 0, was made).
+  // Whether each rank offered shared-memory collectives in its address record (it runs
+  // transport auto or shm, and rank 0's segment, if it is rank 0, was made).
   const std::vector<bool>& shm_offered() const { return shm_offered_; }
   const ProcessGroupOptions& options() const { return options_; }
+  // The endpoint this process reaches each rank at (shm://... over shared memory, tcp:// or
+  // ipc:// over ZeroMQ; its own entry as chosen for itself): the link chosen per pair.
+  const std::vector<std::string>& endpoints() const { return endpoints_; }
 
   // Sends header + bytes to global rank dst. Below kCopyBelow bytes, or without a tracker,
-  // the data is copied; otherwise ZeroMQ reads it in place, holding `keep` (the owner of the
-  // memory) alive and the tracker busy until it is done.
+  // the data is copied; otherwise the link reads it in place (ZeroMQ after this returns, shared
+  // memory before), holding `keep` (the owner of the memory) alive and the tracker busy until it
+  // is done. Throws TransportError when it cannot be sent (the peer gone, a full queue).
   void send(int dst, const PgHeader& h, const void* data, std::size_t bytes, const std::shared_ptr<const void>& keep,
             const std::shared_ptr<SendTracker>& tracker);
   // The next message of (group, src, tag). Throws TimeoutError at the deadline, TransportError
@@ -117,17 +118,16 @@ class Mesh {
   // them), and point-to-point receives (seq 0) at once.
   PgMessage recv(std::uint32_t group, int src, std::int32_t tag, Clock::time_point deadline, const std::string& what,
                  std::uint64_t seq = 0);
-  // Non-blocking: a queued message, reading the socket once if no one else is.
+  // Non-blocking: a queued message.
   std::optional<PgMessage> try_recv(std::uint32_t group, int src, std::int32_t tag);
   // Tells the other members that this group failed in collective `seq` (0: whatever is
   // waiting, as abort() says; best effort, never blocks).
   void send_abort(std::uint32_t group, const std::vector<int>& members, const std::string& type,
                   const std::string& reason, std::uint64_t seq = 0);
 
-  // Messages dropped since start: malformed (bad framing, magic, source rank or kind), a
-  // source rank that is not the sending connection's (each member's DEALER connects under the
-  // routing id "pg-r<rank>", which the ROUTER will not give to a second connection), or over
-  // max_queued_bytes waiting in mailboxes.
+  // Messages dropped since start: malformed (bad framing, magic, source rank or kind, too many
+  // frames), a source rank that is not the sending connection's member rank (a stranger's, or
+  // a member posing as another), or over max_queued_bytes waiting in mailboxes.
   std::uint64_t bad_messages() const { return bad_messages_.load(); }
 
   static constexpr std::size_t kCopyBelow = 64 << 10;
@@ -140,24 +140,21 @@ class Mesh {
     std::string type, reason;
     std::uint64_t seq = 0;  // the collective it was raised in; 0: any
   };
-  // Polls the sockets until something arrives or `until`; mu_ not held, reading_ owned.
-  void read_sockets(Clock::time_point until);
-  // With mu_ held: becomes the reader unless another thread is (then returns false at once),
-  // reads the sockets with mu_ released, and hands the role back even when reading throws.
-  bool lead_read(std::unique_lock<std::mutex>& lock, Clock::time_point until);
+  Link::Events events();
+  // The link's I/O thread: a message from a peer's channel, a peer lost or back.
+  void on_request(Caller&& from, Frames&& frames);
+  void on_peer(int peer, bool down, const std::string& why);
+  void count_bad(const std::string& what);
+  bool gone(int peer, Clock::time_point now);                                   // mu_ held
   std::optional<PgMessage> take(const Key& k);                                  // mu_ held
   [[noreturn]] void throw_abort(std::uint32_t group, const std::string& what);  // mu_ held
 
   int rank_, world_;
   ProcessGroupOptions options_;
-  std::shared_ptr<zmq::context_t> ctx_;
-  zmq::socket_t router_;
+  std::unique_ptr<Link> link_;
   std::vector<std::unique_ptr<Peer>> peers_;
-  std::vector<zmq::pollitem_t> items_;
+  std::vector<std::string> endpoints_;
   std::string ipc_path_;
-  // Each rank's routing id (pg_identity) under the group's member key (<prefix>/member_key in the
-  // store, made by rank 0).
-  std::vector<std::string> ids_;
   bool shm_world_ = false;
   std::string shm_address_;
   std::vector<std::string> host_ids_;
@@ -165,12 +162,11 @@ class Mesh {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  bool reading_ = false;
   std::map<Key, std::deque<PgMessage>> mailboxes_;
   std::size_t queued_bytes_ = 0;  // payload bytes in mailboxes_ (mu_)
   std::map<std::uint32_t, Abort> aborts_;
   std::vector<std::optional<Clock::time_point>> gone_since_;
-  std::vector<std::string> endpoints_;
+  std::vector<std::string> gone_why_;
   std::atomic<std::uint64_t> bad_messages_{0};
 };
 
