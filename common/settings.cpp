@@ -456,29 +456,39 @@ void Settings::load_file(const std::string& path) { load_text(read_config_file(p
 
 std::optional<std::string> Settings::peek(const std::string& path, const std::vector<std::string>& given,
                                           const std::string& key) {
-  std::optional<std::string> value;
-  YAML::Node n = parse_yaml(read_config_file(path), path);
-  std::size_t start = 0;
-  for (;;) {
-    const auto dot = key.find('.', start);
-    const std::string part = key.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-    if (!n.IsMap() || !n[part]) {
-      n.reset();
-      break;
+  return peeker(path, given)(key);
+}
+
+std::function<std::optional<std::string>(const std::string& key)> Settings::peeker(
+    const std::string& path, const std::vector<std::string>& given) {
+  auto root = std::make_shared<const YAML::Node>(parse_yaml(read_config_file(path), path));
+  auto overrides = std::make_shared<const std::vector<std::string>>(joined(given));
+  return [root, overrides](const std::string& key) {
+    std::optional<std::string> value;
+    YAML::Node n = *root;  // shares the tree; looked up through const nodes only, which add nothing to it
+    std::size_t start = 0;
+    for (;;) {
+      const auto dot = key.find('.', start);
+      const std::string part = key.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+      const YAML::Node child = n.IsMap() ? static_cast<const YAML::Node&>(n)[part] : YAML::Node();
+      if (!n.IsMap() || !child) {
+        n.reset();
+        break;
+      }
+      n.reset(child);  // rebinds; `n = child` would overwrite the node n shares with the root
+      if (dot == std::string::npos) break;
+      start = dot + 1;
     }
-    n.reset(n[part]);  // rebinds; `n = n[part]` would overwrite the node n shares with the root
-    if (dot == std::string::npos) break;
-    start = dot + 1;
-  }
-  if (n.IsDefined() && !n.IsNull()) value = n.IsScalar() ? n.Scalar() : YAML::Dump(n);
-  const std::vector<std::string> overrides = joined(given);
-  for (std::size_t i = 0; i < overrides.size(); ++i) {
-    const std::string& a = overrides[i];
-    if (a.rfind("--" + key + "=", 0) == 0) value = a.substr(key.size() + 3);
-    else if (a.rfind(key + "=", 0) == 0) value = a.substr(key.size() + 1);
-    else if (a == "--" + key && i + 1 < overrides.size()) value = overrides[i + 1];
-  }
-  return value;
+    if (n.IsDefined() && !n.IsNull()) value = n.IsScalar() ? n.Scalar() : YAML::Dump(n);
+    const std::vector<std::string>& o = *overrides;
+    for (std::size_t i = 0; i < o.size(); ++i) {
+      const std::string& a = o[i];
+      if (a.rfind("--" + key + "=", 0) == 0) value = a.substr(key.size() + 3);
+      else if (a.rfind(key + "=", 0) == 0) value = a.substr(key.size() + 1);
+      else if (a == "--" + key && i + 1 < o.size()) value = o[i + 1];
+    }
+    return value;
+  };
 }
 
 void Settings::load_text(const std::string& yaml, const std::string& source) {

@@ -86,6 +86,10 @@ class Settings {
   // distrl-launch the tool to start. ConfigError when the file cannot be read as YAML.
   static std::optional<std::string> peek(const std::string& path, const std::vector<std::string>& overrides,
                                          const std::string& key);
+  // The same for many keys: the file is read and parsed once, here (ConfigError as above); the
+  // function answers peek's question for any key (thread-safe: it only reads).
+  static std::function<std::optional<std::string>(const std::string& key)> peeker(
+      const std::string& path, const std::vector<std::string>& overrides);
 
   // Every key (or those starting with one of `prefixes`) with its current value, type, origin
   // and help (for --help and logs).

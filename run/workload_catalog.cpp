@@ -97,15 +97,21 @@ const WorkloadEntry& find_workload_entry(const std::string& name, const std::str
   throw ConfigError(source + ": workload: '" + name + "' is not known (known: " + known + ")");
 }
 
+namespace {
+std::string named_by(const KeyReader& key) {
+  if (auto named = key("workload")) return *named;
+  return key("dist") ? "ddp" : kRlWorkload;
+}
+}  // namespace
+
 std::string workload_named_by(const std::string& file, const std::vector<std::string>& overrides) {
-  if (auto named = Settings::peek(file, overrides, "workload")) return *named;
-  return Settings::peek(file, {}, "dist") ? "ddp" : kRlWorkload;
+  return named_by(Settings::peeker(file, overrides));
 }
 
 World world_of(const std::string& file, const std::vector<std::string>& overrides) {
   World w;
-  w.workload = &find_workload_entry(workload_named_by(file, overrides), file);
-  const KeyReader key = [&](const std::string& name) { return Settings::peek(file, overrides, name); };
+  const KeyReader key = Settings::peeker(file, overrides);  // the file parsed once for every key
+  w.workload = &find_workload_entry(named_by(key), file);
   try {
     w.roles = w.workload->roles(key);
   } catch (const ConfigError& e) {

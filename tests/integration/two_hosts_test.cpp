@@ -225,10 +225,10 @@ TEST_F(TwoHostsTest, AProcessGroupFailsNamingThePeerWhenTheLinkIsCutAndAResumedR
   EXPECT_EQ(codes, (std::vector<int>{1, 1})) << all_output(run1);
   EXPECT_LT(seconds, 30) << "dist.timeout_s is 30";
   EXPECT_TRUE(std::regex_search(run1[0]->output(),
-                                std::regex("on rank 0: rank 1 is gone \\(its connection tcp://10\\.77\\.0\\.2:")))
+                                std::regex("on rank 0: rank 1 is gone \\(connection to tcp://10\\.77\\.0\\.2:")))
       << run1[0]->output();
   EXPECT_TRUE(std::regex_search(run1[1]->output(),
-                                std::regex("on rank 1: rank 0 is gone \\(its connection tcp://10\\.77\\.0\\.1:")))
+                                std::regex("on rank 1: rank 0 is gone \\(connection to tcp://10\\.77\\.0\\.1:")))
       << run1[1]->output();
   const std::string out0 = run1[0]->output();
   const std::regex saved_line("checkpoint " + dir.file("checkpoint.pt") + " \\(epoch ([0-9]+)\\)");
@@ -280,6 +280,13 @@ TEST_F(TwoHostsTest, DdpAcrossTwoHostsReducesInsideEachHostInSharedMemory) {
                            "memory"})
     EXPECT_NE(a.find(line), std::string::npos) << "host A's output lacks '" << line << "':\n" << a;
   EXPECT_NE(b.find("rank 2: all_reduce across 2 hosts (2, 2 ranks): inside this host (ranks 2-3) over shared memory"),
+            std::string::npos)
+      << b;
+  // The group's own link, chosen per pair as RPC's is: shared memory inside each host.
+  for (const char* line : {"process group: rank 0 reaches ranks 0-1 over shared memory, ranks 2-3 over ZeroMQ",
+                           "process group: rank 1 reaches ranks 0-1 over shared memory, ranks 2-3 over ZeroMQ"})
+    EXPECT_NE(a.find(line), std::string::npos) << "host A's output lacks '" << line << "':\n" << a;
+  EXPECT_NE(b.find("process group: rank 3 reaches ranks 2-3 over shared memory, ranks 0-1 over ZeroMQ"),
             std::string::npos)
       << b;
   EXPECT_EQ(one[0]->output().find("all_reduce across"), std::string::npos) << "one host: one flat all_reduce";

@@ -85,7 +85,7 @@ std::vector<Address> exchange_addresses(Store& store, const std::string& key_pre
 std::string endpoint_for(const Address& me, const Address& peer, Transport transport);
 // A world's member key: 128 random bits (hex), made by its rank 0 and kept in the store, and
 // member `rank`'s tag under it (16 hex digits of a keyed mix): the part of a member's ZeroMQ
-// routing id (RPC's rpc-r<rank>-<tag>-..., the process group's pg-r<rank>-<tag>) that a stranger
+// routing id (rpc-r<rank>-<tag>-..., for RPC's link and the process group's alike) that a stranger
 // cannot guess, so that naming itself a member does not make it one. Not a MAC against someone
 // who reads the routing ids on the wire (with security off nothing is hidden there).
 std::string new_member_key();

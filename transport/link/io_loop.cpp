@@ -209,7 +209,8 @@ bool IoLoop::send_reply(const Caller& to, Frames& frames) {
 std::unique_ptr<Channel> IoLoop::open_channel(int, const std::string& endpoint, Clock::time_point,
                                               const std::function<bool()>&) {
   const std::string identity = options_.identity_prefix + "c" + std::to_string(++channels_made_);
-  return zmq_call([&] { return std::make_unique<ZmqChannel>(ctx_, identity, options_.max_frame_bytes, endpoint, options_.channel_linger);
+  return zmq_call([&] {
+    return std::make_unique<ZmqChannel>(ctx_, identity, options_.max_frame_bytes, endpoint, options_.channel_linger);
   });
 }
 

@@ -69,6 +69,11 @@ class Link {
     // PairLink hands a message for the other link to that link's thread), with its frames as
     // given and why; peer is the rank it was for (a reply's Caller::rank).
     std::function<void(int peer, Frames&& frames, const std::string& why)> on_send_failed;
+    // The callbacks are safe to run on two threads at once (they lock for themselves): a
+    // PairLink then runs each link's events on that link's own I/O thread instead of handing the
+    // other link's to its home thread (one thread wake-up less per message). Such a user never
+    // calls replace_peer (the process group: its members do not rejoin).
+    bool concurrent = false;
   };
 
   virtual ~Link() = default;

@@ -1,5 +1,7 @@
 #include "transport/link/pair_link.h"
 
+#include <stdexcept>
+
 #include "common/error.h"
 #include "transport/link/link_thread.h"
 
@@ -22,8 +24,8 @@ PairLink::~PairLink() { stop(); }
 void PairLink::set_events(Events events) {
   cb_ = std::move(events);
   if (via_.empty()) return;  // set_peers installs the links' own
-  home().set_events(home_events());
-  away().set_events(away_events());
+  home().set_events(direct_events(home_));
+  away().set_events(cb_.concurrent ? direct_events(1 - home_) : away_events());
 }
 
 PairLink::Via PairLink::via_of(const std::string& endpoint) {
@@ -49,8 +51,8 @@ void PairLink::set_peers(std::vector<std::string> endpoints) {
     per_link[via_[r]][r] = endpoints[r];  // the other link's entry stays empty: never dialled
   }
   for (int l = 0; l < 2; ++l) links_[l]->set_peers(std::move(per_link[l]));
-  home().set_events(home_events());
-  away().set_events(away_events());
+  home().set_events(direct_events(home_));
+  away().set_events(cb_.concurrent ? direct_events(1 - home_) : away_events());
 }
 
 void PairLink::start() {
@@ -61,6 +63,11 @@ void PairLink::start() {
 
 void PairLink::stop() {
   if (!started_) return;
+  {
+    std::lock_guard<std::mutex> lock(handed_mu_);
+    stopping_ = true;  // a hand-over waiting for room goes on (the home thread may be gone)
+  }
+  handed_cv_.notify_all();
   home().stop();
   away().stop();
 }
@@ -69,18 +76,17 @@ bool PairLink::current(int peer, std::uint8_t via) const {
   return peer >= 0 && peer < static_cast<int>(via_.size()) && via_[peer] == via && (via == home_ || stale_[peer] == 0);
 }
 
-Link::Events PairLink::home_events() {
+Link::Events PairLink::direct_events(std::uint8_t via) {
   Events e = cb_;
-  const std::uint8_t home = home_;
-  e.on_request = [this, home](Caller&& from, Frames&& frames) {
-    from.via = home;
+  e.on_request = [this, via](Caller&& from, Frames&& frames) {
+    from.via = via;
     cb_.on_request(std::move(from), std::move(frames));
   };
-  e.on_peer_down = [this, home](int peer, const std::string& why) {
-    if (current(peer, home)) cb_.on_peer_down(peer, why);
+  e.on_peer_down = [this, via](int peer, const std::string& why) {
+    if (current(peer, via)) cb_.on_peer_down(peer, why);
   };
-  e.on_peer_up = [this, home](int peer) {
-    if (current(peer, home) && cb_.on_peer_up) cb_.on_peer_up(peer);
+  e.on_peer_up = [this, via](int peer) {
+    if (current(peer, via) && cb_.on_peer_up) cb_.on_peer_up(peer);
   };
   return e;
 }
@@ -116,7 +122,33 @@ void PairLink::hand_over() {
   gathered_.clear();
   const bool served = served_;
   served_ = false;
-  home().post([this, batch, served] { deliver(*batch, served); });  // dropped once stopping
+  std::size_t bytes = 0;
+  for (const auto& r : *batch) bytes += frames_bytes(r.frames);
+  const std::size_t n = batch->size();
+  {
+    // Behind at least one batch, past the bound, this thread waits for the home thread and reads
+    // nothing meanwhile: the peers' sends back up (TCP, a full ring) as on either link alone.
+    std::unique_lock<std::mutex> lock(handed_mu_);
+    handed_cv_.wait(lock, [&] {
+      return stopping_ || handed_ == 0 || (handed_ + n <= kMaxRelayed && handed_bytes_ + bytes <= kMaxRelayedBytes);
+    });
+    handed_ += n;
+    handed_bytes_ += bytes;
+  }
+  const bool posted = home().post([this, batch, served, n, bytes] {
+    deliver(*batch, served);
+    handed_back(n, bytes);
+  });
+  if (!posted) handed_back(n, bytes);  // stopping: dropped
+}
+
+void PairLink::handed_back(std::size_t n, std::size_t bytes) {
+  {
+    std::lock_guard<std::mutex> lock(handed_mu_);
+    handed_ -= n;
+    handed_bytes_ -= bytes;
+  }
+  handed_cv_.notify_all();
 }
 
 void PairLink::deliver(std::vector<Relayed>& batch, bool served) {
@@ -219,6 +251,7 @@ void PairLink::watch_peer(int peer) {
 }
 
 void PairLink::replace_peer(int peer, const std::string& endpoint) {
+  if (cb_.concurrent) throw std::logic_error("PairLink: replace_peer with concurrent events (link.h says why not)");
   if (peer < 0 || peer >= static_cast<int>(via_.size())) return;
   const std::uint8_t was = via_[peer];
   via_[peer] = via_of(endpoint);

@@ -12,6 +12,8 @@
 // A message for a peer of the other link is handed to that link's thread (post): one hop each
 // way, a few µs beside a network's tens; a send that fails there comes back as on_send_failed.
 // Channels (the sync path) need no hop: open_channel picks the link by the endpoint's scheme.
+// Events::concurrent (callbacks that lock for themselves) skips the hand-over: each link runs
+// the callbacks on its own thread.
 //
 // Rejoins. replace_peer may move a peer to the other link (it restarted on another host): the
 // first link drops it (replace_peer with no endpoint) and its events about it are dropped from
@@ -22,7 +24,9 @@
 
 #include <array>
 #include <atomic>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -69,12 +73,17 @@ class PairLink final : public Link {
   struct Relayed;
   Link& home() { return *links_[home_]; }
   Link& away() { return *links_[1 - home_]; }
-  Events home_events();
-  Events away_events();
+  // The user's callbacks for the link `via`, as run on its own thread (events about a peer that
+  // is no longer that link's are dropped).
+  Events direct_events(std::uint8_t via);
+  Events away_events();                                    // gathered, handed to the home thread
   void deliver(std::vector<Relayed>& batch, bool served);  // on the home thread
   // On the away link's thread (inside a posted task): queued for the next hand-over.
   void gather(Relayed&& r);
+  // Hands what was gathered to the home thread; waits first while what it handed before and
+  // the home thread has not run is over kMaxRelayed messages or kMaxRelayedBytes.
   void hand_over();
+  void handed_back(std::size_t n, std::size_t bytes);  // the home thread ran (or dropped) a batch
   bool current(int peer, std::uint8_t via) const;
   // Hands a message for the away link to its thread (a request or a reply); false, taking
   // nothing, when kMaxRelayed messages wait there already, or some do and this one would take
@@ -82,8 +91,8 @@ class PairLink final : public Link {
   // as on either link alone; one message of any size may always go), or the link stops.
   bool relay(Frames& frames, std::function<bool(Frames&, std::string*)> send, int peer, std::string* error);
 
-  // What may wait for the away link's thread: the shared-memory link's bound on what waits
-  // behind a full ring.
+  // What may wait for the other link's thread, each way: the shared-memory link's bound on what
+  // waits behind a full ring.
   static constexpr std::size_t kMaxRelayed = 65536;
   static constexpr std::size_t kMaxRelayedBytes = 128u << 20;
 
@@ -97,6 +106,11 @@ class PairLink final : public Link {
   std::vector<std::string> down_;  // per peer of the away link: why it is down, or ""
   // Any thread: messages (and their bytes) handed to the away link's thread, not yet sent.
   std::atomic<std::size_t> relayed_{0}, relayed_bytes_{0};
+  // Handed from the away thread to the home thread, not run yet (handed_mu_).
+  std::mutex handed_mu_;
+  std::condition_variable handed_cv_;
+  std::size_t handed_ = 0, handed_bytes_ = 0;
+  bool stopping_ = false;
   // Away thread only:
   std::vector<Relayed> gathered_;
   bool served_ = false;

@@ -39,7 +39,8 @@ WorldLinks::WorldLinks(LinkSettings settings, const Link::Events& events) : sett
     } catch (const TransportError& e) {
       if (transport == Transport::Shm) throw;
       // auto: this process offers no shared memory, so its peers reach it over ZeroMQ.
-      DISTRL_LOG(Warn, settings_.what << ": " << settings_.name << " cannot use shared memory (" << e.what() << "); using ZeroMQ");
+      DISTRL_LOG(Warn, settings_.what << ": " << settings_.name << " cannot use shared memory (" << e.what()
+                                      << "); using ZeroMQ");
       shm_.reset();
     }
   }
@@ -68,7 +69,9 @@ std::vector<std::string> WorldLinks::endpoints(const std::vector<Address>& peers
 
 std::unique_ptr<Link> WorldLinks::take(const std::vector<std::string>& endpoints, Link::Events events) {
   const std::string local = ranks_over(endpoints, true), remote = ranks_over(endpoints, false);
-  std::string line = settings_.what + ": " + settings_.name + " (rank " + std::to_string(settings_.rank) + ") reaches ";
+  const std::string rank = "rank " + std::to_string(settings_.rank);
+  std::string line =
+      settings_.what + ": " + (settings_.name == rank ? rank : settings_.name + " (" + rank + ")") + " reaches ";
   if (local.empty() || remote.empty())
     line += std::string("every rank over ") + (remote.empty() ? "shared memory" : "ZeroMQ");
   else line += "ranks " + local + " over shared memory, ranks " + remote + " over ZeroMQ";

@@ -92,12 +92,15 @@ struct Mesh::Peer {
 Link::Events Mesh::events() {
   Link::Events cb;
   cb.on_request = [this](Caller&& from, Frames&& frames) { on_request(std::move(from), std::move(frames)); };
-  cb.on_reply = [this](int peer, Frames&&) { count_bad("a reply from rank " + std::to_string(peer) + " (none is asked)"); };
+  cb.on_reply = [this](int peer, Frames&&) {
+    count_bad("a reply from rank " + std::to_string(peer) + " (none is asked)");
+  };
   cb.on_peer_down = [this](int peer, const std::string& why) { on_peer(peer, true, why); };
   cb.on_peer_up = [this](int peer) { on_peer(peer, false, ""); };
   cb.on_tick = [](Clock::time_point) {};
   cb.next_deadline = [] { return Clock::time_point::max(); };
   cb.on_dropped = [this](const std::string& what) { count_bad(what); };
+  cb.concurrent = true;  // each callback locks mu_ (or touches only atomics)
   return cb;
 }
 
@@ -122,7 +125,7 @@ Mesh::Mesh(Store& store, const std::string& prefix, int rank, int world, const P
     }
   }
   l.zmq.max_frame_bytes = std::max(options_.max_message_bytes, sizeof(PgHeader));
-  l.zmq.max_parts = 3;                                 // routing id, header, payload
+  l.zmq.max_parts = 3;                                     // routing id, header, payload
   l.zmq.channel_linger = std::chrono::milliseconds(2000);  // a group destroyed after its last send
   l.shm.max_message_bytes = options_.max_message_bytes + sizeof(PgHeader);
   l.shm.max_parts = 2;
@@ -237,9 +240,7 @@ void Mesh::throw_abort(std::uint32_t group, const std::string& what) {
   throw TransportError(msg);
 }
 
-bool Mesh::gone(int peer, Clock::time_point now) {
-  return gone_since_[peer] && now - *gone_since_[peer] > kGoneGrace;
-}
+bool Mesh::gone(int peer, Clock::time_point now) { return gone_since_[peer] && now - *gone_since_[peer] > kGoneGrace; }
 
 PgMessage Mesh::recv(std::uint32_t group, int src, std::int32_t tag, Clock::time_point deadline,
                      const std::string& what, std::uint64_t seq) {
@@ -252,8 +253,9 @@ PgMessage Mesh::recv(std::uint32_t group, int src, std::int32_t tag, Clock::time
       throw_abort(group, what);
     const auto now = Clock::now();
     if (gone(src, now))
-      throw TransportError(what + ": rank " + std::to_string(src) + " is gone (" + gone_why_[src] + "; at " +
-                           endpoints_[src] + ": the process exited or crashed, or its host became unreachable)");
+      throw TransportError(what + ": rank " + std::to_string(src) + " is gone (" +
+                           (gone_why_[src].empty() ? "its connection " + endpoints_[src] + " closed" : gone_why_[src]) +
+                           ")");
     if (now >= deadline)
       throw TimeoutError(
           what + ": timed out after " +
@@ -285,8 +287,8 @@ void Mesh::on_request(Caller&& from, Frames&& frames) {
   if (m->h.kind == static_cast<std::uint8_t>(PgKind::Abort)) {
     const std::string text = m->payload.to_string();
     const auto nl = text.find('\n');
-    aborts_.emplace(m->h.group,
-                    Abort{m->h.src, text.substr(0, nl), nl == std::string::npos ? text : text.substr(nl + 1), m->h.seq});
+    aborts_.emplace(m->h.group, Abort{m->h.src, text.substr(0, nl),
+                                      nl == std::string::npos ? text : text.substr(nl + 1), m->h.seq});
   } else if (queued_bytes_ + m->payload.size() > options_.max_queued_bytes) {
     const std::string waiting = std::to_string(queued_bytes_);
     lock.unlock();
