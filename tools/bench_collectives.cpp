@@ -89,7 +89,8 @@ int run_allreduce_worker(const std::string& out, const std::vector<std::int64_t>
     for (int i = 0; i < iters; ++i) {
       if (failpoint("bench.allreduce.crash")) ::raise(SIGKILL);  // tests: a rank dying between collectives
       const auto s = Clock::now();
-      pg->all_reduce(t);
+      if (failpoint("bench.allreduce.mismatch")) pg->broadcast(t, 0);  // tests: a rank calling another collective
+      else pg->all_reduce(t);
       per.push_back(since(s));
     }
     std::sort(per.begin(), per.end());

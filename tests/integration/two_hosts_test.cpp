@@ -347,6 +347,33 @@ TEST_F(TwoHostsTest, ARankKilledOnOneHostFailsEveryRankOfBothHosts) {
         << ps[rank]->output();
 }
 
+// A rank on host A (rank 1, not a leader) calls broadcast where every other rank calls the
+// hierarchical all_reduce. Its broadcast's first message reaches rank 2 on host B, which the
+// all_reduce's steps never read: rank 2 fails them as a mismatch at once, and its aborts reach
+// every rank (before, each waited out the group's timeout, 120 s here, and failed as a timeout).
+TEST_F(TwoHostsTest, ACollectiveOtherThanTheHierarchicalAllReduceFailsEveryRankAsAMismatch) {
+  TempDir dir;
+  std::vector<std::unique_ptr<Process>> ps;
+  for (int rank = 0; rank < 4; ++rank)
+    ps.push_back(start(rank < 2, rank, 4, 29537,
+                       "DISTRL_FAILPOINTS=bench.allreduce.mismatch@20#1 " + bin_path("distrl-bench") +
+                           " allreduce-worker --out " + dir.file("times.csv") + " 1048576",
+                       dir.file("rank" + std::to_string(rank) + ".log")));
+  std::vector<int> codes;
+  const double seconds = wait_all(ps, 100s, &codes);
+  std::cout << "a mismatched collective: every process exited after " << seconds << " s" << std::endl;
+  EXPECT_EQ(codes, (std::vector<int>{1, 1, 1, 1})) << all_output(ps);
+  EXPECT_LT(seconds, 30) << all_output(ps);
+  for (int rank = 0; rank < 4; ++rank) {
+    const std::string out = ps[rank]->output();
+    EXPECT_NE(out.find("rank 1 runs broadcast #"), std::string::npos) << "rank " << rank << ":\n" << out;
+    EXPECT_NE(out.find("runs all_reduce (hierarchical): every rank must call the same collectives"), std::string::npos)
+        << "rank " << rank << ":\n"
+        << out;
+    EXPECT_EQ(out.find("timed out"), std::string::npos) << "rank " << rank << ":\n" << out;
+  }
+}
+
 // One distrl-launch per host with the same config, as a user starts a run on two machines: the
 // config's 4 ranks split in blocks (A: the agent and observer 1, B: observers 2 and 3), the store
 // on A's launcher; the run finishes on both. The link is chosen per pair of peers (transport

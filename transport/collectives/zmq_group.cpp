@@ -110,14 +110,17 @@ class ZmqGroup final : public ProcessGroup {
                                       "recv from rank " + std::to_string(src) + " (tag " + std::to_string(tag) + ")");
   }
 
-  void abort(const std::string& reason) override {
+  void abort(const std::string& reason) override { abort_as("TransportError", reason); }
+
+  // abort() with the error type the members raise (MismatchError, TimeoutError, TransportError).
+  void abort_as(const std::string& type, const std::string& reason) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (broken_.empty()) broken_ = "aborted here: " + reason;
     }
-    if (shm_) shm_->abort("TransportError", reason);
-    abort_hierarchy(reason);
-    mesh_->send_abort(id_, members_, "TransportError", reason);
+    if (shm_) shm_->abort(type, reason);
+    abort_hierarchy(type, reason);
+    mesh_->send_abort(id_, members_, type, reason);
   }
 
   std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks) override {
@@ -292,8 +295,12 @@ class ZmqGroup final : public ProcessGroup {
       }
       if (std::string(ex.what()).find("the group was aborted by rank") == std::string::npos) {
         if (shm_) shm_->abort(error_type(ex), ex.what());
-        abort_hierarchy(ex.what());
+        abort_hierarchy(error_type(ex), ex.what());
         mesh_->send_abort(id_, members_, error_type(ex), ex.what(), e.h.seq);
+      } else {
+        // A member's abort: this rank's subgroups learn it too (a rank of this host may wait in
+        // them for this one, and would otherwise see it only as gone once it exits).
+        abort_hierarchy(error_type(ex), ex.what());
       }
       throw;
     }
@@ -385,6 +392,19 @@ class ZmqGroup final : public ProcessGroup {
   void hierarchical_all_reduce(Exec& e, at::Tensor& t) {
     const ReduceOp op = e.op == ReduceOp::Avg ? ReduceOp::Sum : e.op;
     ProcessGroup& local = *hier_->local;
+    // A member that runs a flat collective at this number sends this group a message the steps
+    // below never read: its arrival fails them at once, as a mismatch (it waited out the timeout).
+    mesh_->watch_collective(id_, e.h.seq, [this, what = e.what](const PgHeader& h) {
+      const std::string reason = "rank " + std::to_string(h.src) + " runs " + describe(h) + " where " + what +
+                                 " runs all_reduce (hierarchical): every rank must call the same collectives in the "
+                                 "same order";
+      for (ProcessGroup* g : {hier_->local.get(), hier_->leaders.get()})
+        if (g) static_cast<ZmqGroup*>(g)->fail_locally("MismatchError", reason);
+    });
+    struct Unwatch {
+      Mesh& mesh;
+      ~Unwatch() { mesh.unwatch_collective(); }
+    } unwatch{*mesh_};
     try {
       if (local.size() > 1) local.reduce(t, 0, op);
       if (hier_->leaders) hier_->leaders->all_reduce(t, op);
@@ -392,7 +412,7 @@ class ZmqGroup final : public ProcessGroup {
     } catch (const std::exception& ex) {
       // Named as the caller's all_reduce, with the step that failed after it (its own numbering).
       const std::string why = e.what + " (hierarchical) failed: " + ex.what();
-      abort_hierarchy(why);
+      abort_hierarchy(error_type(ex), why);
       mesh_->send_abort(id_, members_, error_type(ex), why, e.h.seq);
       if (dynamic_cast<const MismatchError*>(&ex)) throw MismatchError(why);
       if (dynamic_cast<const TimeoutError*>(&ex)) throw TimeoutError(why);
@@ -402,10 +422,17 @@ class ZmqGroup final : public ProcessGroup {
     if (e.op == ReduceOp::Avg) divide(e.type, data(t), static_cast<std::size_t>(t.numel()), size());
   }
 
-  void abort_hierarchy(const std::string& reason) {
+  // Fails this rank's waits in this group (its shared-memory segment's, on every rank of it)
+  // with `type` and `reason`, sending nothing: safe on a link's I/O thread.
+  void fail_locally(const std::string& type, const std::string& reason) {
+    if (shm_) shm_->abort(type, reason);
+    mesh_->fail_locally(id_, type, reason);
+  }
+
+  void abort_hierarchy(const std::string& type, const std::string& reason) {
     if (!hier_) return;
-    hier_->local->abort(reason);
-    if (hier_->leaders) hier_->leaders->abort(reason);
+    static_cast<ZmqGroup&>(*hier_->local).abort_as(type, reason);
+    if (hier_->leaders) static_cast<ZmqGroup&>(*hier_->leaders).abort_as(type, reason);
   }
 
   std::shared_ptr<Mesh> mesh_;

@@ -234,7 +234,9 @@ std::optional<PgMessage> Mesh::take(const Key& k) {
 
 void Mesh::throw_abort(std::uint32_t group, const std::string& what) {
   const Abort& a = aborts_.at(group);
-  const std::string msg = what + ": the group was aborted by rank " + std::to_string(a.from) + ": " + a.reason;
+  const std::string msg = what + ": " +
+                          (a.from == rank_ ? "" : "the group was aborted by rank " + std::to_string(a.from) + ": ") +
+                          a.reason;
   if (a.type == "MismatchError") throw MismatchError(msg);
   if (a.type == "TimeoutError") throw TimeoutError(msg);
   throw TransportError(msg);
@@ -283,7 +285,9 @@ void Mesh::on_request(Caller&& from, Frames&& frames) {
   std::string why;
   auto m = admit_pg_message(frames, from.rank, rank_, world_, &why);
   if (!m) return count_bad(why);
+  const PgHeader h = m->h;
   std::unique_lock<std::mutex> lock(mu_);
+  const auto mismatch = watched(h);
   if (m->h.kind == static_cast<std::uint8_t>(PgKind::Abort)) {
     const std::string text = m->payload.to_string();
     const auto nl = text.find('\n');
@@ -300,6 +304,60 @@ void Mesh::on_request(Caller&& from, Frames&& frames) {
     mailboxes_[Key{m->h.group, m->h.src, m->h.tag}].push_back(std::move(*m));
   }
   lock.unlock();
+  cv_.notify_all();
+  if (mismatch) call_watch(mismatch, h);
+}
+
+std::function<void(const PgHeader&)> Mesh::watched(const PgHeader& h) {
+  if (!watch_ || h.kind != static_cast<std::uint8_t>(PgKind::Data) || h.tag != -1 || h.group != watch_->group ||
+      h.seq != watch_->seq)
+    return nullptr;
+  auto fn = std::move(watch_->on_mismatch);
+  watch_.reset();  // spent
+  in_watch_call_ = true;
+  return fn;
+}
+
+void Mesh::call_watch(const std::function<void(const PgHeader&)>& fn, const PgHeader& h) {
+  try {
+    fn(h);
+  } catch (const std::exception& e) {
+    DISTRL_LOG(Warn, "process group: reporting a mismatched collective failed: " << e.what());
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    in_watch_call_ = false;
+  }
+  cv_.notify_all();
+}
+
+void Mesh::watch_collective(std::uint32_t group, std::uint64_t seq, std::function<void(const PgHeader&)> on_mismatch) {
+  std::unique_lock<std::mutex> lock(mu_);
+  watch_ = Watch{group, seq, std::move(on_mismatch)};
+  // A member's message may have come before this rank started the collective.
+  for (const auto& [key, box] : mailboxes_) {
+    if (std::get<0>(key) != group || std::get<2>(key) != -1) continue;
+    for (const PgMessage& m : box) {
+      if (auto fn = watched(m.h)) {
+        const PgHeader h = m.h;
+        lock.unlock();
+        return call_watch(fn, h);
+      }
+    }
+  }
+}
+
+void Mesh::unwatch_collective() {
+  std::unique_lock<std::mutex> lock(mu_);
+  watch_.reset();
+  cv_.wait(lock, [&] { return !in_watch_call_; });  // its callback may use what the caller frees next
+}
+
+void Mesh::fail_locally(std::uint32_t group, const std::string& type, const std::string& reason, std::uint64_t seq) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    aborts_.emplace(group, Abort{rank_, type, reason, seq});
+  }
   cv_.notify_all();
 }
 

@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -125,6 +126,18 @@ class Mesh {
   void send_abort(std::uint32_t group, const std::vector<int>& members, const std::string& type,
                   const std::string& reason, std::uint64_t seq = 0);
 
+  // While this rank runs collective `seq` of `group` through subgroups (the hierarchical
+  // all_reduce): a collective message of `group` numbered `seq` means a member runs a flat
+  // collective there instead, and calls on_mismatch with its header, once: on the link's I/O
+  // thread, or here for one that came first. on_mismatch must neither block nor send
+  // (fail_locally is what it is for). unwatch_collective waits for a call under way.
+  void watch_collective(std::uint32_t group, std::uint64_t seq, std::function<void(const PgHeader&)> on_mismatch);
+  void unwatch_collective();
+  // Fails this process's waits in `group` (those of collectives numbered `seq` or later, every
+  // one for 0) as an abort from a member would, with `type` (MismatchError, TimeoutError, else
+  // TransportError) and `reason`; tells nobody.
+  void fail_locally(std::uint32_t group, const std::string& type, const std::string& reason, std::uint64_t seq = 0);
+
   // Messages dropped since start: malformed (bad framing, magic, source rank or kind, too many
   // frames), a source rank that is not the sending connection's member rank (a stranger's, or
   // a member posing as another), or over max_queued_bytes waiting in mailboxes.
@@ -136,10 +149,18 @@ class Mesh {
   using Key = std::tuple<std::uint32_t, int, std::int32_t>;
   struct Peer;
   struct Abort {
-    int from;
+    int from;  // this rank's own: fail_locally
     std::string type, reason;
     std::uint64_t seq = 0;  // the collective it was raised in; 0: any
   };
+  struct Watch {
+    std::uint32_t group;
+    std::uint64_t seq;
+    std::function<void(const PgHeader&)> on_mismatch;
+  };
+  // The watch's callback if h is what it waits for (then it is spent); mu_ held.
+  std::function<void(const PgHeader&)> watched(const PgHeader& h);
+  void call_watch(const std::function<void(const PgHeader&)>& fn, const PgHeader& h);  // mu_ not held
   Link::Events events();
   // The link's I/O thread: a message from a peer's channel, a peer lost or back.
   void on_request(Caller&& from, Frames&& frames);
@@ -165,6 +186,8 @@ class Mesh {
   std::map<Key, std::deque<PgMessage>> mailboxes_;
   std::size_t queued_bytes_ = 0;  // payload bytes in mailboxes_ (mu_)
   std::map<std::uint32_t, Abort> aborts_;
+  std::optional<Watch> watch_;
+  bool in_watch_call_ = false;  // a watch callback runs (mu_ released)
   std::vector<std::optional<Clock::time_point>> gone_since_;
   std::vector<std::string> gone_why_;
   std::atomic<std::uint64_t> bad_messages_{0};
