@@ -103,6 +103,19 @@ class TwoHostsTest : public ::testing::Test {
                    log);
   }
 
+  // Ranks 0-1 on host A and 2-3 on host B, started one by one (no launcher stops the others), each
+  // running distrl-bench's all_reduce worker (1 MiB, hierarchical) with `failpoints` armed.
+  std::vector<std::unique_ptr<Process>> hierarchical_all_reduces(TempDir& dir, int port,
+                                                                 const std::string& failpoints) {
+    std::vector<std::unique_ptr<Process>> ps;
+    for (int rank = 0; rank < 4; ++rank)
+      ps.push_back(start(rank < 2, rank, 4, port,
+                         "DISTRL_FAILPOINTS=" + failpoints + " " + bin_path("distrl-bench") +
+                             " allreduce-worker --out " + dir.file("times.csv") + " 1048576",
+                         dir.file("rank" + std::to_string(rank) + ".log")));
+    return ps;
+  }
+
   // Once `text` appears in the first process's output, cuts the link and waits (at most 60 s)
   // until every process has exited: their codes in `codes`, the seconds it took returned.
   double cut_when(std::vector<std::unique_ptr<Process>>& run, const std::string& text, std::vector<int>* codes);
@@ -144,6 +157,17 @@ double TwoHostsTest::cut_when(std::vector<std::unique_ptr<Process>>& run, const 
   const double seconds = wait_all(run, 60s, codes);
   std::cout << "link cut: every process exited after " << seconds << " s" << std::endl;
   return seconds;
+}
+
+// Waits for every process (60 s at most): each exits with its code in `codes`, and all of them
+// within 30 s (the group's timeout is 120 s: nobody waited it out). `what` names the case.
+void expect_exits_within_30s(std::vector<std::unique_ptr<Process>>& ps, const std::vector<int>& codes,
+                             const std::string& what) {
+  std::vector<int> got;
+  const double seconds = wait_all(ps, 60s, &got);
+  std::cout << what << ": every process exited after " << seconds << " s" << std::endl;
+  EXPECT_EQ(got, codes) << all_output(ps);
+  EXPECT_LT(seconds, 30) << all_output(ps);
 }
 
 // The agent on A, two observers on B. Cut: within rpc.timeout_s the agent drops both observers
@@ -329,17 +353,8 @@ TEST_F(TwoHostsTest, HierarchicalAllReduceSumsAndAveragesExactly) {
 // and the rank that is gone, well within the group's timeout (120 s).
 TEST_F(TwoHostsTest, ARankKilledOnOneHostFailsEveryRankOfBothHosts) {
   TempDir dir;
-  std::vector<std::unique_ptr<Process>> ps;
-  for (int rank = 0; rank < 4; ++rank)
-    ps.push_back(start(rank < 2, rank, 4, 29535,
-                       "DISTRL_FAILPOINTS=bench.allreduce.crash@20#3 " + bin_path("distrl-bench") +
-                           " allreduce-worker --out " + dir.file("times.csv") + " 1048576",
-                       dir.file("rank" + std::to_string(rank) + ".log")));
-  std::vector<int> codes;
-  const double seconds = wait_all(ps, 60s, &codes);
-  std::cout << "a rank killed: every process exited after " << seconds << " s" << std::endl;
-  EXPECT_EQ(codes, (std::vector<int>{1, 1, 1, 128 + SIGKILL})) << all_output(ps);
-  EXPECT_LT(seconds, 30) << all_output(ps);
+  auto ps = hierarchical_all_reduces(dir, 29535, "bench.allreduce.crash@20#3");
+  expect_exits_within_30s(ps, {1, 1, 1, 128 + SIGKILL}, "a rank killed");
   for (int rank = 0; rank < 3; ++rank)
     EXPECT_TRUE(std::regex_search(ps[rank]->output(), std::regex("all_reduce #[0-9]+ on rank " + std::to_string(rank) +
                                                                  " \\(hierarchical\\) failed: .*rank [0-9]+ is gone")))
@@ -353,17 +368,8 @@ TEST_F(TwoHostsTest, ARankKilledOnOneHostFailsEveryRankOfBothHosts) {
 // every rank (before, each waited out the group's timeout, 120 s here, and failed as a timeout).
 TEST_F(TwoHostsTest, ACollectiveOtherThanTheHierarchicalAllReduceFailsEveryRankAsAMismatch) {
   TempDir dir;
-  std::vector<std::unique_ptr<Process>> ps;
-  for (int rank = 0; rank < 4; ++rank)
-    ps.push_back(start(rank < 2, rank, 4, 29537,
-                       "DISTRL_FAILPOINTS=bench.allreduce.mismatch@20#1 " + bin_path("distrl-bench") +
-                           " allreduce-worker --out " + dir.file("times.csv") + " 1048576",
-                       dir.file("rank" + std::to_string(rank) + ".log")));
-  std::vector<int> codes;
-  const double seconds = wait_all(ps, 100s, &codes);
-  std::cout << "a mismatched collective: every process exited after " << seconds << " s" << std::endl;
-  EXPECT_EQ(codes, (std::vector<int>{1, 1, 1, 1})) << all_output(ps);
-  EXPECT_LT(seconds, 30) << all_output(ps);
+  auto ps = hierarchical_all_reduces(dir, 29537, "bench.allreduce.mismatch@20#1");
+  expect_exits_within_30s(ps, {1, 1, 1, 1}, "a mismatched collective");
   for (int rank = 0; rank < 4; ++rank) {
     const std::string out = ps[rank]->output();
     EXPECT_NE(out.find("rank 1 runs broadcast #"), std::string::npos) << "rank " << rank << ":\n" << out;
