@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <functional>
 #include <future>
@@ -310,4 +311,66 @@ TEST(EndpointsTest, AForgedAddressRecordIsRefusedByTheLimits) {
     EXPECT_NE(m.find("address record of rank 1 is malformed"), std::string::npos) << m;
     EXPECT_NE(m.find("array size overflow"), std::string::npos) << m;
   }
+}
+
+namespace {
+PgHeader collective_header(int src, std::uint64_t seq) {
+  PgHeader h = header(src, 0, -1);
+  h.coll = static_cast<std::uint8_t>(ProcessGroup::Kind::Broadcast);
+  h.seq = seq;
+  return h;
+}
+}  // namespace
+
+// The hierarchical all_reduce's watch (zmq_group.cpp): a collective message of the watched group
+// and number calls it once, with that message's header -- also when the message itself is dropped
+// (over max_queued_bytes: the call was once skipped and unwatch_collective waited forever), and
+// for one that came before the watch; other numbers, tags and groups do not.
+TEST(PgMeshTest, AWatchedCollectiveNumberCallsBackOnceWhateverBecomesOfItsMessage) {
+  TwoMeshes w(1ull << 30, 2500);
+  std::atomic<int> calls{0};
+  std::atomic<std::uint64_t> seen{0};
+  auto on_mismatch = [&](const PgHeader& h) {
+    seen = h.seq;
+    ++calls;
+  };
+  const std::vector<char> big(4096, 'b');  // over max_queued_bytes: dropped
+  w.m0->watch_collective(0, 5, on_mismatch);
+  w.m1->send(0, collective_header(1, 4), "x", 1, nullptr, nullptr);  // another number
+  w.m1->send(0, header(1, 0, 3), "y", 1, nullptr, nullptr);          // point-to-point
+  w.m1->send(0, collective_header(1, 5), big.data(), big.size(), nullptr, nullptr);
+  w.m1->send(0, collective_header(1, 5), "z", 1, nullptr, nullptr);  // the watch is spent
+  for (auto until = Clock::now() + 5s; (calls < 1 || w.m0->bad_messages() < 1) && Clock::now() < until;)
+    std::this_thread::sleep_for(1ms);
+  w.m0->unwatch_collective();  // returns: no call is left under way
+  EXPECT_EQ(calls.load(), 1);
+  EXPECT_EQ(seen.load(), 5u);
+  EXPECT_EQ(w.m0->bad_messages(), 1u);
+
+  // A message that came first: the watch calls back as it is set.
+  w.m1->send(0, collective_header(1, 9), "w", 1, nullptr, nullptr);
+  w.m1->send(0, header(1, 0, 8), "v", 1, nullptr, nullptr);  // behind it on the same connection
+  ASSERT_EQ(w.m0->recv(0, 1, 8, Clock::now() + 5s, "test recv").payload.size(), 1u);  // so number 9's is queued
+  w.m0->watch_collective(0, 9, on_mismatch);
+  EXPECT_EQ(calls.load(), 2);  // called here, on this thread
+  EXPECT_EQ(seen.load(), 9u);
+  w.m0->unwatch_collective();
+}
+
+// fail_locally fails this process's waits in a group with the type and reason given, naming no
+// rank that did not send anything.
+TEST(PgMeshTest, FailingAGroupLocallyEndsItsWaitsWithTheTypeGiven) {
+  TwoMeshes w;
+  auto waiting = std::async(std::launch::async, [&] { return w.m0->recv(3, 1, -1, Clock::now() + 5s, "op #2", 2); });
+  std::this_thread::sleep_for(50ms);
+  w.m0->fail_locally(3, "MismatchError", "rank 1 runs something else");
+  try {
+    waiting.get();
+    FAIL() << "the wait went on";
+  } catch (const distrl::transport::MismatchError& e) {
+    EXPECT_EQ(std::string(e.what()), "op #2: rank 1 runs something else");
+  }
+  EXPECT_THROW(w.m0->recv(3, 1, 0, Clock::now() + 5s, "p2p"),
+               distrl::transport::MismatchError);     // the group's every wait
+  EXPECT_FALSE(w.m0->try_recv(0, 1, 0).has_value());  // other groups untouched
 }

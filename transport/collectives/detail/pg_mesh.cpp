@@ -16,6 +16,8 @@ namespace {
 // A peer whose connection closed may still have messages in flight on its other connection:
 // keep reading this long before calling it gone.
 constexpr auto kGoneGrace = std::chrono::milliseconds(300);
+// How long a best-effort send (an abort notice) waits for another thread's send to the same rank.
+constexpr auto kBestEffortWait = std::chrono::milliseconds(100);
 
 // What a zero-copy send holds until the link is done with the bytes: their owner, and the
 // tracker that counts the send (released when the last reference goes).
@@ -85,7 +87,7 @@ bool SendTracker::wait_idle(Clock::time_point deadline) {
 }
 
 struct Mesh::Peer {
-  std::mutex mu;  // one sending thread at a time
+  std::timed_mutex mu;  // one sending thread at a time
   std::unique_ptr<Channel> channel;
 };
 
@@ -150,7 +152,12 @@ Mesh::Mesh(Store& store, const std::string& prefix, int rank, int world, const P
   for (int r = 0; r < world; ++r) peers_.push_back(std::make_unique<Peer>());
   link_ = links.take(endpoints_, cb);
   link_->set_peers(endpoints_);
-  link_->start();
+  try {
+    link_->start();
+  } catch (...) {
+    link_->stop();  // a half-started link's thread must not run on into this object's members
+    throw;
+  }
   ipc_file.release();  // ~Mesh removes it
   // Every peer watched from now on: its death is reported even while nothing is sent to it.
   link_->post([this] {
@@ -169,7 +176,8 @@ Mesh::~Mesh() {
 }
 
 void Mesh::send(int dst, const PgHeader& h, const void* data, std::size_t bytes,
-                const std::shared_ptr<const void>& keep, const std::shared_ptr<SendTracker>& tracker) {
+                const std::shared_ptr<const void>& keep, const std::shared_ptr<SendTracker>& tracker,
+                bool best_effort) {
   if (bytes > options_.max_message_bytes)
     throw TransportError("process group: a message of " + std::to_string(bytes) + " bytes to rank " +
                          std::to_string(dst) + " exceeds max_message_bytes (" +
@@ -184,7 +192,11 @@ void Mesh::send(int dst, const PgHeader& h, const void* data, std::size_t bytes,
   if (bytes < kCopyBelow || !tracker) frames.emplace_back(data, bytes);
   else frames.push_back(Frame::sharing(data, bytes, Held(tracker, keep)));
   Peer& p = *peers_[dst];
-  std::lock_guard<std::mutex> lock(p.mu);
+  std::unique_lock<std::timed_mutex> lock(p.mu, std::defer_lock);
+  if (!best_effort) lock.lock();
+  else if (!lock.try_lock_for(kBestEffortWait))  // a send that waits for room in a full ring
+    throw TransportError("another thread has been sending to rank " + std::to_string(dst) + " for " +
+                         std::to_string(kBestEffortWait.count()) + " ms");
   try {
     if (!p.channel) {
       p.channel = link_->open_channel(dst, endpoints_[dst], Clock::now() + options_.timeout, [this, dst] {
@@ -192,15 +204,17 @@ void Mesh::send(int dst, const PgHeader& h, const void* data, std::size_t bytes,
         return gone(dst, Clock::now());
       });
     }
-    if (!p.channel->send(frames))
-      throw TransportError("process group: the send queue to rank " + std::to_string(dst) + " is full");
-  } catch (const TimeoutError& e) {
-    throw TransportError("process group: no connection to rank " + std::to_string(dst) + ": " + e.what());
-  } catch (const TransportError&) {
-    throw;
   } catch (const std::exception& e) {
+    throw TransportError("process group: no connection to rank " + std::to_string(dst) + ": " + e.what());
+  }
+  bool sent = false;
+  try {
+    sent = p.channel->send(frames);
+  } catch (const std::exception& e) {
+    p.channel.reset();  // a message may be half written into it: the next send takes a new one
     throw TransportError("process group: send to rank " + std::to_string(dst) + " failed: " + e.what());
   }
+  if (!sent) throw TransportError("process group: the send queue to rank " + std::to_string(dst) + " is full");
 }
 
 void Mesh::send_abort(std::uint32_t group, const std::vector<int>& members, const std::string& type,
@@ -215,7 +229,7 @@ void Mesh::send_abort(std::uint32_t group, const std::vector<int>& members, cons
   for (int m : members) {
     if (m == rank_) continue;
     try {
-      send(m, h, payload.data(), payload.size(), {}, nullptr);
+      send(m, h, payload.data(), payload.size(), {}, nullptr, true);
     } catch (const std::exception& e) {
       DISTRL_LOG(Debug, "process group: abort notice to rank " << m << " not sent: " << e.what());
     }
@@ -286,26 +300,26 @@ void Mesh::on_request(Caller&& from, Frames&& frames) {
   auto m = admit_pg_message(frames, from.rank, rank_, world_, &why);
   if (!m) return count_bad(why);
   const PgHeader h = m->h;
+  std::string dropped;
   std::unique_lock<std::mutex> lock(mu_);
-  const auto mismatch = watched(h);
-  if (m->h.kind == static_cast<std::uint8_t>(PgKind::Abort)) {
+  if (h.kind == static_cast<std::uint8_t>(PgKind::Abort)) {
     const std::string text = m->payload.to_string();
     const auto nl = text.find('\n');
-    aborts_.emplace(m->h.group, Abort{m->h.src, text.substr(0, nl),
-                                      nl == std::string::npos ? text : text.substr(nl + 1), m->h.seq});
+    aborts_.emplace(h.group,
+                    Abort{h.src, text.substr(0, nl), nl == std::string::npos ? text : text.substr(nl + 1), h.seq});
   } else if (queued_bytes_ + m->payload.size() > options_.max_queued_bytes) {
-    const std::string waiting = std::to_string(queued_bytes_);
-    lock.unlock();
-    return count_bad("a message of " + std::to_string(m->payload.size()) + " bytes from rank " +
-                     std::to_string(m->h.src) + ": " + waiting +
-                     " bytes wait unread already (ProcessGroupOptions::max_queued_bytes)");
+    dropped = "a message of " + std::to_string(m->payload.size()) + " bytes from rank " + std::to_string(h.src) + ": " +
+              std::to_string(queued_bytes_) + " bytes wait unread already (ProcessGroupOptions::max_queued_bytes)";
   } else {
     queued_bytes_ += m->payload.size();
-    mailboxes_[Key{m->h.group, m->h.src, m->h.tag}].push_back(std::move(*m));
+    mailboxes_[Key{h.group, h.src, h.tag}].push_back(std::move(*m));
   }
+  // Last under the lock: from here to call_watch nothing throws, so the call it owes is made.
+  const auto mismatch = watched(h);
   lock.unlock();
   cv_.notify_all();
   if (mismatch) call_watch(mismatch, h);
+  if (!dropped.empty()) count_bad(dropped);
 }
 
 std::function<void(const PgHeader&)> Mesh::watched(const PgHeader& h) {
@@ -323,6 +337,8 @@ void Mesh::call_watch(const std::function<void(const PgHeader&)>& fn, const PgHe
     fn(h);
   } catch (const std::exception& e) {
     DISTRL_LOG(Warn, "process group: reporting a mismatched collective failed: " << e.what());
+  } catch (...) {
+    DISTRL_LOG(Warn, "process group: reporting a mismatched collective failed with a non-standard exception");
   }
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -108,9 +108,11 @@ class Mesh {
   // Sends header + bytes to global rank dst. Below kCopyBelow bytes, or without a tracker,
   // the data is copied; otherwise the link reads it in place (ZeroMQ after this returns, shared
   // memory before), holding `keep` (the owner of the memory) alive and the tracker busy until it
-  // is done. Throws TransportError when it cannot be sent (the peer gone, a full queue).
+  // is done. Throws TransportError when it cannot be sent (the peer gone, a full queue; over
+  // shared memory a ring that stays full for the group's timeout: the peer stopped reading).
+  // best_effort: fails when another thread's send to dst goes on for 100 ms (abort notices).
   void send(int dst, const PgHeader& h, const void* data, std::size_t bytes, const std::shared_ptr<const void>& keep,
-            const std::shared_ptr<SendTracker>& tracker);
+            const std::shared_ptr<SendTracker>& tracker, bool best_effort = false);
   // The next message of (group, src, tag). Throws TimeoutError at the deadline, TransportError
   // when src is gone, MismatchError/TransportError when a member aborted the group. `what`
   // names the waiting operation in errors. `seq`: the waiting collective's number; an abort
@@ -122,7 +124,8 @@ class Mesh {
   // Non-blocking: a queued message.
   std::optional<PgMessage> try_recv(std::uint32_t group, int src, std::int32_t tag);
   // Tells the other members that this group failed in collective `seq` (0: whatever is
-  // waiting, as abort() says; best effort, never blocks).
+  // waiting, as abort() says). Best effort: a member another thread has been sending to for
+  // 100 ms is skipped; one whose shared-memory ring is full waits as send() says.
   void send_abort(std::uint32_t group, const std::vector<int>& members, const std::string& type,
                   const std::string& reason, std::uint64_t seq = 0);
 
