@@ -292,6 +292,11 @@ TEST(PsFaultTest, AStoppedTrainerDoesNotStallAQuorumRoundAndItsLatePushesAreDrop
         PsClient ps(agent, ClientOptions{trainer, World::kServers, 0});
         ps.declare("w", torch::zeros({3}));
         ps.pull({"w"});
+        // Everyone starts at round 0: a trainer 2 that pulled only after the others had closed
+        // rounds 0-3 (a slow start under load) joined at round 4 and was never late (seen in CI).
+        const std::string joined = dir.file("joined");
+        if (trainer == 2) std::ofstream(joined) << "pulled";
+        else expect(distrl::testing::wait_for_file(joined, 30s), "trainer 2 pulled");
         int dropped = 0;
         for (int r = 0; r < rounds; ++r) {
           if (trainer == 2 && r == 1) {
