@@ -293,14 +293,12 @@ class ZmqGroup final : public ProcessGroup {
         std::lock_guard<std::mutex> lock(mu_);
         if (broken_.empty()) broken_ = ex.what();
       }
+      // This rank's subgroups learn it either way: after a member's abort too, a rank of this
+      // host may wait in them for this one, and would otherwise see it only as gone once it exits.
+      abort_hierarchy(error_type(ex), ex.what());
       if (std::string(ex.what()).find("the group was aborted by rank") == std::string::npos) {
         if (shm_) shm_->abort(error_type(ex), ex.what());
-        abort_hierarchy(error_type(ex), ex.what());
         mesh_->send_abort(id_, members_, error_type(ex), ex.what(), e.h.seq);
-      } else {
-        // A member's abort: this rank's subgroups learn it too (a rank of this host may wait in
-        // them for this one, and would otherwise see it only as gone once it exits).
-        abort_hierarchy(error_type(ex), ex.what());
       }
       throw;
     }
