@@ -3,10 +3,16 @@
 // (and is skipped) until reset_all(), or is restarted at once with autoreset. A time limit
 // (max_episode_steps > 0) truncates an episode at that many steps, as Gymnasium's TimeLimit
 // (the env's own limit still applies).
+//
+// `gymnasium:ID` envs are stepped by one Python child for all n (envs/detail/gymnasium_child.h):
+// a step() is one wake-up of the child, which steps, resets and writes every env's row into a
+// shared buffer; the outcome is the same as n GymnasiumEnvs' (seeds, time limits, final
+// observations), without n processes and n round trips.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,13 +20,22 @@
 
 namespace distrl::envs {
 
+namespace detail {
+class GymnasiumChild;
+}
+
 class VecEnv {
  public:
   VecEnv(const std::string& name, int n, std::uint64_t seed, bool autoreset = false, int max_episode_steps = 0);
+  ~VecEnv();
+  VecEnv(VecEnv&&) noexcept;
+  VecEnv& operator=(VecEnv&&) noexcept;
 
-  int size() const { return static_cast<int>(envs_.size()); }
+  int size() const { return n_; }
   int obs_dim() const { return obs_dim_; }
-  const Env& env(int i) const { return *envs_.at(i); }
+  const std::string& name() const { return name_; }
+  const Space& observation_space() const { return obs_space_; }
+  const Space& action_space() const { return act_space_; }
 
   void reset_all();
   // actions[i] is env i's action (discrete); entries of finished envs are ignored.
@@ -43,8 +58,21 @@ class VecEnv {
  private:
   template <typename StepOne>
   void step_all(StepOne&& step_one);
+  // gymnasium:ID: the child steps every running env; then the same bookkeeping as step_all's.
+  template <typename Action>
+  void step_child(const Action* actions);
+  // After env i's step (done: its episode ended): its flags, its episode's count, and its
+  // restart or its end. `restart` writes its next first observation to `row` (native envs).
+  template <typename Restart>
+  void account(int i, Step s, Restart&& restart);
 
-  std::vector<std::unique_ptr<Env>> envs_;
+  std::string name_;
+  int n_ = 0;
+  std::vector<std::unique_ptr<Env>> envs_;           // native envs (empty for gymnasium:ID)
+  std::unique_ptr<detail::GymnasiumChild> child_;    // gymnasium:ID (null for native envs)
+  std::vector<std::optional<std::uint64_t>> seeds_;  // the child's next resets' seeds
+  std::vector<std::uint8_t> commands_, all_;         // the child's commands; n ones
+  Space obs_space_, act_space_;
   int obs_dim_ = 0;
   bool autoreset_ = false;
   std::vector<float> obs_, rewards_, final_obs_;

@@ -58,7 +58,7 @@ void start(envs::VecEnv& venv, EpisodeState& state) {
 
 void run_stream(envs::VecEnv& venv, int observer_id, const StepFn& step, const std::atomic<bool>& stop) {
   const int n = venv.size(), dim = venv.obs_dim();
-  const auto space = venv.env(0).action_space();
+  const auto& space = venv.action_space();
   const int act_dim = space.kind == envs::Space::Kind::Box ? space.dim() : 0;
   EpisodeState episodes;
   start(venv, episodes);

@@ -123,9 +123,10 @@ struct EnvBenchOptions {
                                 "LunarLanderContinuous-v2",
                                 "BipedalWalker-v3",
                                 "BipedalWalkerHardcore-v3"};
-  long long steps = 1000000;  // per env, or
-  double seconds = 10;        // per env, whichever comes first (the Box2D envs are slow)
-  std::string csv;            // --csv; "": OUT_DIR/env.csv (distrl-bench --out-dir)
+  std::vector<int> batches{1};  // envs stepped per call (a VecEnv), each measured
+  long long steps = 1000000;    // env steps per row, or
+  double seconds = 10;          // per row, whichever comes first (the Box2D envs are slow)
+  std::string csv;              // --csv; "": OUT_DIR/env.csv (distrl-bench --out-dir)
 };
 int run_env_bench(const EnvBenchOptions& options);
 

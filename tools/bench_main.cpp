@@ -126,9 +126,14 @@ CLI::App* add_ddp(CLI::App& app, DdpBenchOptions& o) {
 
 CLI::App* add_env(CLI::App& app, EnvBenchOptions& o) {
   CLI::App* s = app.add_subcommand("env", "environment steps/s, one thread, random actions");
-  s->add_option("--envs", o.envs, "environments")->delimiter(',');
-  s->add_option("--steps", o.steps, "timed steps per environment")->check(CLI::Range(1000LL, 1000000000000LL));
-  s->add_option("--seconds", o.seconds, "or this many seconds per environment, whichever comes first")
+  s->add_option("--envs", o.envs, "environments (gymnasium:ID too)")->delimiter(',');
+  s->add_option("--batch", o.batches,
+                "envs stepped together per call, as an observer's env.per_observer (a VecEnv; "
+                "gymnasium:ID envs share one Python child): each measured")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 4096));
+  s->add_option("--steps", o.steps, "timed env steps per row")->check(CLI::Range(1000LL, 1000000000000LL));
+  s->add_option("--seconds", o.seconds, "or this many seconds per row, whichever comes first")
       ->check(CLI::Range(0.01, 1e6));
   s->add_option("--csv", o.csv, "CSV output path (default: OUT_DIR/<suite>.csv)");
   return s;

@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -28,6 +29,7 @@
 #include "envs/classic_control.h"
 #include "envs/gymnasium_env.h"
 #include "envs/random.h"
+#include "envs/vec_env.h"
 #include "tests/support/multiproc.h"
 #include "tests/support/reference_python.h"
 
@@ -347,12 +349,89 @@ TEST_F(GymnasiumEnvTest, EveryFailureIsAnEnvErrorThatSaysWhatToDo) {
   EXPECT_EQ(::waitpid(-1, &status, WNOHANG), -1) << "a child (the silent one?) was not killed and reaped";
 }
 
+// The same episodes through one child for n envs (a VecEnv of gymnasium:ID) as through n
+// GymnasiumEnvs: seeds, autoreset, the VecEnv's own time limit cutting some episodes and
+// Gymnasium's ending others, final observations, and envs that finished without autoreset.
+TEST_F(GymnasiumEnvTest, AVecEnvStepsItsEnvsInOneChildAsSingleEnvsWouldBe) {
+  auto probe = make_or_skip("gymnasium:CartPole-v1");
+  if (!probe) GTEST_SKIP() << skip_why_;
+  for (const bool autoreset : {true, false}) {
+    SCOPED_TRACE(autoreset ? "autoreset" : "no autoreset");
+    constexpr int kN = 3, kLimit = 15;
+    VecEnv venv("gymnasium:CartPole-v1", kN, 7, autoreset, kLimit);
+    EXPECT_EQ(venv.action_space().describe(), "Discrete(2)");
+    std::vector<std::unique_ptr<Env>> singles;
+    std::vector<std::vector<float>> obs(kN, std::vector<float>(4));
+    std::vector<int> steps(kN, 0);
+    std::vector<bool> running(kN, true);
+    venv.reset_all();
+    for (int i = 0; i < kN; ++i) {
+      singles.push_back(make_env("gymnasium:CartPole-v1"));
+      singles[i]->reset(7 + i, obs[i].data());
+      for (int k = 0; k < 4; ++k) ASSERT_EQ(venv.obs(i)[k], obs[i][k]) << "env " << i << " is seeded 7 + " << i;
+    }
+    int ends = 0, cut = 0;
+    for (int t = 0; t < 60; ++t) {
+      std::vector<int> actions(kN);
+      for (int i = 0; i < kN; ++i) actions[i] = (t * 7 + i * 3) % 5 < 3 ? 1 : 0;  // pole falls within ~10-40 steps
+      venv.step(actions.data());
+      for (int i = 0; i < kN; ++i) {
+        if (!running[i]) {
+          EXPECT_EQ(venv.rewards()[i], 0.0f);
+          EXPECT_FALSE(venv.running(i));
+          continue;
+        }
+        Step s = singles[i]->step(actions[i], obs[i].data());
+        if (++steps[i] == kLimit && !s.terminated) s.truncated = true;
+        EXPECT_EQ(venv.rewards()[i], s.reward);
+        ASSERT_EQ(venv.terminated()[i] != 0, s.terminated) << "env " << i << " step " << t;
+        ASSERT_EQ(venv.truncated()[i] != 0, s.truncated) << "env " << i << " step " << t;
+        if (s.done()) {
+          ++ends;
+          cut += s.truncated;
+          steps[i] = 0;
+          if (!autoreset) {
+            running[i] = false;
+            continue;
+          }
+          for (int k = 0; k < 4; ++k) ASSERT_EQ(venv.final_obs(i)[k], obs[i][k]);
+          singles[i]->reset(obs[i].data());
+        }
+        for (int k = 0; k < 4; ++k) ASSERT_EQ(venv.obs(i)[k], obs[i][k]) << "env " << i << " step " << t;
+      }
+    }
+    EXPECT_GE(ends, kN);
+    if (autoreset) {
+      EXPECT_GT(cut, 0) << "the VecEnv's time limit cut no episode";
+      const int bad[kN] = {0, 2, 0};
+      EXPECT_THROW(venv.step(bad), distrl::EnvError) << "env 1's action is out of range";
+    } else {
+      EXPECT_EQ(venv.num_running(), 0);
+    }
+  }
+  // Continuous actions, and Gymnasium's own time limit.
+  VecEnv pendulum("gymnasium:Pendulum-v1", 2, 1, /*autoreset=*/true);
+  pendulum.reset_all();
+  int truncated = 0;
+  for (int t = 0; t < 200; ++t) {
+    const float torques[2] = {0.5f, -1.0f};
+    pendulum.step(torques);
+    truncated += pendulum.truncated()[0] + pendulum.truncated()[1];
+  }
+  EXPECT_EQ(truncated, 2) << "Pendulum-v1 ends at 200 steps";
+  const float nan[2] = {0, std::nanf("")};
+  EXPECT_THROW(pendulum.step(nan), distrl::EnvError);
+}
+
 // Answers are untrusted: a child that says something else than the protocol, a malformed space,
-// a word that is no number, a bad flag or an endless line is refused, naming it, and stopped.
+// a bad flag in the shared buffer or an endless line is refused, naming it, and stopped.
 // The children here are shell scripts speaking (or breaking) the protocol: no gymnasium needed.
+// They write the buffer (their fd 3) with dd at the offsets the map line gives.
 TEST_F(GymnasiumEnvTest, MalformedAnswersAreRefusedAndTheChildStopped) {
   distrl::testing::TempDir dir;
   const std::string made = "read l; echo 'spec 10 inf'; echo 'observation 2 -1 -1 1 1'; echo 'action discrete 2'\n";
+  const std::string mapped = made + "read l; set -- $l; terminated=$9; echo ok\n";
+  const std::string poke = "printf '\\002' | dd of=/proc/self/fd/3 bs=1 seek=$terminated conv=notrunc 2>/dev/null; ";
   const std::vector<std::pair<std::string, std::string>> cases{
       {"read l; echo hello\n", "an unexpected answer 'hello' (wanted spec)"},
       {"read l; echo 'spec ten inf'\n", "a malformed answer to make"},
@@ -367,10 +446,11 @@ TEST_F(GymnasiumEnvTest, MalformedAnswersAreRefusedAndTheChildStopped) {
        "an action space of 100000 values, over the 4096"},
       {"read l; echo 'spec 10 inf'; echo 'observation 2 -1 -1 1 1'; echo 'action discrete -3'\n",
        "a malformed action space"},
-      {made + "read l; echo 'obs 0 zz'\n", "observation value 'zz' is no number"},
-      {made + "read l; echo 'obs 0'\n", "Gymnasium gave 1 observation values, its space has 2"},
-      {made + "read l; echo 'obs 0 0'; read l; echo 'step 1 2 0 0 0'\n", "a malformed step answer"},
-      {made + "read l; echo 'obs 0 0'; read l; echo 'step one 0 0 0 0'\n", "a malformed step answer"},
+      {made + "read l; echo hello\n", "an unexpected answer 'hello' (wanted ok)"},
+      {mapped + "read l; echo 'ok 1 2'\n", "a malformed answer to reset"},
+      {mapped + "read l; echo ok; read l; " + poke + "echo ok\n",
+       "a malformed step answer: gymnasium:Fake-v0's flags are terminated 2, truncated 0 (wanted 0 or 1)"},
+      {mapped + "read l; echo ok; read l; echo 'error ValueError: boom'\n", "Gymnasium says: ValueError: boom"},
       {"read l; exec tr '\\0' x < /dev/zero\n", "an answer line over 64 MiB"},
   };
   for (std::size_t i = 0; i < cases.size(); ++i) {
@@ -396,4 +476,28 @@ TEST_F(GymnasiumEnvTest, MalformedAnswersAreRefusedAndTheChildStopped) {
   }
 }
 
+// The buffer is sealed before it is mapped: a child that shrinks it (which would make our reads
+// fault) cannot, and one that writes garbage into it gives garbage observations, nothing worse.
+TEST_F(GymnasiumEnvTest, AChildCannotShrinkTheSharedBuffer) {
+  distrl::testing::TempDir dir;
+  const std::string child = dir.file("child");
+  std::ofstream(child) << "#!/bin/sh\n"
+                       << "read l; echo 'spec 10 inf'; echo 'observation 2 -1 -1 1 1'; echo 'action discrete 2'\n"
+                       << "read l; set -- $l; size=$2; truncate -s 0 /proc/self/fd/3 2>/dev/null; echo ok\n"
+                       << "read l; truncate -s 1 /proc/self/fd/3 2>/dev/null; echo ok\n"
+                       << "read l; head -c $size /dev/urandom | dd of=/proc/self/fd/3 conv=notrunc 2>/dev/null; "
+                          "truncate -s 100000000 /proc/self/fd/3 2>/dev/null; echo ok\n"
+                       << "exec cat > /dev/null\n";
+  ::chmod(child.c_str(), 0755);
+  ::setenv("DISTRL_GYMNASIUM_PYTHON", child.c_str(), 1);
+  GymnasiumEnv env("Fake-v0", 10, 10);
+  std::vector<float> obs(2, 5.0f);
+  env.reset(1, obs.data());
+  EXPECT_EQ(obs, std::vector<float>(2, 0.0f)) << "the child wrote no observation: the buffer's zeros";
+  try {
+    env.step(1, obs.data());  // the flags are random bytes: refused, or read as 0/1
+  } catch (const distrl::EnvError& e) {
+    EXPECT_NE(std::string(e.what()).find("a malformed step answer"), std::string::npos) << e.what();
+  }
+}
 }  // namespace
