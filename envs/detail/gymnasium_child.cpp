@@ -278,8 +278,8 @@ void GymnasiumChild::make(int n, double make_timeout_s) {
 void GymnasiumChild::map_buffer() {
   const auto n = static_cast<std::size_t>(n_);
   const auto obs_bytes = n * static_cast<std::size_t>(obs_space_.dim()) * sizeof(float);
-  const auto act_bytes = n * (act_space_.kind == Space::Kind::Discrete ? sizeof(std::int32_t)
-                                                                        : act_space_.dim() * sizeof(float));
+  const auto act_bytes =
+      n * (act_space_.kind == Space::Kind::Discrete ? sizeof(std::int32_t) : act_space_.dim() * sizeof(float));
   Layout& l = layout_;
   l.cmd = 0;
   l.seed = aligned(l.cmd + n);
@@ -309,9 +309,7 @@ void GymnasiumChild::map_buffer() {
       std::to_string(l.reward) + " " + std::to_string(l.terminated) + " " + std::to_string(l.truncated));
 }
 
-std::string GymnasiumChild::which(int i) const {
-  return n_ > 1 ? name_ + " (env " + std::to_string(i) + ")" : name_;
-}
+std::string GymnasiumChild::which(int i) const { return n_ > 1 ? name_ + " (env " + std::to_string(i) + ")" : name_; }
 
 void GymnasiumChild::run(const std::string& request) {
   send(request);
@@ -381,8 +379,8 @@ void GymnasiumChild::finish_step(const std::uint8_t* commands, const Out& out) {
     out.rewards[i] = rewards[i];
     const std::uint8_t te = at(layout_.terminated)[i], tr = at(layout_.truncated)[i];
     if (te > 1 || tr > 1)
-      fail("a malformed step answer: " + which(i) + "'s flags are terminated " + std::to_string(te) +
-           ", truncated " + std::to_string(tr) + " (wanted 0 or 1)");
+      fail("a malformed step answer: " + which(i) + "'s flags are terminated " + std::to_string(te) + ", truncated " +
+           std::to_string(tr) + " (wanted 0 or 1)");
     out.terminated[i] = te;
     out.truncated[i] = tr;
     std::memcpy(out.obs + i * dim, obs + i * dim, row);

@@ -42,9 +42,9 @@ class GymnasiumChild {
 
   // Where step() writes; rows of stepped envs only (final_obs: rows of envs that were reset).
   struct Out {
-    float* obs;        // n x obs dim
-    float* final_obs;  // n x obs dim
-    float* rewards;    // n
+    float* obs;                // n x obs dim
+    float* final_obs;          // n x obs dim
+    float* rewards;            // n
     std::uint8_t* terminated;  // n: Gymnasium's flags as it gave them (both may be set)
     std::uint8_t* truncated;   // n
   };
@@ -77,8 +77,7 @@ class GymnasiumChild {
 
  private:
   struct Layout {
-    std::size_t size = 0, cmd = 0, seed = 0, act = 0, obs = 0, final_obs = 0, reward = 0, terminated = 0,
-                truncated = 0;
+    std::size_t size = 0, cmd = 0, seed = 0, act = 0, obs = 0, final_obs = 0, reward = 0, terminated = 0, truncated = 0;
   };
   void make(int n, double make_timeout_s);
   void map_buffer();
