@@ -8,7 +8,7 @@
 namespace distrl::envs {
 
 VecEnv::VecEnv(const std::string& name, int n, std::uint64_t seed, bool autoreset, int max_episode_steps)
-    : name_(name), n_(n), autoreset_(autoreset), max_episode_steps_(max_episode_steps) {
+    : name_(name), autoreset_(autoreset), max_episode_steps_(max_episode_steps) {
   if (n < 1) throw EnvError("VecEnv: needs at least one env, got " + std::to_string(n));
   if (max_episode_steps < 0)
     throw EnvError("VecEnv: max_episode_steps must be 0 (none) or positive, got " + std::to_string(max_episode_steps));
@@ -42,6 +42,7 @@ VecEnv::VecEnv(VecEnv&&) noexcept = default;
 VecEnv& VecEnv::operator=(VecEnv&&) noexcept = default;
 
 void VecEnv::reset_all() {
+  failed_ = true;  // until every env has restarted
   if (child_) {
     child_->reset(all_.data(), seeds_.data(), obs_.data());
     for (auto& s : seeds_) s.reset();  // used: later resets go on from Gymnasium's generator
@@ -54,6 +55,7 @@ void VecEnv::reset_all() {
     terminated_[i] = truncated_[i] = 0;
   }
   num_running_ = size();
+  failed_ = false;
 }
 
 template <typename Restart>
@@ -112,15 +114,22 @@ void VecEnv::step_child(const Action* actions) {
   }
 }
 
+template <typename Action, typename StepFn>
+void VecEnv::guarded(const Action* actions, StepFn&& step) {
+  if (failed_) throw EnvError(name_ + ": an env failed in an earlier step; call reset_all()");
+  failed_ = true;  // until the step is through
+  if (child_) step_child(actions);
+  else step();
+  failed_ = false;
+}
+
 void VecEnv::step(const int* actions) {
-  if (child_) return step_child(actions);
-  step_all([&](int i, float* row) { return envs_[i]->step(actions[i], row); });
+  guarded(actions, [&] { step_all([&](int i, float* row) { return envs_[i]->step(actions[i], row); }); });
 }
 
 void VecEnv::step(const float* actions) {
-  if (child_) return step_child(actions);
-  const int adim = act_space_.dim();
-  step_all([&](int i, float* row) { return envs_[i]->step(actions + static_cast<std::size_t>(i) * adim, row); });
+  const auto adim = static_cast<std::size_t>(act_space_.dim());
+  guarded(actions, [&] { step_all([&](int i, float* row) { return envs_[i]->step(actions + i * adim, row); }); });
 }
 
 }  // namespace distrl::envs

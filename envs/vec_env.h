@@ -31,12 +31,14 @@ class VecEnv {
   VecEnv(VecEnv&&) noexcept;
   VecEnv& operator=(VecEnv&&) noexcept;
 
-  int size() const { return n_; }
+  int size() const { return static_cast<int>(rewards_.size()); }
   int obs_dim() const { return obs_dim_; }
   const std::string& name() const { return name_; }
   const Space& observation_space() const { return obs_space_; }
   const Space& action_space() const { return act_space_; }
 
+  // After an error from an env (an EnvError from step() or reset_all()), step() refuses until
+  // reset_all() succeeds: some envs may have stepped and others not.
   void reset_all();
   // actions[i] is env i's action (discrete); entries of finished envs are ignored.
   void step(const int* actions);
@@ -58,6 +60,9 @@ class VecEnv {
  private:
   template <typename StepOne>
   void step_all(StepOne&& step_one);
+  // step() of either kind: refused after a failure; a throw leaves failed_ set.
+  template <typename Action, typename StepFn>
+  void guarded(const Action* actions, StepFn&& step);
   // gymnasium:ID: the child steps every running env; then the same bookkeeping as step_all's.
   template <typename Action>
   void step_child(const Action* actions);
@@ -67,7 +72,6 @@ class VecEnv {
   void account(int i, Step s, Restart&& restart);
 
   std::string name_;
-  int n_ = 0;
   std::vector<std::unique_ptr<Env>> envs_;           // native envs (empty for gymnasium:ID)
   std::unique_ptr<detail::GymnasiumChild> child_;    // gymnasium:ID (null for native envs)
   std::vector<std::optional<std::uint64_t>> seeds_;  // the child's next resets' seeds
@@ -80,6 +84,7 @@ class VecEnv {
   int max_episode_steps_ = 0;
   std::vector<int> episode_steps_;
   int num_running_ = 0;
+  bool failed_ = false;  // an env threw: reset_all() first
 };
 
 }  // namespace distrl::envs

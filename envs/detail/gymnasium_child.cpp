@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -196,6 +197,16 @@ constexpr std::size_t kMaxBufferBytes = std::size_t{1} << 30;
 
 std::size_t aligned(std::size_t v) { return (v + 63) & ~std::size_t{63}; }
 
+// An fd at 4 or above, close-on-exec (the original closed): the spawn's dup2s onto 0, 1 and 3
+// then never overwrite a source (a process started with stdin closed gets fds from 0).
+int high_fd(int fd, const std::string& what) {
+  const int moved = ::fcntl(fd, F_DUPFD_CLOEXEC, 4);
+  const int e = errno;
+  ::close(fd);
+  if (moved < 0) throw EnvError(what + ": " + std::strerror(e));
+  return moved;
+}
+
 }  // namespace
 
 GymnasiumChild::GymnasiumChild(const std::string& id, int n, double step_timeout_s, double make_timeout_s)
@@ -206,36 +217,14 @@ GymnasiumChild::GymnasiumChild(const std::string& id, int n, double step_timeout
   if (n < 1) throw EnvError(name_ + ": needs at least one env, got " + std::to_string(n));
   const char* env_python = std::getenv("DISTRL_GYMNASIUM_PYTHON");
   const std::string python = env_python && *env_python ? env_python : "python3";
-  memfd_ = ::memfd_create("distrl-gymnasium", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (memfd_ < 0) throw EnvError(name_ + ": memfd_create: " + std::strerror(errno));
-  int fds[2];
-  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
-    const int e = errno;
-    ::close(memfd_);
-    throw EnvError(name_ + ": socketpair: " + std::strerror(e));
+  int rc = 0;
+  try {
+    rc = spawn(python);
+  } catch (...) {
+    stop_child();
+    throw;
   }
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  // Its own process group: a rank's stop signal (distrl-launch signals the rank's group) or a
-  // Ctrl-C must not kill it under the rank's graceful stop; it leaves when the socket closes.
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
-  posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], 0);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
-  posix_spawn_file_actions_adddup2(&actions, memfd_, 3);
-  std::vector<std::string> args{python, "-u", "-W", "ignore", "-c", kScript};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const int rc = ::posix_spawnp(&pid_, python.c_str(), &actions, &attr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  ::close(fds[1]);
-  fd_ = fds[0];
   if (rc != 0) {
-    pid_ = -1;
     stop_child();
     throw EnvError(name_ + ": cannot start " + python + ": " + std::strerror(rc) + "; " + no_gymnasium_fix());
   }
@@ -246,6 +235,39 @@ GymnasiumChild::GymnasiumChild(const std::string& id, int n, double step_timeout
     stop_child();
     throw;
   }
+}
+
+int GymnasiumChild::spawn(const std::string& python) {
+  std::vector<std::string> args{python, "-u", "-W", "ignore", "-c", kScript};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const int mem = ::memfd_create("distrl-gymnasium", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (mem < 0) throw EnvError(name_ + ": memfd_create: " + std::strerror(errno));
+  memfd_ = high_fd(mem, name_ + ": memfd");
+  int fds[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0)
+    throw EnvError(name_ + ": socketpair: " + std::strerror(errno));
+  fd_ = fds[0];
+  const int theirs = high_fd(fds[1], name_ + ": socket");
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  // Its own process group: a rank's stop signal (distrl-launch signals the rank's group) or a
+  // Ctrl-C must not kill it under the rank's graceful stop; it leaves when the socket closes.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  int rc = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  if (rc == 0) rc = posix_spawnattr_setpgroup(&attr, 0);
+  if (rc == 0) rc = posix_spawn_file_actions_adddup2(&actions, theirs, 0);
+  if (rc == 0) rc = posix_spawn_file_actions_adddup2(&actions, theirs, 1);
+  if (rc == 0) rc = posix_spawn_file_actions_adddup2(&actions, memfd_, 3);
+  pid_t pid = -1;
+  if (rc == 0) rc = ::posix_spawnp(&pid, python.c_str(), &actions, &attr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  ::close(theirs);
+  if (rc == 0) pid_ = pid;
+  return rc;
 }
 
 GymnasiumChild::~GymnasiumChild() { stop_child(); }
@@ -377,7 +399,8 @@ void GymnasiumChild::finish_step(const std::uint8_t* commands, const Out& out) {
     const std::uint8_t c = commands[i];
     if (c == kSkip) continue;
     out.rewards[i] = rewards[i];
-    const std::uint8_t te = at(layout_.terminated)[i], tr = at(layout_.truncated)[i];
+    const volatile std::uint8_t* flags = at(0);  // one read each: the child may write them meanwhile
+    const std::uint8_t te = flags[layout_.terminated + i], tr = flags[layout_.truncated + i];
     if (te > 1 || tr > 1)
       fail("a malformed step answer: " + which(i) + "'s flags are terminated " + std::to_string(te) + ", truncated " +
            std::to_string(tr) + " (wanted 0 or 1)");
@@ -401,7 +424,7 @@ void GymnasiumChild::stop_child() {
   int status = 0;
   while (::waitpid(pid_, &status, WNOHANG) == 0) {
     if (std::chrono::steady_clock::now() > deadline) {
-      ::kill(pid_, SIGKILL);
+      ::kill(-pid_, SIGKILL);  // its process group: whatever it started goes too
       ::waitpid(pid_, &status, 0);
       break;
     }
@@ -435,12 +458,24 @@ void GymnasiumChild::fail(const std::string& what, bool closed) {
 
 void GymnasiumChild::send(const std::string& line) {
   if (fd_ < 0) throw EnvError(name_ + ": its Python process is gone (an earlier error); make the env again");
+  // Timed too: a child that stops reading while it answers would fill the socket's buffer.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(step_timeout_s_);
   const std::string out = line + "\n";
   for (std::size_t done = 0; done < out.size();) {
-    const ssize_t n = ::send(fd_, out.data() + done, out.size() - done, MSG_NOSIGNAL);
+    const ssize_t n = ::send(fd_, out.data() + done, out.size() - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      done += static_cast<std::size_t>(n);
+      continue;
+    }
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) fail("lost its Python process (" + std::string(std::strerror(errno)) + ")", true);
-    done += static_cast<std::size_t>(n);
+    if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
+      fail("lost its Python process (" + std::string(std::strerror(errno)) + ")", true);
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) fail("Gymnasium read nothing for " + number(step_timeout_s_) + " s; killed it");
+    pollfd p{fd_, POLLOUT, 0};
+    if (::poll(&p, 1, static_cast<int>(std::min<long long>(left.count(), 1000))) < 0 && errno != EINTR)
+      fail("poll: " + std::string(std::strerror(errno)));
   }
 }
 
@@ -464,6 +499,14 @@ std::vector<std::string> GymnasiumChild::receive(const std::string& expect, doub
   }
   const std::string line = input_.substr(0, end);
   input_.erase(0, end + 1);
+  // Counted before it is split: a 64 MiB line of one-letter words would be 32 M strings. The
+  // longest answer is an observation space's: 2 bounds per value.
+  std::size_t count = 0;
+  for (std::size_t i = 0; i < line.size(); ++i)
+    count += !std::isspace(static_cast<unsigned char>(line[i])) &&
+             (i == 0 || std::isspace(static_cast<unsigned char>(line[i - 1])));
+  if (count > 2 * static_cast<std::size_t>(kMaxObservationFloats) + 3)
+    fail("an answer of " + std::to_string(count) + " words (wanted " + expect + ")");
   auto words = split(line);
   if (!words.empty() && words[0] == "error") {
     const std::string message = line.size() > 6 ? line.substr(6) : "an error without a message";

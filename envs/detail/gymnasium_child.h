@@ -79,6 +79,8 @@ class GymnasiumChild {
   struct Layout {
     std::size_t size = 0, cmd = 0, seed = 0, act = 0, obs = 0, final_obs = 0, reward = 0, terminated = 0, truncated = 0;
   };
+  // Starts PYTHON with the script, the buffer at its fd 3: 0 or posix_spawn's error.
+  int spawn(const std::string& python);
   void make(int n, double make_timeout_s);
   void map_buffer();
   // The env's name in an error: "gymnasium:ID" or, with n > 1, "gymnasium:ID (env I)".

@@ -371,9 +371,13 @@ TEST_F(GymnasiumEnvTest, AVecEnvStepsItsEnvsInOneChildAsSingleEnvsWouldBe) {
       for (int k = 0; k < 4; ++k) ASSERT_EQ(venv.obs(i)[k], obs[i][k]) << "env " << i << " is seeded 7 + " << i;
     }
     int ends = 0, cut = 0;
-    for (int t = 0; t < 60; ++t) {
+    const auto actions_of = [](int t) {  // the pole falls within ~10-40 steps
       std::vector<int> actions(kN);
-      for (int i = 0; i < kN; ++i) actions[i] = (t * 7 + i * 3) % 5 < 3 ? 1 : 0;  // pole falls within ~10-40 steps
+      for (int i = 0; i < kN; ++i) actions[i] = (t * 7 + i * 3) % 5 < 3 ? 1 : 0;
+      return actions;
+    };
+    for (int t = 0; t < 60; ++t) {
+      const std::vector<int> actions = actions_of(t);
       venv.step(actions.data());
       for (int i = 0; i < kN; ++i) {
         if (!running[i]) {
@@ -405,6 +409,14 @@ TEST_F(GymnasiumEnvTest, AVecEnvStepsItsEnvsInOneChildAsSingleEnvsWouldBe) {
       EXPECT_GT(cut, 0) << "the VecEnv's time limit cut no episode";
       const int bad[kN] = {0, 2, 0};
       EXPECT_THROW(venv.step(bad), distrl::EnvError) << "env 1's action is out of range";
+      try {
+        venv.step(actions_of(0).data());
+        ADD_FAILURE() << "a step after a failed one";
+      } catch (const distrl::EnvError& e) {
+        EXPECT_NE(std::string(e.what()).find("call reset_all()"), std::string::npos) << e.what();
+      }
+      venv.reset_all();
+      venv.step(actions_of(0).data());
     } else {
       EXPECT_EQ(venv.num_running(), 0);
     }
@@ -500,4 +512,30 @@ TEST_F(GymnasiumEnvTest, AChildCannotShrinkTheSharedBuffer) {
     EXPECT_NE(std::string(e.what()).find("a malformed step answer"), std::string::npos) << e.what();
   }
 }
+// A child that answers without reading its requests fills the socket's buffer: our send is timed
+// too, and the child is killed.
+TEST_F(GymnasiumEnvTest, AChildThatStopsReadingIsGivenUpOn) {
+  distrl::testing::TempDir dir;
+  const std::string child = dir.file("child");
+  std::ofstream(child) << "#!/bin/sh\n"
+                       << "read l; echo 'spec 10 inf'; echo 'observation 2 -1 -1 1 1'; echo 'action discrete 2'\n"
+                       << "read l; echo ok; read l; echo ok; exec yes ok\n";
+  ::chmod(child.c_str(), 0755);
+  ::setenv("DISTRL_GYMNASIUM_PYTHON", child.c_str(), 1);
+  GymnasiumEnv env("Fake-v0", 1, 10);
+  std::vector<float> obs(2);
+  env.reset(1, obs.data());
+  std::string message = "no error";
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    for (int i = 0; i < 10000000; ++i) env.step(1, obs.data());
+  } catch (const distrl::EnvError& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("Gymnasium read nothing for 1 s; killed it"), std::string::npos) << message;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  int status = 0;
+  EXPECT_EQ(::waitpid(-1, &status, WNOHANG), -1) << "the child was not stopped and reaped";
+}
+
 }  // namespace
