@@ -153,6 +153,7 @@ int run_autograd_bench(const AutogradBenchOptions& options);
 int run_autograd_worker(const std::string& out, int iterations, int contexts);
 
 struct PsBenchOptions {
+  std::vector<std::string> parts{"sparse", "model", "straggler", "resnet", "restart"};  // which to run
   int rows = 10000;       // sparse: rows per pull and per push
   int iterations = 200;   // sparse: timed pull + push pairs
   int images = 3000;      // model on server: Fashion-MNIST images per run (0: skip)

@@ -170,6 +170,9 @@ CLI::App* add_ps(CLI::App& app, PsBenchOptions& o) {
                                    "the parameter server: sparse pull/push on 2 shards, idle server CPU, "
                                    "model-on-server samples/s per step policy, a straggler against quorum, "
                                    "the ResNet-50 batch-update round");
+  s->add_option("--parts", o.parts, "which parts to run: sparse, model, straggler, resnet, restart")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"sparse", "model", "straggler", "resnet", "restart"}));
   s->add_option("--rows", o.rows, "sparse: rows per pull and per push")->check(CLI::Range(1, 10000000));
   s->add_option("--iterations", o.iterations, "sparse: timed pull + push pairs")->check(CLI::Range(1, 10000000));
   s->add_option("--images", o.images, "model on server: Fashion-MNIST images per run (0: skip)")

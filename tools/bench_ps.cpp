@@ -78,7 +78,7 @@ int run_ps_worker(const std::string& out, int rows, int iterations) {
     ps::PsClient c(agent, ps::ClientOptions{0, 2, 0});
     c.declare_table("emb", torch::zeros({table_rows, dim}));
     auto gen = at::make_generator<at::CPUGeneratorImpl>(1);
-    std::vector<double> ms;
+    std::vector<double> ms, pull_ms, push_ms;
     auto server_cpu = [&] {
       return agent.rpc_sync<double>(0, "bench.cpu_us") + agent.rpc_sync<double>(1, "bench.cpu_us");
     };
@@ -88,8 +88,13 @@ int run_ps_worker(const std::string& out, int rows, int iterations) {
       auto grads = torch::randn({rows, dim}, gen);
       const auto t0 = Clock::now();
       at::Tensor got = c.pull_rows("emb", ids);
+      const auto t1 = Clock::now();
       c.push_rows("emb", ids, grads);
-      if (i >= 5) ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      const auto t2 = Clock::now();
+      if (i < 5) continue;
+      ms.push_back(std::chrono::duration<double, std::milli>(t2 - t0).count());
+      pull_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+      push_ms.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
     }
     const double busy_cpu_s = (server_cpu() - cpu0) / 1e6;
     const double idle0 = server_cpu();
@@ -99,7 +104,8 @@ int run_ps_worker(const std::string& out, int rows, int iterations) {
         (server_cpu() - idle0) / 1e6 / std::chrono::duration<double>(Clock::now() - i0).count() / 2 * 100;
     const double rows_moved = 2.0 * rows * (iterations + 5);  // pulled and pushed
     std::ofstream(out) << "sparse," << percentile(ms, 0.5) << "," << percentile(ms, 0.99) << ","
-                       << rows_moved / busy_cpu_s << "," << idle_pct << "\n";
+                       << rows_moved / busy_cpu_s << "," << idle_pct << "," << percentile(pull_ms, 0.5) << ","
+                       << percentile(push_ms, 0.5) << "\n";
     c.bye();
   } else {
     server->watch_trainers(agent);
@@ -126,13 +132,14 @@ void bench_sparse(const PsBenchOptions& opt, const std::string& root, std::ostre
   auto c = fields(
       run_workers(3, "ps-worker", {"--rows", std::to_string(opt.rows), "--iterations", std::to_string(opt.iterations)})
           .at(0),
-      5, "ps-worker");
+      7, "ps-worker");
   std::printf(
-      "\nsparse: pull + push of %d rows x 16 floats on 2 shards: median %.3f ms, p99 %.3f ms; %.3g rows/s "
-      "per server CPU second; idle servers %.2f%% of a core each\n",
-      opt.rows, std::stod(c[1]), std::stod(c[2]), std::stod(c[3]), std::stod(c[4]));
-  csv << "sparse,median," << c[1] << ",ms\nsparse,p99," << c[2] << ",ms\nsparse,rows_per_cpu_s," << c[3]
-      << ",rows/s\nsparse,idle_cpu," << c[4] << ",% of a core\n";
+      "\nsparse: pull + push of %d rows x 16 floats on 2 shards: median %.3f ms (pull %.3f, push %.3f), p99 %.3f "
+      "ms; %.3g rows/s per server CPU second; idle servers %.2f%% of a core each\n",
+      opt.rows, std::stod(c[1]), std::stod(c[5]), std::stod(c[6]), std::stod(c[2]), std::stod(c[3]), std::stod(c[4]));
+  csv << "sparse,median," << c[1] << ",ms\nsparse,pull_median," << c[5] << ",ms\nsparse,push_median," << c[6]
+      << ",ms\nsparse,p99," << c[2] << ",ms\nsparse,rows_per_cpu_s," << c[3] << ",rows/s\nsparse,idle_cpu," << c[4]
+      << ",% of a core\n";
 }
 
 // 2. model on the server
@@ -254,11 +261,14 @@ int run_ps_bench(const PsBenchOptions& options) {
   std::ofstream csv(root + "/ps.csv");
   csv << "part,setting,value,unit\n";
   std::cout << "distrl-bench ps on " << machine_description() << "\n";
-  bench_sparse(opt, root, csv);
-  if (opt.images > 0) bench_model_on_server(opt, root, csv);
-  bench_straggler(opt, root, csv);
-  if (opt.resnet_rounds > 0) bench_resnet(opt, root, csv);
-  bench_restart(opt, root, csv);
+  const auto part = [&](const char* name) {
+    return std::find(opt.parts.begin(), opt.parts.end(), name) != opt.parts.end();
+  };
+  if (part("sparse")) bench_sparse(opt, root, csv);
+  if (part("model") && opt.images > 0) bench_model_on_server(opt, root, csv);
+  if (part("straggler")) bench_straggler(opt, root, csv);
+  if (part("resnet") && opt.resnet_rounds > 0) bench_resnet(opt, root, csv);
+  if (part("restart")) bench_restart(opt, root, csv);
   std::cout << "\nwrote " << root << "/ps.csv (runs' own outputs beside it)" << std::endl;
   return 0;
 }

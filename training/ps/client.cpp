@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "common/error.h"
@@ -178,18 +179,34 @@ PsClient::Split PsClient::split_rows(const std::string& table, const at::Tensor&
     throw ArgumentError("ps: table '" + table + "' was not declared by this trainer (declare_table it first)");
   if (!rows.defined() || rows.dim() != 1 || rows.scalar_type() != at::kLong)
     throw ArgumentError("ps: rows of table '" + table + "' must be an int64 vector");
-  if (rows.numel() > 0) {
-    const std::int64_t lo = rows.min().item<std::int64_t>(), hi = rows.max().item<std::int64_t>();
-    if (lo < 0 || hi >= it->second)
-      throw ArgumentError("ps: row " + std::to_string(lo < 0 ? lo : hi) + " of table '" + table +
-                          "' is out of range [0, " + std::to_string(it->second) + ")");
+  // One pass over the ids: the range check and each shard's count; a second fills each shard's
+  // positions and local rows (row r lives on shard r % shards as local row r / shards).
+  const at::Tensor ids = rows.contiguous();
+  const std::int64_t* id = ids.data_ptr<std::int64_t>();
+  const std::int64_t n = ids.numel(), shards = opt_.shards;
+  std::int64_t lo = 0, hi = 0;
+  std::vector<std::int64_t> count(static_cast<std::size_t>(shards), 0);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t r = id[i];
+    lo = i == 0 ? r : std::min(lo, r);
+    hi = i == 0 ? r : std::max(hi, r);
+    if (r >= 0) ++count[static_cast<std::size_t>(r % shards)];
   }
+  if (n > 0 && (lo < 0 || hi >= it->second))
+    throw ArgumentError("ps: row " + std::to_string(lo < 0 ? lo : hi) + " of table '" + table +
+                        "' is out of range [0, " + std::to_string(it->second) + ")");
   Split s;
-  const at::Tensor shard = rows.remainder(opt_.shards);
-  for (int k = 0; k < opt_.shards; ++k) {
-    at::Tensor pos = opt_.shards == 1 ? at::arange(rows.numel(), at::kLong) : (shard == k).nonzero().squeeze(1);
-    s.positions.push_back(pos);
-    s.local_rows.push_back(rows.index_select(0, pos).div(opt_.shards, "floor"));
+  std::vector<std::int64_t*> pos, local;
+  for (std::int64_t k = 0; k < shards; ++k) {
+    s.positions.push_back(at::empty({count[static_cast<std::size_t>(k)]}, at::kLong));
+    s.local_rows.push_back(at::empty({count[static_cast<std::size_t>(k)]}, at::kLong));
+    pos.push_back(s.positions.back().data_ptr<std::int64_t>());
+    local.push_back(s.local_rows.back().data_ptr<std::int64_t>());
+  }
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto k = static_cast<std::size_t>(id[i] % shards);
+    *pos[k]++ = i;
+    *local[k]++ = id[i] / shards;
   }
   return s;
 }

@@ -144,8 +144,11 @@ void ShardServer::note_pushed_locked(const std::vector<Update>& ups) {
   for (const auto& u : ups) {
     u.entry->stats.pushes++;
     u.entry->stats.bytes_in += bytes_of(u.grad) + bytes_of(u.rows);
-    if (u.rows.defined() && u.rows.numel() > 0)
-      u.entry->row_pushes.index_add_(0, u.rows, at::ones({u.rows.numel()}, at::kLong));
+    if (u.rows.defined() && u.rows.numel() > 0) {  // checked rows (check_rows), contiguous
+      std::int64_t* count = u.entry->row_pushes.data_ptr<std::int64_t>();
+      const std::int64_t* row = u.rows.data_ptr<std::int64_t>();
+      for (std::int64_t j = 0, n = u.rows.numel(); j < n; ++j) ++count[row[j]];
+    }
   }
 }
 

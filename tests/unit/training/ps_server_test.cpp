@@ -131,6 +131,26 @@ TEST(PsServerTest, TableRowsStepLikeDenseRowsAndUntouchedRowsStay) {
   }
 }
 
+// A row named twice in one asynchronous push is stepped twice, in order: both gradients count
+// (a gather-then-scatter update would keep one of them). SGD with momentum 0.9: the second step
+// sees the first's momentum buffer.
+TEST(PsServerTest, ARowNamedTwiceInOnePushIsSteppedTwice) {
+  ShardServer s(0, 1, 1, 1, options(Mode::Async, "sgd"));
+  const at::Tensor t0 = torch::randn({3, 2});
+  s.declare(DeclareRequest{"emb", t0, true, 3});
+  const at::Tensor g = torch::randn({2, 2});
+  RowsPush p;
+  p.id = next_id(0);
+  p.table = "emb";
+  p.rows = torch::tensor({2, 2});
+  p.grads = g;
+  s.push_rows(p).value();
+  const at::Tensor got = s.pull_rows(RowsRequest{"emb", torch::tensor({2, 0})});
+  const at::Tensor buf1 = g[0], buf2 = buf1 * 0.9 + g[1];
+  EXPECT_TRUE(torch::allclose(got[0], t0[2] - 0.1 * buf1 - 0.1 * buf2, 1e-6, 1e-6)) << got[0] << t0[2];
+  EXPECT_TRUE(torch::equal(got[1], t0[0])) << "an untouched row stays";
+}
+
 // A snapshot holds values, optimizer state (Adam's moments and per-row steps), the round and the
 // clocks: a shard restored from it equals the one that wrote it, and both step identically on.
 TEST(PsServerTest, ARestoredSnapshotEqualsTheShardAndStepsLikeIt) {
