@@ -181,7 +181,7 @@ PsClient::Split PsClient::split_rows(const std::string& table, const at::Tensor&
     throw ArgumentError("ps: rows of table '" + table + "' must be an int64 vector");
   // One pass over the ids: the range check and each shard's count; a second fills each shard's
   // positions and local rows (row r lives on shard r % shards as local row r / shards).
-  const at::Tensor ids = rows.contiguous();
+  const at::Tensor ids = rows.to(at::kCPU).contiguous();
   const std::int64_t* id = ids.data_ptr<std::int64_t>();
   const std::int64_t n = ids.numel(), shards = opt_.shards;
   std::int64_t lo = 0, hi = 0;

@@ -119,7 +119,7 @@ struct RowsPush {
   PushId id;
   std::int64_t round = 0;
   std::string table;
-  at::Tensor rows;   // int64 [n]; a row named twice gets both gradients (summed)
+  at::Tensor rows;   // int64 [n]; a row named twice gets both gradients, summed, and one step
   at::Tensor grads;  // [n, dim]
   MSGPACK_DEFINE(id, round, table, rows, grads);
 };

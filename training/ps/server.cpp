@@ -40,13 +40,6 @@ ServerOptions with_default_eps(ServerOptions o) {
   return o;
 }
 
-std::string shape_of(const at::Tensor& t) {
-  if (!t.defined()) return "(none)";
-  std::ostringstream s;
-  s << t.sizes() << " " << t.scalar_type();
-  return s.str();
-}
-
 }  // namespace
 
 ShardServer::ShardServer(int shard, int num_shards, int num_trainers, int first_trainer_rank, ServerOptions options)

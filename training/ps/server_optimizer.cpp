@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
+#include "common/error.h"
 #include "training/ps/detail/shard_entry.h"
 
 // A shard's optimizers: SGD (momentum, nesterov), Adagrad and Adam applied to a dense key or
@@ -15,12 +17,13 @@ namespace {
 
 // Rows of a table, stepped in place one row after another: no gathered copies of the rows, their
 // state or their step counts, and no temporaries (a push of 5,000 rows x 16 was ~15 tensor
-// operations over gathered copies). A row named twice in one push is stepped twice, in order.
+// operations over gathered copies). With `first` (row -> its first index in rows), only first
+// occurrences are stepped, grad holding the sum of each row's gradients there.
 // Arithmetic in double for the per-row factors (as the dense path's), in T's op type for the
 // elements.
 template <typename T>
-void apply_rows(const autograd::OptimizerSpec& o, const std::int64_t* rows, std::int64_t n, std::int64_t dim,
-                const T* grad, T* value, T* m1, T* m2, double* steps) {
+void apply_rows(const autograd::OptimizerSpec& o, const std::int64_t* rows, const std::int32_t* first, std::int64_t n,
+                std::int64_t dim, const T* grad, T* value, T* m1, T* m2, double* steps) {
   // Every element in LibTorch's own order of operations (add_(x, alpha) is self + alpha * x,
   // addcmul_ self + value * a * b, addcdiv_ self + value * (a / b)), its scalars computed in
   // double and rounded to the element type as LibTorch's are.
@@ -28,6 +31,9 @@ void apply_rows(const autograd::OptimizerSpec& o, const std::int64_t* rows, std:
   const auto op = [](double v) { return static_cast<Op>(v); };
   const Op wd = op(o.weight_decay), eps = op(o.eps), mom = op(o.momentum), b1 = op(o.beta1), b2 = op(o.beta2);
   const Op minus_lr = op(-o.lr), one_minus_b1 = op(1 - o.beta1), one_minus_b2 = op(1 - o.beta2);
+  const bool decay = o.weight_decay != 0;
+  enum class Kind { Sgd, Adagrad, Adam };
+  const Kind kind = o.kind == "sgd" ? Kind::Sgd : o.kind == "adagrad" ? Kind::Adagrad : Kind::Adam;
   // Rows are scattered over a table far larger than the caches: each is a miss in the value, its
   // state and its step count. Fetching 8 rows ahead keeps several misses in flight: the push of
   // 5,000 rows x 16 per shard went from 1.85 to 0.95 ms (docs/benchmarks.md, sparse rows,
@@ -53,12 +59,15 @@ void apply_rows(const autograd::OptimizerSpec& o, const std::int64_t* rows, std:
   for (std::int64_t j = 0; j < std::min(n, kAhead); ++j) prefetch(j);
   for (std::int64_t j = 0; j < n; ++j) {
     if (j + kAhead < n) prefetch(j + kAhead);
+    if (first && first[rows[j]] != j) continue;  // a repeat: its gradient is in the first's
     const std::int64_t off = rows[j] * dim;
     T* p = value + off;
     const T* g0 = grad + j * dim;
     const double t = steps ? ++steps[rows[j]] : 0;
-    const auto decayed = [&](std::int64_t d) { return static_cast<Op>(g0[d]) + wd * static_cast<Op>(p[d]); };
-    if (o.kind == "sgd") {
+    const auto decayed = [&](std::int64_t d) {  // LibTorch adds the decay term only when it is set
+      return decay ? static_cast<Op>(g0[d]) + wd * static_cast<Op>(p[d]) : static_cast<Op>(g0[d]);
+    };
+    if (kind == Kind::Sgd) {
       for (std::int64_t d = 0; d < dim; ++d) {
         Op g = decayed(d);
         if (m1) {
@@ -68,7 +77,7 @@ void apply_rows(const autograd::OptimizerSpec& o, const std::int64_t* rows, std:
         }
         p[d] = static_cast<T>(static_cast<Op>(p[d]) + minus_lr * g);
       }
-    } else if (o.kind == "adagrad") {
+    } else if (kind == Kind::Adagrad) {
       const Op minus_clr = op(-o.lr / (1 + (t - 1) * o.lr_decay));
       for (std::int64_t d = 0; d < dim; ++d) {
         const Op g = decayed(d);
@@ -91,23 +100,57 @@ void apply_rows(const autograd::OptimizerSpec& o, const std::int64_t* rows, std:
   }
 }
 
+// Sums the gradients of rows named more than once into their first occurrence's row of `sum`
+// (a copy of grad made on the first repeat; untouched when there is none). first[r] is set to
+// r's first index in rows; the caller clears it after.
+template <typename T>
+bool sum_repeats(const std::int64_t* rows, std::int64_t n, std::int64_t dim, const at::Tensor& grad,
+                 std::int32_t* first, at::Tensor& sum) {
+  T* s = nullptr;
+  for (std::int64_t j = 0; j < n; ++j) {
+    std::int32_t& f = first[rows[j]];
+    if (f < 0) {
+      f = static_cast<std::int32_t>(j);
+      continue;
+    }
+    if (!s) {
+      sum = grad.clone();
+      s = sum.data_ptr<T>();
+    }
+    for (std::int64_t d = 0; d < dim; ++d) s[f * dim + d] += s[j * dim + d];
+  }
+  return s != nullptr;
+}
+
 }  // namespace
 
 void ShardServer::apply_locked(Entry& e, const at::Tensor& rows, at::Tensor g) {
   at::NoGradGuard no_grad;
   const auto& o = opt_.optimizer;
   if (rows.defined()) {  // rows of a table: checked (check_rows) and contiguous, g [rows, dim] of its type
+    // A row named twice gets the sum of its gradients, stepped once, as in a sync round and as
+    // PyTorch coalesces a sparse gradient. Found with e.first (row -> first index; -1 between
+    // calls, one int32 per row of the table), summed in place of sorting the ids.
+    if (rows.numel() >= std::numeric_limits<std::int32_t>::max())
+      throw ProtocolError("ps: a push of " + std::to_string(rows.numel()) + " rows, over 2^31");
+    if (e.first.size() != static_cast<std::size_t>(e.value.size(0))) e.first.assign(e.value.size(0), -1);
+    const std::int64_t* ids = rows.data_ptr<std::int64_t>();
+    const std::int64_t n = rows.numel(), dim = e.value.size(1);
+    at::Tensor grad = g.contiguous();
     const bool momentum = o.kind == "sgd" ? o.momentum != 0 : true;
     if (momentum && !e.m1.defined()) e.m1 = at::zeros_like(e.value);
     if (o.kind == "adam" && !e.m2.defined()) e.m2 = at::zeros_like(e.value);
     if (o.kind != "sgd" && !e.steps.defined()) e.steps = at::zeros({e.value.size(0)}, at::kDouble);
-    const at::Tensor grad = g.contiguous();
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, e.value.scalar_type(), "ps_apply_rows", [&] {
-      apply_rows<scalar_t>(o, rows.data_ptr<std::int64_t>(), rows.numel(), e.value.size(1), grad.data_ptr<scalar_t>(),
-                           e.value.data_ptr<scalar_t>(), momentum ? e.m1.data_ptr<scalar_t>() : nullptr,
+      at::Tensor sum;
+      const bool repeats = sum_repeats<scalar_t>(ids, n, dim, grad, e.first.data(), sum);
+      apply_rows<scalar_t>(o, ids, repeats ? e.first.data() : nullptr, n, dim,
+                           (repeats ? sum : grad).data_ptr<scalar_t>(), e.value.data_ptr<scalar_t>(),
+                           momentum ? e.m1.data_ptr<scalar_t>() : nullptr,
                            o.kind == "adam" ? e.m2.data_ptr<scalar_t>() : nullptr,
                            o.kind != "sgd" ? e.steps.data_ptr<double>() : nullptr);
     });
+    for (std::int64_t j = 0; j < n; ++j) e.first[static_cast<std::size_t>(ids[j])] = -1;
     e.stats.updates++;
     return;
   }

@@ -106,11 +106,7 @@ void ShardServer::apply_round_locked(std::size_t pushes, Close why) {
   for (auto& kv : entries_) {
     Entry& e = *kv.second;
     if (e.table && !e.acc_rows.empty()) {
-      at::Tensor rows = at::cat(e.acc_rows), grads = at::cat(e.acc_grads);
-      at::Tensor unique, inverse;
-      std::tie(unique, inverse, std::ignore) = at::_unique2(rows, /*sorted=*/true, /*return_inverse=*/true);
-      at::Tensor summed = at::zeros({unique.numel(), grads.size(1)}, grads.options()).index_add_(0, inverse, grads);
-      apply_locked(e, unique, summed.div_(n));
+      apply_locked(e, at::cat(e.acc_rows), at::cat(e.acc_grads).div_(n));  // repeats summed there
       e.acc_rows.clear();
       e.acc_grads.clear();
     } else if (!e.table && e.acc.defined()) {

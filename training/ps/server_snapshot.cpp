@@ -189,6 +189,19 @@ std::int64_t ShardServer::restore(const std::string& path) {
       a.try_read("steps", e->steps, true);
       e->stats.name = e->name;
       e->stats.table = e->table;
+      // The optimizer steps a table's rows through raw pointers: its state must match its value.
+      const auto like_value = [&](const at::Tensor& s) {
+        return !s.defined() || (s.sizes().equals(e->value.sizes()) && s.scalar_type() == e->value.scalar_type());
+      };
+      const bool fits = e->value.is_floating_point() && (!e->table || e->value.dim() == 2) && like_value(e->m1) &&
+                        like_value(e->m2) &&
+                        (!e->steps.defined() || (e->steps.scalar_type() == at::kDouble && e->steps.dim() == 1 &&
+                                                 e->steps.size(0) == (e->table ? e->value.size(0) : 1)));
+      if (!fits)
+        throw Error("key '" + e->name + "' has optimizer state of another shape or type than its value " +
+                    shape_of(e->value) + " (a damaged snapshot?)");
+      for (at::Tensor* t : {&e->value, &e->m1, &e->m2, &e->steps})
+        if (t->defined()) *t = t->contiguous();
       if (e->table) e->row_pushes = at::zeros({e->value.size(0)}, at::kLong);
       loaded.push_back(std::move(e));
     }

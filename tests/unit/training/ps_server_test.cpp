@@ -51,6 +51,15 @@ PushRequest push_of(int trainer, std::int64_t round, const std::string& name, at
   return p;
 }
 
+RowsPush rows_push_of(const std::string& table, at::Tensor rows, at::Tensor grads) {
+  RowsPush p;
+  p.id = next_id(0);
+  p.table = table;
+  p.rows = std::move(rows);
+  p.grads = std::move(grads);
+  return p;
+}
+
 at::Tensor value_of(ShardServer& s, const std::string& name) { return s.pull(PullRequest{{name}}).values.at(0); }
 
 // LibTorch's own optimizer `kind` (as options() sets the server's: lr 0.1, SGD with momentum
@@ -114,12 +123,7 @@ TEST(PsServerTest, TableRowsStepLikeDenseRowsAndUntouchedRowsStay) {
     std::vector<at::Tensor> grads;  // of rows 1 and 4
     for (int i = 0; i < 3; ++i) {
       at::Tensor g = torch::randn({2, 2});
-      RowsPush p;
-      p.id = next_id(0);
-      p.table = "emb";
-      p.rows = torch::tensor({4, 1});
-      p.grads = g;
-      s.push_rows(p).value();
+      s.push_rows(rows_push_of("emb", torch::tensor({4, 1}), g)).value();
       grads.push_back(g.index_select(0, torch::tensor({1, 0})));
       d.push(push_of(0, 0, "rows", grads.back())).value();
     }
@@ -131,24 +135,23 @@ TEST(PsServerTest, TableRowsStepLikeDenseRowsAndUntouchedRowsStay) {
   }
 }
 
-// A row named twice in one asynchronous push is stepped twice, in order: both gradients count
-// (a gather-then-scatter update would keep one of them). SGD with momentum 0.9: the second step
-// sees the first's momentum buffer.
-TEST(PsServerTest, ARowNamedTwiceInOnePushIsSteppedTwice) {
+// A row named twice in one asynchronous push gets both gradients, summed and stepped once, as in
+// a sync round and as PyTorch coalesces a sparse gradient (a gather-then-scatter update would
+// keep one of them; stepping it twice would count two steps). SGD with momentum 0.9 from zero.
+TEST(PsServerTest, ARowNamedTwiceInOnePushGetsBothGradientsSummed) {
   ShardServer s(0, 1, 1, 1, options(Mode::Async, "sgd"));
   const at::Tensor t0 = torch::randn({3, 2});
   s.declare(DeclareRequest{"emb", t0, true, 3});
-  const at::Tensor g = torch::randn({2, 2});
-  RowsPush p;
-  p.id = next_id(0);
-  p.table = "emb";
-  p.rows = torch::tensor({2, 2});
-  p.grads = g;
-  s.push_rows(p).value();
-  const at::Tensor got = s.pull_rows(RowsRequest{"emb", torch::tensor({2, 0})});
-  const at::Tensor buf1 = g[0], buf2 = buf1 * 0.9 + g[1];
-  EXPECT_TRUE(torch::allclose(got[0], t0[2] - 0.1 * buf1 - 0.1 * buf2, 1e-6, 1e-6)) << got[0] << t0[2];
-  EXPECT_TRUE(torch::equal(got[1], t0[0])) << "an untouched row stays";
+  const at::Tensor g = torch::randn({3, 2});
+  s.push_rows(rows_push_of("emb", torch::tensor({2, 1, 2}), g)).value();
+  const at::Tensor got = s.pull_rows(RowsRequest{"emb", torch::tensor({2, 1, 0})});
+  EXPECT_TRUE(torch::allclose(got[0], t0[2] - 0.1 * (g[0] + g[2]), 1e-6, 1e-6)) << got[0] << t0[2];
+  EXPECT_TRUE(torch::allclose(got[1], t0[1] - 0.1 * g[1], 1e-6, 1e-6));
+  EXPECT_TRUE(torch::equal(got[2], t0[0])) << "an untouched row stays";
+  s.push_rows(rows_push_of("emb", torch::tensor({0, 1}), torch::ones({2, 2})))
+      .value();  // no repeats: the bitmap was cleared
+  const at::Tensor again = s.pull_rows(RowsRequest{"emb", torch::tensor({0})});
+  EXPECT_TRUE(torch::allclose(again[0], t0[0] - 0.1, 1e-6, 1e-6));
 }
 
 // A snapshot holds values, optimizer state (Adam's moments and per-row steps), the round and the

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -25,8 +26,17 @@ struct ShardServer::Entry {
   std::vector<at::Tensor> acc_rows, acc_grads;
   // statistics
   KeyStats stats;
-  at::Tensor row_pushes;  // table: int64 [local_rows]
+  at::Tensor row_pushes;            // table: int64 [local_rows]
+  std::vector<std::int32_t> first;  // table: apply_locked's scratch, row -> first index in a push (-1 between)
 };
+
+// "[2, 3] Float", or "(none)": for errors.
+inline std::string shape_of(const at::Tensor& t) {
+  if (!t.defined()) return "(none)";
+  std::ostringstream s;
+  s << t.sizes() << " " << t.scalar_type();
+  return s.str();
+}
 
 inline std::int64_t bytes_of(const at::Tensor& t) { return t.defined() ? static_cast<std::int64_t>(t.nbytes()) : 0; }
 
