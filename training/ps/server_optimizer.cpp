@@ -34,27 +34,18 @@ void apply_rows(const autograd::OptimizerSpec& o, const std::int64_t* rows, cons
   const bool decay = o.weight_decay != 0;
   enum class Kind { Sgd, Adagrad, Adam };
   const Kind kind = o.kind == "sgd" ? Kind::Sgd : o.kind == "adagrad" ? Kind::Adagrad : Kind::Adam;
-  // Rows are scattered over a table far larger than the caches: each is a miss in the value, its
-  // state and its step count. Fetching 8 rows ahead keeps several misses in flight: the push of
-  // 5,000 rows x 16 per shard went from 1.85 to 0.95 ms (docs/benchmarks.md, sparse rows,
-  // 2026-11-29). On x86 the instruction is written out: GCC 12 dropped __builtin_prefetch from
-  // this loop (no prefetch in the object file, and no gain).
-  constexpr std::int64_t kAhead = 8;
-  const auto line = [](const void* p) {
-#if defined(__x86_64__) || defined(__i386__)
-    asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
-#else
-    __builtin_prefetch(p);
-#endif
-  };
+  // Each row is a cache miss in the value, its state and its step count (a shard's 500k-row table
+  // and its Adagrad state are 68 MB): fetching rows ahead keeps several misses in flight. The
+  // push of 5,000 rows x 16 per shard went from 1.85 to 0.95 ms (docs/benchmarks.md, 2026-11-29).
+  constexpr std::int64_t kAhead = kPrefetchRows;
   const auto prefetch = [&](std::int64_t j) {
     const std::int64_t off = rows[j] * dim;
     for (std::int64_t b = 0; b < dim * static_cast<std::int64_t>(sizeof(T)); b += 64) {
-      line(reinterpret_cast<const char*>(value + off) + b);
-      if (m1) line(reinterpret_cast<const char*>(m1 + off) + b);
-      if (m2) line(reinterpret_cast<const char*>(m2 + off) + b);
+      prefetch_line(reinterpret_cast<const char*>(value + off) + b);
+      if (m1) prefetch_line(reinterpret_cast<const char*>(m1 + off) + b);
+      if (m2) prefetch_line(reinterpret_cast<const char*>(m2 + off) + b);
     }
-    if (steps) line(steps + rows[j]);
+    if (steps) prefetch_line(steps + rows[j]);
   };
   for (std::int64_t j = 0; j < std::min(n, kAhead); ++j) prefetch(j);
   for (std::int64_t j = 0; j < n; ++j) {

@@ -30,6 +30,20 @@ struct ShardServer::Entry {
   std::vector<std::int32_t> first;  // table: apply_locked's scratch, row -> first index in a push (-1 between)
 };
 
+// Asks for the cache line at p ahead of its use: rows of a table are scattered over more memory
+// than the caches hold. Written out on x86: GCC 12 dropped __builtin_prefetch from the rows'
+// loops (no prefetch instruction in the object file; docs/benchmarks.md, sparse rows, 2026-11-29).
+inline void prefetch_line(const void* p) {
+#if defined(__x86_64__) || defined(__i386__)
+  asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
+#else
+  __builtin_prefetch(p);
+#endif
+}
+
+// Rows are fetched this many ahead of the one being read or stepped.
+inline constexpr std::int64_t kPrefetchRows = 8;
+
 // "[2, 3] Float", or "(none)": for errors.
 inline std::string shape_of(const at::Tensor& t) {
   if (!t.defined()) return "(none)";
