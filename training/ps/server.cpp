@@ -256,8 +256,7 @@ at::Tensor ShardServer::pull_rows(const RowsRequest& req) {
   const char* from = static_cast<const char*>(e.value.data_ptr());
   char* to = static_cast<char*>(out.data_ptr());
   for (std::int64_t j = 0; j < n; ++j) {
-    if (j + kPrefetchRows < n)
-      for (std::size_t b = 0; b < row_bytes; b += 64) prefetch_line(from + id[j + kPrefetchRows] * row_bytes + b);
+    if (j + kPrefetchRows < n) prefetch_row(from + id[j + kPrefetchRows] * row_bytes, row_bytes);
     std::memcpy(to + j * row_bytes, from + id[j] * row_bytes, row_bytes);
   }
   e.stats.pulls++;

@@ -38,13 +38,12 @@ void apply_rows(const autograd::OptimizerSpec& o, const std::int64_t* rows, cons
   // and its Adagrad state are 68 MB): fetching rows ahead keeps several misses in flight. The
   // push of 5,000 rows x 16 per shard went from 1.85 to 0.95 ms (docs/benchmarks.md, 2026-11-29).
   constexpr std::int64_t kAhead = kPrefetchRows;
+  const auto row_bytes = static_cast<std::size_t>(dim) * sizeof(T);
   const auto prefetch = [&](std::int64_t j) {
     const std::int64_t off = rows[j] * dim;
-    for (std::int64_t b = 0; b < dim * static_cast<std::int64_t>(sizeof(T)); b += 64) {
-      prefetch_line(reinterpret_cast<const char*>(value + off) + b);
-      if (m1) prefetch_line(reinterpret_cast<const char*>(m1 + off) + b);
-      if (m2) prefetch_line(reinterpret_cast<const char*>(m2 + off) + b);
-    }
+    prefetch_row(value + off, row_bytes);
+    if (m1) prefetch_row(m1 + off, row_bytes);
+    if (m2) prefetch_row(m2 + off, row_bytes);
     if (steps) prefetch_line(steps + rows[j]);
   };
   for (std::int64_t j = 0; j < std::min(n, kAhead); ++j) prefetch(j);

@@ -41,6 +41,11 @@ inline void prefetch_line(const void* p) {
 #endif
 }
 
+// Asks for every cache line of a row of `bytes` bytes at `row`.
+inline void prefetch_row(const void* row, std::size_t bytes) {
+  for (std::size_t b = 0; b < bytes; b += 64) prefetch_line(static_cast<const char*>(row) + b);
+}
+
 // Rows are fetched this many ahead of the one being read or stepped.
 inline constexpr std::int64_t kPrefetchRows = 8;
 
