@@ -83,6 +83,10 @@ class IoLoop final : public Link {
 
   // I/O thread only. False (and *error) when the message cannot be queued.
   bool send_to_peer(int peer, Frames& frames, std::string* error) override;
+  // ZeroMQ's sockets are the I/O thread's alone: always the hand-off.
+  bool send_any_thread(int peer, Frames& frames, std::string* error) override {
+    return send_on_io_thread(*this, cb_, peer, frames, error);
+  }
   bool send_reply(const Caller& to, Frames& frames) override;
   // I/O thread only: connects this loop's DEALER to `peer` (if not yet), so that its death is
   // watched and reported (on_peer_down) even when every call to it takes another path.

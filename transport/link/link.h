@@ -98,6 +98,14 @@ class Link {
 
   // I/O thread only. False (and *error) when the message cannot be queued.
   virtual bool send_to_peer(int peer, Frames& frames, std::string* error) = 0;
+  // Any thread: send_to_peer without the hop where the link can. The calling thread writes the
+  // message into the peer's connection itself when nothing sent to that peer before is still
+  // waiting (order per peer is kept: a message never overtakes one sent before it) and it fits
+  // now (shared memory); otherwise it goes to the I/O thread's send_to_peer, and a send that
+  // fails there comes back through Events::on_send_failed. On the I/O thread: send_to_peer.
+  // False (and *error, the frames kept) when it cannot be taken at all: the link is stopping,
+  // or (on the I/O thread) send_to_peer refused it.
+  virtual bool send_any_thread(int peer, Frames& frames, std::string* error) = 0;
   // I/O thread only. False when the caller is gone or its queue is full.
   virtual bool send_reply(const Caller& to, Frames& frames) = 0;
   // I/O thread only: connect to `peer` (if not yet), so that its death is reported

@@ -68,6 +68,13 @@ void guarded(const Link::Events& events, const char* what, F&& f) {
   }
 }
 
+// send_any_thread's hand-off, for a link whose sends all run on its I/O thread: send_to_peer
+// there (at once when called on it), a failure after the hand-off reported through
+// events.on_send_failed, then `after` (when set) on the I/O thread. `after` does not run when
+// nothing was handed off (called on the I/O thread, or false).
+bool send_on_io_thread(Link& link, const Link::Events& events, int peer, Frames& frames, std::string* error,
+                       std::function<void()> after = {});
+
 // on_dropped(what), guarded.
 inline void report_dropped(const Link::Events& events, const std::string& what) {
   guarded(events, "reporting a refused message", [&] {

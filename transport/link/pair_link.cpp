@@ -40,7 +40,7 @@ std::vector<std::string> PairLink::bind(const std::vector<std::string>& endpoint
 
 void PairLink::set_peers(std::vector<std::string> endpoints) {
   const std::size_t n = endpoints.size();
-  via_.assign(n, kRemote);
+  via_ = std::vector<std::atomic<std::uint8_t>>(n);
   stale_.assign(n, 0);
   down_.assign(n, "");
   std::array<std::vector<std::string>, 2> per_link{std::vector<std::string>(n), std::vector<std::string>(n)};
@@ -198,6 +198,12 @@ bool PairLink::send_to_peer(int peer, Frames& frames, std::string* error) {
   }
   return relay(
       frames, [this, peer](Frames& f, std::string* why) { return away().send_to_peer(peer, f, why); }, peer, error);
+}
+
+bool PairLink::send_any_thread(int peer, Frames& frames, std::string* error) {
+  if (home_ == kLocal && !on_io_thread() && peer >= 0 && peer < static_cast<int>(via_.size()) && via_[peer] == kLocal)
+    return home().send_any_thread(peer, frames, error);
+  return send_on_io_thread(*this, cb_, peer, frames, error);
 }
 
 bool PairLink::send_reply(const Caller& to, Frames& frames) {

@@ -63,6 +63,9 @@ class PairLink final : public Link {
   std::uint64_t bytes_received() const override { return links_[0]->bytes_received() + links_[1]->bytes_received(); }
 
   bool send_to_peer(int peer, Frames& frames, std::string* error) override;
+  // A peer of the shared-memory home link: that link's send_any_thread (the caller writes it
+  // itself); any other: the hand-off to the home thread's send_to_peer.
+  bool send_any_thread(int peer, Frames& frames, std::string* error) override;
   bool send_reply(const Caller& to, Frames& frames) override;
   void watch_peer(int peer) override;
   void replace_peer(int peer, const std::string& endpoint) override;
@@ -101,7 +104,8 @@ class PairLink final : public Link {
   std::uint8_t home_ = kLocal;
   bool started_ = false;
   // Home thread only (and before start):
-  std::vector<std::uint8_t> via_;  // per peer
+  // Per peer; written on the home thread (and before start), read by send_any_thread on any.
+  std::vector<std::atomic<std::uint8_t>> via_;
   std::vector<int> stale_;         // per peer: replace_peer markers still on their way
   std::vector<std::string> down_;  // per peer of the away link: why it is down, or ""
   // Any thread: messages (and their bytes) handed to the away link's thread, not yet sent.

@@ -99,13 +99,9 @@ void RpcCore::release_rref(int owner, std::uint64_t id, std::uint64_t fork) {
   h.src = s.rank;
   h.fn = kReleaseFn;
   std::tuple<std::uint64_t, std::uint64_t> ids{id, fork};
-  auto m = std::make_shared<OutMessage>(build_message(h, this, owner, [&](Packer& pk) { pk.pack(ids); }));
-  State* sp = &s;
-  s.link->post([sp, owner, m] {
-    auto frames = encode_message(std::move(*m));
-    std::string err;
-    sp->link->send_to_peer(owner, frames, &err);  // a dead owner has nothing left to free
-  });
+  Frames frames = encode_message(build_message(h, this, owner, [&](Packer& pk) { pk.pack(ids); }));
+  std::string err;
+  (void)s.link->send_any_thread(owner, frames, &err);  // a dead owner has nothing left to free
 }
 
 std::shared_ptr<void> RpcCore::local_object(std::uint64_t id, std::type_index type, std::chrono::milliseconds timeout) {

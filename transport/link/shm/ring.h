@@ -119,6 +119,10 @@ constexpr std::uint32_t kMaxRingFrames = 0xFFFF;
 class MessageWriter {
  public:
   bool idle() const { return frames_.empty(); }
+  // The bytes a message takes in a ring: its header (a word, a length per frame) and frames.
+  static std::size_t wire_bytes(const Frames& frames) {
+    return sizeof(std::uint32_t) * (1 + frames.size()) + frames_bytes(frames);
+  }
   // Takes frames (idle() must be true). Throws ProtocolError for more than kMaxRingFrames
   // frames or a frame of 4 GiB or more.
   void start(Frames&& frames);

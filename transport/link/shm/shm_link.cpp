@@ -128,6 +128,7 @@ struct ShmLink::Conn {
   std::uint64_t refused = 0;  // messages refused by the queue's bound
   int rank;                   // outgoing: the peer; accepted: the caller's rank (-1: not a member)
   bool outgoing;
+  Slot* slot = nullptr;  // outgoing: the peer's, whose mutex guards the write side
   bool answered = true;  // outgoing: the acceptor's answer read
   bool io = false;       // accepted: an I/O thread's connection (we beat on it)
   bool broken = false;   // a write failed (its ring is unusable): closed after the round
@@ -170,6 +171,7 @@ void ShmLink::set_peers(std::vector<std::string> endpoints) {
   peers_.resize(peer_endpoints_.size());
   peer_down_.resize(peer_endpoints_.size());
   unsent_ = std::vector<Unsent>(peer_endpoints_.size());  // constructed in place: Frames do not copy
+  slots_ = std::make_unique<Slot[]>(peer_endpoints_.size());
 }
 
 void ShmLink::start() {
@@ -253,6 +255,7 @@ ShmLink::Conn* ShmLink::connect_peer(int peer, std::string* error, bool* later) 
     RingPair p = open_ring_pair(path_of(peer_endpoints_.at(peer)), h, io_.wake_fd(), name, now);
     peers_[peer] = std::make_unique<Conn>(std::move(p), options_, peer, true);
     peers_[peer]->answered = false;
+    peers_[peer]->slot = &slots_[peer];
     peers_[peer]->beat_seen = now;   // an acceptor that never answers is overdue too
   } catch (const TimeoutError& e) {  // nobody listens there: the process is gone
     return gone(e);
@@ -298,6 +301,7 @@ void ShmLink::retry_connects(Clock::time_point now) {
 
 bool ShmLink::queue(Conn& c, Frames& frames) {
   const std::size_t bytes = frames_bytes(frames);
+  const auto lock = lock_out(c);
   if (c.writer.idle() && c.waiting.empty()) {
     c.writer.start(std::move(frames));
     pump(c);
@@ -331,6 +335,61 @@ bool ShmLink::pump(Conn& c) {
     if (!done) break;
   }
   return moved;
+}
+
+std::unique_lock<std::mutex> ShmLink::lock_out(Conn& c, bool try_only) {
+  if (c.slot == nullptr) return {};
+  if (try_only) return std::unique_lock<std::mutex>(c.slot->mu, std::try_to_lock);
+  return std::unique_lock<std::mutex>(c.slot->mu);
+}
+
+void ShmLink::open_slot(int p) {
+  Conn* c = peers_[p].get();
+  std::lock_guard<std::mutex> lock(slots_[p].mu);
+  slots_[p].conn = c != nullptr && c->answered && !c->stalled && peer_down_[p].empty() ? c : nullptr;
+}
+
+void ShmLink::close_slot(int p) {
+  std::lock_guard<std::mutex> lock(slots_[p].mu);
+  slots_[p].conn = nullptr;
+}
+
+void ShmLink::retire_peer(int p) {
+  close_slot(p);
+  if (peers_[p]) retired_.push_back(std::move(peers_[p]));
+}
+
+bool ShmLink::send_any_thread(int peer, Frames& frames, std::string* error) {
+  if (io_.on_thread() || peer < 0 || peer >= static_cast<int>(peer_endpoints_.size()))
+    return send_on_io_thread(*this, cb_, peer, frames, error);  // the I/O thread's own errors
+  Slot& slot = slots_[peer];
+  {
+    std::unique_lock<std::mutex> lock(slot.mu, std::try_to_lock);
+    Conn* c = lock.owns_lock() && slot.posted.load() == 0 ? slot.conn : nullptr;
+    bool fits = false;
+    try {
+      fits = c != nullptr && c->writer.idle() && c->waiting.empty() &&
+             c->pair.out.writable() >= MessageWriter::wire_bytes(frames) && frames.size() <= kMaxRingFrames;
+    } catch (const std::exception&) {
+      // The reader's index is impossible: the I/O thread's send finds it too and loses the peer.
+    }
+    if (fits) {
+      const std::size_t bytes = frames_bytes(frames);
+      try {
+        c->writer.start(std::move(frames));
+        c->writer.pump(c->pair.out);  // all of it: it fits
+      } catch (const std::exception&) {
+        // The reader's index turned impossible meanwhile: the I/O thread's next pump of this
+        // connection fails the same way and reports the peer lost, which fails the call.
+      }
+      bytes_sent_.fetch_add(bytes, std::memory_order_relaxed);
+      return true;
+    }
+  }
+  slot.posted.fetch_add(1);
+  if (send_on_io_thread(*this, cb_, peer, frames, error, [&slot] { slot.posted.fetch_sub(1); })) return true;
+  slot.posted.fetch_sub(1);
+  return false;
 }
 
 bool ShmLink::send_to_peer(int peer, Frames& frames, std::string* error) {
@@ -384,7 +443,7 @@ void ShmLink::watch_peer(int peer) {
 void ShmLink::replace_peer(int peer, const std::string& endpoint) {
   if (peer < 0 || peer >= static_cast<int>(peers_.size())) return;
   const bool was_connected = peers_[peer] != nullptr;
-  if (was_connected) retired_.push_back(std::move(peers_[peer]));  // a reader may be inside it
+  retire_peer(peer);  // a reader may be inside it
   peer_endpoints_[peer] = endpoint;
   peer_down_[peer].clear();
   unsent_[peer] = Unsent{};  // for the earlier process, whose calls failed with it
@@ -441,13 +500,17 @@ bool ShmLink::read_one(Conn& c) {
 }
 
 bool ShmLink::serve(Conn& c) {
-  bool moved = pump(c);
+  bool moved = false;
+  if (const auto lock = lock_out(c, true); c.slot == nullptr || lock.owns_lock()) moved = pump(c);
   for (int n = 0; n < kDrainCap && !c.broken && read_one(c); ++n) moved = true;  // a turn each, in fairness
   return moved;
 }
 
 void ShmLink::drain(Conn& c) {
-  pump(c);
+  {
+    const auto lock = lock_out(c);
+    pump(c);
+  }
   const std::uint64_t end = c.pair.in.position() + c.pair.in.readable();  // published before the close
   while (!c.broken && c.pair.in.position() < end && read_one(c)) {}
 }
@@ -488,7 +551,7 @@ void ShmLink::close_accepted(std::uint64_t id, const std::string& why) {
 }
 
 void ShmLink::peer_lost(int peer, const std::string& why) {
-  if (peers_[peer]) retired_.push_back(std::move(peers_[peer]));
+  retire_peer(peer);
   unsent_[peer] = Unsent{};  // their calls fail with the peer (on_peer_down)
   if (!peer_down_[peer].empty()) return;
   peer_down_[peer] = why;
@@ -514,10 +577,12 @@ void ShmLink::heartbeats(Clock::time_point now) {
       if (c->stalled) {
         c->stalled = false;
         peer_down_[p].clear();
+        open_slot(static_cast<int>(p));
         if (cb_.on_peer_up) guarded(cb_, "reporting a peer back", [&] { cb_.on_peer_up(static_cast<int>(p)); });
       }
     } else if (!c->stalled && now - c->beat_seen > options_.heartbeat_timeout && peer_down_[p].empty()) {
       c->stalled = true;  // the connection stays: a stopped process that runs again is back
+      close_slot(static_cast<int>(p));
       peer_down_[p] = "no heartbeat from " + peer_endpoints_[p] + " for " +
                       std::to_string(options_.heartbeat_timeout.count() / 1000) + " s (the process is stopped or hung)";
       guarded(cb_, "reporting a lost peer", [&] { cb_.on_peer_down(static_cast<int>(p), peer_down_[p]); });
@@ -600,7 +665,7 @@ void ShmLink::wait_for_events(int timeout_ms) {
   if (timeout_ms > 0) {
     auto arm = [&](Conn& c) {
       armed.push_back(&c.pair.in.control()->data_bell);
-      if (!c.writer.idle()) armed.push_back(&c.pair.out.control()->space_bell);
+      if (const auto lock = lock_out(c); !c.writer.idle()) armed.push_back(&c.pair.out.control()->space_bell);
     };
     for (auto& [id, c] : accepted_) arm(*c);
     for (auto& c : peers_)
@@ -609,6 +674,7 @@ void ShmLink::wait_for_events(int timeout_ms) {
     std::atomic_thread_fence(std::memory_order_seq_cst);  // the announcements before the re-check
     bool ready = false;
     auto check = [&](Conn& c) {
+      const auto lock = lock_out(c);
       ready = ready || c.pair.in.readable() > 0 || (!c.writer.idle() && c.pair.out.writable() > 0);
     };
     try {
@@ -660,7 +726,7 @@ void ShmLink::on_socket_events(std::size_t i, short revents) {
       DISTRL_LOG(Info, "shared memory: rank " << p
                                               << " closed a new connection before answering it (refused: out "
                                                  "of descriptors?); connecting again on the next send");
-      retired_.push_back(std::move(peers_[p]));
+      retire_peer(p);
       Unsent& u = unsent_[p];
       u.back_off(Clock::now());
       u.watch = true;  // connected again after the backoff, with or without anything to send
@@ -674,6 +740,7 @@ void ShmLink::on_socket_events(std::size_t i, short revents) {
         finish_ring_pair(c.pair, Clock::now() + std::chrono::milliseconds(100));
         c.answered = true;
         signal_eventfd(c.pair.peer_wake.get());  // what we wrote before its answer: look now
+        open_slot(p);
       } catch (const std::exception& e) {
         peer_lost(p, std::string("its handshake failed: ") + e.what());
       }
@@ -714,6 +781,7 @@ void ShmLink::run() {
     }
     guarded(cb_, "checking deadlines", [&] { cb_.on_tick(now); });
   }
+  for (std::size_t p = 0; p < peers_.size(); ++p) close_slot(static_cast<int>(p));  // callers hand off from here
   io_.run();  // last replies and releases go out before the rings close
   // Flush what fits for up to 100 ms; a reader that stopped reading gets nothing more.
   std::vector<Conn*> all;
@@ -724,6 +792,7 @@ void ShmLink::run() {
     bool pending = false;
     for (Conn* c : all) {
       try {
+        const auto lock = lock_out(*c);
         pump(*c);
         pending = pending || !c->writer.idle();
       } catch (const std::exception&) {}

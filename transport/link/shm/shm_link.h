@@ -11,6 +11,18 @@
 // connections and deaths (a socket's EOF: the peer process is gone, SIGKILL included). After
 // activity it spins for up to Options::spin before it sleeps. Ring contents are untrusted: a
 // connection whose ring is corrupt is dropped (on_dropped names it), never read past.
+//
+// Requests without the hop (send_any_thread). The I/O thread's connection to a peer has one
+// writer at a time, its Slot's mutex deciding which: the I/O thread (queueing and pumping) or
+// a calling thread that writes its whole message into the ring itself and publishes it (which
+// rings the peer's doorbell). A caller writes only when it takes the mutex without waiting, the
+// connection is established (answered, not stalled), nothing is queued behind its writer,
+// nothing handed to the I/O thread for that peer is still on its way (Slot::posted), and the
+// message fits now; else it hands the message to the I/O thread as before. So a message never
+// overtakes one sent to the same peer before it, and the I/O thread never waits for a caller:
+// it pumps a connection only when it gets the mutex at once (try_lock), the next round
+// otherwise. The I/O thread closes a slot (under its mutex) before its connection is retired,
+// replaced, reported down or unmapped.
 // Private to transport/.
 #pragma once
 
@@ -79,6 +91,7 @@ class ShmLink final : public Link {
   std::uint64_t bytes_received() const override { return bytes_received_.load(std::memory_order_relaxed); }
 
   bool send_to_peer(int peer, Frames& frames, std::string* error) override;
+  bool send_any_thread(int peer, Frames& frames, std::string* error) override;
   bool send_reply(const Caller& to, Frames& frames) override;
   void watch_peer(int peer) override;
   void replace_peer(int peer, const std::string& endpoint) override;
@@ -93,6 +106,20 @@ class ShmLink final : public Link {
 
  private:
   struct Conn;
+  // A peer's connection as the calling threads see it (see the top of this file).
+  struct Slot {
+    std::mutex mu;                       // the write side of the peer's Conn (its writer, queue, ring tail), and conn
+    Conn* conn = nullptr;                // set while callers may write into it themselves (mu)
+    std::atomic<std::size_t> posted{0};  // messages handed to the I/O thread, not yet queued
+  };
+  // The write side of c, locked: c's slot's mutex for a connection to a peer (try: only when it is
+  // free at once; unlocked then), none for an accepted one (the I/O thread is its only writer).
+  std::unique_lock<std::mutex> lock_out(Conn& c, bool try_only = false);
+  // Opens peers_[p] to calling threads (established and not stalled), or closes it.
+  void open_slot(int p);
+  void close_slot(int p);
+  // peers_[p] (closed to callers) goes to retired_, freed after the round.
+  void retire_peer(int p);
   void run();
   bool serve_all();  // reads and writes every connection; true when anything moved
   bool serve(Conn& c);
@@ -148,7 +175,8 @@ class ShmLink final : public Link {
   std::uint64_t refused_no_descriptor_ = 0;
   LinkThread io_;  // its eventfd also wakes us for the rings: peers get it in the handshake
   std::vector<std::string> peer_endpoints_;
-  std::vector<std::unique_ptr<Conn>> peers_;  // I/O thread only
+  std::vector<std::unique_ptr<Conn>> peers_;  // I/O thread only (their write side: slots_)
+  std::unique_ptr<Slot[]> slots_;             // per peer
   std::vector<std::string> peer_down_;        // why, or "" (I/O thread only)
   // Frames for a peer that could not take a connection yet, in order: sent once a retry (backoff
   // 5 ms doubling to 500 ms) connects; their calls otherwise end at their own deadlines. Only a

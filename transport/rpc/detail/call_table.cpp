@@ -22,11 +22,15 @@ bool CallTable::wait_idle(Clock::time_point until, std::size_t* left) {
   return idle;
 }
 
-void CallTable::add(Pending p) {
-  std::lock_guard<std::mutex> lock(mu_);
-  deadlines_.emplace(p.deadline, p.id);
-  const std::uint64_t id = p.id;
-  pending_.emplace(id, std::move(p));
+void CallTable::begin_pending(Pending p) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++inflight_;
+    deadlines_.emplace(p.deadline, p.id);
+    const std::uint64_t id = p.id;
+    pending_.emplace(id, std::move(p));
+  }
+  sent_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void CallTable::erase_deadline_locked(const Pending& p) {

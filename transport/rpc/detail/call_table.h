@@ -42,8 +42,9 @@ class CallTable {
   bool wait_idle(Clock::time_point until, std::size_t* left);
   std::uint64_t sent() const { return sent_.load(std::memory_order_relaxed); }
 
-  // A call sent through the I/O loop now waits for its answer until p.deadline.
-  void add(Pending p);
+  // begin(), and the call (about to be sent through the link) waits for its answer until
+  // p.deadline: one lock.
+  void begin_pending(Pending p);
   // The pending call id, taken out of the table (nullopt: it timed out earlier, or a stray reply).
   std::optional<Pending> take(std::uint64_t id);
   // Every pending call to peer, taken out (its connection dropped).

@@ -97,35 +97,29 @@ std::exception_ptr error_from_reply(RpcCore::State& s, const InMessage& m, const
 }  // namespace
 
 void RpcCore::call(int dest, Header h, const BodyWriter& body, Completion done, std::chrono::milliseconds timeout) {
-  if (!s_->running.load()) {
-    done(nullptr, agent_shut_down(*s_, h.fn));
-    return;
-  }
-  std::shared_ptr<OutMessage> msg;
+  State& s = *s_;
+  if (!s.running.load()) return done(nullptr, agent_shut_down(s, h.fn));
+  Frames frames;
   try {
-    msg = std::make_shared<OutMessage>(request_message(*this, *s_, dest, h, body));
+    frames = encode_message(request_message(*this, s, dest, h, body));
   } catch (...) {
-    done(nullptr, std::current_exception());
+    return done(nullptr, std::current_exception());
+  }
+  // In the table before it is sent: the reply may be read before the send returns. Whoever
+  // takes it out of the table (the reply, its deadline, its peer's death, a failed send) ends it.
+  const std::uint64_t id = h.call_id;
+  s.calls.begin_pending(
+      CallTable::Pending{id, dest, std::move(h.fn), std::move(done), Clock::now() + timeout, timeout});
+  // A peer reported down before the call was in the table took nothing of it: fail it here. (A
+  // rank that rejoined meanwhile is caught the same way: its old process was reported down
+  // first, and once it is up again the link sends to the new one.)
+  std::string why = s.peers.down_reason(dest);
+  if (why.empty() && s.link->send_any_thread(dest, frames, &why)) {
+    DISTRL_LOG(Debug, "rpc: call #" << id << " sent to " << s.worker_name(dest));
     return;
   }
-  s_->calls.begin();
-  State* s = s_.get();
-  auto shared_done = std::make_shared<Completion>(std::move(done));
-  const bool queued = s->link->post([s, dest, id = h.call_id, fn = h.fn, msg, shared_done, timeout]() mutable {
-    auto frames = encode_message(std::move(*msg));
-    std::string err;
-    if (!s->link->send_to_peer(dest, frames, &err)) {
-      (*shared_done)(nullptr, call_failed(*s, dest, fn, err));
-      s->calls.end();
-      return;
-    }
-    DISTRL_LOG(Debug, "rpc: call #" << id << " '" << fn << "' sent to " << s->worker_name(dest));
-    s->calls.add(CallTable::Pending{id, dest, std::move(fn), std::move(*shared_done), Clock::now() + timeout, timeout});
-  });
-  if (!queued) {  // raced with shutdown
-    (*shared_done)(nullptr, agent_shut_down(*s, h.fn));
-    s->calls.end();
-  }
+  if (auto p = s.calls.take(id))
+    complete(s, *p, nullptr, s.running.load() ? call_failed(s, dest, p->fn, why) : agent_shut_down(s, p->fn));
 }
 
 // ------------------------------------------------------------------ the synchronous fast path

@@ -162,14 +162,10 @@ void announce_rejoin(RpcCore::State& s) {
     h.src = s.rank;
     h.fn = kRejoinFn;
     auto notice = std::make_tuple(s.incarnation, s.me);
-    auto m = std::make_shared<OutMessage>(build_message(
+    Frames frames = encode_message(build_message(
         h, nullptr, r, [&](Packer& pk) { pk.pack(notice); }, nullptr));
-    RpcCore::State* sp = &s;
-    s.link->post([sp, r, m] {
-      auto frames = encode_message(std::move(*m));
-      std::string err;
-      sp->link->send_to_peer(r, frames, &err);
-    });
+    std::string err;
+    (void)s.link->send_any_thread(r, frames, &err);
   }
 }
 
