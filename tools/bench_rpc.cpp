@@ -35,6 +35,7 @@ using Clock = std::chrono::steady_clock;
 struct Result {
   std::string transport, security;
   double median_us = 0, p99_us = 0, calls_per_s = 0, big_gbps = 0;
+  double pool_calls_per_s = 0;                   // rpc_async in flight to a handler on the server's pool (RunOn::Pool)
   double client_cpu_us = 0, server_cpu_us = 0;   // CPU time per rpc_sync call, each process
   double floor_median_us = 0, floor_p99_us = 0;  // plain libzmq ping-pong, same sizes and placement
   double floor_client_cpu_us = 0, floor_server_cpu_us = 0;
@@ -208,16 +209,22 @@ Result client(RpcAgent& agent, const RpcBenchOptions& o) {
   r.loop_median_us = percentile(us, 0.5);
   r.loop_p99_us = percentile(us, 0.99);
 
-  std::vector<Future<at::Tensor>> window(o.inflight);
+  // rpc_async calls/s with o.inflight in flight, to fn.
+  const auto throughput = [&](const char* fn) {
+    std::vector<Future<at::Tensor>> window(o.inflight);
+    const auto t0 = Clock::now();
+    for (int i = 0; i < o.throughput_calls; ++i) {
+      auto& slot = window[i % o.inflight];
+      if (slot.valid()) slot.value();
+      slot = agent.rpc_async<at::Tensor>(1, fn, small);
+    }
+    for (auto& f : window)
+      if (f.valid()) f.value();
+    return o.throughput_calls / std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  r.calls_per_s = throughput("echo");
+  r.pool_calls_per_s = throughput("echo_pool");
   auto t0 = Clock::now();
-  for (int i = 0; i < o.throughput_calls; ++i) {
-    auto& slot = window[i % o.inflight];
-    if (slot.valid()) slot.value();
-    slot = agent.rpc_async<at::Tensor>(1, "echo", small);
-  }
-  for (auto& f : window)
-    if (f.valid()) f.value();
-  r.calls_per_s = o.throughput_calls / std::chrono::duration<double>(Clock::now() - t0).count();
 
   const at::Tensor big = torch::rand({static_cast<std::int64_t>(o.big_mib) << 18});  // MiB of float32
   agent.rpc_sync<at::Tensor>(1, "echo", big);
@@ -287,7 +294,8 @@ Result run_pair(const RpcBenchOptions& o, const std::string& transport, const st
     }
     RpcAgent agent(ro, [](RpcAgent& a) {
       a.register_function(
-          "echo", [](at::Tensor t) { return t; }, RunOn::IoThread);  // returns at once
+          "echo", [](at::Tensor t) { return t; }, RunOn::IoThread);      // returns at once
+      a.register_function("echo_pool", [](at::Tensor t) { return t; });  // on the handler pool
       a.register_function("cpu_us", [] { return process_cpu_us(); });
     });
     if (rank == 0) {
@@ -296,7 +304,7 @@ Result run_pair(const RpcBenchOptions& o, const std::string& transport, const st
       f << rr.median_us << " " << rr.p99_us << " " << rr.calls_per_s << " " << rr.big_gbps << " " << rr.client_cpu_us
         << " " << rr.server_cpu_us << " " << r.floor_median_us << " " << r.floor_p99_us << " " << r.floor_client_cpu_us
         << " " << r.floor_server_cpu_us << " " << rr.loop_median_us << " " << rr.loop_p99_us << " "
-        << rr.loop_client_cpu_us << " " << rr.loop_server_cpu_us;
+        << rr.loop_client_cpu_us << " " << rr.loop_server_cpu_us << " " << rr.pool_calls_per_s;
       for (int k = 0; k < 2; ++k)
         f << " " << r.shm_median_us[k] << " " << r.shm_p99_us[k] << " " << r.shm_client_cpu_us[k] << " "
           << r.shm_server_cpu_us[k];
@@ -308,11 +316,12 @@ Result run_pair(const RpcBenchOptions& o, const std::string& transport, const st
   r.transport = transport;
   r.security = security;
   std::ifstream f(out);
-  if (!ok || !(f >> r.median_us >> r.p99_us >> r.calls_per_s >> r.big_gbps >> r.client_cpu_us >> r.server_cpu_us >>
-               r.floor_median_us >> r.floor_p99_us >> r.floor_client_cpu_us >> r.floor_server_cpu_us >>
-               r.loop_median_us >> r.loop_p99_us >> r.loop_client_cpu_us >> r.loop_server_cpu_us >>
-               r.shm_median_us[0] >> r.shm_p99_us[0] >> r.shm_client_cpu_us[0] >> r.shm_server_cpu_us[0] >>
-               r.shm_median_us[1] >> r.shm_p99_us[1] >> r.shm_client_cpu_us[1] >> r.shm_server_cpu_us[1]))
+  if (!ok ||
+      !(f >> r.median_us >> r.p99_us >> r.calls_per_s >> r.big_gbps >> r.client_cpu_us >> r.server_cpu_us >>
+        r.floor_median_us >> r.floor_p99_us >> r.floor_client_cpu_us >> r.floor_server_cpu_us >> r.loop_median_us >>
+        r.loop_p99_us >> r.loop_client_cpu_us >> r.loop_server_cpu_us >> r.pool_calls_per_s >> r.shm_median_us[0] >>
+        r.shm_p99_us[0] >> r.shm_client_cpu_us[0] >> r.shm_server_cpu_us[0] >> r.shm_median_us[1] >> r.shm_p99_us[1] >>
+        r.shm_client_cpu_us[1] >> r.shm_server_cpu_us[1]))
     throw Error("rpc: the " + transport + " run (security " + security + ") failed (see its output above)");
   std::filesystem::remove_all(dir);
   return r;
@@ -388,11 +397,14 @@ int run_rpc_bench(const RpcBenchOptions& o) {
     const auto row = [&](const char* path, double med, double p99, double ccpu, double scpu, double calls,
                          double gbps) {
       std::cout << std::left << std::setw(10) << r.transport << std::setw(9) << r.security << std::setw(12) << path
-                << std::right << std::fixed << std::setprecision(1) << std::setw(11) << med << std::setw(10) << p99
-                << std::setw(9) << std::setprecision(2) << med / r.floor_median_us << std::setw(13)
-                << std::setprecision(1)
-                << (std::to_string(static_cast<int>(ccpu + 0.5)) + "+" + std::to_string(static_cast<int>(scpu + 0.5)))
-                << std::setw(16) << std::setprecision(0);
+                << std::right << std::fixed << std::setprecision(1);
+      if (med > 0)  // a row with a round trip
+        std::cout << std::setw(11) << med << std::setw(10) << p99 << std::setw(9) << std::setprecision(2)
+                  << med / r.floor_median_us << std::setw(13)
+                  << (std::to_string(static_cast<int>(ccpu + 0.5)) + "+" +
+                      std::to_string(static_cast<int>(scpu + 0.5)));
+      else std::cout << std::setw(11) << "-" << std::setw(10) << "-" << std::setw(9) << "-" << std::setw(13) << "-";
+      std::cout << std::setw(16) << std::setprecision(0);
       if (calls > 0) std::cout << calls;
       else std::cout << "-";
       std::cout << std::setw(13) << std::setprecision(2);
@@ -408,6 +420,7 @@ int run_rpc_bench(const RpcBenchOptions& o) {
     row("shm-spin", r.shm_median_us[1], r.shm_p99_us[1], r.shm_client_cpu_us[1], r.shm_server_cpu_us[1], 0, 0);
     row("async+wait", r.loop_median_us, r.loop_p99_us, r.loop_client_cpu_us, r.loop_server_cpu_us, 0, 0);
     row("rpc_sync", r.median_us, r.p99_us, r.client_cpu_us, r.server_cpu_us, r.calls_per_s, r.big_gbps);
+    row("async pool", 0, 0, 0, 0, r.pool_calls_per_s, 0);
   }
   std::cout
       << "\n  libzmq: the floor, a plain DEALER/ROUTER ping-pong of the same sizes between the same two processes;\n"
@@ -415,7 +428,8 @@ int run_rpc_bench(const RpcBenchOptions& o) {
          "  side sleeping on a futex at once / after spinning up to 20 us: the same-host transport's floor;\n"
          "  async+wait: rpc_async(...).value(), through the caller's I/O loop (rpc_sync before its fast path);\n"
          "  rpc_sync: the fast path (the caller sends and waits on its own channel); the server answers on its\n"
-         "  I/O thread (RunOn::IoThread) in both;\n"
+         "  I/O thread (RunOn::IoThread) in both; async calls/s on its row: rpc_async with that many in flight;\n"
+         "  async pool: the same rpc_async throughput, the server answering on its handler pool (RunOn::Pool);\n"
          "  security curve: the RPC sockets authenticated and encrypted (ZeroMQ CURVE); the floor stays plain;\n"
          "  x floor: median / the floor's; cpu us/call: client + server CPU time (getrusage) per call.\n";
   if (o.idle_s > 0) {

@@ -24,7 +24,8 @@
 //   flight);
 // - send_any_thread from many threads at once, beside the I/O thread's own sends, keeps each
 //   thread's order per peer and loses nothing, with messages both smaller and larger than a
-//   shared-memory ring of 4 KiB (written by the caller itself, or handed to the I/O thread).
+//   shared-memory ring of 4 KiB (written by the caller itself, or handed to the I/O thread);
+//   so do replies sent with send_reply_any_thread from a thread that is not the I/O thread.
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -83,8 +84,23 @@ std::string pattern(std::size_t n, std::uint32_t seed) {
 // One process's link and what it was told.
 class End {
  public:
-  End(const std::string& kind, const TempDir& dir, int rank, int world = 2, std::size_t ring_bytes = 1u << 20)
+  // replier: requests are answered from a thread of the test's own (send_reply_any_thread), in
+  // the order they came, instead of on the I/O thread.
+  End(const std::string& kind, const TempDir& dir, int rank, int world = 2, std::size_t ring_bytes = 1u << 20,
+      bool replier = false)
       : rank_(rank) {
+    if (replier)
+      replier_ = std::thread([this] {
+        for (;;) {
+          std::unique_lock<std::mutex> lock(mu_);
+          cv_.wait(lock, [&] { return stop_replier_ || !to_answer_.empty(); });
+          if (to_answer_.empty()) return;
+          auto [from, frames] = std::move(to_answer_.front());
+          to_answer_.pop_front();
+          lock.unlock();
+          if (!link_->send_reply_any_thread(from, frames)) refused_.fetch_add(1);
+        }
+      });
     Link::Events ev;
     ev.on_request = [this](Caller&& from, Frames&& frames) {
       {
@@ -95,7 +111,13 @@ class End {
       if (!frames.empty() && frames[0].to_string() == "hold")  // holds the I/O thread 12 s
         std::this_thread::sleep_for(12s);
       if (reply_bytes_ > 0) frames = frames_of({pattern(reply_bytes_, 7)});
-      if (!link_->send_reply(from, frames)) refused_.fetch_add(1);
+      if (replier_.joinable()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        to_answer_.emplace_back(std::move(from), std::move(frames));
+        cv_.notify_all();
+      } else if (!link_->send_reply(from, frames)) {
+        refused_.fetch_add(1);
+      }
     };
     ev.on_reply = [this](int peer, Frames&& frames) {
       std::lock_guard<std::mutex> lock(mu_);
@@ -147,7 +169,17 @@ class End {
       expect(distrl::testing::wait_for_file(dir.file("listening-" + std::to_string(r)), 30s),
              "rank " + std::to_string(r) + " never listened");
   }
-  ~End() { link_->stop(); }
+  ~End() {
+    if (replier_.joinable()) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        stop_replier_ = true;
+      }
+      cv_.notify_all();
+      replier_.join();  // what was queued is answered first
+    }
+    link_->stop();
+  }
 
   Link& link() { return *link_; }
   void reply_with(std::size_t bytes) { reply_bytes_ = bytes; }
@@ -215,6 +247,9 @@ class End {
   std::vector<int> request_ranks_;
   std::vector<std::size_t> request_sizes_;
   std::atomic<std::uint64_t> refused_{0}, dropped_{0};
+  std::deque<std::pair<Caller, Frames>> to_answer_;
+  bool stop_replier_ = false;
+  std::thread replier_;
 };
 
 // Rank 0 serves until rank 1 says it is done (a file), then checks what it saw with `check`.
@@ -485,7 +520,7 @@ TEST_P(LinkContract, SendsFromManyThreadsKeepEachThreadsOrderAndLoseNothing) {
   auto codes = run_ranks(
       2,
       [&](int rank) {
-        End end(kind, dir, rank, 2, 4096);
+        End end(kind, dir, rank, 2, 4096, /*replier=*/rank == 0);
         if (rank == 0)
           return serve_until_done(end, dir, 90s, [](End& e) {
             expect(e.request_sizes().size() == kThreads * kEach + 51,

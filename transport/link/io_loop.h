@@ -87,6 +87,9 @@ class IoLoop final : public Link {
   bool send_any_thread(int peer, Frames& frames, std::string* error) override {
     return send_on_io_thread(*this, cb_, peer, frames, error);
   }
+  bool send_reply_any_thread(const Caller& to, Frames& frames) override {
+    return reply_on_io_thread(*this, cb_, to, frames);
+  }
   bool send_reply(const Caller& to, Frames& frames) override;
   // I/O thread only: connects this loop's DEALER to `peer` (if not yet), so that its death is
   // watched and reported (on_peer_down) even when every call to it takes another path.

@@ -108,6 +108,10 @@ class Link {
   virtual bool send_any_thread(int peer, Frames& frames, std::string* error) = 0;
   // I/O thread only. False when the caller is gone or its queue is full.
   virtual bool send_reply(const Caller& to, Frames& frames) = 0;
+  // Any thread: send_reply without the hop where the link can (as send_any_thread); a reply
+  // refused after the hand-off comes back through Events::on_send_failed (peer: to.rank).
+  // False (frames kept) when it cannot be taken: the caller is gone, or the link is stopping.
+  virtual bool send_reply_any_thread(const Caller& to, Frames& frames) = 0;
   // I/O thread only: connect to `peer` (if not yet), so that its death is reported
   // (on_peer_down) even when every call to it takes a channel.
   virtual void watch_peer(int peer) = 0;

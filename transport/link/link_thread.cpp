@@ -66,6 +66,18 @@ bool send_on_io_thread(Link& link, const Link::Events& events, int peer, Frames&
   return false;
 }
 
+bool reply_on_io_thread(Link& link, const Link::Events& events, const Caller& to, Frames& frames) {
+  if (link.on_io_thread()) return link.send_reply(to, frames);
+  auto f = std::make_shared<Frames>(std::move(frames));
+  const bool posted = link.post([&link, &events, to, f] {
+    if (!link.send_reply(to, *f) && events.on_send_failed)
+      guarded(events, "reporting a failed send",
+              [&] { events.on_send_failed(to.rank, std::move(*f), "the caller is gone or not reading"); });
+  });
+  if (!posted) frames = std::move(*f);
+  return posted;
+}
+
 void LinkThread::start(std::function<void()> init, std::function<void()> run) {
   thread_ = std::thread([init = std::move(init), run = std::move(run)] {
     name_this_thread("distrl-io");

@@ -75,6 +75,10 @@ void guarded(const Link::Events& events, const char* what, F&& f) {
 bool send_on_io_thread(Link& link, const Link::Events& events, int peer, Frames& frames, std::string* error,
                        std::function<void()> after = {});
 
+// send_reply_any_thread's hand-off: send_reply on the I/O thread (at once when called on it), a
+// refusal after the hand-off reported through events.on_send_failed.
+bool reply_on_io_thread(Link& link, const Link::Events& events, const Caller& to, Frames& frames);
+
 // on_dropped(what), guarded.
 inline void report_dropped(const Link::Events& events, const std::string& what) {
   guarded(events, "reporting a refused message", [&] {

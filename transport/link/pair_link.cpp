@@ -206,6 +206,11 @@ bool PairLink::send_any_thread(int peer, Frames& frames, std::string* error) {
   return send_on_io_thread(*this, cb_, peer, frames, error);
 }
 
+bool PairLink::send_reply_any_thread(const Caller& to, Frames& frames) {
+  if (to.via == home_) return home().send_reply_any_thread(to, frames);
+  return send_reply(to, frames);  // relay() is any thread's
+}
+
 bool PairLink::send_reply(const Caller& to, Frames& frames) {
   if (to.via == home_) return home().send_reply(to, frames);
   auto route = std::make_shared<Caller>(Caller{to.route, to.rank, to.via});

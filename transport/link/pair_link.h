@@ -66,6 +66,8 @@ class PairLink final : public Link {
   // A peer of the shared-memory home link: that link's send_any_thread (the caller writes it
   // itself); any other: the hand-off to the home thread's send_to_peer.
   bool send_any_thread(int peer, Frames& frames, std::string* error) override;
+  // The home link's for its callers; the other link's are relayed from the calling thread.
+  bool send_reply_any_thread(const Caller& to, Frames& frames) override;
   bool send_reply(const Caller& to, Frames& frames) override;
   void watch_peer(int peer) override;
   void replace_peer(int peer, const std::string& endpoint) override;

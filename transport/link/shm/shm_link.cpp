@@ -128,11 +128,12 @@ struct ShmLink::Conn {
   std::uint64_t refused = 0;  // messages refused by the queue's bound
   int rank;                   // outgoing: the peer; accepted: the caller's rank (-1: not a member)
   bool outgoing;
-  Slot* slot = nullptr;  // outgoing: the peer's, whose mutex guards the write side
-  bool answered = true;  // outgoing: the acceptor's answer read
-  bool io = false;       // accepted: an I/O thread's connection (we beat on it)
-  bool broken = false;   // a write failed (its ring is unusable): closed after the round
-  std::uint64_t id = 0;  // accepted: the route
+  Slot* slot = nullptr;            // outgoing: the peer's; accepted: own_slot
+  std::shared_ptr<Slot> own_slot;  // accepted: its slot, also in routes_ while it is open
+  bool answered = true;            // outgoing: the acceptor's answer read
+  bool io = false;                 // accepted: an I/O thread's connection (we beat on it)
+  bool broken = false;             // a write failed (its ring is unusable): closed after the round
+  std::uint64_t id = 0;            // accepted: the route
   // Outgoing: the peer's beat as last seen, when it last changed, and whether it is overdue.
   std::uint64_t beat = 0;
   Clock::time_point beat_seen{};
@@ -338,7 +339,6 @@ bool ShmLink::pump(Conn& c) {
 }
 
 std::unique_lock<std::mutex> ShmLink::lock_out(Conn& c, bool try_only) {
-  if (c.slot == nullptr) return {};
   if (try_only) return std::unique_lock<std::mutex>(c.slot->mu, std::try_to_lock);
   return std::unique_lock<std::mutex>(c.slot->mu);
 }
@@ -359,36 +359,61 @@ void ShmLink::retire_peer(int p) {
   if (peers_[p]) retired_.push_back(std::move(peers_[p]));
 }
 
+bool ShmLink::write_now(Slot& slot, Frames& frames) {
+  std::unique_lock<std::mutex> lock(slot.mu, std::try_to_lock);
+  Conn* c = lock.owns_lock() && slot.posted.load() == 0 ? slot.conn : nullptr;
+  bool fits = false;
+  try {
+    fits = c != nullptr && c->writer.idle() && c->waiting.empty() && frames.size() <= kMaxRingFrames &&
+           c->pair.out.writable() >= MessageWriter::wire_bytes(frames);
+  } catch (const std::exception&) {
+    // The reader's index is impossible: the I/O thread's send finds it too and drops the connection.
+  }
+  if (!fits) return false;
+  const std::size_t bytes = frames_bytes(frames);
+  try {
+    c->writer.start(std::move(frames));
+    c->writer.pump(c->pair.out);  // all of it: it fits
+  } catch (const std::exception&) {
+    // The reader's index turned impossible meanwhile: the I/O thread's next pump of this
+    // connection (its writer is mid-message) fails the same way and drops it, which fails the call.
+  }
+  bytes_sent_.fetch_add(bytes, std::memory_order_relaxed);
+  return true;
+}
+
 bool ShmLink::send_any_thread(int peer, Frames& frames, std::string* error) {
   if (io_.on_thread() || peer < 0 || peer >= static_cast<int>(peer_endpoints_.size()))
     return send_on_io_thread(*this, cb_, peer, frames, error);  // the I/O thread's own errors
   Slot& slot = slots_[peer];
-  {
-    std::unique_lock<std::mutex> lock(slot.mu, std::try_to_lock);
-    Conn* c = lock.owns_lock() && slot.posted.load() == 0 ? slot.conn : nullptr;
-    bool fits = false;
-    try {
-      fits = c != nullptr && c->writer.idle() && c->waiting.empty() &&
-             c->pair.out.writable() >= MessageWriter::wire_bytes(frames) && frames.size() <= kMaxRingFrames;
-    } catch (const std::exception&) {
-      // The reader's index is impossible: the I/O thread's send finds it too and loses the peer.
-    }
-    if (fits) {
-      const std::size_t bytes = frames_bytes(frames);
-      try {
-        c->writer.start(std::move(frames));
-        c->writer.pump(c->pair.out);  // all of it: it fits
-      } catch (const std::exception&) {
-        // The reader's index turned impossible meanwhile: the I/O thread's next pump of this
-        // connection fails the same way and reports the peer lost, which fails the call.
-      }
-      bytes_sent_.fetch_add(bytes, std::memory_order_relaxed);
-      return true;
-    }
-  }
+  if (write_now(slot, frames)) return true;
   slot.posted.fetch_add(1);
   if (send_on_io_thread(*this, cb_, peer, frames, error, [&slot] { slot.posted.fetch_sub(1); })) return true;
   slot.posted.fetch_sub(1);
+  return false;
+}
+
+bool ShmLink::send_reply_any_thread(const Caller& to, Frames& frames) {
+  if (io_.on_thread()) return send_reply(to, frames);
+  std::shared_ptr<Slot> slot;
+  {
+    std::lock_guard<std::mutex> lock(routes_mu_);
+    auto it = routes_.find(id_of(to.route));
+    if (it != routes_.end()) slot = it->second;
+  }
+  if (slot == nullptr) return false;  // the caller is gone
+  if (write_now(*slot, frames)) return true;
+  slot->posted.fetch_add(1);
+  auto f = std::make_shared<Frames>(std::move(frames));
+  if (post([this, to, f, slot] {
+        if (!send_reply(to, *f) && cb_.on_send_failed)
+          guarded(cb_, "reporting a failed send",
+                  [&] { cb_.on_send_failed(to.rank, std::move(*f), "the caller is gone or not reading"); });
+        slot->posted.fetch_sub(1);
+      }))
+    return true;
+  slot->posted.fetch_sub(1);
+  frames = std::move(*f);
   return false;
 }
 
@@ -501,7 +526,7 @@ bool ShmLink::read_one(Conn& c) {
 
 bool ShmLink::serve(Conn& c) {
   bool moved = false;
-  if (const auto lock = lock_out(c, true); c.slot == nullptr || lock.owns_lock()) moved = pump(c);
+  if (const auto lock = lock_out(c, true); lock.owns_lock()) moved = pump(c);    // else a caller writes: next round
   for (int n = 0; n < kDrainCap && !c.broken && read_one(c); ++n) moved = true;  // a turn each, in fairness
   return moved;
 }
@@ -546,6 +571,14 @@ void ShmLink::close_accepted(std::uint64_t id, const std::string& why) {
   beater_.remove(id);
   if (!why.empty())
     DISTRL_LOG(Debug, "shared memory: closing a connection from rank " << it->second->rank << ": " << why);
+  {
+    std::lock_guard<std::mutex> lock(routes_mu_);
+    routes_.erase(id);
+  }
+  {
+    const auto lock = lock_out(*it->second);
+    it->second->slot->conn = nullptr;  // callers hand off from here
+  }
   retired_.push_back(std::move(it->second));
   accepted_.erase(it);
 }
@@ -636,6 +669,13 @@ void ShmLink::admit(std::size_t index) {
     c->id = ++next_id_;
     c->io = h.kind == "io";
     if (c->io) beater_.add(c->id, &c->pair.out.control()->writer_beat);
+    c->own_slot = std::make_shared<Slot>();  // other threads write their replies into it themselves
+    c->slot = c->own_slot.get();
+    c->slot->conn = c.get();
+    {
+      std::lock_guard<std::mutex> lock(routes_mu_);
+      routes_.emplace(c->id, c->own_slot);
+    }
     accepted_.emplace(c->id, std::move(c));
   } catch (const std::exception& e) {
     report_dropped(cb_, std::string("a shared-memory connection's handshake: ") + e.what());
@@ -782,6 +822,14 @@ void ShmLink::run() {
     guarded(cb_, "checking deadlines", [&] { cb_.on_tick(now); });
   }
   for (std::size_t p = 0; p < peers_.size(); ++p) close_slot(static_cast<int>(p));  // callers hand off from here
+  {
+    std::lock_guard<std::mutex> lock(routes_mu_);
+    routes_.clear();
+  }
+  for (auto& [id, c] : accepted_) {
+    const auto lock = lock_out(*c);
+    c->slot->conn = nullptr;
+  }
   io_.run();  // last replies and releases go out before the rings close
   // Flush what fits for up to 100 ms; a reader that stopped reading gets nothing more.
   std::vector<Conn*> all;

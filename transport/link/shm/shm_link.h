@@ -15,7 +15,8 @@
 // Requests without the hop (send_any_thread). The I/O thread's connection to a peer has one
 // writer at a time, its Slot's mutex deciding which: the I/O thread (queueing and pumping) or
 // a calling thread that writes its whole message into the ring itself and publishes it (which
-// rings the peer's doorbell). A caller writes only when it takes the mutex without waiting, the
+// rings the peer's doorbell). Replies take the same way (send_reply_any_thread: a handler-pool
+// thread answering), through the accepted connection's own slot, found by its route. A caller writes only when it takes the mutex without waiting, the
 // connection is established (answered, not stalled), nothing is queued behind its writer,
 // nothing handed to the I/O thread for that peer is still on its way (Slot::posted), and the
 // message fits now; else it hands the message to the I/O thread as before. So a message never
@@ -92,6 +93,7 @@ class ShmLink final : public Link {
 
   bool send_to_peer(int peer, Frames& frames, std::string* error) override;
   bool send_any_thread(int peer, Frames& frames, std::string* error) override;
+  bool send_reply_any_thread(const Caller& to, Frames& frames) override;
   bool send_reply(const Caller& to, Frames& frames) override;
   void watch_peer(int peer) override;
   void replace_peer(int peer, const std::string& endpoint) override;
@@ -112,8 +114,11 @@ class ShmLink final : public Link {
     Conn* conn = nullptr;                // set while callers may write into it themselves (mu)
     std::atomic<std::size_t> posted{0};  // messages handed to the I/O thread, not yet queued
   };
-  // The write side of c, locked: c's slot's mutex for a connection to a peer (try: only when it is
-  // free at once; unlocked then), none for an accepted one (the I/O thread is its only writer).
+  // Writes the whole message into slot's connection now, when a calling thread may (see the
+  // top): true when written; false, frames untouched, when it must be handed off.
+  bool write_now(Slot& slot, Frames& frames);
+  // The write side of c, locked: its slot's mutex (try: only when it is free at once; not owned
+  // then).
   std::unique_lock<std::mutex> lock_out(Conn& c, bool try_only = false);
   // Opens peers_[p] to calling threads (established and not stalled), or closes it.
   void open_slot(int p);
@@ -177,7 +182,10 @@ class ShmLink final : public Link {
   std::vector<std::string> peer_endpoints_;
   std::vector<std::unique_ptr<Conn>> peers_;  // I/O thread only (their write side: slots_)
   std::unique_ptr<Slot[]> slots_;             // per peer
-  std::vector<std::string> peer_down_;        // why, or "" (I/O thread only)
+  // Accepted I/O-thread connections by route, for replies from other threads (routes_mu_).
+  std::mutex routes_mu_;
+  std::unordered_map<std::uint64_t, std::shared_ptr<Slot>> routes_;
+  std::vector<std::string> peer_down_;  // why, or "" (I/O thread only)
   // Frames for a peer that could not take a connection yet, in order: sent once a retry (backoff
   // 5 ms doubling to 500 ms) connects; their calls otherwise end at their own deadlines. Only a
   // death (the listener gone, EOF on an established connection, the heartbeat) loses the peer.

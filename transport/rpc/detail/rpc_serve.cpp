@@ -15,15 +15,6 @@ struct Outcome {
   std::function<void(const void*, Packer&)> pack;
 };
 
-void send_frames(RpcCore::State& s, const RoutingId& to, std::shared_ptr<OutMessage> m) {
-  auto send = [&s, to, m] {
-    auto frames = encode_message(std::move(*m));
-    if (!s.link->send_reply(*to, frames)) s.dropped.fetch_add(1);  // the caller is gone
-  };
-  if (s.link->on_io_thread()) send();
-  else s.link->post(send);
-}
-
 void reply(RpcCore& core, RpcCore::State& s, const RoutingId& to, const Header& req, Kind kind,
            const BodyWriter& body) {
   if (req.call_id == 0) return;  // one-way
@@ -32,9 +23,9 @@ void reply(RpcCore& core, RpcCore::State& s, const RoutingId& to, const Header& 
   h.call_id = req.call_id;
   h.src = s.rank;
   if (kind == Kind::Response && s.hooks) h.ctx = req.ctx;  // a result is sent inside the request's context
-  std::shared_ptr<OutMessage> m;
+  Frames frames;
   try {
-    m = std::make_shared<OutMessage>(build_message(h, &core, req.src, body, s.hooks.get()));
+    frames = encode_message(build_message(h, &core, req.src, body, s.hooks.get()));
   } catch (const std::exception& e) {
     // The result could not be packed (a CUDA tensor, say): tell the caller that instead.
     if (kind == Kind::Error) return;
@@ -43,7 +34,9 @@ void reply(RpcCore& core, RpcCore::State& s, const RoutingId& to, const Header& 
           [&](Packer& pk) { pk.pack(std::make_tuple(std::string("handler"), demangle(typeid(e).name()), what)); });
     return;
   }
-  send_frames(s, to, std::move(m));
+  // From any thread: the link writes it at once where it can (shared memory), else its I/O
+  // thread sends it.
+  if (!s.link->send_reply_any_thread(*to, frames)) s.dropped.fetch_add(1);  // the caller is gone
 }
 
 void reply_error(RpcCore& core, RpcCore::State& s, const RoutingId& to, const Header& req, std::exception_ptr err) {
