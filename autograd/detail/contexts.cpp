@@ -221,7 +221,7 @@ transport::Future<void> Engine::forward_release(const std::shared_ptr<ContextSta
   if (acks.empty()) return transport::Future<void>::ready();
   auto self = shared_from_this();
   const std::int64_t id = s->id;
-  return all_or_first_error(acks).then([self, id](const transport::Future<void>& f) {
+  return all_or_first_error(acks).then_inline([self, id](const transport::Future<void>& f) {
     try {
       f.value();
     } catch (const std::exception& e) {

@@ -49,12 +49,14 @@ transport::Future<void> all_or_first_error(const std::vector<transport::Future<v
   auto left = std::make_shared<std::atomic<std::size_t>>(fs.size());
   auto done = std::make_shared<std::atomic<bool>>(false);
   for (const auto& f : fs) {
-    f.then([p, left, done](const transport::Future<void>& r) {
-      if (r.error()) {
-        if (!done->exchange(true)) p.set_error(r.error());
+    // On the completing thread (the I/O thread, for a gradient's acknowledgement): counting
+    // costs no hand-off, and what waits on the result still runs on the pool.
+    f.on_done_inline([p, left, done, f](transport::Executor* executor) {
+      if (f.error()) {
+        if (!done->exchange(true)) p.set_error(f.error(), executor);
         return;
       }
-      if (left->fetch_sub(1) == 1 && !done->exchange(true)) p.set_value();
+      if (left->fetch_sub(1) == 1 && !done->exchange(true)) p.set_value(executor);
     });
   }
   return out;
@@ -258,7 +260,7 @@ transport::Future<void> Engine::run_part(const std::shared_ptr<ContextState>& st
   }
   auto self = shared_from_this();
   const std::int64_t id = state->id;
-  return all_or_first_error(sent).then([self, id](const transport::Future<void>& f) {
+  return all_or_first_error(sent).then_inline([self, id](const transport::Future<void>& f) {
     try {
       f.value();
     } catch (const std::exception& e) {

@@ -79,7 +79,8 @@ bool reply_on_io_thread(Link& link, const Link::Events& events, const Caller& to
 }
 
 void LinkThread::start(std::function<void()> init, std::function<void()> run) {
-  thread_ = std::thread([init = std::move(init), run = std::move(run)] {
+  thread_ = std::thread([this, init = std::move(init), run = std::move(run)] {
+    id_.store(std::this_thread::get_id(), std::memory_order_relaxed);
     name_this_thread("distrl-io");
     if (init) init();
     run();

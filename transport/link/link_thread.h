@@ -28,7 +28,8 @@ class LinkThread {
   // Refuses further posts, wakes the thread and joins it (run returns once stopping() is
   // true). True the first time, false when already stopped.
   bool stop();
-  bool on_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
+  // Any thread, from any time (a thread woken by the I/O thread may ask before start() returned).
+  bool on_thread() const { return std::this_thread::get_id() == id_.load(std::memory_order_relaxed); }
 
   // The descriptor to poll: readable after a post() or stop() while the thread slept.
   int wake_fd() const { return wake_fd_; }
@@ -52,6 +53,7 @@ class LinkThread {
   std::atomic<bool> stopping_{false};
   bool stopped_ = false;
   std::thread thread_;
+  std::atomic<std::thread::id> id_{};  // the I/O thread's, written by itself first
 };
 
 // Runs a link callback at the I/O thread's boundary: whatever it throws is reported through

@@ -3,6 +3,10 @@
 // thread, or on the Executor the completer names (the RPC agent names its handler pool, so
 // callbacks on RPC results never run on the socket I/O thread; a future a user completes runs
 // them on that user's thread). Callbacks never run under our locks. See docs/threads.md.
+// The library's own short continuations (counting when_all's inputs, boxing a handler's
+// result, sending an async handler's reply) use then_inline / on_done_inline: they run on the
+// completing thread whatever its executor, and pass the executor on to what they complete, so a
+// chain of them costs no thread hand-off and a user's then() behind it still runs on the pool.
 #pragma once
 
 #include <atomic>
@@ -54,12 +58,18 @@ struct FutureState {
   std::atomic<bool> done{false};
   std::optional<Stored<T>> value;
   std::exception_ptr error;
-  std::vector<std::function<void()>> callbacks;
+  // fn(executor): the executor the outcome was completed with (nullptr: none, or the callback
+  // was posted to it already). run_inline: the library's own short continuations.
+  struct Callback {
+    std::function<void(Executor*)> fn;
+    bool run_inline = false;
+  };
+  std::vector<Callback> callbacks;
 
   // Publishes the outcome once; false if it was already set.
   template <typename Fill>
   bool complete(Fill&& fill, Executor* executor) {
-    std::vector<std::function<void()>> cbs;
+    std::vector<Callback> cbs;
     {
       std::lock_guard<std::mutex> lock(mu);
       if (done.load(std::memory_order_relaxed)) return false;
@@ -69,8 +79,8 @@ struct FutureState {
     }
     cv.notify_all();
     for (auto& cb : cbs) {
-      if (executor) executor->post(std::move(cb));
-      else cb();
+      if (executor && !cb.run_inline) executor->post([fn = std::move(cb.fn)] { fn(nullptr); });
+      else cb.fn(executor);
     }
     return true;
   }
@@ -96,16 +106,17 @@ struct FutureState {
     return cv.wait_for(lock, timeout, [&] { return done.load(std::memory_order_relaxed); });
   }
 
-  // Runs cb now if done, else when done (on the completer's executor).
-  void on_done(std::function<void()> cb) {
+  // Runs cb now if done (on this thread, executor nullptr), else when done: on the completer's
+  // executor, or inline on the completing thread when run_inline.
+  void on_done(std::function<void(Executor*)> cb, bool run_inline) {
     {
       std::lock_guard<std::mutex> lock(mu);
       if (!done.load(std::memory_order_relaxed)) {
-        callbacks.push_back(std::move(cb));
+        callbacks.push_back(Callback{std::move(cb), run_inline});
         return;
       }
     }
-    cb();
+    cb(nullptr);
   }
 };
 
@@ -162,24 +173,18 @@ class Future {
   // returned Future<U>. Like torch.futures.Future.then.
   template <typename F>
   auto then(F&& f) const -> Future<std::invoke_result_t<F, Future<T>>> {
-    using U = std::invoke_result_t<F, Future<T>>;
-    Promise<U> p;
-    Future<U> out = p.get_future();
-    Future<T> self = *this;
-    state_->on_done([p, self, f = std::forward<F>(f)]() mutable {
-      try {
-        if constexpr (std::is_void_v<U>) {
-          f(self);
-          p.set_value();
-        } else {
-          p.set_value(f(self));
-        }
-      } catch (...) {
-        p.set_error(std::current_exception());
-      }
-    });
-    return out;
+    return chain(std::forward<F>(f), false);
   }
+  // then(), run on the completing thread whatever executor completed this future (the I/O
+  // thread, for an RPC result), the returned future completed with that same executor. For the
+  // library's own continuations only: f must be short, never block and never run user code.
+  template <typename F>
+  auto then_inline(F&& f) const -> Future<std::invoke_result_t<F, Future<T>>> {
+    return chain(std::forward<F>(f), true);
+  }
+  // The bare form: fn(executor) on the completing thread once this future completes (now, with
+  // nullptr, if it has); what fn completes should name `executor`. The same rules as then_inline.
+  void on_done_inline(std::function<void(Executor*)> fn) const { state_->on_done(std::move(fn), true); }
 
   // A future that is already complete.
   template <typename V = T, typename = std::enable_if_t<!std::is_void_v<V>>>
@@ -203,6 +208,28 @@ class Future {
  private:
   friend class Promise<T>;
   explicit Future(std::shared_ptr<detail::FutureState<T>> s) : state_(std::move(s)) {}
+  template <typename F>
+  auto chain(F&& f, bool run_inline) const -> Future<std::invoke_result_t<F, Future<T>>> {
+    using U = std::invoke_result_t<F, Future<T>>;
+    Promise<U> p;
+    Future<U> out = p.get_future();
+    Future<T> self = *this;
+    state_->on_done(
+        [p, self, f = std::forward<F>(f)](Executor* executor) mutable {
+          try {
+            if constexpr (std::is_void_v<U>) {
+              f(self);
+              p.set_value(executor);
+            } else {
+              p.set_value(f(self), executor);
+            }
+          } catch (...) {
+            p.set_error(std::current_exception(), executor);
+          }
+        },
+        run_inline);
+    return out;
+  }
   std::shared_ptr<detail::FutureState<T>> state_;
 };
 
@@ -249,20 +276,20 @@ auto when_all(std::vector<Future<T>> futures)
   auto remaining = std::make_shared<std::atomic<size_t>>(futures.size());
   auto all = std::make_shared<std::vector<Future<T>>>(futures);
   for (auto& f : futures) {
-    f.then([p, remaining, all](const Future<T>&) {
+    f.on_done_inline([p, remaining, all](Executor* executor) {
       if (remaining->fetch_sub(1) != 1) return;
       for (auto& g : *all)
         if (g.error()) {
-          p.set_error(g.error());
+          p.set_error(g.error(), executor);
           return;
         }
       if constexpr (std::is_void_v<T>) {
-        p.set_value();
+        p.set_value(executor);
       } else {
         Out values;
         values.reserve(all->size());
         for (auto& g : *all) values.push_back(g.value());
-        p.set_value(std::move(values));
+        p.set_value(std::move(values), executor);
       }
     });
   }

@@ -104,7 +104,7 @@ Callable make_callable(const std::string& name, F fn) {
     };
     if constexpr (FutureValue<R>::is_future) {
       R fut = call_with_indices(std::make_index_sequence<kArity>{});
-      return fut.then([](const R& f) -> std::shared_ptr<void> {
+      return fut.then_inline([](const R& f) -> std::shared_ptr<void> {
         if constexpr (std::is_void_v<V>) {
           f.value();
           return nullptr;

@@ -59,7 +59,7 @@ void reply_error(RpcCore& core, RpcCore::State& s, const RoutingId& to, const He
 
 Future<Outcome> outcome_of(const Future<std::shared_ptr<void>>& f, std::type_index type,
                            std::function<void(const void*, Packer&)> pack) {
-  return f.then([type, pack](const Future<std::shared_ptr<void>>& r) { return Outcome{r.value(), type, pack}; });
+  return f.then_inline([type, pack](const Future<std::shared_ptr<void>>& r) { return Outcome{r.value(), type, pack}; });
 }
 
 // Runs the target of one request; the outcome completes when the (possibly async) call does.
@@ -120,7 +120,10 @@ void serve(RpcCore& core, RpcCore::State& s, RoutingId to, std::shared_ptr<InMes
     result = Future<Outcome>::failed(std::current_exception());
   }
   auto self = core.shared_from_this();
-  result.then([self, &s, to, m](const Future<Outcome>& f) {
+  // An async handler's reply goes out from the thread that completed its future (the I/O thread,
+  // when that was an RPC result): packing and sending it needs no hand-off. A remote() creation
+  // takes the pool: completing its object runs the calls that waited for it (user code).
+  auto answer = [self, &s, to, m](const Future<Outcome>& f) {
     const Header& h = m->header;
     DISTRL_LOG(Debug, "rpc: served #" << h.call_id << " '" << h.fn << "' of " << s.worker_name(h.src)
                                       << (f.has_error() ? " (error)" : ""));
@@ -145,7 +148,9 @@ void serve(RpcCore& core, RpcCore::State& s, RoutingId to, std::shared_ptr<InMes
     }
     const Outcome& out = f.value();
     reply(*self, s, to, h, Kind::Response, [&](Packer& pk) { out.pack(out.value.get(), pk); });
-  });
+  };
+  if (m->header.new_obj) result.then(std::move(answer));
+  else result.then_inline(std::move(answer));
 }
 
 }  // namespace
