@@ -3,7 +3,7 @@
 
     perf record -F 700 --call-graph dwarf,65528 -o perf.data -- distrl-bench autograd ...
     perf script -i perf.data -F comm,pid,tid,ip,sym,dso | tools/flamegraph.py --out flame.svg \
-        --title "..." [--thread 'rpc-handlers|distrl-bench'] [--under 'train_step|run_part']
+        --title "..." [--thread 'rpc-handlers|distrl-bench'] [--under 'train_step|run_part'] [--name 4711=ps]
 
 Stacks are grouped per process and thread (the bottom row: "pid thread"), folded, and drawn
 root at the bottom, each frame as wide as its share of the samples. --thread keeps the samples of
@@ -66,10 +66,13 @@ def main():
     ap.add_argument("--thread", help="regex: keep the threads whose name matches")
     ap.add_argument("--under", help="regex: keep each stack from its first frame that matches (others dropped)")
     ap.add_argument("--width", type=int, default=1200)
+    ap.add_argument("--name", action="append", default=[], metavar="PID=NAME", help="call a process by a name")
+    ap.add_argument("--min-width", type=float, default=1.0, help="frames narrower than this (pixels) are left out")
     args = ap.parse_args()
     src = open(args.input, errors="replace") if args.input else sys.stdin
     thread_re = re.compile(args.thread) if args.thread else None
     under_re = re.compile(args.under) if args.under else None
+    names = dict(n.split("=", 1) for n in args.name)
 
     tree = {"n": 0, "kids": collections.OrderedDict(), "dso": ""}
     total = 0
@@ -83,6 +86,8 @@ def main():
                 continue
             path = path[at:]
         total += 1
+        pid, thread = key.split(" ", 1)
+        key = f"{names.get(pid, pid)} {thread}"
         node = tree
         node["n"] += 1
         for sym, dso in [(key, "")] + path:
@@ -96,7 +101,7 @@ def main():
     def walk(node, name, x, depth):
         nonlocal depth_max
         w = node["n"] / total * args.width
-        if w < 0.3:
+        if w < args.min_width:
             return
         depth_max = max(depth_max, depth)
         rects.append((x, depth, w, name, node))

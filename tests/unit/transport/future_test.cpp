@@ -88,6 +88,40 @@ TEST(FutureTest, CallbacksRunOnTheCompletersExecutor) {
   EXPECT_NE(pool_thread, std::this_thread::get_id());
 }
 
+TEST(FutureTest, InlineContinuationsRunOnTheCompleterAndUserCallbacksBehindThemStillOnItsExecutor) {
+  ThreadPool pool(1, "test");
+  Promise<std::thread::id> pool_id;
+  pool.post([pool_id] { pool_id.set_value(std::this_thread::get_id()); });
+  const std::thread::id pool_thread = pool_id.get_future().value();
+  Promise<int> p;
+  std::thread::id inline_ran_on, inline_ran_on2;
+  Promise<std::thread::id> user_ran_on, when_all_user_ran_on;
+  // The library's chain: a boxed result, then when_all's counting, all inline.
+  auto boxed = p.get_future().then_inline([&](const Future<int>& f) {
+    inline_ran_on = std::this_thread::get_id();
+    return f.value() * 2;
+  });
+  auto both = when_all(std::vector<Future<int>>{boxed, Future<int>::ready(5)});
+  both.then_inline([&](const Future<std::vector<int>>&) { inline_ran_on2 = std::this_thread::get_id(); });
+  // A user's callbacks behind them: on the pool, as behind any RPC result.
+  boxed.then([user_ran_on](const Future<int>&) { user_ran_on.set_value(std::this_thread::get_id()); });
+  both.then([when_all_user_ran_on](const Future<std::vector<int>>&) {
+    when_all_user_ran_on.set_value(std::this_thread::get_id());
+  });
+  p.set_value(21, &pool);  // completed here, naming the pool (as the I/O thread completes RPC results)
+  EXPECT_EQ(inline_ran_on, std::this_thread::get_id());
+  EXPECT_EQ(inline_ran_on2, std::this_thread::get_id());
+  EXPECT_EQ(boxed.value(), 42);
+  EXPECT_EQ(both.value(), (std::vector<int>{42, 5}));
+  EXPECT_EQ(user_ran_on.get_future().value(), pool_thread);
+  EXPECT_EQ(when_all_user_ran_on.get_future().value(), pool_thread);
+  // An error takes the same way.
+  Promise<int> q;
+  auto failed = q.get_future().then_inline([](const Future<int>& f) { return f.value(); });
+  q.set_error(std::make_exception_ptr(distrl::TransportError("gone")), &pool);
+  EXPECT_THROW(failed.value(), distrl::TransportError);
+}
+
 TEST(FutureTest, WhenAllCollectsInOrder) {
   std::vector<Promise<int>> ps(3);
   std::vector<Future<int>> fs;
