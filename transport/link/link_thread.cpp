@@ -51,14 +51,16 @@ bool LinkThread::run() {
 }
 
 bool send_on_io_thread(Link& link, const Link::Events& events, int peer, Frames& frames, std::string* error,
-                       std::function<void()> after) {
-  if (link.on_io_thread()) return link.send_to_peer(peer, frames, error);
+                       std::function<void()> after, bool queue_behind) {
+  if (link.on_io_thread() && !queue_behind) return link.send_to_peer(peer, frames, error);
   auto f = std::make_shared<Frames>(std::move(frames));
   const bool posted = link.post([&link, &events, peer, f, after = std::move(after)] {
+    AtExit done{[&] {
+      if (after) after();
+    }};
     std::string why;
     if (!link.send_to_peer(peer, *f, &why) && events.on_send_failed)
       guarded(events, "reporting a failed send", [&] { events.on_send_failed(peer, std::move(*f), why); });
-    if (after) after();
   });
   if (posted) return true;
   frames = std::move(*f);

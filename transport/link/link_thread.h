@@ -71,11 +71,21 @@ void guarded(const Link::Events& events, const char* what, F&& f) {
 }
 
 // send_any_thread's hand-off, for a link whose sends all run on its I/O thread: send_to_peer
-// there (at once when called on it), a failure after the hand-off reported through
-// events.on_send_failed, then `after` (when set) on the I/O thread. `after` does not run when
-// nothing was handed off (called on the I/O thread, or false).
+// there (at once when called on it, unless `queue_behind`: then posted too, behind what waits),
+// a failure after the hand-off reported through events.on_send_failed, then `after` (when set,
+// also when the send threw) on the I/O thread. `after` does not run when nothing was handed off
+// (sent at once, or false).
 bool send_on_io_thread(Link& link, const Link::Events& events, int peer, Frames& frames, std::string* error,
-                       std::function<void()> after = {});
+                       std::function<void()> after = {}, bool queue_behind = false);
+
+// Runs fn when it goes out of scope (however the scope is left).
+template <typename F>
+struct AtExit {
+  F fn;
+  ~AtExit() { fn(); }
+};
+template <typename F>
+AtExit(F) -> AtExit<F>;
 
 // send_reply_any_thread's hand-off: send_reply on the I/O thread (at once when called on it), a
 // refusal after the hand-off reported through events.on_send_failed.

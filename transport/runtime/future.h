@@ -286,10 +286,14 @@ auto when_all(std::vector<Future<T>> futures)
       if constexpr (std::is_void_v<T>) {
         p.set_value(executor);
       } else {
-        Out values;
-        values.reserve(all->size());
-        for (auto& g : *all) values.push_back(g.value());
-        p.set_value(std::move(values), executor);
+        try {  // copying a value may throw (bad_alloc): the outcome is that error, never lost
+          Out values;
+          values.reserve(all->size());
+          for (auto& g : *all) values.push_back(g.value());
+          p.set_value(std::move(values), executor);
+        } catch (...) {
+          p.set_error(std::current_exception(), executor);
+        }
       }
     });
   }

@@ -233,6 +233,10 @@ ShmLink::Conn* ShmLink::connect_peer(int peer, std::string* error, bool* later) 
     return nullptr;
   }
   if (peers_[peer]) return peers_[peer].get();
+  if (peer_endpoints_[peer].empty()) {  // a PairLink moved it to its other link (a rejoin)
+    *error = "rank " + std::to_string(peer) + " is not reached over shared memory (any more)";
+    return nullptr;
+  }
   Unsent& u = unsent_[peer];
   const auto now = Clock::now();
   if (now < u.retry_at) {  // the last try was refused: not before its backoff
@@ -370,6 +374,7 @@ bool ShmLink::write_now(Slot& slot, Frames& frames) {
     // The reader's index is impossible: the I/O thread's send finds it too and drops the connection.
   }
   if (!fits) return false;
+  written_by_callers_.fetch_add(1, std::memory_order_relaxed);
   const std::size_t bytes = frames_bytes(frames);
   try {
     c->writer.start(std::move(frames));
@@ -383,18 +388,28 @@ bool ShmLink::write_now(Slot& slot, Frames& frames) {
 }
 
 bool ShmLink::send_any_thread(int peer, Frames& frames, std::string* error) {
-  if (io_.on_thread() || peer < 0 || peer >= static_cast<int>(peer_endpoints_.size()))
-    return send_on_io_thread(*this, cb_, peer, frames, error);  // the I/O thread's own errors
+  if (peer < 0 || peer >= static_cast<int>(peer_endpoints_.size()))
+    return send_on_io_thread(*this, cb_, peer, frames, error);  // the I/O thread's own error
   Slot& slot = slots_[peer];
-  if (write_now(slot, frames)) return true;
+  // The I/O thread sends at once too, unless messages handed to it for this peer still wait in
+  // its task queue: then behind them (a reply it sends for a message it read may have been
+  // caused by one of them).
+  const bool behind = io_.on_thread() && slot.posted.load() > 0;
+  if (io_.on_thread() && !behind) return send_to_peer(peer, frames, error);
+  if (!behind && write_now(slot, frames)) return true;
   slot.posted.fetch_add(1);
-  if (send_on_io_thread(*this, cb_, peer, frames, error, [&slot] { slot.posted.fetch_sub(1); })) return true;
+  if (send_on_io_thread(
+          *this, cb_, peer, frames, error, [&slot] { slot.posted.fetch_sub(1); }, true))
+    return true;
   slot.posted.fetch_sub(1);
   return false;
 }
 
 bool ShmLink::send_reply_any_thread(const Caller& to, Frames& frames) {
-  if (io_.on_thread()) return send_reply(to, frames);
+  if (io_.on_thread()) {  // at once, unless replies handed to it for this caller still wait
+    auto it = accepted_.find(id_of(to.route));
+    if (it == accepted_.end() || it->second->slot->posted.load() == 0) return send_reply(to, frames);
+  }
   std::shared_ptr<Slot> slot;
   {
     std::lock_guard<std::mutex> lock(routes_mu_);
@@ -402,14 +417,14 @@ bool ShmLink::send_reply_any_thread(const Caller& to, Frames& frames) {
     if (it != routes_.end()) slot = it->second;
   }
   if (slot == nullptr) return false;  // the caller is gone
-  if (write_now(*slot, frames)) return true;
+  if (!io_.on_thread() && write_now(*slot, frames)) return true;
   slot->posted.fetch_add(1);
   auto f = std::make_shared<Frames>(std::move(frames));
   if (post([this, to, f, slot] {
+        AtExit done{[&] { slot->posted.fetch_sub(1); }};
         if (!send_reply(to, *f) && cb_.on_send_failed)
           guarded(cb_, "reporting a failed send",
                   [&] { cb_.on_send_failed(to.rank, std::move(*f), "the caller is gone or not reading"); });
-        slot->posted.fetch_sub(1);
       }))
     return true;
   slot->posted.fetch_sub(1);
@@ -703,19 +718,25 @@ void ShmLink::wait_for_events(int timeout_ms) {
   // once more: what arrived before the request is seen here, what arrives after wakes us.
   std::vector<Doorbell*> armed;
   if (timeout_ms > 0) {
+    bool ready = false;
     auto arm = [&](Conn& c) {
       armed.push_back(&c.pair.in.control()->data_bell);
-      if (const auto lock = lock_out(c); !c.writer.idle()) armed.push_back(&c.pair.out.control()->space_bell);
+      const auto lock = lock_out(c, true);
+      if (!lock.owns_lock()) ready = true;  // a caller is writing: look again at once, never wait for it
+      else if (!c.writer.idle()) armed.push_back(&c.pair.out.control()->space_bell);
     };
     for (auto& [id, c] : accepted_) arm(*c);
     for (auto& c : peers_)
       if (c) arm(*c);
     for (auto* b : armed) b->waiters.fetch_add(1, std::memory_order_seq_cst);
     std::atomic_thread_fence(std::memory_order_seq_cst);  // the announcements before the re-check
-    bool ready = false;
     auto check = [&](Conn& c) {
-      const auto lock = lock_out(c);
-      ready = ready || c.pair.in.readable() > 0 || (!c.writer.idle() && c.pair.out.writable() > 0);
+      if (ready || c.pair.in.readable() > 0) {
+        ready = true;
+        return;
+      }
+      const auto lock = lock_out(c, true);
+      ready = !lock.owns_lock() || (!c.writer.idle() && c.pair.out.writable() > 0);
     };
     try {
       for (auto& [id, c] : accepted_) check(*c);

@@ -19,11 +19,13 @@
 // thread answering), through the accepted connection's own slot, found by its route. A caller writes only when it takes the mutex without waiting, the
 // connection is established (answered, not stalled), nothing is queued behind its writer,
 // nothing handed to the I/O thread for that peer is still on its way (Slot::posted), and the
-// message fits now; else it hands the message to the I/O thread as before. So a message never
-// overtakes one sent to the same peer before it, and the I/O thread never waits for a caller:
-// it pumps a connection only when it gets the mutex at once (try_lock), the next round
-// otherwise. The I/O thread closes a slot (under its mutex) before its connection is retired,
-// replaced, reported down or unmapped.
+// message fits now; else it hands the message to the I/O thread as before, and while such a
+// message waits, the I/O thread's own sends to that peer queue behind it. So a message never
+// overtakes one sent to the same peer before it. The I/O thread pumps a connection, and looks
+// at it before it sleeps, only when it gets the mutex at once (try_lock; the next round, or no
+// sleep, otherwise); queueing a message and closing a connection wait for a caller's write in
+// progress (a copy into the ring, at most the ring's size). The I/O thread closes a slot (under
+// its mutex) before its connection is retired, replaced, reported down or unmapped.
 // Private to transport/.
 #pragma once
 
@@ -90,6 +92,8 @@ class ShmLink final : public Link {
   bool on_io_thread() const override { return io_.on_thread(); }
   std::uint64_t bytes_sent() const override { return bytes_sent_.load(std::memory_order_relaxed); }
   std::uint64_t bytes_received() const override { return bytes_received_.load(std::memory_order_relaxed); }
+  // Messages calling threads wrote into a ring themselves (send_any_thread, send_reply_any_thread).
+  std::uint64_t written_by_callers() const { return written_by_callers_.load(std::memory_order_relaxed); }
 
   bool send_to_peer(int peer, Frames& frames, std::string* error) override;
   bool send_any_thread(int peer, Frames& frames, std::string* error) override;
@@ -214,7 +218,7 @@ class ShmLink final : public Link {
   std::vector<struct pollfd> fds_;
   std::vector<std::uint64_t> poll_ids_;
   std::vector<std::pair<int, Conn*>> poll_peers_;  // the peers' entries: rank, connection
-  std::atomic<std::uint64_t> bytes_sent_{0}, bytes_received_{0};
+  std::atomic<std::uint64_t> bytes_sent_{0}, bytes_received_{0}, written_by_callers_{0};
 };
 
 }  // namespace distrl::transport::detail

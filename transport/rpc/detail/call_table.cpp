@@ -22,15 +22,17 @@ bool CallTable::wait_idle(Clock::time_point until, std::size_t* left) {
   return idle;
 }
 
-void CallTable::begin_pending(Pending p) {
+bool CallTable::begin_pending(Pending p) {
+  bool earliest = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++inflight_;
-    deadlines_.emplace(p.deadline, p.id);
+    earliest = deadlines_.emplace(p.deadline, p.id) == deadlines_.begin();
     const std::uint64_t id = p.id;
     pending_.emplace(id, std::move(p));
   }
   sent_.fetch_add(1, std::memory_order_relaxed);
+  return earliest;
 }
 
 void CallTable::erase_deadline_locked(const Pending& p) {

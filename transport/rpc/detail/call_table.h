@@ -43,8 +43,8 @@ class CallTable {
   std::uint64_t sent() const { return sent_.load(std::memory_order_relaxed); }
 
   // begin(), and the call (about to be sent through the link) waits for its answer until
-  // p.deadline: one lock.
-  void begin_pending(Pending p);
+  // p.deadline: one lock. True when its deadline is now the earliest.
+  bool begin_pending(Pending p);
   // The pending call id, taken out of the table (nullopt: it timed out earlier, or a stray reply).
   std::optional<Pending> take(std::uint64_t id);
   // Every pending call to peer, taken out (its connection dropped).

@@ -53,6 +53,9 @@ void complete(RpcCore::State& s, CallTable::Pending& p, InMessage* m, std::excep
 
 namespace {
 
+// The longest a link's I/O loop sleeps without a deadline (ShmLink::run, IoLoop::run).
+constexpr auto kLoopSleepBound = std::chrono::milliseconds(100);
+
 std::exception_ptr agent_shut_down(const RpcCore::State& s, const std::string& fn) {
   if (!s.stopped.load())
     return std::make_exception_ptr(TransportError("rpc: agent " + s.opts.name + " is not started yet; cannot call '" +
@@ -108,8 +111,11 @@ void RpcCore::call(int dest, Header h, const BodyWriter& body, Completion done, 
   // In the table before it is sent: the reply may be read before the send returns. Whoever
   // takes it out of the table (the reply, its deadline, its peer's death, a failed send) ends it.
   const std::uint64_t id = h.call_id;
-  s.calls.begin_pending(
+  const bool earliest = s.calls.begin_pending(
       CallTable::Pending{id, dest, std::move(h.fn), std::move(done), Clock::now() + timeout, timeout});
+  // The I/O loop sleeps 100 ms at most, or until the earliest deadline it knew: a call sent
+  // without it that ends sooner than that wakes it (a post), so that its timeout is on time.
+  if (earliest && timeout < kLoopSleepBound) s.link->post([] {});
   // A peer reported down before the call was in the table took nothing of it: fail it here. (A
   // rank that rejoined meanwhile is caught the same way: its old process was reported down
   // first, and once it is up again the link sends to the new one.)

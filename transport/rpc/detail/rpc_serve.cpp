@@ -149,8 +149,17 @@ void serve(RpcCore& core, RpcCore::State& s, RoutingId to, std::shared_ptr<InMes
     const Outcome& out = f.value();
     reply(*self, s, to, h, Kind::Response, [&](Packer& pk) { out.pack(out.value.get(), pk); });
   };
-  if (m->header.new_obj) result.then(std::move(answer));
-  else result.then_inline(std::move(answer));
+  if (m->header.new_obj) {
+    result.then(std::move(answer));
+    return;
+  }
+  if (result.done()) return answer(result);  // answered at once: on this thread, as ever
+  result.then_inline([answer = std::move(answer), &s](const Future<Outcome>& f) {
+    // A value to pack (a user type's adaptor, a tensor made contiguous) is packed on the pool,
+    // not on the I/O thread; nil results and errors are answered where they completed.
+    if (s.link->on_io_thread() && !f.has_error() && f.value().value) s.pool->post([answer, f] { answer(f); });
+    else answer(f);
+  });
 }
 
 }  // namespace
