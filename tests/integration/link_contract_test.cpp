@@ -523,7 +523,7 @@ TEST_P(LinkContract, SendsFromManyThreadsKeepEachThreadsOrderAndLoseNothing) {
         End end(kind, dir, rank, 2, 4096, /*replier=*/rank == 0);
         if (rank == 0)
           return serve_until_done(end, dir, 90s, [](End& e) {
-            expect(e.request_sizes().size() == kThreads * kEach + 51,
+            expect(e.request_sizes().size() == kThreads * kEach + 71,
                    std::to_string(e.request_sizes().size()) + " served");
           });
         // Connected first: the callers find the connection established and write themselves.
@@ -555,8 +555,14 @@ TEST_P(LinkContract, SendsFromManyThreadsKeepEachThreadsOrderAndLoseNothing) {
           ++next[t];
         }
         expect(end.refused() == 0, std::to_string(end.refused()) + " sends failed after the hand-off");
-        // Over shared memory most of them were written by the threads themselves (the test would
-        // otherwise pass with every message handed to the I/O thread).
+        // One at a time, with nothing in flight, a caller writes its message itself over shared
+        // memory (under load the threads above may all have been handed off: each hand-off makes
+        // the next wait for it). Without this the test would pass with every message handed off.
+        for (int i = 0; i < 20; ++i) {
+          Frames f = frames_of({"io", "0", "x"});
+          std::string err;
+          expect(end.link().send_any_thread(0, f, &err) && end.next_reply(30s).has_value(), "a lone send");
+        }
         if (auto* shm = dynamic_cast<ShmLink*>(&end.link()))
           expect(shm->written_by_callers() > 0, "no message was written by its caller");
         distrl::testing::touch(dir.file("done"));
