@@ -68,10 +68,14 @@ bool send_on_io_thread(Link& link, const Link::Events& events, int peer, Frames&
   return false;
 }
 
-bool reply_on_io_thread(Link& link, const Link::Events& events, const Caller& to, Frames& frames) {
-  if (link.on_io_thread()) return link.send_reply(to, frames);
+bool reply_on_io_thread(Link& link, const Link::Events& events, const Caller& to, Frames& frames,
+                        std::function<void()> after, bool queue_behind) {
+  if (link.on_io_thread() && !queue_behind) return link.send_reply(to, frames);
   auto f = std::make_shared<Frames>(std::move(frames));
-  const bool posted = link.post([&link, &events, to, f] {
+  const bool posted = link.post([&link, &events, to, f, after = std::move(after)] {
+    AtExit done{[&] {
+      if (after) after();
+    }};
     if (!link.send_reply(to, *f) && events.on_send_failed)
       guarded(events, "reporting a failed send",
               [&] { events.on_send_failed(to.rank, std::move(*f), "the caller is gone or not reading"); });

@@ -87,9 +87,10 @@ struct AtExit {
 template <typename F>
 AtExit(F) -> AtExit<F>;
 
-// send_reply_any_thread's hand-off: send_reply on the I/O thread (at once when called on it), a
-// refusal after the hand-off reported through events.on_send_failed.
-bool reply_on_io_thread(Link& link, const Link::Events& events, const Caller& to, Frames& frames);
+// send_reply_any_thread's hand-off: send_reply on the I/O thread, a refusal after the hand-off
+// reported through events.on_send_failed; `after` and `queue_behind` as send_on_io_thread's.
+bool reply_on_io_thread(Link& link, const Link::Events& events, const Caller& to, Frames& frames,
+                        std::function<void()> after = {}, bool queue_behind = false);
 
 // on_dropped(what), guarded.
 inline void report_dropped(const Link::Events& events, const std::string& what) {

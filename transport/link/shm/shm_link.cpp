@@ -353,13 +353,13 @@ void ShmLink::open_slot(int p) {
   slots_[p].conn = c != nullptr && c->answered && !c->stalled && peer_down_[p].empty() ? c : nullptr;
 }
 
-void ShmLink::close_slot(int p) {
-  std::lock_guard<std::mutex> lock(slots_[p].mu);
-  slots_[p].conn = nullptr;
+void ShmLink::close_slot(Slot& slot) {
+  std::lock_guard<std::mutex> lock(slot.mu);
+  slot.conn = nullptr;  // callers hand off from here
 }
 
 void ShmLink::retire_peer(int p) {
-  close_slot(p);
+  close_slot(slots_[p]);
   if (peers_[p]) retired_.push_back(std::move(peers_[p]));
 }
 
@@ -394,9 +394,9 @@ bool ShmLink::send_any_thread(int peer, Frames& frames, std::string* error) {
   // The I/O thread sends at once too, unless messages handed to it for this peer still wait in
   // its task queue: then behind them (a reply it sends for a message it read may have been
   // caused by one of them).
-  const bool behind = io_.on_thread() && slot.posted.load() > 0;
-  if (io_.on_thread() && !behind) return send_to_peer(peer, frames, error);
-  if (!behind && write_now(slot, frames)) return true;
+  const bool on_io = io_.on_thread();
+  if (on_io && slot.posted.load() == 0) return send_to_peer(peer, frames, error);
+  if (!on_io && write_now(slot, frames)) return true;
   slot.posted.fetch_add(1);
   if (send_on_io_thread(
           *this, cb_, peer, frames, error, [&slot] { slot.posted.fetch_sub(1); }, true))
@@ -419,16 +419,10 @@ bool ShmLink::send_reply_any_thread(const Caller& to, Frames& frames) {
   if (slot == nullptr) return false;  // the caller is gone
   if (!io_.on_thread() && write_now(*slot, frames)) return true;
   slot->posted.fetch_add(1);
-  auto f = std::make_shared<Frames>(std::move(frames));
-  if (post([this, to, f, slot] {
-        AtExit done{[&] { slot->posted.fetch_sub(1); }};
-        if (!send_reply(to, *f) && cb_.on_send_failed)
-          guarded(cb_, "reporting a failed send",
-                  [&] { cb_.on_send_failed(to.rank, std::move(*f), "the caller is gone or not reading"); });
-      }))
+  if (reply_on_io_thread(
+          *this, cb_, to, frames, [slot] { slot->posted.fetch_sub(1); }, true))
     return true;
   slot->posted.fetch_sub(1);
-  frames = std::move(*f);
   return false;
 }
 
@@ -590,10 +584,7 @@ void ShmLink::close_accepted(std::uint64_t id, const std::string& why) {
     std::lock_guard<std::mutex> lock(routes_mu_);
     routes_.erase(id);
   }
-  {
-    const auto lock = lock_out(*it->second);
-    it->second->slot->conn = nullptr;  // callers hand off from here
-  }
+  close_slot(*it->second->slot);
   retired_.push_back(std::move(it->second));
   accepted_.erase(it);
 }
@@ -630,7 +621,7 @@ void ShmLink::heartbeats(Clock::time_point now) {
       }
     } else if (!c->stalled && now - c->beat_seen > options_.heartbeat_timeout && peer_down_[p].empty()) {
       c->stalled = true;  // the connection stays: a stopped process that runs again is back
-      close_slot(static_cast<int>(p));
+      close_slot(slots_[p]);
       peer_down_[p] = "no heartbeat from " + peer_endpoints_[p] + " for " +
                       std::to_string(options_.heartbeat_timeout.count() / 1000) + " s (the process is stopped or hung)";
       guarded(cb_, "reporting a lost peer", [&] { cb_.on_peer_down(static_cast<int>(p), peer_down_[p]); });
@@ -842,15 +833,12 @@ void ShmLink::run() {
     }
     guarded(cb_, "checking deadlines", [&] { cb_.on_tick(now); });
   }
-  for (std::size_t p = 0; p < peers_.size(); ++p) close_slot(static_cast<int>(p));  // callers hand off from here
+  for (std::size_t p = 0; p < peers_.size(); ++p) close_slot(slots_[p]);  // callers hand off from here
   {
     std::lock_guard<std::mutex> lock(routes_mu_);
     routes_.clear();
   }
-  for (auto& [id, c] : accepted_) {
-    const auto lock = lock_out(*c);
-    c->slot->conn = nullptr;
-  }
+  for (auto& [id, c] : accepted_) close_slot(*c->slot);
   io_.run();  // last replies and releases go out before the rings close
   // Flush what fits for up to 100 ms; a reader that stopped reading gets nothing more.
   std::vector<Conn*> all;

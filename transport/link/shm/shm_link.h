@@ -124,9 +124,10 @@ class ShmLink final : public Link {
   // The write side of c, locked: its slot's mutex (try: only when it is free at once; not owned
   // then).
   std::unique_lock<std::mutex> lock_out(Conn& c, bool try_only = false);
-  // Opens peers_[p] to calling threads (established and not stalled), or closes it.
+  // Opens peers_[p] to calling threads (established and not stalled); closes a slot (a peer's
+  // or an accepted connection's).
   void open_slot(int p);
-  void close_slot(int p);
+  static void close_slot(Slot& slot);
   // peers_[p] (closed to callers) goes to retired_, freed after the round.
   void retire_peer(int p);
   void run();
