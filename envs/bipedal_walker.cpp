@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "envs/detail/box2d_parts.h"
+#include "envs/detail/draws.h"
 
 namespace distrl::envs {
 namespace {
@@ -92,7 +93,8 @@ struct BipedalWalker::World : b2ContactListener {
 };
 
 BipedalWalker::BipedalWalker(bool hardcore)
-    : hardcore_(hardcore), name_(hardcore ? "BipedalWalkerHardcore-v3" : "BipedalWalker-v3") {}
+    : hardcore_(hardcore), name_(hardcore ? "BipedalWalkerHardcore-v3" : "BipedalWalker-v3"),
+      draws_(std::make_unique<detail::Draws>(name_)) {}
 
 BipedalWalker::~BipedalWalker() = default;
 
@@ -115,35 +117,9 @@ Space BipedalWalker::action_space() const {
   return s;
 }
 
-void BipedalWalker::replay_draws(std::vector<double> draws) {
-  replay_ = std::move(draws);
-  replay_at_ = 0;
-  replaying_ = true;
-}
+void BipedalWalker::seed(std::uint64_t seed) { draws_->seed(seed); }
 
-double BipedalWalker::next_draw(double lo, double hi, const char* what) {
-  if (replay_at_ >= replay_.size())
-    throw EnvError(name_ + ": the replayed draws ran out at " + std::to_string(replay_at_) + " (wanted " + what + ")");
-  const double v = replay_[replay_at_];
-  if (!(v >= lo && v < hi))
-    throw EnvError(name_ + ": replayed draw " + std::to_string(replay_at_) + " is " + std::to_string(v) + ", not " +
-                   what + " in [" + std::to_string(lo) + ", " + std::to_string(hi) + ")");
-  ++replay_at_;
-  return v;
-}
-
-double BipedalWalker::uniform(double lo, double hi) {
-  return replaying_ ? next_draw(lo, hi, "a uniform") : rng_.uniform(lo, hi);
-}
-
-int BipedalWalker::integer(int lo, int hi) {
-  if (!replaying_) return lo + std::min(hi - lo - 1, static_cast<int>(rng_.uniform() * (hi - lo)));
-  const double v = next_draw(lo, hi, "an integer");
-  if (v != std::floor(v))
-    throw EnvError(name_ + ": replayed draw " + std::to_string(replay_at_ - 1) + " is " + std::to_string(v) +
-                   ", not an integer");
-  return static_cast<int>(v);
-}
+void BipedalWalker::replay_draws(std::vector<double> draws) { draws_->replay(std::move(draws)); }
 
 // Gymnasium's _generate_terrain, draw for draw, in double as Python computes it.
 void BipedalWalker::generate_terrain() {
@@ -160,10 +136,10 @@ void BipedalWalker::generate_terrain() {
     w.terrain_x.push_back(x);
     if (state == kGrass && !oneshot) {
       velocity = 0.8 * velocity + 0.01 * sign(kTerrainHeight - y);
-      if (i > kTerrainStartpad) velocity += uniform(-1, 1) / kScale;
+      if (i > kTerrainStartpad) velocity += draws_->uniform(-1, 1) / kScale;
       y += velocity;
     } else if (state == kPit && oneshot) {
-      counter = integer(3, 5);
+      counter = draws_->integer(3, 5);
       const std::array<std::array<double, 2>, 4> poly{
           {{x, y}, {x + step, y}, {x + step, y - 4 * step}, {x, y - 4 * step}}};
       w.static_polygon(poly);
@@ -176,13 +152,13 @@ void BipedalWalker::generate_terrain() {
       y = original_y;
       if (counter > 1) y -= 4 * step;
     } else if (state == kStump && oneshot) {
-      counter = integer(1, 3);
+      counter = draws_->integer(1, 3);
       w.static_polygon(
           {{{x, y}, {x + counter * step, y}, {x + counter * step, y + counter * step}, {x, y + counter * step}}});
     } else if (state == kStairs && oneshot) {
-      stair_height = uniform(0, 1) > 0.5 ? +1 : -1;  // np_random.random()
-      stair_width = integer(4, 5);
-      stair_steps = integer(3, 5);
+      stair_height = draws_->uniform(0, 1) > 0.5 ? +1 : -1;  // np_random.random()
+      stair_width = draws_->integer(4, 5);
+      stair_steps = draws_->integer(3, 5);
       original_y = y;
       for (int s = 0; s < stair_steps; ++s)
         w.static_polygon({{{x + (s * stair_width) * step, y + (s * stair_height) * step},
@@ -198,8 +174,8 @@ void BipedalWalker::generate_terrain() {
     oneshot = false;
     w.terrain_y.push_back(y);
     if (--counter == 0) {
-      counter = integer(kTerrainGrass / 2, kTerrainGrass);
-      state = state == kGrass && hardcore_ ? integer(1, kStates) : kGrass;
+      counter = draws_->integer(kTerrainGrass / 2, kTerrainGrass);
+      state = state == kGrass && hardcore_ ? draws_->integer(1, kStates) : kGrass;
       oneshot = true;
     }
   }
@@ -220,9 +196,9 @@ void BipedalWalker::generate_terrain() {
 
 void BipedalWalker::reset(float* obs) {
   struct EndReplay {  // a replay covers one reset, even one that throws
-    bool& replaying;
-    ~EndReplay() { replaying = false; }
-  } end_replay{replaying_};
+    detail::Draws& draws;
+    ~EndReplay() { draws.end_replay(); }
+  } end_replay{*draws_};
   done_ = true;  // until the world is whole
   try {
     build_world();
@@ -230,8 +206,8 @@ void BipedalWalker::reset(float* obs) {
     w_.reset();  // never half a world: scene() and bodies() see none
     throw;
   }
-  if (replaying_ && replay_at_ != replay_.size())
-    throw EnvError(name_ + ": " + std::to_string(replay_.size() - replay_at_) + " replayed draws were left unused");
+  if (draws_->left() > 0)
+    throw EnvError(name_ + ": " + std::to_string(draws_->left()) + " replayed draws were left unused");
   // Like Gymnasium, the first observation comes from one step with the motors off (not
   // counted towards the limit).
   done_ = false;
@@ -256,7 +232,7 @@ void BipedalWalker::build_world() {
   b2PolygonShape hull_shape;
   hull_shape.Set(verts.data(), static_cast<int32>(verts.size()));
   add_walker_part(w.hull, hull_shape, 5.0f, 0.1f);
-  w.hull->ApplyForceToCenter(vec(uniform(-kInitialRandom, kInitialRandom), 0), true);
+  w.hull->ApplyForceToCenter(vec(draws_->uniform(-kInitialRandom, kInitialRandom), 0), true);
 
   for (int k = 0; k < 2; ++k) {
     const double i = k == 0 ? -1.0 : 1.0;

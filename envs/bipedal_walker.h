@@ -33,9 +33,12 @@
 #include <vector>
 
 #include "envs/env.h"
-#include "envs/random.h"
 
 namespace distrl::envs {
+
+namespace detail {
+class Draws;
+}
 
 class BipedalWalker final : public Env {
  public:
@@ -53,7 +56,7 @@ class BipedalWalker final : public Env {
   Space action_space() const override;
   int max_episode_steps() const override { return hardcore_ ? 2000 : 1600; }
   float reward_threshold() const override { return 300.0f; }
-  void seed(std::uint64_t seed) override { rng_.seed(seed); }
+  void seed(std::uint64_t seed) override;
   using Env::reset;
   void reset(float* obs) override;
   using Env::step;
@@ -86,19 +89,13 @@ class BipedalWalker final : public Env {
 
  private:
   struct World;
-  double uniform(double lo, double hi);
-  int integer(int lo, int hi);  // [lo, hi), as numpy's integers(lo, hi)
-  double next_draw(double lo, double hi, const char* what);
   void build_world();  // terrain, hull, legs, joints: into w_
   void generate_terrain();
   Step advance(const float* action, float* obs);
 
   bool hardcore_;
   std::string name_;
-  Rng rng_;
-  std::vector<double> replay_;
-  std::size_t replay_at_ = 0;
-  bool replaying_ = false;
+  std::unique_ptr<detail::Draws> draws_;  // the generator, or Gymnasium's replayed draws
   std::unique_ptr<World> w_;
   int steps_ = 0;
   bool done_ = true;

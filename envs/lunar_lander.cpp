@@ -7,20 +7,23 @@
 
 #include "common/error.h"
 #include "envs/detail/box2d_parts.h"
+#include "envs/detail/draws.h"
 
 namespace distrl::envs {
 namespace {
 
-constexpr float kPi = 3.14159265358979323846f;
+constexpr double kPi = 3.14159265358979323846;
 using LL = LunarLander;
 
 // Gym's LANDER_POLY, in pixels.
-constexpr std::array<std::array<float, 2>, 6> kLanderPoly{
+constexpr std::array<std::array<double, 2>, 6> kLanderPoly{
     {{-14, +17}, {-17, 0}, {-17, -10}, {+17, -10}, {+17, 0}, {+14, +17}}};
 
 // Gym's fixtureDef for the lander and the legs: they collide with the ground only.
 constexpr auto add_part = detail::add_ground_colliding_part;
 using detail::outline;
+
+b2Vec2 vec(double x, double y) { return b2Vec2(static_cast<float>(x), static_cast<float>(y)); }
 
 }  // namespace
 
@@ -45,16 +48,17 @@ struct LunarLander::World : b2ContactListener {
   std::array<bool, 2> leg_contact{};
   bool game_over = false;
   std::vector<std::array<float, 2>> terrain;
-  float helipad_x1 = 0, helipad_x2 = 0, helipad_y = 0;
+  double helipad_x1 = 0, helipad_x2 = 0, helipad_y = 0;
   bool has_prev_shaping = false;
-  float prev_shaping = 0;
+  double prev_shaping = 0;
   int wind_idx = 0, torque_idx = 0;
   float main_power = 0, side_power = 0;
   int side_direction = 0;
 };
 
 LunarLander::LunarLander(LunarLanderOptions options)
-    : opt_(options), name_(options.continuous ? "LunarLanderContinuous-v2" : "LunarLander-v2") {
+    : opt_(options), name_(options.continuous ? "LunarLanderContinuous-v2" : "LunarLander-v2"),
+      draws_(std::make_unique<detail::Draws>(name_)) {
   if (!(opt_.gravity > -12.0f && opt_.gravity < 0.0f))
     throw EnvError(name_ + ": gravity must be in (-12, 0), got " + std::to_string(opt_.gravity));
   if (opt_.wind_power < 0 || opt_.wind_power > 20)
@@ -70,8 +74,9 @@ const std::string& LunarLander::name() const { return name_; }
 Space LunarLander::observation_space() const {
   Space s;
   s.kind = Space::Kind::Box;
-  s.low = {-1.5f, -1.5f, -5.f, -5.f, -kPi, -5.f, 0.f, 0.f};
-  s.high = {1.5f, 1.5f, 5.f, 5.f, kPi, 5.f, 1.f, 1.f};
+  const float pi = static_cast<float>(kPi);
+  s.low = {-1.5f, -1.5f, -5.f, -5.f, -pi, -5.f, 0.f, 0.f};
+  s.high = {1.5f, 1.5f, 5.f, 5.f, pi, 5.f, 1.f, 1.f};
   return s;
 }
 
@@ -88,106 +93,127 @@ Space LunarLander::action_space() const {
   return s;
 }
 
+void LunarLander::seed(std::uint64_t seed) { draws_->seed(seed); }
+
+void LunarLander::replay_draws(std::vector<double> draws) {
+  draws_->replay(std::move(draws));
+  replay_armed_ = true;
+}
+
 void LunarLander::reset(float* obs) {
+  if (!replay_armed_) draws_->end_replay();  // a replay covers one episode
+  replay_armed_ = false;
+  done_ = true;  // until the world is whole
+  try {
+    build_world();
+    // Like Gym, the first observation comes from one no-op step (not counted towards the limit).
+    done_ = false;
+    steps_ = 0;
+    advance(0, 0, 0, obs);
+  } catch (...) {
+    w_.reset();  // never half a world: scene() and bodies() see none
+    done_ = true;
+    throw;
+  }
+  steps_ = 0;
+}
+
+// Gymnasium's reset, draw for draw, in double as Python computes it.
+void LunarLander::build_world() {
   w_ = std::make_unique<World>(opt_.gravity);
   World& w = *w_;
 
   // Terrain: random chunk heights, flattened to a helipad in the middle, smoothed.
-  std::array<float, kChunks + 1> height{};
-  for (auto& h : height) h = static_cast<float>(rng_.uniform(0, kH / 2));
-  std::array<float, kChunks> chunk_x{};
+  std::array<double, kChunks + 1> height{};
+  for (auto& h : height) h = draws_->uniform(0, kH / 2);
+  std::array<double, kChunks> chunk_x{};
   for (int i = 0; i < kChunks; ++i) chunk_x[i] = kW / (kChunks - 1) * i;
   w.helipad_x1 = chunk_x[kChunks / 2 - 1];
   w.helipad_x2 = chunk_x[kChunks / 2 + 1];
   w.helipad_y = kH / 4;
   for (int d = -2; d <= 2; ++d) height[kChunks / 2 + d] = w.helipad_y;
-  std::array<float, kChunks> smooth_y{};
+  std::array<double, kChunks> smooth_y{};
   for (int i = 0; i < kChunks; ++i)  // Gym's height[i - 1] wraps: height[-1] is the last one
-    smooth_y[i] = 0.33f * (height[i == 0 ? kChunks : i - 1] + height[i] + height[i + 1]);
+    smooth_y[i] = 0.33 * (height[i == 0 ? kChunks : i - 1] + height[i] + height[i + 1]);
 
   b2BodyDef moon_def;
   w.moon = w.world.CreateBody(&moon_def);
   b2EdgeShape edge;
-  edge.SetTwoSided(b2Vec2(0, 0), b2Vec2(kW, 0));
+  edge.SetTwoSided(b2Vec2(0, 0), vec(kW, 0));
   b2FixtureDef base;
   base.shape = &edge;
   base.friction = 0.2f;
   w.moon->CreateFixture(&base);
   for (int i = 0; i < kChunks - 1; ++i) {
-    edge.SetTwoSided(b2Vec2(chunk_x[i], smooth_y[i]), b2Vec2(chunk_x[i + 1], smooth_y[i + 1]));
+    edge.SetTwoSided(vec(chunk_x[i], smooth_y[i]), vec(chunk_x[i + 1], smooth_y[i + 1]));
     b2FixtureDef fd;
     fd.shape = &edge;
     fd.density = 0;
     fd.friction = 0.1f;
     w.moon->CreateFixture(&fd);
   }
-  for (int i = 0; i < kChunks; ++i) w.terrain.push_back({chunk_x[i], smooth_y[i]});
+  for (int i = 0; i < kChunks; ++i)
+    w.terrain.push_back({static_cast<float>(chunk_x[i]), static_cast<float>(smooth_y[i])});
 
   // The lander, top centre, pushed randomly.
-  const float initial_y = kViewportH / kScale;
+  const double initial_y = kViewportH / kScale;
   b2BodyDef ld;
   ld.type = b2_dynamicBody;
-  ld.position.Set(kViewportW / kScale / 2, initial_y);
+  ld.position = vec(kViewportW / kScale / 2, initial_y);
   ld.angle = 0;
   w.lander = w.world.CreateBody(&ld);
   std::array<b2Vec2, 6> verts;
   for (std::size_t i = 0; i < kLanderPoly.size(); ++i)
-    verts[i].Set(kLanderPoly[i][0] / kScale, kLanderPoly[i][1] / kScale);
+    verts[i] = vec(kLanderPoly[i][0] / kScale, kLanderPoly[i][1] / kScale);
   b2PolygonShape hull;
   hull.Set(verts.data(), static_cast<int32>(verts.size()));
   add_part(w.lander, hull, 5.0f, 0.1f, 0x0010);
-  const float fx = static_cast<float>(rng_.uniform(-kInitialRandom, kInitialRandom));
-  const float fy = static_cast<float>(rng_.uniform(-kInitialRandom, kInitialRandom));
-  w.lander->ApplyForceToCenter(b2Vec2(fx, fy), true);
+  const double fx = draws_->uniform(-kInitialRandom, kInitialRandom);
+  const double fy = draws_->uniform(-kInitialRandom, kInitialRandom);
+  w.lander->ApplyForceToCenter(vec(fx, fy), true);
   if (opt_.enable_wind) {
-    w.wind_idx = static_cast<int>(std::floor(rng_.uniform(-9999, 9999)));
-    w.torque_idx = static_cast<int>(std::floor(rng_.uniform(-9999, 9999)));
+    w.wind_idx = draws_->integer(-9999, 9999);
+    w.torque_idx = draws_->integer(-9999, 9999);
   }
 
   // Two legs on spring-loaded revolute joints.
   for (int k = 0; k < 2; ++k) {
-    const float i = k == 0 ? -1.0f : 1.0f;
+    const double i = k == 0 ? -1.0 : 1.0;
     b2BodyDef bd;
     bd.type = b2_dynamicBody;
-    bd.position.Set(kViewportW / kScale / 2 - i * kLegAway / kScale, initial_y);
-    bd.angle = i * 0.05f;
+    bd.position = vec(kViewportW / kScale / 2 - i * kLegAway / kScale, initial_y);
+    bd.angle = static_cast<float>(i * 0.05);
     b2Body* leg = w.world.CreateBody(&bd);
     b2PolygonShape box;
-    box.SetAsBox(kLegW / kScale, kLegH / kScale);
+    box.SetAsBox(static_cast<float>(kLegW / kScale), static_cast<float>(kLegH / kScale));
     add_part(leg, box, 1.0f, 0.2f, 0x0020);  // pybox2d's default friction
     b2RevoluteJointDef rjd;
     rjd.bodyA = w.lander;
     rjd.bodyB = leg;
     rjd.localAnchorA.Set(0, 0);
-    rjd.localAnchorB.Set(i * kLegAway / kScale, kLegDown / kScale);
+    rjd.localAnchorB = vec(i * kLegAway / kScale, kLegDown / kScale);
     rjd.referenceAngle = bd.angle;  // as pybox2d's joint def sets it: bodyB's angle - bodyA's
     rjd.enableMotor = true;
     rjd.enableLimit = true;
-    rjd.maxMotorTorque = kLegSpringTorque;
-    rjd.motorSpeed = 0.3f * i;
+    rjd.maxMotorTorque = static_cast<float>(kLegSpringTorque);
+    rjd.motorSpeed = static_cast<float>(0.3 * i);
     if (k == 0) {
-      rjd.lowerAngle = 0.9f - 0.5f;
+      rjd.lowerAngle = static_cast<float>(0.9 - 0.5);
       rjd.upperAngle = 0.9f;
     } else {
       rjd.lowerAngle = -0.9f;
-      rjd.upperAngle = -0.9f + 0.5f;
+      rjd.upperAngle = static_cast<float>(-0.9 + 0.5);
     }
     w.world.CreateJoint(&rjd);
     w.legs[k] = leg;
   }
-
-  // Like Gym, the first observation comes from one no-op step (not counted towards the limit).
-  done_ = false;
-  steps_ = 0;
-  advance(0, 0, 0, obs);
-  steps_ = 0;
 }
 
 Step LunarLander::step(int action, float* obs) {
   if (opt_.continuous) return Env::step(action, obs);
   if (action < 0 || action > 3)
     throw EnvError(name_ + ": action " + std::to_string(action) + " is out of range (0 noop, 1 left, 2 main, 3 right)");
-  return advance(action == 2 ? 1.0f : 0.0f, action == 1 || action == 3 ? 1.0f : 0.0f, action - 2, obs);
+  return advance(action == 2 ? 1.0 : 0.0, action == 1 || action == 3 ? 1.0 : 0.0, action - 2, obs);
 }
 
 Step LunarLander::step(const float* action, float* obs) {
@@ -195,79 +221,83 @@ Step LunarLander::step(const float* action, float* obs) {
   if (!std::isfinite(action[0]) || !std::isfinite(action[1]))
     throw EnvError(name_ + ": action [" + std::to_string(action[0]) + ", " + std::to_string(action[1]) +
                    "] is not finite");
-  const float main = std::clamp(action[0], -1.0f, 1.0f), lateral = std::clamp(action[1], -1.0f, 1.0f);
-  const float m_power = main > 0 ? (std::clamp(main, 0.0f, 1.0f) + 1.0f) * 0.5f : 0.0f;  // 50..100 %
-  const bool side = std::abs(lateral) > 0.5f;
-  return advance(m_power, side ? std::clamp(std::abs(lateral), 0.5f, 1.0f) : 0.0f, side ? (lateral > 0 ? 1 : -1) : 0,
-                 obs);
+  const double main = std::clamp<double>(action[0], -1, 1), lateral = std::clamp<double>(action[1], -1, 1);
+  const double m_power = main > 0 ? (std::clamp(main, 0.0, 1.0) + 1.0) * 0.5 : 0.0;  // 50..100 %
+  const bool side = std::abs(lateral) > 0.5;
+  return advance(m_power, side ? std::clamp(std::abs(lateral), 0.5, 1.0) : 0.0, side ? (lateral > 0 ? 1 : -1) : 0, obs);
 }
 
-Step LunarLander::advance(float m_power, float s_power, int direction, float* obs) {
+// Gymnasium's step, in double as Python computes it; Box2D gets floats.
+Step LunarLander::advance(double m_power, double s_power, int direction, float* obs) {
   if (done_ || !w_) throw EnvError(name_ + ": step() after the episode ended; call reset()");
   World& w = *w_;
   b2Body* lander = w.lander;
 
   if (opt_.enable_wind && !(w.leg_contact[0] || w.leg_contact[1])) {
-    const float wind = std::tanh(std::sin(0.02f * w.wind_idx) + std::sin(kPi * 0.01f * w.wind_idx)) * opt_.wind_power;
+    const double wind =
+        std::tanh(std::sin(0.02 * w.wind_idx) + std::sin(kPi * 0.01 * w.wind_idx)) * double{opt_.wind_power};
     ++w.wind_idx;
-    lander->ApplyForceToCenter(b2Vec2(wind, 0), true);
-    const float torque =
-        std::tanh(std::sin(0.02f * w.torque_idx) + std::sin(kPi * 0.01f * w.torque_idx)) * opt_.turbulence_power;
+    lander->ApplyForceToCenter(vec(wind, 0), true);
+    const double torque =
+        std::tanh(std::sin(0.02 * w.torque_idx) + std::sin(kPi * 0.01 * w.torque_idx)) * double{opt_.turbulence_power};
     ++w.torque_idx;
-    lander->ApplyTorque(torque, true);
+    lander->ApplyTorque(static_cast<float>(torque), true);
   }
 
-  const b2Vec2 tip(std::sin(lander->GetAngle()), std::cos(lander->GetAngle()));
-  const b2Vec2 side(-tip.y, tip.x);
-  const float d0 = static_cast<float>(rng_.uniform(-1.0, 1.0)) / kScale;
-  const float d1 = static_cast<float>(rng_.uniform(-1.0, 1.0)) / kScale;
+  const double angle = lander->GetAngle();
+  const double tip_x = std::sin(angle), tip_y = std::cos(angle);
+  const double side_x = -tip_y, side_y = tip_x;
+  const double d0 = draws_->uniform(-1.0, 1.0) / kScale;
+  const double d1 = draws_->uniform(-1.0, 1.0) / kScale;
+  const double px = lander->GetPosition().x, py = lander->GetPosition().y;
 
   if (m_power > 0) {
-    const float ox = tip.x * (4 / kScale + 2 * d0) + side.x * d1;
-    const float oy = -tip.y * (4 / kScale + 2 * d0) - side.y * d1;
-    const b2Vec2 at(lander->GetPosition().x + ox, lander->GetPosition().y + oy);
-    lander->ApplyLinearImpulse(b2Vec2(-ox * kMainEnginePower * m_power, -oy * kMainEnginePower * m_power), at, true);
+    const double ox = tip_x * (4 / kScale + 2 * d0) + side_x * d1;
+    const double oy = -tip_y * (4 / kScale + 2 * d0) - side_y * d1;
+    lander->ApplyLinearImpulse(vec(-ox * kMainEnginePower * m_power, -oy * kMainEnginePower * m_power),
+                               vec(px + ox, py + oy), true);
   }
   if (s_power > 0) {
-    const float ox = tip.x * d0 + side.x * (3 * d1 + direction * kSideEngineAway / kScale);
-    const float oy = -tip.y * d0 - side.y * (3 * d1 + direction * kSideEngineAway / kScale);
-    const b2Vec2 at(lander->GetPosition().x + ox - tip.x * 17 / kScale,
-                    lander->GetPosition().y + oy + tip.y * kSideEngineHeight / kScale);
-    lander->ApplyLinearImpulse(b2Vec2(-ox * kSideEnginePower * s_power, -oy * kSideEnginePower * s_power), at, true);
+    const double ox = tip_x * d0 + side_x * (3 * d1 + direction * kSideEngineAway / kScale);
+    const double oy = -tip_y * d0 - side_y * (3 * d1 + direction * kSideEngineAway / kScale);
+    lander->ApplyLinearImpulse(vec(-ox * kSideEnginePower * s_power, -oy * kSideEnginePower * s_power),
+                               vec(px + ox - tip_x * 17 / kScale, py + oy + tip_y * kSideEngineHeight / kScale), true);
   }
-  w.main_power = m_power;
-  w.side_power = s_power;
+  w.main_power = static_cast<float>(m_power);
+  w.side_power = static_cast<float>(s_power);
   w.side_direction = s_power > 0 ? direction : 0;
 
-  w.world.Step(1.0f / kFps, 6 * 30, 2 * 30);
+  w.world.Step(static_cast<float>(1.0 / kFps), 6 * 30, 2 * 30);
 
   const b2Vec2 pos = lander->GetPosition(), vel = lander->GetLinearVelocity();
-  obs[0] = (pos.x - kW / 2) / (kW / 2);
-  obs[1] = (pos.y - (w.helipad_y + kLegDown / kScale)) / (kH / 2);
-  obs[2] = vel.x * (kW / 2) / kFps;
-  obs[3] = vel.y * (kH / 2) / kFps;
-  obs[4] = lander->GetAngle();
-  obs[5] = 20.0f * lander->GetAngularVelocity() / kFps;
-  obs[6] = w.leg_contact[0] ? 1.0f : 0.0f;
-  obs[7] = w.leg_contact[1] ? 1.0f : 0.0f;
+  const std::array<double, 8> state{(pos.x - kViewportW / kScale / 2) / (kViewportW / kScale / 2),
+                                    (pos.y - (w.helipad_y + kLegDown / kScale)) / (kViewportH / kScale / 2),
+                                    vel.x * (kViewportW / kScale / 2) / kFps,
+                                    vel.y * (kViewportH / kScale / 2) / kFps,
+                                    lander->GetAngle(),
+                                    20.0 * lander->GetAngularVelocity() / kFps,
+                                    w.leg_contact[0] ? 1.0 : 0.0,
+                                    w.leg_contact[1] ? 1.0 : 0.0};
+  for (int i = 0; i < 8; ++i) obs[i] = static_cast<float>(state[i]);
 
-  const float shaping = -100 * std::sqrt(obs[0] * obs[0] + obs[1] * obs[1]) -
-                        100 * std::sqrt(obs[2] * obs[2] + obs[3] * obs[3]) - 100 * std::abs(obs[4]) + 10 * obs[6] +
-                        10 * obs[7];
-  Step s;
-  s.reward = w.has_prev_shaping ? shaping - w.prev_shaping : 0.0f;
+  const double shaping = -100 * std::sqrt(state[0] * state[0] + state[1] * state[1]) -
+                         100 * std::sqrt(state[2] * state[2] + state[3] * state[3]) - 100 * std::abs(state[4]) +
+                         10 * state[6] + 10 * state[7];
+  double reward = w.has_prev_shaping ? shaping - w.prev_shaping : 0.0;
   w.prev_shaping = shaping;
   w.has_prev_shaping = true;
-  s.reward -= m_power * 0.30f;
-  s.reward -= s_power * 0.03f;
-  if (w.game_over || std::abs(obs[0]) >= 1.0f) {
+  reward -= m_power * 0.30;
+  reward -= s_power * 0.03;
+  Step s;
+  if (w.game_over || std::abs(state[0]) >= 1.0) {
     s.terminated = true;
-    s.reward = -100;
+    reward = -100;
   }
   if (!lander->IsAwake()) {
     s.terminated = true;
-    s.reward = +100;
+    reward = +100;
   }
+  s.reward = static_cast<float>(reward);
   if (!s.terminated && ++steps_ >= kMaxSteps) s.truncated = true;
   done_ = s.done();
   return s;
@@ -277,9 +307,9 @@ LunarLander::Scene LunarLander::scene() const {
   Scene sc;
   if (!w_) return sc;
   sc.terrain = w_->terrain;
-  sc.helipad_x1 = w_->helipad_x1;
-  sc.helipad_x2 = w_->helipad_x2;
-  sc.helipad_y = w_->helipad_y;
+  sc.helipad_x1 = static_cast<float>(w_->helipad_x1);
+  sc.helipad_x2 = static_cast<float>(w_->helipad_x2);
+  sc.helipad_y = static_cast<float>(w_->helipad_y);
   sc.lander = outline(w_->lander);
   for (int i = 0; i < 2; ++i) sc.legs[i] = outline(w_->legs[i]);
   sc.leg_contact = w_->leg_contact;
@@ -290,6 +320,19 @@ LunarLander::Scene LunarLander::scene() const {
 }
 
 bool LunarLander::awake() const { return w_ && w_->lander->IsAwake(); }
+
+std::array<LunarLander::BodyState, 3> LunarLander::bodies() const {
+  std::array<BodyState, 3> out{};
+  if (!w_) return out;
+  for (int i = 0; i < 3; ++i) {
+    const b2Body* b = i == 0 ? w_->lander : w_->legs[i - 1];
+    out[i] = {b->GetPosition().x,       b->GetPosition().y,       b->GetAngle(),
+              b->GetLinearVelocity().x, b->GetLinearVelocity().y, b->GetAngularVelocity()};
+  }
+  return out;
+}
+
+double LunarLander::prev_shaping() const { return w_ ? w_->prev_shaping : 0.0; }
 
 namespace {
 // The heuristic's two controls: what the angle and the hover height still need.

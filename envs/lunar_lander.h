@@ -10,9 +10,18 @@
 // -100 and the end when the body touches the ground or |x| >= 1; +100 and the end when the
 // lander comes to rest (Box2D puts it to sleep); truncated at 1000 steps; solved at 200.
 //
-// Differences from Gym: Box2D 2.4 instead of pybox2d's 2.3 (same model, not bit-identical
-// trajectories), and the exhaust particles — decoration that never touches the lander — are
-// not simulated. The world is rebuilt at every reset, so a seed replays exactly.
+// As Gymnasium 1.4's LunarLander-v3 steps (a fresh world at every reset, the wind's phase drawn
+// anew per episode); the names and the observation bounds are v2's. Differences from Gymnasium:
+// - Box2D 2.4.1 (Debian) instead of pybox2d's 2.3: the same model, but 2.4 solves a revolute
+//   joint's limit and motor apart rather than as one block, so one step from equal states
+//   agrees to solver tolerance, not bit for bit (tests/unit/envs/lunar_lander_test.cpp states
+//   the bounds it checks against Gymnasium itself).
+// - Random numbers come from envs/random.h, so a seed gives another terrain than numpy's does;
+//   replay_draws() feeds Gymnasium's own draws instead (terrain, push, wind, dispersion).
+// - A terminal step at the time limit is `terminated` only (Gymnasium's TimeLimit sets both).
+// Gymnasium, too, creates its exhaust particles only when it renders: they never touch the lander.
+// Nearly all of a step is Box2D's: 180 velocity iterations over the two leg joints
+// (docs/benchmarks.md, "Environments"). Not thread-safe: one env, one thread.
 #pragma once
 
 #include <array>
@@ -20,9 +29,12 @@
 #include <vector>
 
 #include "envs/env.h"
-#include "envs/random.h"
 
 namespace distrl::envs {
+
+namespace detail {
+class Draws;
+}
 
 struct LunarLanderOptions {
   bool continuous = false;
@@ -34,15 +46,16 @@ struct LunarLanderOptions {
 
 class LunarLander final : public Env {
  public:
-  static constexpr float kFps = 50;
-  static constexpr float kScale = 30;
-  static constexpr float kViewportW = 600, kViewportH = 400;
-  static constexpr float kW = kViewportW / kScale, kH = kViewportH / kScale;  // world units
-  static constexpr float kMainEnginePower = 13;
-  static constexpr float kSideEnginePower = 0.6f;
-  static constexpr float kInitialRandom = 1000;
-  static constexpr float kLegAway = 20, kLegDown = 18, kLegW = 2, kLegH = 8, kLegSpringTorque = 40;
-  static constexpr float kSideEngineHeight = 14, kSideEngineAway = 12;
+  // Gymnasium's constants; like its Python, the env computes in double and rounds into Box2D.
+  static constexpr double kFps = 50;
+  static constexpr double kScale = 30;
+  static constexpr double kViewportW = 600, kViewportH = 400;
+  static constexpr double kW = kViewportW / kScale, kH = kViewportH / kScale;  // world units
+  static constexpr double kMainEnginePower = 13;
+  static constexpr double kSideEnginePower = 0.6;
+  static constexpr double kInitialRandom = 1000;
+  static constexpr double kLegAway = 20, kLegDown = 18, kLegW = 2, kLegH = 8, kLegSpringTorque = 40;
+  static constexpr double kSideEngineHeight = 14, kSideEngineAway = 12;
   static constexpr int kChunks = 11;
   static constexpr int kMaxSteps = 1000;
 
@@ -54,7 +67,7 @@ class LunarLander final : public Env {
   Space action_space() const override;
   int max_episode_steps() const override { return kMaxSteps; }
   float reward_threshold() const override { return 200.0f; }
-  void seed(std::uint64_t seed) override { rng_.seed(seed); }
+  void seed(std::uint64_t seed) override;
   using Env::reset;
   void reset(float* obs) override;
   using Env::step;
@@ -75,13 +88,30 @@ class LunarLander final : public Env {
   Scene scene() const;
   bool awake() const;  // false once the lander rests
 
+  // Tests: the next reset and the steps of its episode take their random numbers from `draws`
+  // instead of the generator, in the order Gymnasium's np_random gives them: 12 terrain
+  // heights, the push's x and y, with wind its two phases, then two dispersions per step (the
+  // reset's own first step included). A draw that does not fit its call (out of range, not
+  // an integer, none left) is an EnvError; the reset after that episode uses the generator.
+  void replay_draws(std::vector<double> draws);
+
+  // One body's state in world units, for tests that set Gymnasium's bodies to ours.
+  struct BodyState {
+    double x = 0, y = 0, angle = 0, vx = 0, vy = 0, angular_velocity = 0;
+  };
+  // The lander, then its left and right leg (Gymnasium's order).
+  std::array<BodyState, 3> bodies() const;
+  double prev_shaping() const;
+
  private:
   struct World;
-  Step advance(float main_power, float side_power, int side_direction, float* obs);
+  void build_world();  // terrain, lander, legs, joints: into w_
+  Step advance(double main_power, double side_power, int side_direction, float* obs);
 
   LunarLanderOptions opt_;
   std::string name_;
-  Rng rng_;
+  std::unique_ptr<detail::Draws> draws_;  // the generator, or Gymnasium's replayed draws
+  bool replay_armed_ = false;             // replay_draws() came after the last reset
   std::unique_ptr<World> w_;
   int steps_ = 0;
   bool done_ = true;

@@ -11,7 +11,17 @@ stdin, and prints what Gymnasium answers (one line per command). Exit 3 when gym
                   per obstacle polygon in creation order, then the reset's "obs ..." line
   bodies V...     the walker's hull and four leg segments get these positions, angles and
                   velocities (x y angle vx vy w each, Gymnasium's order), then its prev_shaping
+  lander ID SEED STEPS [wind]
+                  a fresh gymnasium.make(ID) of a LunarLander (with enable_wind=True if "wind"),
+                  reset(seed=SEED), recording every random draw of the reset (its first step's
+                  included); prints "draws V..." (those, then 2*STEPS more from a copy of the
+                  generator: the next steps' dispersions), "terrain X Y X Y ..." (the smoothed
+                  chunk points) and the reset's "obs ..." line
+  lander_bodies V...
+                  the lander and its two legs get these positions, angles and velocities (as
+                  bodies does), then its prev_shaping
 """
+import copy
 import sys
 import warnings
 
@@ -32,7 +42,7 @@ class Recorder:
         self.real, self.log = real, log
 
     def _record(self, value):
-        self.log.append(float(value))
+        self.log.extend(float(v) for v in np.ravel(value))
         return value
 
     def uniform(self, *args, **kwargs):
@@ -76,6 +86,38 @@ def make_walker(env_id, seed):
     return walker
 
 
+def make_lander(env_id, seed, steps, wind):
+    draws = []
+    lander = gymnasium.make(env_id, enable_wind=wind)
+    inner = lander.unwrapped
+    destroy = inner._destroy
+
+    def recorded_destroy():  # reset() calls it right after seeding np_random
+        destroy()
+        inner._np_random = Recorder(inner._np_random, draws)
+
+    inner._destroy = recorded_destroy
+    obs, _ = lander.reset(seed=seed)
+    inner._np_random = inner._np_random.real
+    inner._destroy = destroy
+    ahead = copy.deepcopy(inner._np_random)
+    draws += [float(ahead.uniform(-1.0, +1.0)) for _ in range(2 * steps)]
+    print("draws " + " ".join(repr(v) for v in draws))
+    points = [poly[0] for poly in inner.sky_polys] + [inner.sky_polys[-1][1]]
+    print("terrain " + " ".join(f"{float(x)!r} {float(y)!r}" for x, y in points))
+    print_step(obs, 0.0, False, False)
+    return lander
+
+
+def set_bodies(bodies, values):
+    for body, v in zip(bodies, [values[i:i + 6] for i in range(0, 6 * len(bodies), 6)]):
+        body.position = (v[0], v[1])
+        body.angle = v[2]
+        body.linearVelocity = (v[3], v[4])
+        body.angularVelocity = v[5]
+    return values[6 * len(bodies)]
+
+
 def print_step(obs, reward, terminated, truncated):
     values = " ".join(repr(float(v)) for v in np.asarray(obs, dtype=np.float64))
     print(f"obs {values} reward {float(reward)!r} terminated {int(terminated)} truncated {int(truncated)}", flush=True)
@@ -107,14 +149,17 @@ for line in sys.stdin:
             print(f"no Box2D for gymnasium here: {e}")
             sys.exit(3)
     elif words[0] == "bodies":
-        values = [float(v) for v in words[1:]]
         walker = env.unwrapped
-        for body, v in zip([walker.hull] + walker.legs, [values[i:i + 6] for i in range(0, 30, 6)]):
-            body.position = (v[0], v[1])
-            body.angle = v[2]
-            body.linearVelocity = (v[3], v[4])
-            body.angularVelocity = v[5]
-        walker.prev_shaping = values[30]
+        walker.prev_shaping = set_bodies([walker.hull] + walker.legs, [float(v) for v in words[1:]])
+    elif words[0] == "lander":
+        try:
+            env = make_lander(words[1], int(words[2]), int(words[3]), words[4:] == ["wind"])
+        except gymnasium.error.DependencyNotInstalled as e:
+            print(f"no Box2D for gymnasium here: {e}")
+            sys.exit(3)
+    elif words[0] == "lander_bodies":
+        lander = env.unwrapped
+        lander.prev_shaping = set_bodies([lander.lander] + lander.legs, [float(v) for v in words[1:]])
     else:
         print(f"unknown command {words[0]}")
         sys.exit(2)

@@ -26,56 +26,20 @@
 #include <vector>
 
 #include "common/error.h"
-#include "tests/support/multiproc.h"
-#include "tests/support/reference_python.h"
+#include "tests/support/gym_reference.h"
 
 namespace {
 
 using namespace distrl::envs;
 
-std::string number(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
+using distrl::testing::number;
+using distrl::testing::numbers_after;
+using distrl::testing::StepLine;
+
+StepLine parse_step(const std::string& line) { return distrl::testing::parse_step(line, 24); }
 
 distrl::testing::PythonRun run_reference(const std::string& script) {
-  distrl::testing::TempDir dir;
-  std::ofstream(dir.file("commands.txt")) << script;
-  return distrl::testing::run_reference_python("gym_reference.py", "< " + dir.file("commands.txt"), "gymnasium[box2d]");
-}
-
-std::vector<double> numbers_after(const std::string& line, const std::string& word) {
-  std::istringstream in(line);
-  std::string w;
-  in >> w;
-  EXPECT_EQ(w, word) << line.substr(0, 200);
-  std::vector<double> v;
-  for (double x; in >> x;) v.push_back(x);
-  return v;
-}
-
-struct StepLine {
-  std::vector<double> obs;
-  double reward = 0;
-  bool terminated = false;
-};
-
-StepLine parse_step(const std::string& line) {
-  std::istringstream in(line);
-  std::string w;
-  in >> w;
-  EXPECT_EQ(w, "obs") << line.substr(0, 200);
-  StepLine s;
-  for (int i = 0; i < 24; ++i) {
-    double x = 0;
-    in >> x;
-    s.obs.push_back(x);
-  }
-  int terminated = 0;
-  in >> w >> s.reward >> w >> terminated;
-  s.terminated = terminated != 0;
-  return s;
+  return distrl::testing::run_gym_reference(script);
 }
 
 // What Gymnasium built for `id` and `seed`: its draws, terrain, obstacles and first observation.

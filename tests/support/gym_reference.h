@@ -1,0 +1,68 @@
+// Talking to tests/support/gym_reference.py (Gymnasium's own Box2D environments, stepped as a
+// test asks): a script of commands in, one answer line per command out, parsed here. Used by
+// the LunarLander and BipedalWalker tests, which rebuild Gymnasium's episodes and compare.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/support/multiproc.h"
+#include "tests/support/reference_python.h"
+
+namespace distrl::testing {
+
+// A double as the script reads it back exactly.
+inline std::string number(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+// Runs the commands in `script`; skip the check when !ran (no Gymnasium or Box2D here).
+inline PythonRun run_gym_reference(const std::string& script) {
+  TempDir dir;
+  std::ofstream(dir.file("commands.txt")) << script;
+  return run_reference_python("gym_reference.py", "< " + dir.file("commands.txt"), "gymnasium[box2d]");
+}
+
+// The numbers after `word`, the line's first word.
+inline std::vector<double> numbers_after(const std::string& line, const std::string& word) {
+  std::istringstream in(line);
+  std::string w;
+  in >> w;
+  EXPECT_EQ(w, word) << line.substr(0, 200);
+  std::vector<double> v;
+  for (double x; in >> x;) v.push_back(x);
+  return v;
+}
+
+// An "obs O... reward R terminated T truncated U" line.
+struct StepLine {
+  std::vector<double> obs;
+  double reward = 0;
+  bool terminated = false;
+};
+
+inline StepLine parse_step(const std::string& line, int obs_dim) {
+  std::istringstream in(line);
+  std::string w;
+  in >> w;
+  EXPECT_EQ(w, "obs") << line.substr(0, 200);
+  StepLine s;
+  for (int i = 0; i < obs_dim; ++i) {
+    double x = 0;
+    in >> x;
+    s.obs.push_back(x);
+  }
+  int terminated = 0;
+  in >> w >> s.reward >> w >> terminated;
+  s.terminated = terminated != 0;
+  return s;
+}
+
+}  // namespace distrl::testing
