@@ -200,6 +200,9 @@ std::int64_t ShardServer::restore(const std::string& path) {
       if (!fits)
         throw Error("key '" + e->name + "' has optimizer state of another shape or type than its value " +
                     shape_of(e->value) + " (a damaged snapshot?)");
+      if (e->table && e->global_rows < e->value.size(0))
+        throw Error("table '" + e->name + "' has " + std::to_string(e->value.size(0)) + " rows here but global_rows " +
+                    std::to_string(e->global_rows) + " in all (a damaged snapshot?)");
       for (at::Tensor* t : {&e->value, &e->m1, &e->m2, &e->steps})
         if (t->defined()) *t = t->contiguous();
       if (e->table) e->row_pushes = at::zeros({e->value.size(0)}, at::kLong);

@@ -8,6 +8,8 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <functional>
 #include <map>
 #include <random>
@@ -209,6 +211,109 @@ TEST(PsServerTest, ARestoredSnapshotEqualsTheShardAndStepsLikeIt) {
     EXPECT_NE(std::string(e.what()).find("trainers"), std::string::npos) << e.what();
   }
   EXPECT_THROW(b.restore(dir + "/missing.pt"), Error);
+  std::filesystem::remove_all(dir);
+}
+
+// A shard's snapshot file, written as ShardServer::snapshot writes one, with one key whose parts
+// the test chooses (absent parts undefined): a damaged file to restore from.
+struct SnapshotKey {
+  std::string name = "emb";
+  bool table = true;
+  std::int64_t global_rows = 5;
+  at::Tensor value = torch::zeros({5, 2}), m1, m2, steps;
+};
+
+void write_snapshot_file(const std::string& path, const SnapshotKey& k) {
+  torch::serialize::OutputArchive ar;
+  ar.write("shard", c10::IValue(std::int64_t{0}));
+  ar.write("shards", c10::IValue(std::int64_t{1}));
+  ar.write("round", c10::IValue(std::int64_t{3}));
+  ar.write("progress", c10::IValue(std::int64_t{3}));
+  ar.write("clocks", torch::zeros({2}, at::kLong), true);
+  ar.write("last_push", torch::zeros({2, 3}, at::kLong), true);
+  ar.write("keys", c10::IValue(std::int64_t{1}));
+  torch::serialize::OutputArchive a;
+  a.write("name", c10::IValue(k.name));
+  a.write("table", c10::IValue(k.table));
+  a.write("global_rows", c10::IValue(k.global_rows));
+  a.write("value", k.value, true);
+  if (k.m1.defined()) a.write("m1", k.m1, true);
+  if (k.m2.defined()) a.write("m2", k.m2, true);
+  if (k.steps.defined()) a.write("steps", k.steps, true);
+  ar.write("key0", a);
+  ar.save_to(path);
+}
+
+// The optimizer steps a table's rows through raw pointers, so a snapshot whose state does not
+// fit its value must be refused before any of it is used, naming the key, and the shard must
+// keep what it had; a file that is not a whole snapshot is refused as unreadable.
+TEST(PsServerTest, ADamagedSnapshotIsRefusedByNameAndTheShardKeepsWhatItHad) {
+  const std::string dir = ::testing::TempDir() + "/ps_damaged_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  ServerOptions o = options(Mode::Async, "adam");
+  ShardServer s(0, 1, 2, 1, o);
+  const at::Tensor emb = torch::randn({5, 2});
+  s.declare(DeclareRequest{"emb", emb, true, 5});
+  const at::Tensor all = torch::arange(5);
+
+  struct Case {
+    const char* what;
+    SnapshotKey key;
+    const char* says;
+  };
+  SnapshotKey good;
+  good.m1 = torch::zeros({5, 2});
+  good.m2 = torch::zeros({5, 2});
+  good.steps = torch::zeros({5}, at::kDouble);
+  std::vector<Case> cases;
+  cases.push_back({"a moment with a row less", good, "optimizer state of another shape"});
+  cases.back().key.m1 = torch::zeros({4, 2});
+  cases.push_back({"a moment of another type", good, "optimizer state of another shape or type"});
+  cases.back().key.m2 = torch::zeros({5, 2}, at::kDouble);
+  cases.push_back({"step counts in float", good, "optimizer state"});
+  cases.back().key.steps = torch::zeros({5});
+  cases.push_back({"a step count per row missing", good, "optimizer state"});
+  cases.back().key.steps = torch::zeros({4}, at::kDouble);
+  cases.push_back({"a table of one dimension", good, "optimizer state"});
+  cases.back().key.value = torch::zeros({10});
+  cases.back().key.m1 = cases.back().key.m2 = at::Tensor();
+  cases.push_back({"a table of integers", good, "optimizer state"});
+  cases.back().key.value = torch::zeros({5, 2}, at::kLong);
+  cases.back().key.m1 = cases.back().key.m2 = at::Tensor();
+  cases.push_back({"more rows than the table has", good, "global_rows"});
+  cases.back().key.global_rows = 4;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    const std::string path = dir + "/damaged.pt";
+    write_snapshot_file(path, c.key);
+    const std::string err = error_of([&] { s.restore(path); });
+    EXPECT_NE(err.find("snapshot " + path), std::string::npos) << err;
+    EXPECT_NE(err.find(c.says), std::string::npos) << err;
+    EXPECT_NE(err.find("'emb'"), std::string::npos) << err;
+    EXPECT_TRUE(torch::equal(s.pull_rows(RowsRequest{"emb", all}), emb)) << "the shard changed";
+  }
+
+  // Not a whole snapshot: cut short, or not an archive at all.
+  const std::string path = dir + "/whole.pt";
+  write_snapshot_file(path, good);
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  for (const std::string& damaged : {bytes.substr(0, bytes.size() / 2), std::string("not a snapshot\n")}) {
+    const std::string cut = dir + "/cut.pt";
+    std::ofstream(cut, std::ios::binary) << damaged;
+    const std::string err = error_of([&] { s.restore(cut); });
+    EXPECT_NE(err.find("cannot be read"), std::string::npos) << err;
+    EXPECT_TRUE(torch::equal(s.pull_rows(RowsRequest{"emb", all}), emb)) << "the shard changed";
+  }
+  // The whole one restores, and its state is used: Adam steps from its zero moments.
+  EXPECT_EQ(s.restore(path), 3);
+  EXPECT_TRUE(torch::equal(s.pull_rows(RowsRequest{"emb", all}), torch::zeros({5, 2})));
+  s.push_rows(rows_push_of("emb", torch::tensor({1}), torch::ones({1, 2}))).value();
+  EXPECT_TRUE(
+      torch::allclose(s.pull_rows(RowsRequest{"emb", torch::tensor({1})}), torch::full({1, 2}, -0.1f), 1e-5, 1e-5));
   std::filesystem::remove_all(dir);
 }
 
