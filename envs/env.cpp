@@ -25,18 +25,19 @@ struct Registry {
   std::map<std::string, EnvFactory> factories;
   Registry() {
     factories["CartPole-v1"] = [] { return std::make_unique<CartPole>(); };
-    factories["LunarLander-v2"] = [] { return std::make_unique<LunarLander>(); };
     factories["Acrobot-v1"] = [] { return std::make_unique<Acrobot>(); };
     factories["MountainCar-v0"] = [] { return std::make_unique<MountainCar>(false); };
     factories["MountainCarContinuous-v0"] = [] { return std::make_unique<MountainCar>(true); };
     factories["Pendulum-v1"] = [] { return std::make_unique<Pendulum>(); };
     factories["BipedalWalker-v3"] = [] { return std::make_unique<BipedalWalker>(false); };
     factories["BipedalWalkerHardcore-v3"] = [] { return std::make_unique<BipedalWalker>(true); };
-    factories["LunarLanderContinuous-v2"] = [] {
-      LunarLanderOptions o;
-      o.continuous = true;
-      return std::make_unique<LunarLander>(o);
-    };
+    for (int version : {2, 3})
+      for (bool continuous : {false, true}) {
+        LunarLanderOptions o;
+        o.continuous = continuous;
+        o.version = version;
+        factories[LunarLander(o).name()] = [o] { return std::make_unique<LunarLander>(o); };
+      }
   }
 };
 

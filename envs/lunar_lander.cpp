@@ -57,8 +57,11 @@ struct LunarLander::World : b2ContactListener {
 };
 
 LunarLander::LunarLander(LunarLanderOptions options)
-    : opt_(options), name_(options.continuous ? "LunarLanderContinuous-v2" : "LunarLander-v2"),
+    : opt_(options), name_(std::string(options.continuous ? "LunarLanderContinuous-v" : "LunarLander-v") +
+                           std::to_string(options.version)),
       draws_(std::make_unique<detail::Draws>(name_)) {
+  if (opt_.version != 2 && opt_.version != 3)
+    throw EnvError("LunarLander: version must be 2 or 3, got " + std::to_string(opt_.version));
   if (!(opt_.gravity > -12.0f && opt_.gravity < 0.0f))
     throw EnvError(name_ + ": gravity must be in (-12, 0), got " + std::to_string(opt_.gravity));
   if (opt_.wind_power < 0 || opt_.wind_power > 20)
@@ -74,9 +77,10 @@ const std::string& LunarLander::name() const { return name_; }
 Space LunarLander::observation_space() const {
   Space s;
   s.kind = Space::Kind::Box;
-  const float pi = static_cast<float>(kPi);
-  s.low = {-1.5f, -1.5f, -5.f, -5.f, -pi, -5.f, 0.f, 0.f};
-  s.high = {1.5f, 1.5f, 5.f, 5.f, pi, 5.f, 1.f, 1.f};
+  const bool v3 = opt_.version == 3;  // Gymnasium widened the bounds in v3
+  const float pos = v3 ? 2.5f : 1.5f, vel = v3 ? 10.f : 5.f, angle = static_cast<float>(v3 ? 2 * kPi : kPi);
+  s.low = {-pos, -pos, -vel, -vel, -angle, -vel, 0.f, 0.f};
+  s.high = {pos, pos, vel, vel, angle, vel, 1.f, 1.f};
   return s;
 }
 

@@ -1,4 +1,4 @@
-// LunarLander-v2 and LunarLanderContinuous-v2 after Gym's specification (gym/envs/box2d/
+// LunarLander-v2/-v3 and LunarLanderContinuous-v2/-v3 after Gym's specification (gym/envs/box2d/
 // lunar_lander.py), on Box2D 2.4: FPS 50, SCALE 30, a 600x400 viewport, terrain of 11 chunks
 // with a flat helipad at H/4 over the middle, main engine 13, side engines 0.6, a random
 // initial push of up to 1000 N per axis, two spring-loaded legs, optional wind and turbulence.
@@ -11,7 +11,9 @@
 // lander comes to rest (Box2D puts it to sleep); truncated at 1000 steps; solved at 200.
 //
 // As Gymnasium 1.4's LunarLander-v3 steps (a fresh world at every reset, the wind's phase drawn
-// anew per episode); the names and the observation bounds are v2's. Differences from Gymnasium:
+// anew per episode), under v2's names and observation bounds (x, y ±1.5, velocities ±5, angle
+// ±π) or v3's (±2.5, ±10, ±2π): LunarLander-v2 and -v3, LunarLanderContinuous-v2 and -v3 differ in
+// those bounds alone. Differences from Gymnasium:
 // - Box2D 2.4.1 (Debian) instead of pybox2d's 2.3: the same model, but 2.4 solves a revolute
 //   joint's limit and motor apart rather than as one block, so one step from equal states
 //   agrees to solver tolerance, not bit for bit (tests/unit/envs/lunar_lander_test.cpp states
@@ -38,6 +40,7 @@ class Draws;
 
 struct LunarLanderOptions {
   bool continuous = false;
+  int version = 2;         // 2 or 3: the name's version and its observation bounds (the steps are v3's either way)
   float gravity = -10.0f;  // (-12, 0)
   bool enable_wind = false;
   float wind_power = 15.0f;       // [0, 20]

@@ -198,8 +198,8 @@ void draw(const Env& env, Frame* frame) {
   if (const auto* c = dynamic_cast<const CartPole*>(&env)) return draw_cartpole(*c, cv);
   if (const auto* w = dynamic_cast<const BipedalWalker*>(&env)) return draw_walker(*w, cv);
   throw EnvError("render: no picture for " + env.name() +
-                 " (drawn: CartPole-v1, LunarLander-v2, "
-                 "LunarLanderContinuous-v2, BipedalWalker-v3, BipedalWalkerHardcore-v3)");
+                 " (drawn: CartPole-v1, LunarLander-v2/-v3, "
+                 "LunarLanderContinuous-v2/-v3, BipedalWalker-v3, BipedalWalkerHardcore-v3)");
 }
 
 struct GifWriter::Impl {

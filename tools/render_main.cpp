@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
       "Policies: heuristic (Gym's scripted lander or walker; LunarLander and BipedalWalker), random,\n"
       "noop; auto (the default): heuristic where there is one, random otherwise."};
   app.add_option("--env", env_name,
-                 "environment (CartPole-v1, LunarLander-v2, LunarLanderContinuous-v2, BipedalWalker-v3, "
+                 "environment (CartPole-v1, LunarLander-v2/-v3, LunarLanderContinuous-v2/-v3, BipedalWalker-v3, "
                  "BipedalWalkerHardcore-v3)");
   app.add_option("--policy", policy, "who acts")->check(CLI::IsMember({"auto", "heuristic", "random", "noop"}));
   app.add_option("--seed", seed, "episode seed");

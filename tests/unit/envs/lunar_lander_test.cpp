@@ -59,6 +59,24 @@ TEST(LunarLanderTest, SpacesAndRegistry) {
   EXPECT_EQ(c->action_space().dim(), 2);
   EXPECT_EQ(d->max_episode_steps(), 1000);
   EXPECT_FLOAT_EQ(d->reward_threshold(), 200.0f);
+  EXPECT_EQ(d->observation_space().high, (std::vector<float>{1.5f, 1.5f, 5, 5, 3.14159265f, 5, 1, 1}));
+  // Gymnasium 1.x's names: the same steps, v3's wider observation bounds.
+  auto d3 = make_env("LunarLander-v3");
+  auto c3 = make_env("LunarLanderContinuous-v3");
+  EXPECT_EQ(d3->name(), "LunarLander-v3");
+  EXPECT_EQ(c3->action_space().dim(), 2);
+  EXPECT_EQ(d3->observation_space().low, (std::vector<float>{-2.5f, -2.5f, -10, -10, -6.2831853f, -10, 0, 0}));
+  float a[8], b[8];
+  d->reset(3, a);
+  d3->reset(3, b);
+  for (int t = 0; t < 50; ++t) {
+    EXPECT_EQ(std::vector<float>(a, a + 8), std::vector<float>(b, b + 8)) << "step " << t;
+    d->step(t % 4, a);
+    d3->step(t % 4, b);
+  }
+  LunarLanderOptions v4;
+  v4.version = 4;
+  EXPECT_THROW(LunarLander{v4}, EnvError);
 }
 
 TEST(LunarLanderTest, FreeFallAcceleratesAsGravitySays) {
@@ -419,10 +437,10 @@ void compare_lander_with_gymnasium(bool continuous, bool wind, std::uint64_t see
   LunarLanderOptions o;
   o.continuous = continuous;
   o.enable_wind = wind;
+  o.version = 3;
   LunarLander env(o);
-  const std::string head = std::string("lander ") + (continuous ? "LunarLanderContinuous-v3 " : "LunarLander-v3 ") +
-                           std::to_string(seed) + " " + std::to_string(LunarLander::kMaxSteps) + (wind ? " wind" : "") +
-                           "\n";
+  const std::string head = "lander " + env.name() + " " + std::to_string(seed) + " " +
+                           std::to_string(LunarLander::kMaxSteps) + (wind ? " wind" : "") + "\n";
   const distrl::testing::PythonRun built = distrl::testing::run_gym_reference(head);
   if (!built.ran) GTEST_SKIP() << built.why;
   ASSERT_EQ(built.code, 0) << "the reference script failed: " << built.out;
