@@ -65,4 +65,29 @@ inline StepLine parse_step(const std::string& line, int obs_dim) {
   return s;
 }
 
+// What the script printed for a "walker" or "lander" command: its draws, terrain points,
+// obstacle polygons (the walker's hardcore course) and first observation; then one step line
+// per "step" command after it.
+struct GymEpisode {
+  std::vector<double> draws, terrain;
+  std::vector<std::vector<double>> obstacles;
+  StepLine first;
+  std::vector<StepLine> steps;
+};
+
+inline bool read_gym_episode(const std::string& out, int obs_dim, GymEpisode* r) {
+  std::istringstream lines(out);
+  std::string line;
+  if (!std::getline(lines, line)) return false;
+  r->draws = numbers_after(line, "draws");
+  if (!std::getline(lines, line)) return false;
+  r->terrain = numbers_after(line, "terrain");
+  while (std::getline(lines, line) && line.rfind("obstacle ", 0) == 0)
+    r->obstacles.push_back(numbers_after(line, "obstacle"));
+  if (!lines && line.empty()) return false;
+  r->first = parse_step(line, obs_dim);
+  while (std::getline(lines, line)) r->steps.push_back(parse_step(line, obs_dim));
+  return true;
+}
+
 }  // namespace distrl::testing

@@ -109,6 +109,15 @@ def make_lander(env_id, seed, steps, wind):
     return lander
 
 
+def make_box2d(make, *args):
+    """make(*args), or exit 3 (the caller skips) when Gymnasium has no Box2D here."""
+    try:
+        return make(*args)
+    except gymnasium.error.DependencyNotInstalled as e:
+        print(f"no Box2D for gymnasium here: {e}")
+        sys.exit(3)
+
+
 def set_bodies(bodies, values):
     for body, v in zip(bodies, [values[i:i + 6] for i in range(0, 6 * len(bodies), 6)]):
         body.position = (v[0], v[1])
@@ -143,20 +152,12 @@ for line in sys.stdin:
             action = np.array([float(v) for v in words[1:]], dtype=np.float32)
         print_step(*env.step(action)[:4])
     elif words[0] == "walker":
-        try:
-            env = make_walker(words[1], int(words[2]))
-        except gymnasium.error.DependencyNotInstalled as e:
-            print(f"no Box2D for gymnasium here: {e}")
-            sys.exit(3)
+        env = make_box2d(make_walker, words[1], int(words[2]))
     elif words[0] == "bodies":
         walker = env.unwrapped
         walker.prev_shaping = set_bodies([walker.hull] + walker.legs, [float(v) for v in words[1:]])
     elif words[0] == "lander":
-        try:
-            env = make_lander(words[1], int(words[2]), int(words[3]), words[4:] == ["wind"])
-        except gymnasium.error.DependencyNotInstalled as e:
-            print(f"no Box2D for gymnasium here: {e}")
-            sys.exit(3)
+        env = make_box2d(make_lander, words[1], int(words[2]), int(words[3]), words[4:] == ["wind"])
     elif words[0] == "lander_bodies":
         lander = env.unwrapped
         lander.prev_shaping = set_bodies([lander.lander] + lander.legs, [float(v) for v in words[1:]])

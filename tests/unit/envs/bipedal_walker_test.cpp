@@ -33,36 +33,16 @@ namespace {
 using namespace distrl::envs;
 
 using distrl::testing::number;
-using distrl::testing::numbers_after;
 using distrl::testing::StepLine;
-
-StepLine parse_step(const std::string& line) { return distrl::testing::parse_step(line, 24); }
 
 distrl::testing::PythonRun run_reference(const std::string& script) {
   return distrl::testing::run_gym_reference(script);
 }
 
 // What Gymnasium built for `id` and `seed`: its draws, terrain, obstacles and first observation.
-struct Reference {
-  std::vector<double> draws, terrain;
-  std::vector<std::vector<double>> obstacles;
-  StepLine first;
-  std::vector<StepLine> steps;  // answers to the script's steps
-};
+using Reference = distrl::testing::GymEpisode;
 
-bool read_reference(const std::string& out, Reference* r) {
-  std::istringstream lines(out);
-  std::string line;
-  if (!std::getline(lines, line)) return false;
-  r->draws = numbers_after(line, "draws");
-  if (!std::getline(lines, line)) return false;
-  r->terrain = numbers_after(line, "terrain");
-  while (std::getline(lines, line) && line.rfind("obstacle ", 0) == 0)
-    r->obstacles.push_back(numbers_after(line, "obstacle"));
-  r->first = parse_step(line);
-  while (std::getline(lines, line)) r->steps.push_back(parse_step(line));
-  return true;
-}
+bool read_reference(const std::string& out, Reference* r) { return distrl::testing::read_gym_episode(out, 24, r); }
 
 // A joint within 0.05 rad of a limit (observations 4, 6, 9, 11; knees are shifted by +1).
 bool near_limit(const std::vector<float>& o) {

@@ -389,26 +389,12 @@ TEST(LunarLanderTest, LeavingTheScreenSidewaysEndsWithMinus100) {
 namespace {
 
 using distrl::testing::number;
-using distrl::testing::numbers_after;
 using distrl::testing::StepLine;
 
-struct LanderReference {
-  std::vector<double> draws, terrain;
-  StepLine first;
-  std::vector<StepLine> steps;  // answers to the script's steps
-};
+using LanderReference = distrl::testing::GymEpisode;
 
 bool read_lander_reference(const std::string& out, LanderReference* r) {
-  std::istringstream lines(out);
-  std::string line;
-  if (!std::getline(lines, line)) return false;
-  r->draws = numbers_after(line, "draws");
-  if (!std::getline(lines, line)) return false;
-  r->terrain = numbers_after(line, "terrain");
-  if (!std::getline(lines, line)) return false;
-  r->first = distrl::testing::parse_step(line, 8);
-  while (std::getline(lines, line)) r->steps.push_back(distrl::testing::parse_step(line, 8));
-  return true;
+  return distrl::testing::read_gym_episode(out, 8, r);
 }
 
 // Not float reordering: these bound two physics engines' answers (pybox2d's Box2D 2.3 and
