@@ -17,7 +17,7 @@
 // - Box2D 2.4.1 (Debian) instead of pybox2d's 2.3: the same model, but 2.4 solves a revolute
 //   joint's limit and motor apart rather than as one block, so one step from equal states
 //   agrees to about 1e-3, not bit for bit, and whole trajectories drift apart
-//   (tests/unit/envs/gymnasium_test.cpp states the bound it checks).
+//   (tests/unit/envs/bipedal_walker_test.cpp states the bounds it checks).
 // - Random numbers come from envs/random.h, so a seed gives another terrain than numpy's does.
 //   replay_draws() feeds Gymnasium's own draws instead, and the terrain is then Gymnasium's
 //   exactly (the test checks it).

@@ -29,7 +29,7 @@ b2Vec2 vec(double x, double y) { return b2Vec2(static_cast<float>(x), static_cas
 
 // One episode's physics; rebuilt at every reset so nothing carries over between episodes.
 struct LunarLander::World : b2ContactListener {
-  explicit World(float gravity) : world(b2Vec2(0, gravity)) { world.SetContactListener(this); }
+  explicit World(double gravity) : world(vec(0, gravity)) { world.SetContactListener(this); }
 
   void BeginContact(b2Contact* c) override { touch(c, true); }
   void EndContact(b2Contact* c) override { touch(c, false); }
@@ -62,7 +62,7 @@ LunarLander::LunarLander(LunarLanderOptions options)
       draws_(std::make_unique<detail::Draws>(name_)) {
   if (opt_.version != 2 && opt_.version != 3)
     throw EnvError("LunarLander: version must be 2 or 3, got " + std::to_string(opt_.version));
-  if (!(opt_.gravity > -12.0f && opt_.gravity < 0.0f))
+  if (!(opt_.gravity > -12.0 && opt_.gravity < 0.0))
     throw EnvError(name_ + ": gravity must be in (-12, 0), got " + std::to_string(opt_.gravity));
   if (opt_.wind_power < 0 || opt_.wind_power > 20)
     throw EnvError(name_ + ": wind_power must be in [0, 20], got " + std::to_string(opt_.wind_power));
@@ -99,14 +99,15 @@ Space LunarLander::action_space() const {
 
 void LunarLander::seed(std::uint64_t seed) { draws_->seed(seed); }
 
-void LunarLander::replay_draws(std::vector<double> draws) {
-  draws_->replay(std::move(draws));
-  replay_armed_ = true;
-}
+void LunarLander::replay_draws(std::vector<double> draws) { next_replay_ = std::move(draws); }
 
 void LunarLander::reset(float* obs) {
-  if (!replay_armed_) draws_->end_replay();  // a replay covers one episode
-  replay_armed_ = false;
+  if (next_replay_) {  // a replay covers one episode: the one this reset begins
+    draws_->replay(std::move(*next_replay_));
+    next_replay_.reset();
+  } else {
+    draws_->end_replay();
+  }
   done_ = true;  // until the world is whole
   try {
     build_world();
@@ -236,14 +237,17 @@ Step LunarLander::advance(double m_power, double s_power, int direction, float* 
   if (done_ || !w_) throw EnvError(name_ + ": step() after the episode ended; call reset()");
   World& w = *w_;
   b2Body* lander = w.lander;
+  // Gymnasium draws the two dispersions after the wind, which draws nothing: drawn first here,
+  // a replay that runs out leaves the episode as it was.
+  const double d0 = draws_->uniform(-1.0, 1.0) / kScale;
+  const double d1 = draws_->uniform(-1.0, 1.0) / kScale;
 
   if (opt_.enable_wind && !(w.leg_contact[0] || w.leg_contact[1])) {
-    const double wind =
-        std::tanh(std::sin(0.02 * w.wind_idx) + std::sin(kPi * 0.01 * w.wind_idx)) * double{opt_.wind_power};
+    const double wind = std::tanh(std::sin(0.02 * w.wind_idx) + std::sin(kPi * 0.01 * w.wind_idx)) * opt_.wind_power;
     ++w.wind_idx;
     lander->ApplyForceToCenter(vec(wind, 0), true);
     const double torque =
-        std::tanh(std::sin(0.02 * w.torque_idx) + std::sin(kPi * 0.01 * w.torque_idx)) * double{opt_.turbulence_power};
+        std::tanh(std::sin(0.02 * w.torque_idx) + std::sin(kPi * 0.01 * w.torque_idx)) * opt_.turbulence_power;
     ++w.torque_idx;
     lander->ApplyTorque(static_cast<float>(torque), true);
   }
@@ -251,8 +255,6 @@ Step LunarLander::advance(double m_power, double s_power, int direction, float* 
   const double angle = lander->GetAngle();
   const double tip_x = std::sin(angle), tip_y = std::cos(angle);
   const double side_x = -tip_y, side_y = tip_x;
-  const double d0 = draws_->uniform(-1.0, 1.0) / kScale;
-  const double d1 = draws_->uniform(-1.0, 1.0) / kScale;
   const double px = lander->GetPosition().x, py = lander->GetPosition().y;
 
   if (m_power > 0) {

@@ -28,6 +28,7 @@
 
 #include <array>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "envs/env.h"
@@ -41,10 +42,10 @@ class Draws;
 struct LunarLanderOptions {
   bool continuous = false;
   int version = 2;         // 2 or 3: the name's version and its observation bounds (the steps are v3's either way)
-  float gravity = -10.0f;  // (-12, 0)
+  double gravity = -10.0;  // (-12, 0)
   bool enable_wind = false;
-  float wind_power = 15.0f;       // [0, 20]
-  float turbulence_power = 1.5f;  // [0, 2]
+  double wind_power = 15.0;       // [0, 20]
+  double turbulence_power = 1.5;  // [0, 2]
 };
 
 class LunarLander final : public Env {
@@ -102,9 +103,9 @@ class LunarLander final : public Env {
   struct BodyState {
     double x = 0, y = 0, angle = 0, vx = 0, vy = 0, angular_velocity = 0;
   };
-  // The lander, then its left and right leg (Gymnasium's order).
+  // The lander, then its left and right leg (Gymnasium's order); zeros before the first reset.
   std::array<BodyState, 3> bodies() const;
-  double prev_shaping() const;
+  double prev_shaping() const;  // the last step's shaping; 0 before the first reset
 
  private:
   struct World;
@@ -113,8 +114,8 @@ class LunarLander final : public Env {
 
   LunarLanderOptions opt_;
   std::string name_;
-  std::unique_ptr<detail::Draws> draws_;  // the generator, or Gymnasium's replayed draws
-  bool replay_armed_ = false;             // replay_draws() came after the last reset
+  std::unique_ptr<detail::Draws> draws_;            // the generator, or Gymnasium's replayed draws
+  std::optional<std::vector<double>> next_replay_;  // replay_draws()'s, for the next reset
   std::unique_ptr<World> w_;
   int steps_ = 0;
   bool done_ = true;

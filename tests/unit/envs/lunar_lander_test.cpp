@@ -1,6 +1,7 @@
-// LunarLander-v2 / LunarLanderContinuous-v2: physics against Newton (free fall), engines,
-// the reward formula against the observations, the end conditions (crash -100, rest +100,
-// truncation at 1000), Gym's scripted lander, options and bad input, determinism.
+// LunarLander-v2/-v3 / LunarLanderContinuous-v2/-v3: physics against Newton (free fall),
+// engines, the reward formula against the observations, the end conditions (crash -100, rest
+// +100, truncation at 1000), Gym's scripted lander, options and bad input, determinism,
+// replayed draws; and against Gymnasium 1.4 itself (LunarLanderGymnasiumTest, at the end).
 #include "envs/lunar_lander.h"
 
 #include <algorithm>
@@ -260,12 +261,25 @@ TEST(LunarLanderTest, ReplayedDrawsThatDoNotFitAreRefused) {
   env.replay_draws(draws);
   env.reset(obs);
   env.step(0, obs);
-  try {
-    env.step(0, obs);
-    ADD_FAILURE() << "a step without draws";
-  } catch (const EnvError& e) {
-    EXPECT_NE(std::string(e.what()).find("ran out at 18"), std::string::npos) << e.what();
+  const auto before = env.bodies();
+  for (int attempt = 0; attempt < 2; ++attempt) {  // a step without draws changes nothing
+    try {
+      env.step(0, obs);
+      ADD_FAILURE() << "a step without draws";
+    } catch (const EnvError& e) {
+      EXPECT_NE(std::string(e.what()).find("ran out at 18"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(env.bodies()[0].vx, before[0].vx);
+    EXPECT_EQ(env.bodies()[0].y, before[0].y);
   }
+  // Given mid-episode, a replay waits for the next reset: this episode's steps draw from the
+  // generator (a replay's draws of 0.5 would fail the heights' range check only at a reset).
+  env.reset(7, obs);
+  env.step(0, obs);
+  std::vector<double> heights_out_of_range(18, 7.0);
+  env.replay_draws(heights_out_of_range);
+  env.step(0, obs);
+  EXPECT_THROW(env.reset(obs), EnvError) << "the replay did not reach the reset";
   env.reset(obs);  // a replay covers one episode: the generator again
   int steps = 0;
   while (!env.step(0, obs).done()) ++steps;
@@ -277,7 +291,13 @@ TEST(LunarLanderTest, ReplayedDrawsThatDoNotFitAreRefused) {
   draws.assign(20, 0.5);
   draws[14] = 7.5;  // the wind's phase is an integer
   w.replay_draws(draws);
-  EXPECT_THROW(w.reset(obs), EnvError);
+  try {
+    w.reset(obs);
+    ADD_FAILURE() << "a wind phase of 7.5";
+  } catch (const EnvError& e) {
+    EXPECT_NE(std::string(e.what()).find("replayed draw 14 is 7.5"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("not an integer"), std::string::npos) << e.what();
+  }
 }
 
 TEST(LunarLanderTest, WindPushesTheLanderSideways) {

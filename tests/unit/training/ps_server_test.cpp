@@ -261,10 +261,10 @@ TEST(PsServerTest, ADamagedSnapshotIsRefusedByNameAndTheShardKeepsWhatItHad) {
     SnapshotKey key;
     const char* says;
   };
-  SnapshotKey good;
-  good.m1 = torch::zeros({5, 2});
-  good.m2 = torch::zeros({5, 2});
-  good.steps = torch::zeros({5}, at::kDouble);
+  SnapshotKey good;  // Adam's state ten steps in, so that a step shows whether it was used
+  good.m1 = torch::full({5, 2}, 0.5f);
+  good.m2 = torch::full({5, 2}, 0.25f);
+  good.steps = torch::full({5}, 10.0, at::kDouble);
   std::vector<Case> cases;
   cases.push_back({"a moment with a row less", good, "optimizer state of another shape"});
   cases.back().key.m1 = torch::zeros({4, 2});
@@ -291,6 +291,7 @@ TEST(PsServerTest, ADamagedSnapshotIsRefusedByNameAndTheShardKeepsWhatItHad) {
     EXPECT_NE(err.find(c.says), std::string::npos) << err;
     EXPECT_NE(err.find("'emb'"), std::string::npos) << err;
     EXPECT_TRUE(torch::equal(s.pull_rows(RowsRequest{"emb", all}), emb)) << "the shard changed";
+    EXPECT_EQ(s.stats().restored_round, -1) << "the shard took the snapshot's round (-1: never restored)";
   }
 
   // Not a whole snapshot: cut short, or not an archive at all.
@@ -308,12 +309,15 @@ TEST(PsServerTest, ADamagedSnapshotIsRefusedByNameAndTheShardKeepsWhatItHad) {
     EXPECT_NE(err.find("cannot be read"), std::string::npos) << err;
     EXPECT_TRUE(torch::equal(s.pull_rows(RowsRequest{"emb", all}), emb)) << "the shard changed";
   }
-  // The whole one restores, and its state is used: Adam steps from its zero moments.
+  // The whole one restores, and its state is used: Adam's 11th step from its moments.
   EXPECT_EQ(s.restore(path), 3);
   EXPECT_TRUE(torch::equal(s.pull_rows(RowsRequest{"emb", all}), torch::zeros({5, 2})));
   s.push_rows(rows_push_of("emb", torch::tensor({1}), torch::ones({1, 2}))).value();
-  EXPECT_TRUE(
-      torch::allclose(s.pull_rows(RowsRequest{"emb", torch::tensor({1})}), torch::full({1, 2}, -0.1f), 1e-5, 1e-5));
+  const double m = 0.5 * 0.9 + 0.1, v = 0.25 * 0.999 + 0.001, t = 11;
+  const double want = -0.1 / (1 - std::pow(0.9, t)) * m / (std::sqrt(v) / std::sqrt(1 - std::pow(0.999, t)) + 1e-8);
+  const at::Tensor got = s.pull_rows(RowsRequest{"emb", torch::tensor({1})});
+  EXPECT_NEAR(got[0][0].item<float>(), want, 1e-5) << "zero moments would give -0.1";
+  EXPECT_NEAR(got[0][1].item<float>(), want, 1e-5);
   std::filesystem::remove_all(dir);
 }
 
