@@ -182,9 +182,11 @@ std::int64_t ShardServer::declare(DeclareRequest req) {
   if (!req.init.defined() || !req.init.is_floating_point())
     throw ProtocolError("ps: key '" + req.name + "': the initial value must be a floating-point tensor, not " +
                         shape_of(req.init));
-  if (req.table && (req.init.dim() != 2 || req.global_rows < req.init.size(0)))
-    throw ProtocolError("ps: table '" + req.name + "' must be [rows, dim] with global_rows >= its rows here, not " +
-                        shape_of(req.init));
+  if (req.table && (req.init.dim() != 2 || req.init.size(0) != rows_here(req.global_rows)))
+    throw ProtocolError("ps: table '" + req.name + "' of " + std::to_string(req.global_rows) +
+                        " global rows must be [" + std::to_string(rows_here(req.global_rows)) + ", dim] on shard " +
+                        std::to_string(shard_) + " of " + std::to_string(num_shards_) +
+                        " (rows k, k + shards, ...), not " + shape_of(req.init));
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(req.name);
   if (it != entries_.end()) {
@@ -227,6 +229,10 @@ PullReply ShardServer::pull(const PullRequest& req) {
   r.values = values_locked(fetch);
   r.round = opt_.mode == ServerOptions::Mode::Sync ? round_ : 0;
   return r;
+}
+
+std::int64_t ShardServer::rows_here(std::int64_t global_rows) const {
+  return global_rows > shard_ ? (global_rows - shard_ + num_shards_ - 1) / num_shards_ : 0;
 }
 
 at::Tensor ShardServer::check_rows(const Entry& e, const at::Tensor& rows) const {

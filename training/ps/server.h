@@ -183,6 +183,8 @@ class ShardServer {
   void check_trainer(int trainer) const;
   void check_push(const PushId& id) const;
   at::Tensor check_rows(const Entry& e, const at::Tensor& rows) const;
+  // A table of global_rows keeps its rows shard, shard + num_shards, ... here: how many.
+  std::int64_t rows_here(std::int64_t global_rows) const;
   transport::Future<PushReply> submit(const PushId& id, std::int64_t round, std::vector<Update> ups,
                                       std::vector<Entry*> fetch);
   Seen seen_locked(const PushId& id, Held** held);

@@ -200,9 +200,10 @@ std::int64_t ShardServer::restore(const std::string& path) {
       if (!fits)
         throw Error("key '" + e->name + "' has optimizer state of another shape or type than its value " +
                     shape_of(e->value) + " (a damaged snapshot?)");
-      if (e->table && e->global_rows < e->value.size(0))
-        throw Error("table '" + e->name + "' has " + std::to_string(e->value.size(0)) + " rows here but global_rows " +
-                    std::to_string(e->global_rows) + " in all (a damaged snapshot?)");
+      if (e->table && e->value.size(0) != rows_here(e->global_rows))
+        throw Error("table '" + e->name + "' has " + std::to_string(e->value.size(0)) + " rows here, not the " +
+                    std::to_string(rows_here(e->global_rows)) + " of its " + std::to_string(e->global_rows) +
+                    " global rows this shard holds (a damaged snapshot?)");
       for (at::Tensor* t : {&e->value, &e->m1, &e->m2, &e->steps})
         if (t->defined()) *t = t->contiguous();
       if (e->table) e->row_pushes = at::zeros({e->value.size(0)}, at::kLong);

@@ -280,8 +280,10 @@ TEST(PsServerTest, ADamagedSnapshotIsRefusedByNameAndTheShardKeepsWhatItHad) {
   cases.push_back({"a table of integers", good, "optimizer state"});
   cases.back().key.value = torch::zeros({5, 2}, at::kLong);
   cases.back().key.m1 = cases.back().key.m2 = at::Tensor();
-  cases.push_back({"more rows than the table has", good, "global_rows"});
+  cases.push_back({"more rows than its share of the table", good, "global rows this shard holds"});
   cases.back().key.global_rows = 4;
+  cases.push_back({"fewer rows than its share of the table", good, "global rows this shard holds"});
+  cases.back().key.global_rows = 9;
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
     const std::string path = dir + "/damaged.pt";
@@ -451,6 +453,10 @@ TEST(PsServerTest, RefusesBadKeysRowsAndShapesByName) {
   EXPECT_NE(message([&] {
               s.pull_rows(RowsRequest{"w", torch::tensor({0})});
             }).find("dense key, not a table"),
+            std::string::npos);
+  EXPECT_NE(message([&] {
+              s.declare(DeclareRequest{"emb2", torch::zeros({3, 4}), true, 5});
+            }).find("table 'emb2' of 5 global rows must be [2, dim] on shard 1 of 2"),
             std::string::npos);
   RowsPush bad;
   bad.id = next_id(0);
