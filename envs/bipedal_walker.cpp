@@ -25,9 +25,8 @@ constexpr std::uint16_t kGround = 0x0001, kWalker = 0x0020;
 // Gymnasium's HULL_POLY, in pixels.
 constexpr std::array<std::array<double, 2>, 5> kHullPoly{{{-30, +9}, {+6, +9}, {+34, +1}, {+34, -8}, {-30, -8}}};
 
-b2Vec2 vec(double x, double y) { return b2Vec2(static_cast<float>(x), static_cast<float>(y)); }
-
 using detail::outline;
+using detail::vec;
 
 // Gymnasium's HULL_FD / LEG_FD / LOWER_FD: the walker collides with the ground only.
 void add_walker_part(b2Body* body, const b2Shape& shape, float density, float friction) {
@@ -119,7 +118,7 @@ Space BipedalWalker::action_space() const {
 
 void BipedalWalker::seed(std::uint64_t seed) { draws_->seed(seed); }
 
-void BipedalWalker::replay_draws(std::vector<double> draws) { draws_->replay(std::move(draws)); }
+void BipedalWalker::replay_draws(std::vector<double> draws) { draws_->replay_next(std::move(draws)); }
 
 // Gymnasium's _generate_terrain, draw for draw, in double as Python computes it.
 void BipedalWalker::generate_terrain() {
@@ -195,11 +194,8 @@ void BipedalWalker::generate_terrain() {
 }
 
 void BipedalWalker::reset(float* obs) {
-  struct EndReplay {  // a replay covers one reset, even one that throws
-    detail::Draws& draws;
-    ~EndReplay() { draws.end_replay(); }
-  } end_replay{*draws_};
-  done_ = true;  // until the world is whole
+  draws_->begin_episode();  // a replay covers this reset (the walker's steps draw nothing)
+  done_ = true;             // until the world is whole
   try {
     build_world();
   } catch (...) {
@@ -356,11 +352,7 @@ Step BipedalWalker::advance(const float* action, float* obs) {
 std::array<BipedalWalker::BodyState, 5> BipedalWalker::bodies() const {
   std::array<BodyState, 5> out{};
   if (!w_) return out;
-  for (int i = 0; i < 5; ++i) {
-    const b2Body* b = i == 0 ? w_->hull : w_->legs[i - 1];
-    out[i] = {b->GetPosition().x,       b->GetPosition().y,       b->GetAngle(),
-              b->GetLinearVelocity().x, b->GetLinearVelocity().y, b->GetAngularVelocity()};
-  }
+  for (int i = 0; i < 5; ++i) out[i] = detail::state_of(i == 0 ? w_->hull : w_->legs[i - 1]);
   return out;
 }
 

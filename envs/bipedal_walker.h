@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "envs/body_state.h"
 #include "envs/env.h"
 
 namespace distrl::envs {
@@ -62,16 +63,14 @@ class BipedalWalker final : public Env {
   using Env::step;
   Step step(const float* action, float* obs) override;
 
-  // Tests: the next reset takes its random numbers from `draws` instead of the generator, in
+  // Tests: the next reset takes its random numbers from `draws` instead of the generator (the
+  // reset after it the generator's again), in
   // the order Gymnasium's np_random gives them (the terrain's, then the initial push; clouds
   // excluded), so that a Gymnasium episode is rebuilt here. A draw that does not fit the
   // call (out of range, not an integer, too few, some left unused) is an EnvError naming it.
   void replay_draws(std::vector<double> draws);
 
-  // One body's state, for tests that set Gymnasium's bodies to ours.
-  struct BodyState {
-    double x = 0, y = 0, angle = 0, vx = 0, vy = 0, angular_velocity = 0;
-  };
+  using BodyState = envs::BodyState;
   // Hull, then hip-1 leg, knee-1 leg, hip-2 leg, knee-2 leg (Gymnasium's order).
   std::array<BodyState, 5> bodies() const;
   double prev_shaping() const;

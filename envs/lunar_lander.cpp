@@ -22,8 +22,7 @@ constexpr std::array<std::array<double, 2>, 6> kLanderPoly{
 // Gym's fixtureDef for the lander and the legs: they collide with the ground only.
 constexpr auto add_part = detail::add_ground_colliding_part;
 using detail::outline;
-
-b2Vec2 vec(double x, double y) { return b2Vec2(static_cast<float>(x), static_cast<float>(y)); }
+using detail::vec;
 
 }  // namespace
 
@@ -99,16 +98,11 @@ Space LunarLander::action_space() const {
 
 void LunarLander::seed(std::uint64_t seed) { draws_->seed(seed); }
 
-void LunarLander::replay_draws(std::vector<double> draws) { next_replay_ = std::move(draws); }
+void LunarLander::replay_draws(std::vector<double> draws) { draws_->replay_next(std::move(draws)); }
 
 void LunarLander::reset(float* obs) {
-  if (next_replay_) {  // a replay covers one episode: the one this reset begins
-    draws_->replay(std::move(*next_replay_));
-    next_replay_.reset();
-  } else {
-    draws_->end_replay();
-  }
-  done_ = true;  // until the world is whole
+  draws_->begin_episode();  // a replay covers the episode this reset begins
+  done_ = true;             // until the world is whole
   try {
     build_world();
     // Like Gym, the first observation comes from one no-op step (not counted towards the limit).
@@ -330,11 +324,7 @@ bool LunarLander::awake() const { return w_ && w_->lander->IsAwake(); }
 std::array<LunarLander::BodyState, 3> LunarLander::bodies() const {
   std::array<BodyState, 3> out{};
   if (!w_) return out;
-  for (int i = 0; i < 3; ++i) {
-    const b2Body* b = i == 0 ? w_->lander : w_->legs[i - 1];
-    out[i] = {b->GetPosition().x,       b->GetPosition().y,       b->GetAngle(),
-              b->GetLinearVelocity().x, b->GetLinearVelocity().y, b->GetAngularVelocity()};
-  }
+  for (int i = 0; i < 3; ++i) out[i] = detail::state_of(i == 0 ? w_->lander : w_->legs[i - 1]);
   return out;
 }
 

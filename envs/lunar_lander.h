@@ -28,9 +28,9 @@
 
 #include <array>
 #include <memory>
-#include <optional>
 #include <vector>
 
+#include "envs/body_state.h"
 #include "envs/env.h"
 
 namespace distrl::envs {
@@ -99,10 +99,7 @@ class LunarLander final : public Env {
   // an integer, none left) is an EnvError; the reset after that episode uses the generator.
   void replay_draws(std::vector<double> draws);
 
-  // One body's state in world units, for tests that set Gymnasium's bodies to ours.
-  struct BodyState {
-    double x = 0, y = 0, angle = 0, vx = 0, vy = 0, angular_velocity = 0;
-  };
+  using BodyState = envs::BodyState;
   // The lander, then its left and right leg (Gymnasium's order); zeros before the first reset.
   std::array<BodyState, 3> bodies() const;
   double prev_shaping() const;  // the last step's shaping; 0 before the first reset
@@ -114,8 +111,7 @@ class LunarLander final : public Env {
 
   LunarLanderOptions opt_;
   std::string name_;
-  std::unique_ptr<detail::Draws> draws_;            // the generator, or Gymnasium's replayed draws
-  std::optional<std::vector<double>> next_replay_;  // replay_draws()'s, for the next reset
+  std::unique_ptr<detail::Draws> draws_;  // the generator, or Gymnasium's replayed draws
   std::unique_ptr<World> w_;
   int steps_ = 0;
   bool done_ = true;

@@ -1,5 +1,6 @@
-// What the Box2D environments (LunarLander, BipedalWalker) share: a body part made as Gym's
-// fixtureDefs make theirs, and a polygon body's outline for pictures. Private to envs/.
+// What the Box2D environments (LunarLander, BipedalWalker) share: doubles into Box2D, a body's
+// state, a body part made as Gym's fixtureDefs make theirs, and a polygon body's outline for
+// pictures. Private to envs/.
 #pragma once
 
 #include <box2d/box2d.h>
@@ -8,7 +9,18 @@
 #include <cstdint>
 #include <vector>
 
+#include "envs/body_state.h"
+
 namespace distrl::envs::detail {
+
+// A point or vector computed in double, as Gymnasium's Python computes it, rounded into Box2D.
+inline b2Vec2 vec(double x, double y) { return b2Vec2(static_cast<float>(x), static_cast<float>(y)); }
+
+// A body's position, angle and velocities.
+inline BodyState state_of(const b2Body* b) {
+  return {b->GetPosition().x,       b->GetPosition().y,       b->GetAngle(),
+          b->GetLinearVelocity().x, b->GetLinearVelocity().y, b->GetAngularVelocity()};
+}
 
 // A part of the lander or the walker: restitution 0, category `category`, colliding with the
 // ground (category 0x001) only.

@@ -7,10 +7,11 @@
 
 namespace distrl::envs::detail {
 
-void Draws::replay(std::vector<double> draws) {
-  replay_ = std::move(draws);
+void Draws::begin_episode() {
+  replaying_ = next_.has_value();
+  if (replaying_) replay_ = std::move(*next_);
+  next_.reset();
   at_ = 0;
-  replaying_ = true;
 }
 
 double Draws::next(double lo, double hi, const char* what) {

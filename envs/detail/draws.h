@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,10 +21,12 @@ class Draws {
   explicit Draws(std::string owner) : owner_(std::move(owner)) {}
 
   void seed(std::uint64_t s) { rng_.seed(s); }
-  // The next numbers come from `draws`, in order, until end_replay().
-  void replay(std::vector<double> draws);
-  void end_replay() { replaying_ = false; }
-  bool replaying() const { return replaying_; }
+  // The episode the next begin_episode() starts takes its numbers from `draws`, in order (given
+  // mid-episode, they wait: that episode's numbers still come from the generator).
+  void replay_next(std::vector<double> draws) { next_ = std::move(draws); }
+  // A reset begins an episode: it replays what replay_next() gave, else uses the generator.
+  void begin_episode();
+  // Replayed draws the episode has not used (0 when not replaying).
   std::size_t left() const { return replaying_ ? replay_.size() - at_ : 0; }
 
   // Uniform in [lo, hi). A replayed draw outside it, or none left, is an EnvError naming it.
@@ -36,6 +39,7 @@ class Draws {
 
   std::string owner_;
   Rng rng_;
+  std::optional<std::vector<double>> next_;
   std::vector<double> replay_;
   std::size_t at_ = 0;
   bool replaying_ = false;

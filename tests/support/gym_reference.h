@@ -23,6 +23,15 @@ inline std::string number(double v) {
   return buf;
 }
 
+// A "bodies" / "lander_bodies" command: every body's x y angle vx vy w, then the env's shaping.
+template <typename Env>
+std::string bodies_command(const char* word, const Env& env) {
+  std::string line = word;
+  for (const auto& b : env.bodies())
+    for (double v : {b.x, b.y, b.angle, b.vx, b.vy, b.angular_velocity}) line += " " + number(v);
+  return line + " " + number(env.prev_shaping()) + "\n";
+}
+
 // Runs the commands in `script`; skip the check when !ran (no Gymnasium or Box2D here).
 inline PythonRun run_gym_reference(const std::string& script) {
   TempDir dir;

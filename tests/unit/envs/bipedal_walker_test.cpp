@@ -110,10 +110,7 @@ void compare_with_gymnasium(bool hardcore, std::uint64_t seed, int* passed = nul
   BipedalWalkerHeuristic policy;
   int met = 0;  // obstacles behind the hull, at most
   for (;;) {
-    script += "bodies";
-    for (const auto& b : env.bodies())
-      for (double v : {b.x, b.y, b.angle, b.vx, b.vy, b.angular_velocity}) script += " " + number(v);
-    script += " " + number(env.prev_shaping()) + "\nstep";
+    script += distrl::testing::bodies_command("bodies", env) + "step";
     const std::array<float, 4> a = policy(obs.data());
     for (float v : a) script += " " + number(v);
     script += "\n";

@@ -471,10 +471,7 @@ void compare_lander_with_gymnasium(bool continuous, bool wind, std::uint64_t see
   std::vector<std::array<float, 8>> mine;
   std::vector<Step> my_steps;
   for (;;) {
-    script += "lander_bodies";
-    for (const auto& b : env.bodies())
-      for (double v : {b.x, b.y, b.angle, b.vx, b.vy, b.angular_velocity}) script += " " + number(v);
-    script += " " + number(env.prev_shaping()) + "\nstep";
+    script += distrl::testing::bodies_command("lander_bodies", env) + "step";
     if (continuous) {
       const std::array<float, 2> a = lunar_lander_heuristic_continuous(obs);
       for (float v : a) script += " " + number(v);
